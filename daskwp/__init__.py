@@ -1,0 +1,12 @@
+"""daskwp — Dask-distributed, multi-GPU WordPiece tokenization for BERT-family models.
+
+HuggingFace-exact token ids from one fused normalize+WordPiece kernel (CPU and CUDA),
+strided windows with (logID, start, stop) metadata, and global logIDs across a cluster.
+"""
+
+from .tokenizer import Encoding, WordPieceTokenizer
+from .vocab import Vocabulary
+
+__version__ = "0.1.0"
+
+__all__ = ["Encoding", "Vocabulary", "WordPieceTokenizer", "__version__"]

@@ -1,0 +1,118 @@
+"""Turning user inputs into Arrow string buffers (offsets + UTF-8 bytes + validity).
+
+No per-document Python work happens here for Arrow and Arrow-backed pandas inputs; a list
+of Python strings is converted once by pyarrow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+
+@dataclass
+class StringBuffers:
+    """One contiguous Arrow string chunk, as the native core reads it."""
+
+    offsets: np.ndarray          # int32 or int64, len n + 1 (absolute positions in data)
+    data: np.ndarray             # uint8
+    validity: np.ndarray | None  # uint8 bitmap, or None when all valid
+    validity_offset: int
+    n: int
+
+
+_STRING_TYPES = (pa.string(), pa.large_string(), pa.binary(), pa.large_binary())
+
+
+def _describe(obj) -> str:
+    dtype = getattr(obj, "dtype", None) or getattr(obj, "type", None)
+    return f"{type(obj).__name__}" + (f" of dtype {dtype}" if dtype is not None else "")
+
+
+def _from_python_list(texts) -> pa.Array:
+    try:
+        return pa.array(texts, type=pa.large_string(), from_pandas=True)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, UnicodeEncodeError):
+        pass
+    # Lone surrogates cannot be UTF-8 encoded strictly; they are kept as their (invalid)
+    # surrogate-pass bytes, which the core decodes to U+FFFD like any invalid input.
+    out = []
+    for i, t in enumerate(texts):
+        if t is None or (isinstance(t, float) and t != t):
+            out.append(None)
+        elif isinstance(t, str):
+            out.append(t.encode("utf-8", "surrogatepass"))
+        elif isinstance(t, (bytes, bytearray, memoryview)):
+            out.append(bytes(t))
+        else:
+            raise TypeError(
+                f"texts[{i}] is a {type(t).__name__} ({t!r:.40}); expected str, bytes or None")
+    return pa.array(out, type=pa.large_binary())
+
+
+def to_arrow(texts) -> pa.ChunkedArray:
+    """Any accepted text collection as a chunked Arrow string/binary array."""
+    if isinstance(texts, (str, bytes)):
+        texts = [texts]
+    if isinstance(texts, pa.ChunkedArray):
+        arr = texts
+    elif isinstance(texts, pa.Array):
+        arr = pa.chunked_array([texts], type=texts.type)
+    else:
+        mod = type(texts).__module__
+        if mod.startswith("pandas"):
+            import pandas as pd
+            if isinstance(texts, pd.DataFrame):
+                raise TypeError("expected a text column (Series), got a DataFrame; select "
+                                "the column, e.g. df['text']")
+            dtype = texts.dtype
+            if isinstance(dtype, pd.ArrowDtype) or str(dtype).startswith("string") or \
+                    dtype == object or str(dtype) == "str":
+                try:
+                    arr = pa.chunked_array([pa.array(texts, from_pandas=True)])
+                except (pa.ArrowInvalid, pa.ArrowTypeError):
+                    arr = pa.chunked_array([_from_python_list(list(texts))])
+            else:
+                raise TypeError(f"expected a column of strings, got a pandas Series of dtype "
+                                f"{dtype}")
+        elif isinstance(texts, np.ndarray):
+            if texts.dtype.kind not in "OUS":
+                raise TypeError(f"expected an array of strings, got a numpy array of dtype "
+                                f"{texts.dtype}")
+            arr = pa.chunked_array([_from_python_list(texts.tolist())])
+        elif isinstance(texts, (list, tuple)):
+            arr = pa.chunked_array([_from_python_list(texts)])
+        elif hasattr(texts, "__iter__"):
+            arr = pa.chunked_array([_from_python_list(list(texts))])
+        else:
+            raise TypeError(f"expected texts as a list of str, a pandas Series, or a pyarrow "
+                            f"string array; got {_describe(texts)}")
+    if arr.type == pa.null():
+        arr = pa.chunked_array([pa.nulls(len(arr), pa.string())])
+    if arr.type not in _STRING_TYPES:
+        if pa.types.is_dictionary(arr.type) and arr.type.value_type in _STRING_TYPES:
+            arr = arr.cast(arr.type.value_type)
+        elif pa.types.is_string_view(arr.type):
+            arr = arr.cast(pa.large_string())
+        else:
+            raise TypeError(f"expected a string column, got Arrow type {arr.type}")
+    return arr
+
+
+def chunk_buffers(chunk: pa.Array) -> StringBuffers:
+    """The raw buffers of one Arrow string/binary chunk (zero copy)."""
+    validity_buf, offsets_buf, data_buf = chunk.buffers()[:3]
+    large = chunk.type in (pa.large_string(), pa.large_binary())
+    odt = np.int64 if large else np.int32
+    n = len(chunk)
+    offsets = np.frombuffer(offsets_buf, dtype=odt)[chunk.offset:chunk.offset + n + 1] \
+        if offsets_buf is not None else np.zeros(n + 1, dtype=odt)
+    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else \
+        np.zeros(0, dtype=np.uint8)
+    validity = None
+    if chunk.null_count and validity_buf is not None:
+        validity = np.frombuffer(validity_buf, dtype=np.uint8)
+    return StringBuffers(offsets=offsets, data=data, validity=validity,
+                         validity_offset=chunk.offset, n=n)

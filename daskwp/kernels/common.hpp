@@ -1,0 +1,39 @@
+// daskwp — shared definitions for code compiled both by the host C++ compiler and by
+// nvcc/NVRTC. Nothing here allocates, throws, or touches Python.
+#pragma once
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define DWP_HD __host__ __device__
+#define DWP_FORCEINLINE __forceinline__
+#else
+#define DWP_HD
+#if defined(__GNUC__)
+#define DWP_FORCEINLINE inline __attribute__((always_inline))
+#else
+#define DWP_FORCEINLINE inline
+#endif
+#endif
+
+#if defined(__CUDACC_RTC__)
+// NVRTC has no standard headers; the fixed-width types are all we need.
+typedef signed char int8_t;
+typedef unsigned char uint8_t;
+typedef short int16_t;
+typedef unsigned short uint16_t;
+typedef int int32_t;
+typedef unsigned int uint32_t;
+typedef long long int64_t;
+typedef unsigned long long uint64_t;
+#else
+#include <cstdint>
+#endif
+
+namespace daskwp {
+
+// Version of the compiled blob layouts (vocabulary trie and normalization tables).
+// Bump whenever a field moves; loaders refuse other versions.
+constexpr uint32_t kBlobVersion = 1;
+constexpr uint32_t kVocabMagic = 0x56505744u;  // "DWPV" little endian
+constexpr uint32_t kNormMagic = 0x4e505744u;   // "DWPN" little endian
+
+}  // namespace daskwp

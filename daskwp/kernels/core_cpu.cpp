@@ -1,0 +1,264 @@
+// daskwp — CPU loop over a batch of documents and its Python binding.
+//
+// The batch arrives as Arrow-style buffers (offsets + UTF-8 bytes, optional validity
+// bitmap); documents are split into contiguous, byte-balanced ranges, one per thread, and
+// each thread runs the shared core (wordpiece_core.hpp) with the GIL released.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cpu_batch.hpp"
+#include "vocab_builder.hpp"
+#include "wordpiece_core.hpp"
+
+namespace nb = nanobind;
+
+namespace daskwp {
+namespace {
+
+// A growable int32 buffer without zero-initialisation.
+struct IdBuffer {
+  std::unique_ptr<int32_t[]> data;
+  int64_t size = 0, cap = 0;
+  void reserve(int64_t want) {
+    if (want <= cap) return;
+    int64_t c = std::max<int64_t>(want, cap * 2 + 1024);
+    std::unique_ptr<int32_t[]> d(new int32_t[c]);
+    if (size) std::memcpy(d.get(), data.get(), size * sizeof(int32_t));
+    data.swap(d);
+    cap = c;
+  }
+};
+
+template <typename Off>
+void encode_range(const VocabView& v, const NormView& nm, const TokenizeParams& p,
+                  const Off* offsets, const uint8_t* data, const uint8_t* validity,
+                  int64_t validity_offset, int64_t d0, int64_t d1, IdBuffer& buf,
+                  int64_t* counts) {
+  for (int64_t d = d0; d < d1; ++d) {
+    const int64_t b = static_cast<int64_t>(offsets[d]), e = static_cast<int64_t>(offsets[d + 1]);
+    const int64_t vb = d + validity_offset;
+    if ((validity && !((validity[vb >> 3] >> (vb & 7)) & 1)) || e <= b) {
+      counts[d] = 0;
+      continue;
+    }
+    const int64_t len = e - b;
+    buf.reserve(buf.size + len + 64);
+    int64_t got = tokenize_document(v, nm, p, data + b, len, buf.data.get() + buf.size,
+                                    buf.cap - buf.size);
+    if (got > buf.cap - buf.size) {  // rare: more tokens than the guess, run again
+      buf.reserve(buf.size + got);
+      got = tokenize_document(v, nm, p, data + b, len, buf.data.get() + buf.size,
+                              buf.cap - buf.size);
+    }
+    buf.size += got;
+    counts[d] = got;
+  }
+}
+
+}  // namespace
+
+int resolve_threads(int requested) {
+  if (requested > 0) return requested;
+  unsigned hc = std::thread::hardware_concurrency();
+  return hc ? static_cast<int>(hc) : 1;
+}
+
+template <typename Off>
+EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
+                          const TokenizeParams& p, const Off* offsets, const uint8_t* data,
+                          const uint8_t* validity, int64_t validity_offset, int64_t n_docs,
+                          int num_threads) {
+  const VocabView v = make_vocab_view(vocab_blob);
+  const NormView nm = make_norm_view(norm_blob);
+  EncodedBatch out;
+  out.offsets.reset(new int64_t[n_docs + 1]);
+  out.offsets[0] = 0;
+  int64_t* counts = out.offsets.get() + 1;
+  const int64_t total_bytes = n_docs ? static_cast<int64_t>(offsets[n_docs] - offsets[0]) : 0;
+  int threads = resolve_threads(num_threads);
+  // Small batches are not worth a thread each: ~1 MB per thread at least.
+  threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, total_bytes >> 20)));
+  threads = static_cast<int>(std::min<int64_t>(threads, std::max<int64_t>(n_docs, 1)));
+
+  // Byte-balanced contiguous document ranges.
+  std::vector<int64_t> cut(threads + 1, n_docs);
+  cut[0] = 0;
+  for (int t = 1; t < threads; ++t) {
+    const Off target = offsets[0] + static_cast<Off>(total_bytes * t / threads);
+    cut[t] = std::lower_bound(offsets, offsets + n_docs + 1, target) - offsets;
+    cut[t] = std::max(cut[t], cut[t - 1]);
+  }
+  std::vector<IdBuffer> bufs(threads);
+  if (threads == 1) {
+    encode_range(v, nm, p, offsets, data, validity, validity_offset, 0, n_docs, bufs[0], counts);
+  } else {
+    std::vector<std::thread> pool;
+    std::vector<std::exception_ptr> errors(threads);
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        try {
+          encode_range(v, nm, p, offsets, data, validity, validity_offset, cut[t], cut[t + 1],
+                       bufs[t], counts);
+        } catch (...) {
+          errors[t] = std::current_exception();
+        }
+      });
+    }
+    for (auto& th : pool) th.join();
+    for (auto& e : errors)
+      if (e) std::rethrow_exception(e);
+  }
+  int64_t total = 0;
+  for (int t = 0; t < threads; ++t) total += bufs[t].size;
+  if (threads == 1) {
+    out.ids = std::move(bufs[0].data);
+  } else {
+    out.ids.reset(new int32_t[std::max<int64_t>(total, 1)]);
+    int64_t at = 0;
+    for (int t = 0; t < threads; ++t) {
+      if (bufs[t].size) std::memcpy(out.ids.get() + at, bufs[t].data.get(), bufs[t].size * 4);
+      at += bufs[t].size;
+    }
+  }
+  if (!out.ids) out.ids.reset(new int32_t[1]);
+  out.n_ids = total;
+  for (int64_t d = 0; d < n_docs; ++d) out.offsets[d + 1] += out.offsets[d];
+  return out;
+}
+
+template EncodedBatch encode_batch<int32_t>(const uint8_t*, const uint8_t*,
+                                            const TokenizeParams&, const int32_t*,
+                                            const uint8_t*, const uint8_t*, int64_t, int64_t,
+                                            int);
+template EncodedBatch encode_batch<int64_t>(const uint8_t*, const uint8_t*,
+                                            const TokenizeParams&, const int64_t*,
+                                            const uint8_t*, const uint8_t*, int64_t, int64_t,
+                                            int);
+
+void check_vocab_blob(const uint8_t* p, size_t size) {
+  if (size < sizeof(VocabHeader)) throw std::invalid_argument("vocabulary blob too small");
+  const auto* h = reinterpret_cast<const VocabHeader*>(p);
+  if (h->magic != kVocabMagic) throw std::invalid_argument("not a daskwp vocabulary blob");
+  if (h->version != kBlobVersion)
+    throw std::invalid_argument("vocabulary blob version " + std::to_string(h->version) +
+                                ", this build reads version " + std::to_string(kBlobVersion));
+  if (h->total_bytes > size) throw std::invalid_argument("vocabulary blob truncated");
+  if (reinterpret_cast<uintptr_t>(p) % 8)
+    throw std::invalid_argument("vocabulary blob not 8-byte aligned");
+}
+
+void check_norm_blob(const uint8_t* p, size_t size) {
+  if (size < sizeof(NormHeader)) throw std::invalid_argument("normalization blob too small");
+  const auto* h = reinterpret_cast<const NormHeader*>(p);
+  if (h->magic != kNormMagic) throw std::invalid_argument("not a daskwp normalization blob");
+  if (h->version != kBlobVersion)
+    throw std::invalid_argument("normalization blob version " + std::to_string(h->version) +
+                                ", this build reads version " + std::to_string(kBlobVersion));
+  if (h->total_bytes > size) throw std::invalid_argument("normalization blob truncated");
+  if (reinterpret_cast<uintptr_t>(p) % 8)
+    throw std::invalid_argument("normalization blob not 8-byte aligned");
+}
+
+}  // namespace daskwp
+
+// ------------------------------------------------------------------------------------
+// Binding
+// ------------------------------------------------------------------------------------
+using U8 = nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using I32 = nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using I64 = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+template <typename T>
+nb::ndarray<nb::numpy, T, nb::ndim<1>> to_numpy(std::unique_ptr<T[]> data, size_t n) {
+  T* raw = data.release();
+  nb::capsule owner(raw, [](void* q) noexcept { delete[] static_cast<T*>(q); });
+  return nb::ndarray<nb::numpy, T, nb::ndim<1>>(raw, {n}, owner);
+}
+
+namespace {
+
+nb::bytes build_vocab(nb::bytes tokens_utf8, I64 token_offsets, I32 ids, int32_t unk_id,
+                      std::string prefix, std::vector<std::string> specials,
+                      std::vector<int32_t> special_ids) {
+  daskwp::VocabBuildInput in;
+  const char* base = tokens_utf8.c_str();
+  const size_t n = ids.shape(0);
+  if (token_offsets.shape(0) != n + 1)
+    throw std::invalid_argument("token_offsets must have len(ids) + 1 entries");
+  in.tokens.reserve(n);
+  for (size_t k = 0; k < n; ++k)
+    in.tokens.emplace_back(base + token_offsets(k), token_offsets(k + 1) - token_offsets(k));
+  in.ids.assign(ids.data(), ids.data() + n);
+  in.unk_id = unk_id;
+  in.continuing_subword_prefix = std::move(prefix);
+  in.specials = std::move(specials);
+  in.special_ids = std::move(special_ids);
+  std::vector<uint8_t> blob;
+  {
+    nb::gil_scoped_release release;
+    blob = daskwp::build_vocab_blob(in);
+  }
+  return nb::bytes(reinterpret_cast<const char*>(blob.data()), blob.size());
+}
+
+template <typename OffArr, typename Off>
+nb::tuple encode_impl(U8 vocab_blob, U8 norm_blob, int32_t max_chars, OffArr offsets,
+                      U8 data, nb::object validity_obj, int64_t validity_offset,
+                      int num_threads) {
+  daskwp::check_vocab_blob(vocab_blob.data(), vocab_blob.shape(0));
+  daskwp::check_norm_blob(norm_blob.data(), norm_blob.shape(0));
+  if (offsets.shape(0) < 1) throw std::invalid_argument("offsets must not be empty");
+  const int64_t n_docs = static_cast<int64_t>(offsets.shape(0)) - 1;
+  const Off* off = offsets.data();
+  // Bounds: offsets must be non-decreasing and inside the data buffer.
+  const int64_t data_len = static_cast<int64_t>(data.shape(0));
+  for (int64_t d = 0; d < n_docs; ++d)
+    if (off[d] > off[d + 1]) throw std::invalid_argument("offsets are not non-decreasing");
+  if (n_docs && (off[0] < 0 || static_cast<int64_t>(off[n_docs]) > data_len))
+    throw std::invalid_argument("offsets point outside the data buffer");
+  const uint8_t* validity = nullptr;
+  if (!validity_obj.is_none()) {
+    U8 vm = nb::cast<U8>(validity_obj);
+    if (static_cast<int64_t>(vm.shape(0)) * 8 < validity_offset + n_docs)
+      throw std::invalid_argument("validity bitmap too short");
+    validity = vm.data();
+  }
+  daskwp::TokenizeParams p{max_chars};
+  daskwp::EncodedBatch r;
+  {
+    nb::gil_scoped_release release;
+    r = daskwp::encode_batch<Off>(vocab_blob.data(), norm_blob.data(), p, off, data.data(),
+                                  validity, validity_offset, n_docs, num_threads);
+  }
+  const size_t n_ids = static_cast<size_t>(r.n_ids);
+  return nb::make_tuple(to_numpy(std::move(r.ids), n_ids),
+                        to_numpy(std::move(r.offsets), static_cast<size_t>(n_docs + 1)));
+}
+
+}  // namespace
+
+void bind_core(nb::module_& m) {
+  m.def("build_vocab", &build_vocab, nb::arg("tokens_utf8"), nb::arg("token_offsets"),
+        nb::arg("ids"), nb::arg("unk_id"), nb::arg("continuing_subword_prefix"),
+        nb::arg("specials"), nb::arg("special_ids"),
+        "Compile a vocabulary into the flat trie blob (bytes).");
+  m.def("encode32", &encode_impl<I32, int32_t>, nb::arg("vocab_blob"), nb::arg("norm_blob"),
+        nb::arg("max_input_chars_per_word"), nb::arg("offsets"), nb::arg("data"),
+        nb::arg("validity").none(), nb::arg("validity_offset"), nb::arg("num_threads"),
+        "Tokenize Arrow string buffers (int32 offsets); returns (token_ids, offsets).");
+  m.def("encode64", &encode_impl<I64, int64_t>, nb::arg("vocab_blob"), nb::arg("norm_blob"),
+        nb::arg("max_input_chars_per_word"), nb::arg("offsets"), nb::arg("data"),
+        nb::arg("validity").none(), nb::arg("validity_offset"), nb::arg("num_threads"),
+        "Tokenize Arrow large-string buffers (int64 offsets); returns (token_ids, offsets).");
+  m.attr("BLOB_VERSION") = daskwp::kBlobVersion;
+}

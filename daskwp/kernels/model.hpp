@@ -1,0 +1,144 @@
+// daskwp — layout of the two compiled, immutable blobs the tokenizer reads.
+//
+// Both blobs are flat byte buffers built once on the host (vocab_builder.cpp for the
+// vocabulary trie, daskwp/normalize.py for the normalization tables) and read by the same
+// host+device code on the CPU and the GPU. Every section starts on an 8-byte boundary and
+// is addressed by a byte offset stored in the header, so the blob can be copied, pickled,
+// hashed and uploaded to a device as is.
+#pragma once
+
+#include "common.hpp"
+
+namespace daskwp {
+
+// ---------------------------------------------------------------------------------------
+// Vocabulary blob: a byte trie over all tokens with LinMaxMatch failure links and failure
+// pops (Song et al. 2021). Node 0 is the root; `suffix_root` is the node of the continuing
+// subword prefix ("##"), from which suffix tokens hang. Children of a node are contiguous
+// and sorted by edge byte, so a child is found by scanning/bisecting `labels`.
+// ---------------------------------------------------------------------------------------
+struct VocabHeader {
+  uint32_t magic;        // kVocabMagic
+  uint32_t version;      // kBlobVersion
+  uint32_t n_nodes;
+  int32_t suffix_root;   // node of the continuing-subword prefix
+  int32_t unk_id;        // id of the unknown token
+  int32_t n_specials;    // literal special tokens matched in the raw text
+  uint32_t n_pops;       // length of the failure-pops pool
+  uint32_t max_special_bytes;
+  uint64_t off_nodes;            // TrieNode[n_nodes]
+  uint64_t off_labels;           // uint8[n_nodes]: byte on the edge into the node
+  uint64_t off_pops;             // int32[n_pops]
+  uint64_t off_root_next;        // int32[256]: dense children of the root (-1 none)
+  uint64_t off_suffix_next;      // int32[256]: dense children of suffix_root
+  uint64_t off_special_offsets;  // int32[n_specials + 1], sorted by length, longest first
+  uint64_t off_special_ids;      // int32[n_specials]
+  uint64_t off_special_bytes;    // uint8[...]
+  uint64_t off_special_first;    // uint8[256]: 1 when some special token starts with the byte
+  uint64_t total_bytes;
+};
+
+struct TrieNode {
+  int32_t first_child;  // index of the first child (children are contiguous)
+  int32_t n_child;
+  int32_t token;        // token id when the node's string is a token, else -1
+  int32_t fail;         // failure link, -1 for none
+  int32_t pops_off;     // failure pops: pool[pops_off, pops_off + pops_len)
+  int32_t pops_len;
+};
+
+struct VocabView {
+  const VocabHeader* h;
+  const TrieNode* nodes;
+  const uint8_t* labels;
+  const int32_t* pops;
+  const int32_t* root_next;
+  const int32_t* suffix_next;
+  const int32_t* special_offsets;
+  const int32_t* special_ids;
+  const uint8_t* special_bytes;
+  const uint8_t* special_first;
+};
+
+DWP_HD inline VocabView make_vocab_view(const uint8_t* blob) {
+  VocabView v;
+  v.h = reinterpret_cast<const VocabHeader*>(blob);
+  v.nodes = reinterpret_cast<const TrieNode*>(blob + v.h->off_nodes);
+  v.labels = blob + v.h->off_labels;
+  v.pops = reinterpret_cast<const int32_t*>(blob + v.h->off_pops);
+  v.root_next = reinterpret_cast<const int32_t*>(blob + v.h->off_root_next);
+  v.suffix_next = reinterpret_cast<const int32_t*>(blob + v.h->off_suffix_next);
+  v.special_offsets = reinterpret_cast<const int32_t*>(blob + v.h->off_special_offsets);
+  v.special_ids = reinterpret_cast<const int32_t*>(blob + v.h->off_special_ids);
+  v.special_bytes = blob + v.h->off_special_bytes;
+  v.special_first = blob + v.h->off_special_first;
+  return v;
+}
+
+// ---------------------------------------------------------------------------------------
+// Normalization blob: one 32-bit entry per code point, stored as a two-level table
+// (block_index[cp >> 8] selects a 256-entry block). The entry already reflects the
+// tokenizer's flags (clean_text, handle_chinese_chars, strip_accents, lowercase):
+//   bits 0-1  pre-tokenizer class of the code point as an OUTPUT character
+//             (0 other, 1 whitespace, 2 punctuation)
+//   bit 2     removed (clean_text: control, format, U+0000, U+FFFD ...)
+//   bit 3     replaced by a space (clean_text whitespace)
+//   bit 4     isolated as its own word (handle_chinese_chars)
+//   bit 5     mapped: output is map_utf8[map_offsets[i], map_offsets[i+1]),
+//             i = entry >> 8 (lowercase and/or accent stripping)
+// ---------------------------------------------------------------------------------------
+constexpr uint32_t kClassMask = 3u;
+constexpr uint32_t kClassOther = 0u;
+constexpr uint32_t kClassSpace = 1u;
+constexpr uint32_t kClassPunct = 2u;
+constexpr uint32_t kRemove = 4u;
+constexpr uint32_t kToSpace = 8u;
+constexpr uint32_t kIsolate = 16u;
+constexpr uint32_t kMapped = 32u;
+constexpr uint32_t kMapShift = 8u;
+// An ASCII byte needs the slow path when it is not a plain "other" character that maps to
+// itself; the fast path covers letters and digits.
+constexpr uint32_t kSlowBits = kClassMask | kRemove | kToSpace | kIsolate | kMapped;
+
+struct NormHeader {
+  uint32_t magic;    // kNormMagic
+  uint32_t version;  // kBlobVersion
+  uint32_t n_blocks;
+  uint32_t n_maps;
+  uint32_t flags;    // bit0 clean_text, bit1 handle_chinese_chars, bit2 strip, bit3 lower
+  uint32_t reserved;
+  uint64_t off_block_index;  // uint16[0x1100]
+  uint64_t off_blocks;       // uint32[n_blocks * 256]
+  uint64_t off_map_offsets;  // int32[n_maps + 1]
+  uint64_t off_map_utf8;     // uint8[...]
+  uint64_t total_bytes;
+};
+
+struct NormView {
+  const NormHeader* h;
+  const uint16_t* block_index;
+  const uint32_t* blocks;
+  const int32_t* map_offsets;
+  const uint8_t* map_utf8;
+};
+
+DWP_HD inline NormView make_norm_view(const uint8_t* blob) {
+  NormView n;
+  n.h = reinterpret_cast<const NormHeader*>(blob);
+  n.block_index = reinterpret_cast<const uint16_t*>(blob + n.h->off_block_index);
+  n.blocks = reinterpret_cast<const uint32_t*>(blob + n.h->off_blocks);
+  n.map_offsets = reinterpret_cast<const int32_t*>(blob + n.h->off_map_offsets);
+  n.map_utf8 = blob + n.h->off_map_utf8;
+  return n;
+}
+
+DWP_HD DWP_FORCEINLINE uint32_t norm_entry(const NormView& n, uint32_t cp) {
+  return n.blocks[(uint32_t)n.block_index[cp >> 8] * 256u + (cp & 255u)];
+}
+
+// Per-call parameters that are not part of either blob.
+struct TokenizeParams {
+  int32_t max_input_chars_per_word;  // a longer word (in normalized characters) is [UNK]
+};
+
+}  // namespace daskwp

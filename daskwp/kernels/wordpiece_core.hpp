@@ -1,0 +1,302 @@
+// daskwp — the fused normalize + pre-tokenize + WordPiece core (host and device).
+//
+// One pass over the UTF-8 bytes of a document (the E2E WordPiece of Song et al. 2021):
+//   1. literal special tokens of the vocabulary ([CLS], [SEP], ...) are matched in the RAW
+//      bytes, leftmost-longest and case-sensitively, as HuggingFace's added-vocabulary does;
+//   2. every code point is normalized through the per-code-point table (NormView), which
+//      already encodes clean_text / handle_chinese_chars / strip_accents / lowercase;
+//   3. the normalized characters are split into words (whitespace drops, punctuation is a
+//      word of its own) without materializing them;
+//   4. each word's bytes are fed straight into the LinMaxMatch trie: failure links and
+//      failure pops give greedy longest-match-first WordPiece in linear time.
+//
+// The code allocates nothing and uses no library calls, so it compiles unchanged for the
+// CPU extension (core_cpu.cpp) and the CUDA kernels (wordpiece.cu).
+#pragma once
+
+#include "model.hpp"
+
+namespace daskwp {
+
+constexpr uint32_t kReplacementChar = 0xFFFDu;
+
+// Decodes one code point at s[i] (i < end). Invalid input decodes to U+FFFD, one per
+// maximal ill-formed subpart (the Unicode / WHATWG rule Python's errors="replace" uses).
+DWP_HD DWP_FORCEINLINE uint32_t decode_utf8(const uint8_t* s, int64_t i, int64_t end,
+                                            int32_t* len) {
+  const uint32_t b0 = s[i];
+  if (b0 < 0x80u) {
+    *len = 1;
+    return b0;
+  }
+  int32_t need;
+  uint32_t lo = 0x80u, hi = 0xBFu, cp;
+  if (b0 < 0xC2u) {
+    *len = 1;
+    return kReplacementChar;
+  } else if (b0 < 0xE0u) {
+    need = 1;
+    cp = b0 & 0x1Fu;
+  } else if (b0 < 0xF0u) {
+    need = 2;
+    cp = b0 & 0x0Fu;
+    if (b0 == 0xE0u) lo = 0xA0u;
+    if (b0 == 0xEDu) hi = 0x9Fu;  // no surrogates
+  } else if (b0 < 0xF5u) {
+    need = 3;
+    cp = b0 & 0x07u;
+    if (b0 == 0xF0u) lo = 0x90u;
+    if (b0 == 0xF4u) hi = 0x8Fu;
+  } else {
+    *len = 1;
+    return kReplacementChar;
+  }
+  int32_t k = 1;
+  for (int32_t j = 0; j < need; ++j, ++k) {
+    if (i + k >= end) {
+      *len = k;
+      return kReplacementChar;
+    }
+    const uint32_t c = s[i + k];
+    if (c < lo || c > hi) {
+      *len = k;
+      return kReplacementChar;
+    }
+    lo = 0x80u;
+    hi = 0xBFu;
+    cp = (cp << 6) | (c & 0x3Fu);
+  }
+  *len = k;
+  return cp;
+}
+
+// Child of `node` along byte c, or -1.
+DWP_HD DWP_FORCEINLINE int32_t trie_child(const VocabView& v, int32_t node, uint8_t c) {
+  if (node == 0) return v.root_next[c];
+  if (node == v.h->suffix_root) return v.suffix_next[c];
+  const TrieNode& nd = v.nodes[node];
+  int32_t lo = nd.first_child, hi = nd.first_child + nd.n_child;
+  if (nd.n_child <= 8) {
+    for (int32_t k = lo; k < hi; ++k) {
+      const uint8_t l = v.labels[k];
+      if (l == c) return k;
+      if (l > c) return -1;
+    }
+    return -1;
+  }
+  while (lo < hi) {
+    const int32_t mid = (lo + hi) >> 1;
+    const uint8_t l = v.labels[mid];
+    if (l == c) return mid;
+    if (l < c) lo = mid + 1; else hi = mid;
+  }
+  return -1;
+}
+
+// Receives tokens. With out == nullptr (or cap 0) it only counts, which is the "count"
+// pass of count-scan-write. Writes past `cap` are dropped, never performed: a word that
+// later fails rolls `n` back, so the final count is exact and fits the region.
+struct TokenSink {
+  int32_t* out;
+  int64_t cap;
+  int64_t n;
+  DWP_HD DWP_FORCEINLINE void push(int32_t t) {
+    if (n < cap) out[n] = t;
+    ++n;
+  }
+};
+
+// The E2E tokenizer state for one byte range. Use: construct, run(bytes, len), read sink.n.
+struct WordPieceE2E {
+  VocabView v;
+  NormView nm;
+  const uint32_t* ascii;  // the entries of code points 0..127
+  int32_t max_chars;
+  int32_t suffix_root;
+  int32_t unk_id;
+  TokenSink sink;
+  // Current word.
+  int32_t node;
+  int64_t word_start;
+  int32_t nchars;
+  bool active;
+  bool failed;
+
+  DWP_HD WordPieceE2E(const VocabView& vocab, const NormView& norm, const TokenizeParams& p,
+                      int32_t* out, int64_t cap)
+      : v(vocab), nm(norm), max_chars(p.max_input_chars_per_word) {
+    ascii = nm.blocks + (uint32_t)nm.block_index[0] * 256u;
+    suffix_root = v.h->suffix_root;
+    unk_id = v.h->unk_id;
+    sink.out = out;
+    sink.cap = out ? cap : 0;
+    sink.n = 0;
+    node = 0;
+    word_start = 0;
+    nchars = 0;
+    active = false;
+    failed = false;
+  }
+
+  // One byte of the current word through the LinMaxMatch automaton.
+  DWP_HD DWP_FORCEINLINE void step(uint8_t c) {
+    for (;;) {
+      const int32_t nx = trie_child(v, node, c);
+      if (nx >= 0) {
+        node = nx;
+        return;
+      }
+      const TrieNode& nd = v.nodes[node];
+      if (nd.fail < 0) {
+        failed = true;
+        return;
+      }
+      for (int32_t k = 0; k < nd.pops_len; ++k) sink.push(v.pops[nd.pops_off + k]);
+      node = nd.fail;
+    }
+  }
+
+  DWP_HD DWP_FORCEINLINE void begin_char() {
+    if (!active) {
+      active = true;
+      failed = false;
+      node = 0;
+      nchars = 0;
+      word_start = sink.n;
+    }
+    if (++nchars > max_chars) failed = true;
+  }
+
+  // Appends one normalized character (its UTF-8 bytes) to the current word.
+  DWP_HD DWP_FORCEINLINE void feed_char(const uint8_t* b, int32_t len) {
+    begin_char();
+    if (failed) return;
+    for (int32_t k = 0; k < len && !failed; ++k) step(b[k]);
+  }
+
+  DWP_HD void end_word() {
+    if (!active) return;
+    active = false;
+    if (!failed) {
+      while (node != suffix_root) {
+        const TrieNode& nd = v.nodes[node];
+        if (nd.fail < 0) {
+          failed = true;
+          break;
+        }
+        for (int32_t k = 0; k < nd.pops_len; ++k) sink.push(v.pops[nd.pops_off + k]);
+        node = nd.fail;
+      }
+    }
+    if (failed) {
+      sink.n = word_start;
+      sink.push(unk_id);
+    }
+  }
+
+  // One normalized output character with its pre-tokenizer class.
+  DWP_HD DWP_FORCEINLINE void put_char(uint32_t cls, const uint8_t* b, int32_t len) {
+    if (cls == kClassOther) {
+      feed_char(b, len);
+    } else if (cls == kClassSpace) {
+      end_word();
+    } else {  // punctuation: a word of its own
+      end_word();
+      feed_char(b, len);
+      end_word();
+    }
+  }
+
+  // A code point of the input with its normalization entry; `raw` holds its bytes, or is
+  // null for U+FFFD replacing invalid input.
+  DWP_HD void put_code_point(uint32_t entry, const uint8_t* raw, int32_t raw_len) {
+    if (entry & (kRemove | kToSpace)) {
+      if (entry & kToSpace) end_word();
+      return;
+    }
+    const bool isolate = (entry & kIsolate) != 0;
+    if (isolate) end_word();
+    if (entry & kMapped) {
+      const uint32_t m = entry >> kMapShift;
+      const int64_t b = nm.map_offsets[m], e = nm.map_offsets[m + 1];
+      for (int64_t i = b; i < e;) {
+        int32_t l;
+        const uint32_t ocp = decode_utf8(nm.map_utf8, i, e, &l);
+        put_char(norm_entry(nm, ocp) & kClassMask, nm.map_utf8 + i, l);
+        i += l;
+      }
+    } else if (raw) {
+      put_char(entry & kClassMask, raw, raw_len);
+    } else {
+      const uint8_t fffd[3] = {0xEFu, 0xBFu, 0xBDu};
+      put_char(entry & kClassMask, fffd, 3);
+    }
+    if (isolate) end_word();
+  }
+
+  // Tries the literal special tokens at s[i]; on a match emits it and returns its length.
+  DWP_HD int64_t match_special(const uint8_t* s, int64_t i, int64_t len) {
+    const int32_t n = v.h->n_specials;
+    for (int32_t k = 0; k < n; ++k) {
+      const int32_t b = v.special_offsets[k], l = v.special_offsets[k + 1] - b;
+      if (l > len - i) continue;
+      bool eq = true;
+      for (int32_t j = 0; j < l; ++j) {
+        if (s[i + j] != v.special_bytes[b + j]) {
+          eq = false;
+          break;
+        }
+      }
+      if (eq) {
+        end_word();
+        sink.push(v.special_ids[k]);
+        return l;
+      }
+    }
+    return 0;
+  }
+
+  // Tokenizes s[0, len). Returns the number of tokens (written when they fit the sink).
+  DWP_HD int64_t run(const uint8_t* s, int64_t len) {
+    int64_t i = 0;
+    while (i < len) {
+      const uint8_t c = s[i];
+      if (v.special_first[c]) {
+        const int64_t l = match_special(s, i, len);
+        if (l) {
+          i += l;
+          continue;
+        }
+      }
+      if (c < 0x80u) {
+        const uint32_t e = ascii[c];
+        if ((e & kSlowBits) == 0) {
+          begin_char();
+          if (!failed) step(c);
+        } else {
+          put_code_point(e, s + i, 1);
+        }
+        ++i;
+        continue;
+      }
+      int32_t l;
+      const uint32_t cp = decode_utf8(s, i, len, &l);
+      const bool invalid = cp == kReplacementChar && !(l == 3 && s[i] == 0xEFu);
+      put_code_point(norm_entry(nm, cp), invalid ? nullptr : s + i, l);
+      i += l;
+    }
+    end_word();
+    return sink.n;
+  }
+};
+
+// Tokenizes one document; returns its token count. Writes at most `cap` ids to `out`
+// (nothing when out is null).
+DWP_HD inline int64_t tokenize_document(const VocabView& v, const NormView& nm,
+                                        const TokenizeParams& p, const uint8_t* s,
+                                        int64_t len, int32_t* out, int64_t cap) {
+  WordPieceE2E t(v, nm, p, out, cap);
+  return t.run(s, len);
+}
+
+}  // namespace daskwp
