@@ -25,6 +25,8 @@ REMOVE = 4
 TO_SPACE = 8
 ISOLATE = 16
 MAPPED = 32
+MARK_PENDING = 64
+NONSTARTER_GONE = 128
 MAP_SHIFT = 8
 
 # Raw property bits in the generated table.
@@ -32,11 +34,43 @@ _P_REMOVE = 4
 _P_TO_SPACE = 8
 _P_CHINESE = 16
 _P_SURROGATE = 32
+_P_NONSTARTER = 64
 
 NORM_MAGIC = 0x4E505744
 BLOB_VERSION = 1
-_HEADER = struct.Struct("<6I5Q")  # NormHeader in model.hpp
+_HEADER = struct.Struct("<6I3Q2I5Q")  # NormHeader in model.hpp
 N_CODEPOINTS = 0x110000
+
+# ASCII fast-path kinds (model.hpp).
+ASCII_SLOW, ASCII_FEED, ASCII_SPACE, ASCII_PUNCT, ASCII_REMOVE = 0, 1, 2, 3, 4
+
+
+def _ascii_table(entry: np.ndarray, map_offsets: np.ndarray, map_utf8: np.ndarray) -> bytes:
+    """kind[128] + byte[128]: what each ASCII byte does, derived from the full entries."""
+    kind = np.zeros(128, dtype=np.uint8)
+    out = np.zeros(128, dtype=np.uint8)
+    for c in range(128):
+        e = int(entry[c])
+        if e & REMOVE:
+            kind[c] = ASCII_REMOVE
+            continue
+        if e & TO_SPACE:
+            kind[c] = ASCII_SPACE
+            continue
+        if e & ISOLATE:
+            continue  # slow path
+        b = c
+        if e & MAPPED:
+            m = e >> MAP_SHIFT
+            mapped = bytes(map_utf8[map_offsets[m]:map_offsets[m + 1]])
+            if len(mapped) != 1 or mapped[0] >= 128:
+                continue  # slow path
+            b = mapped[0]
+        cls = int(entry[b]) & CLASS_MASK
+        kind[c] = {CLASS_OTHER: ASCII_FEED, CLASS_SPACE: ASCII_SPACE,
+                   CLASS_PUNCT: ASCII_PUNCT}[cls]
+        out[c] = b
+    return kind.tobytes() + out.tobytes()
 
 
 @functools.lru_cache(maxsize=1)
@@ -80,6 +114,17 @@ def norm_blob(clean_text: bool, handle_chinese_chars: bool, strip_accents: bool,
     else:
         map_offsets = np.zeros(1, dtype=np.int32)
         map_utf8 = np.zeros(0, dtype=np.uint8)
+    if strip_accents:
+        # NFD reorders combining marks across code points (see UNICODE_TABLES.md).
+        ccc_cps = t["strip_ccc_cps"].astype(np.uint32)
+        ccc_vals = t["strip_ccc_vals"].astype(np.uint8)
+        entry[ccc_cps.astype(np.int64)] |= MARK_PENDING
+        empty = cps[map_offsets[1:] == map_offsets[:-1]] if mode else np.zeros(0, np.int64)
+        gone = empty[(props[empty] & _P_NONSTARTER) != 0]
+        entry[gone] |= NONSTARTER_GONE
+    else:
+        ccc_cps = np.zeros(0, dtype=np.uint32)
+        ccc_vals = np.zeros(0, dtype=np.uint8)
     # Surrogates never reach the core (the UTF-8 decoder turns them into U+FFFD).
     blocks2d = entry.reshape(N_CODEPOINTS // 256, 256)
     uniq, index = np.unique(blocks2d, axis=0, return_inverse=True)
@@ -97,9 +142,20 @@ def norm_blob(clean_text: bool, handle_chinese_chars: bool, strip_accents: bool,
     off = _align8(off + map_offsets.nbytes)
     off_map_utf8 = off
     off = _align8(off + map_utf8.nbytes)
+    ascii_tab = _ascii_table(entry, map_offsets, map_utf8)
+    off_ascii = off
+    off = _align8(off + len(ascii_tab))
+    off_ccc_cps = off
+    off = _align8(off + ccc_cps.nbytes)
+    off_ccc_vals = off
+    off = _align8(off + ccc_vals.nbytes)
     buf = bytearray(off)
     _HEADER.pack_into(buf, 0, NORM_MAGIC, BLOB_VERSION, len(uniq), len(map_offsets) - 1, flags,
-                      0, off_index, off_blocks, off_map_offsets, off_map_utf8, off)
+                      0, off_ascii, off_ccc_cps, off_ccc_vals, len(ccc_cps), 0, off_index,
+                      off_blocks, off_map_offsets, off_map_utf8, off)
+    buf[off_ascii:off_ascii + len(ascii_tab)] = ascii_tab
+    buf[off_ccc_cps:off_ccc_cps + ccc_cps.nbytes] = ccc_cps.tobytes()
+    buf[off_ccc_vals:off_ccc_vals + ccc_vals.nbytes] = ccc_vals.tobytes()
     buf[off_index:off_index + index.nbytes] = index.tobytes()
     ub = uniq.astype(np.uint32).tobytes()
     buf[off_blocks:off_blocks + len(ub)] = ub

@@ -35,16 +35,20 @@ struct VocabHeader {
   uint64_t off_special_ids;      // int32[n_specials]
   uint64_t off_special_bytes;    // uint8[...]
   uint64_t off_special_first;    // uint8[256]: 1 when some special token starts with the byte
+  uint64_t off_bitmaps;          // uint64[4 * n]: child bitmaps of nodes with > 4 children
   uint64_t total_bytes;
 };
 
+// 32 bytes: two nodes per cache line.
 struct TrieNode {
-  int32_t first_child;  // index of the first child (children are contiguous)
+  int32_t first_child;    // index of the first child (children are contiguous)
   int32_t n_child;
-  int32_t token;        // token id when the node's string is a token, else -1
-  int32_t fail;         // failure link, -1 for none
-  int32_t pops_off;     // failure pops: pool[pops_off, pops_off + pops_len)
+  int32_t token;          // token id when the node's string is a token, else -1
+  int32_t fail;           // failure link, -1 for none
+  int32_t pops_off;       // failure pops: pool[pops_off, pops_off + pops_len)
   int32_t pops_len;
+  uint32_t small_labels;  // n_child <= 4: the child labels, byte k = child k
+  int32_t bitmap;         // n_child > 4: index of the 256-bit child bitmap (rank = child)
 };
 
 struct VocabView {
@@ -58,6 +62,7 @@ struct VocabView {
   const int32_t* special_ids;
   const uint8_t* special_bytes;
   const uint8_t* special_first;
+  const uint64_t* bitmaps;
 };
 
 DWP_HD inline VocabView make_vocab_view(const uint8_t* blob) {
@@ -72,6 +77,7 @@ DWP_HD inline VocabView make_vocab_view(const uint8_t* blob) {
   v.special_ids = reinterpret_cast<const int32_t*>(blob + v.h->off_special_ids);
   v.special_bytes = blob + v.h->off_special_bytes;
   v.special_first = blob + v.h->off_special_first;
+  v.bitmaps = reinterpret_cast<const uint64_t*>(blob + v.h->off_bitmaps);
   return v;
 }
 
@@ -86,6 +92,11 @@ DWP_HD inline VocabView make_vocab_view(const uint8_t* blob) {
 //   bit 4     isolated as its own word (handle_chinese_chars)
 //   bit 5     mapped: output is map_utf8[map_offsets[i], map_offsets[i+1]),
 //             i = entry >> 8 (lowercase and/or accent stripping)
+//   bit 6     (accent stripping only) as an OUTPUT character: a combining mark that
+//             survives stripping (canonical combining class > 0); NFD's canonical
+//             reordering may move it across code points, so it waits in a small buffer
+//   bit 7     (accent stripping only) stripped to nothing but a non-starter: does not end
+//             a run of combining marks
 // ---------------------------------------------------------------------------------------
 constexpr uint32_t kClassMask = 3u;
 constexpr uint32_t kClassOther = 0u;
@@ -95,6 +106,8 @@ constexpr uint32_t kRemove = 4u;
 constexpr uint32_t kToSpace = 8u;
 constexpr uint32_t kIsolate = 16u;
 constexpr uint32_t kMapped = 32u;
+constexpr uint32_t kMarkPending = 64u;
+constexpr uint32_t kNonStarterGone = 128u;
 constexpr uint32_t kMapShift = 8u;
 // An ASCII byte needs the slow path when it is not a plain "other" character that maps to
 // itself; the fast path covers letters and digits.
@@ -107,6 +120,11 @@ struct NormHeader {
   uint32_t n_maps;
   uint32_t flags;    // bit0 clean_text, bit1 handle_chinese_chars, bit2 strip, bit3 lower
   uint32_t reserved;
+  uint64_t off_ascii;        // uint8[256]: ASCII fast path, kind[128] then byte[128]
+  uint64_t off_ccc_cps;      // uint32[n_ccc]: sorted code points with bit 6
+  uint64_t off_ccc_vals;     // uint8[n_ccc]: their canonical combining classes
+  uint32_t n_ccc;
+  uint32_t reserved2;
   uint64_t off_block_index;  // uint16[0x1100]
   uint64_t off_blocks;       // uint32[n_blocks * 256]
   uint64_t off_map_offsets;  // int32[n_maps + 1]
@@ -114,12 +132,23 @@ struct NormHeader {
   uint64_t total_bytes;
 };
 
+// ASCII fast-path kinds (NormHeader::off_ascii): what one ASCII input byte does.
+constexpr uint8_t kAsciiSlow = 0;    // take the general path
+constexpr uint8_t kAsciiFeed = 1;    // append ascii_byte[c] to the current word
+constexpr uint8_t kAsciiSpace = 2;   // ends the current word
+constexpr uint8_t kAsciiPunct = 3;   // a one-character word ascii_byte[c]
+constexpr uint8_t kAsciiRemove = 4;  // dropped (clean_text)
+
 struct NormView {
   const NormHeader* h;
+  const uint8_t* ascii_kind;
+  const uint8_t* ascii_byte;
   const uint16_t* block_index;
   const uint32_t* blocks;
   const int32_t* map_offsets;
   const uint8_t* map_utf8;
+  const uint32_t* ccc_cps;
+  const uint8_t* ccc_vals;
 };
 
 DWP_HD inline NormView make_norm_view(const uint8_t* blob) {
@@ -129,6 +158,10 @@ DWP_HD inline NormView make_norm_view(const uint8_t* blob) {
   n.blocks = reinterpret_cast<const uint32_t*>(blob + n.h->off_blocks);
   n.map_offsets = reinterpret_cast<const int32_t*>(blob + n.h->off_map_offsets);
   n.map_utf8 = blob + n.h->off_map_utf8;
+  n.ascii_kind = blob + n.h->off_ascii;
+  n.ascii_byte = blob + n.h->off_ascii + 128;
+  n.ccc_cps = reinterpret_cast<const uint32_t*>(blob + n.h->off_ccc_cps);
+  n.ccc_vals = blob + n.h->off_ccc_vals;
   return n;
 }
 

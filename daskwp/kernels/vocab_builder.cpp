@@ -168,13 +168,31 @@ std::vector<uint8_t> build_vocab_blob(const VocabBuildInput& in) {
   h.off_special_ids = off; off = align8(off + sp.size() * 4);
   h.off_special_bytes = off; off = align8(off + special_bytes);
   h.off_special_first = off; off = align8(off + 256);
+  int32_t n_bitmaps = 0;
+  std::vector<int32_t> bitmap_of(n, -1);
+  for (size_t i = 0; i < n; ++i)
+    if (n_child[i] > 4) bitmap_of[i] = n_bitmaps++;
+  h.off_bitmaps = off; off = align8(off + size_t(n_bitmaps) * 4 * 8);
   h.total_bytes = off;
 
   std::vector<uint8_t> blob(off, 0);
   std::memcpy(blob.data(), &h, sizeof(h));
   auto* nodes = reinterpret_cast<TrieNode*>(blob.data() + h.off_nodes);
+  auto* bitmaps = reinterpret_cast<uint64_t*>(blob.data() + h.off_bitmaps);
   for (size_t i = 0; i < n; ++i) {
-    nodes[i] = TrieNode{first_child[i], n_child[i], token[i], fail[i], pops_off[i], pops_len[i]};
+    uint32_t small = 0;
+    if (n_child[i] <= 4) {
+      for (int32_t k = 0; k < n_child[i]; ++k)
+        small |= uint32_t(labels[first_child[i] + k]) << (8 * k);
+    } else {
+      uint64_t* bm = bitmaps + size_t(bitmap_of[i]) * 4;
+      for (int32_t k = 0; k < n_child[i]; ++k) {
+        const uint8_t c = labels[first_child[i] + k];
+        bm[c >> 6] |= uint64_t(1) << (c & 63);
+      }
+    }
+    nodes[i] = TrieNode{first_child[i], n_child[i], token[i],   fail[i],
+                        pops_off[i],    pops_len[i], small,      bitmap_of[i]};
   }
   std::memcpy(blob.data() + h.off_labels, labels.data(), n);
   if (!pool.empty()) std::memcpy(blob.data() + h.off_pops, pool.data(), pool.size() * 4);

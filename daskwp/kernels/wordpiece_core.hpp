@@ -70,27 +70,38 @@ DWP_HD DWP_FORCEINLINE uint32_t decode_utf8(const uint8_t* s, int64_t i, int64_t
   return cp;
 }
 
-// Child of `node` along byte c, or -1.
+DWP_HD DWP_FORCEINLINE int32_t popcount64(uint64_t x) {
+#if defined(__CUDA_ARCH__)
+  return __popcll(x);
+#elif defined(__GNUC__)
+  return __builtin_popcountll(x);
+#else
+  int32_t n = 0;
+  for (; x; x &= x - 1) ++n;
+  return n;
+#endif
+}
+
+// Child of `node` along byte c, or -1. The root and the suffix root have dense tables;
+// nodes with up to 4 children keep their labels inline; larger ones a 256-bit bitmap whose
+// rank is the child's position.
 DWP_HD DWP_FORCEINLINE int32_t trie_child(const VocabView& v, int32_t node, uint8_t c) {
   if (node == 0) return v.root_next[c];
   if (node == v.h->suffix_root) return v.suffix_next[c];
   const TrieNode& nd = v.nodes[node];
-  int32_t lo = nd.first_child, hi = nd.first_child + nd.n_child;
-  if (nd.n_child <= 8) {
-    for (int32_t k = lo; k < hi; ++k) {
-      const uint8_t l = v.labels[k];
-      if (l == c) return k;
-      if (l > c) return -1;
-    }
+  if (nd.n_child <= 4) {
+    uint32_t labels = nd.small_labels;
+    for (int32_t k = 0; k < nd.n_child; ++k, labels >>= 8)
+      if ((labels & 0xFFu) == c) return nd.first_child + k;
     return -1;
   }
-  while (lo < hi) {
-    const int32_t mid = (lo + hi) >> 1;
-    const uint8_t l = v.labels[mid];
-    if (l == c) return mid;
-    if (l < c) lo = mid + 1; else hi = mid;
-  }
-  return -1;
+  const uint64_t* bm = v.bitmaps + (size_t)nd.bitmap * 4;
+  const uint32_t w = c >> 6;
+  const uint64_t bit = (uint64_t)1 << (c & 63u);
+  if (!(bm[w] & bit)) return -1;
+  int32_t rank = popcount64(bm[w] & (bit - 1));
+  for (uint32_t j = 0; j < w; ++j) rank += popcount64(bm[j]);
+  return nd.first_child + rank;
 }
 
 // Receives tokens. With out == nullptr (or cap 0) it only counts, which is the "count"
@@ -121,6 +132,11 @@ struct WordPieceE2E {
   int32_t nchars;
   bool active;
   bool failed;
+  // Combining marks waiting for NFD's canonical reordering (accent stripping only).
+  static constexpr int32_t kMaxPending = 32;
+  int32_t n_pending;
+  uint32_t pending_cp[kMaxPending];
+  uint8_t pending_ccc[kMaxPending];
 
   DWP_HD WordPieceE2E(const VocabView& vocab, const NormView& norm, const TokenizeParams& p,
                       int32_t* out, int64_t cap)
@@ -136,6 +152,7 @@ struct WordPieceE2E {
     nchars = 0;
     active = false;
     failed = false;
+    n_pending = 0;
   }
 
   // One byte of the current word through the LinMaxMatch automaton.
@@ -207,31 +224,94 @@ struct WordPieceE2E {
     }
   }
 
+  // Emits the waiting combining marks in canonical order.
+  DWP_HD void flush_pending() {
+    const int32_t n = n_pending;
+    n_pending = 0;
+    for (int32_t k = 0; k < n; ++k) {
+      uint8_t b[4];
+      const uint32_t cp = pending_cp[k];
+      int32_t l;
+      if (cp < 0x800u) {
+        b[0] = (uint8_t)(0xC0u | (cp >> 6)); b[1] = (uint8_t)(0x80u | (cp & 0x3Fu)); l = 2;
+      } else if (cp < 0x10000u) {
+        b[0] = (uint8_t)(0xE0u | (cp >> 12)); b[1] = (uint8_t)(0x80u | ((cp >> 6) & 0x3Fu));
+        b[2] = (uint8_t)(0x80u | (cp & 0x3Fu)); l = 3;
+      } else {
+        b[0] = (uint8_t)(0xF0u | (cp >> 18)); b[1] = (uint8_t)(0x80u | ((cp >> 12) & 0x3Fu));
+        b[2] = (uint8_t)(0x80u | ((cp >> 6) & 0x3Fu)); b[3] = (uint8_t)(0x80u | (cp & 0x3Fu));
+        l = 4;
+      }
+      put_char(norm_entry(nm, cp) & kClassMask, b, l);
+    }
+  }
+
+  // Queues a surviving combining mark: stable insertion by combining class.
+  DWP_HD void add_pending(uint32_t cp) {
+    int32_t lo = 0, hi = (int32_t)nm.h->n_ccc;
+    while (lo < hi) {
+      const int32_t mid = (lo + hi) >> 1;
+      if (nm.ccc_cps[mid] < cp) lo = mid + 1; else hi = mid;
+    }
+    const uint8_t ccc = nm.ccc_vals[lo];
+    if (n_pending == kMaxPending) flush_pending();  // documented bound on a run of marks
+    int32_t at = n_pending;
+    while (at > 0 && pending_ccc[at - 1] > ccc) {
+      pending_cp[at] = pending_cp[at - 1];
+      pending_ccc[at] = pending_ccc[at - 1];
+      --at;
+    }
+    pending_cp[at] = cp;
+    pending_ccc[at] = ccc;
+    ++n_pending;
+  }
+
+  // One output character of the normalizer: a waiting mark, or a starter (flushes marks).
+  DWP_HD DWP_FORCEINLINE void put_output(uint32_t cp, uint32_t entry, const uint8_t* b,
+                                         int32_t len) {
+    if (entry & kMarkPending) {
+      add_pending(cp);
+      return;
+    }
+    if (n_pending) flush_pending();
+    put_char(entry & kClassMask, b, len);
+  }
+
   // A code point of the input with its normalization entry; `raw` holds its bytes, or is
   // null for U+FFFD replacing invalid input.
-  DWP_HD void put_code_point(uint32_t entry, const uint8_t* raw, int32_t raw_len) {
-    if (entry & (kRemove | kToSpace)) {
-      if (entry & kToSpace) end_word();
+  DWP_HD void put_code_point(uint32_t cp, uint32_t entry, const uint8_t* raw,
+                             int32_t raw_len) {
+    if (entry & kRemove) return;  // removed before NFD: does not end a run of marks
+    if (entry & kToSpace) {
+      if (n_pending) flush_pending();
+      end_word();
       return;
     }
     const bool isolate = (entry & kIsolate) != 0;
-    if (isolate) end_word();
+    if (isolate) {
+      if (n_pending) flush_pending();
+      end_word();
+    }
     if (entry & kMapped) {
       const uint32_t m = entry >> kMapShift;
       const int64_t b = nm.map_offsets[m], e = nm.map_offsets[m + 1];
+      if (b == e && !(entry & kNonStarterGone) && n_pending) flush_pending();
       for (int64_t i = b; i < e;) {
         int32_t l;
         const uint32_t ocp = decode_utf8(nm.map_utf8, i, e, &l);
-        put_char(norm_entry(nm, ocp) & kClassMask, nm.map_utf8 + i, l);
+        put_output(ocp, norm_entry(nm, ocp), nm.map_utf8 + i, l);
         i += l;
       }
     } else if (raw) {
-      put_char(entry & kClassMask, raw, raw_len);
+      put_output(cp, entry, raw, raw_len);
     } else {
       const uint8_t fffd[3] = {0xEFu, 0xBFu, 0xBDu};
-      put_char(entry & kClassMask, fffd, 3);
+      put_output(cp, entry, fffd, 3);
     }
-    if (isolate) end_word();
+    if (isolate) {
+      if (n_pending) flush_pending();
+      end_word();
+    }
   }
 
   // Tries the literal special tokens at s[i]; on a match emits it and returns its length.
@@ -248,6 +328,7 @@ struct WordPieceE2E {
         }
       }
       if (eq) {
+        if (n_pending) flush_pending();
         end_word();
         sink.push(v.special_ids[k]);
         return l;
@@ -269,12 +350,26 @@ struct WordPieceE2E {
         }
       }
       if (c < 0x80u) {
-        const uint32_t e = ascii[c];
-        if ((e & kSlowBits) == 0) {
-          begin_char();
-          if (!failed) step(c);
-        } else {
-          put_code_point(e, s + i, 1);
+        const uint8_t kind = nm.ascii_kind[c];
+        if (n_pending && kind != kAsciiRemove) flush_pending();
+        switch (kind) {
+          case kAsciiFeed:
+            begin_char();
+            if (!failed) step(nm.ascii_byte[c]);
+            break;
+          case kAsciiSpace:
+            end_word();
+            break;
+          case kAsciiPunct:
+            end_word();
+            begin_char();
+            if (!failed) step(nm.ascii_byte[c]);
+            end_word();
+            break;
+          case kAsciiRemove:
+            break;
+          default:
+            put_code_point(c, ascii[c], s + i, 1);
         }
         ++i;
         continue;
@@ -282,9 +377,10 @@ struct WordPieceE2E {
       int32_t l;
       const uint32_t cp = decode_utf8(s, i, len, &l);
       const bool invalid = cp == kReplacementChar && !(l == 3 && s[i] == 0xEFu);
-      put_code_point(norm_entry(nm, cp), invalid ? nullptr : s + i, l);
+      put_code_point(cp, norm_entry(nm, cp), invalid ? nullptr : s + i, l);
       i += l;
     }
+    if (n_pending) flush_pending();
     end_word();
     return sink.n;
   }
