@@ -36,8 +36,17 @@ struct VocabHeader {
   uint64_t off_special_bytes;    // uint8[...]
   uint64_t off_special_first;    // uint8[256]: 1 when some special token starts with the byte
   uint64_t off_bitmaps;          // uint64[4 * n]: child bitmaps of nodes with > 4 children
+  uint64_t off_hot;              // uint64[n_nodes]: child lookup data, see TrieNode
   uint64_t total_bytes;
 };
+
+// The per-byte walk touches only `hot[node]` (8 bytes a node, so the walk's working set
+// stays in cache): low 32 bits = first_child | (kind << 28), kind = n_child when <= 4 (the
+// labels are then in the high 32 bits, byte k = child k) or kHotBitmap (the high 32 bits
+// index the node's 256-bit child bitmap; the child is first_child + rank of the bit).
+// TrieNode holds the rest, read at failures and word ends.
+constexpr uint32_t kHotBitmap = 15u;
+constexpr uint32_t kHotChildMask = 0x0FFFFFFFu;
 
 // 32 bytes: two nodes per cache line.
 struct TrieNode {
@@ -63,6 +72,7 @@ struct VocabView {
   const uint8_t* special_bytes;
   const uint8_t* special_first;
   const uint64_t* bitmaps;
+  const uint64_t* hot;
 };
 
 DWP_HD inline VocabView make_vocab_view(const uint8_t* blob) {
@@ -78,6 +88,7 @@ DWP_HD inline VocabView make_vocab_view(const uint8_t* blob) {
   v.special_bytes = blob + v.h->off_special_bytes;
   v.special_first = blob + v.h->off_special_first;
   v.bitmaps = reinterpret_cast<const uint64_t*>(blob + v.h->off_bitmaps);
+  v.hot = reinterpret_cast<const uint64_t*>(blob + v.h->off_hot);
   return v;
 }
 

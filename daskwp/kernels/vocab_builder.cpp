@@ -173,12 +173,15 @@ std::vector<uint8_t> build_vocab_blob(const VocabBuildInput& in) {
   for (size_t i = 0; i < n; ++i)
     if (n_child[i] > 4) bitmap_of[i] = n_bitmaps++;
   h.off_bitmaps = off; off = align8(off + size_t(n_bitmaps) * 4 * 8);
+  h.off_hot = off; off = align8(off + n * 8);
   h.total_bytes = off;
+  if (n > kHotChildMask) throw std::invalid_argument("vocabulary trie too large");
 
   std::vector<uint8_t> blob(off, 0);
   std::memcpy(blob.data(), &h, sizeof(h));
   auto* nodes = reinterpret_cast<TrieNode*>(blob.data() + h.off_nodes);
   auto* bitmaps = reinterpret_cast<uint64_t*>(blob.data() + h.off_bitmaps);
+  auto* hot = reinterpret_cast<uint64_t*>(blob.data() + h.off_hot);
   for (size_t i = 0; i < n; ++i) {
     uint32_t small = 0;
     if (n_child[i] <= 4) {
@@ -193,6 +196,9 @@ std::vector<uint8_t> build_vocab_blob(const VocabBuildInput& in) {
     }
     nodes[i] = TrieNode{first_child[i], n_child[i], token[i],   fail[i],
                         pops_off[i],    pops_len[i], small,      bitmap_of[i]};
+    const uint32_t kind = n_child[i] <= 4 ? uint32_t(n_child[i]) : kHotBitmap;
+    const uint32_t high = n_child[i] <= 4 ? small : uint32_t(bitmap_of[i]);
+    hot[i] = (uint64_t(high) << 32) | (uint64_t(kind) << 28) | uint32_t(first_child[i]);
   }
   std::memcpy(blob.data() + h.off_labels, labels.data(), n);
   if (!pool.empty()) std::memcpy(blob.data() + h.off_pops, pool.data(), pool.size() * 4);

@@ -88,20 +88,23 @@ DWP_HD DWP_FORCEINLINE int32_t popcount64(uint64_t x) {
 DWP_HD DWP_FORCEINLINE int32_t trie_child(const VocabView& v, int32_t node, uint8_t c) {
   if (node == 0) return v.root_next[c];
   if (node == v.h->suffix_root) return v.suffix_next[c];
-  const TrieNode& nd = v.nodes[node];
-  if (nd.n_child <= 4) {
-    uint32_t labels = nd.small_labels;
-    for (int32_t k = 0; k < nd.n_child; ++k, labels >>= 8)
-      if ((labels & 0xFFu) == c) return nd.first_child + k;
+  const uint64_t hot = v.hot[node];
+  const uint32_t lo = (uint32_t)hot, hi = (uint32_t)(hot >> 32);
+  const uint32_t kind = lo >> 28;
+  const int32_t first = (int32_t)(lo & kHotChildMask);
+  if (kind != kHotBitmap) {
+    uint32_t labels = hi;
+    for (uint32_t k = 0; k < kind; ++k, labels >>= 8)
+      if ((labels & 0xFFu) == c) return first + (int32_t)k;
     return -1;
   }
-  const uint64_t* bm = v.bitmaps + (size_t)nd.bitmap * 4;
+  const uint64_t* bm = v.bitmaps + (size_t)hi * 4;
   const uint32_t w = c >> 6;
   const uint64_t bit = (uint64_t)1 << (c & 63u);
   if (!(bm[w] & bit)) return -1;
   int32_t rank = popcount64(bm[w] & (bit - 1));
   for (uint32_t j = 0; j < w; ++j) rank += popcount64(bm[j]);
-  return nd.first_child + rank;
+  return first + rank;
 }
 
 // Receives tokens. With out == nullptr (or cap 0) it only counts, which is the "count"
