@@ -6,7 +6,9 @@ strided windows with (logID, start, stop) metadata, and global logIDs across a c
 
 from .tokenizer import Encoding, WordPieceTokenizer
 from .vocab import Vocabulary
+from .windows import BatchWindows, RaggedRows, merge_wordpieces, stitch, stitch_flat
 
 __version__ = "0.1.0"
 
-__all__ = ["Encoding", "Vocabulary", "WordPieceTokenizer", "__version__"]
+__all__ = ["BatchWindows", "Encoding", "RaggedRows", "Vocabulary", "WordPieceTokenizer",
+           "__version__", "merge_wordpieces", "stitch", "stitch_flat"]

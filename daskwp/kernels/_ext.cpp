@@ -4,8 +4,10 @@
 namespace nb = nanobind;
 
 void bind_core(nb::module_& m);
+void bind_windows(nb::module_& m);
 
 NB_MODULE(_ext, m) {
   m.doc() = "daskwp native core (CPU build of the fused normalize+WordPiece kernel)";
   bind_core(m);
+  bind_windows(m);
 }
