@@ -40,8 +40,7 @@ struct IdBuffer {
 };
 
 template <typename Off>
-void encode_range(const VocabView& v, const NormView& nm, const TokenizeParams& p,
-                  const Off* offsets, const uint8_t* data, const uint8_t* validity,
+void encode_range(const CoreContext& ctx, const Off* offsets, const uint8_t* data, const uint8_t* validity,
                   int64_t validity_offset, int64_t d0, int64_t d1, IdBuffer& buf,
                   int64_t* counts) {
   for (int64_t d = d0; d < d1; ++d) {
@@ -53,11 +52,11 @@ void encode_range(const VocabView& v, const NormView& nm, const TokenizeParams& 
     }
     const int64_t len = e - b;
     buf.reserve(buf.size + len + 64);
-    int64_t got = tokenize_document(v, nm, p, data + b, len, buf.data.get() + buf.size,
+    int64_t got = tokenize_document(ctx, data + b, len, buf.data.get() + buf.size,
                                     buf.cap - buf.size);
     if (got > buf.cap - buf.size) {  // rare: more tokens than the guess, run again
       buf.reserve(buf.size + got);
-      got = tokenize_document(v, nm, p, data + b, len, buf.data.get() + buf.size,
+      got = tokenize_document(ctx, data + b, len, buf.data.get() + buf.size,
                               buf.cap - buf.size);
     }
     buf.size += got;
@@ -78,8 +77,8 @@ EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
                           const TokenizeParams& p, const Off* offsets, const uint8_t* data,
                           const uint8_t* validity, int64_t validity_offset, int64_t n_docs,
                           int num_threads) {
-  const VocabView v = make_vocab_view(vocab_blob);
-  const NormView nm = make_norm_view(norm_blob);
+  CoreContext ctx;
+  init_context(ctx, vocab_blob, norm_blob, p);
   EncodedBatch out;
   out.offsets.reset(new int64_t[n_docs + 1]);
   out.offsets[0] = 0;
@@ -100,14 +99,14 @@ EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
   }
   std::vector<IdBuffer> bufs(threads);
   if (threads == 1) {
-    encode_range(v, nm, p, offsets, data, validity, validity_offset, 0, n_docs, bufs[0], counts);
+    encode_range(ctx, offsets, data, validity, validity_offset, 0, n_docs, bufs[0], counts);
   } else {
     std::vector<std::thread> pool;
     std::vector<std::exception_ptr> errors(threads);
     for (int t = 0; t < threads; ++t) {
       pool.emplace_back([&, t] {
         try {
-          encode_range(v, nm, p, offsets, data, validity, validity_offset, cut[t], cut[t + 1],
+          encode_range(ctx, offsets, data, validity, validity_offset, cut[t], cut[t + 1],
                        bufs[t], counts);
         } catch (...) {
           errors[t] = std::current_exception();

@@ -35,20 +35,34 @@ struct VocabHeader {
   uint64_t off_special_ids;      // int32[n_specials]
   uint64_t off_special_bytes;    // uint8[...]
   uint64_t off_special_first;    // uint8[256]: 1 when some special token starts with the byte
-  uint64_t off_bitmaps;          // uint64[4 * n]: child bitmaps of nodes with > 4 children
-  uint64_t off_hot;              // uint64[n_nodes]: child lookup data, see TrieNode
+  uint64_t off_bitmaps;          // uint64[kBitmapWords * n]: child bitmaps (> 4 children)
+  uint64_t off_hot;              // HotNode[n_nodes]: child lookup data
+  uint32_t flags;                // kVocabSpecialsInWords
+  uint32_t reserved;
   uint64_t total_bytes;
 };
 
-// The per-byte walk touches only `hot[node]` (8 bytes a node, so the walk's working set
-// stays in cache): low 32 bits = first_child | (kind << 28), kind = n_child when <= 4 (the
-// labels are then in the high 32 bits, byte k = child k) or kHotBitmap (the high 32 bits
-// index the node's 256-bit child bitmap; the child is first_child + rank of the bit).
-// TrieNode holds the rest, read at failures and word ends.
+// The per-byte walk touches only `hot[node]` (16 bytes a node, so the walk's working set
+// stays in cache): `link` = first_child | (kind << 28), kind = n_child when <= 4 (the
+// labels are then in `labels`, byte k = child k) or kHotBitmap (`labels` indexes the
+// node's 256-bit child bitmap; the child is first_child + rank of the bit). `token` ends a
+// word in one step. TrieNode holds the rest, read at failures.
+struct HotNode {
+  uint32_t link;
+  uint32_t labels;
+  int32_t token;
+  int32_t fail;
+};
 constexpr uint32_t kHotBitmap = 15u;
 constexpr uint32_t kHotChildMask = 0x0FFFFFFFu;
 
 // 32 bytes: two nodes per cache line.
+// A special token starts with a byte that can continue a word (an ASCII letter or digit, or
+// a non-ASCII byte), so the word loop must look for specials at every byte.
+constexpr uint32_t kVocabSpecialsInWords = 1u;
+// A child bitmap: 4 words of 64 bits, then the 4 prefix popcounts packed in bytes.
+constexpr uint32_t kBitmapWords = 5u;
+
 struct TrieNode {
   int32_t first_child;    // index of the first child (children are contiguous)
   int32_t n_child;
@@ -72,7 +86,7 @@ struct VocabView {
   const uint8_t* special_bytes;
   const uint8_t* special_first;
   const uint64_t* bitmaps;
-  const uint64_t* hot;
+  const HotNode* hot;
 };
 
 DWP_HD inline VocabView make_vocab_view(const uint8_t* blob) {
@@ -88,7 +102,7 @@ DWP_HD inline VocabView make_vocab_view(const uint8_t* blob) {
   v.special_bytes = blob + v.h->off_special_bytes;
   v.special_first = blob + v.h->off_special_first;
   v.bitmaps = reinterpret_cast<const uint64_t*>(blob + v.h->off_bitmaps);
-  v.hot = reinterpret_cast<const uint64_t*>(blob + v.h->off_hot);
+  v.hot = reinterpret_cast<const HotNode*>(blob + v.h->off_hot);
   return v;
 }
 

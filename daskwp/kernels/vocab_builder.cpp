@@ -172,8 +172,8 @@ std::vector<uint8_t> build_vocab_blob(const VocabBuildInput& in) {
   std::vector<int32_t> bitmap_of(n, -1);
   for (size_t i = 0; i < n; ++i)
     if (n_child[i] > 4) bitmap_of[i] = n_bitmaps++;
-  h.off_bitmaps = off; off = align8(off + size_t(n_bitmaps) * 4 * 8);
-  h.off_hot = off; off = align8(off + n * 8);
+  h.off_bitmaps = off; off = align8(off + size_t(n_bitmaps) * kBitmapWords * 8);
+  h.off_hot = off; off = align8(off + n * sizeof(HotNode));
   h.total_bytes = off;
   if (n > kHotChildMask) throw std::invalid_argument("vocabulary trie too large");
 
@@ -181,24 +181,30 @@ std::vector<uint8_t> build_vocab_blob(const VocabBuildInput& in) {
   std::memcpy(blob.data(), &h, sizeof(h));
   auto* nodes = reinterpret_cast<TrieNode*>(blob.data() + h.off_nodes);
   auto* bitmaps = reinterpret_cast<uint64_t*>(blob.data() + h.off_bitmaps);
-  auto* hot = reinterpret_cast<uint64_t*>(blob.data() + h.off_hot);
+  auto* hot = reinterpret_cast<HotNode*>(blob.data() + h.off_hot);
   for (size_t i = 0; i < n; ++i) {
     uint32_t small = 0;
     if (n_child[i] <= 4) {
       for (int32_t k = 0; k < n_child[i]; ++k)
         small |= uint32_t(labels[first_child[i] + k]) << (8 * k);
     } else {
-      uint64_t* bm = bitmaps + size_t(bitmap_of[i]) * 4;
+      uint64_t* bm = bitmaps + size_t(bitmap_of[i]) * kBitmapWords;
       for (int32_t k = 0; k < n_child[i]; ++k) {
         const uint8_t c = labels[first_child[i] + k];
         bm[c >> 6] |= uint64_t(1) << (c & 63);
       }
+      uint64_t prefix = 0, below = 0;
+      for (int w = 0; w < 4; ++w) {
+        prefix |= below << (8 * w);
+        below += static_cast<uint64_t>(__builtin_popcountll(bm[w]));
+      }
+      bm[4] = prefix;
     }
     nodes[i] = TrieNode{first_child[i], n_child[i], token[i],   fail[i],
                         pops_off[i],    pops_len[i], small,      bitmap_of[i]};
     const uint32_t kind = n_child[i] <= 4 ? uint32_t(n_child[i]) : kHotBitmap;
     const uint32_t high = n_child[i] <= 4 ? small : uint32_t(bitmap_of[i]);
-    hot[i] = (uint64_t(high) << 32) | (uint64_t(kind) << 28) | uint32_t(first_child[i]);
+    hot[i] = HotNode{(kind << 28) | uint32_t(first_child[i]), high, token[i], fail[i]};
   }
   std::memcpy(blob.data() + h.off_labels, labels.data(), n);
   if (!pool.empty()) std::memcpy(blob.data() + h.off_pops, pool.data(), pool.size() * 4);
@@ -219,7 +225,11 @@ std::vector<uint8_t> build_vocab_blob(const VocabBuildInput& in) {
     sp_ids[k] = in.special_ids[sp[k]];
     std::memcpy(sp_bytes + pos, s.data(), s.size());
     pos += static_cast<int32_t>(s.size());
-    sp_first[static_cast<uint8_t>(s[0])] = 1;
+    const uint8_t first = static_cast<uint8_t>(s[0]);
+    sp_first[first] = 1;
+    if (first >= 0x80 || (first >= '0' && first <= '9') || (first >= 'A' && first <= 'Z') ||
+        (first >= 'a' && first <= 'z'))
+      reinterpret_cast<VocabHeader*>(blob.data())->flags |= kVocabSpecialsInWords;
   }
   sp_off[sp.size()] = pos;
   return blob;

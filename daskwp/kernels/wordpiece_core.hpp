@@ -82,14 +82,11 @@ DWP_HD DWP_FORCEINLINE int32_t popcount64(uint64_t x) {
 #endif
 }
 
-// Child of `node` along byte c, or -1. The root and the suffix root have dense tables;
-// nodes with up to 4 children keep their labels inline; larger ones a 256-bit bitmap whose
-// rank is the child's position.
+// Child of `node` along byte c, or -1. Nodes with up to 4 children keep their labels inline;
+// larger ones a 256-bit bitmap whose rank is the child's position.
 DWP_HD DWP_FORCEINLINE int32_t trie_child(const VocabView& v, int32_t node, uint8_t c) {
-  if (node == 0) return v.root_next[c];
-  if (node == v.h->suffix_root) return v.suffix_next[c];
-  const uint64_t hot = v.hot[node];
-  const uint32_t lo = (uint32_t)hot, hi = (uint32_t)(hot >> 32);
+  const HotNode& hn = v.hot[node];
+  const uint32_t lo = hn.link, hi = hn.labels;
   const uint32_t kind = lo >> 28;
   const int32_t first = (int32_t)(lo & kHotChildMask);
   if (kind != kHotBitmap) {
@@ -98,13 +95,12 @@ DWP_HD DWP_FORCEINLINE int32_t trie_child(const VocabView& v, int32_t node, uint
       if ((labels & 0xFFu) == c) return first + (int32_t)k;
     return -1;
   }
-  const uint64_t* bm = v.bitmaps + (size_t)hi * 4;
+  const uint64_t* bm = v.bitmaps + (size_t)hi * kBitmapWords;
   const uint32_t w = c >> 6;
   const uint64_t bit = (uint64_t)1 << (c & 63u);
-  if (!(bm[w] & bit)) return -1;
-  int32_t rank = popcount64(bm[w] & (bit - 1));
-  for (uint32_t j = 0; j < w; ++j) rank += popcount64(bm[j]);
-  return first + rank;
+  const uint64_t word = bm[w];
+  if (!(word & bit)) return -1;
+  return first + popcount64(word & (bit - 1)) + (int32_t)((bm[4] >> (8 * w)) & 0xFFu);
 }
 
 // Receives tokens. With out == nullptr (or cap 0) it only counts, which is the "count"
@@ -120,19 +116,42 @@ struct TokenSink {
   }
 };
 
+// What a batch shares: the two blob views, the parameters, and the byte table of the
+// fast path. Build once per batch (or per GPU thread block) with init_context.
+struct CoreContext {
+  VocabView v;
+  NormView nm;
+  TokenizeParams p;
+  // feed[c] < 0x80: byte c continues the current word as byte feed[c] (ASCII letters and
+  // digits after lowercasing, and no special token starts with it); 0xFF: general path.
+  uint8_t feed[256];
+};
+
+DWP_HD inline void init_context(CoreContext& ctx, const uint8_t* vocab_blob,
+                                const uint8_t* norm_blob, const TokenizeParams& p) {
+  ctx.v = make_vocab_view(vocab_blob);
+  ctx.nm = make_norm_view(norm_blob);
+  ctx.p = p;
+  for (int c = 0; c < 256; ++c) {
+    const bool fast = c < 0x80 && ctx.nm.ascii_kind[c] == kAsciiFeed && !ctx.v.special_first[c];
+    ctx.feed[c] = fast ? ctx.nm.ascii_byte[c] : (uint8_t)0xFFu;
+  }
+}
+
 // The E2E tokenizer state for one byte range. Use: construct, run(bytes, len), read sink.n.
 struct WordPieceE2E {
   VocabView v;
   NormView nm;
+  const uint8_t* feed;
   const uint32_t* ascii;  // the entries of code points 0..127
-  int32_t max_chars;
+  int64_t max_chars;
   int32_t suffix_root;
   int32_t unk_id;
   TokenSink sink;
   // Current word.
   int32_t node;
   int64_t word_start;
-  int32_t nchars;
+  int64_t nchars;
   bool active;
   bool failed;
   // Combining marks waiting for NFD's canonical reordering (accent stripping only).
@@ -141,9 +160,8 @@ struct WordPieceE2E {
   uint32_t pending_cp[kMaxPending];
   uint8_t pending_ccc[kMaxPending];
 
-  DWP_HD WordPieceE2E(const VocabView& vocab, const NormView& norm, const TokenizeParams& p,
-                      int32_t* out, int64_t cap)
-      : v(vocab), nm(norm), max_chars(p.max_input_chars_per_word) {
+  DWP_HD WordPieceE2E(const CoreContext& ctx, int32_t* out, int64_t cap)
+      : v(ctx.v), nm(ctx.nm), feed(ctx.feed), max_chars(ctx.p.max_input_chars_per_word) {
     ascii = nm.blocks + (uint32_t)nm.block_index[0] * 256u;
     suffix_root = v.h->suffix_root;
     unk_id = v.h->unk_id;
@@ -197,6 +215,10 @@ struct WordPieceE2E {
   DWP_HD void end_word() {
     if (!active) return;
     active = false;
+    if (!failed && node != suffix_root && v.hot[node].token >= 0) {
+      sink.push(v.hot[node].token);  // the whole rest of the word is one token
+      return;
+    }
     if (!failed) {
       while (node != suffix_root) {
         const TrieNode& nd = v.nodes[node];
@@ -344,7 +366,30 @@ struct WordPieceE2E {
   DWP_HD int64_t run(const uint8_t* s, int64_t len) {
     int64_t i = 0;
     while (i < len) {
-      const uint8_t c = s[i];
+      uint8_t c = s[i];
+      uint8_t f = feed[c];
+      if (f < 0x80u) {
+        // Fast path: a run of ASCII bytes that continue the current word. Characters are
+        // counted per run; a word over the limit is [UNK] however far the walk got.
+        if (n_pending) flush_pending();
+        if (!active) {
+          active = true;
+          failed = false;
+          node = 0;
+          nchars = 0;
+          word_start = sink.n;
+        }
+        const int64_t run_start = i;
+        for (;;) {
+          if (!failed) step(f);
+          if (++i == len) break;
+          f = feed[s[i]];
+          if (f >= 0x80u) break;
+        }
+        nchars += i - run_start;
+        if (nchars > max_chars) failed = true;
+        continue;
+      }
       if (v.special_first[c]) {
         const int64_t l = match_special(s, i, len);
         if (l) {
@@ -356,7 +401,7 @@ struct WordPieceE2E {
         const uint8_t kind = nm.ascii_kind[c];
         if (n_pending && kind != kAsciiRemove) flush_pending();
         switch (kind) {
-          case kAsciiFeed:
+          case kAsciiFeed:  // only when a special token starts with this byte (no match)
             begin_char();
             if (!failed) step(nm.ascii_byte[c]);
             break;
@@ -391,10 +436,9 @@ struct WordPieceE2E {
 
 // Tokenizes one document; returns its token count. Writes at most `cap` ids to `out`
 // (nothing when out is null).
-DWP_HD inline int64_t tokenize_document(const VocabView& v, const NormView& nm,
-                                        const TokenizeParams& p, const uint8_t* s,
-                                        int64_t len, int32_t* out, int64_t cap) {
-  WordPieceE2E t(v, nm, p, out, cap);
+DWP_HD inline int64_t tokenize_document(const CoreContext& ctx, const uint8_t* s, int64_t len,
+                                        int32_t* out, int64_t cap) {
+  WordPieceE2E t(ctx, out, cap);
   return t.run(s, len);
 }
 
