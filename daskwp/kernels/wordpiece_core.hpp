@@ -127,15 +127,19 @@ struct CoreContext {
   uint8_t feed[256];
 };
 
+DWP_HD inline void fill_feed_table(CoreContext& ctx) {
+  for (int c = 0; c < 256; ++c) {
+    const bool fast = c < 0x80 && ctx.nm.ascii_kind[c] == kAsciiFeed && !ctx.v.special_first[c];
+    ctx.feed[c] = fast ? ctx.nm.ascii_byte[c] : (uint8_t)0xFFu;
+  }
+}
+
 DWP_HD inline void init_context(CoreContext& ctx, const uint8_t* vocab_blob,
                                 const uint8_t* norm_blob, const TokenizeParams& p) {
   ctx.v = make_vocab_view(vocab_blob);
   ctx.nm = make_norm_view(norm_blob);
   ctx.p = p;
-  for (int c = 0; c < 256; ++c) {
-    const bool fast = c < 0x80 && ctx.nm.ascii_kind[c] == kAsciiFeed && !ctx.v.special_first[c];
-    ctx.feed[c] = fast ? ctx.nm.ascii_byte[c] : (uint8_t)0xFFu;
-  }
+  fill_feed_table(ctx);
 }
 
 // The E2E tokenizer state for one byte range. Use: construct, run(bytes, len), read sink.n.
@@ -440,6 +444,19 @@ DWP_HD inline int64_t tokenize_document(const CoreContext& ctx, const uint8_t* s
                                         int32_t* out, int64_t cap) {
   WordPieceE2E t(ctx, out, cap);
   return t.run(s, len);
+}
+
+// Same, building the context on the spot (256-entry table): for one-off calls on long
+// ranges; batch loops should build a CoreContext once and use the overload above.
+DWP_HD inline int64_t tokenize_document(const VocabView& v, const NormView& nm,
+                                        const TokenizeParams& p, const uint8_t* s,
+                                        int64_t len, int32_t* out, int64_t cap) {
+  CoreContext ctx;
+  ctx.v = v;
+  ctx.nm = nm;
+  ctx.p = p;
+  fill_feed_table(ctx);
+  return tokenize_document(ctx, s, len, out, cap);
 }
 
 }  // namespace daskwp
