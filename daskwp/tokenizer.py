@@ -192,13 +192,17 @@ class WordPieceTokenizer:
 
     def __call__(self, texts, max_length: int = 128, stride: int = 0,
                  truncation: bool = False, add_special_tokens: bool = True,
-                 padding="max_length", return_tensors: str = "np", logid_offset: int = 0):
-        """Strided windows with attention mask and (logID, start, stop) metadata."""
+                 padding="max_length", return_tensors: str = "np", logid_offset: int = 0,
+                 mask_dtype: str = "int32"):
+        """Strided windows with attention mask and (logID, start, stop) metadata.
+
+        See :func:`daskwp.windows.encode_windows` (SPEC §2 semantics).
+        """
         from .windows import encode_windows
         return encode_windows(self, texts, max_length=max_length, stride=stride,
                               truncation=truncation, add_special_tokens=add_special_tokens,
                               padding=padding, return_tensors=return_tensors,
-                              logid_offset=logid_offset)
+                              logid_offset=logid_offset, mask_dtype=mask_dtype)
 
     def decode(self, ids, skip_special_tokens: bool = True):
         """Token ids back to text, BERT style (HF's WordPiece decoder with cleanup)."""

@@ -138,8 +138,10 @@ std::vector<uint8_t> build_vocab_blob(const VocabBuildInput& in) {
     if (in.specials[k].empty()) throw std::invalid_argument("empty special token");
     sp[k] = k;
   }
-  std::stable_sort(sp.begin(), sp.end(), [&](size_t a, size_t c) {
-    return in.specials[a].size() > in.specials[c].size();
+  // Longest first; ties in byte order, so the blob does not depend on the input order.
+  std::sort(sp.begin(), sp.end(), [&](size_t a, size_t c) {
+    const std::string &x = in.specials[a], &y = in.specials[c];
+    return x.size() != y.size() ? x.size() > y.size() : x < y;
   });
   size_t special_bytes = 0, max_special = 0;
   for (const auto& s : in.specials) {
