@@ -1,0 +1,254 @@
+"""The ``daskwp`` command: batch tokenization jobs and a benchmark.
+
+::
+
+    daskwp run conf/quickstart.yaml [--set key=value ...] [options]
+    daskwp tokenize INPUT OUTPUT [options]
+    daskwp bench FILE [--vocab PATH] [--repeat 3]
+
+Options have the names of the config keys (``--max-length`` is ``max_length``); see
+``docs/batch-jobs.md``. Exit status: 0 done, 1 the job failed, 2 a bad command line, job file
+or input, 130 interrupted (rerun the same command to resume).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from . import __version__
+from .jobs import (CONFIG_KEYS, ConfigError, InputError, JobError, OutputConflictError,
+                   format_summary, load_config, make_config, parse_override, run_job)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse's exit status 2, with our prefix
+        self.print_usage(sys.stderr)
+        self.exit(2, f"daskwp: error: {message}\n")
+
+
+def _add_job_options(p: argparse.ArgumentParser) -> None:
+    S = argparse.SUPPRESS
+    g = p.add_argument_group("tokenizer")
+    g.add_argument("--vocab", default=S, metavar="PATH",
+                   help="vocab.txt, tokenizer.json or model folder (default: bundled "
+                        "bert-base-uncased; 'package:NAME' names a bundled file)")
+    g.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=S,
+                   help="lowercase the text (default: the model folder's setting, else yes)")
+    g.add_argument("--strip-accents", dest="strip_accents",
+                   action=argparse.BooleanOptionalAction, default=S,
+                   help="remove accents (default: follows --lowercase)")
+    g.add_argument("--max-input-chars-per-word", dest="max_input_chars_per_word", type=int,
+                   default=S, metavar="N", help="longer words become [UNK] (default 100)")
+    g = p.add_argument_group("windows")
+    g.add_argument("--max-length", dest="max_length", type=int, default=S, metavar="N",
+                   help="tokens per row, [CLS]/[SEP] included (default 128)")
+    g.add_argument("--stride", type=int, default=S, metavar="N",
+                   help="tokens shared by consecutive windows of a document (default 0)")
+    g.add_argument("--truncation", action=argparse.BooleanOptionalAction, default=S,
+                   help="one row per document, the rest dropped (default: no, keep all)")
+    g.add_argument("--add-special-tokens", dest="add_special_tokens",
+                   action=argparse.BooleanOptionalAction, default=S,
+                   help="frame rows as [CLS] body [SEP] (default: yes)")
+    g.add_argument("--no-special-tokens", dest="add_special_tokens", action="store_false",
+                   default=S, help="same as --no-add-special-tokens")
+    g.add_argument("--padding", choices=("max_length", "do_not_pad"), default=S,
+                   help="pad rows to max_length (default) or store ragged rows")
+    g = p.add_argument_group("input and output")
+    g.add_argument("--column", default=S,
+                   help="text column of Parquet/CSV/JSON Lines input (default 'text')")
+    g.add_argument("--input-format", dest="input_format",
+                   choices=("auto", "text", "csv", "tsv", "jsonl", "parquet"), default=S,
+                   help="default: from the file extension (unknown extensions: text)")
+    g.add_argument("--partition-size", dest="partition_size", default=S, metavar="SIZE",
+                   help="input bytes per partition, e.g. 64MB (default)")
+    g.add_argument("--compression", default=S, help="Parquet compression (default zstd)")
+    g.add_argument("--overwrite", action="store_true", default=S,
+                   help="replace the output of another job instead of refusing")
+    g = p.add_argument_group("cluster")
+    g.add_argument("--device", choices=("auto", "cpu", "gpu"), default=S,
+                   help="auto (default): GPUs when dask-cuda, cudf and a GPU are present")
+    g.add_argument("--scheduler", "--scheduler-address", dest="scheduler_address", default=S,
+                   metavar="ADDRESS",
+                   help="a running scheduler (tcp://host:8786), or 'synchronous' to run "
+                        "in this process without a cluster; default: a local cluster")
+    g.add_argument("--n-workers", dest="n_workers", type=int, default=S, metavar="N")
+    g.add_argument("--threads-per-worker", dest="threads_per_worker", type=int, default=S,
+                   metavar="N")
+    g = p.add_argument_group("run")
+    g.add_argument("--set", dest="overrides", action="append", default=[],
+                   metavar="KEY=VALUE",
+                   help="set any config key (repeatable); the value is read as YAML")
+    g.add_argument("-q", "--quiet", action="store_true", default=S,
+                   help="no progress and no summary (it is in OUTPUT/_summary.json)")
+    g.add_argument("--json", dest="print_json", action="store_true",
+                   help="print the summary as JSON")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="daskwp", description="Dask-distributed BERT WordPiece tokenization: "
+                "HuggingFace-exact ids, strided windows, global logIDs, Parquet output.")
+    p.add_argument("--version", action="version", version=f"daskwp {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    r = sub.add_parser("run", help="run a job file (conf/*.yaml)",
+                       description="Run a job described by a YAML file. Relative paths in "
+                       "the file resolve against the file's folder; options and --set "
+                       "values override the file (their paths resolve against the current "
+                       "directory). Rerunning a job resumes it.")
+    r.add_argument("job", metavar="JOB.yaml")
+    _add_job_options(r)
+
+    t = sub.add_parser("tokenize", help="tokenize INPUT into a Parquet dataset OUTPUT",
+                       description="Tokenize a file, glob or directory (Parquet, CSV, TSV, "
+                       "JSON Lines, or text with one document per line) into a Parquet "
+                       "dataset. Rerunning the same command resumes it.")
+    t.add_argument("input", metavar="INPUT")
+    t.add_argument("output", metavar="OUTPUT")
+    _add_job_options(t)
+
+    b = sub.add_parser("bench", help="throughput against HuggingFace tokenizers on a file",
+                       description="Tokenize FILE (any input format) in this process with "
+                       "daskwp and, when installed, HuggingFace tokenizers, and print "
+                       "throughput, the ratio and whether the ids agree.")
+    b.add_argument("file", metavar="FILE")
+    b.add_argument("--vocab", default=None, metavar="PATH")
+    b.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=None)
+    b.add_argument("--column", default="text")
+    b.add_argument("--input-format", dest="input_format", default="auto",
+                   choices=("auto", "text", "csv", "tsv", "jsonl", "parquet"))
+    b.add_argument("--repeat", type=int, default=3, help="best of N runs (default 3)")
+    b.add_argument("--threads", type=int, default=0, help="daskwp threads (0: all cores)")
+    return p
+
+
+def _job_values(ns: argparse.Namespace) -> dict:
+    values = {k: getattr(ns, k) for k in CONFIG_KEYS if hasattr(ns, k)}
+    for item in ns.overrides:
+        key, value = parse_override(item)
+        values[key] = value
+    return values
+
+
+def _print_result(summary: dict, ns, quiet: bool) -> None:
+    if ns.print_json:
+        print(json.dumps(summary, indent=1))
+    elif not quiet:
+        print(format_summary(summary))
+
+
+def _cmd_job(ns) -> int:
+    values = _job_values(ns)
+    if ns.command == "run":
+        cfg = load_config(ns.job, values)
+    else:
+        values.update(input=ns.input, output=ns.output)
+        cfg = make_config(values, source="command line")
+    summary = run_job(cfg)
+    _print_result(summary, ns, cfg.quiet)
+    return 0
+
+
+def _cmd_bench(ns) -> int:
+    import numpy as np
+
+    from .jobs import (build_tokenizer, list_input_files, plan_partitions, read_partition)
+    import pyarrow as pa
+
+    values = {"input": ns.file, "output": ".", "column": ns.column,
+              "input_format": ns.input_format}
+    if ns.vocab is not None:
+        values["vocab"] = ns.vocab
+    if ns.lowercase is not None:
+        values["lowercase"] = ns.lowercase
+    cfg = make_config(values, source="command line")
+    tok = build_tokenizer(cfg)
+    files = list_input_files(cfg.input, cfg.input_format)
+    parts = [read_partition(s) for s in plan_partitions(files, cfg.column, 1 << 62)]
+    texts = pa.chunked_array(parts, type=parts[0].type) if parts else \
+        pa.chunked_array([], type=pa.large_string())
+    texts = texts.combine_chunks() if texts.num_chunks > 1 else texts
+    n_docs = len(texts)
+    import pyarrow.compute as pc
+    nbytes = int(pc.sum(pc.binary_length(texts)).as_py() or 0) if n_docs else 0
+    mb = nbytes / 1e6
+
+    def best(fn):
+        times = []
+        res = None
+        for _ in range(max(1, ns.repeat)):
+            t0 = time.perf_counter()
+            res = fn()
+            times.append(time.perf_counter() - t0)
+        return min(times), res
+
+    t_dwp, enc = best(lambda: tok.encode(texts, num_threads=ns.threads))
+    print(f"file        {ns.file}: {n_docs:,} documents, {mb:.2f} MB of text")
+    print(f"vocabulary  {tok.vocab.source} (lowercase={tok.lowercase})")
+    print(f"daskwp      {t_dwp:8.3f} s  {mb / t_dwp if t_dwp else 0:9.2f} MB/s  "
+          f"{len(enc.token_ids):,} tokens")
+    try:
+        hf = _hf_tokenizer(tok)
+    except ImportError:
+        print("huggingface tokenizers is not installed: pip install tokenizers")
+        return 0
+    strs = [b.decode("utf-8", "replace") if isinstance(b, bytes) else (b or "")
+            for b in texts.to_pylist()]
+    t_hf, hf_out = best(lambda: hf.encode_batch(strs, add_special_tokens=False))
+    print(f"HF          {t_hf:8.3f} s  {mb / t_hf if t_hf else 0:9.2f} MB/s")
+    print(f"ratio       daskwp is {t_hf / t_dwp if t_dwp else float('inf'):.2f}x HF")
+    same = sum(1 for i, e in enumerate(hf_out) if np.array_equal(enc[i], e.ids))
+    print(f"ids         identical for {same:,} of {n_docs:,} documents")
+    return 0
+
+
+def _hf_tokenizer(tok):
+    """HuggingFace's tokenizer with the same vocabulary and settings."""
+    from tokenizers import BertWordPieceTokenizer, Tokenizer
+    src = str(tok.vocab.source)
+    if os.path.isdir(src):
+        for name in ("vocab.txt", "tokenizer.json"):
+            if os.path.exists(os.path.join(src, name)):
+                src = os.path.join(src, name)
+                break
+    if src.endswith(".json"):
+        hf = Tokenizer.from_file(src)
+        hf.no_truncation()
+        hf.no_padding()
+        return hf
+    return BertWordPieceTokenizer(src, lowercase=tok.lowercase,
+                                  strip_accents=tok.strip_accents, clean_text=tok.clean_text,
+                                  handle_chinese_chars=tok.handle_chinese_chars)
+
+
+def main(argv=None) -> int:
+    """Entry point of the ``daskwp`` console script; returns the exit status."""
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    if ns.command is None:
+        parser.print_help()
+        return 2
+    try:
+        if ns.command == "bench":
+            return _cmd_bench(ns)
+        return _cmd_job(ns)
+    except (ConfigError, InputError, OutputConflictError) as e:
+        if os.environ.get("DASKWP_DEBUG"):
+            raise
+        print(f"daskwp: error: {e}", file=sys.stderr)
+        return 2
+    except JobError as e:
+        if os.environ.get("DASKWP_DEBUG"):
+            raise
+        print(f"daskwp: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("daskwp: interrupted; run the same command again to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

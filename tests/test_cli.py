@@ -1,0 +1,497 @@
+"""Batch jobs: the ``daskwp`` command, conf/*.yaml, resumable Parquet output, clear errors.
+
+The reference for every output is the single-machine tokenizer on the same documents, with
+logIDs numbered globally (files in sorted order, rows in file order). Cluster tests share one
+in-process LocalCluster listening on TCP (so a ``daskwp`` subprocess can join it); the
+quick start and the killed-worker test start real worker processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import daskwp
+from daskwp import jobs
+from daskwp.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+CONF = REPO / "conf"
+SAMPLE = REPO / "daskwp" / "data" / "sample.txt"
+#: conf files and how this module runs them; a new conf file needs an entry (and a test).
+CONF_FILES = {"quickstart.yaml", "cpu-cluster.yaml", "multi-gpu.yaml",
+              "existing-scheduler.yaml"}
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+def sample_lines() -> list[str]:
+    text = SAMPLE.read_text(encoding="utf-8")
+    assert text.endswith("\n")
+    return text[:-1].split("\n")  # "\n" only: never str.splitlines
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return daskwp.WordPieceTokenizer()
+
+
+@pytest.fixture(scope="module")
+def cluster_address():
+    """A LocalCluster of two worker threads in this process, reachable over TCP."""
+    from distributed import LocalCluster
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, protocol="tcp",
+                      dashboard_address=":0") as cluster:
+        yield cluster.scheduler_address
+
+
+def write_text(path: Path, lines: list[str]) -> Path:
+    path.write_bytes(("\n".join(lines) + "\n").encode("utf-8"))
+    return path
+
+
+def read_output(out: Path) -> pa.Table:
+    parts = sorted(out.glob("part-*.parquet"))
+    assert parts, f"no part files in {out}"
+    return pa.concat_tables([pq.read_table(p) for p in parts])
+
+
+def assert_matches(out: Path, tok, docs: list, **kw) -> pa.Table:
+    """The dataset at ``out`` equals the single-machine windows of ``docs`` (global logIDs:
+    the position in ``docs``), and its summary counts them."""
+    table = read_output(out)
+    exp = tok(docs, **kw)
+    rows, width = exp["input_ids"].shape
+    assert table.num_rows == rows
+    meta = np.stack([table.column(c).to_numpy() for c in ("logID", "start", "stop")], axis=1)
+    np.testing.assert_array_equal(meta, exp["metadata"])
+    ids = table.column("input_ids").combine_chunks().flatten().to_numpy()
+    np.testing.assert_array_equal(ids.reshape(rows, width), exp["input_ids"])
+    mask = table.column("attention_mask").combine_chunks().flatten().to_numpy()
+    np.testing.assert_array_equal(mask.reshape(rows, width), exp["attention_mask"])
+    assert table.schema.field("input_ids").type == pa.list_(pa.int32())
+    summary = json.loads((out / "_summary.json").read_text())
+    assert summary["documents"] == len(docs)
+    assert summary["rows"] == rows
+    logids = meta[:, 0]
+    assert np.array_equal(np.unique(logids), np.arange(len(docs)))
+    return table
+
+
+def run_cli(*args, capsys=None) -> tuple[int, str, str]:
+    rc = main([str(a) for a in args])
+    out, err = capsys.readouterr() if capsys is not None else ("", "")
+    return rc, out, err
+
+
+def sync_job(inp, out, *extra) -> list[str]:
+    return ["tokenize", str(inp), str(out), "--scheduler", "synchronous", *map(str, extra)]
+
+
+def mtimes(out: Path) -> dict[str, int]:
+    return {p.name: p.stat().st_mtime_ns for p in sorted(out.glob("part-*.parquet"))}
+
+
+# -- end to end ---------------------------------------------------------------------------
+
+def test_tokenize_subprocess_mixed_inputs_global_logids(tmp_path, tok, cluster_address):
+    """`daskwp tokenize DIR OUT` in a subprocess on a cluster: text, JSON Lines, CSV and
+    Parquet files (read in sorted order) give one dataset equal to single-machine
+    tokenization, with logIDs numbered across files and partitions."""
+    lines = sample_lines()
+    src = tmp_path / "in"
+    (src / "sub").mkdir(parents=True)
+    docs: list = []
+    # a.txt: text, with an empty and a whitespace-only line, no final newline
+    a = lines[:150] + ["", "   "] + lines[150:200]
+    (src / "a.txt").write_bytes("\n".join(a).encode())
+    docs += a
+    # b.jsonl: an object without the column and a null are empty documents; a blank line
+    # is not a document
+    b = [{"text": t, "id": i} for i, t in enumerate(lines[200:260])]
+    b[5] = {"id": 5}
+    b[7] = {"text": None}
+    (src / "b.jsonl").write_text("\n".join(json.dumps(x) for x in b[:30]) + "\n\n" +
+                                 "\n".join(json.dumps(x) for x in b[30:]) + "\n")
+    docs += [x.get("text") or "" for x in b]
+    # c.csv: quoted newlines and commas stay inside one document
+    c = [f'"{t.replace(chr(34), chr(34) * 2)}"' for t in lines[260:320]]
+    c[3] = '"two lines,\nin one document"'
+    (src / "c.csv").write_text("text\n" + "\n".join(c) + "\n")
+    docs += [t[1:-1].replace('""', '"') for t in c]
+    # d.parquet: several row groups, another column
+    d = lines[320:500]
+    pq.write_table(pa.table({"id": np.arange(len(d)), "text": d}), src / "d.parquet",
+                   row_group_size=40)
+    docs += d
+    # sub/e.txt: directories are walked; names sort by relative path ("d.parquet" < "sub/")
+    e = lines[500:560]
+    write_text(src / "sub" / "e.txt", e)
+    docs += e
+    (src / "_SUCCESS").write_text("")  # metadata files are skipped
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "daskwp", "tokenize", src, out, "--scheduler", cluster_address,
+         "--partition-size", "4KB", "--max-length", "32", "--stride", "8"],
+        cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert f"{len(docs):,} documents" in proc.stdout
+    assert_matches(out, tok, docs, max_length=32, stride=8)
+    summary = json.loads((out / "_summary.json").read_text())
+    assert summary["partitions"] == len(list(out.glob("part-*.parquet"))) > 5
+    assert summary["input_files"] == 5
+    assert summary["vocabulary_hash"] == tok.vocab.hash
+    assert summary["parameters"]["stride"] == 8
+    assert 0 <= summary["unknown_token_rate"] < 0.01
+
+
+@pytest.mark.slow
+def test_quickstart_runs_from_the_readme(tmp_path, tok, capsys):
+    """README's first command, on a real LocalCluster of worker processes."""
+    out = tmp_path / "quickstart"
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "daskwp", "run", "conf/quickstart.yaml", "--set",
+         f"output={out}"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert time.perf_counter() - t0 < 120
+    assert "2,000 documents" in proc.stdout and "unknown" in proc.stdout
+    assert "tokenizing" in proc.stderr  # the progress
+    assert_matches(out, tok, sample_lines(), max_length=128, stride=32)
+    # Run again: the job is complete, so nothing is rewritten.
+    before = mtimes(out)
+    rc, _, err = run_cli("run", CONF / "quickstart.yaml", "--set", f"output={out}", "--set",
+                         "scheduler_address=synchronous", "-q", capsys=capsys)
+    assert rc == 0, err
+    assert mtimes(out) == before
+
+
+def test_console_script_and_version():
+    proc = subprocess.run([sys.executable, "-m", "daskwp", "--version"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and daskwp.__version__ in proc.stdout
+    from importlib.metadata import entry_points
+    eps = [e for e in entry_points(group="console_scripts") if e.name == "daskwp"]
+    assert not eps or eps[0].value == "daskwp.cli:main"
+
+
+def test_ragged_truncated_glob_input(tmp_path, tok, capsys):
+    lines = sample_lines()
+    write_text(tmp_path / "x1.txt", lines[:40])
+    write_text(tmp_path / "x2.txt", lines[40:90])
+    write_text(tmp_path / "y.txt", ["not matched"])
+    out = tmp_path / "out"
+    rc, stdout, err = run_cli(*sync_job(tmp_path / "x*.txt", out, "--padding", "do_not_pad",
+                                        "--truncation", "--max-length", "16",
+                                        "--no-special-tokens", "--json"), capsys=capsys)
+    assert rc == 0, err
+    summary = json.loads(stdout)
+    assert summary["documents"] == 90
+    table = read_output(out)
+    exp = tok(lines[:90], max_length=16, truncation=True, add_special_tokens=False,
+              padding=False)
+    assert table.column("input_ids").to_pylist() == exp["input_ids"].to_list()
+    np.testing.assert_array_equal(table.column("logID").to_numpy(), np.arange(90))
+    assert summary["tokens"] == sum(len(r) for r in exp["input_ids"].to_list())
+
+
+def test_vocab_file_and_model_folder(data_dir, tmp_path, capsys):
+    from conftest import read_lines
+    docs = read_lines(data_dir / "corpus" / "multi" / "de.txt")[:200]
+    inp = write_text(tmp_path / "de.txt", docs)
+    cased = data_dir / "vocab" / "bert-base-cased" / "vocab.txt"
+    out = tmp_path / "cased"
+    rc, _, err = run_cli(*sync_job(inp, out, "--vocab", cased, "--no-lowercase", "-q"),
+                         capsys=capsys)
+    assert rc == 0, err
+    ref = daskwp.WordPieceTokenizer(daskwp.Vocabulary.from_file(cased), lowercase=False)
+    assert_matches(out, ref, docs)
+    summary = json.loads((out / "_summary.json").read_text())
+    assert summary["parameters"]["lowercase"] is False
+    assert summary["vocabulary_hash"] == ref.vocab.hash
+    folder = data_dir / "vocab" / "bert-base-uncased"
+    out = tmp_path / "folder"
+    rc, _, err = run_cli(*sync_job(inp, out, "--vocab", folder, "-q"), capsys=capsys)
+    assert rc == 0, err
+    assert_matches(out, daskwp.WordPieceTokenizer.from_pretrained(folder), docs)
+
+
+def test_text_input_splits_on_newline_only():
+    data = "a\u2028b\x0bc\x0cd\re\x85f\n\n  \nlast".encode()
+    arr = jobs.lines_to_arrow(data)
+    assert [x.decode() for x in arr.to_pylist()] == data.decode().split("\n")
+    assert jobs.lines_to_arrow(b"").to_pylist() == []
+    assert jobs.lines_to_arrow(b"\n").to_pylist() == [b""]
+    assert jobs.lines_to_arrow(b"x\xff\n").to_pylist() == [b"x\xff"]  # bytes kept as is
+
+
+def test_bench_prints_throughput_and_parity(tmp_path, capsys):
+    pytest.importorskip("tokenizers")
+    f = write_text(tmp_path / "b.txt", sample_lines()[:300])
+    rc, out, err = run_cli("bench", f, "--repeat", "1", capsys=capsys)
+    assert rc == 0, err
+    assert "MB/s" in out and "ratio" in out
+    assert "identical for 300 of 300 documents" in out
+
+
+# -- conf/*.yaml ------------------------------------------------------------------------
+
+def test_every_conf_file_is_known_and_loads():
+    found = {p.name for p in CONF.glob("*.yaml")}
+    assert CONF_FILES <= found, f"missing conf files: {CONF_FILES - found}"
+    assert found <= CONF_FILES, f"conf files without a test here: {found - CONF_FILES}"
+    for name in found:
+        cfg = jobs.load_config(CONF / name)
+        assert os.path.isabs(cfg.output)
+
+
+def test_quickstart_refers_to_the_bundled_sample():
+    cfg = jobs.load_config(CONF / "quickstart.yaml")
+    assert cfg.input == str(SAMPLE)
+    assert cfg.output == str(REPO / "daskwp-output" / "quickstart")
+    assert (SAMPLE.parent / "SAMPLE-LICENSE.md").exists()
+    assert 1000 <= len(sample_lines()) <= 2000
+
+
+@pytest.mark.parametrize("name", ["cpu-cluster.yaml", "existing-scheduler.yaml"])
+def test_cluster_conf_runs_on_a_local_cluster(name, tmp_path, tok, cluster_address, capsys):
+    lines = sample_lines()[:400]
+    inp = write_text(tmp_path / "in.txt", lines)
+    cfg = jobs.load_config(CONF / name)
+    out = tmp_path / "out"
+    rc, stdout, err = run_cli("run", CONF / name, "--set", f"input={inp}",
+                              "--set", f"output={out}",
+                              "--set", f"scheduler_address={cluster_address}",
+                              "--set", "partition_size=8KB", "--set", "device=cpu",
+                              capsys=capsys)
+    assert rc == 0, err
+    assert "400 documents" in stdout
+    assert_matches(out, tok, lines, max_length=cfg.max_length, stride=cfg.stride,
+                   truncation=cfg.truncation)
+
+
+def test_multi_gpu_conf_validates(tmp_path, tok):
+    cfg = jobs.load_config(CONF / "multi-gpu.yaml")
+    assert cfg.device == "gpu" and cfg.n_workers is None
+    jobs.validate_job(cfg, "multi-gpu.yaml")
+    try:
+        jobs.resolve_device("gpu")
+    except jobs.ConfigError as e:
+        assert "gpu" in str(e).lower()
+        pytest.skip(f"no GPU stack here: {e}")
+    lines = sample_lines()[:300]
+    inp = write_text(tmp_path / "in.txt", lines)
+    out = tmp_path / "out"
+    rc = main(["run", str(CONF / "multi-gpu.yaml"), "--set", f"input={inp}", "--set",
+               f"output={out}", "--set", "partition_size=8KB", "-q"])
+    assert rc == 0
+    assert_matches(out, tok, lines, max_length=cfg.max_length, stride=cfg.stride)
+
+
+def test_config_paths_resolve_against_the_yaml_folder(tmp_path):
+    (tmp_path / "jobs").mkdir()
+    y = tmp_path / "jobs" / "j.yaml"
+    y.write_text("input: data/x.txt\noutput: ../out\nvocab: package:sample.txt\n")
+    cfg = jobs.load_config(y)
+    assert cfg.input == str(tmp_path / "jobs" / "data" / "x.txt")
+    assert cfg.output == str(tmp_path / "out")
+    assert cfg.vocab == str(SAMPLE)
+    cfg = jobs.load_config(y, ["output=rel/o", "max_length=64", "truncation=true"],
+                           cwd=tmp_path / "elsewhere")
+    assert cfg.output == str(tmp_path / "elsewhere" / "rel" / "o")
+    assert cfg.max_length == 64 and cfg.truncation is True
+    with pytest.raises(jobs.ConfigError, match="bundles no file 'nope.txt'.*sample.txt"):
+        jobs.load_config(y, ["input=package:nope.txt"])
+
+
+# -- resume ---------------------------------------------------------------------------------
+
+def test_resume_rewrites_only_missing_or_broken_parts(tmp_path, tok, capsys):
+    lines = sample_lines()[:800]
+    inp = write_text(tmp_path / "in.txt", lines)
+    out = tmp_path / "out"
+    args = sync_job(inp, out, "--partition-size", "10KB", "--stride", "16")
+    assert run_cli(*args, capsys=capsys)[0] == 0
+    first = read_output(out)
+    before = mtimes(out)
+    names = sorted(before)
+    assert len(names) >= 5
+    (out / names[1]).unlink()                                     # lost
+    (out / names[3]).write_bytes((out / names[3]).read_bytes()[:100])  # torn
+    (out / f"{jobs.TMP_PREFIX}2-dead.parquet").write_bytes(b"junk")    # a killed write
+    time.sleep(0.01)
+    rc, stdout, err = run_cli(*args, "--json", capsys=capsys)
+    assert rc == 0, err
+    summary = json.loads(stdout)
+    assert summary["partitions_written"] == 2
+    assert summary["partitions_skipped"] == len(names) - 2
+    assert f"resuming: {len(names) - 2} of {len(names)} partitions already complete" in err
+    after = mtimes(out)
+    assert sorted(after) == names
+    assert {n for n in names if after[n] != before[n]} == {names[1], names[3]}
+    assert not list(out.glob(".tmp*"))
+    assert read_output(out).equals(first)
+    assert_matches(out, tok, lines, stride=16)
+
+
+def test_killed_job_resumes_without_redoing_work(tmp_path, tok):
+    """SIGKILL the whole job once a few parts exist; the rerun keeps them and completes."""
+    lines = sample_lines()
+    inp = write_text(tmp_path / "in.txt", lines)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "daskwp", "tokenize", inp, out, "--scheduler",
+           "synchronous", "--partition-size", "4KB", "-q"]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if len(list(out.glob("part-*.parquet"))) >= 3:
+            break
+        time.sleep(0.005)
+    killed = proc.poll() is None
+    if killed:
+        proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    kept = mtimes(out)
+    rerun = subprocess.run(cmd + ["--json"], cwd=REPO, capture_output=True, text=True,
+                           timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    summary = json.loads(rerun.stdout)
+    assert summary["partitions_skipped"] >= len(kept)
+    after = mtimes(out)
+    assert all(after[n] == kept[n] for n in kept)  # nothing complete was redone
+    assert summary["partitions_written"] + summary["partitions_skipped"] == \
+        summary["partitions"] == len(after)
+    assert_matches(out, tok, lines)
+
+
+@pytest.mark.slow
+def test_worker_killed_mid_job_still_completes(tmp_path, tok):
+    """Kill a worker process while the job runs: Dask reruns its tasks elsewhere, the atomic
+    part writes leave no torn or duplicated file, and the final accounting holds."""
+    from distributed import Client, LocalCluster
+    lines = sample_lines() * 2
+    inp = write_text(tmp_path / "in.txt", lines)
+    out = tmp_path / "out"
+    cfg = jobs.make_config({"input": str(inp), "output": str(out), "partition_size": "8KB",
+                            "quiet": True, "device": "cpu"})
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=":0") as cluster, Client(cluster) as client:
+        result: dict = {}
+
+        def run():
+            try:
+                result["summary"] = jobs.run_job(cfg, client=client)
+            except BaseException as e:  # noqa: BLE001 - reported below
+                result["error"] = e
+
+        t = threading.Thread(target=run)
+        t.start()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and t.is_alive() and \
+                len(list(out.glob("part-*.parquet"))) < 2:
+            time.sleep(0.005)
+        nanny = next(iter(cluster.workers.values()))
+        pid = nanny.process.pid if nanny.process is not None else None
+        if pid is not None and t.is_alive():
+            os.kill(pid, signal.SIGKILL)
+        t.join(timeout=240)
+        assert not t.is_alive()
+    assert "error" not in result, result.get("error")
+    summary = result["summary"]
+    assert summary["documents"] == len(lines)
+    assert not list(out.glob(".tmp*"))
+    assert_matches(out, tok, lines)
+
+
+# -- errors -------------------------------------------------------------------------------
+
+def test_error_unknown_config_key(tmp_path, capsys):
+    y = tmp_path / "j.yaml"
+    y.write_text("input: a.txt\noutput: out\nmax_len: 64\n")
+    rc, out, err = run_cli("run", y, capsys=capsys)
+    assert rc == 2
+    assert "unknown config key 'max_len'" in err and "did you mean 'max_length'" in err
+    assert "allowed keys:" in err and "stride" in err
+    rc, out, err = run_cli("run", y, "--set", "max_len=1", capsys=capsys)
+    assert rc == 2 and "'max_len'" in err
+    y.write_text("input: a.txt\noutput: out\n")
+    rc, out, err = run_cli("run", y, "--set", "colum=x", capsys=capsys)
+    assert rc == 2 and "unknown config key 'colum'" in err and "'column'" in err
+
+
+def test_error_bad_values(tmp_path, capsys):
+    inp = write_text(tmp_path / "in.txt", ["a b c"])
+    rc, _, err = run_cli(*sync_job(inp, tmp_path / "o1", "--max-length", "16", "--stride",
+                                   "14"), capsys=capsys)
+    assert rc == 2 and "stride" in err and "14" in err
+    rc, _, err = run_cli(*sync_job(inp, tmp_path / "o2", "--set", "max_length=abc"),
+                         capsys=capsys)
+    assert rc == 2 and "max_length must be an integer" in err and "'abc'" in err
+    rc, _, err = run_cli(*sync_job(inp, tmp_path / "o3", "--partition-size", "lots"),
+                         capsys=capsys)
+    assert rc == 2 and "partition_size" in err and "'lots'" in err
+    assert not (tmp_path / "o1").exists()  # nothing written for a refused job
+
+
+def test_error_missing_column_names_the_columns_found(tmp_path, capsys):
+    pq.write_table(pa.table({"body": ["a"], "id": [1]}), tmp_path / "t.parquet")
+    rc, _, err = run_cli(*sync_job(tmp_path / "t.parquet", tmp_path / "o"), capsys=capsys)
+    assert rc == 2
+    assert "no column 'text'" in err and "'body'" in err and "'id'" in err
+    (tmp_path / "t.csv").write_text("body,id\nx,1\n")
+    rc, _, err = run_cli(*sync_job(tmp_path / "t.csv", tmp_path / "o"), capsys=capsys)
+    assert rc == 2 and "no column 'text'" in err and "'body'" in err
+    (tmp_path / "t.jsonl").write_text('{"body": "x"}\n')
+    rc, _, err = run_cli(*sync_job(tmp_path / "t.jsonl", tmp_path / "o"), capsys=capsys)
+    assert rc == 2 and "no column 'text'" in err and "'body'" in err
+    rc, _, err = run_cli(*sync_job(tmp_path / "t.parquet", tmp_path / "o", "--column", "id"),
+                         capsys=capsys)
+    assert rc == 2 and "column 'id'" in err and "int64" in err and "not text" in err
+
+
+def test_error_unreadable_input(tmp_path, capsys):
+    rc, _, err = run_cli(*sync_job(tmp_path / "missing.txt", tmp_path / "o"), capsys=capsys)
+    assert rc == 2 and "input not found" in err and "missing.txt" in err
+    (tmp_path / "bad.parquet").write_bytes(b"PAR1 this is not parquet")
+    rc, _, err = run_cli(*sync_job(tmp_path / "bad.parquet", tmp_path / "o"), capsys=capsys)
+    assert rc == 2 and "cannot read input" in err and "bad.parquet" in err
+    (tmp_path / "empty").mkdir()
+    rc, _, err = run_cli(*sync_job(tmp_path / "empty", tmp_path / "o"), capsys=capsys)
+    assert rc == 2 and "holds no files" in err
+    rc, _, err = run_cli(*sync_job(tmp_path / "nomatch*.txt", tmp_path / "o"), capsys=capsys)
+    assert rc == 2 and "no input file matches" in err
+    rc, _, err = run_cli("run", tmp_path / "nojob.yaml", capsys=capsys)
+    assert rc == 2 and "cannot read job file" in err
+
+
+def test_error_output_holds_another_jobs_data(tmp_path, capsys):
+    inp = write_text(tmp_path / "in.txt", sample_lines()[:50])
+    out = tmp_path / "out"
+    assert run_cli(*sync_job(inp, out, "-q"), capsys=capsys)[0] == 0
+    rc, _, err = run_cli(*sync_job(inp, out, "--max-length", "64"), capsys=capsys)
+    assert rc == 2
+    assert "holds another job's data" in err and "max_length: 128 there, 64 now" in err
+    assert "--overwrite" in err
+    write_text(inp, sample_lines()[:60])  # the input changed
+    rc, _, err = run_cli(*sync_job(inp, out), capsys=capsys)
+    assert rc == 2 and "holds another job's data" in err and "input differs" in err
+    rc, _, err = run_cli(*sync_job(inp, out, "--max-length", "64", "--overwrite", "--json"),
+                         capsys=capsys)
+    assert rc == 0, err
+    other = tmp_path / "notmine"
+    other.mkdir()
+    (other / "notes.txt").write_text("keep me")
+    rc, _, err = run_cli(*sync_job(inp, other, "--overwrite"), capsys=capsys)
+    assert rc == 2 and "holds another job's data" in err and "notes.txt" in err
+    assert (other / "notes.txt").read_text() == "keep me"
