@@ -244,9 +244,30 @@ nb::tuple encode_impl(U8 vocab_blob, U8 norm_blob, int32_t max_chars, OffArr off
                         to_numpy(std::move(r.offsets), static_cast<size_t>(n_docs + 1)));
 }
 
+// The throughput ceiling for benchmarks: one pass that reads every byte and writes it
+// lowercased (OR 0x20 on ASCII letters) into a scratch buffer, 64 KB at a time.
+uint64_t ceiling_pass(U8 data) {
+  const uint8_t* p = data.data();
+  const size_t n = data.shape(0);
+  uint64_t sum = 0;
+  nb::gil_scoped_release release;
+  std::vector<uint8_t> scratch(1 << 16);
+  for (size_t at = 0; at < n; at += scratch.size()) {
+    const size_t m = std::min(scratch.size(), n - at);
+    for (size_t k = 0; k < m; ++k) {
+      const uint8_t c = p[at + k];
+      scratch[k] = static_cast<uint8_t>(c | (((c - 'A') < 26u) ? 0x20 : 0));
+    }
+    sum += scratch[m / 2] + m;
+  }
+  return sum;
+}
+
 }  // namespace
 
 void bind_core(nb::module_& m) {
+  m.def("ceiling_pass", &ceiling_pass, nb::arg("data"),
+        "Benchmark ceiling: lowercase every byte into a scratch buffer; returns a checksum.");
   m.def("build_vocab", &build_vocab, nb::arg("tokens_utf8"), nb::arg("token_offsets"),
         nb::arg("ids"), nb::arg("unk_id"), nb::arg("continuing_subword_prefix"),
         nb::arg("specials"), nb::arg("special_ids"),
