@@ -1,0 +1,209 @@
+"""Shared test configuration and helpers for daskwp.
+
+Data location
+-------------
+The real vocabularies and corpora live outside the repository. ``DATA`` is, in order:
+
+1. the folder named by the environment variable ``DASKWP_SHARED_DATA``;
+2. ``<repo>/../shared/data``;
+3. ``<repo>/shared/data``.
+
+``DATA`` is ``None`` when none of these exists; tests that need it are then skipped with
+``DATA_SKIP_REASON`` (use the ``data_dir`` fixture or the ``requires_data`` marker). Nothing is
+skipped when the folder exists: a missing file inside it is a failure, not a skip.
+
+Helpers
+-------
+``read_lines`` splits corpus files on ``"\\n"`` only (never ``str.splitlines``: some lines contain
+U+2028, U+0085, VT or FF). ``hf_tokenizer`` is the HuggingFace oracle for a real vocabulary,
+``hf_from_tokens`` the same pipeline for a tiny hand-written vocabulary.
+
+Test modules import these helpers with ``from conftest import ...``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS_DIR = Path(__file__).resolve().parent
+REPO_ROOT = TESTS_DIR.parent
+
+# Make ``from conftest import ...`` work under any pytest import mode.
+if str(TESTS_DIR) not in sys.path:
+    sys.path.insert(0, str(TESTS_DIR))
+
+# (vocabulary folder under DATA/vocab, lowercase flag HF uses for it)
+VOCAB_CONFIGS = [
+    ("bert-base-uncased", True),
+    ("bert-base-cased", False),
+    ("bert-base-multilingual-cased", False),
+    ("bert-base-chinese", False),
+]
+VOCAB_LOWERCASE = dict(VOCAB_CONFIGS)
+
+# The special tokens HF's BertWordPieceTokenizer registers when present in the vocabulary.
+BERT_SPECIAL_TOKENS = ("[UNK]", "[SEP]", "[CLS]", "[PAD]", "[MASK]")
+
+
+def _find_data() -> Path | None:
+    env = os.environ.get("DASKWP_SHARED_DATA")
+    candidates = [Path(env)] if env else []
+    candidates += [REPO_ROOT.parent / "shared" / "data", REPO_ROOT / "shared" / "data"]
+    for candidate in candidates:
+        if candidate.is_dir():
+            return candidate.resolve()
+    return None
+
+
+DATA: Path | None = _find_data()
+DATA_SKIP_REASON = (
+    "shared test data not found: set DASKWP_SHARED_DATA, or provide <repo>/../shared/data "
+    "or <repo>/shared/data (tried: "
+    + ", ".join(
+        ([os.environ["DASKWP_SHARED_DATA"]] if os.environ.get("DASKWP_SHARED_DATA") else [])
+        + [str(REPO_ROOT.parent / "shared" / "data"), str(REPO_ROOT / "shared" / "data")]
+    )
+    + ")"
+)
+
+#: Marker for tests (or modules: ``pytestmark = requires_data``) that need ``DATA``.
+requires_data = pytest.mark.skipif(DATA is None, reason=DATA_SKIP_REASON)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped without one)")
+    config.addinivalue_line("markers", "slow: takes more than ~30 s")
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    """The shared data folder; skips the test only when the folder does not exist at all."""
+    if DATA is None:
+        pytest.skip(DATA_SKIP_REASON)
+    return DATA
+
+
+def vocab_path(vocab_name: str) -> Path:
+    """``DATA/vocab/<vocab_name>/vocab.txt`` (``DATA`` must exist)."""
+    if DATA is None:
+        pytest.skip(DATA_SKIP_REASON)
+    return DATA / "vocab" / vocab_name / "vocab.txt"
+
+
+def read_lines(path) -> list[str]:
+    """Lines of a UTF-8 corpus file, split on ``"\\n"`` only; the final empty piece is dropped."""
+    text = Path(path).read_text(encoding="utf-8")
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def corpus_files() -> list[Path]:
+    """Every corpus file under ``DATA/corpus`` (recursive): *.txt, *.log and *.json,
+    excluding licence notices. Empty when ``DATA`` is missing."""
+    if DATA is None:
+        return []
+    root = DATA / "corpus"
+    return sorted(
+        p
+        for p in root.rglob("*")
+        if p.is_file()
+        and p.suffix in (".txt", ".log", ".json")
+        and not p.name.upper().startswith("LICENSE")
+    )
+
+
+def read_documents(path) -> list[str]:
+    """Documents of a corpus file: a JSON array of strings for *.json, else one per line."""
+    path = Path(path)
+    if path.suffix == ".json":
+        import json
+
+        docs = json.loads(path.read_text(encoding="utf-8"))
+        assert isinstance(docs, list) and all(isinstance(d, str) for d in docs), path
+        return docs
+    return read_lines(path)
+
+
+@functools.lru_cache(maxsize=None)
+def hf_tokenizer(vocab_name: str):
+    """HF ``BertWordPieceTokenizer`` for a shared vocabulary, with that vocabulary's lowercase flag."""
+    from tokenizers import BertWordPieceTokenizer
+
+    return BertWordPieceTokenizer(str(vocab_path(vocab_name)), lowercase=VOCAB_LOWERCASE[vocab_name])
+
+
+def hf_from_tokens(
+    tokens,
+    *,
+    lowercase=True,
+    strip_accents=None,
+    clean_text=True,
+    handle_chinese_chars=True,
+    max_input_chars_per_word=100,
+):
+    """The BertWordPieceTokenizer pipeline on a tiny vocabulary (a list, id = index, or a dict).
+
+    Built by hand rather than through ``BertWordPieceTokenizer`` so that vocabularies without
+    [CLS]/[SEP] and a non-default ``max_input_chars_per_word`` work too. Like
+    BertWordPieceTokenizer, it registers [UNK] [SEP] [CLS] [PAD] [MASK] as special tokens when
+    they are in the vocabulary.
+    """
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+
+    vocab = dict(tokens) if isinstance(tokens, dict) else {t: i for i, t in enumerate(tokens)}
+    tok = Tokenizer(
+        models.WordPiece(
+            vocab=vocab, unk_token="[UNK]", max_input_chars_per_word=max_input_chars_per_word
+        )
+    )
+    for special in BERT_SPECIAL_TOKENS:
+        if special in vocab:
+            tok.add_special_tokens([special])
+    tok.normalizer = normalizers.BertNormalizer(
+        clean_text=clean_text,
+        handle_chinese_chars=handle_chinese_chars,
+        strip_accents=strip_accents,
+        lowercase=lowercase,
+    )
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    return tok
+
+
+def hf_encode(hf, texts) -> list[list[int]]:
+    """HF ids without special tokens; ``None`` is encoded as the empty string."""
+    texts = ["" if t is None else t for t in texts]
+    return [e.ids for e in hf.encode_batch(texts, add_special_tokens=False)]
+
+
+def describe_mismatches(texts, got, expected, id_to_token, limit=5) -> str:
+    """A readable report of the lines whose ids differ: count, then the first ``limit``."""
+    bad = [i for i, (g, e) in enumerate(zip(got, expected)) if g != e]
+    if len(got) != len(expected):
+        return f"document count differs: got {len(got)}, expected {len(expected)}"
+    if not bad:
+        return ""
+    out = [f"{len(bad)} of {len(texts)} documents differ; first {min(limit, len(bad))}:"]
+    for i in bad[:limit]:
+        g, e = list(got[i]), list(expected[i])
+        k = next((j for j in range(min(len(g), len(e))) if g[j] != e[j]), min(len(g), len(e)))
+        lo = max(0, k - 8)
+        gw, ew = g[lo : k + 16], e[lo : k + 16]
+        text = texts[i]
+        shown = text if text is None or len(text) <= 400 else text[:400] + f"... ({len(text)} chars)"
+        out.append(f"  [{i}] text={shown!r}")
+        out.append(
+            f"       got {len(g)} tokens, expected {len(e)}; first difference at token {k}"
+            + (f" (showing tokens {lo}..)" if lo or len(g) > k + 16 or len(e) > k + 16 else "")
+        )
+        out.append(f"       got      ids={gw}")
+        out.append(f"       expected ids={ew}")
+        out.append(f"       got      tokens={[id_to_token(t) for t in gw]}")
+        out.append(f"       expected tokens={[id_to_token(t) for t in ew]}")
+    return "\n".join(out)
