@@ -533,16 +533,22 @@ def _columns_found(f: InputFile, column: str) -> tuple[list[str], pa.DataType | 
                 names = r.schema.names
             return names, (pa.large_string() if column in names else None)
         if f.format == "jsonl":
+            # The keys of the first objects (up to 1,000 lines): an object without the
+            # column is an empty document, a file where none has it is an error.
+            names: dict = {}
             with open(f.path, "rb") as fh:
-                for line in fh:
+                for k, line in enumerate(fh):
+                    if k >= 1000:
+                        break
                     if line.strip():
                         obj = json.loads(line)
                         if not isinstance(obj, dict):
-                            raise ValueError(f"a JSON Lines document is an object per line, "
-                                             f"the first line holds a {type(obj).__name__}")
-                        names = list(obj)
-                        return names, (pa.large_string() if column in names else None)
-            return [], None
+                            raise ValueError(f"JSON Lines holds one object per line; line "
+                                             f"{k + 1} holds a {type(obj).__name__}")
+                        names.update(dict.fromkeys(obj))
+                        if column in names:
+                            break
+            return list(names), (pa.large_string() if column in names else None)
     except (OSError, ValueError, pa.ArrowException) as e:
         raise InputError(f"cannot read input {f.path!r} as {f.format}: {e}") from None
     raise AssertionError(f.format)
