@@ -5,7 +5,10 @@
 //   /tmp/core_bench OUT_DIR/vocab.blob OUT_DIR/norm.blob CORPUS.txt [repeats]
 // Prints MB/s of one thread over the corpus lines (one document per line).
 #include <chrono>
+#include <cstdlib>
+#include <memory>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -38,15 +41,19 @@ int main(int argc, char** argv) {
   daskwp::init_context(ctx, reinterpret_cast<const uint8_t*>(vb.data()),
                        reinterpret_cast<const uint8_t*>(nb.data()), daskwp::TokenizeParams{100});
   std::vector<int32_t> out(text.size() + 1024);
+  std::unique_ptr<daskwp::WordCache> cache(new daskwp::WordCache());
+  const bool use_cache = std::getenv("DASKWP_NO_WORD_CACHE") == nullptr;
   double best = 1e30;
   int64_t tokens = 0;
   for (int r = 0; r < repeats; ++r) {
+    std::memset(cache.get(), 0, sizeof(daskwp::WordCache));
     auto t0 = std::chrono::steady_clock::now();
     int64_t at = 0;
     for (size_t d = 0; d + 1 < starts.size(); ++d) {
       const int64_t b = starts[d], e = starts[d + 1] - 1;
       at += daskwp::tokenize_document(ctx, reinterpret_cast<const uint8_t*>(text.data()) + b,
-                                      e - b, out.data() + at, out.size() - at);
+                                      e - b, out.data() + at, out.size() - at,
+                                      use_cache ? cache.get() : nullptr);
     }
     tokens = at;
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -43,6 +43,9 @@ template <typename Off>
 void encode_range(const CoreContext& ctx, const Off* offsets, const uint8_t* data, const uint8_t* validity,
                   int64_t validity_offset, int64_t d0, int64_t d1, IdBuffer& buf,
                   int64_t* counts) {
+  // One memo of whole words per thread and batch (~1 MB); see WordCache.
+  std::unique_ptr<WordCache> cache(new WordCache());
+  std::memset(cache.get(), 0, sizeof(WordCache));
   for (int64_t d = d0; d < d1; ++d) {
     const int64_t b = static_cast<int64_t>(offsets[d]), e = static_cast<int64_t>(offsets[d + 1]);
     const int64_t vb = d + validity_offset;
@@ -53,11 +56,11 @@ void encode_range(const CoreContext& ctx, const Off* offsets, const uint8_t* dat
     const int64_t len = e - b;
     buf.reserve(buf.size + len + 64);
     int64_t got = tokenize_document(ctx, data + b, len, buf.data.get() + buf.size,
-                                    buf.cap - buf.size);
+                                    buf.cap - buf.size, cache.get());
     if (got > buf.cap - buf.size) {  // rare: more tokens than the guess, run again
       buf.reserve(buf.size + got);
       got = tokenize_document(ctx, data + b, len, buf.data.get() + buf.size,
-                              buf.cap - buf.size);
+                              buf.cap - buf.size, cache.get());
     }
     buf.size += got;
     counts[d] = got;

@@ -142,12 +142,30 @@ DWP_HD inline void init_context(CoreContext& ctx, const uint8_t* vocab_blob,
   fill_feed_table(ctx);
 }
 
+// An optional per-thread memo of whole ASCII words (CPU): the key is the word's raw bytes,
+// the value the tokens the trie produced for it under the same CoreContext. It only skips
+// work: a hit emits exactly what the walk would, a miss walks and records. Direct-mapped,
+// 2^kWordCacheBits entries of 64 bytes; an entry with len 0 is empty.
+constexpr int32_t kWordCacheBits = 14;
+constexpr int32_t kWordCacheMaxBytes = 26;
+constexpr int32_t kWordCacheMaxTokens = 9;
+struct WordCacheEntry {
+  uint8_t len;
+  uint8_t n_tokens;
+  uint8_t word[kWordCacheMaxBytes];
+  int32_t tokens[kWordCacheMaxTokens];
+};
+struct WordCache {
+  WordCacheEntry entries[1 << kWordCacheBits];
+};
+
 // The E2E tokenizer state for one byte range. Use: construct, run(bytes, len), read sink.n.
 struct WordPieceE2E {
   VocabView v;
   NormView nm;
   const uint8_t* feed;
   const uint32_t* ascii;  // the entries of code points 0..127
+  WordCache* cache;       // null: no memo (GPU, one-off calls)
   int64_t max_chars;
   int32_t suffix_root;
   int32_t unk_id;
@@ -164,8 +182,10 @@ struct WordPieceE2E {
   uint32_t pending_cp[kMaxPending];
   uint8_t pending_ccc[kMaxPending];
 
-  DWP_HD WordPieceE2E(const CoreContext& ctx, int32_t* out, int64_t cap)
-      : v(ctx.v), nm(ctx.nm), feed(ctx.feed), max_chars(ctx.p.max_input_chars_per_word) {
+  DWP_HD WordPieceE2E(const CoreContext& ctx, int32_t* out, int64_t cap,
+                      WordCache* word_cache = nullptr)
+      : v(ctx.v), nm(ctx.nm), feed(ctx.feed), cache(out ? word_cache : nullptr),
+        max_chars(ctx.p.max_input_chars_per_word) {
     ascii = nm.blocks + (uint32_t)nm.block_index[0] * 256u;
     suffix_root = v.h->suffix_root;
     unk_id = v.h->unk_id;
@@ -366,6 +386,57 @@ struct WordPieceE2E {
     return 0;
   }
 
+  // A whole word of plain ASCII bytes starting at s[i] (nothing active): served from or
+  // recorded into the memo. Returns the index after the word, or i when the run is not a
+  // whole word (it continues into other characters) or is too long to memoize.
+  DWP_HD int64_t cached_word(const uint8_t* s, int64_t i, int64_t len) {
+    uint64_t h = 1469598103934665603ull;
+    int64_t e = i;
+    do {
+      h = (h ^ s[e]) * 1099511628211ull;
+      ++e;
+    } while (e < len && feed[s[e]] < 0x80u);
+    const int64_t wlen = e - i;
+    if (wlen > kWordCacheMaxBytes) return i;
+    if (e < len) {  // the word must end here: whitespace or punctuation (incl. '[')
+      const uint8_t c = s[e];
+      if (c >= 0x80u) return i;
+      const uint8_t k = nm.ascii_kind[c];
+      if (k != kAsciiSpace && k != kAsciiPunct) return i;
+    }
+    WordCacheEntry& en = cache->entries[(h ^ (h >> 29)) & ((1u << kWordCacheBits) - 1)];
+    if (en.len == wlen) {
+      bool same = true;
+      for (int64_t k = 0; k < wlen; ++k) {
+        if (en.word[k] != s[i + k]) {
+          same = false;
+          break;
+        }
+      }
+      if (same) {
+        for (int32_t k = 0; k < en.n_tokens; ++k) sink.push(en.tokens[k]);
+        return e;
+      }
+    }
+    // Miss: walk the word, then record what it produced when it fits.
+    active = true;
+    failed = false;
+    node = 0;
+    nchars = wlen;
+    word_start = sink.n;
+    for (int64_t k = i; k < e && !failed; ++k) step(feed[s[k]]);
+    if (nchars > max_chars) failed = true;
+    end_word();
+    const int64_t produced = sink.n - word_start;
+    if (produced <= kWordCacheMaxTokens && sink.n <= sink.cap) {
+      en.len = (uint8_t)wlen;
+      en.n_tokens = (uint8_t)produced;
+      for (int64_t k = 0; k < wlen; ++k) en.word[k] = s[i + k];
+      for (int64_t k = 0; k < produced; ++k) en.tokens[k] = sink.out[word_start + k];
+    }
+    return e;
+  }
+
   // Tokenizes s[0, len). Returns the number of tokens (written when they fit the sink).
   DWP_HD int64_t run(const uint8_t* s, int64_t len) {
     int64_t i = 0;
@@ -373,6 +444,13 @@ struct WordPieceE2E {
       uint8_t c = s[i];
       uint8_t f = feed[c];
       if (f < 0x80u) {
+        if (cache && !active && !n_pending) {
+          const int64_t next = cached_word(s, i, len);
+          if (next > i) {
+            i = next;
+            continue;
+          }
+        }
         // Fast path: a run of ASCII bytes that continue the current word. Characters are
         // counted per run; a word over the limit is [UNK] however far the walk got.
         if (n_pending) flush_pending();
@@ -441,8 +519,9 @@ struct WordPieceE2E {
 // Tokenizes one document; returns its token count. Writes at most `cap` ids to `out`
 // (nothing when out is null).
 DWP_HD inline int64_t tokenize_document(const CoreContext& ctx, const uint8_t* s, int64_t len,
-                                        int32_t* out, int64_t cap) {
-  WordPieceE2E t(ctx, out, cap);
+                                        int32_t* out, int64_t cap,
+                                        WordCache* cache = nullptr) {
+  WordPieceE2E t(ctx, out, cap, cache);
   return t.run(s, len);
 }
 
