@@ -1,0 +1,96 @@
+"""``daskwp.connect``: local CPU cluster, existing scheduler, device selection and config."""
+
+from __future__ import annotations
+
+import os
+
+import dask
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+import pytest
+
+import daskwp
+from daskwp import cluster as wp_cluster
+
+GPU_STACK_MISSING = wp_cluster._gpu_stack_missing()
+needs_no_gpu_stack = pytest.mark.skipif(not GPU_STACK_MISSING,
+                                        reason="dask-cuda, cudf and a GPU are present")
+
+TEXTS = ["Hello, world!", None, "", "the quick brown fox " * 20, "ünïcödé text"] * 4
+
+
+def _check_tokenizes():
+    """A small job on the current client equals the pandas result."""
+    s = pd.Series(TEXTS, dtype=object)
+    expected = s.wordpiece.tokenize(max_length=16, stride=3)
+    res = dd.from_pandas(s, npartitions=3).wordpiece.tokenize(max_length=16, stride=3)
+    np.testing.assert_array_equal(res.metadata.compute().to_numpy(),
+                                  expected.metadata.to_numpy())
+    np.testing.assert_array_equal(res.input_ids.compute(), expected.input_ids)
+
+
+@needs_no_gpu_stack
+def test_auto_picks_cpu_without_the_gpu_stack():
+    assert wp_cluster.resolve_device("auto") == "cpu"
+    assert wp_cluster.resolve_device(None) == "cpu"  # daskwp.device defaults to "auto"
+
+
+@needs_no_gpu_stack
+def test_gpu_without_the_gpu_stack_says_what_is_missing():
+    with pytest.raises(RuntimeError, match="missing: ") as info:
+        daskwp.connect(device="gpu")
+    assert any(name in str(info.value) for name in ("dask_cuda", "cudf", "a CUDA GPU"))
+
+
+def test_bad_device_is_rejected():
+    with pytest.raises(ValueError, match="device must be one of .* got 'tpu'"):
+        daskwp.connect(device="tpu")
+    with dask.config.set({"daskwp.device": "npu"}):
+        with pytest.raises(ValueError, match="got 'npu'"):
+            wp_cluster.resolve_device()
+
+
+def test_connect_cpu_starts_worker_processes_and_closes_them():
+    client = daskwp.connect(device="cpu", n_workers=1, threads_per_worker=2,
+                            dashboard_address=None)
+    try:
+        from distributed import Client
+
+        assert isinstance(client, Client)
+        workers = client.scheduler_info()["workers"]
+        assert len(workers) == 1
+        assert [w["nthreads"] for w in workers.values()] == [2]
+        pids = client.run(os.getpid)
+        assert os.getpid() not in pids.values()  # processes, not threads of this one
+        _check_tokenizes()
+        cluster = client.cluster
+    finally:
+        client.close()
+    assert cluster.status.name == "closed"  # the client owned its cluster
+
+
+def test_connect_to_a_running_scheduler():
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                      dashboard_address=None) as cluster:
+        with daskwp.connect(scheduler_address=cluster.scheduler_address) as client:
+            assert client.scheduler.address == cluster.scheduler_address
+            _check_tokenizes()
+        # closing the client leaves someone else's cluster running
+        assert cluster.status.name == "running"
+        with dask.config.set({"daskwp.scheduler_address": cluster.scheduler_address}):
+            with daskwp.connect() as client:
+                assert client.scheduler.address == cluster.scheduler_address
+        with pytest.raises(ValueError, match="do not apply"):
+            daskwp.connect(scheduler_address=cluster.scheduler_address, memory_limit="1GB")
+
+
+@pytest.mark.gpu
+def test_connect_gpu_one_worker_per_gpu():
+    if GPU_STACK_MISSING:
+        pytest.skip(f"GPU stack missing: {', '.join(GPU_STACK_MISSING)}")
+    assert wp_cluster.resolve_device("auto") == "gpu"
+    with daskwp.connect(device="gpu") as client:
+        assert len(client.scheduler_info()["workers"]) == wp_cluster.gpu_count()
