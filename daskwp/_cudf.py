@@ -5,13 +5,15 @@ Written against the documented cudf / pylibcudf API only (``cudf.DataFrame``,
 ``pylibcudf.Column.from_cuda_array_interface``). Imported only when a partition is a cudf
 object, so nothing here runs, or needs to import, on a machine without cudf.
 
-Assumption (the GPU launcher, ``daskwp/cuda.py``, is written separately): calling the
-tokenizer on a cudf string Series, ``tok(series, ..., return_tensors="cp")``, reads the
-column's device buffers (offsets + chars) with the CUDA kernel and returns CuPy arrays with
-the same layout as the CPU path: ``input_ids`` and ``attention_mask`` (rows, max_length)
-int32 and ``metadata`` (rows, 3) int64, logIDs 0-based within the batch. The vocabulary
-blob is uploaded once per tokenizer instance; ``accessor.cached_tokenizer`` keeps that
-instance for the life of the worker process, so it stays resident on the device.
+The GPU launcher is ``daskwp.cuda.windows_cuda(tok, texts, ..., return_tensors="cp")``
+(``tok(texts, ...)`` on the device; written separately): it reads the cudf column's device
+buffers (offsets + chars) with the CUDA kernel and returns CuPy arrays with the same layout
+as the CPU path: ``input_ids`` and ``attention_mask`` (rows x max_length int32, or ragged
+rows with ``padding=False``) and ``metadata`` (rows x 3 int64, logIDs 0-based within the
+batch). Where that module is missing, the tokenizer itself is called with
+``return_tensors="cp"``, assuming it dispatches cudf input to the GPU. The vocabulary blob is
+uploaded once per (vocabulary hash, device) and cached by the launcher, so it stays resident
+on each worker's GPU across tasks and computations.
 """
 
 from __future__ import annotations
@@ -24,20 +26,28 @@ _MAX_LIST_VALUES = 2**31 - 1
 
 
 def list_column(matrix) -> cudf.Series:
-    """A 2-D CuPy array as a cudf ``list<...>`` Series, one list per row, on the device.
+    """Rows as a cudf ``list<...>`` Series, on the device: a 2-D CuPy array (one list per
+    row) or ragged rows (flat ``values`` + ``rows + 1`` ``offsets``).
 
     Memory: the values are the matrix's own device buffer (no copy when it is
     C-contiguous); only the row offsets are allocated.
     """
-    rows, width = matrix.shape
-    if rows * width > _MAX_LIST_VALUES:
+    if hasattr(matrix, "offsets") and hasattr(matrix, "values"):
+        offsets = cupy.asarray(matrix.offsets)
+        flat = cupy.ascontiguousarray(cupy.asarray(matrix.values))
+        rows = int(offsets.shape[0]) - 1
+        total = int(offsets[-1]) if rows >= 0 else 0
+    else:
+        rows, width = matrix.shape
+        total = rows * width
+        flat = cupy.ascontiguousarray(matrix).reshape(-1)
+        offsets = cupy.arange(rows + 1, dtype=cupy.int64) * width
+    if total > _MAX_LIST_VALUES:
         raise ValueError(
-            f"a partition of {rows} rows x {width} tokens holds more than 2**31 - 1 values, "
-            f"the most one list<int32> column stores; repartition into smaller partitions")
-    values = plc.Column.from_cuda_array_interface(cupy.ascontiguousarray(matrix).reshape(-1))
-    offsets = plc.Column.from_cuda_array_interface(
-        cupy.arange(0, rows * width + 1, max(width, 1), dtype=cupy.int32)[: rows + 1]
-        if width else cupy.zeros(rows + 1, dtype=cupy.int32))
+            f"a partition of {rows} rows holds {total} token values, more than the 2**31 - 1 "
+            f"that one list<int32> column stores; repartition into smaller partitions")
+    values = plc.Column.from_cuda_array_interface(flat)
+    offsets = plc.Column.from_cuda_array_interface(offsets.astype(cupy.int32))
     col = plc.Column(plc.DataType(plc.TypeId.LIST), rows, None, None, 0, 0,
                      [offsets, values])
     return cudf.Series.from_pylibcudf(col)
@@ -64,18 +74,26 @@ def frame_from_output(out) -> cudf.DataFrame:
         "logID": logid,
         "start": cupy.ascontiguousarray(meta[:, 1]),
         "stop": cupy.ascontiguousarray(meta[:, 2]),
-        "input_ids": list_column(cupy.asarray(out["input_ids"])),
-        "attention_mask": list_column(cupy.asarray(out["attention_mask"])),
+        "input_ids": list_column(out["input_ids"]),
+        "attention_mask": list_column(out["attention_mask"]),
         "window": window_index(logid),
     })
 
 
 def tokenize_partition(texts, tok, options: dict) -> cudf.DataFrame:
     """One cudf partition through the GPU kernel; the outputs stay on the device."""
-    out = tok(texts, max_length=options["max_length"], stride=options["stride"],
-              truncation=options["truncation"],
-              add_special_tokens=options["add_special_tokens"],
-              padding=options["padding"], return_tensors="cp")
+    try:
+        from .cuda import windows_cuda
+    except ImportError:
+        windows_cuda = None
+    kwargs = dict(max_length=options["max_length"], stride=options["stride"],
+                  truncation=options["truncation"],
+                  add_special_tokens=options["add_special_tokens"],
+                  padding=options["padding"], return_tensors="cp")
+    if windows_cuda is not None:
+        out = windows_cuda(tok, texts, **kwargs)
+    else:
+        out = tok(texts, **kwargs)
     return frame_from_output(out)
 
 
