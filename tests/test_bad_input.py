@@ -713,6 +713,40 @@ def test_cli_text_input_with_invalid_utf8_loses_nothing(tmp_path, capsys):
     assert summary["tokens"] == sum(len(h) for h in hf)
 
 
+def test_cli_parquet_binary_column_with_invalid_utf8(tmp_path, capsys):
+    docs = [b"\xffhello", None, b"", b"w\xc3rld \xe4\xb8\xad", b"\xed\xa0\x80"] * 30
+    pq.write_table(pa.table({"text": pa.array(docs, pa.binary())}), tmp_path / "in.parquet",
+                   row_group_size=40)
+    out = tmp_path / "out"
+    rc = _cli(["tokenize", tmp_path / "in.parquet", out, "--scheduler", "synchronous",
+               "--json", "--max-length", "6", "--stride", "1", "--partition-size", "1B"])
+    stdout, err = capsys.readouterr()
+    assert rc == 0, err
+    summary = json.loads(stdout)
+    assert summary["documents"] == len(docs) and summary["partitions"] > 1
+    table = pa.concat_tables([pq.read_table(p) for p in sorted(out.glob("part-*.parquet"))])
+    exp = tok()(pa.array(docs, pa.binary()), max_length=6, stride=1)
+    np.testing.assert_array_equal(table.column("logID").to_numpy(), exp.metadata[:, 0])
+    np.testing.assert_array_equal(np.stack(table.column("input_ids").to_numpy(
+        zero_copy_only=False)), exp.input_ids)
+
+
+def test_dask_binary_column_with_invalid_utf8():
+    """A binary[pyarrow] column (the way to carry undecodable bytes in pandas/Dask) gives the
+    same rows through Dask, eagerly and as HF on the replacement-decoded text."""
+    import dask.dataframe as dd
+    docs = [b"hello \xff world", None, b"\xed\xa0\x80x", b"", b"\xf0\x9f\x98ok", b"a"] * 5
+    s = pd.Series(pd.arrays.ArrowExtensionArray(pa.array(docs, pa.binary())), name="text")
+    eager = s.wordpiece.tokenize(max_length=6, stride=1)
+    lazy = dd.from_pandas(s, npartitions=4).wordpiece.tokenize(max_length=6, stride=1)
+    meta = lazy.metadata.compute(scheduler="sync")
+    np.testing.assert_array_equal(meta.to_numpy(), eager.metadata.to_numpy())
+    np.testing.assert_array_equal(lazy.input_ids.compute(scheduler="sync"), eager.input_ids)
+    assert sorted(set(meta["logID"])) == list(range(len(docs)))
+    got = daskwp.stitch(eager.input_ids, eager.metadata.to_numpy())
+    assert [list(g) for g in got] == hf_ids_of_bytes(hf_uncased(), docs)
+
+
 @pytest.mark.xfail(strict=True, reason="jobs.py _run_tasks re-raises a JobError (InputError "
                    "from read_partition) as is, so the message names the file and byte range "
                    "but not the partition number (reported)")
