@@ -224,7 +224,9 @@ _raw_docs = st.lists(st.one_of(_raw_doc, st.none()), max_size=10)
 def _binary_variants(docs):
     yield "binary", pa.array(docs, pa.binary())
     yield "large_binary", pa.array(docs, pa.large_binary())
-    padded = [b"\xf0\x9f"] + docs + [b"\xe0tail"]
+    # Neighbours that would change the result if a truncated sequence at the end of a
+    # document were completed with the next document's bytes.
+    padded = [b"\xf0\x9f"] + docs + [b"\xad\xbf\x80tail"]
     yield "sliced-binary", pa.array(padded, pa.binary()).slice(1, len(docs))
     yield "sliced-large_binary", pa.array(padded, pa.large_binary()).slice(1, len(docs))
     yield "chunked", pa.chunked_array([pa.array(docs[:1], pa.binary()), pa.array([], pa.binary()),
@@ -274,6 +276,19 @@ def test_maximal_subpart_rule(raw, replacements):
     expected = [3] + [8] * replacements + [6]
     assert hf_ids_of_bytes(hf, [raw]) == [expected]
     assert t.encode(pa.array([raw], pa.binary())).to_list() == [expected]
+
+
+def test_truncated_sequence_never_borrows_the_next_documents_bytes():
+    """E4 B8 | AD: split across two documents it is not U+4E2D; each end is a boundary."""
+    docs = [b"a\xe4\xb8", b"\xadb", b"\xf0\x9f\x98", b"\x80", b"\xe4", b"\xb8\xad"]
+    expected = hf_ids_of_bytes(hf_uncased(), docs)
+    assert 1746 not in sum(expected, [])  # the id of 中 appears nowhere
+    for name, arr in _binary_variants(docs):
+        assert tok().encode(arr).to_list() == expected, name
+    for layout in (pa.binary(), pa.large_binary()):
+        full = pa.array(docs, layout)
+        for k in range(len(docs)):
+            assert tok().encode(full.slice(k, 1)).to_list() == [expected[k]]
 
 
 @FUZZ
