@@ -1,6 +1,6 @@
 // Standalone driver for profiling the core without Python (callgrind, perf):
 //   python benchmarks/native/dump_blobs.py OUT_DIR VOCAB [--lowercase|--no-lowercase]
-//   g++ -O3 -g -march=x86-64-v2 -std=c++17 -Idaskwp/kernels benchmarks/native/core_bench.cpp \
+//   g++ -O3 -g -march=x86-64-v2 -std=c++17 -Idaskwp/kernels benchmarks/native/core_bench.cpp
 //       daskwp/kernels/vocab_builder.cpp -o /tmp/core_bench
 //   /tmp/core_bench OUT_DIR/vocab.blob OUT_DIR/norm.blob CORPUS.txt [repeats]
 // Prints MB/s of one thread over the corpus lines (one document per line).

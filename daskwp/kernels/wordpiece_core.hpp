@@ -118,19 +118,25 @@ struct TokenSink {
 
 // What a batch shares: the two blob views, the parameters, and the byte table of the
 // fast path. Build once per batch (or per GPU thread block) with init_context.
+constexpr uint8_t kFeedSpace = 0xFEu;
+
 struct CoreContext {
   VocabView v;
   NormView nm;
   TokenizeParams p;
   // feed[c] < 0x80: byte c continues the current word as byte feed[c] (ASCII letters and
-  // digits after lowercasing, and no special token starts with it); 0xFF: general path.
+  // digits after lowercasing, and no special token starts with it); kFeedSpace: plain ASCII
+  // whitespace that only ends the word; 0xFF: general path.
   uint8_t feed[256];
 };
 
 DWP_HD inline void fill_feed_table(CoreContext& ctx) {
   for (int c = 0; c < 256; ++c) {
-    const bool fast = c < 0x80 && ctx.nm.ascii_kind[c] == kAsciiFeed && !ctx.v.special_first[c];
-    ctx.feed[c] = fast ? ctx.nm.ascii_byte[c] : (uint8_t)0xFFu;
+    const bool plain = c < 0x80 && !ctx.v.special_first[c];
+    const uint8_t kind = c < 0x80 ? ctx.nm.ascii_kind[c] : kAsciiSlow;
+    ctx.feed[c] = plain && kind == kAsciiFeed    ? ctx.nm.ascii_byte[c]
+                  : plain && kind == kAsciiSpace ? kFeedSpace
+                                                 : (uint8_t)0xFFu;
   }
 }
 
@@ -142,17 +148,31 @@ DWP_HD inline void init_context(CoreContext& ctx, const uint8_t* vocab_blob,
   fill_feed_table(ctx);
 }
 
+// 8 unaligned bytes, little-endian.
+DWP_HD DWP_FORCEINLINE uint64_t load_u64(const uint8_t* p) {
+#if defined(__CUDA_ARCH__)
+  uint64_t x = 0;
+  for (int b = 0; b < 8; ++b) x |= (uint64_t)p[b] << (8 * b);
+  return x;
+#else
+  uint64_t x;
+  __builtin_memcpy(&x, p, 8);
+  return x;
+#endif
+}
+
 // An optional per-thread memo of whole ASCII words (CPU): the key is the word's raw bytes,
 // the value the tokens the trie produced for it under the same CoreContext. It only skips
 // work: a hit emits exactly what the walk would, a miss walks and records. Direct-mapped,
 // 2^kWordCacheBits entries of 64 bytes; an entry with len 0 is empty.
 constexpr int32_t kWordCacheBits = 14;
-constexpr int32_t kWordCacheMaxBytes = 26;
-constexpr int32_t kWordCacheMaxTokens = 9;
+constexpr int32_t kWordCacheMaxBytes = 32;
+constexpr int32_t kWordCacheMaxTokens = 6;
 struct WordCacheEntry {
+  uint64_t chunk[4];  // the word's bytes as little-endian 8-byte chunks (last one overlaps)
   uint8_t len;
   uint8_t n_tokens;
-  uint8_t word[kWordCacheMaxBytes];
+  uint8_t pad[2];
   int32_t tokens[kWordCacheMaxTokens];
 };
 struct WordCache {
@@ -390,12 +410,8 @@ struct WordPieceE2E {
   // recorded into the memo. Returns the index after the word, or i when the run is not a
   // whole word (it continues into other characters) or is too long to memoize.
   DWP_HD int64_t cached_word(const uint8_t* s, int64_t i, int64_t len) {
-    uint64_t h = 1469598103934665603ull;
-    int64_t e = i;
-    do {
-      h = (h ^ s[e]) * 1099511628211ull;
-      ++e;
-    } while (e < len && feed[s[e]] < 0x80u);
+    int64_t e = i + 1;
+    while (e < len && feed[s[e]] < 0x80u) ++e;
     const int64_t wlen = e - i;
     if (wlen > kWordCacheMaxBytes) return i;
     if (e < len) {  // the word must end here: whitespace or punctuation (incl. '[')
@@ -404,15 +420,26 @@ struct WordPieceE2E {
       const uint8_t k = nm.ascii_kind[c];
       if (k != kAsciiSpace && k != kAsciiPunct) return i;
     }
-    WordCacheEntry& en = cache->entries[(h ^ (h >> 29)) & ((1u << kWordCacheBits) - 1)];
+    // Hash and compare 8 bytes at a time (the last chunk overlaps, never reads past e).
+    uint64_t h = 0x9E3779B97F4A7C15ull * (uint64_t)(wlen + 1);
+    const int32_t n8 = (int32_t)((wlen + 7) >> 3);
+    uint64_t chunk[4];
+    for (int32_t k = 0; k < n8; ++k) {
+      const int64_t at = (k + 1) * 8 <= wlen ? k * 8 : wlen - 8;
+      uint64_t x = 0;
+      if (wlen >= 8) {
+        x = load_u64(s + i + at);
+      } else {
+        for (int32_t b = 0; b < wlen; ++b) x |= (uint64_t)s[i + b] << (8 * b);
+      }
+      chunk[k] = x;
+      h = (h ^ x) * 0xFF51AFD7ED558CCDull;
+      h ^= h >> 32;
+    }
+    WordCacheEntry& en = cache->entries[h & ((1u << kWordCacheBits) - 1)];
     if (en.len == wlen) {
       bool same = true;
-      for (int64_t k = 0; k < wlen; ++k) {
-        if (en.word[k] != s[i + k]) {
-          same = false;
-          break;
-        }
-      }
+      for (int32_t k = 0; k < n8 && same; ++k) same = en.chunk[k] == chunk[k];
       if (same) {
         for (int32_t k = 0; k < en.n_tokens; ++k) sink.push(en.tokens[k]);
         return e;
@@ -431,7 +458,7 @@ struct WordPieceE2E {
     if (produced <= kWordCacheMaxTokens && sink.n <= sink.cap) {
       en.len = (uint8_t)wlen;
       en.n_tokens = (uint8_t)produced;
-      for (int64_t k = 0; k < wlen; ++k) en.word[k] = s[i + k];
+      for (int32_t k = 0; k < n8; ++k) en.chunk[k] = chunk[k];
       for (int64_t k = 0; k < produced; ++k) en.tokens[k] = sink.out[word_start + k];
     }
     return e;
@@ -470,6 +497,12 @@ struct WordPieceE2E {
         }
         nchars += i - run_start;
         if (nchars > max_chars) failed = true;
+        continue;
+      }
+      if (f == kFeedSpace) {
+        if (n_pending) flush_pending();
+        end_word();
+        ++i;
         continue;
       }
       if (v.special_first[c]) {
