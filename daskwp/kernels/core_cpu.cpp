@@ -27,12 +27,12 @@ namespace {
 
 // A growable int32 buffer without zero-initialisation.
 struct IdBuffer {
-  std::unique_ptr<int32_t[]> data;
+  HostArray<int32_t> data;
   int64_t size = 0, cap = 0;
   void reserve(int64_t want) {
     if (want <= cap) return;
     int64_t c = std::max<int64_t>(want, cap * 2 + 1024);
-    std::unique_ptr<int32_t[]> d(new int32_t[c]);
+    HostArray<int32_t> d = host_array<int32_t>(static_cast<size_t>(c));
     if (size) std::memcpy(d.get(), data.get(), size * sizeof(int32_t));
     data.swap(d);
     cap = c;
@@ -83,7 +83,7 @@ EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
   CoreContext ctx;
   init_context(ctx, vocab_blob, norm_blob, p);
   EncodedBatch out;
-  out.offsets.reset(new int64_t[n_docs + 1]);
+  out.offsets = host_array<int64_t>(static_cast<size_t>(n_docs + 1));
   out.offsets[0] = 0;
   int64_t* counts = out.offsets.get() + 1;
   const int64_t total_bytes = n_docs ? static_cast<int64_t>(offsets[n_docs] - offsets[0]) : 0;
@@ -125,14 +125,14 @@ EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
   if (threads == 1) {
     out.ids = std::move(bufs[0].data);
   } else {
-    out.ids.reset(new int32_t[std::max<int64_t>(total, 1)]);
+    out.ids = host_array<int32_t>(static_cast<size_t>(std::max<int64_t>(total, 1)));
     int64_t at = 0;
     for (int t = 0; t < threads; ++t) {
       if (bufs[t].size) std::memcpy(out.ids.get() + at, bufs[t].data.get(), bufs[t].size * 4);
       at += bufs[t].size;
     }
   }
-  if (!out.ids) out.ids.reset(new int32_t[1]);
+  if (!out.ids) out.ids = host_array<int32_t>(1);
   out.n_ids = total;
   for (int64_t d = 0; d < n_docs; ++d) out.offsets[d + 1] += out.offsets[d];
   return out;
@@ -181,9 +181,9 @@ using I32 = nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cp
 using I64 = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
 template <typename T>
-nb::ndarray<nb::numpy, T, nb::ndim<1>> to_numpy(std::unique_ptr<T[]> data, size_t n) {
+nb::ndarray<nb::numpy, T, nb::ndim<1>> to_numpy(daskwp::HostArray<T> data, size_t n) {
   T* raw = data.release();
-  nb::capsule owner(raw, [](void* q) noexcept { delete[] static_cast<T*>(q); });
+  nb::capsule owner(raw, [](void* q) noexcept { std::free(q); });
   return nb::ndarray<nb::numpy, T, nb::ndim<1>>(raw, {n}, owner);
 }
 

@@ -27,11 +27,11 @@ namespace daskwp {
 namespace {
 
 struct WindowBatch {
-  std::unique_ptr<int32_t[]> ids;
-  std::unique_ptr<uint8_t[]> mask;  // int8 or int32 elements, see mask_bytes
-  std::unique_ptr<int64_t[]> metadata;
-  std::unique_ptr<int64_t[]> row_offsets;      // ragged only: rows + 1
-  std::unique_ptr<int64_t[]> doc_row_offsets;  // n_docs + 1
+  HostArray<int32_t> ids;
+  HostArray<uint8_t> mask;  // int8 or int32 elements, see mask_bytes
+  HostArray<int64_t> metadata;
+  HostArray<int64_t> row_offsets;      // ragged only: rows + 1
+  HostArray<int64_t> doc_row_offsets;  // n_docs + 1
   int64_t rows = 0;
   int64_t cells = 0;  // elements of ids (rows * width, or the ragged total)
 };
@@ -105,7 +105,7 @@ WindowBatch build_window_batch(const int32_t* tokens, const int64_t* offsets, in
                                const WindowParams& p, int64_t logid_offset, bool padded,
                                int32_t width, bool mask_int8, int num_threads) {
   WindowBatch out;
-  out.doc_row_offsets.reset(new int64_t[n_docs + 1]);
+  out.doc_row_offsets = host_array<int64_t>(static_cast<size_t>(n_docs + 1));
   int64_t* doc_rows = out.doc_row_offsets.get();
   doc_rows[0] = 0;
   int64_t cells = 0, longest = 0;
@@ -127,10 +127,10 @@ WindowBatch build_window_batch(const int32_t* tokens, const int64_t* offsets, in
   }
   const size_t mask_bytes = mask_int8 ? 1 : 4;
   out.cells = cells;
-  out.ids.reset(new int32_t[std::max<int64_t>(cells, 1)]);
-  out.mask.reset(new uint8_t[std::max<int64_t>(cells, 1) * mask_bytes]);
-  out.metadata.reset(new int64_t[std::max<int64_t>(3 * out.rows, 1)]);
-  if (!padded) out.row_offsets.reset(new int64_t[out.rows + 1]);
+  out.ids = host_array<int32_t>(static_cast<size_t>(std::max<int64_t>(cells, 1)));
+  out.mask = host_array<uint8_t>(static_cast<size_t>(std::max<int64_t>(cells, 1) * mask_bytes));
+  out.metadata = host_array<int64_t>(static_cast<size_t>(std::max<int64_t>(3 * out.rows, 1)));
+  if (!padded) out.row_offsets = host_array<int64_t>(static_cast<size_t>(out.rows + 1));
   int threads = resolve_threads(num_threads);
   // Filling is memory bound: a thread only pays off for ~256K cells.
   threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, cells >> 18)));
@@ -154,15 +154,15 @@ using I64In = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::
 
 template <typename T, size_t Dim>
 nb::object numpy_owning(T* raw, const size_t (&shape)[Dim]) {
-  nb::capsule owner(raw, [](void* q) noexcept { delete[] static_cast<T*>(q); });
+  nb::capsule owner(raw, [](void* q) noexcept { std::free(q); });
   return nb::cast(nb::ndarray<nb::numpy, T>(raw, Dim, shape, owner));
 }
 
 template <typename T>
-nb::object release_as(std::unique_ptr<uint8_t[]>& bytes, std::initializer_list<size_t> dims) {
+nb::object release_as(daskwp::HostArray<uint8_t>& bytes, std::initializer_list<size_t> dims) {
   // The mask buffer is allocated as bytes; hand it over typed.
   T* raw = reinterpret_cast<T*>(bytes.release());
-  nb::capsule owner(raw, [](void* q) noexcept { delete[] static_cast<uint8_t*>(q); });
+  nb::capsule owner(raw, [](void* q) noexcept { std::free(q); });
   std::vector<size_t> shape(dims);
   return nb::cast(nb::ndarray<nb::numpy, T>(raw, shape.size(), shape.data(), owner));
 }
