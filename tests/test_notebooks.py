@@ -11,7 +11,12 @@ A second, static test keeps outputs out of git: committed notebooks have no outp
 execution counts.
 
 Needs ``nbclient``, ``nbformat``, ``ipykernel`` and ``matplotlib`` (the ``test`` extra);
-skipped when one of them is missing.
+skipped when one of them is missing. A notebook may declare more in its metadata::
+
+    "daskwp": {"requires": ["torch", ...], "slow": true}
+
+``requires``: modules it imports beyond those (the notebook is skipped when one is missing);
+``slow``: it takes more than a minute (marked ``slow``).
 """
 
 from __future__ import annotations
@@ -31,6 +36,20 @@ NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
 CELL_TIMEOUT = 300
 
 KERNEL_NAME = "daskwp-notebook-test"
+
+
+def _settings(path: Path) -> dict:
+    """The notebook's ``metadata["daskwp"]`` (``requires``, ``slow``), read without nbformat."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8")).get("metadata", {}).get("daskwp", {})
+    except (OSError, ValueError):
+        return {}  # the static test reports an unreadable notebook
+
+
+def _run_params():
+    for path in NOTEBOOKS:
+        marks = [pytest.mark.slow] if _settings(path).get("slow") else []
+        yield pytest.param(path, marks=marks, id=path.stem)
 
 
 def _require_packages():
@@ -69,9 +88,11 @@ def test_notebook_committed_without_outputs(path):
                        f"committing (jupyter nbconvert --clear-output --inplace {path.name})")
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", list(_run_params()))
 def test_notebook_runs(path, kernel_here):
     _require_packages()
+    for name in _settings(path).get("requires", []):
+        pytest.importorskip(name, reason=f"{path.name} needs {name} (optional)")
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
