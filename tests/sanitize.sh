@@ -3,6 +3,7 @@
 # tests/test_sanitizers.py, runs a sample in under a minute).
 #
 #   tests/sanitize.sh [DATA_DIR] [RANDOM_DOCS]
+#   tests/sanitize.sh --extension [PYTEST ARGS...]
 #
 # DATA_DIR: the shared data folder (default: $DASKWP_SHARED_DATA, else ../shared/data).
 # Builds tests/native/asan_driver.cpp with -fsanitize=address,undefined into
@@ -14,15 +15,51 @@
 #
 # Python: the repository's virtual environment (.venv) when present, else python3; it only
 # writes the blobs (the sanitized process is the C++ driver, no LD_PRELOAD needed).
+#
+# --extension: builds the Python extension itself with DASKWP_SANITIZE=address,undefined
+# (cmake, into build/asan-ext; the installed extension is not touched), stages a copy of the
+# package with it under build/asan-pkg (plus a sitecustomize.py that disables the editable
+# install's import hook, so PYTHONPATH wins), and runs pytest (default: the bad-input,
+# core-case, window and hypothesis tests) with the sanitizer runtimes preloaded. nvcc
+# crashes under the preloaded runtime, so the nvcc tests are deselected.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PY="$REPO/.venv/bin/python"
+[ -x "$PY" ] || PY=python3
+
+if [ "${1:-}" = "--extension" ]; then
+  shift
+  cmake -S "$REPO" -B "$REPO/build/asan-ext" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DDASKWP_SANITIZE=address,undefined -DPython_EXECUTABLE="$PY" >/dev/null
+  cmake --build "$REPO/build/asan-ext" -j"$(nproc)"
+  STAGE="$REPO/build/asan-pkg"
+  rm -rf "$STAGE" && mkdir -p "$STAGE/daskwp"
+  cp -r "$REPO"/daskwp/*.py "$REPO/daskwp/data" "$REPO/daskwp/kernels" "$STAGE/daskwp/"
+  cp "$REPO"/daskwp/*.yaml "$STAGE/daskwp/" 2>/dev/null || true
+  cp "$REPO"/build/asan-ext/_ext*.so "$STAGE/daskwp/"
+  printf '%s\n' 'import sys' \
+    'sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f).lower()' \
+    '                    and "editable" not in type(f).__module__.lower()]' \
+    > "$STAGE/sitecustomize.py"
+  if [ $# -eq 0 ]; then
+    set -- "$REPO/tests/test_bad_input.py" "$REPO/tests/test_core_cases.py" \
+        "$REPO/tests/test_windows.py" "$REPO/tests/test_hypothesis.py" -k "not nvcc and not gpu"
+  fi
+  CC_="${CC:-gcc}"
+  export PYTHONPATH="$STAGE"
+  export LD_PRELOAD="$("$CC_" -print-file-name=libasan.so) $("$CC_" -print-file-name=libubsan.so)"
+  export ASAN_OPTIONS="detect_leaks=0:allocator_may_return_null=1"
+  export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+  cd "$STAGE"  # not the repository root: its daskwp/ must not shadow the staged one
+  "$PY" -c "import daskwp._ext as e; assert e.__file__.startswith('$STAGE'), e.__file__"
+  exec "$PY" -m pytest -p no:cacheprovider -q "$@"
+fi
+
 DATA="${1:-${DASKWP_SHARED_DATA:-$REPO/../shared/data}}"
 RANDOM_DOCS="${2:-20000}"
 CXX="${CXX:-g++}"
 OUT="$REPO/build/sanitizers/full"
-PY="$REPO/.venv/bin/python"
-[ -x "$PY" ] || PY=python3
 mkdir -p "$OUT"
 
 FLAGS=(-std=c++17 -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined
