@@ -520,6 +520,26 @@ def test_vocab_with_nul_and_unusual_tokens_matches_hf(tmp_path):
         hf_encode(hf_from_tokens(hf_vocab), texts)
 
 
+def test_odd_vocabulary_survives_pickling_to_workers(tmp_path):
+    """Duplicates, empty lines and trimmed tokens keep their ids when the vocabulary is
+    shipped to Dask workers (pickled)."""
+    import pickle
+    lines = ["[PAD]", "", "[UNK]", "hello", "world ", "hello", "[CLS]", "[SEP]", "", "##s",
+             "[UNK]", "world"]
+    p = _write(tmp_path / "vocab.txt", ("\n".join(lines) + "\n").encode("utf-8"))
+    v = daskwp.Vocabulary.from_file(p)
+    again = pickle.loads(pickle.dumps(v))
+    for t in set(lines):
+        assert again.token_to_id(t.rstrip()) == v.token_to_id(t.rstrip()), t
+    assert (again.unk_id, again.token_to_id("hello"), again.token_to_id("world")) == (10, 5, 11)
+    texts = ["hello worlds xyz [UNK]", "", None]
+    expected = hf_encode(hf_from_tokens({t.rstrip(): i for i, t in enumerate(lines)}),
+                         texts)
+    assert daskwp.WordPieceTokenizer(again).encode(texts).to_list() == expected
+    t2 = pickle.loads(pickle.dumps(daskwp.WordPieceTokenizer(v)))
+    assert t2.encode(texts).to_list() == expected
+
+
 def _tokenizer_json(tmp_path: Path, model, name="tokenizer.json", top=None) -> Path:
     spec = top if top is not None else {"version": "1.0", "added_tokens": [], "model": model}
     return _write(tmp_path / name, json.dumps(spec).encode("utf-8"))
