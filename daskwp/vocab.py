@@ -243,7 +243,11 @@ class Vocabulary:
         return (_rebuild_vocabulary, (self.__getstate__(),))
 
     def __getstate__(self) -> dict:
-        return {"tokens": self._tokens, "vocab": self._vocab, "unk_token": self.unk_token,
+        # The token -> id map is rebuilt from the id -> token list on unpickling (the last
+        # duplicate wins, as when reading the file), which halves what Dask ships.
+        overrides = {t: i for t, i in self._vocab.items()
+                     if not (i < len(self._tokens) and self._tokens[i] == t)}
+        return {"tokens": self._tokens, "overrides": overrides, "unk_token": self.unk_token,
                 "prefix": self.continuing_subword_prefix, "special_tokens": self.special_tokens,
                 "blob": self._blob, "hash": self.hash, "source": self.source,
                 "config": self.config}
@@ -252,7 +256,14 @@ class Vocabulary:
 def _rebuild_vocabulary(state: dict) -> Vocabulary:
     v = Vocabulary.__new__(Vocabulary)
     v._tokens = state["tokens"]
-    v._vocab = state["vocab"]
+    vocab: dict[str, int] = {}
+    for i, t in enumerate(v._tokens):
+        vocab[t] = i
+    # Tokens whose id is not their last line (e.g. an earlier duplicate's id kept by an
+    # added token) were recorded explicitly.
+    for t, i in state["overrides"].items():
+        vocab[t] = i
+    v._vocab = vocab
     v.unk_token = state["unk_token"]
     v.continuing_subword_prefix = state["prefix"]
     v.special_tokens = tuple(state["special_tokens"])

@@ -46,7 +46,8 @@ struct VocabHeader {
 // stays in cache): `link` = first_child | (kind << 28), kind = n_child when <= 4 (the
 // labels are then in `labels`, byte k = child k) or kHotBitmap (`labels` indexes the
 // node's 256-bit child bitmap; the child is first_child + rank of the bit). `token` ends a
-// word in one step. TrieNode holds the rest, read at failures.
+// word in one step (its failure pops are [token], its link the suffix root); `fail` is the
+// failure link (-1 none). TrieNode holds the failure pops.
 struct HotNode {
   uint32_t link;
   uint32_t labels;
@@ -63,15 +64,10 @@ constexpr uint32_t kVocabSpecialsInWords = 1u;
 // A child bitmap: 4 words of 64 bits, then the 4 prefix popcounts packed in bytes.
 constexpr uint32_t kBitmapWords = 5u;
 
+// The cold part of a node, read only when a failure link is taken: its failure pops.
 struct TrieNode {
-  int32_t first_child;    // index of the first child (children are contiguous)
-  int32_t n_child;
-  int32_t token;          // token id when the node's string is a token, else -1
-  int32_t fail;           // failure link, -1 for none
-  int32_t pops_off;       // failure pops: pool[pops_off, pops_off + pops_len)
+  int32_t pops_off;  // failure pops: pool[pops_off, pops_off + pops_len)
   int32_t pops_len;
-  uint32_t small_labels;  // n_child <= 4: the child labels, byte k = child k
-  int32_t bitmap;         // n_child > 4: index of the 256-bit child bitmap (rank = child)
 };
 
 struct VocabView {

@@ -202,8 +202,7 @@ std::vector<uint8_t> build_vocab_blob(const VocabBuildInput& in) {
       }
       bm[4] = prefix;
     }
-    nodes[i] = TrieNode{first_child[i], n_child[i], token[i],   fail[i],
-                        pops_off[i],    pops_len[i], small,      bitmap_of[i]};
+    nodes[i] = TrieNode{pops_off[i], pops_len[i]};
     const uint32_t kind = n_child[i] <= 4 ? uint32_t(n_child[i]) : kHotBitmap;
     const uint32_t high = n_child[i] <= 4 ? small : uint32_t(bitmap_of[i]);
     hot[i] = HotNode{(kind << 28) | uint32_t(first_child[i]), high, token[i], fail[i]};

@@ -228,13 +228,14 @@ struct WordPieceE2E {
         node = nx;
         return;
       }
-      const TrieNode& nd = v.nodes[node];
-      if (nd.fail < 0) {
+      const int32_t fail = v.hot[node].fail;
+      if (fail < 0) {
         failed = true;
         return;
       }
+      const TrieNode& nd = v.nodes[node];
       for (int32_t k = 0; k < nd.pops_len; ++k) sink.push(v.pops[nd.pops_off + k]);
-      node = nd.fail;
+      node = fail;
     }
   }
 
@@ -265,13 +266,14 @@ struct WordPieceE2E {
     }
     if (!failed) {
       while (node != suffix_root) {
-        const TrieNode& nd = v.nodes[node];
-        if (nd.fail < 0) {
+        const int32_t fail = v.hot[node].fail;
+        if (fail < 0) {
           failed = true;
           break;
         }
+        const TrieNode& nd = v.nodes[node];
         for (int32_t k = 0; k < nd.pops_len; ++k) sink.push(v.pops[nd.pops_off + k]);
-        node = nd.fail;
+        node = fail;
       }
     }
     if (failed) {
