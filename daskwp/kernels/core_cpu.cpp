@@ -43,7 +43,7 @@ template <typename Off>
 void encode_range(const CoreContext& ctx, const Off* offsets, const uint8_t* data, const uint8_t* validity,
                   int64_t validity_offset, int64_t d0, int64_t d1, IdBuffer& buf,
                   int64_t* counts) {
-  // One memo of whole words per thread and batch (~1 MB); see WordCache.
+  // One memo of whole words per thread and batch (2 MB); see WordCache.
   std::unique_ptr<WordCache> cache(new WordCache());
   std::memset(cache.get(), 0, sizeof(WordCache));
   for (int64_t d = d0; d < d1; ++d) {

@@ -164,8 +164,8 @@ DWP_HD DWP_FORCEINLINE uint64_t load_u64(const uint8_t* p) {
 // An optional per-thread memo of whole ASCII words (CPU): the key is the word's raw bytes,
 // the value the tokens the trie produced for it under the same CoreContext. It only skips
 // work: a hit emits exactly what the walk would, a miss walks and records. Direct-mapped,
-// 2^kWordCacheBits entries of 64 bytes; an entry with len 0 is empty.
-constexpr int32_t kWordCacheBits = 14;
+// 2^kWordCacheBits entries of 64 bytes (2 MB); an entry with len 0 is empty.
+constexpr int32_t kWordCacheBits = 15;
 constexpr int32_t kWordCacheMaxBytes = 32;
 constexpr int32_t kWordCacheMaxTokens = 6;
 struct WordCacheEntry {
