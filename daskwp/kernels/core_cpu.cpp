@@ -43,9 +43,13 @@ template <typename Off>
 void encode_range(const CoreContext& ctx, const Off* offsets, const uint8_t* data, const uint8_t* validity,
                   int64_t validity_offset, int64_t d0, int64_t d1, IdBuffer& buf,
                   int64_t* counts) {
-  // One memo of whole words per thread and batch (2 MB); see WordCache.
-  std::unique_ptr<WordCache> cache(new WordCache());
-  std::memset(cache.get(), 0, sizeof(WordCache));
+  // One memo of whole words per thread and batch (2 MB; see WordCache), when the range is
+  // large enough for it to pay off.
+  std::unique_ptr<WordCache> cache;
+  if (d1 > d0 && static_cast<int64_t>(offsets[d1] - offsets[d0]) >= (int64_t(1) << 20)) {
+    cache.reset(new WordCache());
+    std::memset(cache.get(), 0, sizeof(WordCache));
+  }
   for (int64_t d = d0; d < d1; ++d) {
     const int64_t b = static_cast<int64_t>(offsets[d]), e = static_cast<int64_t>(offsets[d + 1]);
     const int64_t vb = d + validity_offset;
