@@ -1,0 +1,42 @@
+"""The CPU loop memoizes whole ASCII words for ranges of 1 MB or more (WordCache in
+wordpiece_core.hpp). A memo hit must emit exactly what the trie walk emits: encode every
+corpus of every vocabulary as one >= 1 MB batch (memo on, one thread so one memo sees all
+documents) and document by document in small batches (memo off). test_parity.py ties the
+small-batch results to HuggingFace."""
+
+import numpy as np
+import pytest
+
+import daskwp
+from conftest import VOCAB_CONFIGS, corpus_files, read_documents, requires_data, vocab_path
+
+pytestmark = requires_data
+
+
+@pytest.mark.parametrize("vocab_name,lowercase", VOCAB_CONFIGS)
+def test_memo_equals_walk_on_all_corpora(vocab_name, lowercase):
+    tok = daskwp.WordPieceTokenizer(vocab_path(vocab_name), lowercase=lowercase)
+    docs = [d for f in corpus_files() for d in read_documents(f)]
+    assert sum(len(d.encode("utf-8", "surrogatepass")) for d in docs) > 2 << 20
+    # Twice over, so the second half is served from the memo.
+    docs = docs + docs
+    memo = tok.encode(docs, num_threads=1)
+    chunk = 2000  # ~100-300 KB per call: below the memo threshold
+    walked = [tok.encode(docs[i:i + chunk], num_threads=1) for i in range(0, len(docs), chunk)]
+    ids = np.concatenate([w.token_ids for w in walked])
+    lengths = np.concatenate([w.lengths for w in walked])
+    np.testing.assert_array_equal(memo.lengths, lengths)
+    np.testing.assert_array_equal(memo.token_ids, ids)
+
+
+def test_memo_respects_max_input_chars_per_word():
+    # A memoized word must still honour a limit smaller than its length.
+    words = ["abcdefgh", "abc", "abcdefghij"] * 200_000
+    text = " ".join(words)
+    tok = daskwp.WordPieceTokenizer(max_input_chars_per_word=5, num_threads=1)
+    enc = tok.encode([text])
+    unk = tok.vocab.unk_id
+    small = daskwp.WordPieceTokenizer(max_input_chars_per_word=5).encode(words[:3]).to_list()
+    assert small[0] == [unk] and small[2] == [unk] and small[1] != [unk]
+    expected = np.array(sum(small, []) * 200_000, dtype=np.int32)
+    np.testing.assert_array_equal(enc.token_ids, expected)
