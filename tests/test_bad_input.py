@@ -782,6 +782,69 @@ def test_dask_binary_column_with_invalid_utf8():
     assert [list(g) for g in got] == hf_ids_of_bytes(hf_uncased(), docs)
 
 
+def _slow_identity(part):
+    import time
+    time.sleep(0.2)
+    return part
+
+
+@pytest.mark.slow
+def test_dask_accessor_survives_a_killed_worker(tmp_path):
+    """Kill a worker process while ``.wordpiece.tokenize(...).to_parquet`` runs on a
+    process cluster: Dask reruns the lost tasks; the dataset equals the eager result with
+    every logID exactly once. (The CLI's version: test_cli.py.)"""
+    import os
+    import signal
+    import threading
+    import time
+
+    import dask.dataframe as dd
+    from distributed import Client, LocalCluster
+
+    docs = [f"document {i} with some words \xff and {'x' * (i % 7)}" if i % 11 else None
+            for i in range(2400)]
+    s = pd.Series(docs, dtype=object, name="text")
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        ds = dd.from_pandas(s, npartitions=48).map_partitions(_slow_identity, meta=s.iloc[:0])
+        res = ds.wordpiece.tokenize(max_length=8, stride=2)
+        out = tmp_path / "out"
+        done: dict = {}
+
+        def run():
+            try:
+                res.to_parquet(str(out))
+                done["ok"] = True
+            except BaseException as e:  # noqa: BLE001 - reported below
+                done["error"] = e
+
+        t = threading.Thread(target=run)
+        t.start()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and t.is_alive() and \
+                not any(w.get("executing") for w in
+                        client.run(lambda dask_worker: {"executing":
+                                                        len(dask_worker.state.executing)}
+                                   ).values()):
+            time.sleep(0.05)
+        time.sleep(1.0)  # some partitions done, some running
+        killed = False
+        nanny = next(iter(cluster.workers.values()))
+        if t.is_alive() and nanny.process is not None and nanny.process.pid is not None:
+            os.kill(nanny.process.pid, signal.SIGKILL)
+            killed = True
+        t.join(timeout=240)
+        assert not t.is_alive(), "the job did not finish after a worker was killed"
+    assert "error" not in done, done.get("error")
+    assert killed, "the job ended before a worker could be killed"
+    frame = pd.read_parquet(out, dtype_backend="pyarrow").sort_values(["logID", "window"])
+    eager = tok()(docs, max_length=8, stride=2)
+    np.testing.assert_array_equal(frame[["logID", "start", "stop"]].to_numpy(dtype=np.int64),
+                                  eager.metadata)
+    ids = np.stack([np.asarray(r) for r in frame["input_ids"]])
+    np.testing.assert_array_equal(ids, eager.input_ids)
+
+
 @pytest.mark.xfail(strict=True, reason="jobs.py _run_tasks re-raises a JobError (InputError "
                    "from read_partition) as is, so the message names the file and byte range "
                    "but not the partition number (reported)")
