@@ -5,12 +5,18 @@
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 #define DWP_HD __host__ __device__
 #define DWP_FORCEINLINE __forceinline__
+#define DWP_NOINLINE __noinline__
+#define DWP_DEVICE_NOINLINE __noinline__
 #else
+// Hot on the CPU for non-ASCII text, but inlining it on the GPU costs minutes of compile.
+#define DWP_DEVICE_NOINLINE
 #define DWP_HD
 #if defined(__GNUC__)
 #define DWP_FORCEINLINE inline __attribute__((always_inline))
+#define DWP_NOINLINE __attribute__((noinline))
 #else
 #define DWP_FORCEINLINE inline
+#define DWP_NOINLINE
 #endif
 #endif
 

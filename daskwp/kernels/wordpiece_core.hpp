@@ -296,7 +296,7 @@ struct WordPieceE2E {
   }
 
   // Emits the waiting combining marks in canonical order.
-  DWP_HD void flush_pending() {
+  DWP_HD DWP_NOINLINE void flush_pending() {
     const int32_t n = n_pending;
     n_pending = 0;
     for (int32_t k = 0; k < n; ++k) {
@@ -318,7 +318,7 @@ struct WordPieceE2E {
   }
 
   // Queues a surviving combining mark: stable insertion by combining class.
-  DWP_HD void add_pending(uint32_t cp) {
+  DWP_HD DWP_NOINLINE void add_pending(uint32_t cp) {
     int32_t lo = 0, hi = (int32_t)nm.h->n_ccc;
     while (lo < hi) {
       const int32_t mid = (lo + hi) >> 1;
@@ -350,7 +350,7 @@ struct WordPieceE2E {
 
   // A code point of the input with its normalization entry; `raw` holds its bytes, or is
   // null for U+FFFD replacing invalid input.
-  DWP_HD void put_code_point(uint32_t cp, uint32_t entry, const uint8_t* raw,
+  DWP_HD DWP_DEVICE_NOINLINE void put_code_point(uint32_t cp, uint32_t entry, const uint8_t* raw,
                              int32_t raw_len) {
     if (entry & kRemove) return;  // removed before NFD: does not end a run of marks
     if (entry & kToSpace) {
@@ -386,7 +386,7 @@ struct WordPieceE2E {
   }
 
   // Tries the literal special tokens at s[i]; on a match emits it and returns its length.
-  DWP_HD int64_t match_special(const uint8_t* s, int64_t i, int64_t len) {
+  DWP_HD DWP_NOINLINE int64_t match_special(const uint8_t* s, int64_t i, int64_t len) {
     const int32_t n = v.h->n_specials;
     for (int32_t k = 0; k < n; ++k) {
       const int32_t b = v.special_offsets[k], l = v.special_offsets[k + 1] - b;
@@ -411,7 +411,8 @@ struct WordPieceE2E {
   // A whole word of plain ASCII bytes starting at s[i] (nothing active): served from or
   // recorded into the memo. Returns the index after the word, or i when the run is not a
   // whole word (it continues into other characters) or is too long to memoize.
-  DWP_HD int64_t cached_word(const uint8_t* s, int64_t i, int64_t len) {
+#if !defined(__CUDA_ARCH__)
+  int64_t cached_word(const uint8_t* s, int64_t i, int64_t len) {
     int64_t e = i + 1;
     while (e < len && feed[s[e]] < 0x80u) ++e;
     const int64_t wlen = e - i;
@@ -465,6 +466,7 @@ struct WordPieceE2E {
     }
     return e;
   }
+#endif
 
   // Tokenizes s[0, len). Returns the number of tokens (written when they fit the sink).
   DWP_HD int64_t run(const uint8_t* s, int64_t len) {
@@ -473,6 +475,7 @@ struct WordPieceE2E {
       uint8_t c = s[i];
       uint8_t f = feed[c];
       if (f < 0x80u) {
+#if !defined(__CUDA_ARCH__)  // the memo is a CPU-only shortcut
         if (cache && !active && !n_pending) {
           const int64_t next = cached_word(s, i, len);
           if (next > i) {
@@ -480,6 +483,7 @@ struct WordPieceE2E {
             continue;
           }
         }
+#endif
         // Fast path: a run of ASCII bytes that continue the current word. Characters are
         // counted per run; a word over the limit is [UNK] however far the walk got.
         if (n_pending) flush_pending();
