@@ -72,8 +72,11 @@ def to_arrow(texts) -> pa.ChunkedArray:
                     dtype == object or str(dtype) == "str":
                 try:
                     arr = pa.chunked_array([pa.array(texts, from_pandas=True)])
-                except (pa.ArrowInvalid, pa.ArrowTypeError):
+                except (pa.ArrowInvalid, pa.ArrowTypeError, UnicodeEncodeError):
                     arr = pa.chunked_array([_from_python_list(list(texts))])
+            elif dtype.kind == "f" and bool(texts.isna().all()):
+                # What pandas makes of an all-empty text column: null documents.
+                arr = pa.chunked_array([pa.nulls(len(texts), pa.string())])
             else:
                 raise TypeError(f"expected a column of strings, got a pandas Series of dtype "
                                 f"{dtype}")

@@ -93,6 +93,10 @@ def resolve_tokenizer(vocab=None, lowercase=None, **options) -> WordPieceTokeniz
                              f"be applied to it (build the tokenizer with them instead)")
         return vocab
     vocab = _config.get("vocab", vocab)
+    if vocab is not None and not isinstance(vocab, (Vocabulary, str, os.PathLike)):
+        raise TypeError(f"vocab must be a WordPieceTokenizer, a Vocabulary, a path to "
+                        f"vocab.txt / tokenizer.json / a model folder, or None; got "
+                        f"{type(vocab).__name__} ({vocab!r:.60})")
     if vocab is not None and not isinstance(vocab, Vocabulary) and Path(vocab).is_dir():
         if lowercase is not None:
             given["lowercase"] = lowercase

@@ -927,8 +927,8 @@ def _run_tasks(client, fn, arg_lists: list[tuple], keys: list[str], on_result,
         for i, args in enumerate(arg_lists):
             try:
                 res = fn(*args)
-            except JobError:
-                raise
+            except JobError as e:
+                raise type(e)(f"{describe(i)} failed: {e}") from e
             except Exception as e:
                 raise JobError(f"{describe(i)} failed: {type(e).__name__}: {e}") from e
             on_result(i, res)
@@ -943,7 +943,7 @@ def _run_tasks(client, fn, arg_lists: list[tuple], keys: list[str], on_result,
             if fut.status == "error":
                 exc = fut.exception()
                 if isinstance(exc, JobError):
-                    raise exc
+                    raise type(exc)(f"{describe(i)} failed: {exc}") from exc
                 raise JobError(f"{describe(i)} failed: {type(exc).__name__}: {exc}")
             if fut.status == "cancelled":
                 raise JobError(f"{describe(i)} was cancelled (the cluster lost it)")
@@ -1211,7 +1211,8 @@ def run_job(cfg: JobConfig, *, client=None, tokenizer=None,
                 prog.update()
             _run_tasks(client, count_partition, [(specs[i],) for i in todo],
                        [f"daskwp-count-{job_id[:8]}-{run_id}-{i:05d}" for i in todo],
-                       got_count, lambda j: f"counting {specs[todo[j]].describe()}")
+                       got_count,
+                       lambda j: f"counting partition {todo[j]} ({specs[todo[j]].describe()})")
             save_job(counts)
         offsets = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
         specs = [dataclasses.replace(s, documents=int(c)) for s, c in zip(specs, counts)]

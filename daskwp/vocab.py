@@ -58,10 +58,12 @@ class Vocabulary:
         for i, t in enumerate(self._tokens):
             vocab[t] = i  # the last occurrence wins, as in HF
         for t, i in (extra_tokens or {}).items():
+            # Tokens beyond the list (added tokens) or sharing an id with another token.
             vocab[t] = i
             while len(self._tokens) <= i:
                 self._tokens.append("")
-            self._tokens[i] = t
+            if self._tokens[i] == "":
+                self._tokens[i] = t
         if not vocab or (len(vocab) == 1 and "" in vocab):
             raise ValueError(f"vocabulary {source!r} is empty")
         if unk_token not in vocab:
@@ -132,6 +134,9 @@ class Vocabulary:
             spec = json.loads(p.read_text(encoding="utf-8-sig"))
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise ValueError(f"tokenizer file {str(p)!r} is not valid JSON: {e}") from None
+        if not isinstance(spec, dict) or not isinstance(spec.get("model") or {}, dict):
+            raise ValueError(f"tokenizer file {str(p)!r} is not a tokenizers JSON object with "
+                             f"a 'model' mapping")
         model = spec.get("model") or {}
         mtype = model.get("type")
         if mtype != "WordPiece":
@@ -141,11 +146,24 @@ class Vocabulary:
         vocab = model.get("vocab")
         if not isinstance(vocab, dict) or not vocab:
             raise ValueError(f"tokenizer file {str(p)!r} has an empty WordPiece vocabulary")
-        size = max(vocab.values()) + 1
-        tokens = [""] * size
         for t, i in vocab.items():
-            tokens[i] = t
-        specials, extra = [], {}
+            if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < 2**31 - 1:
+                raise ValueError(f"tokenizer file {str(p)!r}: token {t!r} has id {i!r}; ids "
+                                 f"must be integers in [0, 2**31 - 1)")
+        size = max(vocab.values()) + 1
+        if size > 16 * len(vocab) + 1024:
+            raise ValueError(f"tokenizer file {str(p)!r}: the largest id {size - 1} is far "
+                             f"beyond the {len(vocab)} tokens; ids must be (nearly) dense")
+        tokens = [""] * size
+        taken = [False] * size
+        shared: dict[str, int] = {}  # tokens that share an id with another token
+        for t, i in vocab.items():
+            if taken[i]:
+                shared[t] = i
+            else:
+                tokens[i] = t
+                taken[i] = True
+        specials, extra = [], dict(shared)
         for at in spec.get("added_tokens") or []:
             content, tid = at["content"], at["id"]
             if at.get("normalized", False) and not at.get("special", False):

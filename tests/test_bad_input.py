@@ -125,10 +125,6 @@ def test_all_null_and_nan_only_inputs():
         assert out.metadata[:, 0].tolist() == list(range(len(texts)))
 
 
-@pytest.mark.xfail(strict=True, reason="_input.py to_arrow rejects a float64 Series even when "
-                   "every value is NaN, which is what pandas (read_csv, a Dask CSV partition "
-                   "whose text cells are all empty) gives for an all-missing text column "
-                   "(reported)")
 def test_all_nan_float_series_is_null_documents():
     texts = pd.Series([np.nan, np.nan, np.nan])
     assert texts.dtype == np.float64
@@ -169,9 +165,6 @@ def test_surrogates_and_noncharacters_equal_hf_on_replacement(text):
         assert tok().encode(pd.Series([text, None])).to_list() == expected + [[]]
 
 
-@pytest.mark.xfail(strict=True, reason="_input.py to_arrow, pandas branch: pa.array(texts, "
-                   "from_pandas=True) raises UnicodeEncodeError on a lone surrogate and only "
-                   "ArrowInvalid/ArrowTypeError fall back to _from_python_list (reported)")
 def test_lone_surrogates_in_a_pandas_series():
     texts = pd.Series(["a\ud800b", None, "ok"], dtype=object)
     expected = hf_ids_of_bytes(hf_uncased(), [as_bytes("a\ud800b"), None, b"ok"])
@@ -343,8 +336,6 @@ def test_native_binding_refuses_malformed_buffers():
         _ext.encode32(vb, vb, 100, ok32, data, None, 0, 1)
 
 
-@pytest.mark.xfail(strict=True, reason="core_cpu.cpp encode_impl does not reject a negative "
-                   "validity_offset: the bitmap is then read before its start (reported)")
 def test_native_binding_refuses_negative_validity_offset():
     code = textwrap.dedent("""
         import numpy as np, daskwp
@@ -569,9 +560,6 @@ def test_tokenizer_json_not_json(tmp_path):
     _names_file(e, p)
 
 
-@pytest.mark.xfail(strict=True, reason="vocab.py _from_tokenizer_json: a JSON document that "
-                   "is not an object raises AttributeError ('list' object has no attribute "
-                   "'get') without the file name (reported)")
 def test_tokenizer_json_top_level_not_an_object(tmp_path):
     p = _tokenizer_json(tmp_path, None, top=[1, 2, 3])
     with pytest.raises(ValueError) as e:
@@ -579,10 +567,6 @@ def test_tokenizer_json_top_level_not_an_object(tmp_path):
     _names_file(e, p)
 
 
-@pytest.mark.xfail(strict=True, reason="vocab.py _from_tokenizer_json: ids are not validated "
-                   "(negative ids index tokens from the end and silently replace another "
-                   "token; a string id raises a bare TypeError; a huge id a MemoryError) "
-                   "(reported)")
 @pytest.mark.parametrize("vocab", [
     {"[UNK]": 0, "a": 1, "b": -1},        # HF: invalid value: integer `-1`, expected u32
     {"[UNK]": 0, "a": "1"},               # HF: invalid type: string "1", expected u32
@@ -596,9 +580,6 @@ def test_tokenizer_json_bad_ids_are_clear_errors(tmp_path, vocab):
     _names_file(e, p)
 
 
-@pytest.mark.xfail(strict=True, reason="vocab.py _from_tokenizer_json builds id -> token with "
-                   "tokens[i] = t, so of two tokens sharing an id only the last is kept and "
-                   "the other silently becomes [UNK]; HF maps both to the id (reported)")
 def test_tokenizer_json_two_tokens_with_one_id_match_hf(tmp_path):
     from tokenizers import Tokenizer
     vocab = {"[UNK]": 0, "[CLS]": 1, "[SEP]": 2, "hello": 3, "hi": 3, "world": 4}
@@ -674,9 +655,7 @@ def test_bad_tokenizer_settings(kwargs, exc, pattern):
     (dict(max_lenght=8), TypeError, r"unexpected keyword.*max_lenght"),
     (dict(return_tensors="pt"), TypeError, r"unexpected keyword.*return_tensors"),
     (dict(max_input_chars_per_word=0), ValueError, r"max_input_chars_per_word.*got 0"),
-    pytest.param(dict(vocab=42), TypeError, r"vocab must be .*got int", marks=pytest.mark.xfail(
-        strict=True, reason="accessor.py resolve_tokenizer calls Path(vocab).is_dir() before "
-        "its isinstance check, so a non-path vocab raises Path's own TypeError (reported)")),
+    pytest.param(dict(vocab=42), TypeError, r"vocab must be .*got int"),
 ])
 def test_bad_accessor_parameters_fail_when_building(kwargs, exc, pattern):
     import dask.dataframe as dd
@@ -845,9 +824,6 @@ def test_dask_accessor_survives_a_killed_worker(tmp_path):
     np.testing.assert_array_equal(ids, eager.input_ids)
 
 
-@pytest.mark.xfail(strict=True, reason="jobs.py _run_tasks re-raises a JobError (InputError "
-                   "from read_partition) as is, so the message names the file and byte range "
-                   "but not the partition number (reported)")
 def test_cli_failing_partition_names_its_number_and_file(tmp_path, capsys):
     from daskwp.cli import main
     d = tmp_path / "in"

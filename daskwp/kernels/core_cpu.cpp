@@ -232,6 +232,7 @@ nb::tuple encode_impl(U8 vocab_blob, U8 norm_blob, int32_t max_chars, OffArr off
     if (off[d] > off[d + 1]) throw std::invalid_argument("offsets are not non-decreasing");
   if (n_docs && (off[0] < 0 || static_cast<int64_t>(off[n_docs]) > data_len))
     throw std::invalid_argument("offsets point outside the data buffer");
+  if (validity_offset < 0) throw std::invalid_argument("validity_offset must be >= 0");
   const uint8_t* validity = nullptr;
   if (!validity_obj.is_none()) {
     U8 vm = nb::cast<U8>(validity_obj);
