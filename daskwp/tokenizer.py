@@ -42,9 +42,9 @@ class Encoding:
         return self.token_ids[self.offsets[i]:self.offsets[i + 1]]
 
     @property
-    def lengths(self) -> np.ndarray:
-        """Tokens per document (int64)."""
-        return np.diff(self.offsets)
+    def lengths(self):
+        """Tokens per document (int64; a CuPy array for GPU results)."""
+        return self.offsets[1:] - self.offsets[:-1]
 
     def to_list(self) -> list[list[int]]:
         ids = self.token_ids.tolist()
@@ -93,6 +93,10 @@ class WordPieceTokenizer:
         A longer word (in characters after normalization) becomes the unknown token.
     num_threads : int, optional
         Threads for a batch; default all cores (1 inside a Dask worker thread).
+    device : {"cpu", "cuda"}, default "cpu"
+        Where ``encode`` and ``__call__`` run. cudf and other device-resident inputs always
+        run on the GPU (``daskwp.cuda``: the same core compiled with NVRTC), and their
+        outputs stay there (CuPy arrays).
 
     Differences from HuggingFace
     ----------------------------
@@ -103,7 +107,8 @@ class WordPieceTokenizer:
     def __init__(self, vocab: Vocabulary | str | os.PathLike | None = None, *,
                  lowercase: bool = True, strip_accents: bool | None = None,
                  clean_text: bool = True, handle_chinese_chars: bool = True,
-                 max_input_chars_per_word: int = 100, num_threads: int | None = None):
+                 max_input_chars_per_word: int = 100, num_threads: int | None = None,
+                 device: str = "cpu"):
         if vocab is None:
             vocab = Vocabulary.default()
         elif not isinstance(vocab, Vocabulary):
@@ -126,6 +131,9 @@ class WordPieceTokenizer:
             raise ValueError(f"num_threads must be a non-negative integer or None, got "
                              f"{num_threads!r}")
         self.num_threads = num_threads
+        if device not in ("cpu", "cuda"):
+            raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+        self.device = device
         strip = self.lowercase if self.strip_accents is None else self.strip_accents
         self._norm = np.frombuffer(
             norm_blob(self.clean_text, self.handle_chinese_chars, strip, self.lowercase),
@@ -169,6 +177,10 @@ class WordPieceTokenizer:
         (object, string or Arrow dtype), or a pyarrow (Large)String/Binary array or
         ChunkedArray.
         """
+        if self._on_gpu(texts):
+            from .cuda import encode_cuda
+            token_ids, offsets = encode_cuda(self, texts)
+            return Encoding(token_ids, offsets)
         arr = to_arrow(texts)
         threads = num_threads if num_threads is not None else self.num_threads
         if threads is None:
@@ -192,17 +204,35 @@ class WordPieceTokenizer:
 
     def __call__(self, texts, max_length: int = 128, stride: int = 0,
                  truncation: bool = False, add_special_tokens: bool = True,
-                 padding="max_length", return_tensors: str = "np", logid_offset: int = 0,
-                 mask_dtype: str = "int32"):
+                 padding="max_length", return_tensors: str | None = None,
+                 logid_offset: int = 0, mask_dtype: str = "int32"):
         """Strided windows with attention mask and (logID, start, stop) metadata.
 
-        See :func:`daskwp.windows.encode_windows` (SPEC §2 semantics).
+        See :func:`daskwp.windows.encode_windows` (SPEC §2 semantics). ``return_tensors``
+        defaults to "np", or "cp" when the work runs on the GPU.
         """
+        if self._on_gpu(texts):
+            from .cuda import windows_cuda
+            return windows_cuda(self, texts, max_length=max_length, stride=stride,
+                                truncation=truncation, add_special_tokens=add_special_tokens,
+                                padding=padding, return_tensors=return_tensors or "cp",
+                                logid_offset=logid_offset, mask_dtype=mask_dtype)
+        if return_tensors is None:
+            return_tensors = "np"
         from .windows import encode_windows
         return encode_windows(self, texts, max_length=max_length, stride=stride,
                               truncation=truncation, add_special_tokens=add_special_tokens,
                               padding=padding, return_tensors=return_tensors,
                               logid_offset=logid_offset, mask_dtype=mask_dtype)
+
+    def _on_gpu(self, texts) -> bool:
+        if self.device == "cuda":
+            return True
+        mod = type(texts).__module__.split(".")[0]
+        if mod in ("cudf", "pylibcudf") or type(texts).__name__ == "DeviceStrings":
+            from .cuda import is_device_input
+            return is_device_input(texts)
+        return False
 
     def decode(self, ids, skip_special_tokens: bool = True):
         """Token ids back to text, BERT style (HF's WordPiece decoder with cleanup)."""
@@ -221,12 +251,12 @@ class WordPieceTokenizer:
                 tuple(sorted(self.settings.items())))
 
     def __reduce__(self):
-        return (_rebuild_tokenizer, (self.vocab, self.settings, self.num_threads))
+        return (_rebuild_tokenizer, (self.vocab, self.settings, self.num_threads, self.device))
 
     def __repr__(self) -> str:
         s = ", ".join(f"{k}={v!r}" for k, v in self.settings.items())
         return f"WordPieceTokenizer({self.vocab!r}, {s})"
 
 
-def _rebuild_tokenizer(vocab, settings, num_threads):
-    return WordPieceTokenizer(vocab, num_threads=num_threads, **settings)
+def _rebuild_tokenizer(vocab, settings, num_threads, device="cpu"):
+    return WordPieceTokenizer(vocab, num_threads=num_threads, device=device, **settings)

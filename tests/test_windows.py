@@ -432,6 +432,12 @@ def test_return_tensors_pt_and_cp():
 # ---------------------------------------------------------------------------------------
 # Validation
 # ---------------------------------------------------------------------------------------
+def test_return_tensors_none_is_the_device_default():
+    tok = daskwp.WordPieceTokenizer()
+    out = tok(["a b c"], max_length=8, return_tensors=None)
+    assert isinstance(out["input_ids"], np.ndarray)
+
+
 @pytest.mark.parametrize("kwargs,exc,pattern", [
     (dict(max_length=2), ValueError, r"max_length must be in \[3, .*got 2"),
     (dict(max_length=0, add_special_tokens=False), ValueError, r"max_length.*\[1, .*got 0"),
@@ -449,7 +455,7 @@ def test_return_tensors_pt_and_cp():
     (dict(padding="max"), ValueError, r"padding must be one of .*max_length.*got 'max'"),
     (dict(padding=1), ValueError, r"padding must be one of .*got 1"),
     (dict(return_tensors="tf"), ValueError, r"return_tensors must be one of .*'np'.*got 'tf'"),
-    (dict(return_tensors=None), ValueError, r"return_tensors must be one of .*got None"),
+    (dict(return_tensors=""), ValueError, r"return_tensors must be one of .*got ''"),
     (dict(logid_offset=-1), ValueError, r"logid_offset must be a non-negative integer, got -1"),
     (dict(logid_offset=1.5), TypeError, r"logid_offset must be an integer"),
 ])
