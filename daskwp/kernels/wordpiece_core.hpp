@@ -545,8 +545,16 @@ struct WordPieceE2E {
       }
       int32_t l;
       const uint32_t cp = decode_utf8(s, i, len, &l);
+      const uint32_t entry = norm_entry(nm, cp);
+      if ((entry & 0xFFu) == 0 && !n_pending && cp != kReplacementChar) {
+        // A plain letter of a word (no mapping, no class, not a mark): straight to the trie.
+        begin_char();
+        for (int32_t k = 0; k < l && !failed; ++k) step(s[i + k]);
+        i += l;
+        continue;
+      }
       const bool invalid = cp == kReplacementChar && !(l == 3 && s[i] == 0xEFu);
-      put_code_point(cp, norm_entry(nm, cp), invalid ? nullptr : s + i, l);
+      put_code_point(cp, entry, invalid ? nullptr : s + i, l);
       i += l;
     }
     if (n_pending) flush_pending();
