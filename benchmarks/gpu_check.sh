@@ -6,7 +6,7 @@
 #   DATA_DIR   folder with corpus/ and vocab/ laid out as shared/data (default: .gpudata in
 #              the repository, then $DASKWP_SHARED_DATA, then ../shared/data).
 # Offline: build requirements and test tools missing from the machine are installed from
-# the wheels in .whl/ (see the report of issue 4 for how they are fetched). Nothing is
+# the wheels in .whl/ (fetch them first: benchmarks/fetch_gpu_wheels.sh). Nothing is
 # downloaded. Results also go to $OUT/gpu_check.json and $OUT/gpu_check.log when $OUT is set.
 # Environment: GPU_CHECK_FAST=1 shrinks the large benchmark inputs; GPU_CHECK_CPU_ONLY=1
 # is a dry run of everything but the GPU (the GPU tests then skip).
