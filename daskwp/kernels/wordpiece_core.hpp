@@ -220,6 +220,17 @@ struct WordPieceE2E {
     n_pending = 0;
   }
 
+  // Follows the failure link of the current node, emitting its failure pops; false when
+  // the node has none (the word cannot be tokenized).
+  DWP_HD DWP_FORCEINLINE bool follow_failure() {
+    const int32_t fail = v.hot[node].fail;
+    if (fail < 0) return false;
+    const TrieNode& nd = v.nodes[node];
+    for (int32_t k = 0; k < nd.pops_len; ++k) sink.push(v.pops[nd.pops_off + k]);
+    node = fail;
+    return true;
+  }
+
   // One byte of the current word through the LinMaxMatch automaton.
   DWP_HD DWP_FORCEINLINE void step(uint8_t c) {
     for (;;) {
@@ -228,14 +239,10 @@ struct WordPieceE2E {
         node = nx;
         return;
       }
-      const int32_t fail = v.hot[node].fail;
-      if (fail < 0) {
+      if (!follow_failure()) {
         failed = true;
         return;
       }
-      const TrieNode& nd = v.nodes[node];
-      for (int32_t k = 0; k < nd.pops_len; ++k) sink.push(v.pops[nd.pops_off + k]);
-      node = fail;
     }
   }
 
@@ -266,14 +273,10 @@ struct WordPieceE2E {
     }
     if (!failed) {
       while (node != suffix_root) {
-        const int32_t fail = v.hot[node].fail;
-        if (fail < 0) {
+        if (!follow_failure()) {
           failed = true;
           break;
         }
-        const TrieNode& nd = v.nodes[node];
-        for (int32_t k = 0; k < nd.pops_len; ++k) sink.push(v.pops[nd.pops_off + k]);
-        node = fail;
       }
     }
     if (failed) {
