@@ -16,6 +16,11 @@
 
 #include "model.hpp"
 
+#if defined(__SSE2__) && !defined(__CUDACC__) && !defined(__CUDACC_RTC__)
+#include <emmintrin.h>
+#define DWP_SSE2 1
+#endif
+
 namespace daskwp {
 
 constexpr uint32_t kReplacementChar = 0xFFFDu;
@@ -128,6 +133,9 @@ struct CoreContext {
   // digits after lowercasing, and no special token starts with it); kFeedSpace: plain ASCII
   // whitespace that only ends the word; 0xFF: general path.
   uint8_t feed[256];
+  // The word bytes of the fast path are exactly ASCII letters and digits (every BERT
+  // vocabulary with its default flags): the memo may find word ends 16 bytes at a time.
+  bool alnum_feed;
 };
 
 DWP_HD inline void fill_feed_table(CoreContext& ctx) {
@@ -137,6 +145,11 @@ DWP_HD inline void fill_feed_table(CoreContext& ctx) {
     ctx.feed[c] = plain && kind == kAsciiFeed    ? ctx.nm.ascii_byte[c]
                   : plain && kind == kAsciiSpace ? kFeedSpace
                                                  : (uint8_t)0xFFu;
+  }
+  ctx.alnum_feed = true;
+  for (int c = 0; c < 256; ++c) {
+    const bool alnum = (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z');
+    if ((ctx.feed[c] < 0x80u) != alnum) ctx.alnum_feed = false;
   }
 }
 
@@ -184,6 +197,7 @@ struct WordPieceE2E {
   VocabView v;
   NormView nm;
   const uint8_t* feed;
+  bool alnum_feed;
   const uint32_t* ascii;  // the entries of code points 0..127
   WordCache* cache;       // null: no memo (GPU, one-off calls)
   int64_t max_chars;
@@ -204,7 +218,8 @@ struct WordPieceE2E {
 
   DWP_HD WordPieceE2E(const CoreContext& ctx, int32_t* out, int64_t cap,
                       WordCache* word_cache = nullptr)
-      : v(ctx.v), nm(ctx.nm), feed(ctx.feed), cache(out ? word_cache : nullptr),
+      : v(ctx.v), nm(ctx.nm), feed(ctx.feed), alnum_feed(ctx.alnum_feed),
+        cache(out ? word_cache : nullptr),
         max_chars(ctx.p.max_input_chars_per_word) {
     ascii = nm.blocks + (uint32_t)nm.block_index[0] * 256u;
     suffix_root = v.h->suffix_root;
@@ -415,9 +430,29 @@ struct WordPieceE2E {
   // recorded into the memo. Returns the index after the word, or i when the run is not a
   // whole word (it continues into other characters) or is too long to memoize.
 #if !defined(__CUDA_ARCH__)
-  int64_t cached_word(const uint8_t* s, int64_t i, int64_t len) {
+  DWP_FORCEINLINE int64_t cached_word(const uint8_t* s, int64_t i, int64_t len) {
     int64_t e = i + 1;
-    while (e < len && feed[s[e]] < 0x80u) ++e;
+#if defined(DWP_SSE2)
+    if (alnum_feed && i + 16 <= len) {
+      // Letters and digits among 16 bytes: (b | 0x20) - 'a' <= 25, or b - '0' <= 9.
+      const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
+      const __m128i a = _mm_sub_epi8(_mm_or_si128(x, _mm_set1_epi8(0x20)), _mm_set1_epi8('a'));
+      const __m128i d = _mm_sub_epi8(x, _mm_set1_epi8('0'));
+      const __m128i is_alpha = _mm_cmpeq_epi8(_mm_min_epu8(a, _mm_set1_epi8(25)), a);
+      const __m128i is_digit = _mm_cmpeq_epi8(_mm_min_epu8(d, _mm_set1_epi8(9)), d);
+      const uint32_t stop = ~(uint32_t)_mm_movemask_epi8(_mm_or_si128(is_alpha, is_digit)) &
+                            0xFFFFu;
+      if (stop) {
+        e = i + __builtin_ctz(stop);
+      } else {
+        e = i + 16;
+        while (e < len && feed[s[e]] < 0x80u) ++e;
+      }
+    } else
+#endif
+    {
+      while (e < len && feed[s[e]] < 0x80u) ++e;
+    }
     const int64_t wlen = e - i;
     if (wlen > kWordCacheMaxBytes) return i;
     if (e < len) {  // the word must end here: whitespace or punctuation (incl. '[')
@@ -435,6 +470,8 @@ struct WordPieceE2E {
       uint64_t x = 0;
       if (wlen >= 8) {
         x = load_u64(s + i + at);
+      } else if (i + 8 <= len) {  // a short word with 8 readable bytes: mask off the rest
+        x = load_u64(s + i) & (~(uint64_t)0 >> (64 - 8 * wlen));
       } else {
         for (int32_t b = 0; b < wlen; ++b) x |= (uint64_t)s[i + b] << (8 * b);
       }
@@ -448,7 +485,8 @@ struct WordPieceE2E {
       for (int32_t k = 0; k < n8 && same; ++k) same = en.chunk[k] == chunk[k];
       if (same) {
         for (int32_t k = 0; k < en.n_tokens; ++k) sink.push(en.tokens[k]);
-        return e;
+        // A plain space after the word ends nothing more: step over it here.
+        return (e < len && feed[s[e]] == kFeedSpace) ? e + 1 : e;
       }
     }
     // Miss: walk the word, then record what it produced when it fits.
