@@ -29,15 +29,13 @@ struct VocabHeader {
   uint64_t off_nodes;            // TrieNode[n_nodes]
   uint64_t off_labels;           // uint8[n_nodes]: byte on the edge into the node
   uint64_t off_pops;             // int32[n_pops]
-  uint64_t off_root_next;        // int32[256]: dense children of the root (-1 none)
-  uint64_t off_suffix_next;      // int32[256]: dense children of suffix_root
   uint64_t off_special_offsets;  // int32[n_specials + 1], sorted by length, longest first
   uint64_t off_special_ids;      // int32[n_specials]
   uint64_t off_special_bytes;    // uint8[...]
   uint64_t off_special_first;    // uint8[256]: 1 when some special token starts with the byte
   uint64_t off_bitmaps;          // uint64[kBitmapWords * n]: child bitmaps (> 4 children)
   uint64_t off_hot;              // HotNode[n_nodes]: child lookup data
-  uint32_t flags;                // kVocabSpecialsInWords
+  uint32_t reserved0;            // 0
   uint32_t reserved;
   uint64_t total_bytes;
 };
@@ -58,9 +56,6 @@ constexpr uint32_t kHotBitmap = 15u;
 constexpr uint32_t kHotChildMask = 0x0FFFFFFFu;
 
 // 32 bytes: two nodes per cache line.
-// A special token starts with a byte that can continue a word (an ASCII letter or digit, or
-// a non-ASCII byte), so the word loop must look for specials at every byte.
-constexpr uint32_t kVocabSpecialsInWords = 1u;
 // A child bitmap: 4 words of 64 bits, then the 4 prefix popcounts packed in bytes.
 constexpr uint32_t kBitmapWords = 5u;
 
@@ -75,8 +70,6 @@ struct VocabView {
   const TrieNode* nodes;
   const uint8_t* labels;
   const int32_t* pops;
-  const int32_t* root_next;
-  const int32_t* suffix_next;
   const int32_t* special_offsets;
   const int32_t* special_ids;
   const uint8_t* special_bytes;
@@ -91,8 +84,6 @@ DWP_HD inline VocabView make_vocab_view(const uint8_t* blob) {
   v.nodes = reinterpret_cast<const TrieNode*>(blob + v.h->off_nodes);
   v.labels = blob + v.h->off_labels;
   v.pops = reinterpret_cast<const int32_t*>(blob + v.h->off_pops);
-  v.root_next = reinterpret_cast<const int32_t*>(blob + v.h->off_root_next);
-  v.suffix_next = reinterpret_cast<const int32_t*>(blob + v.h->off_suffix_next);
   v.special_offsets = reinterpret_cast<const int32_t*>(blob + v.h->off_special_offsets);
   v.special_ids = reinterpret_cast<const int32_t*>(blob + v.h->off_special_ids);
   v.special_bytes = blob + v.h->off_special_bytes;
@@ -130,9 +121,6 @@ constexpr uint32_t kMapped = 32u;
 constexpr uint32_t kMarkPending = 64u;
 constexpr uint32_t kNonStarterGone = 128u;
 constexpr uint32_t kMapShift = 8u;
-// An ASCII byte needs the slow path when it is not a plain "other" character that maps to
-// itself; the fast path covers letters and digits.
-constexpr uint32_t kSlowBits = kClassMask | kRemove | kToSpace | kIsolate | kMapped;
 
 struct NormHeader {
   uint32_t magic;    // kNormMagic

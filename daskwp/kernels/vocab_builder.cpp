@@ -164,8 +164,6 @@ std::vector<uint8_t> build_vocab_blob(const VocabBuildInput& in) {
   h.off_nodes = off; off = align8(off + n * sizeof(TrieNode));
   h.off_labels = off; off = align8(off + n);
   h.off_pops = off; off = align8(off + pool.size() * 4);
-  h.off_root_next = off; off = align8(off + 256 * 4);
-  h.off_suffix_next = off; off = align8(off + 256 * 4);
   h.off_special_offsets = off; off = align8(off + (sp.size() + 1) * 4);
   h.off_special_ids = off; off = align8(off + sp.size() * 4);
   h.off_special_bytes = off; off = align8(off + special_bytes);
@@ -209,12 +207,6 @@ std::vector<uint8_t> build_vocab_blob(const VocabBuildInput& in) {
   }
   std::memcpy(blob.data() + h.off_labels, labels.data(), n);
   if (!pool.empty()) std::memcpy(blob.data() + h.off_pops, pool.data(), pool.size() * 4);
-  auto* root_next = reinterpret_cast<int32_t*>(blob.data() + h.off_root_next);
-  auto* suffix_next = reinterpret_cast<int32_t*>(blob.data() + h.off_suffix_next);
-  for (int c = 0; c < 256; ++c) {
-    root_next[c] = child(0, static_cast<uint8_t>(c));
-    suffix_next[c] = child(suffix_root, static_cast<uint8_t>(c));
-  }
   auto* sp_off = reinterpret_cast<int32_t*>(blob.data() + h.off_special_offsets);
   auto* sp_ids = reinterpret_cast<int32_t*>(blob.data() + h.off_special_ids);
   uint8_t* sp_bytes = blob.data() + h.off_special_bytes;
@@ -226,11 +218,7 @@ std::vector<uint8_t> build_vocab_blob(const VocabBuildInput& in) {
     sp_ids[k] = in.special_ids[sp[k]];
     std::memcpy(sp_bytes + pos, s.data(), s.size());
     pos += static_cast<int32_t>(s.size());
-    const uint8_t first = static_cast<uint8_t>(s[0]);
-    sp_first[first] = 1;
-    if (first >= 0x80 || (first >= '0' && first <= '9') || (first >= 'A' && first <= 'Z') ||
-        (first >= 'a' && first <= 'z'))
-      reinterpret_cast<VocabHeader*>(blob.data())->flags |= kVocabSpecialsInWords;
+    sp_first[static_cast<uint8_t>(s[0])] = 1;
   }
   sp_off[sp.size()] = pos;
   return blob;

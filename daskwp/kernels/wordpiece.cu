@@ -36,8 +36,7 @@
 // every 32-byte sector is fetched from DRAM once and consumed by one thread out of L1 (no
 // read amplification), and the read-only path is used (const __restrict__). The work is
 // dominated by dependent lookups in the trie, not by bandwidth: the core's context with its
-// byte feed table, the hottest tables (the dense children of the root and of the "##"
-// node, the ASCII tables) and the boundary table live in shared memory, built once per
+// byte feed table, the ASCII tables and the boundary table live in shared memory, built once per
 // block; the trie's hot node array walked per byte and the rest of the blobs stay in L2
 // (a BERT vocabulary blob is a few MB).
 #include "windows.hpp"
@@ -47,11 +46,9 @@ namespace daskwp {
 namespace gpu {
 
 // What the threads of a block share: the core's context (views, parameters and its
-// 256-byte feed table) and copies of the hottest lookup tables, all in shared memory.
+// 256-byte feed table) and copies of the ASCII tables, all in shared memory.
 struct BlockContext {
   CoreContext ctx;
-  int32_t root_next[256];
-  int32_t suffix_next[256];
   uint8_t ascii_kind[128];
   uint8_t ascii_byte[128];
 };
@@ -64,20 +61,13 @@ __device__ void load_block_context(BlockContext& sh, const uint8_t* vocab_blob,
     p.max_input_chars_per_word = max_input_chars_per_word;
     init_context(sh.ctx, vocab_blob, norm_blob, p);
   }
-  const VocabView v = make_vocab_view(vocab_blob);
   const NormView nm = make_norm_view(norm_blob);
-  for (int i = threadIdx.x; i < 256; i += blockDim.x) {
-    sh.root_next[i] = v.root_next[i];
-    sh.suffix_next[i] = v.suffix_next[i];
-    if (i < 128) {
-      sh.ascii_kind[i] = nm.ascii_kind[i];
-      sh.ascii_byte[i] = nm.ascii_byte[i];
-    }
+  for (int i = threadIdx.x; i < 128; i += blockDim.x) {
+    sh.ascii_kind[i] = nm.ascii_kind[i];
+    sh.ascii_byte[i] = nm.ascii_byte[i];
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    sh.ctx.v.root_next = sh.root_next;
-    sh.ctx.v.suffix_next = sh.suffix_next;
     sh.ctx.nm.ascii_kind = sh.ascii_kind;
     sh.ctx.nm.ascii_byte = sh.ascii_byte;
   }

@@ -198,7 +198,6 @@ struct WordPieceE2E {
   NormView nm;
   const uint8_t* feed;
   bool alnum_feed;
-  const uint32_t* ascii;  // the entries of code points 0..127
   WordCache* cache;       // null: no memo (GPU, one-off calls)
   int64_t max_chars;
   int32_t suffix_root;
@@ -221,7 +220,6 @@ struct WordPieceE2E {
       : v(ctx.v), nm(ctx.nm), feed(ctx.feed), alnum_feed(ctx.alnum_feed),
         cache(out ? word_cache : nullptr),
         max_chars(ctx.p.max_input_chars_per_word) {
-    ascii = nm.blocks + (uint32_t)nm.block_index[0] * 256u;
     suffix_root = v.h->suffix_root;
     unk_id = v.h->unk_id;
     sink.out = out;
@@ -261,14 +259,17 @@ struct WordPieceE2E {
     }
   }
 
+  // Opens a word at the trie root; its tokens start at the sink's current end.
+  DWP_HD DWP_FORCEINLINE void start_word() {
+    active = true;
+    failed = false;
+    node = 0;
+    nchars = 0;
+    word_start = sink.n;
+  }
+
   DWP_HD DWP_FORCEINLINE void begin_char() {
-    if (!active) {
-      active = true;
-      failed = false;
-      node = 0;
-      nchars = 0;
-      word_start = sink.n;
-    }
+    if (!active) start_word();
     if (++nchars > max_chars) failed = true;
   }
 
@@ -490,11 +491,8 @@ struct WordPieceE2E {
       }
     }
     // Miss: walk the word, then record what it produced when it fits.
-    active = true;
-    failed = false;
-    node = 0;
+    start_word();
     nchars = wlen;
-    word_start = sink.n;
     for (int64_t k = i; k < e && !failed; ++k) step(feed[s[k]]);
     if (nchars > max_chars) failed = true;
     end_word();
@@ -528,13 +526,7 @@ struct WordPieceE2E {
         // Fast path: a run of ASCII bytes that continue the current word. Characters are
         // counted per run; a word over the limit is [UNK] however far the walk got.
         if (n_pending) flush_pending();
-        if (!active) {
-          active = true;
-          failed = false;
-          node = 0;
-          nchars = 0;
-          word_start = sink.n;
-        }
+        if (!active) start_word();
         const int64_t run_start = i;
         for (;;) {
           if (!failed) step(f);
@@ -579,7 +571,7 @@ struct WordPieceE2E {
           case kAsciiRemove:
             break;
           default:
-            put_code_point(c, ascii[c], s + i, 1);
+            put_code_point(c, norm_entry(nm, c), s + i, 1);
         }
         ++i;
         continue;
@@ -613,17 +605,5 @@ DWP_HD inline int64_t tokenize_document(const CoreContext& ctx, const uint8_t* s
   return t.run(s, len);
 }
 
-// Same, building the context on the spot (256-entry table): for one-off calls on long
-// ranges; batch loops should build a CoreContext once and use the overload above.
-DWP_HD inline int64_t tokenize_document(const VocabView& v, const NormView& nm,
-                                        const TokenizeParams& p, const uint8_t* s,
-                                        int64_t len, int32_t* out, int64_t cap) {
-  CoreContext ctx;
-  ctx.v = v;
-  ctx.nm = nm;
-  ctx.p = p;
-  fill_feed_table(ctx);
-  return tokenize_document(ctx, s, len, out, cap);
-}
 
 }  // namespace daskwp
