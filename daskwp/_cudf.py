@@ -5,13 +5,11 @@ Written against the documented cudf / pylibcudf API only (``cudf.DataFrame``,
 ``pylibcudf.Column.from_cuda_array_interface``). Imported only when a partition is a cudf
 object, so nothing here runs, or needs to import, on a machine without cudf.
 
-The GPU launcher is ``daskwp.cuda.windows_cuda(tok, texts, ..., return_tensors="cp")``
-(``tok(texts, ...)`` on the device; written separately): it reads the cudf column's device
-buffers (offsets + chars) with the CUDA kernel and returns CuPy arrays with the same layout
+The tokenizer runs cudf input on the GPU (``daskwp.cuda.windows_cuda``): the kernel reads the
+cudf column's device buffers (offsets + chars) and returns CuPy arrays with the same layout
 as the CPU path: ``input_ids`` and ``attention_mask`` (rows x max_length int32, or ragged
 rows with ``padding=False``) and ``metadata`` (rows x 3 int64, logIDs 0-based within the
-batch). Where that module is missing, the tokenizer itself is called with
-``return_tensors="cp"``, assuming it dispatches cudf input to the GPU. The vocabulary blob is
+batch); this module turns them into a cudf partition frame. The vocabulary blob is
 uploaded once per (vocabulary hash, device) and cached by the launcher, so it stays resident
 on each worker's GPU across tasks and computations.
 """
@@ -22,7 +20,7 @@ import cudf
 import cupy
 import pylibcudf as plc
 
-_MAX_LIST_VALUES = 2**31 - 1
+from .accessor import _MAX_LIST_VALUES, window_index
 
 
 def list_column(matrix) -> cudf.Series:
@@ -53,19 +51,6 @@ def list_column(matrix) -> cudf.Series:
     return cudf.Series.from_pylibcudf(col)
 
 
-def window_index(logid):
-    """0, 1, 2, ... within each run of equal logIDs (CuPy version of the CPU helper)."""
-    n = int(logid.shape[0])
-    if n == 0:
-        return cupy.zeros(0, dtype=cupy.int32)
-    first = cupy.empty(n, dtype=bool)
-    first[0] = True
-    cupy.not_equal(logid[1:], logid[:-1], out=first[1:])
-    starts = cupy.flatnonzero(first)
-    run_start = starts[cupy.cumsum(first) - 1]
-    return (cupy.arange(n) - run_start).astype(cupy.int32)
-
-
 def frame_from_output(out) -> cudf.DataFrame:
     """The GPU launcher's CuPy output as a partition frame (columns as on the CPU)."""
     meta = cupy.asarray(out["metadata"], dtype=cupy.int64).reshape(-1, 3)
@@ -76,25 +61,8 @@ def frame_from_output(out) -> cudf.DataFrame:
         "stop": cupy.ascontiguousarray(meta[:, 2]),
         "input_ids": list_column(out["input_ids"]),
         "attention_mask": list_column(out["attention_mask"]),
-        "window": window_index(logid),
+        "window": window_index(logid, cupy),
     })
-
-
-def tokenize_partition(texts, tok, options: dict) -> cudf.DataFrame:
-    """One cudf partition through the GPU kernel; the outputs stay on the device."""
-    try:
-        from .cuda import windows_cuda
-    except ImportError:
-        windows_cuda = None
-    kwargs = dict(max_length=options["max_length"], stride=options["stride"],
-                  truncation=options["truncation"],
-                  add_special_tokens=options["add_special_tokens"],
-                  padding=options["padding"], return_tensors="cp")
-    if windows_cuda is not None:
-        out = windows_cuda(tok, texts, **kwargs)
-    else:
-        out = tok(texts, **kwargs)
-    return frame_from_output(out)
 
 
 def matrix_from_list_column(series, width: int):

@@ -103,10 +103,7 @@ def resolve_tokenizer(vocab=None, lowercase=None, **options) -> WordPieceTokeniz
         return WordPieceTokenizer.from_pretrained(vocab, **given)
     if vocab is None:
         vocab = Vocabulary.default()
-    elif not isinstance(vocab, Vocabulary):
-        if not isinstance(vocab, (str, os.PathLike)):
-            raise TypeError(f"vocab must be a WordPieceTokenizer, a Vocabulary, a path or None, "
-                            f"got {type(vocab).__name__}")
+    elif not isinstance(vocab, Vocabulary):  # a path (checked above)
         vocab = _vocabulary_from_path(vocab)
     return WordPieceTokenizer(vocab, lowercase=_config.get("lowercase", lowercase), **given)
 
@@ -247,17 +244,18 @@ def list_column(matrix) -> pd.Series:
         pa.array(offsets.astype(np.int32)), pa.array(values))))
 
 
-def window_index(logid: np.ndarray) -> np.ndarray:
-    """0, 1, 2, ... within each run of equal logIDs (the row number inside its document)."""
-    n = len(logid)
+def window_index(logid, xp=np):
+    """0, 1, 2, ... within each run of equal logIDs (the row number inside its document).
+
+    ``xp`` is the array module: NumPy, or CuPy for device metadata."""
+    n = int(logid.shape[0])
     if n == 0:
-        return np.zeros(0, dtype=np.int32)
-    first = np.empty(n, dtype=bool)
+        return xp.zeros(0, dtype=xp.int32)
+    first = xp.empty(n, dtype=bool)
     first[0] = True
-    np.not_equal(logid[1:], logid[:-1], out=first[1:])
-    starts = np.flatnonzero(first)
-    run_start = np.repeat(starts, np.diff(np.append(starts, n)))
-    return (np.arange(n) - run_start).astype(np.int32)
+    xp.not_equal(logid[1:], logid[:-1], out=first[1:])
+    starts = xp.flatnonzero(first)
+    return (xp.arange(n) - starts[xp.cumsum(first) - 1]).astype(xp.int32)
 
 
 def frame_from_output(out) -> pd.DataFrame:
@@ -283,14 +281,10 @@ def tokenize_partition(texts, tokenizer: WordPieceTokenizer, options: dict,
     """
     tok = cached_tokenizer(tokenizer)
     try:
-        if _is_cudf(texts):
+        if _is_cudf(texts):  # the tokenizer runs cudf input on the GPU; outputs stay there
             from . import _cudf
-            return _cudf.tokenize_partition(texts, tok, options)
-        out = tok(texts, max_length=options["max_length"], stride=options["stride"],
-                  truncation=options["truncation"],
-                  add_special_tokens=options["add_special_tokens"],
-                  padding=options["padding"], return_tensors="np")
-        return frame_from_output(out)
+            return _cudf.frame_from_output(tok(texts, **options, return_tensors="cp"))
+        return frame_from_output(tok(texts, **options, return_tensors="np"))
     except Exception as e:
         if partition is None:
             raise

@@ -513,32 +513,13 @@ def windows_cuda(tok, texts, *, max_length: int = 128, stride: int = 0,
     device memory through DLPack (``"pt"``), or NumPy copies (``"np"``).
     ``doc_row_offsets`` stays a CuPy array.
     """
-    from .windows import BatchWindows, RaggedRows, _validate
+    from .windows import _fill_plan, _pack, _validate
 
     p = _validate(max_length, stride, truncation, add_special_tokens, padding, return_tensors,
                   logid_offset, mask_dtype)
     token_ids, offsets = encode_cuda(tok, texts, chunk_bytes=chunk_bytes)
-    vocab = tok.vocab
-    padded = p.padding != "ragged"
-    cls_id = vocab.cls_id if p.add_special_tokens else -1
-    sep_id = vocab.sep_id if p.add_special_tokens else -1
-    pad_id = vocab.pad_id if padded else -1
-    width = p.max_length
-    if p.padding == "longest":
-        n_docs = int(offsets.shape[0]) - 1
-        longest = int((offsets[1:] - offsets[:-1]).max()) if n_docs else 0
-        width = min(longest, p.body_length) + (2 if p.add_special_tokens else 0) \
-            if n_docs else 0
-    ids, mask, meta, row_offsets, doc_rows = build_windows_cuda(
+    padded, cls_id, sep_id, pad_id, width = _fill_plan(tok.vocab, p, offsets)
+    out = build_windows_cuda(
         token_ids, offsets, p.max_length, p.stride, p.truncation, p.add_special_tokens,
         cls_id, sep_id, pad_id, p.logid_offset, padded, p.mask_int8, width)
-    t = p.return_tensors
-    if padded:
-        data = {"input_ids": _convert_device(ids, t),
-                "attention_mask": _convert_device(mask, t)}
-    else:
-        offs = _convert_device(row_offsets, t)
-        data = {"input_ids": RaggedRows(_convert_device(ids, t), offs),
-                "attention_mask": RaggedRows(_convert_device(mask, t), offs)}
-    data["metadata"] = _convert_device(meta, t)
-    return BatchWindows(data, doc_rows)
+    return _pack(*out, padded, lambda a: _convert_device(a, p.return_tensors))

@@ -23,7 +23,6 @@ allocate exact-size outputs, fill each row; ``kernels/windows.hpp``): no per-win
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -227,8 +226,8 @@ def _validate(max_length, stride, truncation, add_special_tokens, padding, retur
     n_special = 2 if p.add_special_tokens else 0
     p.max_length = _check_int(
         "max_length", max_length, lo=1 + n_special, hi=2**31 - 1,
-        allowed=(f"in [3, 2**31-1] with add_special_tokens=True (room for [CLS], [SEP] and "
-                 f"at least one token)" if n_special else "in [1, 2**31-1]"))
+        allowed=("in [3, 2**31-1] with add_special_tokens=True (room for [CLS], [SEP] and "
+                 "at least one token)" if n_special else "in [1, 2**31-1]"))
     p.body_length = p.max_length - n_special
     p.stride = _check_int(
         "stride", stride, lo=0, hi=p.body_length - 1,
@@ -265,32 +264,42 @@ def _convert(arr, return_tensors: str):
     return cupy.asarray(arr)
 
 
+def _fill_plan(vocab, p: _Params, offsets):
+    """(padded, cls_id, sep_id, pad_id, width) for the native fill, CPU or GPU alike.
+
+    ``offsets`` may be a NumPy or CuPy array; "longest" reads its largest document."""
+    padded = p.padding != "ragged"
+    special = p.add_special_tokens
+    width = p.max_length
+    if p.padding == "longest":
+        n_docs = int(offsets.shape[0]) - 1
+        longest = int((offsets[1:] - offsets[:-1]).max()) if n_docs else 0
+        width = min(longest, p.body_length) + (2 if special else 0) if n_docs else 0
+    return (padded, vocab.cls_id if special else -1, vocab.sep_id if special else -1,
+            vocab.pad_id if padded else -1, width)
+
+
+def _pack(ids, mask, meta, row_offsets, doc_rows, padded: bool, convert) -> BatchWindows:
+    """The fill's arrays as a :class:`BatchWindows`, each passed through ``convert``."""
+    if padded:
+        data = {"input_ids": convert(ids), "attention_mask": convert(mask)}
+    else:
+        offs = convert(row_offsets)
+        data = {"input_ids": RaggedRows(convert(ids), offs),
+                "attention_mask": RaggedRows(convert(mask), offs)}
+    data["metadata"] = convert(meta)
+    return BatchWindows(data, doc_rows)
+
+
 def _windows(token_ids: np.ndarray, offsets: np.ndarray, vocab, p: _Params,
              num_threads: int) -> BatchWindows:
     token_ids = np.ascontiguousarray(token_ids, dtype=np.int32)
     offsets = np.ascontiguousarray(offsets, dtype=np.int64)
-    cls_id = vocab.cls_id if p.add_special_tokens else -1
-    sep_id = vocab.sep_id if p.add_special_tokens else -1
-    padded = p.padding != "ragged"
-    pad_id = vocab.pad_id if padded else -1
-    width = p.max_length
-    b2 = 2 if p.add_special_tokens else 0
-    if p.padding == "longest":
-        n_docs = offsets.shape[0] - 1
-        longest = int(np.diff(offsets).max()) if n_docs else 0
-        width = min(longest, p.body_length) + b2 if n_docs else 0
-    ids, mask, meta, row_offsets, doc_rows = _ext.build_windows(
+    padded, cls_id, sep_id, pad_id, width = _fill_plan(vocab, p, offsets)
+    out = _ext.build_windows(
         token_ids, offsets, p.max_length, p.stride, p.truncation, p.add_special_tokens,
         cls_id, sep_id, pad_id, p.logid_offset, padded, p.mask_int8, width, num_threads)
-    t = p.return_tensors
-    if padded:
-        data = {"input_ids": _convert(ids, t), "attention_mask": _convert(mask, t)}
-    else:
-        offs = _convert(row_offsets, t)
-        data = {"input_ids": RaggedRows(_convert(ids, t), offs),
-                "attention_mask": RaggedRows(_convert(mask, t), offs)}
-    data["metadata"] = _convert(meta, t)
-    return BatchWindows(data, doc_rows)
+    return _pack(*out, padded, lambda a: _convert(a, p.return_tensors))
 
 
 def windows_from_encoding(encoding, vocab, *, max_length: int = 128, stride: int = 0,

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from conftest import (DATA, VOCAB_CONFIGS, corpus_files, read_documents, requires_data,
+from conftest import (VOCAB_CONFIGS, corpus_files, read_documents, requires_data,
                       vocab_path)
 
 from daskwp._reference import load_tables, load_vocab, normalize, reference_encode
