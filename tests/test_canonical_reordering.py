@@ -35,3 +35,16 @@ def test_reordering_matches_hf(text, lowercase, expected):
     hf = tokenizers.BertWordPieceTokenizer({t: i for i, t in enumerate(TOKENS)},
                                            lowercase=lowercase)
     assert hf.encode(text, add_special_tokens=False).tokens == expected
+
+
+def test_runs_longer_than_the_buffer_are_reordered_in_groups():
+    """README "Differences from HuggingFace": the core holds at most 32 surviving marks;
+    a longer out-of-order run is sorted 32 at a time, where HF sorts the whole run."""
+    tok = daskwp.WordPieceTokenizer(daskwp.Vocabulary.from_tokens(TOKENS), lowercase=True)
+    text = "a" + "\u302e" * 33 + "\u1b44"
+    got = [TOKENS[i] for i in tok.encode([text]).to_list()[0]]
+    assert got == ["a"] + ["##\u302e"] * 32 + ["##\u1b44\u302e"]
+    tokenizers = pytest.importorskip("tokenizers")
+    hf = tokenizers.BertWordPieceTokenizer({t: i for i, t in enumerate(TOKENS)}, lowercase=True)
+    assert hf.encode(text, add_special_tokens=False).tokens == \
+        ["a", "##\u1b44\u302e"] + ["##\u302e"] * 32
