@@ -235,16 +235,11 @@ def main(argv=None) -> int:
         if ns.command == "bench":
             return _cmd_bench(ns)
         return _cmd_job(ns)
-    except (ConfigError, InputError, OutputConflictError) as e:
-        if os.environ.get("DASKWP_DEBUG"):
-            raise
-        print(f"daskwp: error: {e}", file=sys.stderr)
-        return 2
     except JobError as e:
         if os.environ.get("DASKWP_DEBUG"):
             raise
         print(f"daskwp: error: {e}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(e, (ConfigError, InputError, OutputConflictError)) else 1
     except KeyboardInterrupt:
         print("daskwp: interrupted; run the same command again to resume", file=sys.stderr)
         return 130

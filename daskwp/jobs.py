@@ -46,6 +46,8 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 import pyarrow as pa
 
+from ._input import to_arrow
+
 JOB_FILE = "_job.json"
 SUMMARY_FILE = "_summary.json"
 PART_PREFIX = "part-"
@@ -245,11 +247,6 @@ class JobConfig:
     overwrite: bool = False
     quiet: bool = False
 
-    def replace(self, **changes) -> "JobConfig":
-        return dataclasses.replace(self, **changes)
-
-    def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
 
 def resolve_path(value: str, base_dir: str | os.PathLike) -> str:
@@ -671,7 +668,9 @@ def read_partition(spec: PartitionSpec) -> pa.Array:
             if not _is_stringlike(col.type):
                 raise InputError(f"column {spec.column!r} of {spec.path!r} holds {col.type}, "
                                  f"not text")
-            return col.combine_chunks()
+            # Dictionary, null and string_view columns become plain strings, as the
+            # tokenizer's own input path does.
+            return to_arrow(col).combine_chunks()
     except JobError:
         raise
     except (OSError, ValueError, pa.ArrowException) as e:
@@ -769,10 +768,9 @@ def partition_statistics(table: pa.Table, unk_id: int) -> dict:
     start = table.column("start").to_numpy()
     stop = table.column("stop").to_numpy()
     lo, hi = offsets[:-1] + start, offsets[:-1] + stop + 1
-    is_unk = np.zeros(len(values) + 1, dtype=np.int64)
-    np.cumsum(values == unk_id, out=is_unk[1:])
+    unk = np.flatnonzero(values == unk_id)  # few: count those inside the owned slices
     return {"rows": int(rows), "tokens": int(np.sum(hi - lo)),
-            "unknown_tokens": int(np.sum(is_unk[hi] - is_unk[lo]))}
+            "unknown_tokens": int(np.sum(np.searchsorted(unk, hi) - np.searchsorted(unk, lo)))}
 
 
 def write_partition(spec: PartitionSpec, logid_offset: int, out_dir: str, tokenizer,

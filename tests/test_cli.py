@@ -362,12 +362,14 @@ def test_killed_job_resumes_without_redoing_work(tmp_path, tok):
     if killed:
         proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=60)
+    assert killed, "the job finished before it could be killed"
     kept = mtimes(out)
     rerun = subprocess.run(cmd + ["--json"], cwd=REPO, capture_output=True, text=True,
                            timeout=300)
     assert rerun.returncode == 0, rerun.stderr
     summary = json.loads(rerun.stdout)
     assert summary["partitions_skipped"] >= len(kept)
+    assert summary["partitions_written"] > 0
     after = mtimes(out)
     assert all(after[n] == kept[n] for n in kept)  # nothing complete was redone
     assert summary["partitions_written"] + summary["partitions_skipped"] == \
@@ -403,15 +405,34 @@ def test_worker_killed_mid_job_still_completes(tmp_path, tok):
             time.sleep(0.005)
         nanny = next(iter(cluster.workers.values()))
         pid = nanny.process.pid if nanny.process is not None else None
-        if pid is not None and t.is_alive():
+        killed = pid is not None and t.is_alive()
+        if killed:
             os.kill(pid, signal.SIGKILL)
         t.join(timeout=240)
         assert not t.is_alive()
+        assert killed, "the job ended before a worker could be killed"
     assert "error" not in result, result.get("error")
     summary = result["summary"]
     assert summary["documents"] == len(lines)
     assert not list(out.glob(".tmp*"))
     assert_matches(out, tok, lines)
+
+
+def test_parquet_dictionary_and_null_text_columns(tmp_path, tok):
+    """Parquet text stored as a dictionary (pandas Categorical) or as an all-null column is
+    read as plain strings: one row per document, ids as the single-machine tokenizer."""
+    texts = ["hello world", "hello", None, "world hello"]
+    table = pa.table({"text": pa.array(texts).dictionary_encode(),
+                      "empty": pa.nulls(len(texts))})
+    pq.write_table(table, tmp_path / "in.parquet")
+    for column, docs in (("text", texts), ("empty", [None] * len(texts))):
+        out = tmp_path / f"out-{column}"
+        cfg = jobs.make_config({"input": str(tmp_path / "in.parquet"), "output": str(out),
+                                "column": column, "quiet": True, "device": "cpu",
+                                "scheduler_address": "synchronous"})
+        summary = jobs.run_job(cfg, client=None)
+        assert summary["documents"] == len(texts)
+        assert_matches(out, tok, docs)
 
 
 # -- errors -------------------------------------------------------------------------------
