@@ -418,6 +418,16 @@ def test_worker_killed_mid_job_still_completes(tmp_path, tok):
     assert_matches(out, tok, lines)
 
 
+def test_partition_statistics_counts_only_owned_unknown_tokens():
+    # row 0 owns columns 1..2 ([UNK], 5); row 1 owns 2..3 ([UNK], 7): its [UNK] in column 1
+    # is the overlap with row 0 and must not count again
+    table = pa.table({"input_ids": pa.array([[101, 100, 5, 100, 102], [101, 100, 100, 7, 102]],
+                                            type=pa.list_(pa.int32())),
+                      "start": [1, 2], "stop": [2, 3]})
+    assert jobs.partition_statistics(table, unk_id=100) == \
+        {"rows": 2, "tokens": 4, "unknown_tokens": 2}
+
+
 def test_parquet_dictionary_and_null_text_columns(tmp_path, tok):
     """Parquet text stored as a dictionary (pandas Categorical) or as an all-null column is
     read as plain strings: one row per document, ids as the single-machine tokenizer."""
