@@ -80,6 +80,27 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: takes more than ~30 s")
 
 
+@functools.lru_cache(maxsize=None)
+def gpu_skip_reason() -> str | None:
+    """None when CuPy and a CUDA device are usable, else why not."""
+    try:
+        import cupy
+    except Exception as e:  # ImportError, or a broken CUDA install
+        return f"CuPy not importable ({type(e).__name__}: {e})"
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            return "no CUDA device"
+    except Exception as e:
+        return f"no usable CUDA device ({type(e).__name__}: {e})"
+    return None
+
+
+def pytest_runtest_setup(item):
+    """Tests marked ``gpu`` skip, with the reason, where CuPy or a device is missing."""
+    if item.get_closest_marker("gpu") is not None and gpu_skip_reason() is not None:
+        pytest.skip(gpu_skip_reason())
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     """The shared data folder; skips the test only when the folder does not exist at all."""

@@ -527,12 +527,7 @@ def test_windows_header_compiles_with_nvcc(tmp_path, arch):
 
 @pytest.mark.gpu
 def test_windows_kernel_on_gpu_equals_cpu():
-    cupy = pytest.importorskip("cupy")
-    try:
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            pytest.skip("no CUDA device")
-    except Exception:
-        pytest.skip("no CUDA device")
+    import cupy  # the gpu marker skips where CuPy or a device is missing (conftest)
     docs = synthetic_docs([0, 1, 5, 17, 40, 3, 200], seed=7)
     enc = encoding_of(docs)
     max_length, stride = 10, 3
