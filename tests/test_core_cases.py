@@ -267,6 +267,23 @@ def test_whole_table_as_one_batch_per_config():
         assert got == [e for _, e in items], (vocab_name, dict(opts_items))
 
 
+def test_whole_table_through_the_word_memo():
+    """The same, with each group repeated past 1 MB on one thread, so the CPU loop runs its
+    word memo and lone-punctuation table (WordCache) over every tiny vocabulary, special
+    token and option of the table; each repeat must still give the table's answer."""
+    groups: dict = {}
+    for _, vocab_name, opts, text, expected_tokens in CASES:
+        key = (vocab_name, tuple(sorted(_options(opts).items())))
+        groups.setdefault(key, []).append((text, [VOCABS[vocab_name].index(t) for t in expected_tokens]))
+    for (vocab_name, opts_items), items in groups.items():
+        texts = [t for t, _ in items]
+        size = sum(len(t.encode("utf-8", "surrogatepass")) for t in texts)
+        reps = (1 << 20) // max(size, 1) + 2
+        assert size * reps >= 1 << 20  # the memo's threshold (core_cpu.cpp)
+        enc = dwp_for(vocab_name, dict(opts_items)).encode(texts * reps, num_threads=1)
+        assert enc.to_list() == [e for _, e in items] * reps, (vocab_name, dict(opts_items))
+
+
 def test_unk_id_from_vocabulary():
     v = daskwp.Vocabulary.from_tokens(VOCABS["unk4"])
     assert v.unk_id == 4

@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
   double best = 1e30;
   int64_t tokens = 0;
   for (int r = 0; r < repeats; ++r) {
-    std::memset(cache.get(), 0, sizeof(daskwp::WordCache));
+    daskwp::reset_word_cache(ctx, cache.get());
     auto t0 = std::chrono::steady_clock::now();
     int64_t at = 0;
     for (size_t d = 0; d + 1 < starts.size(); ++d) {

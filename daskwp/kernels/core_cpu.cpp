@@ -48,8 +48,12 @@ void encode_range(const CoreContext& ctx, const Off* offsets, const uint8_t* dat
   std::unique_ptr<WordCache> cache;
   if (d1 > d0 && static_cast<int64_t>(offsets[d1] - offsets[d0]) >= (int64_t(1) << 20)) {
     cache.reset(new WordCache());
-    std::memset(cache.get(), 0, sizeof(WordCache));
+    reset_word_cache(ctx, cache.get());
   }
+  // Room for one token per input byte (the usual bound; a document that needs more grows
+  // the buffer below). Pages that stay untouched cost no memory, and the buffer is never
+  // copied while it grows by doubling.
+  if (d1 > d0) buf.reserve(static_cast<int64_t>(offsets[d1] - offsets[d0]) + 64);
   for (int64_t d = d0; d < d1; ++d) {
     const int64_t b = static_cast<int64_t>(offsets[d]), e = static_cast<int64_t>(offsets[d + 1]);
     const int64_t vb = d + validity_offset;

@@ -177,7 +177,10 @@ DWP_HD DWP_FORCEINLINE uint64_t load_u64(const uint8_t* p) {
 // An optional per-thread memo of whole ASCII words (CPU): the key is the word's raw bytes,
 // the value the tokens the trie produced for it under the same CoreContext. It only skips
 // work: a hit emits exactly what the walk would, a miss walks and records. Direct-mapped,
-// 2^kWordCacheBits entries of 64 bytes (2 MB); an entry with len 0 is empty.
+// two-way set-associative, 2^kWordCacheBits entries of 64 bytes (2 MB); an entry with len 0
+// is empty. It also holds
+// the per-context byte tables of the memo loop. Prepare with reset_word_cache for each
+// CoreContext (after that, any number of documents may share it, one thread at a time).
 constexpr int32_t kWordCacheBits = 15;
 constexpr int32_t kWordCacheMaxBytes = 32;
 constexpr int32_t kWordCacheMaxTokens = 6;
@@ -189,6 +192,11 @@ struct WordCacheEntry {
   int32_t tokens[kWordCacheMaxTokens];
 };
 struct WordCache {
+  // The one token of a lone ASCII punctuation byte (a word of its own whatever surrounds
+  // it), or -1 where the general path decides (special-token bytes, other kinds).
+  int32_t punct_token[256];
+  // 1 where the byte ends a word that the memo may hold: ASCII whitespace or punctuation.
+  uint8_t word_end[256];
   WordCacheEntry entries[1 << kWordCacheBits];
 };
 
@@ -427,11 +435,111 @@ struct WordPieceE2E {
     return 0;
   }
 
-  // A whole word of plain ASCII bytes starting at s[i] (nothing active): served from or
-  // recorded into the memo. Returns the index after the word, or i when the run is not a
-  // whole word (it continues into other characters) or is too long to memoize.
-#if !defined(__CUDA_ARCH__)
-  DWP_FORCEINLINE int64_t cached_word(const uint8_t* s, int64_t i, int64_t len) {
+  // One step of the general path at s[i]: a run of plain word bytes, or one code point
+  // (or special token). Returns the index after what it consumed.
+  DWP_HD DWP_FORCEINLINE int64_t general_step(const uint8_t* s, int64_t i, int64_t len) {
+    uint8_t c = s[i];
+    uint8_t f = feed[c];
+    if (f < 0x80u) {
+      // Fast path: a run of ASCII bytes that continue the current word. Characters are
+      // counted per run; a word over the limit is [UNK] however far the walk got.
+      if (n_pending) flush_pending();
+      if (!active) start_word();
+      const int64_t run_start = i;
+      for (;;) {
+        if (!failed) step(f);
+        if (++i == len) break;
+        f = feed[s[i]];
+        if (f >= 0x80u) break;
+      }
+      nchars += i - run_start;
+      if (nchars > max_chars) failed = true;
+      return i;
+    }
+    if (f == kFeedSpace) {
+      if (n_pending) flush_pending();
+      end_word();
+      return i + 1;
+    }
+    if (v.special_first[c]) {
+      const int64_t l = match_special(s, i, len);
+      if (l) return i + l;
+    }
+    if (c < 0x80u) {
+      const uint8_t kind = nm.ascii_kind[c];
+      if (n_pending && kind != kAsciiRemove) flush_pending();
+      switch (kind) {
+        case kAsciiFeed:  // only when a special token starts with this byte (no match)
+          begin_char();
+          if (!failed) step(nm.ascii_byte[c]);
+          break;
+        case kAsciiSpace:
+          end_word();
+          break;
+        case kAsciiPunct:
+          end_word();
+          begin_char();
+          if (!failed) step(nm.ascii_byte[c]);
+          end_word();
+          break;
+        case kAsciiRemove:
+          break;
+        default:
+          put_code_point(c, norm_entry(nm, c), s + i, 1);
+      }
+      return i + 1;
+    }
+    int32_t l;
+    const uint32_t cp = decode_utf8(s, i, len, &l);
+    const uint32_t entry = norm_entry(nm, cp);
+    if ((entry & 0xFFu) == 0 && !n_pending && cp != kReplacementChar) {
+      // A plain letter of a word (no mapping, no class, not a mark): straight to the trie.
+      begin_char();
+      for (int32_t k = 0; k < l && !failed; ++k) step(s[i + k]);
+      return i + l;
+    }
+    const bool invalid = cp == kReplacementChar && !(l == 3 && s[i] == 0xEFu);
+    put_code_point(cp, entry, invalid ? nullptr : s + i, l);
+    return i + l;
+  }
+
+  DWP_HD DWP_FORCEINLINE int64_t finish() {
+    if (n_pending) flush_pending();
+    end_word();
+    return sink.n;
+  }
+
+#if !defined(__CUDA_ARCH__)  // the memo is a CPU-only shortcut
+  // The general path from s[i] on, until no word is open and no mark waits.
+  DWP_NOINLINE int64_t general_until_idle(const uint8_t* s, int64_t i, int64_t len) {
+    do {
+      i = general_step(s, i, len);
+    } while (i < len && (active || n_pending));
+    return i;
+  }
+
+  // A memo miss: walks the whole word s[i, e) and, when what it produced fits, records it
+  // as the newer entry of its set (the older one is dropped).
+  DWP_NOINLINE void memo_miss(const uint8_t* s, int64_t i, int64_t e, WordCacheEntry* set,
+                              const uint64_t* chunk, int32_t n8) {
+    start_word();
+    nchars = e - i;
+    for (int64_t k = i; k < e && !failed; ++k) step(feed[s[k]]);
+    if (nchars > max_chars) failed = true;
+    end_word();
+    const int64_t produced = sink.n - word_start;
+    if (produced <= kWordCacheMaxTokens && sink.n <= sink.cap) {
+      set[1] = set[0];
+      WordCacheEntry& en = set[0];
+      en.len = (uint8_t)(e - i);
+      en.n_tokens = (uint8_t)produced;
+      for (int32_t k = 0; k < n8; ++k) en.chunk[k] = chunk[k];
+      for (int64_t k = 0; k < produced; ++k) en.tokens[k] = sink.out[word_start + k];
+    }
+  }
+
+  // End of the run of word bytes starting at s[i] (feed[s[i]] < 0x80).
+  DWP_FORCEINLINE int64_t word_end(const uint8_t* s, int64_t i, int64_t len) const {
     int64_t e = i + 1;
 #if defined(DWP_SSE2)
     if (alnum_feed && i + 16 <= len) {
@@ -443,156 +551,113 @@ struct WordPieceE2E {
       const __m128i is_digit = _mm_cmpeq_epi8(_mm_min_epu8(d, _mm_set1_epi8(9)), d);
       const uint32_t stop = ~(uint32_t)_mm_movemask_epi8(_mm_or_si128(is_alpha, is_digit)) &
                             0xFFFFu;
-      if (stop) {
-        e = i + __builtin_ctz(stop);
-      } else {
-        e = i + 16;
-        while (e < len && feed[s[e]] < 0x80u) ++e;
-      }
-    } else
+      if (stop) return i + __builtin_ctz(stop);
+      e = i + 16;
+    }
 #endif
-    {
-      while (e < len && feed[s[e]] < 0x80u) ++e;
-    }
-    const int64_t wlen = e - i;
-    if (wlen > kWordCacheMaxBytes) return i;
-    if (e < len) {  // the word must end here: whitespace or punctuation (incl. '[')
-      const uint8_t c = s[e];
-      if (c >= 0x80u) return i;
-      const uint8_t k = nm.ascii_kind[c];
-      if (k != kAsciiSpace && k != kAsciiPunct) return i;
-    }
-    // Hash and compare 8 bytes at a time (the last chunk overlaps, never reads past e).
-    uint64_t h = 0x9E3779B97F4A7C15ull * (uint64_t)(wlen + 1);
-    const int32_t n8 = (int32_t)((wlen + 7) >> 3);
-    uint64_t chunk[4];
-    for (int32_t k = 0; k < n8; ++k) {
-      const int64_t at = (k + 1) * 8 <= wlen ? k * 8 : wlen - 8;
-      uint64_t x = 0;
-      if (wlen >= 8) {
-        x = load_u64(s + i + at);
-      } else if (i + 8 <= len) {  // a short word with 8 readable bytes: mask off the rest
-        x = load_u64(s + i) & (~(uint64_t)0 >> (64 - 8 * wlen));
-      } else {
-        for (int32_t b = 0; b < wlen; ++b) x |= (uint64_t)s[i + b] << (8 * b);
-      }
-      chunk[k] = x;
-      h = (h ^ x) * 0xFF51AFD7ED558CCDull;
-      h ^= h >> 32;
-    }
-    WordCacheEntry& en = cache->entries[h & ((1u << kWordCacheBits) - 1)];
-    if (en.len == wlen) {
-      bool same = true;
-      for (int32_t k = 0; k < n8 && same; ++k) same = en.chunk[k] == chunk[k];
-      if (same) {
-        for (int32_t k = 0; k < en.n_tokens; ++k) sink.push(en.tokens[k]);
-        // A plain space after the word ends nothing more: step over it here.
-        return (e < len && feed[s[e]] == kFeedSpace) ? e + 1 : e;
-      }
-    }
-    // Miss: walk the word, then record what it produced when it fits.
-    start_word();
-    nchars = wlen;
-    for (int64_t k = i; k < e && !failed; ++k) step(feed[s[k]]);
-    if (nchars > max_chars) failed = true;
-    end_word();
-    const int64_t produced = sink.n - word_start;
-    if (produced <= kWordCacheMaxTokens && sink.n <= sink.cap) {
-      en.len = (uint8_t)wlen;
-      en.n_tokens = (uint8_t)produced;
-      for (int32_t k = 0; k < n8; ++k) en.chunk[k] = chunk[k];
-      for (int64_t k = 0; k < produced; ++k) en.tokens[k] = sink.out[word_start + k];
-    }
+    while (e < len && feed[s[e]] < 0x80u) ++e;
     return e;
+  }
+
+  // The document loop with the memo. Between words (no word open, no mark waiting) it
+  // serves whole ASCII words from the memo, skips plain spaces and emits lone ASCII
+  // punctuation from a table, all with the sink in registers; anything else goes through
+  // the general path until it is between words again.
+  int64_t run_memo(const uint8_t* s, int64_t len) {
+    WordCache& wc = *cache;
+    int32_t* const out = sink.out;
+    const int64_t cap = sink.cap;
+    int64_t n = sink.n;
+    int64_t i = 0;
+    while (i < len) {
+      const uint8_t c = s[i];
+      const uint8_t f = feed[c];
+      if (f < 0x80u) {
+        const int64_t e = word_end(s, i, len);
+        const int64_t wlen = e - i;
+        if (wlen <= kWordCacheMaxBytes && (e == len || wc.word_end[s[e]])) {
+          // Key: the word's bytes in 8-byte chunks (the last one overlaps; a short word is
+          // masked), never reading past the document.
+          uint64_t chunk[4];
+          int32_t n8;
+          uint64_t h;
+          if (wlen <= 8) {
+            uint64_t x = 0;
+            if (i + 8 <= len) {
+              x = load_u64(s + i) & (~(uint64_t)0 >> (64 - 8 * wlen));
+            } else {
+              for (int32_t b = 0; b < wlen; ++b) x |= (uint64_t)s[i + b] << (8 * b);
+            }
+            chunk[0] = x;
+            n8 = 1;
+            h = x;
+          } else {
+            n8 = (int32_t)((wlen + 7) >> 3);
+            h = 0;
+            for (int32_t k = 0; k < n8; ++k) {
+              const int64_t at = (k + 1) * 8 <= wlen ? k * 8 : wlen - 8;
+              chunk[k] = load_u64(s + i + at);
+              h = (h ^ chunk[k]) * 0xFF51AFD7ED558CCDull;
+              h ^= h >> 29;
+            }
+          }
+          h = (h ^ (uint64_t)wlen) * 0x9E3779B97F4A7C15ull;
+          // Two-way sets: a pair of adjacent entries, the newer one first.
+          WordCacheEntry* const set = wc.entries + ((h >> (64 - kWordCacheBits)) & ~(uint64_t)1);
+          const WordCacheEntry* en = nullptr;
+          for (int32_t w = 0; w < 2 && !en; ++w) {
+            bool same = set[w].len == wlen && set[w].chunk[0] == chunk[0];
+            for (int32_t k = 1; k < n8 && same; ++k) same = set[w].chunk[k] == chunk[k];
+            if (same) en = set + w;
+          }
+          if (en) {
+            const int64_t nt = en->n_tokens;
+            if (n + kWordCacheMaxTokens <= cap) {
+              __builtin_memcpy(out + n, en->tokens, sizeof(en->tokens));
+            } else {
+              for (int64_t k = 0; k < nt; ++k)
+                if (n + k < cap) out[n + k] = en->tokens[k];
+            }
+            n += nt;
+            // A plain space after the word ends nothing more: step over it here.
+            i = (e < len && feed[s[e]] == kFeedSpace) ? e + 1 : e;
+            continue;
+          }
+          sink.n = n;
+          memo_miss(s, i, e, set, chunk, n8);
+          n = sink.n;
+          i = e;
+          continue;
+        }
+      } else if (f == kFeedSpace) {
+        ++i;
+        continue;
+      } else {
+        const int32_t t = wc.punct_token[c];
+        if (t >= 0) {
+          if (n < cap) out[n] = t;
+          ++n;
+          ++i;
+          continue;
+        }
+      }
+      sink.n = n;
+      i = general_until_idle(s, i, len);
+      n = sink.n;
+    }
+    sink.n = n;
+    return finish();
   }
 #endif
 
   // Tokenizes s[0, len). Returns the number of tokens (written when they fit the sink).
   DWP_HD int64_t run(const uint8_t* s, int64_t len) {
-    int64_t i = 0;
-    while (i < len) {
-      uint8_t c = s[i];
-      uint8_t f = feed[c];
-      if (f < 0x80u) {
-#if !defined(__CUDA_ARCH__)  // the memo is a CPU-only shortcut
-        if (cache && !active && !n_pending) {
-          const int64_t next = cached_word(s, i, len);
-          if (next > i) {
-            i = next;
-            continue;
-          }
-        }
+#if !defined(__CUDA_ARCH__)
+    if (cache) return run_memo(s, len);
 #endif
-        // Fast path: a run of ASCII bytes that continue the current word. Characters are
-        // counted per run; a word over the limit is [UNK] however far the walk got.
-        if (n_pending) flush_pending();
-        if (!active) start_word();
-        const int64_t run_start = i;
-        for (;;) {
-          if (!failed) step(f);
-          if (++i == len) break;
-          f = feed[s[i]];
-          if (f >= 0x80u) break;
-        }
-        nchars += i - run_start;
-        if (nchars > max_chars) failed = true;
-        continue;
-      }
-      if (f == kFeedSpace) {
-        if (n_pending) flush_pending();
-        end_word();
-        ++i;
-        continue;
-      }
-      if (v.special_first[c]) {
-        const int64_t l = match_special(s, i, len);
-        if (l) {
-          i += l;
-          continue;
-        }
-      }
-      if (c < 0x80u) {
-        const uint8_t kind = nm.ascii_kind[c];
-        if (n_pending && kind != kAsciiRemove) flush_pending();
-        switch (kind) {
-          case kAsciiFeed:  // only when a special token starts with this byte (no match)
-            begin_char();
-            if (!failed) step(nm.ascii_byte[c]);
-            break;
-          case kAsciiSpace:
-            end_word();
-            break;
-          case kAsciiPunct:
-            end_word();
-            begin_char();
-            if (!failed) step(nm.ascii_byte[c]);
-            end_word();
-            break;
-          case kAsciiRemove:
-            break;
-          default:
-            put_code_point(c, norm_entry(nm, c), s + i, 1);
-        }
-        ++i;
-        continue;
-      }
-      int32_t l;
-      const uint32_t cp = decode_utf8(s, i, len, &l);
-      const uint32_t entry = norm_entry(nm, cp);
-      if ((entry & 0xFFu) == 0 && !n_pending && cp != kReplacementChar) {
-        // A plain letter of a word (no mapping, no class, not a mark): straight to the trie.
-        begin_char();
-        for (int32_t k = 0; k < l && !failed; ++k) step(s[i + k]);
-        i += l;
-        continue;
-      }
-      const bool invalid = cp == kReplacementChar && !(l == 3 && s[i] == 0xEFu);
-      put_code_point(cp, entry, invalid ? nullptr : s + i, l);
-      i += l;
-    }
-    if (n_pending) flush_pending();
-    end_word();
-    return sink.n;
+    int64_t i = 0;
+    while (i < len) i = general_step(s, i, len);
+    return finish();
   }
 };
 
@@ -604,6 +669,24 @@ DWP_HD inline int64_t tokenize_document(const CoreContext& ctx, const uint8_t* s
   WordPieceE2E t(ctx, out, cap, cache);
   return t.run(s, len);
 }
+
+#if !defined(__CUDA_ARCH__)
+// Empties the memo and fills its byte tables for `ctx` (host only).
+inline void reset_word_cache(const CoreContext& ctx, WordCache* cache) {
+  __builtin_memset(cache->entries, 0, sizeof(cache->entries));
+  for (int c = 0; c < 256; ++c) {
+    const uint8_t kind = c < 0x80 ? ctx.nm.ascii_kind[c] : kAsciiSlow;
+    cache->word_end[c] = kind == kAsciiSpace || kind == kAsciiPunct;
+    cache->punct_token[c] = -1;
+    if (kind == kAsciiPunct && !ctx.v.special_first[c]) {
+      // What the general path makes of the byte alone, where that is one token.
+      const uint8_t b = (uint8_t)c;
+      int32_t t[2];
+      if (tokenize_document(ctx, &b, 1, t, 2) == 1) cache->punct_token[c] = t[0];
+    }
+  }
+}
+#endif
 
 
 }  // namespace daskwp

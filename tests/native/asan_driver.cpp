@@ -401,7 +401,7 @@ int main(int argc, char** argv) {
       for (size_t ni = 0; ni < norms.size(); ++ni) {
         daskwp::CoreContext ctx;
         daskwp::init_context(ctx, vocabs[vi], norms[ni], daskwp::TokenizeParams{max_chars});
-        std::memset(cache.get(), 0, sizeof(daskwp::WordCache));
+        daskwp::reset_word_cache(ctx, cache.get());
         const std::string where = vocab_names[vi] + " x norm" + std::to_string(ni);
         // Corpus lines with the real vocabularies; the random documents with all.
         if (real_vocab) {
