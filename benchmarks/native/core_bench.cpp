@@ -53,7 +53,8 @@ int main(int argc, char** argv) {
       const int64_t b = starts[d], e = starts[d + 1] - 1;
       at += daskwp::tokenize_document(ctx, reinterpret_cast<const uint8_t*>(text.data()) + b,
                                       e - b, out.data() + at, out.size() - at,
-                                      use_cache ? cache.get() : nullptr);
+                                      use_cache ? cache.get() : nullptr,
+                                      static_cast<int64_t>(text.size()) - b);
     }
     tokens = at;
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -41,8 +41,8 @@ struct IdBuffer {
 
 template <typename Off>
 void encode_range(const CoreContext& ctx, const Off* offsets, const uint8_t* data, const uint8_t* validity,
-                  int64_t validity_offset, int64_t d0, int64_t d1, IdBuffer& buf,
-                  int64_t* counts) {
+                  int64_t validity_offset, int64_t d0, int64_t d1, int64_t data_end,
+                  IdBuffer& buf, int64_t* counts) {
   // One memo of whole words per thread and batch (2 MB; see WordCache), when the range is
   // large enough for it to pay off.
   std::unique_ptr<WordCache> cache;
@@ -50,9 +50,9 @@ void encode_range(const CoreContext& ctx, const Off* offsets, const uint8_t* dat
     cache.reset(new WordCache());
     reset_word_cache(ctx, cache.get());
   }
-  // Room for one token per input byte (the usual bound; a document that needs more grows
-  // the buffer below). Pages that stay untouched cost no memory, and the buffer is never
-  // copied while it grows by doubling.
+  // Room for one token per input byte up front (the usual bound; a document that needs
+  // more grows the buffer below), so the buffer is not regrown and copied as it fills.
+  // Pages that stay untouched cost no memory.
   if (d1 > d0) buf.reserve(static_cast<int64_t>(offsets[d1] - offsets[d0]) + 64);
   for (int64_t d = d0; d < d1; ++d) {
     const int64_t b = static_cast<int64_t>(offsets[d]), e = static_cast<int64_t>(offsets[d + 1]);
@@ -64,11 +64,11 @@ void encode_range(const CoreContext& ctx, const Off* offsets, const uint8_t* dat
     const int64_t len = e - b;
     buf.reserve(buf.size + len + 64);
     int64_t got = tokenize_document(ctx, data + b, len, buf.data.get() + buf.size,
-                                    buf.cap - buf.size, cache.get());
+                                    buf.cap - buf.size, cache.get(), data_end - b);
     if (got > buf.cap - buf.size) {  // rare: more tokens than the guess, run again
       buf.reserve(buf.size + got);
       got = tokenize_document(ctx, data + b, len, buf.data.get() + buf.size,
-                              buf.cap - buf.size, cache.get());
+                              buf.cap - buf.size, cache.get(), data_end - b);
     }
     buf.size += got;
     counts[d] = got;
@@ -108,9 +108,13 @@ EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
     cut[t] = std::lower_bound(offsets, offsets + n_docs + 1, target) - offsets;
     cut[t] = std::max(cut[t], cut[t - 1]);
   }
+  // Every document may read ahead up to the end of the batch's bytes (word_end's 16-byte
+  // scan); the other threads only read them too.
+  const int64_t data_end = n_docs ? static_cast<int64_t>(offsets[n_docs]) : 0;
   std::vector<IdBuffer> bufs(threads);
   if (threads == 1) {
-    encode_range(ctx, offsets, data, validity, validity_offset, 0, n_docs, bufs[0], counts);
+    encode_range(ctx, offsets, data, validity, validity_offset, 0, n_docs, data_end, bufs[0],
+                 counts);
   } else {
     std::vector<std::thread> pool;
     std::vector<std::exception_ptr> errors(threads);
@@ -118,7 +122,7 @@ EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
       pool.emplace_back([&, t] {
         try {
           encode_range(ctx, offsets, data, validity, validity_offset, cut[t], cut[t + 1],
-                       bufs[t], counts);
+                       data_end, bufs[t], counts);
         } catch (...) {
           errors[t] = std::current_exception();
         }

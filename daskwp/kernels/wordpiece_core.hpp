@@ -176,16 +176,17 @@ DWP_HD DWP_FORCEINLINE uint64_t load_u64(const uint8_t* p) {
 
 // An optional per-thread memo of whole ASCII words (CPU): the key is the word's raw bytes,
 // the value the tokens the trie produced for it under the same CoreContext. It only skips
-// work: a hit emits exactly what the walk would, a miss walks and records. Direct-mapped,
-// two-way set-associative, 2^kWordCacheBits entries of 64 bytes (2 MB); an entry with len 0
-// is empty. It also holds
-// the per-context byte tables of the memo loop. Prepare with reset_word_cache for each
-// CoreContext (after that, any number of documents may share it, one thread at a time).
-constexpr int32_t kWordCacheBits = 15;
-constexpr int32_t kWordCacheMaxBytes = 32;
-constexpr int32_t kWordCacheMaxTokens = 6;
-struct WordCacheEntry {
-  uint64_t chunk[4];  // the word's bytes as little-endian 8-byte chunks (last one overlaps)
+// work: a hit emits exactly what the walk would, a miss walks and records. Two-way
+// set-associative with both ways of a set in one 64-byte cache line: 2^kWordCacheBits
+// entries of 32 bytes (2 MB) for words of up to 16 bytes and 3 tokens (nearly every word
+// of ASCII text); an entry with len 0 is empty. It also holds the per-context byte tables
+// of the memo loop. Prepare with reset_word_cache for each CoreContext (after that, any
+// number of documents may share it, one thread at a time).
+constexpr int32_t kWordCacheBits = 16;
+constexpr int32_t kWordCacheMaxBytes = 16;
+constexpr int32_t kWordCacheMaxTokens = 3;
+struct alignas(32) WordCacheEntry {
+  uint64_t key[2];  // the word's bytes, little-endian: bytes 0-7 and the last 8 (or 0)
   uint8_t len;
   uint8_t n_tokens;
   uint8_t pad[2];
@@ -197,7 +198,7 @@ struct WordCache {
   int32_t punct_token[256];
   // 1 where the byte ends a word that the memo may hold: ASCII whitespace or punctuation.
   uint8_t word_end[256];
-  WordCacheEntry entries[1 << kWordCacheBits];
+  alignas(64) WordCacheEntry entries[1 << kWordCacheBits];
 };
 
 // The E2E tokenizer state for one byte range. Use: construct, run(bytes, len), read sink.n.
@@ -521,7 +522,7 @@ struct WordPieceE2E {
   // A memo miss: walks the whole word s[i, e) and, when what it produced fits, records it
   // as the newer entry of its set (the older one is dropped).
   DWP_NOINLINE void memo_miss(const uint8_t* s, int64_t i, int64_t e, WordCacheEntry* set,
-                              const uint64_t* chunk, int32_t n8) {
+                              uint64_t k0, uint64_t k1) {
     start_word();
     nchars = e - i;
     for (int64_t k = i; k < e && !failed; ++k) step(feed[s[k]]);
@@ -531,9 +532,10 @@ struct WordPieceE2E {
     if (produced <= kWordCacheMaxTokens && sink.n <= sink.cap) {
       set[1] = set[0];
       WordCacheEntry& en = set[0];
+      en.key[0] = k0;
+      en.key[1] = k1;
       en.len = (uint8_t)(e - i);
       en.n_tokens = (uint8_t)produced;
-      for (int32_t k = 0; k < n8; ++k) en.chunk[k] = chunk[k];
       for (int64_t k = 0; k < produced; ++k) en.tokens[k] = sink.out[word_start + k];
     }
   }
@@ -563,7 +565,7 @@ struct WordPieceE2E {
   // serves whole ASCII words from the memo, skips plain spaces and emits lone ASCII
   // punctuation from a table, all with the sink in registers; anything else goes through
   // the general path until it is between words again.
-  int64_t run_memo(const uint8_t* s, int64_t len) {
+  int64_t run_memo(const uint8_t* s, int64_t len, int64_t readable) {
     WordCache& wc = *cache;
     int32_t* const out = sink.out;
     const int64_t cap = sink.cap;
@@ -576,41 +578,25 @@ struct WordPieceE2E {
         const int64_t e = word_end(s, i, len);
         const int64_t wlen = e - i;
         if (wlen <= kWordCacheMaxBytes && (e == len || wc.word_end[s[e]])) {
-          // Key: the word's bytes in 8-byte chunks (the last one overlaps; a short word is
-          // masked), never reading past the document.
-          uint64_t chunk[4];
-          int32_t n8;
-          uint64_t h;
-          if (wlen <= 8) {
-            uint64_t x = 0;
-            if (i + 8 <= len) {
-              x = load_u64(s + i) & (~(uint64_t)0 >> (64 - 8 * wlen));
-            } else {
-              for (int32_t b = 0; b < wlen; ++b) x |= (uint64_t)s[i + b] << (8 * b);
-            }
-            chunk[0] = x;
-            n8 = 1;
-            h = x;
+          // Key: the word's first 8 bytes (a short word masked) and its last 8 bytes when
+          // it is longer (overlapping), never reading past the readable bytes.
+          uint64_t k0 = 0, k1 = 0;
+          if (i + 8 <= readable) {
+            k0 = load_u64(s + i);
+            if (wlen < 8) k0 &= ~(uint64_t)0 >> (64 - 8 * wlen);
           } else {
-            n8 = (int32_t)((wlen + 7) >> 3);
-            h = 0;
-            for (int32_t k = 0; k < n8; ++k) {
-              const int64_t at = (k + 1) * 8 <= wlen ? k * 8 : wlen - 8;
-              chunk[k] = load_u64(s + i + at);
-              h = (h ^ chunk[k]) * 0xFF51AFD7ED558CCDull;
-              h ^= h >> 29;
-            }
+            for (int32_t b = 0; b < wlen && b < 8; ++b) k0 |= (uint64_t)s[i + b] << (8 * b);
           }
-          h = (h ^ (uint64_t)wlen) * 0x9E3779B97F4A7C15ull;
-          // Two-way sets: a pair of adjacent entries, the newer one first.
-          WordCacheEntry* const set = wc.entries + ((h >> (64 - kWordCacheBits)) & ~(uint64_t)1);
-          const WordCacheEntry* en = nullptr;
-          for (int32_t w = 0; w < 2 && !en; ++w) {
-            bool same = set[w].len == wlen && set[w].chunk[0] == chunk[0];
-            for (int32_t k = 1; k < n8 && same; ++k) same = set[w].chunk[k] == chunk[k];
-            if (same) en = set + w;
-          }
-          if (en) {
+          if (wlen > 8) k1 = load_u64(s + e - 8);
+          const uint64_t h = ((k0 ^ (k1 * 0xFF51AFD7ED558CCDull) ^ (uint64_t)wlen) *
+                              0x9E3779B97F4A7C15ull);
+          // Both ways of a set share one cache line; the newer one comes first.
+          WordCacheEntry* const set =
+              wc.entries + ((h >> (64 - kWordCacheBits)) & ~(uint64_t)1);
+          const bool m0 = (set[0].len == wlen) & (set[0].key[0] == k0) & (set[0].key[1] == k1);
+          const bool m1 = (set[1].len == wlen) & (set[1].key[0] == k0) & (set[1].key[1] == k1);
+          if (m0 | m1) {
+            const WordCacheEntry* en = set + (m1 & !m0);
             const int64_t nt = en->n_tokens;
             if (n + kWordCacheMaxTokens <= cap) {
               __builtin_memcpy(out + n, en->tokens, sizeof(en->tokens));
@@ -624,7 +610,7 @@ struct WordPieceE2E {
             continue;
           }
           sink.n = n;
-          memo_miss(s, i, e, set, chunk, n8);
+          memo_miss(s, i, e, set, k0, k1);
           n = sink.n;
           i = e;
           continue;
@@ -651,9 +637,10 @@ struct WordPieceE2E {
 #endif
 
   // Tokenizes s[0, len). Returns the number of tokens (written when they fit the sink).
-  DWP_HD int64_t run(const uint8_t* s, int64_t len) {
+  // The memo loop may read (never use) bytes up to s[readable) when readable > len.
+  DWP_HD int64_t run(const uint8_t* s, int64_t len, int64_t readable = 0) {
 #if !defined(__CUDA_ARCH__)
-    if (cache) return run_memo(s, len);
+    if (cache) return run_memo(s, len, readable > len ? readable : len);
 #endif
     int64_t i = 0;
     while (i < len) i = general_step(s, i, len);
@@ -662,12 +649,13 @@ struct WordPieceE2E {
 };
 
 // Tokenizes one document; returns its token count. Writes at most `cap` ids to `out`
-// (nothing when out is null).
+// (nothing when out is null). `readable` (>= len, else ignored): how many bytes from s on
+// may be read, e.g. up to the end of the batch's data buffer.
 DWP_HD inline int64_t tokenize_document(const CoreContext& ctx, const uint8_t* s, int64_t len,
                                         int32_t* out, int64_t cap,
-                                        WordCache* cache = nullptr) {
+                                        WordCache* cache = nullptr, int64_t readable = 0) {
   WordPieceE2E t(ctx, out, cap, cache);
-  return t.run(s, len);
+  return t.run(s, len, readable);
 }
 
 #if !defined(__CUDA_ARCH__)

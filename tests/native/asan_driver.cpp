@@ -146,6 +146,17 @@ std::vector<int32_t> check_document(const daskwp::CoreContext& ctx, daskwp::Word
         std::memcmp(cached.get(), exact.get(), n * sizeof(int32_t)) != 0)
       fail(where + ": the word memo changes the result");
   }
+  // The memo loop may read ahead up to `readable`: followed by letters (which would extend
+  // its last word if they were used) the result must not change.
+  {
+    std::string padded = doc + "aaaaaaaaaaaaaaaaaaaaaaaa";
+    Exact ahead(padded.data(), padded.size());
+    std::unique_ptr<int32_t[]> cached(new int32_t[n ? n : 1]);
+    if (daskwp::tokenize_document(ctx, ahead.p, len, cached.get(), n, cache,
+                                  static_cast<int64_t>(padded.size())) != n ||
+        std::memcmp(cached.get(), exact.get(), n * sizeof(int32_t)) != 0)
+      fail(where + ": bytes past the document's end change the result");
+  }
   // Too-small output regions: the count stays exact, the prefix is the same.
   for (int64_t cap : {int64_t(0), int64_t(1), n / 2, n - 1}) {
     if (cap < 0 || cap >= n) continue;
