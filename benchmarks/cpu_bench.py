@@ -4,7 +4,8 @@
 One command, same inputs for every tokenizer::
 
     python benchmarks/cpu_bench.py [--size-mb 20] [--repeats 5] \
-        [--out benchmarks/results/cpu_bench.md] [--data DIR] [--hf-mb 2] [--no-dask]
+        [--out benchmarks/results/cpu_bench.md] [--data DIR] [--hf-mb 2] [--no-dask] \
+        [--dask-mb 200] [--partition-mb 64] [--scaling-partitions 16]
 
 Figures are MB/s of input UTF-8 bytes (MB = 10**6 bytes; lines without their newline), the
 best (minimum time) of ``--repeats`` runs. See benchmarks/README.md for what each figure means.
@@ -26,6 +27,7 @@ import os
 import pickle
 import platform
 import resource
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -107,10 +109,21 @@ def arrow(lines) -> pa.Array:
     return pa.array(lines, type=pa.large_string())
 
 
+def str_offsets(arr: pa.Array) -> np.ndarray:
+    """The ``len(arr) + 1`` byte offsets of a large_string array (zero-copy view)."""
+    return np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset:arr.offset + len(arr) + 1]
+
+
 def data_bytes(arr: pa.Array) -> np.ndarray:
     """The UTF-8 bytes of a large_string array (zero-copy view)."""
-    off = np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset:arr.offset + len(arr) + 1]
+    off = str_offsets(arr)
     return np.frombuffer(arr.buffers()[2], dtype=np.uint8)[off[0]:off[-1]]
+
+
+def windows_nbytes(w) -> int:
+    """Bytes of the arrays a padded windows call returns: ``input_ids``, ``attention_mask``,
+    ``metadata`` and ``doc_row_offsets``."""
+    return sum(int(a.nbytes) for a in (*w.values(), w.doc_row_offsets))
 
 
 # ---------------------------------------------------------------------------------------
@@ -170,13 +183,14 @@ def ceiling_fn():
 # ---------------------------------------------------------------------------------------
 
 def run_worker(kind: str, job: dict, tmp: Path, env_extra: dict | None = None,
-               env_remove=(), timeout: float = 900) -> dict:
+               env_remove=(), timeout: float = 900, python: str | None = None) -> dict:
     jp, op = tmp / f"{kind}-{time.monotonic_ns()}.job", tmp / f"{kind}-{time.monotonic_ns()}.out"
     job = dict(job, out=str(op))
     jp.write_bytes(pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL))
     env = {k: v for k, v in os.environ.items() if k not in env_remove}
     env.update(env_extra or {})
-    subprocess.run([sys.executable, str(Path(__file__).resolve()), "--_worker", kind, str(jp)],
+    subprocess.run([python or sys.executable, str(Path(__file__).resolve()), "--_worker", kind,
+                    str(jp)],
                    env=env, check=True, timeout=timeout)
     return pickle.loads(op.read_bytes())
 
@@ -210,6 +224,17 @@ def worker_hf(job: dict) -> dict:
             del encs
         results.append(res)
     return {"results": results}
+
+
+def tf_python(args) -> str | None:
+    """The interpreter that runs the TF Text figures: --tf-python, else $DASKWP_TF_PYTHON,
+    else the repository's .venv-tf (benchmarks/setup_tf.sh makes it), else this one when it
+    imports tensorflow_text; None when there is none."""
+    for cand in (args.tf_python, os.environ.get("DASKWP_TF_PYTHON"),
+                 ROOT / ".venv-tf" / "bin" / "python"):
+        if cand and Path(cand).exists():
+            return str(cand)
+    return sys.executable if importlib.util.find_spec("tensorflow_text") is not None else None
 
 
 def worker_tf(job: dict) -> dict:
@@ -370,8 +395,15 @@ def bench_corpora(args, tmp: Path) -> list[dict]:
         row["enc_all"], row["enc_all_cpu"], row["enc_all_share"] = m["wall"], m["cpu"], m["share"]
         row["enc1_list"] = best_time(lambda: tok.encode(lines, num_threads=1),
                                      max(1, args.repeats - 2))
+        win_out = windows_nbytes(tok_w(arr, max_length=WIN_MAX_LENGTH, stride=WIN_STRIDE))
+        row["win_out_bytes"] = win_out
         row["win1"] = best_time(lambda: tok_w(arr, max_length=WIN_MAX_LENGTH,
                                               stride=WIN_STRIDE), max(1, args.repeats - 2))
+        row["win1_ragged"] = best_time(lambda: tok_w(arr, max_length=WIN_MAX_LENGTH,
+                                                     stride=WIN_STRIDE, padding=False),
+                                       max(1, args.repeats - 2))
+        row["win_write"] = best_time(lambda: np.ones(win_out, dtype=np.uint8),
+                                     max(1, args.repeats - 2))
         row["ceiling"] = best_time(lambda: ceil(data), args.repeats)
         row["ceiling_label"] = ceil_label
 
@@ -419,16 +451,17 @@ def bench_corpora(args, tmp: Path) -> list[dict]:
     rows[0]["hf_all_share"] = hf_all["results"][0]["share"]
     rows[0]["hf_all_threads"] = hf_all["results"][0]["threads"]
 
-    # TF Text only when it imports; it is never installed by this script.
-    tf_ok = importlib.util.find_spec("tensorflow_text") is not None
-    if tf_ok:
-        log("TF Text ...")
+    # TF Text only where an interpreter has it (see tf_python); never installed here.
+    tf_py = tf_python(args)
+    if tf_py:
+        log(f"TF Text ({tf_py}) ...")
         try:
             tf = run_worker("tf", {"items": [{"vocab": j["vocab"], "lowercase": j["lowercase"],
                                               "lines": j["lines"],
                                               "repeats": args.hf_repeats} for j in hf_jobs]},
-                            tmp)
+                            tmp, python=tf_py)
             for row, res in zip(rows, tf["results"]):
+                row["tf_fbt"] = res["fbt"]
                 row["tf"] = (f"{mbps(row['hf_bytes'], res['fbt']):.2f} / "
                              f"{mbps(row['hf_bytes'], res['fwp']):.2f}")
         except Exception as e:  # noqa: BLE001  report, do not fail the run
@@ -466,17 +499,78 @@ def _scheduler_tasks(client) -> int:
     return client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.tasks))
 
 
+def _workers_cpu(client) -> float:
+    """CPU seconds used so far by the worker processes, summed."""
+    return sum(client.run(time.process_time).values())
+
+
 def _count_tokens(part, tok):
     return int(len(tok.encode(part, num_threads=1).token_ids))
 
 
+def _count_job(text, tok, use_accessor: bool):
+    """The timed Dask work on a string Series: the accessor's windows with their rows counted,
+    or (accessor unusable) the token count of ``tok.encode`` per partition, summed."""
+    if use_accessor:
+        r = text.wordpiece.tokenize(vocab=tok, max_length=WIN_MAX_LENGTH, stride=WIN_STRIDE)
+        return r.to_frame().map_partitions(len).sum()
+    return text.map_partitions(_count_tokens, tok, meta=("n", "i8")).sum()
+
+
+def _warm_worker(tok, use_accessor: bool) -> None:
+    """Run on every worker before timing: ``_count_job`` on one short document, so that the
+    imports and first calls of the timed path are not in the first timed run."""
+    import dask.dataframe as dd
+    import pandas as pd
+    text = pd.Series(pd.arrays.ArrowExtensionArray(arrow(["warm up the worker"])))
+    _count_job(dd.from_pandas(text.to_frame("text"), npartitions=1)["text"], tok,
+               use_accessor).compute(scheduler="sync")
+
+
+def _partition_mb(ddf, arr: pa.Array) -> tuple[float, float]:
+    """Smallest and largest partition of ``ddf`` (``from_pandas`` of ``arr``, rows kept in
+    order), in MB of UTF-8."""
+    rows = ddf.map_partitions(len).compute(scheduler="sync").to_numpy()
+    nbytes = np.diff(str_offsets(arr)[np.concatenate([[0], np.cumsum(rows)])])
+    return nbytes.min() / MB, nbytes.max() / MB
+
+
+def _time_on_cluster(client, ddf, tok, use_accessor: bool, repeats: int) -> dict:
+    """Persist ``ddf`` on the workers, then compute ``_count_job`` on it ``repeats`` times:
+    the persist time, the best wall time, the workers' CPU share in that run (their CPU
+    seconds, summed, per wall second) and the count."""
+    from distributed import wait
+    t = time.perf_counter()
+    dp = ddf.persist()
+    wait(dp)
+    out = {"persist": time.perf_counter() - t, "wall": math.inf}
+    job = _count_job(dp["text"], tok, use_accessor)
+    baseline = _scheduler_tasks(client)
+    for _ in range(max(1, repeats)):
+        cpu = _workers_cpu(client)
+        t = time.perf_counter()
+        out["count"] = int(job.compute())
+        dt = time.perf_counter() - t
+        cpu = _workers_cpu(client) - cpu
+        if dt < out["wall"]:
+            out["wall"], out["share"] = dt, cpu / dt
+        # The keys are deterministic: a repeat submitted before the scheduler has released
+        # the previous results would just fetch them. Wait for the release.
+        deadline = time.monotonic() + 30
+        while _scheduler_tasks(client) > baseline and time.monotonic() < deadline:
+            time.sleep(0.05)
+    return out
+
+
 def bench_dask(args) -> dict:
+    """Overhead: 1 worker vs the bare extension on ~--partition-mb partitions. Scaling: 1 vs 2
+    workers on the same input in --scaling-partitions equal partitions."""
     import logging
     import warnings
 
     import dask.dataframe as dd
     import pandas as pd
-    from distributed import Client, LocalCluster, wait
+    from distributed import Client, LocalCluster
 
     import daskwp
     name, files, vocab_name, lowercase = CORPORA[0]
@@ -486,67 +580,54 @@ def bench_dask(args) -> dict:
     arr = arrow(lines)
     del lines
     df = pd.DataFrame({"text": pd.Series(pd.arrays.ArrowExtensionArray(arr))})
-    nparts = max(1, math.ceil(nbytes / (args.partition_mb * MB)))
-    ddf = dd.from_pandas(df, npartitions=nparts, sort=True)
-    nparts = ddf.npartitions
-    parts = [ddf.get_partition(i).compute(scheduler="sync")["text"] for i in range(nparts)]
-    res: dict = {"bytes": nbytes, "docs": len(arr), "partitions": nparts}
-    log(f"Dask: {nbytes / MB:.1f} MB, {nparts} partitions")
+    n_overhead = max(1, math.ceil(nbytes / (args.partition_mb * MB)))
+    ddfs = {"overhead": dd.from_pandas(df, npartitions=n_overhead, sort=True),
+            "scaling": dd.from_pandas(df, npartitions=args.scaling_partitions, sort=True)}
+    res: dict = {"bytes": nbytes, "docs": len(arr)}
+    for part, ddf in ddfs.items():
+        res[part] = {"partitions": ddf.npartitions, "mb": _partition_mb(ddf, arr)}
+        log(f"Dask {part}: {nbytes / MB:.1f} MB in {ddf.npartitions} partitions "
+            f"({res[part]['mb'][0]:.1f}-{res[part]['mb'][1]:.1f} MB)")
 
     use_accessor = False
     try:
-        probe = dd.from_pandas(df.iloc[:100], npartitions=1)["text"].wordpiece.tokenize(
-            vocab=tok, max_length=WIN_MAX_LENGTH, stride=WIN_STRIDE)
-        probe.to_frame().map_partitions(len).sum().compute(scheduler="sync")
+        probe = dd.from_pandas(df.iloc[:100], npartitions=1)["text"]
+        _count_job(probe, tok, True).compute(scheduler="sync")
         use_accessor = True
     except Exception as e:  # noqa: BLE001
         res["accessor_error"] = f"{type(e).__name__}: {e}"
     res["path"] = (f'ddf["text"].wordpiece.tokenize(max_length={WIN_MAX_LENGTH}, '
                    f'stride={WIN_STRIDE}).to_frame() rows counted' if use_accessor else
                    "ddf.map_partitions(tok.encode) token count")
+    res["bare_path"] = (f"tok(partition, max_length={WIN_MAX_LENGTH}, stride={WIN_STRIDE})"
+                        if use_accessor else "tok.encode(partition, num_threads=1)")
 
-    # bare extension, same partitions, one thread, in this process
+    # bare extension, the overhead partitions, one thread, in this process
+    ddf = ddfs["overhead"]
+    parts = [ddf.get_partition(i).compute(scheduler="sync")["text"]
+             for i in range(ddf.npartitions)]
+
     def bare():
         for p in parts:
             if use_accessor:
-                out = tok(p, max_length=WIN_MAX_LENGTH, stride=WIN_STRIDE)
-                del out
+                tok(p, max_length=WIN_MAX_LENGTH, stride=WIN_STRIDE)
             else:
                 _count_tokens(p, tok)
-    res["bare"] = best_time(bare, args.dask_repeats)
+    res["overhead"]["bare"] = best_time(bare, args.dask_repeats)
     del parts
-    log(f"  bare extension: {res['bare']:.1f} s")
+    log(f"  bare extension: {res['overhead']['bare']:.1f} s")
 
     warnings.filterwarnings("ignore", message="Sending large graph")
-    for k in (1, 2):
+    for k, runs in ((1, ("overhead", "scaling")), (2, ("scaling",))):
         with LocalCluster(n_workers=k, threads_per_worker=1, processes=True,
                           dashboard_address=None, silence_logs=logging.ERROR) as cluster, \
                 Client(cluster) as client:
-            client.run(lambda: __import__("daskwp") and None)
-            t = time.perf_counter()
-            dp = ddf.persist()
-            wait(dp)
-            res[f"persist{k}"] = time.perf_counter() - t
-            if use_accessor:
-                r = dp["text"].wordpiece.tokenize(vocab=tok, max_length=WIN_MAX_LENGTH,
-                                                  stride=WIN_STRIDE)
-                job = r.to_frame().map_partitions(len).sum()
-            else:
-                job = dp["text"].map_partitions(_count_tokens, tok, meta=("n", "i8")).sum()
-            baseline = _scheduler_tasks(client)
-            best = math.inf
-            for _ in range(max(1, args.dask_repeats)):
-                t = time.perf_counter()
-                res[f"count{k}"] = int(job.compute())
-                best = min(best, time.perf_counter() - t)
-                # The keys are deterministic: a repeat submitted before the scheduler has
-                # released the previous results would just fetch them. Wait for the release.
-                deadline = time.monotonic() + 30
-                while _scheduler_tasks(client) > baseline and time.monotonic() < deadline:
-                    time.sleep(0.05)
-            res[f"dask{k}"] = best
-            log(f"  {k} worker(s): {res[f'dask{k}']:.1f} s (persist {res[f'persist{k}']:.1f} s)")
-            del dp, job
+            client.run(_warm_worker, tok, use_accessor)
+            for part in runs:
+                r = _time_on_cluster(client, ddfs[part], tok, use_accessor, args.dask_repeats)
+                res[part][k] = r
+                log(f"  {part}, {k} worker(s): {r['wall']:.1f} s, worker CPU share "
+                    f"{r['share']:.2f} (persist {r['persist']:.1f} s)")
     return res
 
 
@@ -568,9 +649,9 @@ def report(args, info: dict, rows, mem, dsk, elapsed: float) -> str:
     L.append(f"- python {info['python']}, tokenizers {info['tokenizers']}, daskwp "
              f"{info['daskwp']} (git {info['commit']}), numpy {info['numpy']}, pyarrow "
              f"{info['pyarrow']}; {info['date']}")
-    L.append(f"- command: `python benchmarks/cpu_bench.py --size-mb {args.size_mb:g} --repeats "
-             f"{args.repeats} --hf-mb {args.hf_mb:g}{'' if args.dask else ' --no-dask'}` "
-             f"(total {elapsed / 60:.1f} min)")
+    L.append(f"- command: `{shlex.join(['python', 'benchmarks/cpu_bench.py', *info['argv']])}` "
+             f"(total {elapsed / 60:.1f} min; options not given take the defaults in "
+             f"benchmarks/README.md)")
     L.append(f"- load average (1 min) at start {info['load_start']:.1f}, at end "
              f"{info['load_end']:.1f}, on {info['affinity']} cores"
              + (f"; CPU pressure (some, avg60: % of time a runnable task waited for a core) "
@@ -581,24 +662,24 @@ def report(args, info: dict, rows, mem, dsk, elapsed: float) -> str:
     L.append("")
     L.append("## Single core")
     L.append("")
-    L.append("| corpus | MB | daskwp encode MB/s (1 core) | incl. list→Arrow | daskwp windows "
-             "MB/s | HF MB/s (1 core) | ratio daskwp/HF | TF Text | ceiling MB/s | parity |")
+    L.append("| corpus | MB | daskwp encode MB/s (1 core) | incl. list→Arrow | HF MB/s (1 core) "
+             "| ratio daskwp/HF | TF Text FastBert / FastWordpiece MB/s | ratio daskwp/TF "
+             "FastBert | ceiling MB/s | parity |")
     L.append("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         ratio = r["hf1"] and (r["hf_bytes"] / r["enc1_slice"]) / (r["hf_bytes"] / r["hf1"])
+        tf_ratio = (f"{fmt(r['tf_fbt'] / r['enc1_slice'])}×" if r.get("tf_fbt") else "n/a")
         L.append(f"| {r['name']} | {r['bytes'] / MB:.2f} | {fmt(mbps(r['bytes'], r['enc1']))} | "
                  f"{fmt(mbps(r['bytes'], r['enc1_list']))} | "
-                 f"{fmt(mbps(r['bytes'], r['win1']))} | {fmt(mbps(r['hf_bytes'], r['hf1']), 2)} "
-                 f"| {fmt(ratio)}× | {r['tf']} | {fmt(mbps(r['bytes'], r['ceiling']), 0)} | "
+                 f"{fmt(mbps(r['hf_bytes'], r['hf1']), 2)} "
+                 f"| {fmt(ratio)}× | {r['tf']} | {tf_ratio} | "
+                 f"{fmt(mbps(r['bytes'], r['ceiling']), 0)} | "
                  f"{r['parity']} |")
     L.append("")
     hf_mb = rows[0]["hf_bytes"] / MB
     L.append(f"- daskwp encode: `tok.encode(arr, num_threads=1)` on a pyarrow large_string array "
              f"built before timing (best of {args.repeats}); incl. list→Arrow: "
              f"`tok.encode(list_of_str, num_threads=1)` (best of {max(1, args.repeats - 2)}).")
-    L.append(f"- daskwp windows: `WordPieceTokenizer(..., num_threads=1)(arr, max_length="
-             f"{WIN_MAX_LENGTH}, stride={WIN_STRIDE})` (padded int32 ids + int32 mask + metadata; "
-             f"best of {max(1, args.repeats - 2)}).")
     L.append(f"- HF: `BertWordPieceTokenizer(vocab, lowercase=...).encode_batch(lines, "
              f"add_special_tokens=False)` in a child process with RAYON_NUM_THREADS=1 "
              f"(threads its encode_batch started: {rows[0]['hf1_threads']}), on the first "
@@ -607,14 +688,52 @@ def report(args, info: dict, rows, mem, dsk, elapsed: float) -> str:
              + f" MB), best of {args.hf_repeats}. The ratio compares daskwp and HF on that same "
              "slice (daskwp slice MB/s: "
              + ", ".join(fmt(mbps(r['hf_bytes'], r['enc1_slice'])) for r in rows) + ").")
-    L.append("- TF Text: FastBertTokenizer / FastWordpieceTokenizer MB/s when `import "
-             "tensorflow_text` works (not installed by this script).")
+    L.append("- TF Text: `FastBertTokenizer(vocab, lower_case_nfd_strip_accents=...)` / "
+             "`FastWordpieceTokenizer(vocab, no_pretokenization=False)` `.tokenize(tf.constant"
+             "(lines))` on the same slice as HF, one inter/intra-op thread, best of "
+             f"{args.hf_repeats}, in a child process run by the interpreter that has "
+             "tensorflow-text (`--tf-python`, `$DASKWP_TF_PYTHON` or `.venv-tf`, made by "
+             "`benchmarks/setup_tf.sh`; never installed by this script). The ratio compares "
+             "daskwp and FastBertTokenizer on that slice.")
     L.append(f"- ceiling: {rows[0]['ceiling_label']} over the same bytes (reads every byte, "
              f"writes it lowercased to a 64 KB scratch buffer), 1 core.")
     L.append("- parity: daskwp ids == HF ids (and equal lengths) on every line of the un-repeated "
              "corpus (lines checked/lines).")
     L.append("- vocabularies: English and logs bert-base-uncased (lowercase=True); "
              "multilingual bert-base-multilingual-cased (lowercase=False).")
+    L.append("")
+    L.append("## Windows (1 core)")
+    L.append("")
+    L.append("| corpus | daskwp encode MB/s | windows padded MB/s | windows ragged MB/s | "
+             "windows/encode time, padded / ragged | padded output bytes per input byte | "
+             "fresh-memory write ceiling MB/s |")
+    L.append("|---|---|---|---|---|---|---|")
+    for r in rows:
+        L.append(f"| {r['name']} | {fmt(mbps(r['bytes'], r['enc1']))} | "
+                 f"{fmt(mbps(r['bytes'], r['win1']))} | "
+                 f"{fmt(mbps(r['bytes'], r['win1_ragged']))} | "
+                 f"{r['win1'] / r['enc1']:.2f} / {r['win1_ragged'] / r['enc1']:.2f} | "
+                 f"{r['win_out_bytes'] / r['bytes']:.1f} | "
+                 f"{fmt(mbps(r['bytes'], r['win_write']))} |")
+    L.append("")
+    win = (f"`WordPieceTokenizer(vocab, ..., num_threads=1)(arr, max_length={WIN_MAX_LENGTH}, "
+           f"stride={WIN_STRIDE}")
+    L.append(f"- windows padded: {win})`: encode, then every document cut into "
+             f"{WIN_MAX_LENGTH}-wide rows with [CLS]/[SEP], padded int32 `input_ids` + int32 "
+             f"`attention_mask` + int64 `(logID, start, stop)` metadata; windows ragged: "
+             f"{win}, padding=False)`, the same rows unpadded (`RaggedRows`: flat values + "
+             f"int64 row offsets). Best of {max(1, args.repeats - 2)} each.")
+    L.append(f"- windows/encode time: windows wall time / encode wall time (encode as in the "
+             f"single-core table, best of {args.repeats}); 1.00 would mean the windows cost "
+             f"nothing beyond the encode they include.")
+    L.append("- padded output bytes per input byte: the nbytes of the arrays the padded call "
+             "returns (`input_ids`, `attention_mask`, `metadata`, `doc_row_offsets`) / input "
+             "UTF-8 bytes.")
+    L.append(f"- fresh-memory write ceiling: `np.ones(n, dtype=np.uint8)` with n = those output "
+             f"bytes (allocate, then write each byte once; best of "
+             f"{max(1, args.repeats - 2)}), as MB/s of input: about the fastest the padded "
+             f"call could run here with a free tokenizer, since it must write that much fresh "
+             f"memory.")
     L.append("")
     L.append("## The same, per CPU second (shared machine)")
     L.append("")
@@ -694,25 +813,46 @@ def report(args, info: dict, rows, mem, dsk, elapsed: float) -> str:
     elif "error" in dsk:
         L.append(f"- failed: {dsk['error']}")
     else:
-        b = dsk["bytes"]
-        L.append(f"- {b / MB:.1f} MB English (EWT repeated, {dsk['docs']} docs) in "
-                 f"{dsk['partitions']} partitions (~{b / MB / dsk['partitions']:.0f} MB each: "
-                 f"ceil(MB / {args.partition_mb:g})); "
-                 f"`LocalCluster(n_workers=k, threads_per_worker=1, processes=True)`; data "
-                 f"persisted on the workers before timing (persist: "
-                 f"{dsk['persist1']:.1f} s / {dsk['persist2']:.1f} s); best of "
-                 f"{max(1, args.dask_repeats)} runs each.")
+        b, o, sc = dsk["bytes"], dsk["overhead"], dsk["scaling"]
+        reps = max(1, args.dask_repeats)
+        L.append(f"- input: {b / MB:.1f} MB English (EWT repeated, {dsk['docs']} docs), a pandas "
+                 f"DataFrame of Arrow strings cut by `dd.from_pandas(df, npartitions=N, "
+                 f"sort=True)` (equal row counts; partition sizes below in MB of UTF-8); "
+                 f"`LocalCluster(n_workers=k, threads_per_worker=1, processes=True)`; the "
+                 f"partitions are persisted on the workers before timing (persist time in the "
+                 f"table); best of {reps} runs each, the scheduler left to release the previous "
+                 f"results between runs.")
         if "accessor_error" in dsk:
             L.append(f"- accessor unusable ({dsk['accessor_error']}); fell back to map_partitions")
-        L.append(f"- timed: {dsk['path']}")
-        L.append(f"- bare extension on the same partitions, 1 thread, in-process: "
-                 f"{dsk['bare']:.1f} s ({fmt(mbps(b, dsk['bare']))} MB/s)")
-        L.append(f"- 1 worker: {dsk['dask1']:.1f} s ({fmt(mbps(b, dsk['dask1']))} MB/s), overhead "
-                 f"vs bare {100 * (dsk['dask1'] / dsk['bare'] - 1):+.0f}%")
-        L.append(f"- 2 workers: {dsk['dask2']:.1f} s ({fmt(mbps(b, dsk['dask2']))} MB/s), "
-                 f"speed-up 2 vs 1 workers **{dsk['dask1'] / dsk['dask2']:.2f}×**")
-        if dsk["count1"] != dsk["count2"]:
-            L.append(f"- WARNING: counts differ between runs ({dsk['count1']} vs {dsk['count2']})")
+        L.append(f"- timed on the cluster: {dsk['path']}; bare extension: `{dsk['bare_path']}` "
+                 f"for each partition in a loop, 1 thread, in this process (best of {reps}).")
+        L.append("")
+        L.append("| part | partitions | partition MB (min / max) | run | seconds | MB/s | "
+                 "worker CPU share | persist s |")
+        L.append("|---|---|---|---|---|---|---|---|")
+        L.append(f"| overhead | {o['partitions']} | {o['mb'][0]:.1f} / {o['mb'][1]:.1f} | bare "
+                 f"extension | {o['bare']:.2f} | {fmt(mbps(b, o['bare']))} | n/a | n/a |")
+        for part, k, r in (("overhead", 1, o[1]), ("scaling", 1, sc[1]), ("scaling", 2, sc[2])):
+            d = dsk[part]
+            L.append(f"| {part} | {d['partitions']} | {d['mb'][0]:.1f} / {d['mb'][1]:.1f} | {k} "
+                     f"worker{'s' if k > 1 else ''} | {r['wall']:.2f} | "
+                     f"{fmt(mbps(b, r['wall']))} | {r['share']:.2f} | {r['persist']:.1f} |")
+        L.append("")
+        L.append(f"- overhead: N = ceil({args.dask_mb:g} MB / --partition-mb {args.partition_mb:g})"
+                 f" = {o['partitions']}; 1 worker vs bare extension on the same partitions "
+                 f"**{100 * (o[1]['wall'] / o['bare'] - 1):+.0f}%** (target: at most +15% at "
+                 f"64 MB partitions).")
+        L.append(f"- scaling: N = --scaling-partitions = {sc['partitions']}; speed-up 2 vs 1 "
+                 f"workers **{sc[1]['wall'] / sc[2]['wall']:.2f}×** (target: at least 1.8× on "
+                 f"200 MB).")
+        L.append("- worker CPU share: CPU seconds of the worker processes "
+                 "(`client.run(time.process_time)`, summed, before and after the run) per wall "
+                 "second of the fastest run; ideal 1.0 for 1 worker and 2.0 for 2. A share "
+                 "well under 2.0 for 2 workers means a core was busy elsewhere (or a worker "
+                 "idle), and caps the speed-up.")
+        counts = {o[1]["count"], sc[1]["count"], sc[2]["count"]}
+        if len(counts) > 1:
+            L.append(f"- WARNING: counts differ between runs ({sorted(counts)})")
     L.append("")
     return "\n".join(L)
 
@@ -728,10 +868,17 @@ def main(argv=None) -> int:
     ap.add_argument("--data", type=Path, default=default_data_dir(),
                     help="shared data folder holding corpus/ and vocab/")
     ap.add_argument("--dask", action=argparse.BooleanOptionalAction, default=True,
-                    help="run the Dask LocalCluster part (default on, ~1-2 min)")
+                    help="run the Dask LocalCluster part (default on, ~2-3 min)")
     ap.add_argument("--dask-mb", type=float, default=200, help="MB for the Dask part")
-    ap.add_argument("--partition-mb", type=float, default=64, help="Dask partition size")
+    ap.add_argument("--partition-mb", type=float, default=64,
+                    help="Dask partition size for the overhead figure (default 64)")
+    ap.add_argument("--scaling-partitions", type=int, default=16,
+                    help="equal partitions for the Dask 1-vs-2-workers figure (default 16)")
     ap.add_argument("--dask-repeats", type=int, default=2, help="runs per Dask figure")
+    ap.add_argument("--tf-python", default=None,
+                    help="Python with tensorflow-text for the TF Text figures (default: "
+                         "$DASKWP_TF_PYTHON, else .venv-tf/bin/python, else this one if it "
+                         "has tensorflow_text)")
     ap.add_argument("--_worker", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
@@ -744,6 +891,7 @@ def main(argv=None) -> int:
 
     t0 = time.perf_counter()
     info = machine_info()
+    info["argv"] = sys.argv[1:] if argv is None else list(argv)
     log(f"{info['model']}, {info['cores']} cores; data {args.data}")
     with tempfile.TemporaryDirectory(prefix="cpu_bench-") as td:
         tmp = Path(td)
