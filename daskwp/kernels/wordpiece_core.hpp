@@ -582,8 +582,8 @@ struct WordPieceE2E {
           // it is longer (overlapping), never reading past the readable bytes.
           uint64_t k0 = 0, k1 = 0;
           if (i + 8 <= readable) {
-            k0 = load_u64(s + i);
-            if (wlen < 8) k0 &= ~(uint64_t)0 >> (64 - 8 * wlen);
+            const int64_t w8 = wlen < 8 ? wlen : 8;
+            k0 = load_u64(s + i) & (~(uint64_t)0 >> (64 - 8 * w8));
           } else {
             for (int32_t b = 0; b < wlen && b < 8; ++b) k0 |= (uint64_t)s[i + b] << (8 * b);
           }
