@@ -1,8 +1,8 @@
-"""The CPU loop memoizes whole ASCII words for ranges of 1 MB or more (WordCache in
-wordpiece_core.hpp). A memo hit must emit exactly what the trie walk emits: encode every
-corpus of every vocabulary as one >= 1 MB batch (memo on, one thread so one memo sees all
-documents) and document by document in small batches (memo off). test_parity.py ties the
-small-batch results to HuggingFace."""
+"""The CPU loop memoizes whole words (ASCII letters and digits, plain non-ASCII letters)
+for ranges of 1 MB or more (WordCache in wordpiece_core.hpp). A memo hit must emit exactly
+what the trie walk emits: encode every corpus of every vocabulary as one >= 1 MB batch
+(memo on, one thread so one memo sees all documents) and document by document in small
+batches (memo off). test_parity.py ties the small-batch results to HuggingFace."""
 
 import numpy as np
 import pytest

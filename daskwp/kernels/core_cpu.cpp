@@ -195,7 +195,7 @@ using I64 = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cp
 template <typename T>
 nb::ndarray<nb::numpy, T, nb::ndim<1>> to_numpy(daskwp::HostArray<T> data, size_t n) {
   T* raw = data.release();
-  nb::capsule owner(raw, [](void* q) noexcept { std::free(q); });
+  nb::capsule owner(raw, [](void* q) noexcept { daskwp::host_free(q); });
   return nb::ndarray<nb::numpy, T, nb::ndim<1>>(raw, {n}, owner);
 }
 
@@ -282,6 +282,14 @@ uint64_t ceiling_pass(U8 data) {
 }  // namespace
 
 void bind_core(nb::module_& m) {
+  m.def("host_pool_info", [] {
+    const daskwp::HostPoolInfo i = daskwp::host_pool_info();
+    return nb::make_tuple(i.limit, i.cached, i.live);
+  }, "(limit, cached, live) bytes of the host output-memory pool.");
+  m.def("host_pool_set_limit", &daskwp::host_pool_set_limit, nb::arg("nbytes"),
+        "Most bytes of freed output blocks the pool keeps for reuse (0: none).");
+  m.def("host_pool_release", &daskwp::host_pool_release,
+        "Free the pool's cached blocks; returns their bytes.");
   m.def("ceiling_pass", &ceiling_pass, nb::arg("data"),
         "Benchmark ceiling: lowercase every byte into a scratch buffer; returns a checksum.");
   m.def("build_vocab", &build_vocab, nb::arg("tokens_utf8"), nb::arg("token_offsets"),

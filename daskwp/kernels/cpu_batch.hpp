@@ -1,8 +1,6 @@
 // daskwp — host-side batch entry points shared by the binding files.
 #pragma once
 
-#include <sys/mman.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -13,31 +11,34 @@
 
 namespace daskwp {
 
-// Host output arrays live in malloc'd memory (freed with std::free, also by the NumPy
-// capsules). Large ones are 2 MB aligned and asked for transparent huge pages: first-touch
-// page faults otherwise dominate writing padded windows.
+// Host output arrays (and the buffers behind them) come from host_alloc and go back with
+// host_free, also from the NumPy capsules that own them once they reach Python. Blocks of
+// 4 MB and more are 2 MB aligned, asked for transparent huge pages, and pooled: a freed
+// block is kept (up to the pool's limit, oldest dropped first) and handed out again for a
+// request of about its size. Writing fresh memory costs first-touch page faults, which
+// dominated padded windows output and the per-partition outputs of Dask workers (whose
+// malloc returns large blocks to the system at once); a pooled block is already mapped.
+void* host_alloc(size_t bytes);
+void host_free(void* p) noexcept;
+
+struct HostPoolInfo {
+  size_t limit;   // most bytes of freed blocks kept for reuse
+  size_t cached;  // bytes of freed blocks kept now
+  size_t live;    // bytes of pooled blocks in use
+};
+HostPoolInfo host_pool_info();
+void host_pool_set_limit(size_t bytes);  // also drops cached blocks above the new limit
+size_t host_pool_release();              // frees every cached block; returns their bytes
+
 struct FreeDelete {
-  void operator()(void* p) const noexcept { std::free(p); }
+  void operator()(void* p) const noexcept { host_free(p); }
 };
 template <typename T>
 using HostArray = std::unique_ptr<T[], FreeDelete>;
 
 template <typename T>
 HostArray<T> host_array(size_t n) {
-  const size_t bytes = (n ? n : 1) * sizeof(T);
-  constexpr size_t kHuge = size_t(2) << 20;
-  void* p = nullptr;
-  if (bytes >= 2 * kHuge) {
-    const size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
-    p = std::aligned_alloc(kHuge, rounded);
-#ifdef MADV_HUGEPAGE
-    if (p) madvise(p, rounded, MADV_HUGEPAGE);
-#endif
-  } else {
-    p = std::malloc(bytes);
-  }
-  if (!p) throw std::bad_alloc();
-  return HostArray<T>(static_cast<T*>(p));
+  return HostArray<T>(static_cast<T*>(host_alloc((n ? n : 1) * sizeof(T))));
 }
 
 struct EncodedBatch {

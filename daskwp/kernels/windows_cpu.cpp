@@ -154,7 +154,7 @@ using I64In = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::
 
 template <typename T, size_t Dim>
 nb::object numpy_owning(T* raw, const size_t (&shape)[Dim]) {
-  nb::capsule owner(raw, [](void* q) noexcept { std::free(q); });
+  nb::capsule owner(raw, [](void* q) noexcept { daskwp::host_free(q); });
   return nb::cast(nb::ndarray<nb::numpy, T>(raw, Dim, shape, owner));
 }
 
@@ -162,7 +162,7 @@ template <typename T>
 nb::object release_as(daskwp::HostArray<uint8_t>& bytes, std::initializer_list<size_t> dims) {
   // The mask buffer is allocated as bytes; hand it over typed.
   T* raw = reinterpret_cast<T*>(bytes.release());
-  nb::capsule owner(raw, [](void* q) noexcept { std::free(q); });
+  nb::capsule owner(raw, [](void* q) noexcept { daskwp::host_free(q); });
   std::vector<size_t> shape(dims);
   return nb::cast(nb::ndarray<nb::numpy, T>(raw, shape.size(), shape.data(), owner));
 }

@@ -174,7 +174,8 @@ DWP_HD DWP_FORCEINLINE uint64_t load_u64(const uint8_t* p) {
 #endif
 }
 
-// An optional per-thread memo of whole ASCII words (CPU): the key is the word's raw bytes,
+// An optional per-thread memo of whole words (CPU): words of ASCII letters and digits and
+// of plain non-ASCII letters (see plain_letter). The key is the word's raw bytes,
 // the value the tokens the trie produced for it under the same CoreContext. It only skips
 // work: a hit emits exactly what the walk would, a miss walks and records. Two-way
 // set-associative with both ways of a set in one 64-byte cache line: 2^kWordCacheBits
@@ -524,8 +525,10 @@ struct WordPieceE2E {
   DWP_NOINLINE void memo_miss(const uint8_t* s, int64_t i, int64_t e, WordCacheEntry* set,
                               uint64_t k0, uint64_t k1) {
     start_word();
-    nchars = e - i;
-    for (int64_t k = i; k < e && !failed; ++k) step(feed[s[k]]);
+    nchars = 0;
+    for (int64_t k = i; k < e; ++k) nchars += (s[k] & 0xC0u) != 0x80u;  // code points
+    // ASCII bytes as the feed table maps them, a plain letter's bytes as they are.
+    for (int64_t k = i; k < e && !failed; ++k) step(s[k] < 0x80u ? feed[s[k]] : s[k]);
     if (nchars > max_chars) failed = true;
     end_word();
     const int64_t produced = sink.n - word_start;
@@ -538,6 +541,17 @@ struct WordPieceE2E {
       en.n_tokens = (uint8_t)produced;
       for (int64_t k = 0; k < produced; ++k) en.tokens[k] = sink.out[word_start + k];
     }
+  }
+
+  // Byte length of the code point at s[i] (s[i] >= 0x80) when it is a plain letter of a
+  // word (no normalization, no class, not a mark, no special token starts with its first
+  // byte: the general path feeds its bytes straight to the trie), else 0.
+  DWP_FORCEINLINE int32_t plain_letter(const uint8_t* s, int64_t i, int64_t len) const {
+    if (v.special_first[s[i]]) return 0;
+    int32_t l;
+    const uint32_t cp = decode_utf8(s, i, len, &l);
+    if (cp == kReplacementChar) return 0;
+    return (norm_entry(nm, cp) & 0xFFu) == 0 ? l : 0;
   }
 
   // End of the run of word bytes starting at s[i] (feed[s[i]] < 0x80).
@@ -562,7 +576,7 @@ struct WordPieceE2E {
   }
 
   // The document loop with the memo. Between words (no word open, no mark waiting) it
-  // serves whole ASCII words from the memo, skips plain spaces and emits lone ASCII
+  // serves whole words from the memo, skips plain spaces and emits lone ASCII
   // punctuation from a table, all with the sink in registers; anything else goes through
   // the general path until it is between words again.
   int64_t run_memo(const uint8_t* s, int64_t len, int64_t readable) {
@@ -574,8 +588,15 @@ struct WordPieceE2E {
     while (i < len) {
       const uint8_t c = s[i];
       const uint8_t f = feed[c];
-      if (f < 0x80u) {
-        const int64_t e = word_end(s, i, len);
+      if (f < 0x80u || (c >= 0xC2u && plain_letter(s, i, len))) {
+        int64_t e = f < 0x80u ? word_end(s, i, len) : i;
+        // Plain non-ASCII letters continue the word (accented Latin, Cyrillic, Greek, ...).
+        while (e < len && s[e] >= 0x80u) {
+          const int32_t l = plain_letter(s, e, len);
+          if (!l) break;
+          e += l;
+          if (e < len && feed[s[e]] < 0x80u) e = word_end(s, e, len);
+        }
         const int64_t wlen = e - i;
         if (wlen <= kWordCacheMaxBytes && (e == len || wc.word_end[s[e]])) {
           // Key: the word's first 8 bytes (a short word masked) and its last 8 bytes when

@@ -1,0 +1,170 @@
+// daskwp — the host memory pool behind host_alloc / host_free (see cpu_batch.hpp).
+#include <sys/mman.h>
+
+#include <cstdlib>
+#include <list>
+#include <mutex>
+#include <new>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "cpu_batch.hpp"
+
+namespace daskwp {
+namespace {
+
+constexpr size_t kHuge = size_t(2) << 20;
+constexpr size_t kPooled = 2 * kHuge;  // requests from this size up are pooled
+
+// DASKWP_HOST_POOL_MB (MB, 0 turns reuse off), else 1024 MB.
+size_t initial_limit() {
+  const char* env = std::getenv("DASKWP_HOST_POOL_MB");
+  if (env && *env) {
+    char* end = nullptr;
+    const long long mb = std::strtoll(env, &end, 10);
+    if (end && *end == '\0' && mb >= 0) return static_cast<size_t>(mb) << 20;
+  }
+  return size_t(1024) << 20;
+}
+
+struct Pool {
+  std::mutex mu;
+  std::unordered_map<void*, size_t> live;      // pooled blocks handed out, with their size
+  std::list<std::pair<void*, size_t>> cached;  // freed blocks kept for reuse, oldest first
+  size_t cached_bytes = 0;
+  size_t live_bytes = 0;
+  size_t limit = initial_limit();
+
+  // Drops the oldest cached blocks until at most `keep` bytes stay; returns them to free
+  // outside the lock.
+  std::vector<void*> trim(size_t keep) {
+    std::vector<void*> out;
+    while (cached_bytes > keep) {
+      out.push_back(cached.front().first);
+      cached_bytes -= cached.front().second;
+      cached.pop_front();
+    }
+    return out;
+  }
+};
+
+// Never destroyed: NumPy arrays may free their blocks during interpreter shutdown.
+Pool& pool() {
+  static Pool* p = new Pool();
+  return *p;
+}
+
+void free_all(const std::vector<void*>& blocks) {
+  for (void* q : blocks) std::free(q);
+}
+
+}  // namespace
+
+void* host_alloc(size_t bytes) {
+  if (bytes < kPooled) {
+    void* p = std::malloc(bytes ? bytes : 1);
+    if (!p) throw std::bad_alloc();
+    return p;
+  }
+  const size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
+  Pool& P = pool();
+  {
+    // The smallest cached block that fits without wasting more than a quarter.
+    std::lock_guard<std::mutex> lock(P.mu);
+    auto best = P.cached.end();
+    for (auto it = P.cached.begin(); it != P.cached.end(); ++it)
+      if (it->second >= rounded && it->second <= rounded + rounded / 4 &&
+          (best == P.cached.end() || it->second < best->second))
+        best = it;
+    if (best != P.cached.end()) {
+      void* p = best->first;
+      const size_t size = best->second;
+      P.cached.erase(best);
+      P.cached_bytes -= size;
+      P.live.emplace(p, size);
+      P.live_bytes += size;
+      return p;
+    }
+  }
+  void* p = std::aligned_alloc(kHuge, rounded);
+  if (!p) {  // the cached blocks may be what is in the way
+    host_pool_release();
+    p = std::aligned_alloc(kHuge, rounded);
+    if (!p) throw std::bad_alloc();
+  }
+#ifdef MADV_HUGEPAGE
+  madvise(p, rounded, MADV_HUGEPAGE);
+#endif
+  std::lock_guard<std::mutex> lock(P.mu);
+  try {
+    P.live.emplace(p, rounded);
+  } catch (...) {
+    std::free(p);
+    throw;
+  }
+  P.live_bytes += rounded;
+  return p;
+}
+
+void host_free(void* p) noexcept {
+  if (!p) return;
+  Pool& P = pool();
+  std::vector<void*> drop;
+  {
+    std::lock_guard<std::mutex> lock(P.mu);
+    auto it = P.live.find(p);
+    if (it == P.live.end()) {  // a small block from malloc
+      std::free(p);
+      return;
+    }
+    const size_t size = it->second;
+    P.live.erase(it);
+    P.live_bytes -= size;
+    try {
+      if (size > P.limit) {
+        drop.push_back(p);
+      } else {
+        P.cached.emplace_back(p, size);
+        P.cached_bytes += size;
+        drop = P.trim(P.limit);
+      }
+    } catch (...) {  // no memory for the bookkeeping: just free it
+      std::free(p);
+      return;
+    }
+  }
+  free_all(drop);
+}
+
+HostPoolInfo host_pool_info() {
+  Pool& P = pool();
+  std::lock_guard<std::mutex> lock(P.mu);
+  return HostPoolInfo{P.limit, P.cached_bytes, P.live_bytes};
+}
+
+void host_pool_set_limit(size_t bytes) {
+  Pool& P = pool();
+  std::vector<void*> drop;
+  {
+    std::lock_guard<std::mutex> lock(P.mu);
+    P.limit = bytes;
+    drop = P.trim(bytes);
+  }
+  free_all(drop);
+}
+
+size_t host_pool_release() {
+  Pool& P = pool();
+  std::vector<void*> drop;
+  size_t bytes;
+  {
+    std::lock_guard<std::mutex> lock(P.mu);
+    bytes = P.cached_bytes;
+    drop = P.trim(0);
+  }
+  free_all(drop);
+  return bytes;
+}
+
+}  // namespace daskwp
