@@ -6,8 +6,10 @@ later call that needs about as much. Writing fresh memory costs page faults on f
 touch; on some machines (virtual machines above all) that costs as much as tokenizing, and
 Dask workers return freed memory to the system at once, so every partition paid it again.
 
-The pool keeps at most ``limit`` bytes of freed blocks (default 1024 MB, or
-``DASKWP_HOST_POOL_MB`` read at import; 0 turns reuse off). Memory in use is never limited.
+The pool keeps at most ``limit`` bytes of freed blocks: ``DASKWP_HOST_POOL_MB`` (read at
+import; 0 turns reuse off), else an eighth of the physical memory, between 256 MB and
+16 GB (a Dask worker then reuses one partition's outputs; padded 128-wide windows of short
+documents take ~14 bytes per input byte). Memory in use is never limited.
 """
 
 from __future__ import annotations

@@ -86,8 +86,14 @@ def test_negative_limit_is_refused():
         daskwp.set_host_pool_limit(-1)
 
 
-@pytest.mark.parametrize("value,expected", [("0", 0), ("64", 64 << 20), ("junk", 1024 << 20)])
+def _default_limit() -> int:
+    phys = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return min(max(phys // 8, 256 << 20), 16 << 30)
+
+
+@pytest.mark.parametrize("value,expected", [("0", 0), ("64", 64 << 20), ("junk", None), ("", None)])
 def test_limit_from_the_environment(value, expected):
+    expected = _default_limit() if expected is None else expected
     code = "import daskwp; print(daskwp.host_pool_info()['limit'])"
     env = dict(os.environ, DASKWP_HOST_POOL_MB=value)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,

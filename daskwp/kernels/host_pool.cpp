@@ -1,6 +1,8 @@
 // daskwp — the host memory pool behind host_alloc / host_free (see cpu_batch.hpp).
 #include <sys/mman.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <list>
 #include <mutex>
@@ -17,7 +19,8 @@ namespace {
 constexpr size_t kHuge = size_t(2) << 20;
 constexpr size_t kPooled = 2 * kHuge;  // requests from this size up are pooled
 
-// DASKWP_HOST_POOL_MB (MB, 0 turns reuse off), else 1024 MB.
+// DASKWP_HOST_POOL_MB (MB, 0 turns reuse off), else an eighth of the physical memory,
+// between 256 MB and 16 GB: enough for a Dask worker to reuse one partition's outputs.
 size_t initial_limit() {
   const char* env = std::getenv("DASKWP_HOST_POOL_MB");
   if (env && *env) {
@@ -25,7 +28,9 @@ size_t initial_limit() {
     const long long mb = std::strtoll(env, &end, 10);
     if (end && *end == '\0' && mb >= 0) return static_cast<size_t>(mb) << 20;
   }
-  return size_t(1024) << 20;
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  const size_t phys = pages > 0 && page > 0 ? size_t(pages) * size_t(page) : size_t(8) << 30;
+  return std::min(std::max(phys / 8, size_t(256) << 20), size_t(16) << 30);
 }
 
 struct Pool {
