@@ -261,15 +261,16 @@ def window_index(logid, xp=np):
 def frame_from_output(out) -> pd.DataFrame:
     """The tokenizer's numpy output as a partition frame (columns ``FRAME_COLUMNS``)."""
     meta = np.asarray(out["metadata"], dtype=np.int64).reshape(-1, 3)
-    ids, mask = out["input_ids"], out["attention_mask"]
-    return pd.DataFrame({
-        "logID": meta[:, 0].copy(),
-        "start": meta[:, 1].copy(),
-        "stop": meta[:, 2].copy(),
-        "input_ids": list_column(ids),
-        "attention_mask": list_column(mask),
-        "window": window_index(meta[:, 0]),
-    })
+    # One pass makes the three metadata columns contiguous; the frame keeps them as one block.
+    frame = pd.DataFrame(np.ascontiguousarray(meta.T).T, columns=list(METADATA_COLUMNS),
+                         copy=False)
+    frame["input_ids"] = list_column(out["input_ids"])
+    frame["attention_mask"] = list_column(out["attention_mask"])
+    # The row number inside each document, from the rows each document starts at.
+    starts = np.asarray(out.doc_row_offsets, dtype=np.int64)
+    frame["window"] = (np.arange(len(meta), dtype=np.int64) -
+                       np.repeat(starts[:-1], np.diff(starts))).astype(np.int32)
+    return frame
 
 
 def tokenize_partition(texts, tokenizer: WordPieceTokenizer, options: dict,
