@@ -19,6 +19,7 @@ namespace daskwp {
 // dominated padded windows output and the per-partition outputs of Dask workers (whose
 // malloc returns large blocks to the system at once); a pooled block is already mapped.
 void* host_alloc(size_t bytes);
+void* host_alloc_pooled(size_t bytes);  // pooled (and huge-page backed) whatever its size
 void host_free(void* p) noexcept;
 
 struct HostPoolInfo {

@@ -72,6 +72,10 @@ void* host_alloc(size_t bytes) {
     if (!p) throw std::bad_alloc();
     return p;
   }
+  return host_alloc_pooled(bytes);
+}
+
+void* host_alloc_pooled(size_t bytes) {
   const size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
   Pool& P = pool();
   {
