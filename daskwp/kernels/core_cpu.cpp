@@ -55,6 +55,7 @@ void encode_range(const CoreContext& ctx, const Off* offsets, const uint8_t* dat
   // more grows the buffer below), so the buffer is not regrown and copied as it fills.
   // Pages that stay untouched cost no memory.
   if (d1 > d0) buf.reserve(static_cast<int64_t>(offsets[d1] - offsets[d0]) + 64);
+  WordPieceE2E t(ctx, nullptr, 0);  // one tokenizer state for the range, reset per document
   for (int64_t d = d0; d < d1; ++d) {
     const int64_t b = static_cast<int64_t>(offsets[d]), e = static_cast<int64_t>(offsets[d + 1]);
     const int64_t vb = d + validity_offset;
@@ -64,12 +65,12 @@ void encode_range(const CoreContext& ctx, const Off* offsets, const uint8_t* dat
     }
     const int64_t len = e - b;
     buf.reserve(buf.size + len + 64);
-    int64_t got = tokenize_document(ctx, data + b, len, buf.data.get() + buf.size,
-                                    buf.cap - buf.size, cache.get(), data_end - b);
+    t.reset(buf.data.get() + buf.size, buf.cap - buf.size, cache.get());
+    int64_t got = t.run(data + b, len, data_end - b);
     if (got > buf.cap - buf.size) {  // rare: more tokens than the guess, run again
       buf.reserve(buf.size + got);
-      got = tokenize_document(ctx, data + b, len, buf.data.get() + buf.size,
-                              buf.cap - buf.size, cache.get(), data_end - b);
+      t.reset(buf.data.get() + buf.size, buf.cap - buf.size, cache.get());
+      got = t.run(data + b, len, data_end - b);
     }
     buf.size += got;
     counts[d] = got;

@@ -228,10 +228,15 @@ struct WordPieceE2E {
   DWP_HD WordPieceE2E(const CoreContext& ctx, int32_t* out, int64_t cap,
                       WordCache* word_cache = nullptr)
       : v(ctx.v), nm(ctx.nm), feed(ctx.feed), alnum_feed(ctx.alnum_feed),
-        cache(out ? word_cache : nullptr),
         max_chars(ctx.p.max_input_chars_per_word) {
     suffix_root = v.h->suffix_root;
     unk_id = v.h->unk_id;
+    reset(out, cap, word_cache);
+  }
+
+  // Ready for the next document (one E2E can serve a whole range of documents).
+  DWP_HD DWP_FORCEINLINE void reset(int32_t* out, int64_t cap, WordCache* word_cache) {
+    cache = out ? word_cache : nullptr;
     sink.out = out;
     sink.cap = out ? cap : 0;
     sink.n = 0;
