@@ -40,3 +40,23 @@ def test_memo_respects_max_input_chars_per_word():
     assert small[0] == [unk] and small[2] == [unk] and small[1] != [unk]
     expected = np.array(sum(small, []) * 200_000, dtype=np.int32)
     np.testing.assert_array_equal(enc.token_ids, expected)
+
+
+def test_memo_packs_four_and_five_tokens_and_skips_large_ids():
+    # Words of 4-5 tokens are memoized as 20-bit packed ids; ids from 2**20 up cannot be
+    # packed, so such words are walked every time. Both must equal the walk.
+    filler = [f"f{i:07d}" for i in range((1 << 20) + 10)]
+    small_ids = ["ab", "##cd", "##ef", "##gh", "##ij"]
+    large_ids = ["xy", "##zw", "##uv", "##st", "##qr"]
+    vocab = daskwp.Vocabulary.from_tokens(["[UNK]", "[CLS]", "[SEP]"] + small_ids + filler + large_ids)
+    assert vocab.token_to_id("##qr") >= 1 << 20
+    tok = daskwp.WordPieceTokenizer(vocab, num_threads=1)
+    text = "abcdefghij abcdefgh xyzwuvstqr xyzwuvst abcdefghij."
+    walked = tok.encode([text]).to_list()[0]
+    ab = [vocab.token_to_id(t) for t in small_ids]
+    xy = [vocab.token_to_id(t) for t in large_ids]
+    assert walked[:9] == ab + ab[:4]
+    assert walked[9:18] == xy + xy[:4]
+    memo = tok.encode([text] * 30_000)  # > 1 MB on one thread: the memo runs
+    assert len(text) * 30_000 > 1 << 20
+    np.testing.assert_array_equal(memo.token_ids, np.tile(np.asarray(walked, np.int32), 30_000))

@@ -174,18 +174,22 @@ DWP_HD DWP_FORCEINLINE uint64_t load_u64(const uint8_t* p) {
 #endif
 }
 
+#if !defined(__CUDA_ARCH__)  // host only: the GPU path has no memo
 // An optional per-thread memo of whole words (CPU): words of ASCII letters and digits and
 // of plain non-ASCII letters (see plain_letter). The key is the word's raw bytes,
 // the value the tokens the trie produced for it under the same CoreContext. It only skips
 // work: a hit emits exactly what the walk would, a miss walks and records. Two-way
 // set-associative with both ways of a set in one 64-byte cache line: 2^kWordCacheBits
-// entries of 32 bytes (2 MB) for words of up to 16 bytes and 3 tokens (nearly every word
-// of ASCII text); an entry with len 0 is empty. It also holds the per-context byte tables
+// entries of 32 bytes (2 MB) for words of up to 16 bytes and 3 tokens as int32, or 4-5
+// tokens packed as 20-bit ids (multilingual vocabularies cut words finer); an entry with
+// len 0 is empty. It also holds the per-context byte tables
 // of the memo loop. Prepare with reset_word_cache for each CoreContext (after that, any
 // number of documents may share it, one thread at a time).
 constexpr int32_t kWordCacheBits = 16;
 constexpr int32_t kWordCacheMaxBytes = 16;
-constexpr int32_t kWordCacheMaxTokens = 3;
+constexpr int32_t kWordCacheMaxTokens = 3;     // as int32 in tokens[]
+constexpr int32_t kWordCachePackedTokens = 5;  // packed in pad[] + tokens[] (14 bytes)
+constexpr uint32_t kWordCachePackMask = (1u << 20) - 1;
 struct alignas(32) WordCacheEntry {
   uint64_t key[2];  // the word's bytes, little-endian: bytes 0-7 and the last 8 (or 0)
   uint8_t len;
@@ -193,6 +197,37 @@ struct alignas(32) WordCacheEntry {
   uint8_t pad[2];
   int32_t tokens[kWordCacheMaxTokens];
 };
+
+// 4-5 token ids below 2^20 packed little-endian, 20 bits each, into the 14 bytes from
+// pad on (pad and tokens are contiguous: bytes 18-31 of the entry).
+constexpr size_t kWordCachePackAt = __builtin_offsetof(WordCacheEntry, pad);
+static_assert(__builtin_offsetof(WordCacheEntry, tokens) == kWordCachePackAt + 2 &&
+                  sizeof(WordCacheEntry) == kWordCachePackAt + 14,
+              "the packed tokens use pad and tokens as 14 contiguous bytes");
+inline void memo_pack(WordCacheEntry& en, const int32_t* t, int32_t nt) {
+  uint64_t lo = 0, hi = 0;
+  for (int32_t k = 0; k < nt; ++k) {
+    const uint64_t v = (uint32_t)t[k];
+    const int32_t at = 20 * k;
+    if (at < 64) lo |= v << at;
+    if (at + 20 > 64) hi |= at >= 64 ? v << (at - 64) : v >> (64 - at);
+  }
+  uint8_t* b = reinterpret_cast<uint8_t*>(&en) + kWordCachePackAt;
+  __builtin_memcpy(b, &lo, 8);
+  __builtin_memcpy(b + 8, &hi, 6);
+}
+inline void memo_unpack(const WordCacheEntry& en, int32_t* t) {
+  const uint8_t* b = reinterpret_cast<const uint8_t*>(&en) + kWordCachePackAt;
+  uint64_t lo, hi = 0;
+  __builtin_memcpy(&lo, b, 8);
+  __builtin_memcpy(&hi, b + 8, 6);
+  t[0] = (int32_t)(lo & kWordCachePackMask);
+  t[1] = (int32_t)((lo >> 20) & kWordCachePackMask);
+  t[2] = (int32_t)((lo >> 40) & kWordCachePackMask);
+  t[3] = (int32_t)(((lo >> 60) | (hi << 4)) & kWordCachePackMask);
+  t[4] = (int32_t)((hi >> 16) & kWordCachePackMask);
+}
+
 struct WordCache {
   // The one token of a lone ASCII punctuation byte (a word of its own whatever surrounds
   // it), or -1 where the general path decides (special-token bytes, other kinds).
@@ -201,6 +236,10 @@ struct WordCache {
   uint8_t word_end[256];
   alignas(64) WordCacheEntry entries[1 << kWordCacheBits];
 };
+
+#else
+struct WordCache;
+#endif
 
 // The E2E tokenizer state for one byte range. Use: construct, run(bytes, len), read sink.n.
 struct WordPieceE2E {
@@ -537,14 +576,21 @@ struct WordPieceE2E {
     if (nchars > max_chars) failed = true;
     end_word();
     const int64_t produced = sink.n - word_start;
-    if (produced <= kWordCacheMaxTokens && sink.n <= sink.cap) {
-      set[1] = set[0];
-      WordCacheEntry& en = set[0];
-      en.key[0] = k0;
-      en.key[1] = k1;
-      en.len = (uint8_t)(e - i);
-      en.n_tokens = (uint8_t)produced;
-      for (int64_t k = 0; k < produced; ++k) en.tokens[k] = sink.out[word_start + k];
+    if (produced > kWordCachePackedTokens || sink.n > sink.cap) return;
+    const int32_t* t = sink.out + word_start;
+    if (produced > kWordCacheMaxTokens)
+      for (int64_t k = 0; k < produced; ++k)
+        if ((uint32_t)t[k] > kWordCachePackMask) return;  // too large to pack
+    set[1] = set[0];
+    WordCacheEntry& en = set[0];
+    en.key[0] = k0;
+    en.key[1] = k1;
+    en.len = (uint8_t)(e - i);
+    en.n_tokens = (uint8_t)produced;
+    if (produced > kWordCacheMaxTokens) {
+      memo_pack(en, t, (int32_t)produced);
+    } else {
+      for (int64_t k = 0; k < produced; ++k) en.tokens[k] = t[k];
     }
   }
 
@@ -624,11 +670,17 @@ struct WordPieceE2E {
           if (m0 | m1) {
             const WordCacheEntry* en = set + (m1 & !m0);
             const int64_t nt = en->n_tokens;
-            if (n + kWordCacheMaxTokens <= cap) {
+            if (nt <= kWordCacheMaxTokens && n + kWordCacheMaxTokens <= cap) {
               __builtin_memcpy(out + n, en->tokens, sizeof(en->tokens));
             } else {
+              int32_t t[kWordCachePackedTokens];
+              if (nt > kWordCacheMaxTokens) {
+                memo_unpack(*en, t);
+              } else {
+                for (int64_t k = 0; k < nt; ++k) t[k] = en->tokens[k];
+              }
               for (int64_t k = 0; k < nt; ++k)
-                if (n + k < cap) out[n + k] = en->tokens[k];
+                if (n + k < cap) out[n + k] = t[k];
             }
             n += nt;
             // A plain space after the word ends nothing more: step over it here.
