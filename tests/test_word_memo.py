@@ -60,3 +60,17 @@ def test_memo_packs_four_and_five_tokens_and_skips_large_ids():
     memo = tok.encode([text] * 30_000)  # > 1 MB on one thread: the memo runs
     assert len(text) * 30_000 > 1 << 20
     np.testing.assert_array_equal(memo.token_ids, np.tile(np.asarray(walked, np.int32), 30_000))
+
+
+@pytest.mark.parametrize("threads", [2, 3, 7])
+def test_threads_equal_one_thread(threads):
+    # Several threads take byte-balanced chunks of the batch as they come free, each with
+    # its own memo; ids and per-document lengths must equal one thread's, nulls included.
+    tok = daskwp.WordPieceTokenizer(vocab_path("bert-base-multilingual-cased"), lowercase=False)
+    docs = [d for f in corpus_files() for d in read_documents(f)]
+    docs = [None if i % 997 == 0 else d for i, d in enumerate(docs * 3)]
+    assert sum(len(d.encode("utf-8", "surrogatepass")) for d in docs if d) > threads << 20
+    one = tok.encode(docs, num_threads=1)
+    many = tok.encode(docs, num_threads=threads)
+    np.testing.assert_array_equal(many.lengths, one.lengths)
+    np.testing.assert_array_equal(many.token_ids, one.token_ids)

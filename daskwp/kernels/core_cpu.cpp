@@ -9,6 +9,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
@@ -39,18 +40,20 @@ struct IdBuffer {
   }
 };
 
+// The memo of whole words one thread keeps for a batch (2 MB; see WordCache). From the
+// pool: huge pages keep its random lookups off the TLB's back, and a reused block is
+// already mapped.
+using WordCachePtr = std::unique_ptr<WordCache, FreeDelete>;
+WordCachePtr make_word_cache(const CoreContext& ctx) {
+  WordCachePtr cache(static_cast<WordCache*>(host_alloc_pooled(sizeof(WordCache))));
+  reset_word_cache(ctx, cache.get());
+  return cache;
+}
+
 template <typename Off>
 void encode_range(const CoreContext& ctx, const Off* offsets, const uint8_t* data, const uint8_t* validity,
                   int64_t validity_offset, int64_t d0, int64_t d1, int64_t data_end,
-                  IdBuffer& buf, int64_t* counts) {
-  // One memo of whole words per thread and batch (2 MB; see WordCache), when the range is
-  // large enough for it to pay off. From the pool: huge pages keep its random lookups off
-  // the TLB's back, and a reused block is already mapped.
-  std::unique_ptr<WordCache, FreeDelete> cache;
-  if (d1 > d0 && static_cast<int64_t>(offsets[d1] - offsets[d0]) >= (int64_t(1) << 20)) {
-    cache.reset(static_cast<WordCache*>(host_alloc_pooled(sizeof(WordCache))));
-    reset_word_cache(ctx, cache.get());
-  }
+                  WordCache* cache, IdBuffer& buf, int64_t* counts) {
   // Room for one token per input byte up front (the usual bound; a document that needs
   // more grows the buffer below), so the buffer is not regrown and copied as it fills.
   // Pages that stay untouched cost no memory.
@@ -65,11 +68,11 @@ void encode_range(const CoreContext& ctx, const Off* offsets, const uint8_t* dat
     }
     const int64_t len = e - b;
     buf.reserve(buf.size + len + 64);
-    t.reset(buf.data.get() + buf.size, buf.cap - buf.size, cache.get());
+    t.reset(buf.data.get() + buf.size, buf.cap - buf.size, cache);
     int64_t got = t.run(data + b, len, data_end - b);
     if (got > buf.cap - buf.size) {  // rare: more tokens than the guess, run again
       buf.reserve(buf.size + got);
-      t.reset(buf.data.get() + buf.size, buf.cap - buf.size, cache.get());
+      t.reset(buf.data.get() + buf.size, buf.cap - buf.size, cache);
       got = t.run(data + b, len, data_end - b);
     }
     buf.size += got;
@@ -102,31 +105,41 @@ EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
   threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, total_bytes >> 20)));
   threads = static_cast<int>(std::min<int64_t>(threads, std::max<int64_t>(n_docs, 1)));
 
-  // Byte-balanced contiguous document ranges.
-  std::vector<int64_t> cut(threads + 1, n_docs);
+  // Byte-balanced contiguous document chunks: one per thread, or 8 per thread handed out as
+  // threads come free, so that a thread slowed down by its core's other work does not hold
+  // up the batch.
+  const int chunks = threads == 1 ? 1 : 8 * threads;
+  std::vector<int64_t> cut(chunks + 1, n_docs);
   cut[0] = 0;
-  for (int t = 1; t < threads; ++t) {
-    const Off target = offsets[0] + static_cast<Off>(total_bytes * t / threads);
-    cut[t] = std::lower_bound(offsets, offsets + n_docs + 1, target) - offsets;
-    cut[t] = std::max(cut[t], cut[t - 1]);
+  for (int c = 1; c < chunks; ++c) {
+    const Off target = offsets[0] + static_cast<Off>(total_bytes * c / chunks);
+    cut[c] = std::lower_bound(offsets, offsets + n_docs + 1, target) - offsets;
+    cut[c] = std::max(cut[c], cut[c - 1]);
   }
   // Every document may read ahead up to the end of the batch's bytes (word_end's 16-byte
   // scan); the other threads only read them too.
   const int64_t data_end = n_docs ? static_cast<int64_t>(offsets[n_docs]) : 0;
-  std::vector<IdBuffer> bufs(threads);
+  // The memo pays off from ~1 MB of text per thread.
+  const bool memo = total_bytes / threads >= (int64_t(1) << 20);
+  std::vector<IdBuffer> bufs(chunks);
   if (threads == 1) {
-    encode_range(ctx, offsets, data, validity, validity_offset, 0, n_docs, data_end, bufs[0],
-                 counts);
+    WordCachePtr cache = memo ? make_word_cache(ctx) : WordCachePtr();
+    encode_range(ctx, offsets, data, validity, validity_offset, 0, n_docs, data_end,
+                 cache.get(), bufs[0], counts);
   } else {
+    std::atomic<int> next{0};
     std::vector<std::thread> pool;
     std::vector<std::exception_ptr> errors(threads);
     for (int t = 0; t < threads; ++t) {
       pool.emplace_back([&, t] {
         try {
-          encode_range(ctx, offsets, data, validity, validity_offset, cut[t], cut[t + 1],
-                       data_end, bufs[t], counts);
+          WordCachePtr cache = memo ? make_word_cache(ctx) : WordCachePtr();
+          for (int c = next++; c < chunks; c = next++)
+            encode_range(ctx, offsets, data, validity, validity_offset, cut[c], cut[c + 1],
+                         data_end, cache.get(), bufs[c], counts);
         } catch (...) {
           errors[t] = std::current_exception();
+          next = chunks;  // the others stop at their next chunk
         }
       });
     }
@@ -135,15 +148,15 @@ EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
       if (e) std::rethrow_exception(e);
   }
   int64_t total = 0;
-  for (int t = 0; t < threads; ++t) total += bufs[t].size;
-  if (threads == 1) {
+  for (int c = 0; c < chunks; ++c) total += bufs[c].size;
+  if (chunks == 1) {
     out.ids = std::move(bufs[0].data);
   } else {
     out.ids = host_array<int32_t>(static_cast<size_t>(std::max<int64_t>(total, 1)));
     int64_t at = 0;
-    for (int t = 0; t < threads; ++t) {
-      if (bufs[t].size) std::memcpy(out.ids.get() + at, bufs[t].data.get(), bufs[t].size * 4);
-      at += bufs[t].size;
+    for (int c = 0; c < chunks; ++c) {
+      if (bufs[c].size) std::memcpy(out.ids.get() + at, bufs[c].data.get(), bufs[c].size * 4);
+      at += bufs[c].size;
     }
   }
   if (!out.ids) out.ids = host_array<int32_t>(1);
