@@ -123,15 +123,16 @@ DWP_HD inline void fill_window_row(const int32_t* doc_tokens, int64_t n_tokens, 
   metadata[2] = r.stop;
 }
 
-// The document that output row `row` belongs to, given doc_row_offsets[0..n_docs] (the
-// exclusive scan of window_count; strictly increasing since every document has a row).
-// Binary search: lets a GPU launch one thread per row.
-DWP_HD inline int64_t find_document(const int64_t* doc_row_offsets, int64_t n_docs,
-                                    int64_t row) {
-  int64_t lo = 0, hi = n_docs;  // invariant: doc_row_offsets[lo] <= row < doc_row_offsets[hi]
+// The document that item `row` belongs to, given first[0..n_docs]: a non-decreasing
+// exclusive scan of per-document counts (output rows from window_count, or the GPU's
+// document pieces), with first[0] <= row < first[n_docs]. The last d with
+// first[d] <= row, so documents with no items are skipped. Binary search: lets a GPU
+// launch one thread per item.
+DWP_HD inline int64_t find_document(const int64_t* first, int64_t n_docs, int64_t row) {
+  int64_t lo = 0, hi = n_docs;  // invariant: first[lo] <= row < first[hi]
   while (hi - lo > 1) {
     const int64_t mid = lo + (hi - lo) / 2;
-    if (doc_row_offsets[mid] <= row)
+    if (first[mid] <= row)
       lo = mid;
     else
       hi = mid;

@@ -81,20 +81,6 @@ __device__ DWP_FORCEINLINE bool document_valid(const uint8_t* validity, int64_t 
   return ((validity[b >> 3] >> (b & 7)) & 1) != 0;
 }
 
-// The document owning piece j: the last d with piece_first[d] <= j (j < piece_first[n]).
-__device__ DWP_FORCEINLINE int64_t piece_owner(const int64_t* piece_first, int64_t n_docs,
-                                               int64_t j) {
-  int64_t lo = 0, hi = n_docs;  // piece_first[lo] <= j < piece_first[hi]
-  while (hi - lo > 1) {
-    const int64_t mid = lo + (hi - lo) / 2;
-    if (piece_first[mid] <= j)
-      lo = mid;
-    else
-      hi = mid;
-  }
-  return lo;
-}
-
 __device__ DWP_FORCEINLINE int64_t grid_start() {
   return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
 }
@@ -195,7 +181,7 @@ __global__ void dwp_chunk_starts(const int64_t* __restrict__ doc_off,
   for (int64_t j = daskwp::gpu::grid_start(); j < n_slots; j += daskwp::gpu::grid_stride()) {
     int64_t begin = -1;
     if (j < n_pieces) {
-      const int64_t d = daskwp::gpu::piece_owner(piece_first, n_docs, j);
+      const int64_t d = daskwp::find_document(piece_first, n_docs, j);
       const int64_t k = j - piece_first[d];
       const int64_t b = doc_off[d], e = doc_off[d + 1];
       if (k == 0) {
@@ -226,7 +212,7 @@ __global__ void dwp_chunk_ends(const int64_t* __restrict__ doc_off,
   for (int64_t j = daskwp::gpu::grid_start(); j < n_slots; j += daskwp::gpu::grid_stride()) {
     int64_t end = -1;
     if (chunk_begin[j] >= 0) {
-      const int64_t d = daskwp::gpu::piece_owner(piece_first, n_docs, j);
+      const int64_t d = daskwp::find_document(piece_first, n_docs, j);
       const int64_t last = piece_first[d + 1];
       int64_t i = j + 1;
       while (i < last && chunk_begin[i] < 0) ++i;
