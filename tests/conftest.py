@@ -25,7 +25,10 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -228,3 +231,35 @@ def describe_mismatches(texts, got, expected, id_to_token, limit=5) -> str:
         out.append(f"       got      tokens={[id_to_token(t) for t in gw]}")
         out.append(f"       expected tokens={[id_to_token(t) for t in ew]}")
     return "\n".join(out)
+
+
+def run_killing_a_worker(cluster, fn, ready, timeout: float = 120, settle: float = 0.0,
+                         poll: float = 0.005):
+    """Runs ``fn()`` in a thread; once ``ready()`` is true (polled every ``poll`` s, at most
+    ``timeout`` s)
+    and ``settle`` s more, SIGKILLs the first worker's process if ``fn`` still runs. Asserts
+    that ``fn`` then finishes (within 240 s) without raising; returns ``(its result, whether
+    a worker was killed)``."""
+    box: dict = {}
+
+    def run():
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - asserted below
+            box["error"] = e
+
+    t = threading.Thread(target=run)
+    t.start()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and t.is_alive() and not ready():
+        time.sleep(poll)
+    time.sleep(settle)
+    nanny = next(iter(cluster.workers.values()))
+    pid = nanny.process.pid if nanny.process is not None else None
+    killed = pid is not None and t.is_alive()
+    if killed:
+        os.kill(pid, signal.SIGKILL)
+    t.join(timeout=240)
+    assert not t.is_alive(), "the job did not finish after a worker was killed"
+    assert "error" not in box, box.get("error")
+    return box.get("value"), killed

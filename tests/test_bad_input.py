@@ -38,7 +38,7 @@ import pytest
 import daskwp
 from daskwp import _ext
 
-from conftest import hf_encode, hf_from_tokens
+from conftest import hf_encode, hf_from_tokens, run_killing_a_worker
 
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
@@ -772,11 +772,6 @@ def test_dask_accessor_survives_a_killed_worker(tmp_path):
     """Kill a worker process while ``.wordpiece.tokenize(...).to_parquet`` runs on a
     process cluster: Dask reruns the lost tasks; the dataset equals the eager result with
     every logID exactly once. (The CLI's version: test_cli.py.)"""
-    import os
-    import signal
-    import threading
-    import time
-
     import dask.dataframe as dd
     from distributed import Client, LocalCluster
 
@@ -788,33 +783,14 @@ def test_dask_accessor_survives_a_killed_worker(tmp_path):
         ds = dd.from_pandas(s, npartitions=48).map_partitions(_slow_identity, meta=s.iloc[:0])
         res = ds.wordpiece.tokenize(max_length=8, stride=2)
         out = tmp_path / "out"
-        done: dict = {}
 
-        def run():
-            try:
-                res.to_parquet(str(out))
-                done["ok"] = True
-            except BaseException as e:  # noqa: BLE001 - reported below
-                done["error"] = e
+        def executing():
+            return any(w.get("executing") for w in client.run(
+                lambda dask_worker: {"executing": len(dask_worker.state.executing)}).values())
 
-        t = threading.Thread(target=run)
-        t.start()
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and t.is_alive() and \
-                not any(w.get("executing") for w in
-                        client.run(lambda dask_worker: {"executing":
-                                                        len(dask_worker.state.executing)}
-                                   ).values()):
-            time.sleep(0.05)
-        time.sleep(1.0)  # some partitions done, some running
-        killed = False
-        nanny = next(iter(cluster.workers.values()))
-        if t.is_alive() and nanny.process is not None and nanny.process.pid is not None:
-            os.kill(nanny.process.pid, signal.SIGKILL)
-            killed = True
-        t.join(timeout=240)
-        assert not t.is_alive(), "the job did not finish after a worker was killed"
-    assert "error" not in done, done.get("error")
+        # some partitions done, some running
+        _, killed = run_killing_a_worker(cluster, lambda: res.to_parquet(str(out)), executing,
+                                         timeout=60, settle=1.0, poll=0.05)
     assert killed, "the job ended before a worker could be killed"
     frame = pd.read_parquet(out, dtype_backend="pyarrow").sort_values(["logID", "window"])
     eager = tok()(docs, max_length=8, stride=2)

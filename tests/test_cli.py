@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -25,6 +24,8 @@ import pytest
 import daskwp
 from daskwp import jobs
 from daskwp.cli import main
+
+from conftest import run_killing_a_worker
 
 REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"
@@ -389,30 +390,10 @@ def test_worker_killed_mid_job_still_completes(tmp_path, tok):
                             "quiet": True, "device": "cpu"})
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                       dashboard_address=":0") as cluster, Client(cluster) as client:
-        result: dict = {}
-
-        def run():
-            try:
-                result["summary"] = jobs.run_job(cfg, client=client)
-            except BaseException as e:  # noqa: BLE001 - reported below
-                result["error"] = e
-
-        t = threading.Thread(target=run)
-        t.start()
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and t.is_alive() and \
-                len(list(out.glob("part-*.parquet"))) < 2:
-            time.sleep(0.005)
-        nanny = next(iter(cluster.workers.values()))
-        pid = nanny.process.pid if nanny.process is not None else None
-        killed = pid is not None and t.is_alive()
-        if killed:
-            os.kill(pid, signal.SIGKILL)
-        t.join(timeout=240)
-        assert not t.is_alive()
+        summary, killed = run_killing_a_worker(
+            cluster, lambda: jobs.run_job(cfg, client=client),
+            lambda: len(list(out.glob("part-*.parquet"))) >= 2)
         assert killed, "the job ended before a worker could be killed"
-    assert "error" not in result, result.get("error")
-    summary = result["summary"]
     assert summary["documents"] == len(lines)
     assert not list(out.glob(".tmp*"))
     assert_matches(out, tok, lines)
