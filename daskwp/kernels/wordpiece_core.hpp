@@ -569,10 +569,12 @@ struct WordPieceE2E {
   DWP_NOINLINE void memo_miss(const uint8_t* s, int64_t i, int64_t e, WordCacheEntry* set,
                               uint64_t k0, uint64_t k1) {
     start_word();
-    nchars = 0;
-    for (int64_t k = i; k < e; ++k) nchars += (s[k] & 0xC0u) != 0x80u;  // code points
-    // ASCII bytes as the feed table maps them, a plain letter's bytes as they are.
-    for (int64_t k = i; k < e && !failed; ++k) step(s[k] < 0x80u ? feed[s[k]] : s[k]);
+    // ASCII bytes as the feed table maps them, a plain letter's bytes as they are; the
+    // characters are counted (non-continuation bytes) over the whole word.
+    for (int64_t k = i; k < e; ++k) {
+      nchars += (s[k] & 0xC0u) != 0x80u;
+      if (!failed) step(s[k] < 0x80u ? feed[s[k]] : s[k]);
+    }
     if (nchars > max_chars) failed = true;
     end_word();
     const int64_t produced = sink.n - word_start;
