@@ -195,17 +195,31 @@ def ceiling_fn():
 # child processes
 # ---------------------------------------------------------------------------------------
 
-def run_worker(kind: str, job: dict, tmp: Path, env_extra: dict | None = None,
-               env_remove=(), timeout: float = 900, python: str | None = None) -> dict:
-    jp, op = tmp / f"{kind}-{time.monotonic_ns()}.job", tmp / f"{kind}-{time.monotonic_ns()}.out"
-    job = dict(job, out=str(op))
-    jp.write_bytes(pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL))
+def start_worker(kind: str, job: dict, tmp: Path, env_extra: dict | None = None,
+                 env_remove=(), python: str | None = None) -> tuple[subprocess.Popen, Path]:
+    """This script as a child process running ``worker_<kind>(job)``; returns the process
+    and the file its pickled result will be in."""
+    stem = f"{kind}-{time.monotonic_ns()}"
+    jp, op = tmp / f"{stem}.job", tmp / f"{stem}.out"
+    jp.write_bytes(pickle.dumps(dict(job, out=str(op)), protocol=pickle.HIGHEST_PROTOCOL))
     env = {k: v for k, v in os.environ.items() if k not in env_remove}
     env.update(env_extra or {})
-    subprocess.run([python or sys.executable, str(Path(__file__).resolve()), "--_worker", kind,
-                    str(jp)],
-                   env=env, check=True, timeout=timeout)
-    return pickle.loads(op.read_bytes())
+    proc = subprocess.Popen([python or sys.executable, str(Path(__file__).resolve()),
+                             "--_worker", kind, str(jp)], env=env)
+    return proc, op
+
+
+def worker_result(proc: subprocess.Popen, out: Path, timeout: float = 900) -> dict:
+    """The result of a started worker, once it has exited cleanly."""
+    if proc.wait(timeout=timeout) != 0:
+        raise RuntimeError(f"benchmark worker exited with {proc.returncode}")
+    return pickle.loads(out.read_bytes())
+
+
+def run_worker(kind: str, job: dict, tmp: Path, env_extra: dict | None = None,
+               env_remove=(), timeout: float = 900, python: str | None = None) -> dict:
+    return worker_result(*start_worker(kind, job, tmp, env_extra, env_remove, python),
+                         timeout=timeout)
 
 
 def _thread_count() -> int:
@@ -547,29 +561,19 @@ def bench_process_pair(args, tmp: Path) -> dict:
     path = english_ipc(args, tmp)
     res = {}
     for k in (1, 2):
-        jobs, procs = [], []
         go = tmp / f"go-{k}"
-        for j in range(k):
-            job = {"arrow_path": str(path), "vocab": str(args.data / "vocab" / vocab_name /
-                                                         "vocab.txt"),
-                   "lowercase": lowercase, "repeats": args.repeats,
-                   "ready": str(tmp / f"ready-{k}-{j}"), "go": str(go),
-                   "out": str(tmp / f"pair-{k}-{j}.out")}
-            jp = tmp / f"pair-{k}-{j}.job"
-            jp.write_bytes(pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL))
-            jobs.append(job)
-            procs.append(subprocess.Popen([sys.executable, str(Path(__file__).resolve()),
-                                           "--_worker", "enc1", str(jp)]))
+        ready = [tmp / f"ready-{k}-{j}" for j in range(k)]
+        started = [start_worker("enc1", {
+            "arrow_path": str(path), "vocab": str(args.data / "vocab" / vocab_name / "vocab.txt"),
+            "lowercase": lowercase, "repeats": args.repeats, "ready": str(r), "go": str(go)},
+            tmp) for r in ready]
         deadline = time.monotonic() + 600
-        while not all(Path(j["ready"]).exists() for j in jobs) and time.monotonic() < deadline:
-            if any(p.poll() not in (None, 0) for p in procs):
+        while not all(r.exists() for r in ready) and time.monotonic() < deadline:
+            if any(p.poll() not in (None, 0) for p, _ in started):
                 break
             time.sleep(0.05)
         go.touch()
-        for p in procs:
-            if p.wait(timeout=900) != 0:
-                raise RuntimeError(f"enc1 worker exited with {p.returncode}")
-        outs = [pickle.loads(Path(j["out"]).read_bytes()) for j in jobs]
+        outs = [worker_result(p, o) for p, o in started]
         res[k] = sum(mbps(o["bytes"], o["seconds"]) for o in outs)
     res["speedup"] = res[2] / res[1]
     return res
