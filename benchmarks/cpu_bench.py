@@ -257,8 +257,11 @@ def tf_python(args) -> str | None:
     """The interpreter that runs the TF Text figures: --tf-python, else $DASKWP_TF_PYTHON,
     else the repository's .venv-tf (benchmarks/setup_tf.sh makes it), else this one when it
     imports tensorflow_text; None when there is none."""
-    for cand in (args.tf_python, os.environ.get("DASKWP_TF_PYTHON"),
-                 ROOT / ".venv-tf" / "bin" / "python"):
+    if args.tf_python:  # named explicitly: it must exist
+        if not Path(args.tf_python).exists():
+            raise SystemExit(f"--tf-python {args.tf_python}: no such interpreter")
+        return str(args.tf_python)
+    for cand in (os.environ.get("DASKWP_TF_PYTHON"), ROOT / ".venv-tf" / "bin" / "python"):
         if cand and Path(cand).exists():
             return str(cand)
     return sys.executable if importlib.util.find_spec("tensorflow_text") is not None else None
@@ -504,7 +507,7 @@ def bench_corpora(args, tmp: Path) -> list[dict]:
     rows[0]["hf_all_threads"] = hf_all["results"][0]["threads"]
 
     # TF Text only where an interpreter has it (see tf_python); never installed here.
-    tf_py = tf_python(args)
+    tf_py = args.tf_interpreter
     if tf_py:
         log(f"TF Text ({tf_py}) ...")
         try:
@@ -972,6 +975,8 @@ def main(argv=None) -> int:
                          "has tensorflow_text)")
     ap.add_argument("--_worker", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if not args._worker:
+        args.tf_interpreter = tf_python(args)  # checked before any measuring
 
     if args._worker:
         kind, path = args._worker
