@@ -411,7 +411,10 @@ def _cpu_pressure() -> str | None:
 
 def bench_corpora(args, tmp: Path) -> list[dict]:
     import daskwp
-    from daskwp.windows import windows_from_encoding
+    # daskwp.windows_from_encoding since the layered package; daskwp.windows before it
+    # (so that this script also measures an older checkout beside the current one).
+    windows_from_encoding = getattr(daskwp, "windows_from_encoding", None) or \
+        __import__("daskwp.windows", fromlist=["windows_from_encoding"]).windows_from_encoding
     ceil, ceil_label = ceiling_fn()
     target = int(args.size_mb * MB)
     rows = []
@@ -819,7 +822,7 @@ def report(args, info: dict, rows, mem, pair, dsk, elapsed: float) -> str:
              f"metadata): what windows add to encode.")
     L.append("- padded output bytes per input byte: the nbytes of the arrays the padded call "
              "returns (`input_ids`, `attention_mask`, `metadata`, `doc_row_offsets`) / input "
-             "UTF-8 bytes. They come from daskwp's host memory pool (`daskwp.memory`): from "
+             "UTF-8 bytes. They come from daskwp's host memory pool (`daskwp.backends.memory`): from "
              "the second call on, the blocks a previous call freed are reused, already mapped.")
     L.append("")
     L.append("## The same, per CPU second (shared machine)")

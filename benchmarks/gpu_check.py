@@ -161,7 +161,7 @@ def run_row(name, docs, tok, hf, args, whole: bool):
     sample of --sample-mb, and GPU == CPU checked with the CPU on all cores."""
     import pyarrow as pa
 
-    from daskwp import cuda
+    from daskwp.backends import cuda
 
     arrow = pa.array(docs, type=pa.large_string())
     row = Row(name, nbytes(docs) / MB)
@@ -198,7 +198,7 @@ def run_row(name, docs, tok, hf, args, whole: bool):
         ok = np.array_equal(ids, cpu_enc.token_ids) and np.array_equal(off, cpu_enc.offsets)
         if ok:
             ok = windows_equal(cuda.windows_cuda(tok, dev, **win_kw),
-                               daskwp.windows.windows_from_encoding(cpu_enc, tok.vocab,
+                               daskwp.windows_from_encoding(cpu_enc, tok.vocab,
                                                                     **win_kw))
         row.parity.insert(0, "gpu==cpu" if ok else "GPU!=CPU")
         del dev
@@ -233,7 +233,7 @@ def main(argv=None) -> int:
         print(f"GPU: {props['name'].decode()}, CuPy {cp.__version__}, "
               f"CUDA runtime {cp.cuda.runtime.runtimeGetVersion()}")
         t0 = time.perf_counter()
-        from daskwp import cuda
+        from daskwp.backends import cuda
 
         cuda.encode_cuda(daskwp.WordPieceTokenizer(), ["compile the kernels"])
         print(f"first call (NVRTC compile or CuPy cache load + upload): "

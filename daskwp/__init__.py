@@ -2,17 +2,27 @@
 
 HuggingFace-exact token ids from one fused normalize+WordPiece kernel (CPU and CUDA),
 strided windows with (logID, start, stop) metadata, and global logIDs across a cluster.
+The package is layered (docs/design.md §8): core → backends → frames → distributed →
+accessors, jobs → cli; this module is the public face and re-exports the API.
 """
 
-from .tokenizer import Encoding, WordPieceTokenizer
-from .vocab import Vocabulary
-from . import accessor  # noqa: F401  (registers the .wordpiece accessor: pandas, Dask, cudf)
-from .cluster import connect
-from .memory import host_pool_info, release_host_memory, set_host_pool_limit
-from .windows import BatchWindows, RaggedRows, merge_wordpieces, stitch, stitch_flat
+from .core import config as _config  # noqa: F401  (registers daskwp's dask.config defaults)
+from .core.cache import cache_info, clear_caches
+from .core.decode import decode, merge_wordpieces
+from .core.ragged import BatchWindows, Encoding, RaggedRows
+from .core.stitch import stitch, stitch_flat
+from .core.version import __version__
+from .core.vocab import Vocabulary
+from .backends.cpu import windows_from_encoding
+from .backends.memory import host_pool_info, release_host_memory, set_host_pool_limit
+from .backends.tokenizer import WordPieceTokenizer
+from .distributed.cluster import connect
+from .accessors.register import register_accessors
 
-__version__ = "0.1.0"
+register_accessors()  # .wordpiece on pandas, Dask and (when it imports) cudf Series
 
 __all__ = ["BatchWindows", "Encoding", "RaggedRows", "Vocabulary", "WordPieceTokenizer",
-           "__version__", "connect", "host_pool_info", "merge_wordpieces",
-           "release_host_memory", "set_host_pool_limit", "stitch", "stitch_flat"]
+           "__version__", "cache_info", "clear_caches", "connect", "decode",
+           "host_pool_info", "merge_wordpieces", "register_accessors",
+           "release_host_memory", "set_host_pool_limit", "stitch", "stitch_flat",
+           "windows_from_encoding"]

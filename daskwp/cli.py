@@ -19,7 +19,7 @@ import os
 import sys
 import time
 
-from . import __version__
+from .core.version import __version__
 from .jobs import (CONFIG_KEYS, ConfigError, InputError, JobError, OutputConflictError,
                    format_summary, load_config, make_config, parse_override, run_job)
 

@@ -79,7 +79,7 @@ import sys
 from pathlib import Path
 
 import daskwp
-from daskwp.normalize import norm_blob
+from daskwp.core.normalizer import norm_blob
 
 out, data, n_random = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
 lines = []

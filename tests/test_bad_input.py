@@ -1,4 +1,4 @@
-"""Bad input and faults (SPEC section 5): no crash, clear errors, nothing lost.
+"""Bad input and faults (docs/design.md §5): no crash, clear errors, nothing lost.
 
 Documented behaviour (README "Differences from HuggingFace", docs/bad-input.md):
 
@@ -314,7 +314,7 @@ def test_fuzz_arrow_layouts_never_crash_and_agree(docs, data):
 def test_native_binding_refuses_malformed_buffers():
     """Offsets and bitmaps that would read outside the buffers are ValueErrors."""
     t = tok()
-    vb, nb = t._vocab_blob, t._norm
+    vb, nb = t.kernel_model.vocab_blob, t.kernel_model.norm_blob
     data = np.frombuffer(b"abcdef", np.uint8)
     ok32 = np.array([0, 3, 6], np.int32)
     cases = [
@@ -342,7 +342,7 @@ def test_native_binding_refuses_negative_validity_offset():
         from daskwp import _ext
         t = daskwp.WordPieceTokenizer()
         try:
-            _ext.encode32(t._vocab_blob, t._norm, 100, np.array([0, 1], np.int32),
+            _ext.encode32(t.kernel_model.vocab_blob, t.kernel_model.norm_blob, 100, np.array([0, 1], np.int32),
                           np.frombuffer(b"a", np.uint8), np.array([255], np.uint8),
                           -(1 << 40), 1)
         except ValueError as e:

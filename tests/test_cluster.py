@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 import daskwp
-from daskwp import cluster as wp_cluster
+from daskwp.distributed import cluster as wp_cluster
 
 GPU_STACK_MISSING = wp_cluster._gpu_stack_missing()
 needs_no_gpu_stack = pytest.mark.skipif(not GPU_STACK_MISSING,

@@ -1,4 +1,4 @@
-"""Table-driven WordPiece / normalizer cases on tiny hand-written vocabularies (SPEC §1, §5).
+"""Table-driven WordPiece / normalizer cases on tiny hand-written vocabularies (docs/design.md §1, §5).
 
 Every case states the expected tokens worked out by hand (greedy longest-match-first WordPiece
 after BertNormalizer + BertPreTokenizer), and is checked twice: daskwp against that list, and HF

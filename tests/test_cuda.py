@@ -1,4 +1,4 @@
-"""The CUDA kernels (``daskwp/kernels/wordpiece.cu``) and their launcher (``daskwp/cuda.py``).
+"""The CUDA kernels (``daskwp/kernels/wordpiece.cu``) and their launcher (``daskwp/backends/cuda.py``).
 
 Four groups:
 
@@ -10,7 +10,7 @@ Four groups:
   and no other file re-implements them.
 * **emulated**: the kernel file compiled by the host C++ compiler with a small shim (grids,
   blocks, ``__syncthreads`` as a real barrier between OS threads) and launched through
-  ``daskwp.cuda`` with a NumPy stand-in for CuPy. This runs the real launcher and the real
+  ``daskwp.backends.cuda`` with a NumPy stand-in for CuPy. This runs the real launcher and the real
   kernel code paths (chunking, count / scan / write, windows) on any machine with ``c++``.
 * **gpu** (marker ``gpu``; skipped without CuPy and a CUDA device): the same checks on the
   device, plus device-only ones (DLPack, device caches, device input buffers).
@@ -41,7 +41,7 @@ import pyarrow as pa
 import pytest
 
 import daskwp
-from daskwp import cuda
+from daskwp.backends import cuda
 from conftest import VOCAB_CONFIGS, corpus_files, read_documents, vocab_path
 
 KERNELS = Path(daskwp.__file__).resolve().parent / "kernels"
@@ -198,8 +198,8 @@ def test_no_second_implementation():
 
 
 def test_module_imports_without_cupy():
-    """daskwp.cuda never imports CuPy at import time (CPU-only machines import it freely)."""
-    code = ("import sys, daskwp.cuda as c; assert 'cupy' not in sys.modules; "
+    """daskwp.backends.cuda never imports CuPy at import time (CPU-only machines import it freely)."""
+    code = ("import sys, daskwp.backends.cuda as c; assert 'cupy' not in sys.modules; "
             "assert c.is_device_input(c.DeviceStrings(None, None)); "
             "assert not c.is_device_input(['a']) and not c.is_device_input('a')")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -613,7 +613,7 @@ def test_windows_match_cpu_on_corpora(backend, vocab_name, padding):
     got = cuda.windows_cuda(tok, docs, return_tensors="np", **kw)
     for key in ("input_ids", "attention_mask", "metadata"):
         g, e = got[key], expected[key]
-        if isinstance(e, daskwp.windows.RaggedRows):
+        if isinstance(e, daskwp.RaggedRows):
             assert np.array_equal(g.values, e.values) and np.array_equal(g.offsets, e.offsets)
         else:
             assert g.dtype == e.dtype and np.array_equal(g, e), key

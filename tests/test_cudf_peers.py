@@ -5,7 +5,7 @@
 1. odd overlaps: cuDF's metadata duplicates one token at every window boundary;
 2. full last window: cuDF's last-row ``stop`` loses tokens when ``(n - max_len) % step == 0``;
 3. empty/whitespace documents: cuDF's metadata claims one (padding) token, ``stop = 0``;
-   daskwp gives an empty slice, ``stop = start - 1`` (SPEC section 2);
+   daskwp gives an empty slice, ``stop = start - 1`` (docs/design.md §2);
 4. all-null input: cuDF returns 0 rows; daskwp gives one empty row per null (no logID is
    ever missing);
 5. token ids follow HuggingFace (special tokens are matched case-sensitively; ids never

@@ -20,8 +20,11 @@ import pytest
 from conftest import DATA, read_lines
 
 import daskwp
-from daskwp import accessor
-from daskwp._dask import DaskWordPieceResult, _partition_local
+from daskwp.accessors import eager as accessor
+from daskwp.distributed import state as worker_state
+from daskwp.frames import partition as frames
+from daskwp.accessors.lazy import DaskWordPieceResult
+from daskwp.distributed.graph import partition_local as _partition_local
 
 MAX_LENGTH = 32
 STRIDE = 7  # odd on purpose: the owned-slice split must still rebuild every document
@@ -132,7 +135,7 @@ def test_pandas_accessor_equals_tokenizer_call(tok):
     np.testing.assert_array_equal(res.metadata.to_numpy(), out["metadata"])
     assert list(res.metadata.columns) == ["logID", "start", "stop"]
     frame = res.to_frame()
-    assert list(frame.columns) == list(accessor.FRAME_COLUMNS)
+    assert list(frame.columns) == list(frames.FRAME_COLUMNS)
     assert str(frame["input_ids"].dtype) == "list<item: int32>[pyarrow]"
     # window numbers the rows of each document
     lid = out["metadata"][:, 0]
@@ -295,8 +298,8 @@ def test_to_frame_matches_single_machine_output(client):
         np.testing.assert_array_equal(got[col].to_numpy(), expected[col].to_numpy())
     for col in ("input_ids", "attention_mask"):
         assert got[col].dtype == expected[col].dtype
-        np.testing.assert_array_equal(accessor.matrix_from_frame(got, col, MAX_LENGTH),
-                                      accessor.matrix_from_frame(expected, col, MAX_LENGTH))
+        np.testing.assert_array_equal(frames.matrix_from_frame(got, col, MAX_LENGTH),
+                                      frames.matrix_from_frame(expected, col, MAX_LENGTH))
 
 
 @pytest.mark.parametrize("options", [
@@ -381,7 +384,7 @@ def test_empty_and_all_null_partitions_conform_to_the_schema(client):
     frame = res.to_frame()
     empty = frame.partitions[1].compute()
     assert len(empty) == 0
-    assert list(empty.columns) == list(accessor.FRAME_COLUMNS)
+    assert list(empty.columns) == list(frames.FRAME_COLUMNS)
     assert (empty.dtypes == frame._meta.dtypes).all()
     nulls = frame.partitions[2].compute()
     assert (nulls.dtypes == frame._meta.dtypes).all()
@@ -415,14 +418,14 @@ def test_to_parquet_round_trip(client, tmp_path):
                                   expected.metadata.to_numpy())
     for col, want in (("input_ids", expected.input_ids),
                       ("attention_mask", expected.attention_mask)):
-        np.testing.assert_array_equal(accessor.matrix_from_frame(back, col, MAX_LENGTH), want)
+        np.testing.assert_array_equal(frames.matrix_from_frame(back, col, MAX_LENGTH), want)
     # plain readers work too (object columns of arrays without dtype_backend)
     plain = pd.read_parquet(path)
     np.testing.assert_array_equal(np.stack(plain["input_ids"].to_numpy()), expected.input_ids)
     # the eager result writes the same columns
     expected.to_parquet(tmp_path / "eager.parquet")
     eager = pd.read_parquet(tmp_path / "eager.parquet", dtype_backend="pyarrow")
-    np.testing.assert_array_equal(accessor.matrix_from_frame(eager, "input_ids", MAX_LENGTH),
+    np.testing.assert_array_equal(frames.matrix_from_frame(eager, "input_ids", MAX_LENGTH),
                                   expected.input_ids)
 
 
@@ -430,8 +433,8 @@ def test_one_tokenizer_per_worker(client, tok):
     ds = dd.from_pandas(_series(DOCS), npartitions=8)
     res = ds.wordpiece.tokenize(tok, **OPTIONS)
     res.metadata.compute()
-    key = accessor.tokenizer_key(tok)
-    cached = client.run(accessor.cached_tokenizer_keys)
+    key = worker_state.tokenizer_key(tok)
+    cached = client.run(worker_state.cached_tokenizer_keys)
     assert len(cached) == 2
     for keys in cached.values():
         assert keys.count(key) <= 1

@@ -1,4 +1,4 @@
-"""tok.decode / daskwp.windows.decode against HuggingFace's BERT decoding
+"""tok.decode / daskwp.decode against HuggingFace's BERT decoding
 (``BertWordPieceTokenizer.decode`` and ``decoders.WordPiece(prefix="##", cleanup=True)``)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 
 import daskwp
 from conftest import DATA, VOCAB_LOWERCASE, read_documents, requires_data, vocab_path
-from daskwp.windows import RaggedRows, decode
+from daskwp import RaggedRows, decode
 
 CORPORA = ["en_ewt.txt", "logs/Apache_2k.log", "logs/Windows_2k.log", "multi/de.txt",
            "multi/zh.txt", "multi/ru.txt", "edge/blns.txt"]

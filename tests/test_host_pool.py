@@ -1,4 +1,4 @@
-"""The host memory pool (daskwp/memory.py, kernels/host_pool.cpp): freed output blocks of
+"""The host memory pool (daskwp/backends/memory.py, kernels/host_pool.cpp): freed output blocks of
 4 MB and more are handed out again, up to a limit, and results never change."""
 
 import os

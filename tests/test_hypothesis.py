@@ -1,4 +1,4 @@
-"""Property test: daskwp ids equal HF ids on adversarial Unicode (SPEC §1).
+"""Property test: daskwp ids equal HF ids on adversarial Unicode (docs/design.md §1).
 
 Documents are built from fragments: characters from every plane (surrogates excluded), combining
 marks, whitespace / control / format characters, punctuation and symbols, CJK (including the

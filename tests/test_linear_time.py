@@ -1,4 +1,4 @@
-"""Linear time on huge single words, huge lines and very long vocabulary tokens (SPEC §1, §5).
+"""Linear time on huge single words, huge lines and very long vocabulary tokens (docs/design.md §1, §5).
 
 The cases run in a child process (so a quadratic implementation is killed by a timeout instead
 of hanging the suite, and a crash is reported, not fatal); each reports the best-of-N wall time

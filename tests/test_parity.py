@@ -1,4 +1,4 @@
-"""Golden parity with HuggingFace tokenizers on the real vocabularies and corpora (SPEC §1, §3, §5).
+"""Golden parity with HuggingFace tokenizers on the real vocabularies and corpora (docs/design.md §1, §3, §5).
 
 Every document of every corpus file under ``DATA/corpus`` (recursive: *.txt, *.log, and the JSON
 array ``edge/blns.json``), with every shared vocabulary, must give exactly HF's ids (without

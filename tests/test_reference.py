@@ -1,4 +1,4 @@
-"""The pure-Python reference tokenizer (daskwp._reference) against HuggingFace."""
+"""The pure-Python reference tokenizer (daskwp.backends.reference) against HuggingFace."""
 from __future__ import annotations
 
 import itertools
@@ -9,7 +9,7 @@ import pytest
 from conftest import (VOCAB_CONFIGS, corpus_files, read_documents, requires_data,
                       vocab_path)
 
-from daskwp._reference import load_tables, load_vocab, normalize, reference_encode
+from daskwp.backends.reference import load_tables, load_vocab, normalize, reference_encode
 
 tokenizers = pytest.importorskip("tokenizers")
 

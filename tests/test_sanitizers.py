@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 
 import daskwp
-from daskwp.normalize import norm_blob
+from daskwp.core.normalizer import norm_blob
 
 from conftest import DATA, corpus_files, read_lines
 

@@ -14,7 +14,7 @@ from hypothesis import given, settings, strategies as st
 import daskwp
 from conftest import requires_data, vocab_path
 from test_windows import SMALL_VOCAB, encoding_of
-from daskwp.windows import RaggedRows, stitch_flat, windows_from_encoding
+from daskwp import RaggedRows, stitch_flat, windows_from_encoding
 
 
 @st.composite

@@ -1,6 +1,6 @@
-"""Strided windows, attention mask and (logID, start, stop) metadata (SPEC section 2).
+"""Strided windows, attention mask and (logID, start, stop) metadata (docs/design.md §2).
 
-* the native windows equal a slow pure-Python reference of SPEC section 2 over an exhaustive
+* the native windows equal a slow pure-Python reference of docs/design.md §2 over an exhaustive
   grid of small (n, max_length, stride, special tokens, truncation);
 * rows equal HuggingFace's overflow windows (``enable_truncation(max_length, stride)``,
   ``Encoding.overflowing``) and logIDs its sample mapping, over real corpus documents glued
@@ -24,14 +24,14 @@ import pytest
 
 import daskwp
 from conftest import DATA, read_documents, requires_data, vocab_path, VOCAB_LOWERCASE
-from daskwp.tokenizer import Encoding
-from daskwp.windows import RaggedRows, windows_from_encoding
+from daskwp import Encoding
+from daskwp import RaggedRows, windows_from_encoding
 
 KERNELS = Path(daskwp.__file__).resolve().parent / "kernels"
 
 
 # ---------------------------------------------------------------------------------------
-# Slow reference of SPEC section 2 (one document at a time, plain Python)
+# Slow reference of docs/design.md §2 (one document at a time, plain Python)
 # ---------------------------------------------------------------------------------------
 def reference_windows(docs, max_length, stride, truncation, add_special_tokens,
                       cls_id, sep_id, pad_id, logid_offset=0):

@@ -3,7 +3,7 @@ import sys
 from pathlib import Path
 
 import daskwp
-from daskwp.normalize import norm_blob
+from daskwp.core.normalizer import norm_blob
 
 out, vocab = Path(sys.argv[1]), sys.argv[2]
 lowercase = "--no-lowercase" not in sys.argv

@@ -1,6 +1,6 @@
 // daskwp — strided windows over the tokens of a document (host and device).
 //
-// The GST layout (SPEC section 2): a document with tokens t[0..n) becomes K rows; row k
+// The GST layout (docs/design.md §2): a document with tokens t[0..n) becomes K rows; row k
 // holds the body t[k*step, k*step + L) (shorter for the last row), framed by [CLS] ... [SEP]
 // when special tokens are added, padded with [PAD] to the row width. Each row also owns a
 // disjoint slice [start, stop] (columns, stop inclusive) of its body; over the rows of one
@@ -71,7 +71,7 @@ struct WindowRow {
   int32_t stop;         //   stop == start - 1 for an empty document
 };
 
-// The fixed split (SPEC section 2): row 0 starts at b, row k > 0 at b + floor(stride/2);
+// The fixed split (docs/design.md §2): row 0 starts at b, row k > 0 at b + floor(stride/2);
 // a row that is not the last stops at b + L - ceil(stride/2) - 1, the last row at its last
 // body token. Row k+1 then starts exactly one past where row k stops, for every stride,
 // odd or even, and whether or not the last window is full.

@@ -5,7 +5,7 @@ Written against the documented cudf / pylibcudf API only (``cudf.DataFrame``,
 ``pylibcudf.Column.from_cuda_array_interface``). Imported only when a partition is a cudf
 object, so nothing here runs, or needs to import, on a machine without cudf.
 
-The tokenizer runs cudf input on the GPU (``daskwp.cuda.windows_cuda``): the kernel reads the
+The tokenizer runs cudf input on the GPU (``daskwp.backends.cuda.windows_cuda``): the kernel reads the
 cudf column's device buffers (offsets + chars) and returns CuPy arrays with the same layout
 as the CPU path: ``input_ids`` and ``attention_mask`` (rows x max_length int32, or ragged
 rows with ``padding=False``) and ``metadata`` (rows x 3 int64, logIDs 0-based within the
@@ -20,7 +20,7 @@ import cudf
 import cupy
 import pylibcudf as plc
 
-from .accessor import _MAX_LIST_VALUES, window_index
+from .schema import MAX_LIST_VALUES, window_index
 
 
 def list_column(matrix) -> cudf.Series:
@@ -40,7 +40,7 @@ def list_column(matrix) -> cudf.Series:
         total = rows * width
         flat = cupy.ascontiguousarray(matrix).reshape(-1)
         offsets = cupy.arange(rows + 1, dtype=cupy.int64) * width
-    if total > _MAX_LIST_VALUES:
+    if total > MAX_LIST_VALUES:
         raise ValueError(
             f"a partition of {rows} rows holds {total} token values, more than the 2**31 - 1 "
             f"that one list<int32> column stores; repartition into smaller partitions")

@@ -1,7 +1,7 @@
 """Normalization tables: the per-code-point behaviour of BertNormalizer + BertPreTokenizer.
 
 The raw properties are generated from HuggingFace ``tokenizers`` itself by
-``daskwp/kernels/gen_unicode_tables.py`` (see ``daskwp/kernels/UNICODE_TABLES.md`` for the
+``tools/gen_unicode_tables.py`` (see ``daskwp/kernels/UNICODE_TABLES.md`` for the
 Unicode version). :func:`norm_blob` folds them, for one combination of flags, into the flat
 two-level table that the native core reads (layout: ``daskwp/kernels/model.hpp``).
 """
@@ -9,14 +9,16 @@ two-level table that the native core reads (layout: ``daskwp/kernels/model.hpp``
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import struct
 from pathlib import Path
 
 import numpy as np
 
-TABLES_PATH = Path(__file__).parent / "kernels" / "unicode_tables.npz"
+from .. import _ext
+from .cache import BoundedCache
+
+TABLES_PATH = Path(__file__).resolve().parent.parent / "kernels" / "unicode_tables.npz"
 
 # Entry bits (must match model.hpp).
 CLASS_MASK = 3
@@ -33,11 +35,10 @@ MAP_SHIFT = 8
 _P_REMOVE = 4
 _P_TO_SPACE = 8
 _P_CHINESE = 16
-_P_SURROGATE = 32
 _P_NONSTARTER = 64
 
 NORM_MAGIC = 0x4E505744
-BLOB_VERSION = 1
+BLOB_VERSION = _ext.BLOB_VERSION  # kBlobVersion of model.hpp, as the extension was built
 _HEADER = struct.Struct("<6I3Q2I5Q")  # NormHeader in model.hpp
 N_CODEPOINTS = 0x110000
 
@@ -82,19 +83,22 @@ def load_tables() -> dict:
     return tables
 
 
-def unicode_table_info() -> dict:
-    """Where the Unicode character tables came from (versions, counts)."""
-    return dict(load_tables()["meta"])
-
-
 def _align8(n: int) -> int:
     return (n + 7) & ~7
 
 
-@functools.lru_cache(maxsize=16)
+_NORM_BLOBS = BoundedCache("norm_blobs", 16)
+
+
 def norm_blob(clean_text: bool, handle_chinese_chars: bool, strip_accents: bool,
               lowercase: bool) -> bytes:
-    """The compiled normalization blob for one flag combination (cached)."""
+    """The compiled normalization blob for one flag combination (cached per combination)."""
+    key = (bool(clean_text), bool(handle_chinese_chars), bool(strip_accents), bool(lowercase))
+    return _NORM_BLOBS.get_or_create(key, lambda: _build_norm_blob(*key))
+
+
+def _build_norm_blob(clean_text: bool, handle_chinese_chars: bool, strip_accents: bool,
+                     lowercase: bool) -> bytes:
     t = load_tables()
     props = t["props"].astype(np.uint32)
     entry = props & CLASS_MASK
@@ -163,6 +167,3 @@ def norm_blob(clean_text: bool, handle_chinese_chars: bool, strip_accents: bool,
     buf[off_map_utf8:off_map_utf8 + map_utf8.nbytes] = map_utf8.tobytes()
     return bytes(buf)
 
-
-def norm_blob_hash(blob: bytes) -> str:
-    return hashlib.blake2b(blob, digest_size=16).hexdigest()

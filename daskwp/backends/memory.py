@@ -14,7 +14,7 @@ documents take ~14 bytes per input byte). Memory in use is never limited.
 
 from __future__ import annotations
 
-from . import _ext
+from .. import _ext
 
 __all__ = ["host_pool_info", "release_host_memory", "set_host_pool_limit"]
 

@@ -29,11 +29,15 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from ..core.cache import BoundedCache
+from ..core.strings import chunk_buffers, to_arrow
+from ..core.windows import fill_plan, pack_windows, window_params
+from .protocol import kernel_model
 
 __all__ = [
     "DeviceStrings",
@@ -45,16 +49,17 @@ __all__ = [
     "windows_cuda",
 ]
 
-KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
+KERNEL_DIR = Path(__file__).resolve().parent.parent / "kernels"
 KERNEL_FILE = "wordpiece.cu"
 BLOCK = 128                   # threads per block for every launch
 _MODEL_CACHE_SIZE = 8
+_MODULE_CACHE_SIZE = 64
 _MIN_CHUNK_BYTES = 256
 _MAX_CHUNK_BYTES = 4096
 
-_lock = threading.Lock()
-_modules: dict = {}           # device id -> cupy.RawModule
-_models: OrderedDict = OrderedDict()   # (vocab hash, norm digest, device id) -> _DeviceModel
+_lock = threading.Lock()     # one compilation at a time
+_modules = BoundedCache("cuda_modules", _MODULE_CACHE_SIZE)         # device id -> RawModule
+_models = BoundedCache("cuda_device_models", _MODEL_CACHE_SIZE)     # model key + device id
 _source_cache: list = []
 
 
@@ -101,7 +106,7 @@ def _module():
                 code, options = kernel_source()
                 mod = cp.RawModule(code=code, options=options, backend="nvrtc")
                 mod.get_function("dwp_chunk_tokenize")   # compile now, errors surface here
-                _modules[dev] = mod
+                mod = _modules.put(dev, mod)
     return mod
 
 
@@ -113,35 +118,28 @@ class _DeviceModel:
 
 
 def _device_model(tok) -> _DeviceModel:
-    """The tokenizer's blobs on the current device, uploaded once and cached."""
+    """The tokenizer's blobs on the current device, uploaded once and cached (keyed by the
+    vocabulary hash, the normalization blob's digest and the device)."""
     cp = _cupy()
     dev = cp.cuda.Device().id
-    norm = np.ascontiguousarray(tok._norm, dtype=np.uint8)
-    key = (tok.vocab.hash, hashlib.blake2b(norm, digest_size=16).hexdigest(), dev)
-    with _lock:
-        model = _models.get(key)
-        if model is not None:
-            _models.move_to_end(key)
-            return model
-    mod = _module()
-    vocab = cp.asarray(np.ascontiguousarray(tok._vocab_blob, dtype=np.uint8))
-    norm_d = cp.asarray(norm)
-    boundary = cp.zeros(256, dtype=cp.uint8)
-    mod.get_function("dwp_boundary_bytes")((1,), (256,), (vocab, norm_d, boundary))
-    model = _DeviceModel(vocab, norm_d, boundary)
-    with _lock:
-        _models[key] = model
-        _models.move_to_end(key)
-        while len(_models) > _MODEL_CACHE_SIZE:
-            _models.popitem(last=False)
-    return model
+    km = kernel_model(tok)
+    key = (km.key, dev)
+
+    def upload() -> _DeviceModel:
+        mod = _module()
+        vocab = cp.asarray(km.vocab_blob)
+        norm_d = cp.asarray(km.norm_blob)
+        boundary = cp.zeros(256, dtype=cp.uint8)
+        mod.get_function("dwp_boundary_bytes")((1,), (256,), (vocab, norm_d, boundary))
+        return _DeviceModel(vocab, norm_d, boundary)
+
+    return _models.get_or_create(key, upload)
 
 
 def clear_caches() -> None:
-    """Drop the compiled modules and the device-resident blobs (for tests)."""
-    with _lock:
-        _modules.clear()
-        _models.clear()
+    """Drop the compiled modules and the device-resident blobs."""
+    _modules.clear()
+    _models.clear()
 
 
 # ---------------------------------------------------------------------------------------
@@ -215,8 +213,6 @@ def _cudf_strings(obj) -> DeviceStrings | None:
 def _host_strings(texts) -> DeviceStrings:
     """Host input through Arrow, copied to the device: one transfer per buffer."""
     import pyarrow as pa
-
-    from ._input import chunk_buffers, to_arrow
 
     cp = _cupy()
     arr = to_arrow(texts)
@@ -385,7 +381,7 @@ def encode_cuda(tok, texts, *, chunk_bytes: int | None = None):
         mod, model, doc_off, data, validity, has_validity, int(s.validity_offset), n,
         chunk_bytes, cp)
 
-    max_chars = _i32(tok.max_input_chars_per_word)
+    max_chars = _i32(kernel_model(tok).max_input_chars_per_word)
     tokenize = mod.get_function("dwp_chunk_tokenize")
     counts = cp.empty(n_slots, dtype=cp.int64)
     dummy_off, dummy_ids = cp.zeros(1, dtype=cp.int64), cp.zeros(1, dtype=cp.int32)
@@ -507,19 +503,17 @@ def windows_cuda(tok, texts, *, max_length: int = 128, stride: int = 0,
                  truncation: bool = False, add_special_tokens: bool = True,
                  padding="max_length", return_tensors: str = "cp", logid_offset: int = 0,
                  mask_dtype="int32", chunk_bytes: int | None = None):
-    """``tok(texts, ...)`` on the GPU: the same :class:`~daskwp.windows.BatchWindows` as the
-    CPU path (parameters and validation of :func:`daskwp.windows.encode_windows`), with
+    """``tok(texts, ...)`` on the GPU: the same :class:`~daskwp.core.ragged.BatchWindows` as
+    the CPU path (parameters and validation of :func:`daskwp.core.windows.window_params`), with
     CuPy arrays (``return_tensors="cp"``, the default here), torch tensors sharing the
     device memory through DLPack (``"pt"``), or NumPy copies (``"np"``).
     ``doc_row_offsets`` stays a CuPy array.
     """
-    from .windows import _fill_plan, _pack, _validate
-
-    p = _validate(max_length, stride, truncation, add_special_tokens, padding, return_tensors,
-                  logid_offset, mask_dtype)
+    p = window_params(max_length, stride, truncation, add_special_tokens, padding,
+                      return_tensors, logid_offset, mask_dtype)
     token_ids, offsets = encode_cuda(tok, texts, chunk_bytes=chunk_bytes)
-    padded, cls_id, sep_id, pad_id, width = _fill_plan(tok.vocab, p, offsets)
+    padded, cls_id, sep_id, pad_id, width = fill_plan(kernel_model(tok).vocab, p, offsets)
     out = build_windows_cuda(
         token_ids, offsets, p.max_length, p.stride, p.truncation, p.add_special_tokens,
         cls_id, sep_id, pad_id, p.logid_offset, padded, p.mask_int8, width)
-    return _pack(*out, padded, lambda a: _convert_device(a, p.return_tensors))
+    return pack_windows(*out, padded, lambda a: _convert_device(a, p.return_tensors))

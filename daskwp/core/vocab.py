@@ -12,9 +12,9 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from . import _ext
+from .. import _ext
 
-DEFAULT_VOCAB_PATH = Path(__file__).parent / "data" / "bert-base-uncased-vocab.txt"
+DEFAULT_VOCAB_PATH = Path(__file__).resolve().parent.parent / "data" / "bert-base-uncased-vocab.txt"
 
 # The special tokens HuggingFace's BertWordPieceTokenizer registers (when they are in the
 # vocabulary): they are matched literally in the raw text.

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from . import _config
+from ..core import config as _config
+from ..core.options import normalize_device
 
-__all__ = ["connect", "gpu_count"]
-
-_DEVICES = ("auto", "cpu", "gpu")
+__all__ = ["connect", "gpu_count", "resolve_device"]
 
 
 def gpu_count() -> int:
@@ -39,9 +38,7 @@ def _gpu_stack_missing() -> list[str]:
 def resolve_device(device: str | None = None) -> str:
     """``"cpu"`` or ``"gpu"``: ``device`` (or ``daskwp.device``), with "auto" resolved to
     "gpu" when dask-cuda and cudf import and a GPU is visible."""
-    device = _config.get("device", device)
-    if device not in _DEVICES:
-        raise ValueError(f"device must be one of {_DEVICES}, got {device!r}")
+    device = normalize_device(_config.get("device", device))
     if device == "auto":
         return "cpu" if _gpu_stack_missing() else "gpu"
     if device == "gpu":
@@ -81,8 +78,11 @@ def connect(device: str | None = None, scheduler_address: str | None = None,
     -------
     distributed.Client
         Closing it (or leaving its ``with`` block) also closes a cluster started here.
+        daskwp's worker plugin (per-worker tokenizers, device blobs) is registered on it.
     """
     from distributed import Client
+
+    from .plugin import register_worker_plugin
 
     scheduler_address = _config.get("scheduler_address", scheduler_address)
     n_workers = _config.get("n_workers", n_workers)
@@ -91,7 +91,9 @@ def connect(device: str | None = None, scheduler_address: str | None = None,
         if cluster_kwargs:
             raise ValueError(f"scheduler_address={scheduler_address!r} joins a running "
                              f"cluster; cluster options {sorted(cluster_kwargs)} do not apply")
-        return Client(scheduler_address)
+        client = Client(scheduler_address)
+        register_worker_plugin(client)
+        return client
 
     if resolve_device(device) == "gpu":
         from dask_cuda import LocalCUDACluster
@@ -103,8 +105,11 @@ def connect(device: str | None = None, scheduler_address: str | None = None,
         # Own the cluster as a Client(n_workers=...) owns its LocalCluster: closing the
         # client closes it.
         client._start_arg = None
+        register_worker_plugin(client)
         return client
 
     cluster_kwargs.setdefault("processes", True)
-    return Client(n_workers=n_workers, threads_per_worker=threads_per_worker,
-                  **cluster_kwargs)
+    client = Client(n_workers=n_workers, threads_per_worker=threads_per_worker,
+                    **cluster_kwargs)
+    register_worker_plugin(client)
+    return client

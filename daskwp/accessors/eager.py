@@ -1,0 +1,103 @@
+"""The eager ``.wordpiece`` accessor of pandas and cudf Series.
+
+``series.wordpiece.tokenize(...)`` tokenizes the whole Series now, as one partition, through
+the same partition task as the Dask accessor (:func:`daskwp.distributed.tasks.tokenize_partition`),
+and returns a :class:`WordPieceResult` with the same attributes as the lazy Dask result.
+"""
+
+from __future__ import annotations
+
+from ..backends.tokenizer import WordPieceTokenizer, resolve_tokenizer
+from ..core.windows import resolve_window_options
+from ..distributed.tasks import tokenize_partition
+from ..frames.partition import (attention_mask_block, check_text_dtype, input_ids_block,
+                                require_fixed_width, select_metadata, stitch_frame, stitch_rows,
+                                value_column, write_parquet)
+
+__all__ = ["WordPieceAccessor", "WordPieceResult"]
+
+
+class WordPieceResult:
+    """Tokenized windows of a pandas (or cudf) Series, computed eagerly.
+
+    The same attributes as the lazy Dask result: ``metadata`` (frame ``logID, start,
+    stop``), ``input_ids`` and ``attention_mask`` (arrays rows x max_length: numpy, or CuPy
+    for cudf), ``to_frame()``, ``to_parquet(path)`` and ``stitch(values)``.
+    """
+
+    def __init__(self, frame, options: dict, tokenizer: WordPieceTokenizer | None = None):
+        self._frame = frame
+        self.options = dict(options)
+        self.tokenizer = tokenizer
+
+    @property
+    def max_length(self) -> int:
+        return self.options["max_length"]
+
+    @property
+    def metadata(self):
+        return select_metadata(self._frame)
+
+    @property
+    def input_ids(self):
+        require_fixed_width(self.options, "input_ids")
+        return input_ids_block(self._frame, self.max_length)
+
+    @property
+    def attention_mask(self):
+        require_fixed_width(self.options, "attention_mask")
+        return attention_mask_block(self._frame, self.max_length)
+
+    def to_frame(self):
+        """``logID, start, stop, input_ids, attention_mask, window`` (list columns)."""
+        return self._frame
+
+    def to_parquet(self, path, **kwargs):
+        """Write ``to_frame()`` to one Parquet file (list<int32> columns, no index).
+
+        ``kwargs`` go to ``pyarrow.parquet.write_table``. Read it back with
+        ``pd.read_parquet(path, dtype_backend="pyarrow")`` for list<int32> columns (object
+        columns of arrays without it); see :func:`portable_pandas_metadata`.
+        """
+        write_parquet(self._frame, path, **kwargs)
+
+    def stitch(self, values, column: str | None = None):
+        """One row per logID with the owned slices of per-row ``values`` joined in order.
+
+        ``values``: an array (rows, max_length, ...) aligned with the rows, or a frame with
+        ``logID, start, stop`` (``window``) and a list column (``column``; default: the one
+        column that is not metadata).
+        """
+        if hasattr(values, "columns"):
+            return stitch_frame(values, value_column(values, column))
+        return stitch_rows(values, self.metadata, column or "values")
+
+    def __len__(self) -> int:
+        return len(self._frame)
+
+    def __repr__(self) -> str:
+        return f"WordPieceResult(rows={len(self)}, max_length={self.max_length})"
+
+
+class WordPieceAccessor:
+    """``series.wordpiece`` on pandas and cudf Series (eager)."""
+
+    def __init__(self, series):
+        self._series = series
+
+    def tokenize(self, vocab=None, *, lowercase=None, max_length=None, stride=None,
+                 truncation=None, add_special_tokens=None, padding=None,
+                 **tokenizer_options) -> WordPieceResult:
+        """Tokenize the column into windows (see :class:`WordPieceResult`).
+
+        Parameters left at None come from ``dask.config`` (``daskwp.<name>``, defaults in
+        ``core/options.py``). ``vocab``: a WordPieceTokenizer, Vocabulary, path or model
+        folder; other keywords (``strip_accents``, ``clean_text``, ``handle_chinese_chars``,
+        ``max_input_chars_per_word``) go to :class:`WordPieceTokenizer`.
+        """
+        check_text_dtype(self._series.dtype, f"Series {self._series.name!r}")
+        tok = resolve_tokenizer(vocab, lowercase, **tokenizer_options)
+        options = resolve_window_options(max_length, stride, truncation, add_special_tokens,
+                                         padding)
+        frame = tokenize_partition(self._series, tok, options)
+        return WordPieceResult(frame, options, tok)

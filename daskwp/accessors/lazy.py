@@ -1,0 +1,230 @@
+"""The lazy ``.wordpiece`` accessor of Dask (and dask_cudf) Series.
+
+``ddf["text"].wordpiece.tokenize(...)`` returns a :class:`DaskWordPieceResult`: nothing is
+computed until asked. Its graph comes from :mod:`daskwp.distributed.graph` (the partition
+task and the global logID offset pass); the tokenizer, with its compiled vocabulary, is one
+graph key shipped once per worker.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pandas as pd
+from dask._collections import new_collection
+
+from ..backends.tokenizer import resolve_tokenizer
+from ..core.windows import resolve_window_options
+from ..distributed.graph import GlobalLogID, Tokenize, partition_local
+from ..frames.partition import (METADATA_COLUMNS, attention_mask_block, check_text_dtype,
+                                input_ids_block, is_cudf, portable_pandas_metadata,
+                                require_fixed_width, select_metadata, stitch_frame, stitch_rows,
+                                value_column)
+
+__all__ = ["DaskWordPieceAccessor", "DaskWordPieceResult", "register_dask_accessor"]
+
+
+# -- lazy result --------------------------------------------------------------------------
+
+class DaskWordPieceResult:
+    """Tokenized windows of a Dask Series, lazy.
+
+    Attributes
+    ----------
+    metadata : dask DataFrame
+        ``logID`` (global: the document's row position in the input, across partitions),
+        ``start``, ``stop`` (inclusive), int64.
+    input_ids, attention_mask : dask Array
+        int32, shape (rows, max_length); one block per input partition (row counts unknown
+        until computed: ``arr.compute_chunk_sizes()``).
+    tokenizer : WordPieceTokenizer
+    options : dict
+        The resolved window options.
+
+    Notes
+    -----
+    ``to_frame()`` / ``to_parquet()`` carry ids, mask and metadata in one frame, so every
+    partition is tokenized once. Computing ``metadata`` and ``input_ids`` separately runs the
+    tokenizer once for each.
+    """
+
+    def __init__(self, series, tokenizer, options: dict):
+        self.tokenizer = tokenizer
+        self.options = dict(options)
+        self._source = series.expr
+        self._tokenized = Tokenize(self._source, tokenizer, self.options)
+
+    @property
+    def npartitions(self) -> int:
+        return self._source.npartitions
+
+    @property
+    def max_length(self) -> int:
+        return self.options["max_length"]
+
+    @property
+    def metadata(self):
+        cols = list(METADATA_COLUMNS)
+        return new_collection(GlobalLogID(self._tokenized[cols], self._source))
+
+    def _block_array(self, func, what: str):
+        require_fixed_width(self.options, what)
+        width = self.max_length
+        xp = np
+        if is_cudf(self._tokenized._meta):
+            import cupy as xp  # blocks stay on the GPU
+        return new_collection(self._tokenized).map_partitions(
+            func, width, meta=xp.empty((0, width), dtype=np.int32))
+
+    @property
+    def input_ids(self):
+        return self._block_array(input_ids_block, "input_ids")
+
+    @property
+    def attention_mask(self):
+        return self._block_array(attention_mask_block, "attention_mask")
+
+    def to_frame(self):
+        """dask DataFrame ``logID, start, stop, input_ids, attention_mask, window``:
+        Arrow ``list<int32>`` columns that survive a Parquet round trip; ``window`` numbers
+        the rows of each document (0, 1, ...)."""
+        return new_collection(GlobalLogID(self._tokenized, self._source))
+
+    def to_parquet(self, path, **kwargs):
+        """``to_frame().to_parquet(path, write_index=False, **kwargs)``: each partition is
+        tokenized once, ids and metadata are written together.
+
+        The Parquet columns are ``list<int32>``. Read them back as such with
+        ``dd.read_parquet(path, dtype_backend="pyarrow")`` (or ``pd.read_parquet``; without
+        ``dtype_backend`` they come back as object columns of numpy arrays). The pandas
+        metadata is written so that any pandas can read it (see
+        ``accessor.portable_pandas_metadata``): writing ``to_frame()`` with plain
+        ``to_parquet`` gives files that ``pd.read_parquet`` currently fails to read
+        (pandas-dev/pandas#57411).
+        """
+        kwargs.setdefault("write_index", False)
+        frame = self.to_frame()
+        if "engine" not in kwargs and isinstance(frame._meta, pd.DataFrame):
+            kwargs["engine"] = _parquet_engine()
+        return frame.to_parquet(path, **kwargs)
+
+    def stitch(self, values, column: str | None = None, how: str = "auto"):
+        """Per-row values back to one row per document (logID), cluster-wide.
+
+        Parameters
+        ----------
+        values : dask Array or dask DataFrame
+            An Array of shape (rows, max_length, ...) with the same row blocks as
+            ``input_ids`` (for example a model's per-token output computed block-wise from
+            it), or a DataFrame carrying ``logID, start, stop`` (and ``window``, which orders
+            a document's rows) and a list column of per-token values.
+        column : str, optional
+            The DataFrame's value column; default: its one column besides the metadata.
+            For an Array, the name of the output column (default ``"values"``).
+        how : {"auto", "partition", "groupby"}
+            "partition" stitches each partition on its own (valid while every document's
+            rows are still in the partition that tokenization put them in); "groupby"
+            shuffles on logID first (after a repartition or any reordering). "auto" picks
+            "partition" for Arrays and for frames derived from this result by
+            partition-wise steps only, else "groupby".
+
+        Returns
+        -------
+        dask DataFrame ``logID, <column>``: one row per logID, the owned slices
+        ``values[r, start:stop+1]`` of its rows joined in order (a list column). Sorted by
+        logID within each partition; partitions are in logID order unless "groupby" ran.
+        """
+        if how not in ("auto", "partition", "groupby"):
+            raise ValueError(f"how must be 'auto', 'partition' or 'groupby', got {how!r}")
+        if hasattr(values, "columns"):
+            return self._stitch_frame(values, column, how)
+        return self._stitch_array(values, column or "values", how)
+
+    def _stitch_array(self, values, name: str, how: str):
+        import dask
+        import dask.dataframe as dd
+
+        if how == "groupby":
+            raise ValueError("how='groupby' needs a DataFrame carrying logID, start, stop; an "
+                             "Array is stitched partition by partition")
+        if values.ndim < 2:
+            raise ValueError(f"values must have shape (rows, max_length, ...), got ndim "
+                             f"{values.ndim}")
+        if values.numblocks[0] != self.npartitions or any(n != 1 for n in values.numblocks[1:]):
+            raise ValueError(
+                f"values must have one block per partition ({self.npartitions}) along the "
+                f"rows and one along every other axis; got blocks {values.numblocks} "
+                f"(rechunk with values.rechunk({{1: -1}}), or stitch a DataFrame)")
+        meta = stitch_rows(np.empty((0,) + values.shape[1:], dtype=values.dtype),
+                                select_metadata(self._tokenized._meta), name)
+        blocks = values.to_delayed().reshape(-1)
+        parts = self.metadata.to_delayed()
+        stitched = [dask.delayed(stitch_rows, pure=True)(b, m, name)
+                    for b, m in zip(blocks, parts)]
+        return dd.from_delayed(stitched, meta=meta, verify_meta=False,
+                               prefix="daskwp-stitch")
+
+    def _stitch_frame(self, values, column, how: str):
+        column = value_column(values._meta, column)
+        meta = stitch_frame(values._meta, column)
+        if how == "auto":
+            how = "partition" if partition_local(values.expr) else "groupby"
+        if how == "groupby":
+            # The task-based shuffle: P2P round-trips partitions through Arrow with pandas
+            # metadata, which pandas cannot read back for list columns (pandas#57411).
+            values = values.shuffle(on="logID", shuffle_method="tasks")
+        return values.map_partitions(stitch_frame, column, meta=meta)
+
+    def __repr__(self) -> str:
+        return (f"DaskWordPieceResult(npartitions={self.npartitions}, "
+                f"max_length={self.max_length}, tokenizer={self.tokenizer!r})")
+
+
+@functools.cache
+def _parquet_engine():
+    """dask's pyarrow Parquet engine, writing pandas metadata that pandas can read back."""
+    from dask.dataframe.io.parquet.arrow import ArrowDatasetEngine
+
+    class PortableArrowEngine(ArrowDatasetEngine):
+        @classmethod
+        def _pandas_to_arrow_table(cls, df, preserve_index=False, schema=None):
+            table = super()._pandas_to_arrow_table(df, preserve_index=preserve_index,
+                                                   schema=schema)
+            return portable_pandas_metadata(table)
+
+    return PortableArrowEngine
+
+
+# -- accessor -----------------------------------------------------------------------------
+
+class DaskWordPieceAccessor:
+    """``ddf["text"].wordpiece`` on Dask (and dask_cudf) Series (lazy)."""
+
+    def __init__(self, series):
+        self._series = series
+
+    def tokenize(self, vocab=None, *, lowercase=None, max_length=None, stride=None,
+                 truncation=None, add_special_tokens=None, padding=None,
+                 **tokenizer_options) -> DaskWordPieceResult:
+        """Tokenize the column into windows with global logIDs (see
+        :class:`DaskWordPieceResult`). Nothing is computed.
+
+        Parameters left at None come from ``dask.config`` (``daskwp.<name>``, defaults in
+        ``core/options.py``). ``vocab``: a WordPieceTokenizer, Vocabulary, path or model
+        folder; other keywords (``strip_accents``, ``clean_text``, ``handle_chinese_chars``,
+        ``max_input_chars_per_word``) go to :class:`WordPieceTokenizer`.
+        """
+        check_text_dtype(self._series._meta.dtype, f"Series {self._series.name!r}")
+        tok = resolve_tokenizer(vocab, lowercase, **tokenizer_options)
+        options = resolve_window_options(max_length, stride, truncation,
+                                              add_special_tokens, padding)
+        result = DaskWordPieceResult(self._series, tok, options)
+        result._tokenized._meta  # validates the options now, on a two-row sample
+        return result
+
+
+def register_dask_accessor() -> None:
+    from dask.dataframe.extensions import register_series_accessor
+
+    register_series_accessor("wordpiece")(DaskWordPieceAccessor)

@@ -1,0 +1,101 @@
+"""The CPU backend: the native extension (``daskwp._ext``, built from ``kernels/``).
+
+Encoding reads the Arrow buffers of the input (offsets + UTF-8 bytes) directly, releases the
+GIL and splits a batch over ``num_threads`` threads; the window fill runs natively over the
+whole batch (count rows, scan, allocate exact-size outputs, fill). No per-document Python.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from .. import _ext
+from ..core.options import check_int
+from ..core.ragged import BatchWindows, Encoding
+from ..core.strings import chunk_buffers, to_arrow
+from ..core.windows import WindowParams, convert_tensors, fill_plan, pack_windows, \
+    window_params
+from .protocol import KernelModel
+
+__all__ = ["CPUBackend", "default_num_threads", "windows_from_encoding"]
+
+
+def default_num_threads() -> int:
+    """All cores (0), except inside a Dask worker thread (1), where the worker owns the
+    parallelism."""
+    if "distributed" in sys.modules:
+        try:
+            from distributed import get_worker
+            get_worker()
+            return 1
+        except (ValueError, ImportError):
+            pass
+    return 0
+
+
+class CPUBackend:
+    """The extension's encode and window fill."""
+
+    name = "cpu"
+
+    def encode(self, model: KernelModel, texts, num_threads: int) -> Encoding:
+        arr = to_arrow(texts)
+        ids_parts, off_parts, base = [], [np.zeros(1, dtype=np.int64)], 0
+        for chunk in arr.chunks:
+            if len(chunk) == 0:
+                continue
+            b = chunk_buffers(chunk)
+            fn = _ext.encode64 if b.offsets.dtype == np.int64 else _ext.encode32
+            ids, off = fn(model.vocab_blob, model.norm_blob, model.max_input_chars_per_word,
+                          np.ascontiguousarray(b.offsets), b.data, b.validity,
+                          b.validity_offset, int(num_threads))
+            ids_parts.append(ids)
+            off_parts.append(off[1:] + base)
+            base += len(ids)
+        if len(ids_parts) == 1:
+            return Encoding(ids_parts[0], np.concatenate(off_parts))
+        token_ids = np.concatenate(ids_parts) if ids_parts else np.zeros(0, dtype=np.int32)
+        return Encoding(token_ids.astype(np.int32, copy=False), np.concatenate(off_parts))
+
+    def build_windows(self, encoding: Encoding, vocab, p: WindowParams,
+                      num_threads: int) -> BatchWindows:
+        token_ids = np.ascontiguousarray(encoding.token_ids, dtype=np.int32)
+        offsets = np.ascontiguousarray(encoding.offsets, dtype=np.int64)
+        padded, cls_id, sep_id, pad_id, width = fill_plan(vocab, p, offsets)
+        out = _ext.build_windows(
+            token_ids, offsets, p.max_length, p.stride, p.truncation, p.add_special_tokens,
+            cls_id, sep_id, pad_id, p.logid_offset, padded, p.mask_int8, width, num_threads)
+        return pack_windows(*out, padded, lambda a: convert_tensors(a, p.return_tensors))
+
+
+CPU = CPUBackend()
+
+
+def windows_from_encoding(encoding, vocab, *, max_length: int = 128, stride: int = 0,
+                          truncation: bool = False, add_special_tokens: bool = True,
+                          padding="max_length", return_tensors: str = "np",
+                          logid_offset: int = 0, mask_dtype="int32",
+                          num_threads: int = 0) -> BatchWindows:
+    """Strided windows of already tokenized documents (on the CPU).
+
+    Parameters
+    ----------
+    encoding : daskwp.Encoding
+        Ragged token ids (``token_ids`` int32, ``offsets`` int64, ``n + 1`` entries), without
+        special tokens — what :meth:`WordPieceTokenizer.encode` returns.
+    vocab : daskwp.Vocabulary
+        Source of the [CLS], [SEP] and [PAD] ids (never constants). [CLS]/[SEP] are only
+        looked up with ``add_special_tokens=True``, [PAD] only when padding.
+    Other parameters
+        As :meth:`WordPieceTokenizer.__call__`.
+
+    Returns
+    -------
+    BatchWindows
+    """
+    p = window_params(max_length, stride, truncation, add_special_tokens, padding,
+                      return_tensors, logid_offset, mask_dtype)
+    threads = check_int("num_threads", num_threads, lo=0, allowed="a non-negative integer")
+    return CPU.build_windows(encoding, vocab, p, threads)

@@ -1,0 +1,372 @@
+"""The option table: every option of daskwp, once (docs/design.md §3, §4).
+
+Each :class:`Option` has one name (the same in Python, ``dask.config``, job YAML and the CLI,
+where ``_`` becomes ``-``), one default, one validator, its allowed values, whether it changes
+the output (so a batch job records it and a rerun with another value is refused), the
+surfaces it appears on, and its help text. The tokenizer, both accessors, the job
+configuration, ``conf/*.yaml``, the ``dask.config`` defaults (``daskwp.<name>``), the CLI flags
+and ``docs/options.md`` are all derived from :data:`OPTIONS`.
+
+Validators take ``(name, value)`` and return the normalized value or raise
+:class:`OptionTypeError` (a value of the wrong type; it is a ``TypeError`` and a ``ValueError``)
+or :class:`OptionValueError` (a value outside what is allowed); both messages name the option,
+the value received and what is allowed.
+
+A value of ``None`` for an option whose default is not None means "the default": the
+configured ``daskwp.<name>`` (see :func:`daskwp.core.config.get`), else the table's default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import numpy as np
+
+__all__ = [
+    "DEVICES", "INPUT_FORMATS", "OPTIONS", "Option", "OptionTypeError", "OptionValueError",
+    "PADDING_CHOICES", "TENSOR_TYPES", "check", "check_bool", "check_int",
+    "check_mask_dtype", "check_padding", "check_truncation", "config_defaults",
+    "default", "names", "normalize_device", "options_table_markdown",
+]
+
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+#: Devices, one vocabulary everywhere ("cuda" is accepted as another name of "gpu").
+DEVICES = ("auto", "cpu", "gpu")
+DEVICE_ALIASES = {"cuda": "gpu"}
+#: Input formats of batch jobs ("auto": from the file extension).
+INPUT_FORMATS = ("auto", "text", "csv", "tsv", "jsonl", "parquet")
+#: Padding values and what they mean (normalized to "max_length", "longest" or "do_not_pad").
+PADDING_CHOICES = ("max_length", "longest", "do_not_pad")
+#: Array types of ``return_tensors``.
+TENSOR_TYPES = ("np", "pt", "cp")
+#: Parquet compressions of batch jobs.
+COMPRESSIONS = ("zstd", "snappy", "gzip", "brotli", "lz4", "none")
+
+
+class OptionTypeError(TypeError, ValueError):
+    """An option value of the wrong type (also a ValueError: it is a bad value too)."""
+
+
+class OptionValueError(ValueError):
+    """An option value outside what the option allows."""
+
+
+# -- validators ---------------------------------------------------------------------------
+
+def check_bool(name: str, value) -> bool:
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise OptionTypeError(f"{name} must be True or False, got {value!r} "
+                          f"({type(value).__name__})")
+
+
+def check_opt_bool(name: str, value):
+    return None if value is None else check_bool(name, value)
+
+
+def check_int(name: str, value, lo: int | None = None, hi: int | None = None,
+              allowed: str | None = None) -> int:
+    """An integer (not bool, not float) in ``[lo, hi]``; ``allowed`` describes the range."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise OptionTypeError(f"{name} must be an integer, got {value!r} "
+                              f"({type(value).__name__})")
+    v = int(value)
+    if (lo is not None and v < lo) or (hi is not None and v > hi):
+        if allowed is None:
+            allowed = (f"in [{lo}, {hi}]" if lo is not None and hi is not None
+                       else f">= {lo}" if lo is not None else f"<= {hi}")
+        raise OptionValueError(f"{name} must be {allowed}, got {v}")
+    return v
+
+
+def _int_range(lo: int, hi: int, allowed: str | None = None, optional: bool = False):
+    def check_range(name, value):
+        if optional and value is None:
+            return None
+        return check_int(name, value, lo, hi, allowed)
+    return check_range
+
+
+def check_choice(choices: tuple, aliases: dict | None = None):
+    def check_one_of(name, value):
+        if isinstance(value, str):
+            value = (aliases or {}).get(value, value)
+            if value in choices:
+                return value
+        raise OptionValueError(f"{name} must be one of {', '.join(map(repr, choices))}; "
+                               f"got {value!r}")
+    return check_one_of
+
+
+def normalize_device(value, name: str = "device") -> str:
+    """'auto', 'cpu' or 'gpu' ('cuda' is 'gpu')."""
+    return check_choice(DEVICES, DEVICE_ALIASES)(name, value)
+
+
+def check_truncation(name: str, value) -> bool:
+    if isinstance(value, str):
+        if value in ("longest_first", "only_first"):
+            return True
+        if value == "do_not_truncate":
+            return False
+        raise OptionValueError(f"{name} must be True, False, 'longest_first', 'only_first' or "
+                               f"'do_not_truncate', got {value!r}")
+    return check_bool(name, value)
+
+
+def check_padding(name: str, value) -> str:
+    """'max_length' (True), 'longest', or 'do_not_pad' (False): rows padded to max_length, to
+    the batch's longest row, or ragged."""
+    if isinstance(value, (bool, np.bool_)):
+        return "max_length" if value else "do_not_pad"
+    if isinstance(value, str) and value in PADDING_CHOICES:
+        return value
+    raise OptionValueError(f"{name} must be one of 'max_length', True, 'longest', False, "
+                           f"'do_not_pad', got {value!r}")
+
+
+def check_tensors(name: str, value) -> str:
+    if isinstance(value, str) and value in TENSOR_TYPES:
+        return value
+    raise OptionValueError(f"{name} must be one of {TENSOR_TYPES}, got {value!r}")
+
+
+def check_mask_dtype(name: str, value) -> str:
+    """'int32' or 'int8'."""
+    try:
+        dt = np.dtype(value)
+    except TypeError:
+        dt = None
+    if dt == np.int32:
+        return "int32"
+    if dt == np.int8:
+        return "int8"
+    raise OptionValueError(f"{name} must be int32 or int8, got {value!r}")
+
+
+def check_path_like(name: str, value):
+    """A vocabulary: a path (str / os.PathLike) or an object built by daskwp (checked where
+    it is used); None is the bundled default."""
+    import os
+    if value is None or isinstance(value, (str, os.PathLike)) or hasattr(value, "blob") \
+            or hasattr(value, "vocab"):
+        return value
+    raise OptionTypeError(f"{name} must be a WordPieceTokenizer, a Vocabulary, a path to "
+                          f"vocab.txt / tokenizer.json / a model folder, or None; got "
+                          f"{type(value).__name__} ({value!r:.60})")
+
+
+def check_str(name: str, value):
+    if isinstance(value, str) and value:
+        return value
+    raise OptionValueError(f"{name} must be a non-empty string, got {value!r}")
+
+
+def check_opt_str(name: str, value):
+    return None if value is None else check_str(name, value)
+
+
+def check_inputs(name: str, value):
+    if isinstance(value, str) and value:
+        return value
+    if isinstance(value, (list, tuple)) and value and all(isinstance(x, str) and x
+                                                          for x in value):
+        return list(value)
+    raise OptionValueError(f"{name} must be a path, a glob or a list of them, got {value!r}")
+
+
+def check_bytes(name: str, value) -> int:
+    from dask.utils import parse_bytes
+    try:
+        n = parse_bytes(value) if isinstance(value, str) else (
+            int(value) if isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+            else None)
+    except (ValueError, TypeError):
+        n = None
+    if n is None or n < 1:
+        raise OptionValueError(f"{name} must be a size such as '64MB', '1GiB' or a number of "
+                               f"bytes >= 1; got {value!r}")
+    return int(n)
+
+
+def check_scheduler(name: str, value):
+    if value is None or (isinstance(value, str) and value.lower() in ("", "null", "none",
+                                                                       "local")):
+        return None
+    if isinstance(value, str):
+        return value
+    raise OptionValueError(f"{name} must be a scheduler address such as 'tcp://host:8786', "
+                           f"'synchronous' (no cluster), or null (start a local cluster); "
+                           f"got {value!r}")
+
+
+def check_compression(name: str, value) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, str) and value.lower() in COMPRESSIONS:
+        return value.lower()
+    raise OptionValueError(f"{name} must be one of {', '.join(COMPRESSIONS)}; got {value!r}")
+
+
+# -- the table ----------------------------------------------------------------------------
+# max_length and stride are checked here for their type; their ranges depend on each other
+# and on add_special_tokens (core.windows.window_params checks them together).
+
+#: Surfaces an option appears on.
+TOKENIZER = "tokenizer"      # WordPieceTokenizer(...) and both accessors' tokenize(...)
+WINDOWS = "windows"          # tok(texts, ...) and both accessors' tokenize(...)
+JOB = "job"                  # job YAML keys, CLI flags, JobConfig fields
+CONFIG = "config"            # a dask.config default daskwp.<name>
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """One option. ``check(name, value)`` validates and normalizes a value."""
+
+    name: str
+    default: Any
+    check: Callable[[str, Any], Any]
+    allowed: str
+    affects_output: bool
+    surfaces: tuple
+    help: str
+    #: CLI: argparse type, choices (None: any the validator takes), metavar, negatable flag.
+    cli_type: Any = None
+    cli_choices: tuple | None = None
+    metavar: str | None = None
+    #: Whether batch jobs have a CLI flag for it (input/output are positional arguments).
+    cli_flag: bool = True
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+def _opt(*args, **kw) -> Option:
+    return Option(*args, **kw)
+
+
+OPTIONS: dict[str, Option] = {o.name: o for o in (
+    # Tokenizer (HuggingFace BertWordPieceTokenizer flag names and defaults)
+    _opt("vocab", None, check_path_like, "vocab.txt, tokenizer.json or a model folder; null: "
+         "the bundled bert-base-uncased", False, (TOKENIZER, JOB, CONFIG),
+         "vocab.txt, tokenizer.json or model folder (default: bundled bert-base-uncased; "
+         "'package:NAME' names a bundled file)", metavar="PATH"),
+    _opt("lowercase", True, check_bool, "true or false", True, (TOKENIZER, JOB, CONFIG),
+         "lowercase the text (default: the model folder's setting, else yes)"),
+    _opt("strip_accents", None, check_opt_bool, "true, false or null (follows lowercase)", True,
+         (TOKENIZER, JOB), "remove accents (default: follows --lowercase)"),
+    _opt("clean_text", True, check_bool, "true or false", True, (TOKENIZER, JOB),
+         "remove control characters, map whitespace to spaces (default: yes)"),
+    _opt("handle_chinese_chars", True, check_bool, "true or false", True, (TOKENIZER, JOB),
+         "make every CJK ideograph a word (default: yes)"),
+    _opt("max_input_chars_per_word", 100, _int_range(1, INT32_MAX), "an integer in "
+         "[1, 2**31-1]", True, (TOKENIZER, JOB),
+         "longer words (characters after normalization) become [UNK] (default 100)",
+         cli_type=int, metavar="N"),
+    _opt("num_threads", None, _int_range(0, 4096, "a non-negative integer (0: all cores) or "
+                                          "None", optional=True),
+         "an integer >= 0 or null (all cores; 1 inside a Dask worker)", False, (TOKENIZER,),
+         "threads for one batch"),
+    _opt("device", "auto", lambda n, v: normalize_device(v, n), "'auto', 'cpu' or 'gpu' "
+         "('cuda' is 'gpu')", False, (TOKENIZER, JOB, CONFIG),
+         "auto (default): GPUs when dask-cuda, cudf and a GPU are present (a tokenizer: "
+         "device-resident input on the GPU, host input on the CPU)", cli_choices=DEVICES),
+    # Windows (docs/design.md §2)
+    _opt("max_length", 128, check_int, "an integer in [3, 2**31-1] with "
+         "special tokens, else [1, 2**31-1]", True, (WINDOWS, JOB, CONFIG),
+         "tokens per row, [CLS]/[SEP] included (default 128)", cli_type=int, metavar="N"),
+    _opt("stride", 0, check_int, "an integer in [0, L) (L: body tokens per "
+         "row)", True, (WINDOWS, JOB, CONFIG),
+         "tokens shared by consecutive windows of a document (default 0)", cli_type=int,
+         metavar="N"),
+    _opt("truncation", False, check_truncation, "true or false", True, (WINDOWS, JOB, CONFIG),
+         "one row per document, the rest dropped (default: no, keep all)"),
+    _opt("add_special_tokens", True, check_bool, "true or false", True,
+         (WINDOWS, JOB, CONFIG), "frame rows as [CLS] body [SEP] (default: yes)"),
+    _opt("padding", "max_length", check_padding, "'max_length' (true), 'longest' or "
+         "'do_not_pad' (false: ragged rows)", True, (WINDOWS, JOB, CONFIG),
+         "pad rows to max_length (default) or store ragged rows",
+         cli_choices=("max_length", "do_not_pad")),
+    _opt("mask_dtype", "int32", check_mask_dtype, "'int32' or 'int8'", True, (WINDOWS,),
+         "dtype of attention_mask"),
+    _opt("return_tensors", None, lambda n, v: None if v is None else check_tensors(n, v),
+         "'np', 'pt', 'cp' or None ('np', or 'cp' for work on the GPU)", False, (WINDOWS,),
+         "array type of the outputs"),
+    _opt("logid_offset", 0, _int_range(0, INT64_MAX, "a non-negative integer"), "an integer "
+         ">= 0", True, (WINDOWS,), "logID of the first document of the batch"),
+    # Batch jobs: input and output (docs/design.md §4)
+    _opt("input", None, check_inputs, "a path, a glob or a list of them", False, (JOB,),
+         "input file, glob or directory", cli_flag=False),
+    _opt("output", None, check_str, "a directory path", False, (JOB,),
+         "output directory", cli_flag=False),
+    _opt("column", "text", check_str, "a column name", True, (JOB,),
+         "text column of Parquet/CSV/JSON Lines input (default 'text')"),
+    _opt("input_format", "auto", check_choice(INPUT_FORMATS), "one of " +
+         ", ".join(INPUT_FORMATS), True, (JOB,),
+         "default: from the file extension (unknown extensions: text)",
+         cli_choices=INPUT_FORMATS),
+    _opt("partition_size", "64MB", check_bytes, "a size such as '64MB'", True, (JOB,),
+         "input bytes per partition, e.g. 64MB (default)", metavar="SIZE"),
+    _opt("compression", "zstd", check_compression, "one of " + ", ".join(COMPRESSIONS), True,
+         (JOB,), "Parquet compression (default zstd)"),
+    _opt("overwrite", False, check_bool, "true or false", False, (JOB,),
+         "replace the output of another job instead of refusing"),
+    # Cluster (daskwp.connect and batch jobs)
+    _opt("scheduler_address", None, check_scheduler, "tcp://host:port, 'synchronous' or null",
+         False, (JOB, CONFIG), "a running scheduler (tcp://host:8786), or 'synchronous' to "
+         "run in this process without a cluster; default: a local cluster",
+         metavar="ADDRESS"),
+    _opt("n_workers", None, _int_range(1, INT32_MAX, optional=True), "an integer >= 1 or null",
+         False, (JOB, CONFIG), "workers of a local cluster (default: one per GPU, or "
+         "LocalCluster's choice)", cli_type=int, metavar="N"),
+    _opt("threads_per_worker", None, _int_range(1, INT32_MAX, optional=True),
+         "an integer >= 1 or null", False, (JOB, CONFIG),
+         "threads per worker of a local cluster", cli_type=int, metavar="N"),
+    _opt("quiet", False, check_bool, "true or false", False, (JOB,),
+         "no progress and no summary (it is in OUTPUT/_summary.json)"),
+)}
+
+
+def names(surface: str) -> tuple:
+    """Names of the options on ``surface`` (TOKENIZER, WINDOWS, JOB or CONFIG), in table
+    order."""
+    return tuple(n for n, o in OPTIONS.items() if surface in o.surfaces)
+
+
+def default(name: str):
+    """The table's default of ``name`` (not the configured one: see core.config.get)."""
+    return OPTIONS[name].default
+
+
+def check(name: str, value):
+    """``value`` validated and normalized by option ``name``'s validator."""
+    return OPTIONS[name].check(name, value)
+
+
+def config_defaults() -> dict:
+    """``{"daskwp": {name: default}}`` for the options with a ``dask.config`` default."""
+    return {"daskwp": {n: OPTIONS[n].default for n in names(CONFIG)}}
+
+
+def options_table_markdown() -> str:
+    """The option reference as a Markdown table (docs/options.md is this, generated)."""
+    rows = ["| name | default | allowed | changes the output | where | help |",
+            "|---|---|---|---|---|---|"]
+    for o in OPTIONS.values():
+        where = []
+        if TOKENIZER in o.surfaces or WINDOWS in o.surfaces:
+            where.append("Python")
+        if JOB in o.surfaces and o.cli_flag:
+            where.append(f"YAML, CLI `{o.flag}`")
+        elif JOB in o.surfaces:
+            where.append("YAML")
+        if CONFIG in o.surfaces:
+            where.append(f"dask.config `daskwp.{o.name}`")
+        rows.append(f"| `{o.name}` | `{o.default!r}` | {o.allowed} | "
+                    f"{'yes' if o.affects_output else 'no'} | {', '.join(where)} | "
+                    f"{o.help} |")
+    return "\n".join(rows) + "\n"

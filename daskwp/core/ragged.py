@@ -1,0 +1,183 @@
+"""Ragged containers: a batch's token ids (:class:`Encoding`), rows of different lengths
+(:class:`RaggedRows`) and the windows of a batch (:class:`BatchWindows`).
+
+All three are the same shape of data: flat values plus int64 offsets, the layout of an Arrow
+``LargeListArray``. They hold NumPy or CuPy arrays and import neither backend.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["BatchWindows", "Encoding", "RaggedRows", "array_module", "to_host"]
+
+
+def array_module(a):
+    """``cupy`` for a CuPy array, else ``numpy``."""
+    if type(a).__module__.split(".")[0] == "cupy":
+        import cupy
+
+        return cupy
+    return np
+
+
+def to_host(a) -> np.ndarray:
+    """A NumPy array of ``a`` (copied from the device for CuPy)."""
+    if type(a).__module__.split(".")[0] == "cupy":
+        return a.get()
+    return np.asarray(a)
+
+
+class RaggedRows:
+    """Rows of different lengths stored flat: row ``r`` is ``values[offsets[r]:offsets[r+1]]``.
+
+    This is what ``input_ids`` and ``attention_mask`` are with ``padding=False``: the layout
+    of an Arrow ``LargeListArray`` (see :meth:`to_arrow`), which list-column writers store
+    as is. Indexing gives one row (a view), iteration yields the rows, ``len`` is the
+    number of rows.
+
+    Attributes
+    ----------
+    values : array (int32 ids, or the mask dtype), flat
+    offsets : array of int64, ``rows + 1`` entries
+    """
+
+    __slots__ = ("values", "offsets")
+    _item = "row"
+
+    def __init__(self, values, offsets):
+        self.values = values
+        self.offsets = offsets
+
+    def __len__(self) -> int:
+        return int(self.offsets.shape[0]) - 1
+
+    def __getitem__(self, r):
+        """Row ``r`` (a view of ``values``), or for a slice the selected rows as a new
+        container of the same type (values copied, offsets rebased to 0)."""
+        n = len(self)
+        if isinstance(r, slice):
+            lo, hi, step = r.indices(n)
+            if step != 1:
+                raise ValueError(f"{type(self).__name__} slices must be contiguous (step 1), "
+                                 f"got step {step}")
+            hi = max(hi, lo)
+            offs = self.offsets[lo:hi + 1]
+            first = int(offs[0]) if hi > lo else 0
+            values = self.values[first:int(offs[-1])] if hi > lo else self.values[:0]
+            return type(self)(values.copy(), (offs - first) if hi > lo
+                              else array_module(self.offsets).zeros(1, dtype=np.int64))
+        if isinstance(r, bool) or not isinstance(r, (int, np.integer)):
+            raise TypeError(f"{type(self).__name__} indices must be integers or slices, got "
+                            f"{type(r).__name__}")
+        r = int(r)
+        if r < 0:
+            r += n
+        if not 0 <= r < n:
+            raise IndexError(f"{self._item} {r} out of range for {n} {self._item}s")
+        return self.values[int(self.offsets[r]):int(self.offsets[r + 1])]
+
+    def __iter__(self):
+        off = to_host(self.offsets).tolist()
+        for r in range(len(off) - 1):
+            yield self.values[off[r]:off[r + 1]]
+
+    @property
+    def lengths(self):
+        """Length of every row (int64)."""
+        return self.offsets[1:] - self.offsets[:-1]
+
+    def to_list(self) -> list[list[int]]:
+        vals = to_host(self.values).tolist()
+        off = to_host(self.offsets).tolist()
+        return [vals[off[r]:off[r + 1]] for r in range(len(off) - 1)]
+
+    def to_arrow(self):
+        """A ``pyarrow.LargeListArray`` sharing the buffers (NumPy-backed rows only)."""
+        import pyarrow as pa
+
+        return pa.LargeListArray.from_arrays(pa.array(np.asarray(self.offsets)),
+                                             pa.array(np.asarray(self.values)))
+
+    def __repr__(self) -> str:
+        return f"RaggedRows(rows={len(self)}, values={int(self.values.shape[0])})"
+
+
+class Encoding(RaggedRows):
+    """Ragged token ids of a batch: ``token_ids[offsets[i]:offsets[i+1]]`` is document i.
+
+    The documents view of :class:`RaggedRows` (one row per document): ``enc[i]`` is the ids of
+    document ``i``, ``enc[a:b]`` an Encoding of documents ``a..b-1``.
+
+    Attributes
+    ----------
+    token_ids : numpy.ndarray of int32 (CuPy for GPU results); the same array as ``values``
+    offsets : numpy.ndarray of int64, length n + 1
+    """
+
+    __slots__ = ()
+    _item = "document"
+
+    def __init__(self, token_ids, offsets):
+        super().__init__(token_ids, offsets)
+
+    @property
+    def token_ids(self):
+        return self.values
+
+    @token_ids.setter
+    def token_ids(self, value):
+        self.values = value
+
+    def __reduce__(self):
+        return (Encoding, (self.values, self.offsets))
+
+    def __repr__(self) -> str:
+        return f"Encoding(documents={len(self)}, tokens={int(self.values.shape[0])})"
+
+
+class BatchWindows(dict):
+    """The windows of a batch: a dict with attribute access.
+
+    Keys (also attributes): ``input_ids``, ``attention_mask`` (rows x width, or
+    :class:`RaggedRows` with ``padding=False``) and ``metadata`` (rows x 3 int64: logID,
+    start, stop — stop inclusive).
+
+    Attributes
+    ----------
+    doc_row_offsets : numpy.ndarray of int64, ``n_documents + 1`` entries
+        The rows of document ``d`` are ``doc_row_offsets[d]:doc_row_offsets[d+1]``.
+    """
+
+    def __init__(self, data, doc_row_offsets=None):
+        super().__init__(data)
+        self.doc_row_offsets = doc_row_offsets
+
+    def __getattr__(self, name):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(
+                f"BatchWindows has no attribute {name!r}; keys: {sorted(self)}") from None
+
+    @property
+    def num_rows(self) -> int:
+        return int(self["metadata"].shape[0])
+
+    def __reduce__(self):
+        return (_rebuild_batch, (dict(self), self.doc_row_offsets))
+
+    def __repr__(self) -> str:
+        parts = []
+        for k, v in self.items():
+            if isinstance(v, RaggedRows):
+                parts.append(f"{k}={v!r}")
+            else:
+                parts.append(f"{k}={type(v).__module__.split('.')[0]}"
+                             f"{tuple(v.shape)}:{v.dtype}")
+        return "BatchWindows(" + ", ".join(parts) + ")"
+
+
+def _rebuild_batch(data, doc_row_offsets):
+    return BatchWindows(data, doc_row_offsets)
+

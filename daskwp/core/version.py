@@ -1,0 +1,3 @@
+"""The version of daskwp (recorded in batch jobs and their summaries)."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,137 @@
+"""Window parameters and the fill plan shared by every backend (docs/design.md §2).
+
+For a document with WordPiece tokens ``t[0..n)``:
+
+* ``L = max_length - 2`` with special tokens (each row is ``[CLS] body [SEP]``), else
+  ``L = max_length``; ``stride`` is the overlap of consecutive bodies (HuggingFace meaning),
+  ``step = L - stride``;
+* row ``k`` holds ``t[k*step : k*step + L]``; there are ``K = 1`` rows when ``n <= L`` (or
+  when truncating), else ``1 + ceil((n - L) / step)`` — exactly HuggingFace's overflow
+  windows, with logIDs equal to its ``overflow_to_sample_mapping`` plus ``logid_offset``;
+* ``metadata[r] = (logID, start, stop)``: the columns ``start..stop`` (stop inclusive) of row
+  ``r`` that the row *owns*. Over a document's rows the owned slices are disjoint and
+  consecutive and rebuild ``t[0..n)`` exactly once: row 0 starts at ``b`` (1 with
+  ``[CLS]``, else 0), row ``k > 0`` at ``b + floor(stride/2)``; a row that is not the last
+  stops at ``b + L - ceil(stride/2) - 1``, the last row at its last body token. An empty
+  document gives one row with ``stop = start - 1``.
+
+The fill itself is native (``kernels/windows.hpp``, one source for the CPU extension and the
+CUDA kernel); this module validates the parameters (:func:`window_params`), computes what the
+fill needs (:func:`fill_plan`) and packs its arrays (:func:`pack_windows`) for both.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from . import config
+from .options import INT32_MAX, INT64_MAX, check, check_int
+from .ragged import BatchWindows, RaggedRows
+
+__all__ = ["WINDOW_OPTIONS", "WindowParams", "convert_tensors", "fill_plan", "pack_windows",
+           "resolve_window_options", "window_params"]
+
+#: The window options, as ``tok(texts, ...)`` spells them (order of the option table).
+WINDOW_OPTIONS = ("max_length", "stride", "truncation", "add_special_tokens", "padding")
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowParams:
+    """Validated window parameters. ``padding`` is 'max_length', 'longest' or 'do_not_pad';
+    ``body_length`` is L."""
+
+    max_length: int
+    stride: int
+    truncation: bool
+    add_special_tokens: bool
+    padding: str
+    return_tensors: str
+    logid_offset: int
+    mask_int8: bool
+    body_length: int
+
+    @property
+    def padded(self) -> bool:
+        return self.padding != "do_not_pad"
+
+
+def resolve_window_options(max_length=None, stride=None, truncation=None,
+                           add_special_tokens=None, padding=None) -> dict:
+    """The window options with None resolved through ``dask.config`` (``daskwp.<name>``),
+    each checked by the option table (``max_length`` against ``stride`` is checked by
+    :func:`window_params`)."""
+    given = dict(max_length=max_length, stride=stride, truncation=truncation,
+                 add_special_tokens=add_special_tokens, padding=padding)
+    return {k: config.resolve(k, v) for k, v in given.items()}
+
+
+def window_params(max_length=None, stride=None, truncation=None, add_special_tokens=None,
+                  padding=None, return_tensors="np", logid_offset=0,
+                  mask_dtype="int32") -> WindowParams:
+    """Validate window parameters (None: the configured default); errors name the value
+    received and what is allowed."""
+    opts = resolve_window_options(max_length, stride, truncation, add_special_tokens, padding)
+    special = opts["add_special_tokens"]
+    n_special = 2 if special else 0
+    ml = check_int("max_length", opts["max_length"], lo=1 + n_special, hi=INT32_MAX,
+                   allowed=("in [3, 2**31-1] with add_special_tokens=True (room for [CLS], "
+                            "[SEP] and at least one token)" if n_special else "in [1, 2**31-1]"))
+    body = ml - n_special
+    stride = check_int("stride", opts["stride"], lo=0, hi=body - 1,
+                       allowed=(f"in [0, {body}) (the overlap must be smaller than the {body} "
+                                f"tokens a row holds with max_length={ml}"
+                                + (" and special tokens" if n_special else "") + ")"))
+    return WindowParams(
+        max_length=ml, stride=stride, truncation=opts["truncation"],
+        add_special_tokens=special, padding=opts["padding"],
+        return_tensors=check("return_tensors", "np" if return_tensors is None else return_tensors),
+        logid_offset=check_int("logid_offset", logid_offset, lo=0, hi=INT64_MAX,
+                               allowed="a non-negative integer"),
+        mask_int8=check("mask_dtype", mask_dtype) == "int8", body_length=body)
+
+
+def convert_tensors(arr, return_tensors: str):
+    """A NumPy array as the requested array type ("np", "pt" zero-copy, "cp" uploaded)."""
+    if return_tensors == "np":
+        return arr
+    if return_tensors == "pt":
+        try:
+            import torch
+        except ImportError:
+            raise ImportError("return_tensors='pt' needs PyTorch, which is not installed; "
+                              "use return_tensors='np' (or 'cp' with CuPy)") from None
+        return torch.from_numpy(arr)
+    try:
+        import cupy
+    except ImportError:
+        raise ImportError("return_tensors='cp' needs CuPy, which is not installed; use "
+                          "return_tensors='np' (or 'pt' with PyTorch)") from None
+    return cupy.asarray(arr)
+
+
+def fill_plan(vocab, p: WindowParams, offsets):
+    """(padded, cls_id, sep_id, pad_id, width) for the native fill, CPU or GPU alike.
+
+    ``offsets`` may be a NumPy or CuPy array; "longest" reads its largest document."""
+    padded = p.padded
+    special = p.add_special_tokens
+    width = p.max_length
+    if p.padding == "longest":
+        n_docs = int(offsets.shape[0]) - 1
+        longest = int((offsets[1:] - offsets[:-1]).max()) if n_docs else 0
+        width = min(longest, p.body_length) + (2 if special else 0) if n_docs else 0
+    return (padded, vocab.cls_id if special else -1, vocab.sep_id if special else -1,
+            vocab.pad_id if padded else -1, width)
+
+
+def pack_windows(ids, mask, meta, row_offsets, doc_rows, padded: bool,
+                 convert) -> BatchWindows:
+    """The fill's arrays as a :class:`BatchWindows`, each passed through ``convert``."""
+    if padded:
+        data = {"input_ids": convert(ids), "attention_mask": convert(mask)}
+    else:
+        offs = convert(row_offsets)
+        data = {"input_ids": RaggedRows(convert(ids), offs),
+                "attention_mask": RaggedRows(convert(mask), offs)}
+    data["metadata"] = convert(meta)
+    return BatchWindows(data, doc_rows)

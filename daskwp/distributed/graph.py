@@ -1,0 +1,234 @@
+"""The graph of a tokenized Dask collection: tokenizing every partition, and the ONE global
+logID offset pass (docs/design.md §2, §8).
+
+No tokenization logic lives here: every task calls a partition task of
+:mod:`daskwp.distributed.tasks`. Two small dask-expr expressions build the graph:
+
+``Tokenize(frame, tokenizer, options)``
+    Task i runs ``tokenize_partition(frame_i, tokenizer, options, partition=i)``. The
+    tokenizer is ONE graph key, ``daskwp-tokenizer-<token>`` (the token is the vocabulary's
+    content hash plus the settings), that every task depends on: the compiled vocabulary
+    travels to the scheduler once and to each worker once, never inside a task, and
+    the per-worker state (:mod:`daskwp.distributed.state`) keeps one instance per vocabulary in each worker process
+    (where the GPU launcher's device-resident vocabulary lives).
+
+``GlobalLogID(frame, source)``
+    Adds the global offset to the logIDs of partition i: the number of input rows in
+    partitions 0..i-1. The counts are ``len`` of the SOURCE partitions (the input is read
+    once: the same source tasks feed the tokenizer and the counts). Prefix sums come from a
+    binary tree of partial sums over aligned ranges of partitions (a Fenwick-style
+    decomposition): the task of partition i depends on at most log2(i) + 1 tree nodes, the
+    tree adds about n tasks in all, and its depth is log2(n), so nothing is sequential in n
+    and no shuffle happens.
+
+Culling: ``res.metadata.partitions[3]`` rewrites (at simplify time, like dask's own
+``Partitions`` push-down) into ``SelectedLogID``: partition 3 of the tokenized frame plus the
+prefix ``source.partitions[0:3]``, whose total row count is the offset. So the result keeps
+its global logIDs (``partition_info["number"]`` would be renumbered to 0 there), only
+partition 3 is tokenized and only partitions 0..2 are read for the count. The offset is
+the count of the whole prefix, so it stays right when the optimizer later merges the
+prefix's Parquet partitions (dask-expr's IO fusion). Selecting k partitions reads each of
+their prefixes (partitions may be read more than once then).
+"""
+
+
+from __future__ import annotations
+
+import functools
+
+from dask._task_spec import DataNode, Task, TaskRef
+from dask.base import tokenize
+from dask.dataframe.dask_expr._expr import Blockwise, Expr, Partitions
+from dask.dataframe.dispatch import make_meta, meta_nonempty
+
+from .tasks import add_counts, add_logid_offset, count_documents, tokenize_partition
+
+__all__ = ["GlobalLogID", "SelectedLogID", "Tokenize", "partition_local",
+           "prefix_count_refs"]
+
+
+def _positions(expr) -> tuple:
+    """Original partition numbers of ``expr``'s partitions (for messages); when the
+    optimizer has merged partitions (Parquet fusion), the current numbers."""
+    pos = expr.operand("positions")
+    n = expr.frame.npartitions
+    return tuple(range(n)) if pos is None or len(pos) != n else tuple(pos)
+
+
+def _sample_partition(meta):
+    """A two-document partition of the same type and dtype as ``meta`` (dask's own
+    ``meta_nonempty`` fills object columns with ``object()``, which is no text)."""
+    try:
+        return meta._constructor(["daskwp sample text", None], dtype=meta.dtype,
+                                 name=meta.name)
+    except Exception:
+        return meta_nonempty(meta)
+
+
+class Tokenize(Expr):
+    """Tokenize every partition of ``frame`` (a text Series) into a partition frame."""
+
+    _parameters = ["frame", "tokenizer", "options", "positions"]
+    _defaults = {"positions": None}
+
+    @functools.cached_property
+    def _name(self):
+        return f"daskwp-tokenize-{self.deterministic_token}"
+
+    @functools.cached_property
+    def _meta(self):
+        # The partition function itself, run on a two-row sample partition.
+        sample = _sample_partition(self.frame._meta)
+        return make_meta(tokenize_partition(sample, self.tokenizer, self.options)
+                         .iloc[:0])
+
+    def _divisions(self):
+        return (None,) * (self.frame.npartitions + 1)
+
+    @property
+    def tokenizer_key(self) -> str:
+        return f"daskwp-tokenizer-{tokenize(self.tokenizer)}"
+
+    def _layer(self) -> dict:
+        tok_key = self.tokenizer_key
+        dsk = {tok_key: DataNode(tok_key, self.tokenizer)}
+        opts = dict(self.options)
+        for k, p in enumerate(_positions(self)):
+            key = (self._name, k)
+            dsk[key] = Task(key, tokenize_partition, TaskRef((self.frame._name, k)),
+                            TaskRef(tok_key), opts, p)
+        return dsk
+
+    def _simplify_up(self, parent, dependents):
+        if isinstance(parent, Partitions):
+            parts = list(parent.partitions)
+            pos = _positions(self)
+            return Tokenize(Partitions(self.frame, parts), self.tokenizer, self.options,
+                             tuple(pos[p] for p in parts))
+
+
+def prefix_count_refs(dsk: dict, source, p: int) -> list:
+    """TaskRefs whose sum is the number of rows in partitions 0..p-1 of ``source``, adding
+    to ``dsk`` the nodes of a binary tree of partial counts over aligned ranges (a
+    Fenwick-style decomposition: at most log2(p) + 1 refs, nodes shared between prefixes)."""
+    name = f"daskwp-count-{tokenize(source._name)}"
+
+    def node(level: int, j: int):
+        # Rows in source partitions [j * 2**level, (j + 1) * 2**level).
+        key = (name, level, j)
+        if key not in dsk:
+            if level == 0:
+                dsk[key] = Task(key, count_documents, TaskRef((source._name, j)))
+            else:
+                a, b = node(level - 1, 2 * j), node(level - 1, 2 * j + 1)
+                dsk[key] = Task(key, add_counts, TaskRef(a), TaskRef(b))
+        return key
+
+    refs, base = [], 0
+    for level in reversed(range(p.bit_length())):
+        if p >> level & 1:
+            refs.append(TaskRef(node(level, base >> level)))
+            base += 1 << level
+    return refs
+
+
+class GlobalLogID(Expr):
+    """``frame`` (partition frames with 0-based logIDs, partitioned as ``source``) with
+    global logIDs: partition i is offset by the rows of ``source`` partitions 0..i-1.
+
+    ``frame`` and ``source`` may be repartitioned together by the optimizer (dask-expr fuses
+    small Parquet partitions, identically for both): the offsets follow.
+    """
+
+    _parameters = ["frame", "source"]
+
+    @functools.cached_property
+    def _name(self):
+        return f"daskwp-logid-{self.deterministic_token}"
+
+    @functools.cached_property
+    def _meta(self):
+        return self.frame._meta
+
+    def _divisions(self):
+        return (None,) * (self.frame.npartitions + 1)
+
+    def _layer(self) -> dict:
+        dsk: dict = {}
+        for i in range(self.frame.npartitions):
+            refs = prefix_count_refs(dsk, self.source, i)
+            key = (self._name, i)
+            dsk[key] = Task(key, add_logid_offset, TaskRef((self.frame._name, i)), *refs)
+        return dsk
+
+    def _simplify_up(self, parent, dependents):
+        if isinstance(parent, Partitions):
+            pieces = []
+            for p in parent.partitions:
+                prefix = Partitions(self.source, list(range(p))) if p else None
+                pieces += [Partitions(self.frame, [p]), prefix]
+            return SelectedLogID(tuple(parent.partitions), *pieces)
+
+
+class SelectedLogID(Expr):
+    """Selected partitions of a ``GlobalLogID`` (what culling turns it into).
+
+    Operands after ``positions``: for each selected ORIGINAL partition p, the one-partition
+    frame of p and the prefix ``source.partitions[0:p]`` (None for p = 0). The offset of p is
+    the row count of the whole prefix, however the optimizer partitions it, so a cull keeps
+    the global logIDs; only partitions 0..p-1 are read for it, and only p is tokenized.
+    """
+
+    _parameters = ["positions"]
+
+    @functools.cached_property
+    def _name(self):
+        return f"daskwp-logid-{self.deterministic_token}"
+
+    @property
+    def _pieces(self):
+        ops = self.operands[len(self._parameters):]
+        return list(zip(ops[0::2], ops[1::2]))
+
+    @functools.cached_property
+    def _meta(self):
+        return self._pieces[0][0]._meta
+
+    def _divisions(self):
+        return (None,) * (len(self.operand("positions")) + 1)
+
+    def _layer(self) -> dict:
+        dsk: dict = {}
+        for k, (frame, prefix) in enumerate(self._pieces):
+            refs = [] if prefix is None else \
+                prefix_count_refs(dsk, prefix, prefix.npartitions)
+            key = (self._name, k)
+            dsk[key] = Task(key, add_logid_offset, TaskRef((frame._name, 0)), *refs)
+        return dsk
+
+    def _simplify_up(self, parent, dependents):
+        if isinstance(parent, Partitions):
+            pieces, positions = self._pieces, self.operand("positions")
+            chosen = list(parent.partitions)
+            ops = [op for k in chosen for op in pieces[k]]
+            return SelectedLogID(tuple(positions[k] for k in chosen), *ops)
+
+
+def partition_local(expr) -> bool:
+    """Whether ``expr``'s partitions are still the tokenizer's (only partition-wise steps
+    since ``GlobalLogID``), so that every document's rows are in one partition."""
+    seen, stack = set(), [expr]
+    found = False
+    while stack:
+        e = stack.pop()
+        if e._name in seen:
+            continue
+        seen.add(e._name)
+        if isinstance(e, (GlobalLogID, SelectedLogID, Tokenize)):
+            found = True
+            continue
+        if isinstance(e, (Blockwise, Partitions)):
+            stack.extend(d for d in e.dependencies() if d.ndim > 0)
+            continue
+        return False
+    return found

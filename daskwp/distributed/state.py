@@ -1,0 +1,85 @@
+"""Per-worker state: what one worker process keeps across tasks (docs/design.md §8).
+
+A :class:`WorkerState` holds the tokenizers a worker has received, one instance per identity
+(vocabulary hash and settings), so that whatever an instance holds — the GPU launcher's
+device-resident vocabulary, for one — is built once per worker and reused by later tasks and
+later computations. On a ``distributed`` worker the state belongs to daskwp's
+:class:`~daskwp.distributed.plugin.DaskwpWorkerPlugin` (set up when the plugin is registered,
+closed at its teardown, as dask-cuda holds per-worker setup); elsewhere (threads, the
+synchronous scheduler, a cluster without the plugin) one state serves the process.
+
+This module imports no Dask: partition tasks call :func:`current_state` wherever they run.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+from ..core.cache import BoundedCache, clear_caches
+
+__all__ = ["WorkerState", "cached_tokenizer", "cached_tokenizer_keys", "current_state",
+           "tokenizer_key"]
+
+PLUGIN_NAME = "daskwp"
+TOKENIZERS_PER_WORKER = 4
+
+
+def tokenizer_key(tok) -> tuple:
+    """Identity of a tokenizer: its vocabulary's content hash and its settings."""
+    return (tok.vocab.hash, tuple(sorted(tok.settings.items())))
+
+
+class WorkerState:
+    """The tokenizers of one worker process (at most ``TOKENIZERS_PER_WORKER``)."""
+
+    def __init__(self, name: str = "worker_tokenizers"):
+        self.tokenizers = BoundedCache(name, TOKENIZERS_PER_WORKER)
+
+    def tokenizer(self, tok):
+        """The first instance of a tokenizer equal to ``tok`` this state has seen."""
+        return self.tokenizers.put(tokenizer_key(tok), tok)
+
+    def close(self) -> None:
+        """Drop the tokenizers and every daskwp cache of the process (device blobs
+        included)."""
+        self.tokenizers.clear()
+        clear_caches()
+
+
+_PROCESS_STATE: WorkerState | None = None
+_PROCESS_LOCK = threading.Lock()
+
+
+def _process_state() -> WorkerState:
+    global _PROCESS_STATE
+    with _PROCESS_LOCK:
+        if _PROCESS_STATE is None:
+            _PROCESS_STATE = WorkerState()
+        return _PROCESS_STATE
+
+
+def current_state() -> WorkerState:
+    """The plugin's state on a worker that has daskwp's plugin, else the process's."""
+    if "distributed" in sys.modules:
+        try:
+            from distributed import get_worker
+            worker = get_worker()
+        except (ValueError, ImportError):
+            worker = None
+        plugin = getattr(worker, "plugins", {}).get(PLUGIN_NAME) if worker is not None \
+            else None
+        state = getattr(plugin, "state", None)
+        if isinstance(state, WorkerState):
+            return state
+    return _process_state()
+
+
+def cached_tokenizer(tok):
+    """``current_state().tokenizer(tok)``: the worker's one instance of ``tok``."""
+    return current_state().tokenizer(tok)
+
+
+def cached_tokenizer_keys() -> list[tuple]:
+    """Keys (vocabulary hash, settings) of the tokenizers cached by the current state."""
+    return current_state().tokenizers.keys()
