@@ -19,6 +19,7 @@ import os
 import sys
 import time
 
+from .core.options import OPTIONS, check_bool, check_opt_bool, check_truncation
 from .core.version import __version__
 from .jobs import (CONFIG_KEYS, ConfigError, InputError, JobError, OutputConflictError,
                    format_summary, load_config, make_config, parse_override, run_job)
@@ -30,60 +31,43 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"daskwp: error: {message}\n")
 
 
+#: CLI help groups, in the order --help lists them.
+_GROUPS = ("tokenizer", "windows", "input and output", "cluster", "run")
+#: Extra spellings of a few flags (kept for existing scripts).
+_ALIASES = {"scheduler_address": ("--scheduler",), "quiet": ("-q",)}
+_BOOL_CHECKS = (check_bool, check_opt_bool, check_truncation)
+
+
 def _add_job_options(p: argparse.ArgumentParser) -> None:
+    """One flag per job option of the option table (``--max-length`` is ``max_length``)."""
     S = argparse.SUPPRESS
-    g = p.add_argument_group("tokenizer")
-    g.add_argument("--vocab", default=S, metavar="PATH",
-                   help="vocab.txt, tokenizer.json or model folder (default: bundled "
-                        "bert-base-uncased; 'package:NAME' names a bundled file)")
-    g.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=S,
-                   help="lowercase the text (default: the model folder's setting, else yes)")
-    g.add_argument("--strip-accents", dest="strip_accents",
-                   action=argparse.BooleanOptionalAction, default=S,
-                   help="remove accents (default: follows --lowercase)")
-    g.add_argument("--max-input-chars-per-word", dest="max_input_chars_per_word", type=int,
-                   default=S, metavar="N", help="longer words become [UNK] (default 100)")
-    g = p.add_argument_group("windows")
-    g.add_argument("--max-length", dest="max_length", type=int, default=S, metavar="N",
-                   help="tokens per row, [CLS]/[SEP] included (default 128)")
-    g.add_argument("--stride", type=int, default=S, metavar="N",
-                   help="tokens shared by consecutive windows of a document (default 0)")
-    g.add_argument("--truncation", action=argparse.BooleanOptionalAction, default=S,
-                   help="one row per document, the rest dropped (default: no, keep all)")
-    g.add_argument("--add-special-tokens", dest="add_special_tokens",
-                   action=argparse.BooleanOptionalAction, default=S,
-                   help="frame rows as [CLS] body [SEP] (default: yes)")
-    g.add_argument("--no-special-tokens", dest="add_special_tokens", action="store_false",
-                   default=S, help="same as --no-add-special-tokens")
-    g.add_argument("--padding", choices=("max_length", "do_not_pad"), default=S,
-                   help="pad rows to max_length (default) or store ragged rows")
-    g = p.add_argument_group("input and output")
-    g.add_argument("--column", default=S,
-                   help="text column of Parquet/CSV/JSON Lines input (default 'text')")
-    g.add_argument("--input-format", dest="input_format",
-                   choices=("auto", "text", "csv", "tsv", "jsonl", "parquet"), default=S,
-                   help="default: from the file extension (unknown extensions: text)")
-    g.add_argument("--partition-size", dest="partition_size", default=S, metavar="SIZE",
-                   help="input bytes per partition, e.g. 64MB (default)")
-    g.add_argument("--compression", default=S, help="Parquet compression (default zstd)")
-    g.add_argument("--overwrite", action="store_true", default=S,
-                   help="replace the output of another job instead of refusing")
-    g = p.add_argument_group("cluster")
-    g.add_argument("--device", choices=("auto", "cpu", "gpu"), default=S,
-                   help="auto (default): GPUs when dask-cuda, cudf and a GPU are present")
-    g.add_argument("--scheduler", "--scheduler-address", dest="scheduler_address", default=S,
-                   metavar="ADDRESS",
-                   help="a running scheduler (tcp://host:8786), or 'synchronous' to run "
-                        "in this process without a cluster; default: a local cluster")
-    g.add_argument("--n-workers", dest="n_workers", type=int, default=S, metavar="N")
-    g.add_argument("--threads-per-worker", dest="threads_per_worker", type=int, default=S,
-                   metavar="N")
-    g = p.add_argument_group("run")
+    groups = {g: p.add_argument_group(g) for g in _GROUPS}
+    for name in CONFIG_KEYS:
+        o = OPTIONS[name]
+        if not o.cli_flag:
+            continue
+        g = groups.get(o.cli_group) or groups.setdefault(o.cli_group,
+                                                         p.add_argument_group(o.cli_group))
+        flags = (*_ALIASES.get(name, ()), o.flag)
+        if o.check in _BOOL_CHECKS:
+            g.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction,
+                           default=S, help=o.help)
+        elif o.repeatable:
+            g.add_argument(*flags, dest=name, action="append", type=o.cli_type or str,
+                           default=S, metavar=o.metavar or "VALUE",
+                           help=o.help + " (repeatable)")
+        else:
+            g.add_argument(*flags, dest=name, type=o.cli_type or str, default=S,
+                           choices=o.cli_choices, metavar=o.metavar, help=o.help)
+        if name == "add_special_tokens":
+            g.add_argument("--no-special-tokens", dest=name, action="store_false", default=S,
+                           help="same as --no-add-special-tokens")
+    g = groups["run"]
     g.add_argument("--set", dest="overrides", action="append", default=[],
                    metavar="KEY=VALUE",
-                   help="set any config key (repeatable); the value is read as YAML")
-    g.add_argument("-q", "--quiet", action="store_true", default=S,
-                   help="no progress and no summary (it is in OUTPUT/_summary.json)")
+                   help="set any config key (repeatable); the value is read as YAML. "
+                        "Precedence: an explicit flag > --set > the job file > dask.config "
+                        "defaults > built-in defaults")
     g.add_argument("--json", dest="print_json", action="store_true",
                    help="print the summary as JSON")
 
@@ -119,17 +103,22 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=None)
     b.add_argument("--column", default="text")
     b.add_argument("--input-format", dest="input_format", default="auto",
-                   choices=("auto", "text", "csv", "tsv", "jsonl", "parquet"))
+                   choices=OPTIONS["input_format"].cli_choices)
     b.add_argument("--repeat", type=int, default=3, help="best of N runs (default 3)")
     b.add_argument("--threads", type=int, default=0, help="daskwp threads (0: all cores)")
     return p
 
 
 def _job_values(ns: argparse.Namespace) -> dict:
-    values = {k: getattr(ns, k) for k in CONFIG_KEYS if hasattr(ns, k)}
-    for item in ns.overrides:
-        key, value = parse_override(item)
-        values[key] = value
+    """--set values, then the explicit flags over them (a flag beats --set)."""
+    values = dict(parse_override(item) for item in ns.overrides)
+    if ns.command == "tokenize":
+        for key in ("input", "output"):
+            if key in values:
+                raise ConfigError(f"--set {key}=... conflicts with the {key.upper()} argument "
+                                  f"of 'daskwp tokenize'; give it once")
+    values.update({k: getattr(ns, k) for k in CONFIG_KEYS
+                   if OPTIONS[k].cli_flag and hasattr(ns, k)})
     return values
 
 

@@ -239,6 +239,21 @@ class Option:
     metavar: str | None = None
     #: Whether batch jobs have a CLI flag for it (input/output are positional arguments).
     cli_flag: bool = True
+    #: A list-valued option: its CLI flag may be given several times.
+    repeatable: bool = False
+    #: CLI help group; default from the surfaces ("tokenizer", "windows", else "input and
+    #: output").
+    group: str | None = None
+
+    @property
+    def cli_group(self) -> str:
+        if self.group:
+            return self.group
+        if TOKENIZER in self.surfaces:
+            return "tokenizer"
+        if WINDOWS in self.surfaces:
+            return "windows"
+        return "input and output"
 
     @property
     def flag(self) -> str:
@@ -274,7 +289,8 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
     _opt("device", "auto", lambda n, v: normalize_device(v, n), "'auto', 'cpu' or 'gpu' "
          "('cuda' is 'gpu')", False, (TOKENIZER, JOB, CONFIG),
          "auto (default): GPUs when dask-cuda, cudf and a GPU are present (a tokenizer: "
-         "device-resident input on the GPU, host input on the CPU)", cli_choices=DEVICES),
+         "device-resident input on the GPU, host input on the CPU)", cli_choices=DEVICES,
+         group="cluster"),
     # Windows (docs/design.md §2)
     _opt("max_length", 128, check_int, "an integer in [3, 2**31-1] with "
          "special tokens, else [1, 2**31-1]", True, (WINDOWS, JOB, CONFIG),
@@ -319,15 +335,16 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
     _opt("scheduler_address", None, check_scheduler, "tcp://host:port, 'synchronous' or null",
          False, (JOB, CONFIG), "a running scheduler (tcp://host:8786), or 'synchronous' to "
          "run in this process without a cluster; default: a local cluster",
-         metavar="ADDRESS"),
+         metavar="ADDRESS", group="cluster"),
     _opt("n_workers", None, _int_range(1, INT32_MAX, optional=True), "an integer >= 1 or null",
          False, (JOB, CONFIG), "workers of a local cluster (default: one per GPU, or "
-         "LocalCluster's choice)", cli_type=int, metavar="N"),
+         "LocalCluster's choice)", cli_type=int, metavar="N", group="cluster"),
     _opt("threads_per_worker", None, _int_range(1, INT32_MAX, optional=True),
          "an integer >= 1 or null", False, (JOB, CONFIG),
-         "threads per worker of a local cluster", cli_type=int, metavar="N"),
+         "threads per worker of a local cluster", cli_type=int, metavar="N",
+         group="cluster"),
     _opt("quiet", False, check_bool, "true or false", False, (JOB,),
-         "no progress and no summary (it is in OUTPUT/_summary.json)"),
+         "no progress and no summary (it is in OUTPUT/_summary.json)", group="run"),
 )}
 
 
@@ -353,8 +370,19 @@ def config_defaults() -> dict:
 
 
 def options_table_markdown() -> str:
-    """The option reference as a Markdown table (docs/options.md is this, generated)."""
-    rows = ["| name | default | allowed | changes the output | where | help |",
+    """The option reference as a Markdown document: docs/options.md is exactly this
+    (``python -m daskwp.core.options > docs/options.md``; a test checks it)."""
+    rows = ["# Options", "",
+            "Generated from the option table `daskwp/core/options.py`, the one source of every "
+            "option's name, default, allowed values and help (docs/design.md §3). The same "
+            "name is the Python keyword, the job YAML key, the `dask.config` key "
+            "`daskwp.<name>` and (with `-` for `_`) the CLI flag. \"Changes the output\": a "
+            "batch job records the value in `_job.json` and refuses to resume another job's "
+            "output with a different one. Precedence for batch jobs: an explicit CLI flag > "
+            "`--set key=value` > the job file > `dask.config` > the default below. In Python, "
+            "a window or cluster option left at `None` takes the configured `daskwp.<name>`.",
+            "",
+            "| name | default | allowed | changes the output | where | help |",
             "|---|---|---|---|---|---|"]
     for o in OPTIONS.values():
         where = []
@@ -370,3 +398,7 @@ def options_table_markdown() -> str:
                     f"{'yes' if o.affects_output else 'no'} | {', '.join(where)} | "
                     f"{o.help} |")
     return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":  # python -m daskwp.core.options > docs/options.md
+    print(options_table_markdown(), end="")

@@ -100,6 +100,8 @@ def make_config(values: dict, *, base_dir: str | os.PathLike | None = None,
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise ConfigError(f"{source}: unknown config key {key!r}{hint}; allowed keys: "
                               f"{', '.join(CONFIG_KEYS)}")
+        if value is None and key not in _TOKENIZER_KEYS and OPTIONS[key].default is not None:
+            continue  # None: the configured default (taken below)
         try:
             out[key] = _check_key(key, value)
         except (ValueError, TypeError) as e:
