@@ -164,6 +164,8 @@ def _cmd_bench(ns) -> int:
     import pyarrow.compute as pc
     nbytes = int(pc.sum(pc.binary_length(texts)).as_py() or 0) if n_docs else 0
     mb = nbytes / 1e6
+    if nbytes == 0:
+        raise InputError(f"{ns.file}: no text to measure ({n_docs:,} documents, 0 bytes)")
 
     def best(fn):
         times = []

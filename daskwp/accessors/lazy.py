@@ -17,6 +17,7 @@ from dask._collections import new_collection
 from ..backends.tokenizer import resolve_tokenizer
 from ..core.windows import resolve_window_options
 from ..distributed.graph import GlobalLogID, Tokenize, partition_local
+from .eager import WordPieceResult
 from ..frames.partition import (METADATA_COLUMNS, attention_mask_block, check_text_dtype,
                                 input_ids_block, is_cudf, portable_pandas_metadata,
                                 require_fixed_width, select_metadata, stitch_frame, stitch_rows,
@@ -88,8 +89,29 @@ class DaskWordPieceResult:
     def to_frame(self):
         """dask DataFrame ``logID, start, stop, input_ids, attention_mask, window``:
         Arrow ``list<int32>`` columns that survive a Parquet round trip; ``window`` numbers
-        the rows of each document (0, 1, ...)."""
+        the rows of each document (0, 1, ...).
+
+        Dask operations: ``groupby``, ``set_index`` and task-based ``shuffle`` / ``merge``
+        work on it. dask's P2P shuffle (the default ``shuffle`` / ``merge`` method on a
+        distributed cluster) cannot carry Arrow list columns today: it round-trips
+        partitions through Arrow with pandas metadata that pandas cannot read back
+        (pandas-dev/pandas#57411), and fails with "data type 'list<item: int32>[pyarrow]'
+        not understood". Pass ``shuffle_method="tasks"``, or set
+        ``dask.config.set({"dataframe.shuffle.method": "tasks"})``.
+        """
         return new_collection(GlobalLogID(self._tokenized, self._source))
+
+    def compute(self, **kwargs):
+        """Tokenize every partition once and return the eager result
+        (:class:`~daskwp.accessors.eager.WordPieceResult`: ``metadata``, ``input_ids``,
+        ``attention_mask``, ``to_frame()``, ``stitch``), with global logIDs.
+
+        ``dask.compute(res.metadata, res.input_ids)`` also tokenizes once, but dask warns
+        there about computing expression-backed frames with graph-backed arrays together;
+        this avoids both. ``kwargs`` go to ``to_frame().compute``.
+        """
+        return WordPieceResult(self.to_frame().compute(**kwargs), self.options,
+                               self.tokenizer)
 
     def to_parquet(self, path, **kwargs):
         """``to_frame().to_parquet(path, write_index=False, **kwargs)``: each partition is
@@ -167,14 +189,17 @@ class DaskWordPieceResult:
 
     def _stitch_frame(self, values, column, how: str):
         column = value_column(values._meta, column)
-        meta = stitch_frame(values._meta, column)
+        # Rows still in the partitions and order tokenization gave them need no 'window'.
+        ordered = partition_local(values.expr)
+        meta = stitch_frame(values._meta, column, ordered)
         if how == "auto":
-            how = "partition" if partition_local(values.expr) else "groupby"
+            how = "partition" if ordered else "groupby"
         if how == "groupby":
             # The task-based shuffle: P2P round-trips partitions through Arrow with pandas
             # metadata, which pandas cannot read back for list columns (pandas#57411).
             values = values.shuffle(on="logID", shuffle_method="tasks")
-        return values.map_partitions(stitch_frame, column, meta=meta)
+        return values.map_partitions(stitch_frame, column, ordered and how == "partition",
+                                     meta=meta)
 
     def __repr__(self) -> str:
         return (f"DaskWordPieceResult(npartitions={self.npartitions}, "

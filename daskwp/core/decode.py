@@ -7,7 +7,7 @@ import numpy as np
 
 from .cache import BoundedCache
 from .options import check_bool
-from .ragged import RaggedRows, array_module, to_host
+from .ragged import BatchWindows, RaggedRows, array_module, to_host
 from .vocab import Vocabulary
 
 __all__ = ["decode", "merge_wordpieces"]
@@ -40,6 +40,8 @@ def _as_vocab(vocab):
 
 def _id_rows(ids):
     """(rows, batched): ids as a list of 1-D int arrays, and whether the input was a batch."""
+    if isinstance(ids, BatchWindows) or (isinstance(ids, dict) and "input_ids" in ids):
+        ids = ids["input_ids"]     # the windows of tok(texts): one text per row
     if isinstance(ids, RaggedRows):
         return [np.asarray(r) for r in RaggedRows(to_host(ids.values),
                                                   to_host(ids.offsets))], True

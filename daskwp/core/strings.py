@@ -68,7 +68,10 @@ def to_arrow(texts) -> pa.ChunkedArray:
                 raise TypeError("expected a text column (Series), got a DataFrame; select "
                                 "the column, e.g. df['text']")
             dtype = texts.dtype
-            if isinstance(dtype, pd.ArrowDtype) or str(dtype).startswith("string") or \
+            if isinstance(dtype, pd.CategoricalDtype):
+                # The categories are the texts: an Arrow dictionary array, decoded below.
+                arr = pa.chunked_array([pa.array(texts, from_pandas=True)])
+            elif isinstance(dtype, pd.ArrowDtype) or str(dtype).startswith("string") or \
                     dtype == object or str(dtype) == "str":
                 try:
                     arr = pa.chunked_array([pa.array(texts, from_pandas=True)])
@@ -87,6 +90,11 @@ def to_arrow(texts) -> pa.ChunkedArray:
             arr = pa.chunked_array([_from_python_list(texts.tolist())])
         elif isinstance(texts, (list, tuple)):
             arr = pa.chunked_array([_from_python_list(texts)])
+        elif isinstance(texts, (dict, set, frozenset)) or hasattr(texts, "keys"):
+            # A dict iterates its keys and a set has no order: neither is a batch of texts.
+            raise TypeError(f"expected texts as a list of str, a pandas Series, or a pyarrow "
+                            f"string array; got a {type(texts).__name__} (pass "
+                            f"list(d.values()) for a dict's texts, sorted(s) for a set)")
         elif hasattr(texts, "__iter__"):
             arr = pa.chunked_array([_from_python_list(list(texts))])
         else:

@@ -42,6 +42,9 @@ def require_fixed_width(options: dict, what: str) -> None:
 def check_text_dtype(dtype, what: str = "the column") -> None:
     """Raise a TypeError unless ``dtype`` holds strings (object, str, string, Arrow string)."""
     text = str(dtype)
+    if isinstance(dtype, pd.CategoricalDtype):
+        check_text_dtype(dtype.categories.dtype, f"{what} (its categories)")
+        return
     if dtype == object or text == "str" or text.startswith("string") or (
             isinstance(dtype, pd.ArrowDtype) and (
                 pa.types.is_string(dtype.pyarrow_dtype)
@@ -205,17 +208,29 @@ def stitch_rows(values, metadata, name: str = "values") -> pd.DataFrame:
     return _stitched_frame(*stitch_flat(values, metadata[list(METADATA_COLUMNS)]), name)
 
 
-def stitch_frame(frame: pd.DataFrame, column: str) -> pd.DataFrame:
-    """Rows carrying ``logID, start, stop`` (and ``window``, which orders the rows of a
-    document after a shuffle) and a list column ``column`` of per-token values, joined into
-    one row per logID. All rows of a document must be in ``frame``."""
+def stitch_frame(frame: pd.DataFrame, column: str, ordered: bool = False) -> pd.DataFrame:
+    """Rows carrying ``logID, start, stop``, ``window`` (the row's index within its document)
+    and a list column ``column`` of per-token values, joined into one row per logID. All rows
+    of a document must be in ``frame``.
+
+    ``window`` orders each document's rows, so the frame may have been shuffled, sorted or
+    merged. Without it the order of the rows cannot be known, and stitching would be
+    silently wrong once they moved: it is required unless ``ordered`` (the caller knows the
+    rows are still in window order, as tokenized).
+    """
     if is_cudf(frame):
         frame = frame.to_pandas()
     missing = [c for c in (*METADATA_COLUMNS, column) if c not in frame.columns]
     if missing:
         raise ValueError(f"stitching needs columns {[*METADATA_COLUMNS, column]}; missing "
                          f"{missing} (columns: {list(frame.columns)})")
-    if "window" in frame.columns and len(frame) > 1:
+    if "window" not in frame.columns:
+        if not ordered:
+            raise ValueError(f"stitching a frame needs its 'window' column (each row's index "
+                             f"within its document), which orders a document's rows once "
+                             f"they may have moved; keep it when selecting columns "
+                             f"(columns: {list(frame.columns)})")
+    elif len(frame) > 1:
         frame = frame.sort_values(["logID", "window"], kind="stable")
     col = frame[column]
     arr = pa.array(col.array) if isinstance(col.dtype, pd.ArrowDtype) \
