@@ -4,13 +4,17 @@ Data location
 -------------
 The real vocabularies and corpora live outside the repository. ``DATA`` is, in order:
 
-1. the folder named by the environment variable ``DASKWP_SHARED_DATA``;
+1. the folder named by the environment variable ``DASKWP_SHARED_DATA`` (``bundled``: skip
+   the next two and use the bundled set);
 2. ``<repo>/../shared/data``;
-3. ``<repo>/shared/data``.
+3. ``<repo>/shared/data``;
+4. ``tests/data``: the small test set bundled with the repository (``tests/data/MANIFEST.md``:
+   the bundled vocabulary, a public-domain book, the naughty-strings list), so that parity,
+   windows and the CLI run on any clone. ``DATA_IS_BUNDLED`` is then True, ``VOCAB_CONFIGS``
+   lists only the bundled vocabularies, and a test that reads a file the bundled set does not
+   have skips with that reason (``requires_full_data`` marks tests that need the full set).
 
-``DATA`` is ``None`` when none of these exists; tests that need it are then skipped with
-``DATA_SKIP_REASON`` (use the ``data_dir`` fixture or the ``requires_data`` marker). Nothing is
-skipped when the folder exists: a missing file inside it is a failure, not a skip.
+With the shared data, nothing is skipped: a missing file inside it is a failure, not a skip.
 
 Helpers
 -------
@@ -55,6 +59,8 @@ BERT_SPECIAL_TOKENS = ("[UNK]", "[SEP]", "[CLS]", "[PAD]", "[MASK]")
 
 def _find_data() -> Path | None:
     env = os.environ.get("DASKWP_SHARED_DATA")
+    if env == "bundled":  # run on the bundled set even where the shared data exists
+        return None
     candidates = [Path(env)] if env else []
     candidates += [REPO_ROOT.parent / "shared" / "data", REPO_ROOT / "shared" / "data"]
     for candidate in candidates:
@@ -63,19 +69,32 @@ def _find_data() -> Path | None:
     return None
 
 
-DATA: Path | None = _find_data()
+BUNDLED_DATA = TESTS_DIR / "data"
+_SHARED_DATA: Path | None = _find_data()
+#: The data the suite runs on: the shared set, else the bundled one (never None).
+DATA: Path = _SHARED_DATA if _SHARED_DATA is not None else BUNDLED_DATA
+DATA_IS_BUNDLED = _SHARED_DATA is None
 DATA_SKIP_REASON = (
-    "shared test data not found: set DASKWP_SHARED_DATA, or provide <repo>/../shared/data "
-    "or <repo>/shared/data (tried: "
-    + ", ".join(
-        ([os.environ["DASKWP_SHARED_DATA"]] if os.environ.get("DASKWP_SHARED_DATA") else [])
-        + [str(REPO_ROOT.parent / "shared" / "data"), str(REPO_ROOT / "shared" / "data")]
-    )
-    + ")"
+    "not in the bundled test set (tests/data); the full shared data has it: set "
+    "DASKWP_SHARED_DATA, or provide <repo>/../shared/data or <repo>/shared/data"
 )
+if DATA_IS_BUNDLED:
+    VOCAB_CONFIGS = [(n, lc) for n, lc in VOCAB_CONFIGS
+                     if (DATA / "vocab" / n / "vocab.txt").is_file()]
 
-#: Marker for tests (or modules: ``pytestmark = requires_data``) that need ``DATA``.
-requires_data = pytest.mark.skipif(DATA is None, reason=DATA_SKIP_REASON)
+#: Marker for tests (or modules: ``pytestmark = requires_data``) that need ``DATA`` (the
+#: shared or the bundled set: always there).
+requires_data = pytest.mark.skipif(False, reason="the test data is always there")
+#: Marker for tests that need the full shared data (peer test data, every vocabulary).
+requires_full_data = pytest.mark.skipif(DATA_IS_BUNDLED, reason=DATA_SKIP_REASON)
+
+
+def data_file(rel) -> Path:
+    """``DATA / rel``; with the bundled set, a file it does not have skips the test."""
+    path = DATA / rel
+    if DATA_IS_BUNDLED and not path.exists():
+        pytest.skip(f"{rel}: {DATA_SKIP_REASON}")
+    return path
 
 
 def pytest_configure(config):
@@ -106,22 +125,29 @@ def pytest_runtest_setup(item):
 
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
-    """The shared data folder; skips the test only when the folder does not exist at all."""
-    if DATA is None:
-        pytest.skip(DATA_SKIP_REASON)
+    """The data folder (shared, or the bundled set)."""
     return DATA
 
 
 def vocab_path(vocab_name: str) -> Path:
-    """``DATA/vocab/<vocab_name>/vocab.txt`` (``DATA`` must exist)."""
-    if DATA is None:
-        pytest.skip(DATA_SKIP_REASON)
-    return DATA / "vocab" / vocab_name / "vocab.txt"
+    """``DATA/vocab/<vocab_name>/vocab.txt`` (skips a vocabulary the bundled set lacks)."""
+    return data_file(Path("vocab") / vocab_name / "vocab.txt")
+
+
+def _bundled_guard(path) -> Path:
+    path = Path(path)
+    if DATA_IS_BUNDLED and not path.exists():
+        try:
+            rel = path.resolve().relative_to(DATA.resolve())
+        except ValueError:
+            return path
+        pytest.skip(f"{rel}: {DATA_SKIP_REASON}")
+    return path
 
 
 def read_lines(path) -> list[str]:
     """Lines of a UTF-8 corpus file, split on ``"\\n"`` only; the final empty piece is dropped."""
-    text = Path(path).read_text(encoding="utf-8")
+    text = _bundled_guard(path).read_text(encoding="utf-8")
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
@@ -130,9 +156,7 @@ def read_lines(path) -> list[str]:
 
 def corpus_files() -> list[Path]:
     """Every corpus file under ``DATA/corpus`` (recursive): *.txt, *.log and *.json,
-    excluding licence notices. Empty when ``DATA`` is missing."""
-    if DATA is None:
-        return []
+    excluding licence notices."""
     root = DATA / "corpus"
     return sorted(
         p
@@ -145,7 +169,7 @@ def corpus_files() -> list[Path]:
 
 def read_documents(path) -> list[str]:
     """Documents of a corpus file: a JSON array of strings for *.json, else one per line."""
-    path = Path(path)
+    path = _bundled_guard(path)
     if path.suffix == ".json":
         import json
 

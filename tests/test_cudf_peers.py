@@ -27,11 +27,11 @@ import numpy as np
 import pytest
 
 import daskwp
-from conftest import DATA, hf_from_tokens, read_lines, requires_data, vocab_path
+from conftest import DATA, hf_from_tokens, read_lines, requires_full_data, vocab_path
 
-pytestmark = requires_data
+pytestmark = requires_full_data
 
-PEERS = DATA / "peers" if DATA is not None else None
+PEERS = DATA / "peers"
 
 
 def cudf_cases(group):

@@ -17,7 +17,7 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import DATA, read_lines
+from conftest import DATA, DATA_IS_BUNDLED, read_lines
 
 import daskwp
 from daskwp.accessors import eager as accessor
@@ -36,7 +36,7 @@ OPTIONS = dict(max_length=MAX_LENGTH, stride=STRIDE)
 def _documents() -> list:
     """Real corpus lines (when the shared data is there), long multi-window documents,
     and empty / whitespace / None / NaN documents."""
-    if DATA is not None:
+    if not DATA_IS_BUNDLED:
         lines = []
         for name in ("en_ewt.txt", "logs/HDFS_2k.log", "multi/de.txt", "multi/zh.txt",
                      "edge/blns.txt"):

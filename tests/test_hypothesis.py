@@ -19,8 +19,6 @@ from hypothesis import strategies as st
 
 import daskwp
 from conftest import (
-    DATA,
-    DATA_SKIP_REASON,
     describe_mismatches,
     hf_encode,
     hf_tokenizer,
@@ -194,43 +192,35 @@ _SETTINGS = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 
-if DATA is not None:
+@_SETTINGS
+@given(texts=batches("bert-base-uncased"))
+def test_uncased_matches_hf(texts):
+    _check(texts, _dwp("bert-base-uncased", True), hf_tokenizer("bert-base-uncased"))
 
-    @_SETTINGS
-    @given(texts=batches("bert-base-uncased"))
-    def test_uncased_matches_hf(texts):
-        _check(texts, _dwp("bert-base-uncased", True), hf_tokenizer("bert-base-uncased"))
-
-    @_SETTINGS
-    @given(texts=batches("bert-base-multilingual-cased"))
-    def test_multilingual_cased_matches_hf(texts):
-        _check(
-            texts,
-            _dwp("bert-base-multilingual-cased", False),
-            hf_tokenizer("bert-base-multilingual-cased"),
-        )
-
-    @settings(_SETTINGS, max_examples=150)
-    @given(
-        texts=batches("bert-base-uncased"),
-        lowercase=st.booleans(),
-        strip_accents=st.sampled_from([None, True, False]),
-        clean_text=st.booleans(),
-        handle_chinese_chars=st.booleans(),
+@_SETTINGS
+@given(texts=batches("bert-base-multilingual-cased"))
+def test_multilingual_cased_matches_hf(texts):
+    _check(
+        texts,
+        _dwp("bert-base-multilingual-cased", False),
+        hf_tokenizer("bert-base-multilingual-cased"),
     )
-    def test_normalizer_flags_match_hf(texts, lowercase, strip_accents, clean_text, handle_chinese_chars):
-        tok = _dwp(
-            "bert-base-uncased",
-            lowercase,
-            strip_accents=strip_accents,
-            clean_text=clean_text,
-            handle_chinese_chars=handle_chinese_chars,
-        )
-        hf = _hf_flags("bert-base-uncased", lowercase, strip_accents, clean_text, handle_chinese_chars)
-        _check(texts, tok, hf)
 
-else:
-
-    @pytest.mark.skip(reason=DATA_SKIP_REASON)
-    def test_hypothesis_needs_shared_data():
-        pass
+@settings(_SETTINGS, max_examples=150)
+@given(
+    texts=batches("bert-base-uncased"),
+    lowercase=st.booleans(),
+    strip_accents=st.sampled_from([None, True, False]),
+    clean_text=st.booleans(),
+    handle_chinese_chars=st.booleans(),
+)
+def test_normalizer_flags_match_hf(texts, lowercase, strip_accents, clean_text, handle_chinese_chars):
+    tok = _dwp(
+        "bert-base-uncased",
+        lowercase,
+        strip_accents=strip_accents,
+        clean_text=clean_text,
+        handle_chinese_chars=handle_chinese_chars,
+    )
+    hf = _hf_flags("bert-base-uncased", lowercase, strip_accents, clean_text, handle_chinese_chars)
+    _check(texts, tok, hf)

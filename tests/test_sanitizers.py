@@ -32,7 +32,7 @@ import pytest
 import daskwp
 from daskwp.core.normalizer import norm_blob
 
-from conftest import DATA, corpus_files, read_lines
+from conftest import DATA, DATA_IS_BUNDLED, corpus_files, read_lines
 
 REPO = Path(__file__).resolve().parent.parent
 KERNELS = REPO / "daskwp" / "kernels"
@@ -136,7 +136,7 @@ def test_core_under_asan_and_ubsan(driver, tmp_path):
     manifest = [f"vocab {tmp_path / 'uncased.blob'}"]
     manifest += [f"norm {tmp_path / f'norm{k}.blob'}" for k in range(len(flags))]
     docs: list[str] = []
-    if DATA is not None:
+    if not DATA_IS_BUNDLED:
         docs, corpus_lines = _corpus_sample()
         manifest += corpus_lines
         manifest.append(f"vocabtxt {DATA / 'vocab' / 'bert-base-chinese' / 'vocab.txt'}")
