@@ -18,11 +18,12 @@ from .backends.memory import host_pool_info, release_host_memory, set_host_pool_
 from .backends.tokenizer import WordPieceTokenizer
 from .distributed.cluster import connect
 from .accessors.register import register_accessors
+from .io.tokenized import read_tokenized
 
 register_accessors()  # .wordpiece on pandas, Dask and (when it imports) cudf Series
 
 __all__ = ["BatchWindows", "Encoding", "RaggedRows", "Vocabulary", "WordPieceTokenizer",
            "__version__", "cache_info", "clear_caches", "connect", "decode",
-           "host_pool_info", "merge_wordpieces", "register_accessors",
+           "host_pool_info", "merge_wordpieces", "read_tokenized", "register_accessors",
            "release_host_memory", "set_host_pool_limit", "stitch", "stitch_flat",
            "windows_from_encoding"]

@@ -3,8 +3,7 @@ no module imports another module's private name.
 
 Every import statement counts, function-level ones included (they hide cycles, not remove
 them). Layers, lowest first: the compiled extension ``daskwp._ext``; ``core``; ``backends``;
-``frames``; ``distributed``; ``accessors`` and ``jobs`` (side by side: neither imports the
-other); ``cli``. The package root ``daskwp/__init__.py`` is the public face: it may import any
+``frames``; ``distributed``; ``accessors``, ``jobs`` and ``io`` (side by side: none imports another); ``cli``. The package root ``daskwp/__init__.py`` is the public face: it may import any
 layer, and no module imports from it.
 """
 
@@ -29,6 +28,7 @@ LAYERS = {
     "daskwp.distributed": 4,
     "daskwp.accessors": 5,
     "daskwp.jobs": 5,
+    "daskwp.io": 5,
     "daskwp.cli": 6,
     "daskwp.__main__": 7,
 }

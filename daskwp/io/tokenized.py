@@ -1,0 +1,269 @@
+"""Reading a tokenized dataset back: ``daskwp.read_tokenized(path)`` (docs/design.md §7).
+
+A tokenized dataset is a folder of Parquet files with the partition-frame columns
+(``logID, start, stop, input_ids, attention_mask, window``; docs/design.md §3), as
+``daskwp tokenize`` / ``daskwp run`` and the accessor's ``to_parquet`` write them: rows padded
+to one width or ragged (``padding=do_not_pad``), with or without a stored mask. This module
+opens any of them as a Dask DataFrame and turns rows into model-ready batches: padded
+``input_ids`` and ``attention_mask`` of a chosen width, with ``metadata`` and ``window``,
+per file or in fixed-size batches, as NumPy arrays or torch tensors, and as a torch
+``IterableDataset`` sharded over DataLoader workers.
+
+Padding ragged rows needs the vocabulary's [PAD] id (never a constant): it is read from the
+files' ``daskwp`` metadata when recorded there, else pass ``pad_id=`` or ``tokenizer=``.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from ..core.options import check_int, check_tensors
+from ..core.ragged import BatchWindows
+from ..core.windows import convert_tensors
+from ..frames.schema import METADATA_COLUMNS
+
+__all__ = ["TokenizedDataset", "pad_rows", "read_tokenized"]
+
+_REQUIRED = (*METADATA_COLUMNS, "input_ids")
+_METADATA_KEY = b"daskwp"
+
+
+def _data_files(path) -> list[str]:
+    p = Path(path)
+    if p.is_file():
+        return [str(p)]
+    if p.is_dir():
+        files = sorted(str(f) for f in p.rglob("*.parquet")
+                       if not any(part.startswith((".", "_"))
+                                  for part in f.relative_to(p).parts))
+    else:
+        files = sorted(f for f in glob.glob(str(path)) if os.path.isfile(f))
+    if not files:
+        raise FileNotFoundError(f"no tokenized Parquet files at {str(path)!r}")
+    return files
+
+
+def pad_rows(values: np.ndarray, offsets: np.ndarray, width: int, pad_id: int,
+             mask_values: np.ndarray | None = None):
+    """Ragged rows (flat ``values`` + ``rows + 1`` ``offsets``) as a ``rows x width`` matrix
+    padded with ``pad_id``, and its attention mask (the stored mask's values when given, else
+    1 on every stored token). A row longer than ``width`` is an error, never cut."""
+    offsets = np.asarray(offsets, dtype=np.int64)
+    lengths = np.diff(offsets)
+    n = len(lengths)
+    if n and int(lengths.max()) > width:
+        r = int(np.argmax(lengths))
+        raise ValueError(f"row {r} holds {int(lengths[r])} tokens, more than max_length="
+                         f"{width}; read with a larger max_length (nothing is cut)")
+    ids = np.full((n, width), pad_id, dtype=np.int32)
+    mask = np.zeros((n, width), dtype=np.int32)
+    total = int(offsets[-1] - offsets[0]) if n else 0
+    if total:
+        rows = np.repeat(np.arange(n), lengths)
+        cols = np.arange(total, dtype=np.int64) - np.repeat(offsets[:-1] - offsets[0], lengths)
+        ids[rows, cols] = values[offsets[0]:offsets[-1]]
+        mask[rows, cols] = 1 if mask_values is None else mask_values[offsets[0]:offsets[-1]]
+    return ids, mask
+
+
+def _list_buffers(col) -> tuple[np.ndarray, np.ndarray]:
+    """(flat values, offsets) of an Arrow list column (any chunking, list or large_list)."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    offsets = col.offsets.to_numpy().astype(np.int64)
+    values = col.values.to_numpy(zero_copy_only=False)
+    return values, offsets
+
+
+class TokenizedDataset:
+    """A tokenized dataset on disk (see :func:`read_tokenized`).
+
+    Attributes
+    ----------
+    files : list of str
+        Its Parquet files, in logID order (sorted names, as daskwp writes them).
+    pad_id : int or None
+        The vocabulary's [PAD] id, from the files' metadata or the caller.
+    """
+
+    def __init__(self, files: list[str], pad_id: int | None):
+        self.files = files
+        self.pad_id = pad_id
+
+    def __repr__(self) -> str:
+        return f"TokenizedDataset(files={len(self.files)}, pad_id={self.pad_id})"
+
+    def __len__(self) -> int:
+        """Rows (windows) in the dataset, from the Parquet footers."""
+        import pyarrow.parquet as pq
+        return sum(pq.ParquetFile(f).metadata.num_rows for f in self.files)
+
+    # -- Dask ---------------------------------------------------------------------------
+    def to_dask(self, columns=None):
+        """The dataset as a Dask DataFrame (one partition per file; list columns as Arrow
+        ``list<int32>``)."""
+        import dask.dataframe as dd
+        return dd.read_parquet(self.files, columns=columns, dtype_backend="pyarrow",
+                               split_row_groups=False)
+
+    @property
+    def metadata(self):
+        """Dask DataFrame ``logID, start, stop`` (stop inclusive), global logIDs."""
+        return self.to_dask(columns=list(METADATA_COLUMNS))
+
+    # -- batches ------------------------------------------------------------------------
+    def _width(self, table: pa.Table, max_length) -> int:
+        if max_length is not None:
+            return check_int("max_length", max_length, lo=1, allowed=">= 1")
+        values, offsets = _list_buffers(table.column("input_ids"))
+        return int(np.diff(offsets).max()) if len(offsets) > 1 else 0
+
+    def _batch(self, table: pa.Table, width: int, return_tensors: str) -> BatchWindows:
+        values, offsets = _list_buffers(table.column("input_ids"))
+        lengths = np.diff(offsets)
+        mask_values = None
+        if "attention_mask" in table.column_names:
+            mask_values, m_off = _list_buffers(table.column("attention_mask"))
+            if not np.array_equal(m_off - m_off[0], offsets - offsets[0]):
+                raise ValueError("attention_mask rows do not match input_ids rows")
+            mask_values = mask_values[m_off[0] - offsets[0]:] if m_off[0] != offsets[0] \
+                else mask_values
+        stored_padded = len(lengths) > 0 and bool((lengths == lengths[0]).all())
+        if stored_padded and int(lengths[0]) == width:
+            ids = values[offsets[0]:offsets[-1]].reshape(-1, width).astype(np.int32,
+                                                                          copy=False)
+            mask = (mask_values[offsets[0]:offsets[-1]].reshape(-1, width)
+                    .astype(np.int32, copy=False) if mask_values is not None
+                    else np.ones_like(ids))
+        else:
+            pad = self.pad_id
+            if pad is None:
+                raise ValueError("these rows must be padded, and the dataset does not record "
+                                 "the vocabulary's [PAD] id: pass pad_id= or tokenizer= to "
+                                 "read_tokenized")
+            if mask_values is not None and stored_padded:
+                # rows stored padded: keep only their real tokens, then pad to the new width
+                real = mask_values[offsets[0]:offsets[-1]].reshape(len(lengths), -1) != 0
+                keep = real.sum(axis=1)
+                if keep.size and int(keep.max()) > width:
+                    r = int(np.argmax(keep))
+                    raise ValueError(f"row {r} holds {int(keep[r])} tokens, more than "
+                                     f"max_length={width}; read with a larger max_length "
+                                     f"(nothing is cut)")
+                flat = values[offsets[0]:offsets[-1]][real.reshape(-1)]
+                new_off = np.concatenate([[0], np.cumsum(keep)])
+                ids, mask = pad_rows(flat, new_off, width, pad)
+            else:
+                ids, mask = pad_rows(values, offsets, width, pad, mask_values)
+        meta = np.stack([table.column(c).to_numpy().astype(np.int64)
+                         for c in METADATA_COLUMNS], axis=1)
+        data = {"input_ids": convert_tensors(ids, return_tensors),
+                "attention_mask": convert_tensors(mask, return_tensors),
+                "metadata": convert_tensors(meta, return_tensors)}
+        if "window" in table.column_names:
+            data["window"] = convert_tensors(
+                table.column("window").to_numpy().astype(np.int32), return_tensors)
+        return BatchWindows(data)
+
+    def batches(self, batch_size: int | None = None, *, max_length: int | None = None,
+                return_tensors: str = "np", files=None) -> Iterator[BatchWindows]:
+        """Model-ready batches: ``input_ids`` and ``attention_mask`` padded to
+        ``max_length`` (default: each batch's longest row; stored padded rows keep their
+        width), ``metadata`` (rows x 3 int64) and ``window``.
+
+        ``batch_size`` rows per batch (default: one batch per file); the last batch of a
+        file may be smaller. ``return_tensors``: "np" or "pt" (torch, zero-copy).
+        ``files``: read only these of :attr:`files` (what a DataLoader worker shards).
+
+        Memory: one batch (or one file) of rows at a time.
+        """
+        import pyarrow.parquet as pq
+        return_tensors = check_tensors("return_tensors", return_tensors)
+        if batch_size is not None:
+            batch_size = check_int("batch_size", batch_size, lo=1, allowed=">= 1")
+        for f in (self.files if files is None else files):
+            pf = pq.ParquetFile(f)
+            cols = [c for c in (*_REQUIRED, "attention_mask", "window")
+                    if c in pf.schema_arrow.names]
+            missing = [c for c in _REQUIRED if c not in cols]
+            if missing:
+                raise ValueError(f"{f!r} is not a tokenized dataset: no column(s) {missing}")
+            if batch_size is None:
+                table = pf.read(columns=cols)
+                if table.num_rows:
+                    yield self._batch(table, self._width(table, max_length), return_tensors)
+                continue
+            for rb in pf.iter_batches(batch_size=batch_size, columns=cols):
+                table = pa.Table.from_batches([rb])
+                yield self._batch(table, self._width(table, max_length), return_tensors)
+
+    def to_torch(self, batch_size: int, *, max_length: int | None = None):
+        """A ``torch.utils.data.IterableDataset`` of :meth:`batches` (torch tensors), its
+        files sharded over the DataLoader's workers (worker k of n reads files k, k+n, ...).
+        Use it with ``DataLoader(ds, batch_size=None, num_workers=...)``."""
+        try:
+            import torch.utils.data as tud
+        except ImportError:
+            raise ImportError("to_torch needs PyTorch, which is not installed; use "
+                              "batches(return_tensors='np')") from None
+        dataset = self
+
+        class _Batches(tud.IterableDataset):
+            def __iter__(self):
+                info = tud.get_worker_info()
+                files = dataset.files if info is None else \
+                    dataset.files[info.id::info.num_workers]
+                return dataset.batches(batch_size, max_length=max_length,
+                                       return_tensors="pt", files=files)
+
+        return _Batches()
+
+
+def _recorded_pad_id(files: list[str]) -> int | None:
+    import pyarrow.parquet as pq
+    for f in files[:1]:
+        md = pq.read_schema(f).metadata or {}
+        if _METADATA_KEY in md:
+            try:
+                value = json.loads(md[_METADATA_KEY]).get("pad_id")
+            except ValueError:
+                value = None
+            if value is not None:
+                return int(value)
+    return None
+
+
+def read_tokenized(path, *, pad_id: int | None = None, tokenizer=None) -> TokenizedDataset:
+    """Open a tokenized dataset that daskwp wrote (a folder, a file or a glob).
+
+    Parameters
+    ----------
+    path : str or path
+    pad_id : int, optional
+        The [PAD] id for padding ragged rows; default: recorded in the files, or the
+        ``tokenizer``'s vocabulary.
+    tokenizer : WordPieceTokenizer or Vocabulary, optional
+        Source of the [PAD] id.
+
+    Returns
+    -------
+    TokenizedDataset
+        ``.to_dask()``, ``.metadata``, ``.batches(batch_size, max_length=...,
+        return_tensors=...)``, ``.to_torch(batch_size)``.
+    """
+    files = _data_files(path)
+    if pad_id is None and tokenizer is not None:
+        vocab = getattr(tokenizer, "vocab", tokenizer)
+        pad_id = vocab.pad_id
+    if pad_id is None:
+        pad_id = _recorded_pad_id(files)
+    if pad_id is not None:
+        pad_id = check_int("pad_id", pad_id, lo=0, allowed=">= 0")
+    return TokenizedDataset(files, pad_id)

@@ -1,0 +1,121 @@
+"""daskwp.read_tokenized: every layout daskwp writes reads back to the same padded tensors
+and metadata as single-machine tokenization."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import dask.dataframe as dd
+
+import daskwp
+from conftest import corpus_files, read_documents
+
+TOK = daskwp.WordPieceTokenizer()
+
+
+def _texts():
+    files = [p for p in corpus_files() if p.suffix != ".json"][:2]
+    docs = []
+    for p in files:
+        docs += read_documents(p)[:300]
+    return docs + ["", None, "word " * 300]
+
+
+TEXTS = _texts()
+OPTS = dict(max_length=32, stride=8)
+
+
+def _concat(batches):
+    bs = list(batches)
+    return {k: np.concatenate([np.asarray(b[k]) for b in bs]) for k in bs[0]}
+
+
+def _expected(width=32):
+    out = TOK(TEXTS, **OPTS)
+    assert out.input_ids.shape[1] == width
+    return out
+
+
+@pytest.mark.parametrize("padding", ["max_length", "do_not_pad"])
+def test_eager_and_lazy_to_parquet_read_back(tmp_path, padding):
+    want = _expected()
+    (tmp_path / "eager").mkdir()
+    pd.Series(TEXTS).wordpiece.tokenize(**OPTS, padding=padding).to_parquet(
+        tmp_path / "eager" / "part.parquet")
+    ddf = dd.from_pandas(pd.DataFrame({"text": TEXTS}), npartitions=4)
+    ddf["text"].wordpiece.tokenize(**OPTS, padding=padding).to_parquet(str(tmp_path / "lazy"))
+    for folder in ("eager", "lazy"):
+        ds = daskwp.read_tokenized(tmp_path / folder, tokenizer=TOK)
+        got = _concat(ds.batches(max_length=32))
+        assert np.array_equal(got["input_ids"], want.input_ids), folder
+        assert np.array_equal(got["attention_mask"], want.attention_mask), folder
+        assert np.array_equal(got["metadata"], want.metadata), folder
+        # fixed-size batches give the same rows
+        small = _concat(ds.batches(100, max_length=32))
+        assert np.array_equal(small["input_ids"], want.input_ids)
+        assert all(len(b["input_ids"]) <= 100 for b in ds.batches(100, max_length=32))
+        assert len(ds) == want.num_rows
+        meta = ds.metadata.compute()
+        assert meta["logID"].tolist() == want.metadata[:, 0].tolist()
+
+
+def test_job_output_reads_back_ragged_and_padded(tmp_path):
+    from daskwp.cli import main
+    inp = tmp_path / "in.txt"
+    inp.write_text("\n".join(t or "" for t in TEXTS) + "\n", encoding="utf-8")
+    texts = [t or "" for t in TEXTS]
+    want = TOK(texts, **OPTS)
+    for padding in ("max_length", "do_not_pad"):
+        out = tmp_path / padding
+        rc = main(["tokenize", str(inp), str(out), "--scheduler", "synchronous", "-q",
+                   "--max-length", "32", "--stride", "8", "--padding", padding,
+                   "--partition-size", "20kB"])
+        assert rc == 0
+        ds = daskwp.read_tokenized(out, tokenizer=TOK)
+        assert len(ds.files) > 1
+        got = _concat(ds.batches(max_length=32))
+        assert np.array_equal(got["input_ids"], want.input_ids), padding
+        assert np.array_equal(got["attention_mask"], want.attention_mask), padding
+        assert np.array_equal(got["metadata"], want.metadata), padding
+
+
+def test_wider_and_longest_widths(tmp_path):
+    pd.Series(TEXTS).wordpiece.tokenize(**OPTS, padding=False).to_parquet(tmp_path / "r.parquet")
+    ds = daskwp.read_tokenized(tmp_path / "r.parquet", pad_id=TOK.vocab.pad_id)
+    wide = _concat(ds.batches(max_length=40))
+    want = TOK(TEXTS, **OPTS)
+    assert wide["input_ids"].shape == (want.num_rows, 40)
+    assert np.array_equal(wide["input_ids"][:, :32], want.input_ids)
+    assert (wide["input_ids"][:, 32:] == TOK.vocab.pad_id).all()
+    assert (wide["attention_mask"][:, 32:] == 0).all()
+    longest = next(ds.batches(50))        # no max_length: the batch's longest row
+    assert longest["input_ids"].shape[1] == int(longest["attention_mask"].sum(axis=1).max())
+
+
+def test_rows_are_never_cut_and_pad_id_is_never_guessed(tmp_path):
+    pd.Series(TEXTS).wordpiece.tokenize(**OPTS, padding=False).to_parquet(tmp_path / "r.parquet")
+    with pytest.raises(ValueError, match="PAD"):
+        next(daskwp.read_tokenized(tmp_path / "r.parquet").batches(max_length=32))
+    with pytest.raises(ValueError, match="more than max_length=16"):
+        next(daskwp.read_tokenized(tmp_path / "r.parquet", tokenizer=TOK).batches(
+            max_length=16))
+    pd.Series(TEXTS).wordpiece.tokenize(**OPTS).to_parquet(tmp_path / "p.parquet")
+    with pytest.raises(ValueError, match="more than max_length=16"):
+        next(daskwp.read_tokenized(tmp_path / "p.parquet", tokenizer=TOK).batches(
+            max_length=16))
+    with pytest.raises(FileNotFoundError, match="no tokenized Parquet"):
+        daskwp.read_tokenized(tmp_path / "nothing-here")
+
+
+def test_to_torch_shards_files_over_workers(tmp_path):
+    torch = pytest.importorskip("torch")
+    ddf = dd.from_pandas(pd.DataFrame({"text": TEXTS}), npartitions=4)
+    ddf["text"].wordpiece.tokenize(**OPTS).to_parquet(str(tmp_path / "d"))
+    ds = daskwp.read_tokenized(tmp_path / "d")
+    loader = torch.utils.data.DataLoader(ds.to_torch(64, max_length=32), batch_size=None,
+                                         num_workers=2)
+    ids = torch.cat([b["input_ids"] for b in loader]).numpy()
+    want = TOK(TEXTS, **OPTS).input_ids
+    assert sorted(map(tuple, ids.tolist())) == sorted(map(tuple, want.tolist()))
