@@ -355,10 +355,14 @@ def encode_cuda(tok, texts, *, chunk_bytes: int | None = None):
         raise TypeError(f"offsets must be int32 or int64, got {s.offsets.dtype}")
     doc_off = cp.ascontiguousarray(s.offsets, dtype=cp.int64)
     size = int(s.data.shape[0])
-    bad = cp.any(doc_off[1:] < doc_off[:-1]) | (doc_off[0] < 0) | (doc_off[-1] > size)
-    if bool(bad):
-        raise ValueError(f"offsets must be non-decreasing and inside the data buffer of "
-                         f"{size} bytes")
+    # The CPU extension's checks, in its order and with its words (one backend contract).
+    decreasing, outside = (bool(x) for x in cp.stack([
+        cp.any(doc_off[1:] < doc_off[:-1]),
+        (doc_off[0] < 0) | (doc_off[-1] > size)]).get())
+    if decreasing:
+        raise ValueError("offsets are not non-decreasing")
+    if outside:
+        raise ValueError("offsets point outside the data buffer")
     data = s.data if s.data.flags.c_contiguous else cp.ascontiguousarray(s.data)
     validity = s.validity
     has_validity = validity is not None
@@ -428,8 +432,19 @@ def build_windows_cuda(token_ids, offsets, max_length: int, stride: int, truncat
     if doc_tok_off.shape[0] < 1:
         raise ValueError("offsets must not be empty")
     n = int(doc_tok_off.shape[0]) - 1
+    # The CPU extension's checks, in its order and with its words (one backend contract).
+    size = int(token_ids.shape[0])
+    if n >= 0:
+        outside, decreasing = (bool(x) for x in cp.stack([
+            (doc_tok_off[0] < 0) | (doc_tok_off[-1] > size),
+            cp.any(doc_tok_off[1:] < doc_tok_off[:-1]) if n else cp.asarray(False)]).get())
+        if outside:
+            raise ValueError("offsets point outside token_ids")
+        if decreasing:
+            raise ValueError("offsets are not non-decreasing")
     logid_offset = int(logid_offset)
-    if logid_offset < 0 or logid_offset > 2**63 - 1 - n:
+    # n documents take logIDs logid_offset .. logid_offset + n - 1
+    if logid_offset < 0 or logid_offset > 2**63 - 1 - max(n - 1, 0):
         raise ValueError(f"logid_offset must be >= 0 and leave room for the batch, got "
                          f"{logid_offset}")
     pad_width = int(pad_width)
@@ -444,11 +459,6 @@ def build_windows_cuda(token_ids, offsets, max_length: int, stride: int, truncat
         row_off = None if padding else cp.zeros(1, dtype=cp.int64)
         return ids, mask, cp.zeros((0, 3), dtype=cp.int64), row_off, \
             cp.zeros(1, dtype=cp.int64)
-    size = int(token_ids.shape[0])
-    bad = cp.any(doc_tok_off[1:] < doc_tok_off[:-1]) | (doc_tok_off[0] < 0) | \
-        (doc_tok_off[-1] > size)
-    if bool(bad):
-        raise ValueError("offsets point outside token_ids or are not non-decreasing")
 
     mod = _module()
     flags = (_i32(max_length), _i32(stride), _i32(bool(truncation)),
