@@ -15,11 +15,16 @@ No tokenization logic lives here: every task calls a partition task of
 ``GlobalLogID(frame, source)``
     Adds the global offset to the logIDs of partition i: the number of input rows in
     partitions 0..i-1. The counts are ``len`` of the SOURCE partitions (the input is read
-    once: the same source tasks feed the tokenizer and the counts). Prefix sums come from a
-    binary tree of partial sums over aligned ranges of partitions (a Fenwick-style
-    decomposition): the task of partition i depends on at most log2(i) + 1 tree nodes, the
-    tree adds about n tasks in all, and its depth is log2(n), so nothing is sequential in n
-    and no shuffle happens.
+    once: the same source tasks feed the tokenizer and the counts).
+
+The pass itself is :class:`PartitionCounts`: one graph node per partition that yields its
+document count (``count_documents`` of a source partition for the accessor; for batch jobs a
+count read from the input, or one already known from the plan or a complete part), and a
+binary tree of partial sums over aligned ranges of partitions above them (a Fenwick-style
+decomposition): the offset of partition i depends on at most log2(i) + 1 tree nodes, the tree
+adds about n tasks in all, and its depth is log2(n), so nothing is sequential in n and no
+shuffle happens. The accessor's expressions and the batch jobs' graph both build their
+offsets with it.
 
 Culling: ``res.metadata.partitions[3]`` rewrites (at simplify time, like dask's own
 ``Partitions`` push-down) into ``SelectedLogID``: partition 3 of the tokenized frame plus the
@@ -41,10 +46,26 @@ from dask.base import tokenize
 from dask.dataframe.dask_expr._expr import Blockwise, Expr, Partitions
 from dask.dataframe.dispatch import make_meta, meta_nonempty
 
-from .tasks import add_counts, add_logid_offset, count_documents, tokenize_partition
+from .tasks import add_counts, add_logid_offset, count_documents, sum_counts, \
+    tokenize_partition
 
-__all__ = ["GlobalLogID", "SelectedLogID", "Tokenize", "partition_local",
-           "prefix_count_refs"]
+__all__ = ["GlobalLogID", "PartitionCounts", "SelectedLogID", "Tokenize", "partition_local",
+           "prefix_count_refs", "tokenizer_graph_key", "tokenizer_layer"]
+
+
+def tokenizer_graph_key(tokenizer) -> str:
+    """The one graph key of ``tokenizer``: ``daskwp-tokenizer-<dask token>`` (the token is
+    the vocabulary's content hash plus the settings, so equal tokenizers share the key)."""
+    return f"daskwp-tokenizer-{tokenize(tokenizer)}"
+
+
+def tokenizer_layer(tokenizer) -> tuple[str, dict]:
+    """``(key, {key: DataNode})``: the tokenizer as one graph key that tasks depend on
+    (``TaskRef(key)``) and resolve through the per-worker state
+    (:func:`daskwp.distributed.state.cached_tokenizer`). The compiled vocabulary travels to
+    the scheduler once and to each worker once, never inside a task."""
+    key = tokenizer_graph_key(tokenizer)
+    return key, {key: DataNode(key, tokenizer)}
 
 
 def _positions(expr) -> tuple:
@@ -87,11 +108,10 @@ class Tokenize(Expr):
 
     @property
     def tokenizer_key(self) -> str:
-        return f"daskwp-tokenizer-{tokenize(self.tokenizer)}"
+        return tokenizer_graph_key(self.tokenizer)
 
     def _layer(self) -> dict:
-        tok_key = self.tokenizer_key
-        dsk = {tok_key: DataNode(tok_key, self.tokenizer)}
+        tok_key, dsk = tokenizer_layer(self.tokenizer)
         opts = dict(self.options)
         for k, p in enumerate(_positions(self)):
             key = (self._name, k)
@@ -107,29 +127,78 @@ class Tokenize(Expr):
                              tuple(pos[p] for p in parts))
 
 
-def prefix_count_refs(dsk: dict, source, p: int) -> list:
-    """TaskRefs whose sum is the number of rows in partitions 0..p-1 of ``source``, adding
-    to ``dsk`` the nodes of a binary tree of partial counts over aligned ranges (a
-    Fenwick-style decomposition: at most log2(p) + 1 refs, nodes shared between prefixes)."""
-    name = f"daskwp-count-{tokenize(source._name)}"
+class PartitionCounts:
+    """The one global-offset pass (docs/design.md §8.5) over the document counts of
+    partitions 0..n-1.
 
-    def node(level: int, j: int):
-        # Rows in source partitions [j * 2**level, (j + 1) * 2**level).
-        key = (name, level, j)
+    Parameters
+    ----------
+    name : str
+        Prefix of the pass's keys: ``(name, level, j)`` is the number of documents in
+        partitions ``[j * 2**level, (j + 1) * 2**level)``; level 0 are the counts themselves.
+    leaf : callable
+        ``leaf(q)`` describes the count of partition q: an ``int`` when it is already known
+        (a ``DataNode``), or ``(func, *args)`` for a task that returns it (arguments may be
+        ``TaskRef``s). Both the accessor (:meth:`of_source`) and batch jobs give one.
+
+    The offset of partition p, the sum of counts 0..p-1, is the sum of at most
+    log2(p) + 1 tree nodes (:meth:`prefix_refs`); nodes are shared between prefixes, so the
+    offsets of all n partitions add about n tasks in all, of depth log2(n).
+    """
+
+    def __init__(self, name: str, leaf):
+        self.name = name
+        self.leaf = leaf
+
+    @classmethod
+    def of_source(cls, source) -> "PartitionCounts":
+        """The counts of a Dask collection's partitions: ``count_documents`` of each
+        partition of ``source`` (the same source tasks feed the tokenizer)."""
+        return cls(f"daskwp-count-{tokenize(source._name)}",
+                   functools.partial(_source_count, source._name))
+
+    def node(self, dsk: dict, level: int, j: int) -> tuple:
+        """The key of tree node ``(level, j)``, added to ``dsk`` with its subtree."""
+        key = (self.name, level, j)
         if key not in dsk:
             if level == 0:
-                dsk[key] = Task(key, count_documents, TaskRef((source._name, j)))
+                spec = self.leaf(j)
+                if isinstance(spec, tuple):
+                    func, *args = spec
+                    dsk[key] = Task(key, func, *args)
+                else:
+                    dsk[key] = DataNode(key, int(spec))
             else:
-                a, b = node(level - 1, 2 * j), node(level - 1, 2 * j + 1)
+                a, b = self.node(dsk, level - 1, 2 * j), self.node(dsk, level - 1, 2 * j + 1)
                 dsk[key] = Task(key, add_counts, TaskRef(a), TaskRef(b))
         return key
 
-    refs, base = [], 0
-    for level in reversed(range(p.bit_length())):
-        if p >> level & 1:
-            refs.append(TaskRef(node(level, base >> level)))
-            base += 1 << level
-    return refs
+    def count_ref(self, dsk: dict, q: int) -> TaskRef:
+        """A TaskRef to the document count of partition q."""
+        return TaskRef(self.node(dsk, 0, q))
+
+    def prefix_refs(self, dsk: dict, p: int) -> list:
+        """TaskRefs whose sum is the number of documents in partitions 0..p-1."""
+        refs, base = [], 0
+        for level in reversed(range(p.bit_length())):
+            if p >> level & 1:
+                refs.append(TaskRef(self.node(dsk, level, base >> level)))
+                base += 1 << level
+        return refs
+
+    def offset_task(self, dsk: dict, key, p: int) -> Task:
+        """The task ``key`` whose result is the offset of partition p (``p = n``: the total)."""
+        return Task(key, sum_counts, *self.prefix_refs(dsk, p))
+
+
+def _source_count(source_name: str, q: int) -> tuple:
+    return (count_documents, TaskRef((source_name, q)))
+
+
+def prefix_count_refs(dsk: dict, source, p: int) -> list:
+    """TaskRefs whose sum is the number of rows in partitions 0..p-1 of ``source``, adding
+    to ``dsk`` the nodes of the pass (:meth:`PartitionCounts.of_source`)."""
+    return PartitionCounts.of_source(source).prefix_refs(dsk, p)
 
 
 class GlobalLogID(Expr):

@@ -2,8 +2,8 @@
 
 The accessor's lazy result and the batch jobs build their graphs from these same functions
 (docs/design.md §8): tokenizing a partition into a partition frame, counting its documents,
-and the nodes of the global-offset pass (:mod:`daskwp.distributed.offsets`). They import no
-Dask, so they run on any worker, in threads, or in the calling process.
+and the nodes of the global-offset pass (:class:`daskwp.distributed.graph.PartitionCounts`).
+They import no Dask, so they run on any worker, in threads, or in the calling process.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from ..frames.partition import frame_from_output, is_cudf
 from .state import cached_tokenizer
 
 __all__ = ["add_counts", "add_logid_offset", "count_documents", "partition_error",
-           "tokenize_partition"]
+           "sum_counts", "tokenize_partition"]
 
 
 def partition_error(exc: BaseException, partition) -> BaseException:
@@ -55,6 +55,11 @@ def count_documents(texts) -> int:
 def add_counts(a: int, b: int) -> int:
     """Sum of two partial document counts (a node of the prefix-sum tree)."""
     return a + b
+
+
+def sum_counts(*counts) -> int:
+    """Sum of partial document counts: a partition's global offset from its prefix nodes."""
+    return int(sum(counts))
 
 
 def add_logid_offset(frame, *counts):
