@@ -12,6 +12,7 @@ import sys
 import numpy as np
 
 from .. import _ext
+from ..core.buckets import bucket_windows
 from ..core.options import check_int
 from ..core.ragged import BatchWindows, Encoding
 from ..core.strings import chunk_buffers, to_arrow
@@ -67,7 +68,11 @@ class CPUBackend:
         out = _ext.build_windows(
             token_ids, offsets, p.max_length, p.stride, p.truncation, p.add_special_tokens,
             cls_id, sep_id, pad_id, p.logid_offset, padded, p.mask_int8, width, num_threads)
-        return pack_windows(*out, padded, lambda a: convert_tensors(a, p.return_tensors))
+        convert = (lambda a: convert_tensors(a, p.return_tensors))
+        if p.padding == "bucket":
+            return bucket_windows(pack_windows(*out, False, lambda a: a), p.bucket_widths,
+                                  vocab.pad_id, p.max_length, convert)
+        return pack_windows(*out, padded, convert)
 
 
 CPU = CPUBackend()
@@ -77,7 +82,7 @@ def windows_from_encoding(encoding, vocab, *, max_length: int = 128, stride: int
                           truncation: bool = False, add_special_tokens: bool = True,
                           padding="max_length", return_tensors: str = "np",
                           logid_offset: int = 0, mask_dtype="int32",
-                          num_threads: int = 0) -> BatchWindows:
+                          num_threads: int = 0, bucket_widths="auto") -> BatchWindows:
     """Strided windows of already tokenized documents (on the CPU).
 
     Parameters
@@ -96,6 +101,6 @@ def windows_from_encoding(encoding, vocab, *, max_length: int = 128, stride: int
     BatchWindows
     """
     p = window_params(max_length, stride, truncation, add_special_tokens, padding,
-                      return_tensors, logid_offset, mask_dtype)
+                      return_tensors, logid_offset, mask_dtype, bucket_widths)
     threads = check_int("num_threads", num_threads, lo=0, allowed="a non-negative integer")
     return CPU.build_windows(encoding, vocab, p, threads)

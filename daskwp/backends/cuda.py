@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core.buckets import bucket_windows
 from ..core.cache import BoundedCache
 from ..core.strings import chunk_buffers, to_arrow
 from ..core.windows import fill_plan, pack_windows, window_params
@@ -503,7 +504,7 @@ def _convert_device(arr, return_tensors: str):
     if return_tensors == "cp":
         return arr
     if return_tensors == "np":
-        return arr.get()
+        return arr.get() if hasattr(arr, "get") else arr
     import torch
 
     return torch.from_dlpack(arr)
@@ -512,7 +513,8 @@ def _convert_device(arr, return_tensors: str):
 def windows_cuda(tok, texts, *, max_length: int = 128, stride: int = 0,
                  truncation: bool = False, add_special_tokens: bool = True,
                  padding="max_length", return_tensors: str = "cp", logid_offset: int = 0,
-                 mask_dtype="int32", chunk_bytes: int | None = None):
+                 mask_dtype="int32", chunk_bytes: int | None = None,
+                 bucket_widths="auto"):
     """``tok(texts, ...)`` on the GPU: the same :class:`~daskwp.core.ragged.BatchWindows` as
     the CPU path (parameters and validation of :func:`daskwp.core.windows.window_params`), with
     CuPy arrays (``return_tensors="cp"``, the default here), torch tensors sharing the
@@ -520,10 +522,14 @@ def windows_cuda(tok, texts, *, max_length: int = 128, stride: int = 0,
     ``doc_row_offsets`` stays a CuPy array.
     """
     p = window_params(max_length, stride, truncation, add_special_tokens, padding,
-                      return_tensors, logid_offset, mask_dtype)
+                      return_tensors, logid_offset, mask_dtype, bucket_widths)
     token_ids, offsets = encode_cuda(tok, texts, chunk_bytes=chunk_bytes)
     padded, cls_id, sep_id, pad_id, width = fill_plan(kernel_model(tok).vocab, p, offsets)
     out = build_windows_cuda(
         token_ids, offsets, p.max_length, p.stride, p.truncation, p.add_special_tokens,
         cls_id, sep_id, pad_id, p.logid_offset, padded, p.mask_int8, width)
-    return pack_windows(*out, padded, lambda a: _convert_device(a, p.return_tensors))
+    convert = (lambda a: _convert_device(a, p.return_tensors))
+    if p.padding == "bucket":
+        return bucket_windows(pack_windows(*out, False, lambda a: a), p.bucket_widths,
+                              kernel_model(tok).vocab.pad_id, p.max_length, convert)
+    return pack_windows(*out, padded, convert)

@@ -38,8 +38,9 @@ DEVICES = ("auto", "cpu", "gpu")
 DEVICE_ALIASES = {"cuda": "gpu"}
 #: Input formats of batch jobs ("auto": from the file extension).
 INPUT_FORMATS = ("auto", "text", "csv", "tsv", "jsonl", "parquet")
-#: Padding values and what they mean (normalized to "max_length", "longest" or "do_not_pad").
-PADDING_CHOICES = ("max_length", "longest", "do_not_pad")
+#: Padding values and what they mean (True is "max_length", False "do_not_pad"; "bucket":
+#: rows grouped by width, see core/buckets.py).
+PADDING_CHOICES = ("max_length", "longest", "do_not_pad", "bucket")
 #: Array types of ``return_tensors``.
 TENSOR_TYPES = ("np", "pt", "cp")
 #: Parquet compressions of batch jobs.
@@ -125,7 +126,7 @@ def check_padding(name: str, value) -> str:
     if isinstance(value, str) and value in PADDING_CHOICES:
         return value
     raise OptionValueError(f"{name} must be one of 'max_length', True, 'longest', False, "
-                           f"'do_not_pad', got {value!r}")
+                           f"'do_not_pad', 'bucket', got {value!r}")
 
 
 def check_tensors(name: str, value) -> str:
@@ -303,10 +304,14 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
          "one row per document, the rest dropped (default: no, keep all)"),
     _opt("add_special_tokens", True, check_bool, "true or false", True,
          (WINDOWS, JOB, CONFIG), "frame rows as [CLS] body [SEP] (default: yes)"),
-    _opt("padding", "max_length", check_padding, "'max_length' (true), 'longest' or "
-         "'do_not_pad' (false: ragged rows)", True, (WINDOWS, JOB, CONFIG),
+    _opt("padding", "max_length", check_padding, "'max_length' (true), 'longest', "
+         "'do_not_pad' (false: ragged rows) or 'bucket' (rows grouped by width)", True,
+         (WINDOWS, JOB, CONFIG),
          "pad rows to max_length (default) or store ragged rows",
          cli_choices=("max_length", "do_not_pad")),
+    _opt("bucket_widths", "auto", lambda n, v: v, "'auto' or a sequence of widths in "
+         "[1, max_length] (max_length is added when missing)", True, (WINDOWS,),
+         "row widths of padding='bucket' (checked against max_length by the tokenizer)"),
     _opt("mask_dtype", "int32", check_mask_dtype, "'int32' or 'int8'", True, (WINDOWS,),
          "dtype of attention_mask"),
     _opt("return_tensors", None, lambda n, v: None if v is None else check_tensors(n, v),

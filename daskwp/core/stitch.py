@@ -29,7 +29,39 @@ def _metadata_array(metadata, xp):
     return meta.astype(np.int64, copy=False)
 
 
-def stitch_flat(values, metadata):
+def _rows_of(values, meta_rows: int, xp):
+    """(flat values, row base offsets, row lengths) of one values argument: a matrix
+    (rows x width [x ...]) or RaggedRows."""
+    if isinstance(values, RaggedRows):
+        row_off = xp.asarray(values.offsets).astype(np.int64, copy=False)
+        if int(row_off.shape[0]) != meta_rows + 1:
+            raise ValueError(f"values has {int(row_off.shape[0]) - 1} rows but metadata has "
+                             f"{meta_rows}")
+        flat = values.values if xp is not np else np.asarray(values.values)
+        return flat, row_off[:-1], row_off[1:] - row_off[:-1]
+    base_values = values if xp is not np else np.asarray(values)
+    if base_values.ndim < 2:
+        raise ValueError(f"values must be rows x width [x ...] (or RaggedRows), got shape "
+                         f"{tuple(base_values.shape)}")
+    rows = int(base_values.shape[0])
+    if rows != meta_rows:
+        raise ValueError(f"values has {rows} rows but metadata has {meta_rows}")
+    width = int(base_values.shape[1])
+    flat = base_values.reshape((rows * width,) + tuple(base_values.shape[2:]))
+    return flat, xp.arange(rows, dtype=np.int64) * width, xp.full(rows, width, dtype=np.int64)
+
+
+def _window_array(window, rows: int, xp):
+    w = xp.asarray(window) if xp is not np else to_host(window)
+    if w.ndim != 1 or int(w.shape[0]) != rows:
+        raise ValueError(f"window must hold one integer per row ({rows}), got shape "
+                         f"{tuple(w.shape)}")
+    if w.dtype.kind not in "iu":
+        raise TypeError(f"window must hold integers, got dtype {w.dtype}")
+    return w.astype(np.int64, copy=False)
+
+
+def stitch_flat(values, metadata, window=None):
     """Owned slices of every row, concatenated per logID: ``(flat, offsets, logids)``.
 
     The array form of :func:`stitch`: document ``logids[i]`` is
@@ -38,10 +70,16 @@ def stitch_flat(values, metadata):
 
     Parameters
     ----------
-    values : array (rows x width [x ...]) or RaggedRows
+    values : array (rows x width [x ...]) or RaggedRows, or a list of them
         Anything aligned with ``input_ids``: the ids, model labels, logits
-        (rows x width x classes), ...
-    metadata : array (rows x 3) or DataFrame with columns logID, start, stop
+        (rows x width x classes), ... A list holds one array per bucket of a bucketed
+        result (``padding="bucket"``; widths may differ, trailing dimensions may not).
+    metadata : array (rows x 3) or DataFrame with columns logID, start, stop; a list of
+        them (one per bucket) when ``values`` is a list
+    window : array of int (rows), or a list of them (one per bucket), optional
+        Each row's index within its document. With it, a document's rows are put in window
+        order wherever they are; without it they must keep their window order (they may be
+        interleaved with other documents' rows). Required for a list of buckets.
 
     Returns
     -------
@@ -49,38 +87,47 @@ def stitch_flat(values, metadata):
     offsets : array of int64, ``documents + 1`` entries
     logids : array of int64, ascending, one per document
     """
-    ragged = isinstance(values, RaggedRows)
-    base_values = values.values if ragged else values
-    xp = array_module(base_values)
-    if xp is np:
-        base_values = np.asarray(base_values)
-    meta = _metadata_array(metadata, xp)
-    rows = int(meta.shape[0])
-    if ragged:
-        row_off = xp.asarray(values.offsets).astype(np.int64, copy=False)
-        if int(row_off.shape[0]) != rows + 1:
-            raise ValueError(f"values has {int(row_off.shape[0]) - 1} rows but metadata has "
-                             f"{rows}")
-        base = row_off[:-1]
-        row_len = row_off[1:] - row_off[:-1]
-        flat_values = base_values
+    if isinstance(values, (list, tuple)):
+        if not isinstance(metadata, (list, tuple)) or not isinstance(window, (list, tuple)) \
+                or not len(values) == len(metadata) == len(window):
+            raise ValueError("a list of values (one per bucket) needs a list of metadata and a "
+                             "list of window arrays of the same length, in the buckets' order")
+        if not values:
+            raise ValueError("no buckets to stitch")
+        xp = array_module(values[0].values if isinstance(values[0], RaggedRows)
+                          else values[0])
+        parts, metas, wins, bases, lens, at = [], [], [], [], [], 0
+        for v, m, w in zip(values, metadata, window):
+            meta_b = _metadata_array(m, xp)
+            flat_b, base_b, len_b = _rows_of(v, int(meta_b.shape[0]), xp)
+            parts.append(flat_b)
+            metas.append(meta_b)
+            wins.append(_window_array(w, int(meta_b.shape[0]), xp))
+            bases.append(base_b + at)
+            lens.append(len_b)
+            at += int(flat_b.shape[0])
+        tails = {tuple(p.shape[1:]) for p in parts}
+        if len(tails) > 1:
+            raise ValueError(f"bucket values differ beyond their width: {sorted(tails)}")
+        flat_values = xp.concatenate(parts)
+        meta, win = xp.concatenate(metas), xp.concatenate(wins)
+        base, row_len = xp.concatenate(bases), xp.concatenate(lens)
     else:
-        if base_values.ndim < 2:
-            raise ValueError(f"values must be rows x width [x ...] (or RaggedRows), got shape "
-                             f"{tuple(base_values.shape)}")
-        if int(base_values.shape[0]) != rows:
-            raise ValueError(f"values has {int(base_values.shape[0])} rows but metadata has "
-                             f"{rows}")
-        width = int(base_values.shape[1])
-        base = xp.arange(rows, dtype=np.int64) * width
-        row_len = width
-        flat_values = base_values.reshape((rows * width,) + tuple(base_values.shape[2:]))
+        xp = array_module(values.values if isinstance(values, RaggedRows) else values)
+        meta = _metadata_array(metadata, xp)
+        flat_values, base, row_len = _rows_of(values, int(meta.shape[0]), xp)
+        win = None if window is None else _window_array(window, int(meta.shape[0]), xp)
+    rows = int(meta.shape[0])
     logid, start, stop = meta[:, 0], meta[:, 1], meta[:, 2]
     length = stop - start + 1
     if rows and bool(((length < 0) | (start < 0) | ((length > 0) & (stop >= row_len))).any()):
         raise ValueError("metadata slices must satisfy 0 <= start <= stop + 1 and stop < row "
                          "width; got an out-of-range (start, stop)")
-    if rows > 1 and bool((logid[1:] < logid[:-1]).any()):
+    if win is not None and rows > 1:
+        # Group by logID, each document's rows in window order.
+        order = xp.lexsort(xp.stack([win, logid]))
+        logid, start, length, base = logid[order], start[order], length[order], base[order]
+    elif rows > 1 and bool((logid[1:] < logid[:-1]).any()):
         # Group by logID, keeping the rows of a document in their original order.
         order = xp.lexsort(xp.stack([xp.arange(rows), logid]))
         logid, start, length, base = logid[order], start[order], length[order], base[order]
@@ -100,7 +147,7 @@ def stitch_flat(values, metadata):
     return flat, offsets, logid[first_row]
 
 
-def stitch(values, metadata) -> list:
+def stitch(values, metadata, window=None) -> list:
     """Per-row values back to one sequence per document (logID), in ascending logID order.
 
     Uses only each row's owned slice ``[start, stop]`` (stop inclusive), so overlapping
@@ -109,13 +156,16 @@ def stitch(values, metadata) -> list:
 
     Parameters
     ----------
-    values : array (rows x width [x ...]) or RaggedRows
+    values : array (rows x width [x ...]) or RaggedRows, or a list of them (buckets)
         Any per-token array aligned with ``input_ids``: ids, predicted labels, logits
         (rows x width x classes, giving one ``(n_tokens, classes)`` array per document).
         NumPy or CuPy (CuPy stays on the device; the work is vectorized).
-    metadata : array (rows x 3) or DataFrame with columns logID, start, stop
-        The rows of one document must keep their window order (they may be interleaved
-        with other documents' rows).
+    metadata : array (rows x 3) or DataFrame with columns logID, start, stop (a list of
+        them for buckets)
+        Without ``window``, the rows of one document must keep their window order (they
+        may be interleaved with other documents' rows).
+    window : array (rows), or a list of them for buckets, optional
+        Each row's index within its document (see :func:`stitch_flat`).
 
     Returns
     -------
@@ -123,7 +173,7 @@ def stitch(values, metadata) -> list:
         One per distinct logID, ascending (use :func:`stitch_flat` for the logIDs and the
         flat form).
     """
-    flat, offsets, _ = stitch_flat(values, metadata)
+    flat, offsets, _ = stitch_flat(values, metadata, window)
     xp = array_module(flat)
     cuts = to_host(offsets)[1:-1].tolist()
     return xp.split(flat, cuts) if cuts or int(offsets.shape[0]) > 1 else []

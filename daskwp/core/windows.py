@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 
 from . import config
+from .buckets import check_bucket_widths
 from .options import INT32_MAX, INT64_MAX, check, check_int
 from .ragged import BatchWindows, RaggedRows
 
@@ -49,10 +50,12 @@ class WindowParams:
     logid_offset: int
     mask_int8: bool
     body_length: int
+    bucket_widths: object = None
 
     @property
     def padded(self) -> bool:
-        return self.padding != "do_not_pad"
+        """Whether the fill pads rows (bucketing pads after a ragged fill)."""
+        return self.padding not in ("do_not_pad", "bucket")
 
 
 def resolve_window_options(max_length=None, stride=None, truncation=None,
@@ -67,7 +70,7 @@ def resolve_window_options(max_length=None, stride=None, truncation=None,
 
 def window_params(max_length=None, stride=None, truncation=None, add_special_tokens=None,
                   padding=None, return_tensors="np", logid_offset=0,
-                  mask_dtype="int32") -> WindowParams:
+                  mask_dtype="int32", bucket_widths="auto") -> WindowParams:
     """Validate window parameters (None: the configured default); errors name the value
     received and what is allowed."""
     opts = resolve_window_options(max_length, stride, truncation, add_special_tokens, padding)
@@ -87,7 +90,9 @@ def window_params(max_length=None, stride=None, truncation=None, add_special_tok
         return_tensors=check("return_tensors", "np" if return_tensors is None else return_tensors),
         logid_offset=check_int("logid_offset", logid_offset, lo=0, hi=INT64_MAX,
                                allowed="a non-negative integer"),
-        mask_int8=check("mask_dtype", mask_dtype) == "int8", body_length=body)
+        mask_int8=check("mask_dtype", mask_dtype) == "int8", body_length=body,
+        bucket_widths=(check_bucket_widths("auto" if bucket_widths is None else bucket_widths,
+                                           ml) if opts["padding"] == "bucket" else None))
 
 
 def convert_tensors(arr, return_tensors: str):

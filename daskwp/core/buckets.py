@@ -1,0 +1,193 @@
+"""Length buckets: windows grouped by width, so that padding does not waste a model's work
+(docs/design.md §7).
+
+``tok(texts, max_length=128, padding="bucket", bucket_widths=(16, 32, 64, 128))`` puts each
+window row in the smallest bucket width that holds it (its [CLS]/[SEP] included) and pads it
+to that width. Buckets come in increasing width; empty ones are left out. The rows of a
+document may sit in several buckets, and the metadata of all rows after a document's first
+share one ``start``, so every bucket carries ``window`` (the row's index within its
+document) and :func:`daskwp.stitch` takes the lists (``stitch([ids per bucket], [metadata
+per bucket], window=[window per bucket])``).
+
+``bucket_widths="auto"`` chooses at most :data:`AUTO_BUCKETS` widths for the batch that
+minimise its padding tokens, among the multiples of 8 up to ``max_length`` and
+``max_length`` itself (an exact dynamic program over the histogram of row lengths). Explicit
+widths are sorted; ``max_length`` is added when the largest is smaller, so every row has a
+bucket.
+
+Bucketing is a pass over the ragged windows in the array module of the result (NumPy or
+CuPy), the same for every backend.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .options import OptionValueError, check_int
+from .ragged import BatchWindows, RaggedRows, array_module, to_host
+
+__all__ = ["AUTO_BUCKETS", "BucketedWindows", "auto_bucket_widths", "bucket_windows",
+           "check_bucket_widths"]
+
+#: Widths ``bucket_widths="auto"`` chooses at most.
+AUTO_BUCKETS = 4
+_ALIGN = 8
+
+
+class BucketedWindows:
+    """The windows of a batch grouped by width: ``buckets`` is a list of ``(width,
+    windows)`` in increasing width, each ``windows`` a :class:`BatchWindows` whose rows are
+    ``width`` wide (``input_ids``, ``attention_mask``, ``metadata``, ``window``).
+
+    Iterating yields the ``(width, windows)`` pairs; ``len`` is the number of buckets.
+    """
+
+    def __init__(self, buckets: list):
+        self.buckets = buckets
+
+    def __iter__(self):
+        return iter(self.buckets)
+
+    def __len__(self) -> int:
+        return len(self.buckets)
+
+    @property
+    def widths(self) -> list[int]:
+        return [w for w, _ in self.buckets]
+
+    @property
+    def num_rows(self) -> int:
+        return sum(b.num_rows for _, b in self.buckets)
+
+    def column(self, name: str) -> list:
+        """One array per bucket, in the buckets' order (what :func:`daskwp.stitch` takes)."""
+        return [b[name] for _, b in self.buckets]
+
+    def __repr__(self) -> str:
+        parts = ", ".join(f"{w}: {b.num_rows} rows" for w, b in self.buckets)
+        return f"BucketedWindows({parts})"
+
+
+def check_bucket_widths(value, max_length: int):
+    """Sorted unique widths in [1, max_length] with max_length last, or "auto"."""
+    if isinstance(value, str):
+        if value == "auto":
+            return "auto"
+        raise OptionValueError(f"bucket_widths must be a sequence of integers or 'auto', got "
+                               f"{value!r}")
+    try:
+        items = list(value)
+    except TypeError:
+        raise OptionValueError(f"bucket_widths must be a sequence of integers or 'auto', got "
+                               f"{value!r}") from None
+    if not items:
+        raise OptionValueError("bucket_widths must hold at least one width, got an empty "
+                               "sequence")
+    widths = sorted({check_int("bucket_widths", w, lo=1, hi=max_length,
+                               allowed=f"in [1, max_length={max_length}]") for w in items})
+    if widths[-1] != max_length:
+        widths.append(max_length)
+    return tuple(widths)
+
+
+def auto_bucket_widths(lengths, max_length: int, n_buckets: int = AUTO_BUCKETS) -> tuple:
+    """At most ``n_buckets`` widths minimising the padding of rows of ``lengths`` (each
+    <= max_length), among the multiples of 8 up to ``max_length`` and ``max_length``."""
+    lengths = to_host(lengths).astype(np.int64)
+    cands = sorted({w for w in range(_ALIGN, max_length + 1, _ALIGN)} | {max_length})
+    if lengths.size == 0:
+        return (max_length,)
+    longest = int(lengths.max())
+    cands = [w for w in cands if w >= 1]
+    cands = [w for w in cands if w < longest] + [min(w for w in cands if w >= longest)]
+    c = np.asarray(cands, dtype=np.int64)
+    # rows and their token sums up to each candidate width
+    idx = np.searchsorted(c, lengths, side="left")          # bucket index if each were a width
+    count = np.bincount(idx, minlength=len(c)).astype(np.int64)
+    total = np.bincount(idx, weights=lengths, minlength=len(c))
+    n_cum, s_cum = np.concatenate([[0], np.cumsum(count)]), np.concatenate([[0],
+                                                                            np.cumsum(total)])
+
+    def cost(i, j):  # rows of candidates (i, j] padded to width c[j]; i = -1: from the start
+        lo = i + 1
+        return c[j] * (n_cum[j + 1] - n_cum[lo]) - (s_cum[j + 1] - s_cum[lo])
+
+    m = len(c)
+    k_max = min(n_buckets, m)
+    inf = float("inf")
+    best = np.full((k_max, m), inf)
+    back = np.full((k_max, m), -1, dtype=np.int64)
+    for j in range(m):
+        best[0, j] = cost(-1, j)
+    for k in range(1, k_max):
+        for j in range(m):
+            if j < k:
+                continue
+            i = np.arange(k - 1, j)
+            vals = best[k - 1, i] + cost(i, j)
+            t = int(np.argmin(vals))
+            best[k, j], back[k, j] = vals[t], i[t]
+    j = m - 1
+    k = int(np.argmin(best[:, j]))
+    chosen = []
+    while k >= 0 and j >= 0:
+        chosen.append(int(c[j]))
+        j = int(back[k, j]) if k > 0 else -1
+        k -= 1
+    return tuple(sorted(chosen))
+
+
+def _owner(lengths, total: int, xp):
+    """For ``total = sum(lengths)`` items laid out group after group, each item's group
+    (``repeat(arange(n), lengths)``, written with searchsorted: CuPy's repeat takes no array
+    of counts)."""
+    return xp.searchsorted(xp.cumsum(lengths), xp.arange(total, dtype=np.int64),
+                           side="right")
+
+
+def bucket_windows(ragged: BatchWindows, widths, pad_id: int, max_length: int,
+                   convert) -> BucketedWindows:
+    """Ragged windows (``padding="do_not_pad"``: RaggedRows ids and mask) as buckets.
+
+    ``widths``: the checked widths, or "auto"; ``convert`` turns each array into the
+    requested type. Memory: one padded matrix per bucket, ``sum(rows_b * width_b)`` cells.
+    """
+    ids: RaggedRows = ragged["input_ids"]
+    mask: RaggedRows = ragged["attention_mask"]
+    xp = array_module(ids.values)
+    offsets = xp.asarray(ids.offsets).astype(np.int64, copy=False)
+    lengths = offsets[1:] - offsets[:-1]
+    rows = int(lengths.shape[0])
+    meta = ragged["metadata"]
+    doc_rows = xp.asarray(ragged.doc_row_offsets).astype(np.int64, copy=False)
+    doc_of = _owner(doc_rows[1:] - doc_rows[:-1], rows, xp)   # each row's document
+    window = (xp.arange(rows, dtype=np.int64) - doc_rows[:-1][doc_of]).astype(np.int32)
+    if widths == "auto":
+        widths = auto_bucket_widths(lengths, max_length)
+    w_arr = xp.asarray(np.asarray(widths, dtype=np.int64))
+    which = xp.searchsorted(w_arr, lengths, side="left")
+    order = xp.lexsort(xp.stack([xp.arange(rows), which]))  # by bucket, then row order
+    counts = to_host(xp.bincount(which, minlength=len(widths)))
+    buckets, at = [], 0
+    for b, width in enumerate(widths):
+        n_b = int(counts[b])
+        if n_b == 0:
+            continue
+        sel = order[at:at + n_b]
+        at += n_b
+        lens = lengths[sel]
+        starts = offsets[:-1][sel]
+        total = int(lens.sum())
+        out_ids = xp.full((n_b, width), pad_id, dtype=np.int32)
+        out_mask = xp.zeros((n_b, width), dtype=mask.values.dtype)
+        if total:
+            r = _owner(lens, total, xp)
+            first = xp.cumsum(lens) - lens
+            col = xp.arange(total, dtype=np.int64) - first[r]
+            src = starts[r] + col
+            out_ids[r, col] = ids.values[src]
+            out_mask[r, col] = mask.values[src]
+        buckets.append((int(width), BatchWindows({
+            "input_ids": convert(out_ids), "attention_mask": convert(out_mask),
+            "metadata": convert(meta[sel]), "window": convert(window[sel])})))
+    return BucketedWindows(buckets)
