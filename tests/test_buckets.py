@@ -128,3 +128,43 @@ def test_bucket_outputs_follow_return_tensors_and_mask_dtype():
     for w, b in out:
         assert b["input_ids"].dtype == np.int32 and b["attention_mask"].dtype == np.int8
         assert b["window"].dtype == np.int32 and b["metadata"].dtype == np.int64
+
+
+def test_buckets_through_the_accessors_jobs_and_read_tokenized(tmp_path):
+    import dask.dataframe as dd
+    import pandas as pd
+    from daskwp.cli import main
+    texts = [t or "" for t in _docs(CORPORA[0], 300)]
+    opts = dict(max_length=64, stride=8, padding="bucket", bucket_widths=(16, 32))
+    want = TOK.encode(texts).to_list()
+    eager = pd.Series(texts).wordpiece.tokenize(**opts).to_frame()
+    assert eager["logID"].is_monotonic_increasing
+    assert sorted(set(eager["bucket"])) == [16, 32, 64]
+    assert (eager["input_ids"].map(len) == eager["bucket"]).all()
+    ddf = dd.from_pandas(pd.DataFrame({"text": texts}), npartitions=3)
+    res = ddf["text"].wordpiece.tokenize(**opts)
+    res.to_parquet(str(tmp_path / "lazy"))
+    stitched = res.stitch(res.to_frame(), column="input_ids").compute()
+    assert [np.asarray(v).tolist() for v in stitched["input_ids"]] == want
+    inp = tmp_path / "in.txt"
+    inp.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    rc = main(["tokenize", str(inp), str(tmp_path / "job"), "--scheduler", "synchronous",
+               "-q", "--max-length", "64", "--stride", "8", "--padding", "bucket",
+               "--bucket-widths", "16", "--bucket-widths", "32", "--partition-size", "30kB"])
+    assert rc == 0
+    plain = TOK(texts, max_length=64, stride=8)
+    for folder in ("lazy", "job"):
+        ds = daskwp.read_tokenized(tmp_path / folder)
+        rows = {}
+        for batch in ds.batches():
+            w = batch["input_ids"].shape[1]
+            assert (np.asarray(batch["bucket"]) == w).all()      # one width per batch
+            for i in range(len(batch["metadata"])):
+                rows[(int(batch["metadata"][i, 0]), int(batch["window"][i]))] = \
+                    batch["input_ids"][i]
+        assert len(rows) == plain.num_rows, folder
+        starts = plain.doc_row_offsets
+        for r in range(plain.num_rows):
+            d = int(plain.metadata[r, 0])
+            got = rows[(d, r - int(starts[d]))]
+            assert np.array_equal(got, plain.input_ids[r, :len(got)]), (folder, r)

@@ -87,7 +87,7 @@ class WordPieceAccessor:
 
     def tokenize(self, vocab=None, *, lowercase=None, max_length=None, stride=None,
                  truncation=None, add_special_tokens=None, padding=None,
-                 **tokenizer_options) -> WordPieceResult:
+                 bucket_widths=None, **tokenizer_options) -> WordPieceResult:
         """Tokenize the column into windows (see :class:`WordPieceResult`).
 
         Parameters left at None come from ``dask.config`` (``daskwp.<name>``, defaults in
@@ -98,6 +98,6 @@ class WordPieceAccessor:
         check_text_dtype(self._series.dtype, f"Series {self._series.name!r}")
         tok = resolve_tokenizer(vocab, lowercase, **tokenizer_options)
         options = resolve_window_options(max_length, stride, truncation, add_special_tokens,
-                                         padding)
+                                         padding, bucket_widths)
         frame = tokenize_partition(self._series, tok, options)
         return WordPieceResult(frame, options, tok)

@@ -231,7 +231,7 @@ class DaskWordPieceAccessor:
 
     def tokenize(self, vocab=None, *, lowercase=None, max_length=None, stride=None,
                  truncation=None, add_special_tokens=None, padding=None,
-                 **tokenizer_options) -> DaskWordPieceResult:
+                 bucket_widths=None, **tokenizer_options) -> DaskWordPieceResult:
         """Tokenize the column into windows with global logIDs (see
         :class:`DaskWordPieceResult`). Nothing is computed.
 
@@ -243,7 +243,7 @@ class DaskWordPieceAccessor:
         check_text_dtype(self._series._meta.dtype, f"Series {self._series.name!r}")
         tok = resolve_tokenizer(vocab, lowercase, **tokenizer_options)
         options = resolve_window_options(max_length, stride, truncation,
-                                              add_special_tokens, padding)
+                                              add_special_tokens, padding, bucket_widths)
         result = DaskWordPieceResult(self._series, tok, options)
         result._tokenized._meta  # validates the options now, on a two-row sample
         return result

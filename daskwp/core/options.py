@@ -307,11 +307,12 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
     _opt("padding", "max_length", check_padding, "'max_length' (true), 'longest', "
          "'do_not_pad' (false: ragged rows) or 'bucket' (rows grouped by width)", True,
          (WINDOWS, JOB, CONFIG),
-         "pad rows to max_length (default) or store ragged rows",
-         cli_choices=("max_length", "do_not_pad")),
+         "pad rows to max_length (default), store ragged rows, or group rows by width "
+         "(bucket)", cli_choices=("max_length", "do_not_pad", "bucket")),
     _opt("bucket_widths", "auto", lambda n, v: v, "'auto' or a sequence of widths in "
-         "[1, max_length] (max_length is added when missing)", True, (WINDOWS,),
-         "row widths of padding='bucket' (checked against max_length by the tokenizer)"),
+         "[1, max_length] (max_length is added when missing)", True, (WINDOWS, JOB, CONFIG),
+         "row widths of padding='bucket' (default 'auto': up to 4 widths that minimise "
+         "padding)", cli_type=int, metavar="N", repeatable=True),
     _opt("mask_dtype", "int32", check_mask_dtype, "'int32' or 'int8'", True, (WINDOWS,),
          "dtype of attention_mask"),
     _opt("return_tensors", None, lambda n, v: None if v is None else check_tensors(n, v),

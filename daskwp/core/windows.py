@@ -32,8 +32,9 @@ from .ragged import BatchWindows, RaggedRows
 __all__ = ["WINDOW_OPTIONS", "WindowParams", "convert_tensors", "fill_plan", "pack_windows",
            "resolve_window_options", "window_params"]
 
-#: The window options, as ``tok(texts, ...)`` spells them (order of the option table).
-WINDOW_OPTIONS = ("max_length", "stride", "truncation", "add_special_tokens", "padding")
+#: The window options of the accessors and batch jobs, as ``tok(texts, ...)`` spells them.
+WINDOW_OPTIONS = ("max_length", "stride", "truncation", "add_special_tokens", "padding",
+                  "bucket_widths")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,13 +60,17 @@ class WindowParams:
 
 
 def resolve_window_options(max_length=None, stride=None, truncation=None,
-                           add_special_tokens=None, padding=None) -> dict:
+                           add_special_tokens=None, padding=None, bucket_widths=None) -> dict:
     """The window options with None resolved through ``dask.config`` (``daskwp.<name>``),
-    each checked by the option table (``max_length`` against ``stride`` is checked by
-    :func:`window_params`)."""
+    each checked by the option table (``max_length`` against ``stride`` and the bucket
+    widths are checked by :func:`window_params`)."""
     given = dict(max_length=max_length, stride=stride, truncation=truncation,
-                 add_special_tokens=add_special_tokens, padding=padding)
-    return {k: config.resolve(k, v) for k, v in given.items()}
+                 add_special_tokens=add_special_tokens, padding=padding,
+                 bucket_widths=bucket_widths)
+    opts = {k: config.resolve(k, v) for k, v in given.items()}
+    if isinstance(opts["bucket_widths"], list):
+        opts["bucket_widths"] = tuple(opts["bucket_widths"])   # hashable, as dask tokens need
+    return opts
 
 
 def window_params(max_length=None, stride=None, truncation=None, add_special_tokens=None,
@@ -73,7 +78,8 @@ def window_params(max_length=None, stride=None, truncation=None, add_special_tok
                   mask_dtype="int32", bucket_widths="auto") -> WindowParams:
     """Validate window parameters (None: the configured default); errors name the value
     received and what is allowed."""
-    opts = resolve_window_options(max_length, stride, truncation, add_special_tokens, padding)
+    opts = resolve_window_options(max_length, stride, truncation, add_special_tokens, padding,
+                                  bucket_widths)
     special = opts["add_special_tokens"]
     n_special = 2 if special else 0
     ml = check_int("max_length", opts["max_length"], lo=1 + n_special, hi=INT32_MAX,
@@ -91,8 +97,8 @@ def window_params(max_length=None, stride=None, truncation=None, add_special_tok
         logid_offset=check_int("logid_offset", logid_offset, lo=0, hi=INT64_MAX,
                                allowed="a non-negative integer"),
         mask_int8=check("mask_dtype", mask_dtype) == "int8", body_length=body,
-        bucket_widths=(check_bucket_widths("auto" if bucket_widths is None else bucket_widths,
-                                           ml) if opts["padding"] == "bucket" else None))
+        bucket_widths=(check_bucket_widths(opts["bucket_widths"], ml)
+                       if opts["padding"] == "bucket" else None))
 
 
 def convert_tensors(arr, return_tensors: str):

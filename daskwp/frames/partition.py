@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from ..core.buckets import BucketedWindows
 from ..core.ragged import RaggedRows
 from ..core.stitch import stitch_flat
 from .schema import (FRAME_COLUMNS, MAX_LIST_VALUES, METADATA_COLUMNS, is_cudf, is_cupy,
@@ -83,8 +84,43 @@ def list_column(matrix) -> pd.Series:
         pa.array(offsets.astype(np.int32)), pa.array(values))))
 
 
+def _merge_buckets(out: BucketedWindows):
+    """Bucketed windows as one set of rows in document and window order: (ids rows, mask
+    rows as RaggedRows of each row's bucket width, metadata, window, bucket width per row)."""
+    parts = out.buckets
+    meta = np.concatenate([np.asarray(b["metadata"], dtype=np.int64).reshape(-1, 3)
+                           for _, b in parts]) if parts else np.zeros((0, 3), np.int64)
+    window = np.concatenate([np.asarray(b["window"]) for _, b in parts]) if parts else \
+        np.zeros(0, np.int32)
+    width = np.concatenate([np.full(b.num_rows, w, dtype=np.int32) for w, b in parts]) \
+        if parts else np.zeros(0, np.int32)
+    ids = np.concatenate([np.asarray(b["input_ids"]).reshape(-1) for _, b in parts]) \
+        if parts else np.zeros(0, np.int32)
+    mask = np.concatenate([np.asarray(b["attention_mask"]).reshape(-1) for _, b in parts]) \
+        if parts else np.zeros(0, np.int32)
+    starts = np.concatenate([[0], np.cumsum(width, dtype=np.int64)])
+    order = np.lexsort((window, meta[:, 0]))
+    lens = width[order].astype(np.int64)
+    new_off = np.concatenate([[0], np.cumsum(lens)])
+    # gather each row's cells in the new order
+    src = np.repeat(starts[:-1][order], lens) + (np.arange(int(new_off[-1]), dtype=np.int64)
+                                                  - np.repeat(new_off[:-1], lens))
+    return (RaggedRows(ids[src], new_off), RaggedRows(mask[src], new_off), meta[order],
+            window[order].astype(np.int32), width[order])
+
+
 def frame_from_output(out) -> pd.DataFrame:
-    """The tokenizer's numpy output as a partition frame (columns ``FRAME_COLUMNS``)."""
+    """The tokenizer's numpy output as a partition frame (columns ``FRAME_COLUMNS``; with
+    ``padding="bucket"`` also ``bucket``, each row's width, rows in document order)."""
+    if isinstance(out, BucketedWindows):
+        ids, mask, meta, window, width = _merge_buckets(out)
+        frame = pd.DataFrame(np.ascontiguousarray(meta.T).T, columns=list(METADATA_COLUMNS),
+                             copy=False)
+        frame["input_ids"] = list_column(ids)
+        frame["attention_mask"] = list_column(mask)
+        frame["window"] = window
+        frame["bucket"] = width
+        return frame
     meta = np.asarray(out["metadata"], dtype=np.int64).reshape(-1, 3)
     # One pass makes the three metadata columns contiguous; the frame keeps them as one block.
     frame = pd.DataFrame(np.ascontiguousarray(meta.T).T, columns=list(METADATA_COLUMNS),

@@ -167,6 +167,9 @@ class TokenizedDataset:
         data = {"input_ids": convert_tensors(ids, return_tensors),
                 "attention_mask": convert_tensors(mask, return_tensors),
                 "metadata": convert_tensors(meta, return_tensors)}
+        if "bucket" in table.column_names:
+            data["bucket"] = convert_tensors(
+                table.column("bucket").to_numpy().astype(np.int32), return_tensors)
         if "window" in table.column_names:
             data["window"] = convert_tensors(
                 table.column("window").to_numpy().astype(np.int32), return_tensors)
@@ -176,7 +179,8 @@ class TokenizedDataset:
                 return_tensors: str = "np", files=None) -> Iterator[BatchWindows]:
         """Model-ready batches: ``input_ids`` and ``attention_mask`` padded to
         ``max_length`` (default: each batch's longest row; stored padded rows keep their
-        width), ``metadata`` (rows x 3 int64) and ``window``.
+        width; a bucketed dataset gives one batch per bucket width), ``metadata`` (rows x 3
+        int64) and ``window`` (and ``bucket``).
 
         ``batch_size`` rows per batch (default: one batch per file); the last batch of a
         file may be smaller. ``return_tensors``: "np" or "pt" (torch, zero-copy).
@@ -190,18 +194,24 @@ class TokenizedDataset:
             batch_size = check_int("batch_size", batch_size, lo=1, allowed=">= 1")
         for f in (self.files if files is None else files):
             pf = pq.ParquetFile(f)
-            cols = [c for c in (*_REQUIRED, "attention_mask", "window")
+            cols = [c for c in (*_REQUIRED, "attention_mask", "window", "bucket")
                     if c in pf.schema_arrow.names]
             missing = [c for c in _REQUIRED if c not in cols]
             if missing:
                 raise ValueError(f"{f!r} is not a tokenized dataset: no column(s) {missing}")
-            if batch_size is None:
-                table = pf.read(columns=cols)
-                if table.num_rows:
-                    yield self._batch(table, self._width(table, max_length), return_tensors)
-                continue
-            for rb in pf.iter_batches(batch_size=batch_size, columns=cols):
-                table = pa.Table.from_batches([rb])
+            tables = [pf.read(columns=cols)] if batch_size is None else \
+                (pa.Table.from_batches([rb])
+                 for rb in pf.iter_batches(batch_size=batch_size, columns=cols))
+            for table in tables:
+                if not table.num_rows:
+                    continue
+                if "bucket" in table.column_names and max_length is None:
+                    # a bucketed dataset: one batch per bucket width, rows in order
+                    width = table.column("bucket").to_numpy()
+                    for w in np.unique(width):
+                        sub = table.filter(pa.array(width == w))
+                        yield self._batch(sub, int(w), return_tensors)
+                    continue
                 yield self._batch(table, self._width(table, max_length), return_tensors)
 
     def to_torch(self, batch_size: int, *, max_length: int | None = None):

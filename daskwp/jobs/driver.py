@@ -42,6 +42,7 @@ import pyarrow as pa
 from ..backends.tokenizer import resolve_tokenizer
 from ..core.options import TOKENIZER, names
 from ..core.version import __version__
+from ..core.windows import WINDOW_OPTIONS
 from .config import JOB_KEYS, LOCAL_SCHEDULERS, JobConfig
 from .errors import ConfigError, JobError, OutputConflictError
 from .inputs import PartitionSpec, count_partition, input_fingerprint, list_input_files, \
@@ -109,8 +110,7 @@ def connect_cluster(cfg: JobConfig, device: str):
 # ---------------------------------------------------------------------------------------
 # The job
 # ---------------------------------------------------------------------------------------
-_PARTITION_OPTIONS = ("max_length", "stride", "truncation", "add_special_tokens", "padding",
-                      "compression")
+_PARTITION_OPTIONS = (*WINDOW_OPTIONS, "compression")
 
 
 def build_tokenizer(cfg: JobConfig):
