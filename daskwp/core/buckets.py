@@ -138,9 +138,11 @@ def auto_bucket_widths(lengths, max_length: int, n_buckets: int = AUTO_BUCKETS) 
 
 
 def _owner(lengths, total: int, xp):
-    """For ``total = sum(lengths)`` items laid out group after group, each item's group
-    (``repeat(arange(n), lengths)``, written with searchsorted: CuPy's repeat takes no array
-    of counts)."""
+    """For ``total = sum(lengths)`` items laid out group after group, each item's group:
+    ``repeat(arange(n), lengths)`` (with searchsorted on CuPy, whose repeat takes no array of
+    counts)."""
+    if xp is np:
+        return np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
     return xp.searchsorted(xp.cumsum(lengths), xp.arange(total, dtype=np.int64),
                            side="right")
 
@@ -166,28 +168,28 @@ def bucket_windows(ragged: BatchWindows, widths, pad_id: int, max_length: int,
         widths = auto_bucket_widths(lengths, max_length)
     w_arr = xp.asarray(np.asarray(widths, dtype=np.int64))
     which = xp.searchsorted(w_arr, lengths, side="left")
-    order = xp.lexsort(xp.stack([xp.arange(rows), which]))  # by bucket, then row order
     counts = to_host(xp.bincount(which, minlength=len(widths)))
-    buckets, at = [], 0
+    # Each stored cell's bucket, so that one boolean gather takes a bucket's cells in row
+    # order (the rows of a bucket keep their order, and the ragged values are in row order).
+    total = int(offsets[-1] - offsets[0]) if rows else 0
+    cell_bucket = which[_owner(lengths, total, xp)] if total else xp.zeros(0, np.int64)
+    values = ids.values[int(offsets[0]):int(offsets[-1])] if rows else ids.values[:0]
+    mvalues = mask.values[int(offsets[0]):int(offsets[-1])] if rows else mask.values[:0]
+    buckets = []
     for b, width in enumerate(widths):
         n_b = int(counts[b])
         if n_b == 0:
             continue
-        sel = order[at:at + n_b]
-        at += n_b
-        lens = lengths[sel]
-        starts = offsets[:-1][sel]
-        total = int(lens.sum())
+        in_b = which == b
+        lens = lengths[in_b]
+        real = xp.arange(width, dtype=np.int64)[None, :] < lens[:, None]   # n_b x width
         out_ids = xp.full((n_b, width), pad_id, dtype=np.int32)
         out_mask = xp.zeros((n_b, width), dtype=mask.values.dtype)
         if total:
-            r = _owner(lens, total, xp)
-            first = xp.cumsum(lens) - lens
-            col = xp.arange(total, dtype=np.int64) - first[r]
-            src = starts[r] + col
-            out_ids[r, col] = ids.values[src]
-            out_mask[r, col] = mask.values[src]
+            cells = cell_bucket == b
+            out_ids[real] = values[cells]
+            out_mask[real] = mvalues[cells]
         buckets.append((int(width), BatchWindows({
             "input_ids": convert(out_ids), "attention_mask": convert(out_mask),
-            "metadata": convert(meta[sel]), "window": convert(window[sel])})))
+            "metadata": convert(meta[in_b]), "window": convert(window[in_b])})))
     return BucketedWindows(buckets)
