@@ -216,12 +216,30 @@ def _hf_tokenizer(tok):
 
 
 def main(argv=None) -> int:
-    """Entry point of the ``daskwp`` console script; returns the exit status."""
+    """Entry point of the ``daskwp`` console script; returns the exit status.
+
+    0 done; 2 a bad command line, job file, parameter, input or output directory; 1 the job
+    failed while running; 130 interrupted by SIGINT (Ctrl-C) or SIGTERM.
+    """
+    import signal
+
+    class Terminated(KeyboardInterrupt):
+        """SIGTERM, raised in the main thread as an interrupt: a job stops as on Ctrl-C
+        (temporary parts removed, a cluster started here closed)."""
+
+    def on_sigterm(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one does not cut the
+        raise Terminated()                             # clean-up short
+
     parser = build_parser()
     ns = parser.parse_args(argv)
     if ns.command is None:
         parser.print_help()
         return 2
+    try:
+        previous = signal.signal(signal.SIGTERM, on_sigterm)
+    except ValueError:  # not the main thread: leave signals alone
+        previous = None
     try:
         if ns.command == "bench":
             return _cmd_bench(ns)
@@ -231,9 +249,14 @@ def main(argv=None) -> int:
             raise
         print(f"daskwp: error: {e}", file=sys.stderr)
         return 2 if isinstance(e, (ConfigError, InputError, OutputConflictError)) else 1
-    except KeyboardInterrupt:
-        print("daskwp: interrupted; run the same command again to resume", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        how = " by SIGTERM" if isinstance(e, Terminated) else ""
+        print(f"daskwp: interrupted{how}; run the same command again to resume",
+              file=sys.stderr)
         return 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":  # pragma: no cover

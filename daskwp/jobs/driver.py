@@ -8,18 +8,39 @@ it did). See ``docs/batch-jobs.md`` for the user-facing description and docs/des
 The package: configuration (:mod:`.config`, from the option table), inputs (:mod:`.inputs`),
 partition tasks and output checks (:mod:`.parts`), progress (:mod:`.progress`) and this
 driver.
+
+One graph
+---------
+A job is one task graph (:func:`job_graph`) built on the distributed layer, as the
+``.wordpiece`` accessor's is:
+
+* the tokenizer is ONE graph key (:func:`daskwp.distributed.graph.tokenizer_layer`), which
+  the write tasks resolve through the per-worker state (``cached_tokenizer``; ``run_job``
+  registers daskwp's worker plugin on the client it uses);
+* the logID offsets come from THE global-offset pass
+  (:class:`daskwp.distributed.graph.PartitionCounts`): its leaves are the partitions'
+  document counts, known (from the Parquet plan, ``_job.json`` or a complete part) or counted
+  by a task (:func:`.parts.count_job_partition`); the write task of partition i takes the
+  offset node i, and the driver asks for every offset and count to record them;
+* one write task per missing part reads, tokenizes (``tokenize_partition``,
+  ``add_logid_offset``) and writes it.
+
+With a cluster the graph runs on it (``client.get``, one future per part for the progress);
+with ``scheduler_address: synchronous`` the same graph runs on dask's synchronous scheduler.
+
 Resume design
 -------------
 * ``_job.json`` is written before any part: job parameters, the input fingerprint (path, size
-  and mtime of every file), the daskwp version, the partition plan and, once counted, the
-  number of documents of every partition (hence every partition's global logID offset).
-* Each part is written to a hidden temporary name in the output folder, flushed, fsync'ed and
-  renamed to ``part-NNNNN.parquet`` (atomic on POSIX), so a part file either is complete or
-  does not exist. Its Parquet key-value metadata (key ``daskwp``) records the job id, the
-  partition index, its logID offset and its statistics.
-* A rerun with the same parameters and inputs keeps every part whose footer is readable and
-  whose metadata matches the plan, and writes only the others. Different parameters or inputs
-  are refused: "output directory holds another job's data".
+  and mtime of every file), the daskwp version, the partition plan and the document counts
+  known so far; once the pass has run, every partition's count and global logID offset.
+* Each part is written to a hidden temporary name in the output folder, fsync'ed and renamed
+  to ``part-NNNNN.parquet`` (atomic on POSIX), so a part file either is complete or does not
+  exist. Its Parquet key-value metadata records the job id, the partition index, its logID
+  offset, its statistics and a checksum of its data pages.
+* A rerun with the same parameters and inputs keeps every part whose footer is readable,
+  whose metadata matches the plan and whose data pages match their checksum, and writes only
+  the others. Different parameters or inputs are refused: "output directory holds another
+  job's data".
 * At the end the logID column of every part is read back: the logIDs of part i must run from
   its offset to offset + documents - 1 (each document present, in order, exactly once), and the
   documents of all parts must add up to the input's.
@@ -28,15 +49,16 @@ Resume design
 from __future__ import annotations
 
 import dataclasses
+import functools
+import glob
 import hashlib
 import json
 import os
 import sys
 import time
 import uuid
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
-import numpy as np
 import pyarrow as pa
 
 from ..backends.tokenizer import resolve_tokenizer
@@ -45,45 +67,12 @@ from ..core.version import __version__
 from ..core.windows import WINDOW_OPTIONS
 from .config import JOB_KEYS, LOCAL_SCHEDULERS, JobConfig
 from .errors import ConfigError, JobError, OutputConflictError
-from .inputs import PartitionSpec, count_partition, input_fingerprint, list_input_files, \
-    plan_partitions
+from .inputs import PartitionSpec, input_fingerprint, list_input_files, plan_partitions
 from .parts import (JOB_FILE, JOB_FORMAT, PART_PREFIX, PART_SUFFIX, SUMMARY_FILE, TMP_PREFIX,
-                    check_part, part_name, share, tokenize_job_partition, verify_output,
+                    check_part, count_job_partition, empty_partition, part_name,
+                    remove_temporary_files, tokenize_job_partition, verify_output,
                     write_partition)
 from .progress import Progress
-
-def _run_tasks(client, fn, arg_lists: list[tuple], keys: list[str], on_result,
-               describe: Callable[[int], str]) -> None:
-    """Run ``fn(*args)`` for every args tuple; call ``on_result(i, result)`` as each ends."""
-    if client is None:
-        for i, args in enumerate(arg_lists):
-            try:
-                res = fn(*args)
-            except JobError as e:
-                raise type(e)(f"{describe(i)} failed: {e}") from e
-            except Exception as e:
-                raise JobError(f"{describe(i)} failed: {type(e).__name__}: {e}") from e
-            on_result(i, res)
-        return
-    from distributed import as_completed
-    futures = [client.submit(fn, *args, key=key, pure=False)
-               for args, key in zip(arg_lists, keys)]
-    index = {f.key: i for i, f in enumerate(futures)}
-    try:
-        for fut in as_completed(futures):
-            i = index[fut.key]
-            if fut.status == "error":
-                exc = fut.exception()
-                if isinstance(exc, JobError):
-                    raise type(exc)(f"{describe(i)} failed: {exc}") from exc
-                raise JobError(f"{describe(i)} failed: {type(exc).__name__}: {exc}")
-            if fut.status == "cancelled":
-                raise JobError(f"{describe(i)} was cancelled (the cluster lost it)")
-            on_result(i, fut.result())
-            fut.release()
-    finally:
-        client.cancel([f for f in futures if not f.done()])
-
 
 def resolve_device(device: str) -> str:
     """'cpu' or 'gpu' ('auto': GPUs when dask-cuda, cudf and a GPU are present)."""
@@ -182,13 +171,68 @@ def _differences(old: dict, new: dict) -> list[str]:
     return out
 
 
-def prepare_output(cfg: JobConfig, header: dict) -> dict | None:
-    """Create or reopen the output directory. Returns the previous _job.json of this very job
-    (to resume) or None (a fresh start). Refuses a directory holding another job's data."""
-    out = cfg.output
+def _inside(path: str, folder: str) -> bool:
+    """Whether ``path`` is ``folder`` or lies inside it (both real, absolute paths)."""
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def _glob_base(pattern: str) -> str:
+    """The folder a glob pattern's matches all lie in: its part before the first wildcard."""
+    parts = pattern.split(os.sep)
+    fixed = []
+    for part in parts:
+        if glob.has_magic(part):
+            break
+        fixed.append(part)
+    return os.sep.join(fixed) or os.sep
+
+
+def check_input_output_overlap(inputs, output: str) -> list[str]:
+    """The folders to leave out of the input walk (the output directory when it lies inside
+    an input directory), or an OutputConflictError when the overlap cannot be left out: the
+    output directory is an input, or an input lies inside the output directory.
+
+    Checked before the output directory is created or anything in it is deleted."""
+    out = os.path.realpath(output)
+    items = [inputs] if isinstance(inputs, str) else list(inputs)
+    exclude = []
+    for item in items:
+        magic = glob.has_magic(item)
+        path = os.path.realpath(_glob_base(item) if magic else item)
+        if _inside(path, out):
+            what = "the output directory" if path == out and not magic else \
+                f"inside the output directory {output!r}"
+            raise OutputConflictError(
+                f"input {item!r} is {what}: a job would read its own output; choose an "
+                f"output directory outside the input")
+        if os.path.isdir(path) and _inside(out, path):
+            exclude.append(out)  # OUTPUT inside an input directory: not an input
+    return sorted(set(exclude))
+
+
+def _make_output_directory(out: str) -> None:
+    """Create ``out`` (and its parents) and check that files can be created in it, as
+    OutputConflictError naming the path and the reason."""
     if os.path.exists(out) and not os.path.isdir(out):
         raise OutputConflictError(f"output {out!r} exists and is not a directory")
-    os.makedirs(out, exist_ok=True)
+    try:
+        os.makedirs(out, exist_ok=True)
+        probe = os.path.join(out, f"{TMP_PREFIX}probe-{uuid.uuid4().hex}")
+        with open(probe, "wb"):
+            pass
+        os.unlink(probe)
+    except OSError as e:
+        raise OutputConflictError(f"cannot use output directory {out!r}: "
+                                  f"{e.strerror or e}") from None
+
+
+def prepare_output(cfg: JobConfig, header: dict, plan: list | None = None) -> dict | None:
+    """Create or reopen the output directory. Returns the previous _job.json of this very job
+    (to resume) or None (a fresh start). Refuses a directory holding another job's data
+    (other parameters, input, version or partition ``plan``), and one that cannot be created
+    or written (OutputConflictError)."""
+    out = cfg.output
+    _make_output_directory(out)
     names = os.listdir(out)
     ours, other = _our_files(names)
     if other:
@@ -225,6 +269,9 @@ def prepare_output(cfg: JobConfig, header: dict) -> dict | None:
             changed = sorted(set(old) ^ set(new)) or \
                 sorted(p for p in new if old.get(p) != new[p])
             diffs.append(f"the input differs ({', '.join(changed[:3]) or 'file list'})")
+        elif not diffs and plan is not None and \
+                [p.get("spec") for p in previous.get("partitions") or []] != plan:
+            diffs.append("the partition plan differs")
         if diffs:
             raise OutputConflictError(
                 f"output directory {out!r} holds another job's data ({'; '.join(diffs)}); "
@@ -242,19 +289,131 @@ def prepare_output(cfg: JobConfig, header: dict) -> dict | None:
     return previous
 
 
+# ---------------------------------------------------------------------------------------
+# The graph
+# ---------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class JobGraph:
+    """A job's task graph and the keys the driver asks for."""
+
+    dsk: dict
+    offset_keys: list      # offset of partition p for p = 0..n (the last: all documents)
+    count_keys: list       # documents of partition q
+    write_keys: dict       # partition -> key of its write task
+    tokenizer_key: str
+
+
+def _job_count(specs: Sequence[PartitionSpec], counts: Sequence, q: int):
+    """A leaf of the pass: the known count of partition q, or the task that counts it."""
+    return counts[q] if counts[q] is not None else (count_job_partition, specs[q])
+
+
+def job_graph(specs: Sequence[PartitionSpec], counts: Sequence, missing: Sequence[int],
+              out_dir: str, tokenizer, options: dict, job_id: str, device: str,
+              run_id: str = "") -> JobGraph:
+    """The graph of a job: the tokenizer as one key, the global-offset pass over the
+    partitions' document counts (``counts[q]``, or None: counted from the input), and one
+    write task per partition in ``missing``, taking its offset and count from the pass.
+
+    Keys carry the job id and ``run_id``, so two runs on one cluster never share a task.
+    """
+    from dask._task_spec import Task, TaskRef
+
+    from ..distributed.graph import PartitionCounts, tokenizer_layer
+
+    n = len(specs)
+    tag = f"{job_id[:8]}-{run_id}" if run_id else job_id[:8]
+    tok_key, dsk = tokenizer_layer(tokenizer)
+    counts_ = PartitionCounts(f"daskwp-count-{tag}",
+                              functools.partial(_job_count, tuple(specs), tuple(counts)))
+    offset_name = f"daskwp-offset-{tag}"
+    offset_keys = []
+    for p in range(n + 1):
+        key = (offset_name, p)
+        dsk[key] = counts_.offset_task(dsk, key, p)
+        offset_keys.append(key)
+    count_keys = [counts_.count_ref(dsk, q).key for q in range(n)]
+    write_keys = {}
+    for i in missing:
+        key = (f"daskwp-write-{tag}", i)
+        dsk[key] = Task(key, write_partition, specs[i], TaskRef(offset_keys[i]), out_dir,
+                        TaskRef(tok_key), options, job_id, n, device,
+                        TaskRef(count_keys[i]))
+        write_keys[i] = key
+    return JobGraph(dsk, offset_keys, count_keys, write_keys, tok_key)
+
+
+def _task_failure(exc: BaseException, what: str) -> JobError:
+    if isinstance(exc, JobError):
+        return exc  # the partition tasks name their partition
+    return JobError(f"{what} failed: {type(exc).__name__}: {exc}")
+
+
+def run_graph(graph: JobGraph, client, on_write: Callable[[int, dict], None]) -> dict:
+    """Run a job graph on ``client`` (or dask's synchronous scheduler when None), calling
+    ``on_write(i, stats)`` as each part is written. Returns the values of the offset and
+    count keys. A failing task raises its JobError (naming the partition)."""
+    keys = graph.offset_keys + graph.count_keys + list(graph.write_keys.values())
+    part_of = {k: i for i, k in graph.write_keys.items()}
+    values: dict = {}
+    if client is None:
+        from dask.callbacks import Callback
+        from dask.local import get_sync
+
+        def posttask(key, result, dsk, state, worker_id):
+            if key in part_of:
+                on_write(part_of[key], result)
+
+        try:
+            with Callback(posttask=posttask):
+                results = get_sync(graph.dsk, keys)
+        except Exception as e:
+            raise _task_failure(e, "the job") from e
+        values.update(zip(keys, results))
+        return values
+
+    from distributed import as_completed
+    futures = client.get(graph.dsk, keys, sync=False)
+    try:
+        for fut in as_completed(futures):
+            key = fut.key
+            what = f"partition {part_of[key]}" if key in part_of else f"task {key}"
+            if fut.status == "error":
+                raise _task_failure(fut.exception(), what)
+            if fut.status == "cancelled":
+                raise JobError(f"{what} was cancelled (the cluster lost it)")
+            result = fut.result()
+            if key in part_of:
+                on_write(part_of[key], result)
+                fut.release()
+            else:
+                values[key] = result
+    finally:
+        client.cancel([f for f in futures if not f.done()])
+    return values
+
+
+# ---------------------------------------------------------------------------------------
+# The job
+# ---------------------------------------------------------------------------------------
 def _fmt_int(n: int) -> str:
     return f"{n:,}"
 
 
 def format_summary(s: dict) -> str:
     mbps = s["mb_per_s"]
+    if s["partitions_written"]:
+        timing = (f"wall {s['seconds']:.2f} s; tokenize+write {s['tokenize_seconds']:.2f} s"
+                  + (f" at {mbps:.2f} MB/s" if mbps else ""))
+    else:
+        timing = f"wall {s['seconds']:.2f} s; nothing to write (every part was complete)"
     lines = [
         f"daskwp: {_fmt_int(s['documents'])} documents -> {_fmt_int(s['rows'])} rows, "
         f"{_fmt_int(s['tokens'])} tokens",
         f"  input        {_fmt_int(s['input_bytes'])} text bytes in {s['input_files']} "
         f"file(s), {s['partitions']} partition(s): {s['partitions_written']} written, "
         f"{s['partitions_skipped']} already complete",
-        f"  time         {s['seconds']:.2f} s" + (f", {mbps:.2f} MB/s" if mbps else ""),
+        f"  time         {timing}",
         f"  unknown      {_fmt_int(s['unknown_tokens'])} tokens "
         f"({100 * s['unknown_token_rate']:.3f}%)",
         f"  vocabulary   {s['vocab']} (hash {s['vocabulary_hash'][:12]})",
@@ -263,13 +422,25 @@ def format_summary(s: dict) -> str:
     return "\n".join(lines)
 
 
+def _close_own_client(client) -> None:
+    cluster = getattr(client, "cluster", None)
+    client.close()
+    if cluster is not None:
+        cluster.close()
+
+
 def run_job(cfg: JobConfig, *, client=None, tokenizer=None,
             log: Callable[[str], None] | None = None) -> dict:
     """Run a batch job to completion (resuming a previous run of it) and return the summary.
 
-    ``client``: an existing ``distributed.Client`` to use (else one is made from the config,
-    or none at all when ``scheduler_address`` is 'synchronous'). ``tokenizer`` replaces the
-    one the config describes (its settings are what the job records).
+    ``client``: an existing ``distributed.Client`` to use (else one is made from the config
+    when there is work to do, or none at all when ``scheduler_address`` is 'synchronous').
+    ``tokenizer`` replaces the one the config describes (its settings are what the job
+    records).
+
+    Everything that can be refused (parameters, inputs, the output directory and its overlap
+    with the input) is checked before the output directory is created or anything in it is
+    deleted.
     """
     t_start = time.perf_counter()
     if log is None:
@@ -278,7 +449,13 @@ def run_job(cfg: JobConfig, *, client=None, tokenizer=None,
     tok = tokenizer if tokenizer is not None else build_tokenizer(cfg)
     check_window_parameters(cfg, tok)
     params = job_parameters(cfg, tok)
-    files = list_input_files(cfg.input, cfg.input_format)
+    out = os.path.abspath(cfg.output)
+    exclude = check_input_output_overlap(cfg.input, out)
+    files = list_input_files(cfg.input, cfg.input_format, exclude=exclude)
+    specs = plan_partitions(files, cfg.column, cfg.partition_size)
+    if not specs:  # no document at all: one empty part, so that the dataset has a schema
+        specs = [empty_partition(files[0].path, cfg.column)]
+    n = len(specs)
     header = {
         "daskwp_job": JOB_FORMAT, "version": __version__, "parameters": params,
         "input": {"fingerprint": input_fingerprint(files),
@@ -288,115 +465,99 @@ def run_job(cfg: JobConfig, *, client=None, tokenizer=None,
         [header["version"], params, header["input"]["fingerprint"]], sort_keys=True).encode(),
         digest_size=16).hexdigest()
     header["job_id"] = job_id
-    previous = prepare_output(cfg, header)
-    out = os.path.abspath(cfg.output)
+    previous = prepare_output(cfg, header, [s.to_json() for s in specs])
     job_path = os.path.join(out, JOB_FILE)
 
-    if previous is not None and previous.get("partitions") is not None:
-        specs = [PartitionSpec.from_json(p["spec"]) for p in previous["partitions"]]
-        counts = [p.get("documents") for p in previous["partitions"]]
-    else:
-        specs = plan_partitions(files, cfg.column, cfg.partition_size)
-        counts = [s.documents for s in specs]
-    n = len(specs)
-    run_id = uuid.uuid4().hex[:8]
-    options = {k: getattr(cfg, k) for k in _PARTITION_OPTIONS}
+    # Counts known without reading the input: the Parquet plan, the last run's _job.json,
+    # and the complete parts of an earlier run (their checksums verified).
+    counts: list = [s.documents for s in specs]
+    if previous is not None:
+        for q, p in enumerate((previous.get("partitions") or [])[:n]):
+            if counts[q] is None and p.get("documents") is not None:
+                counts[q] = int(p["documents"])
+    stats: list = [check_part(os.path.join(out, part_name(i, n)), i, job_id, counts[i], None)
+                   for i in range(n)]
+    for i, st in enumerate(stats):
+        if st is not None:
+            counts[i] = st["documents"]
+    missing = [i for i in range(n) if stats[i] is None]
+    skipped = n - len(missing)
 
-    def save_job(counts_):
-        parts = [{"spec": s.to_json(), "documents": c} for s, c in zip(specs, counts_)]
-        if all(c is not None for c in counts_):
-            offs = np.concatenate([[0], np.cumsum(counts_, dtype=np.int64)])
-            for p, o in zip(parts, offs[:-1]):
+    def save_job(offsets=None):
+        parts = [{"spec": s.to_json(), "documents": c} for s, c in zip(specs, counts)]
+        if offsets is not None:
+            for p, o in zip(parts, offsets):
                 p["logid_offset"] = int(o)
         _write_json(job_path, {**header, "output": out, "n_partitions": n, "partitions": parts,
-                               "documents": int(sum(counts_)) if all(
-                                   c is not None for c in counts_) else None})
+                               "documents": int(offsets[n]) if offsets is not None else None})
 
+    save_job()  # before any part is written
+    if skipped:
+        log(f"daskwp: resuming: {skipped} of {n} partitions already complete, "
+            f"{len(missing)} to write")
+    options = {k: getattr(cfg, k) for k in _PARTITION_OPTIONS}
     local = cfg.scheduler_address in LOCAL_SCHEDULERS
     # A running cluster's workers resolve "auto" themselves (this machine may have no GPU).
     device = cfg.device if cfg.scheduler_address and not local else resolve_device(cfg.device)
+    work = bool(missing) or any(c is None for c in counts)
     own_client = False
-    if client is None and not local and n:
-        client = connect_cluster(cfg, device)
-        own_client = True
-        dash = getattr(client, "dashboard_link", None)
-        log(f"daskwp: cluster {client.scheduler.address if client.scheduler else ''}"
-            + (f", dashboard {dash}" if dash else ""))
+    written_bytes = 0
     try:
-        if local:
-            client = None
-        # The tokenizer travels once, as the result of a task that every write depends on
-        # (workers fetch it from each other; the scheduler can recompute it if lost).
-        tok_ref = tok if client is None else client.submit(
-            share, tok, key=f"daskwp-tokenizer-{job_id[:8]}-{run_id}", pure=False)
-        save_job(counts)
-        # 1. count the documents of every partition (the global logID offset pass)
-        todo = [i for i, c in enumerate(counts) if c is None]
-        if todo:
-            prog = Progress("counting", len(todo), cfg.quiet)
-
-            def got_count(j, c):
-                counts[todo[j]] = int(c)
-                prog.update()
-            _run_tasks(client, count_partition, [(specs[i],) for i in todo],
-                       [f"daskwp-count-{job_id[:8]}-{run_id}-{i:05d}" for i in todo],
-                       got_count,
-                       lambda j: f"counting partition {todo[j]} ({specs[todo[j]].describe()})")
-            save_job(counts)
-        offsets = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
-        specs = [dataclasses.replace(s, documents=int(c)) for s, c in zip(specs, counts)]
-
-        # 2. keep the complete parts of an earlier run, write the others
-        stats: list[dict | None] = [
-            check_part(os.path.join(out, part_name(i, n)), i, job_id, counts[i],
-                       int(offsets[i])) for i in range(n)]
-        missing = [i for i in range(n) if stats[i] is None]
-        skipped = n - len(missing)
-        if skipped:
-            log(f"daskwp: resuming: {skipped} of {n} partitions already complete, "
-                f"{len(missing)} to write")
-        t_work = time.perf_counter()
-        written_bytes = 0
+        if local or not work:
+            client = None  # the same graph on dask's synchronous scheduler
+        elif client is None:
+            client = connect_cluster(cfg, device)
+            own_client = True
+            dash = getattr(client, "dashboard_link", None)
+            log(f"daskwp: cluster {client.scheduler.address if client.scheduler else ''}"
+                + (f", dashboard {dash}" if dash else ""))
+        if client is not None:
+            from ..distributed.plugin import register_worker_plugin
+            register_worker_plugin(client)
         if missing:
             # _summary.json exists only while the dataset is complete.
             try:
                 os.unlink(os.path.join(out, SUMMARY_FILE))
             except FileNotFoundError:
                 pass
-            prog = Progress("tokenizing", len(missing), cfg.quiet)
+        graph = job_graph(specs, counts, missing, out, tok, options, job_id, device,
+                          run_id=uuid.uuid4().hex[:8])
+        t_work = time.perf_counter()  # the cluster is up: counting, tokenizing, writing
+        prog = Progress("tokenizing", len(missing), cfg.quiet)
 
-            def got_part(j, st):
-                nonlocal written_bytes
-                stats[missing[j]] = st
-                written_bytes += st["text_bytes"]
-                prog.update(1, st["text_bytes"])
-            _run_tasks(client, write_partition,
-                       [(specs[i], int(offsets[i]), out, tok_ref, options, job_id, n, device)
-                        for i in missing],
-                       [f"daskwp-write-{job_id[:8]}-{run_id}-{i:05d}" for i in missing],
-                       got_part, lambda j: f"partition {missing[j]} "
-                                           f"({specs[missing[j]].describe()})")
+        def got_part(i, st):
+            nonlocal written_bytes
+            stats[i] = st
+            written_bytes += st["text_bytes"]
+            prog.update(1, st["text_bytes"])
+
+        try:
+            values = run_graph(graph, client, got_part)
+        finally:
+            prog.close()
         work_seconds = time.perf_counter() - t_work
     finally:
         if own_client and client is not None:
-            cluster = getattr(client, "cluster", None)
-            client.close()
-            if cluster is not None:
-                cluster.close()
+            _close_own_client(client)
+        # Temporary files of writes that did not finish (a worker died and the task was
+        # rerun elsewhere, an error, an interrupt).
+        remove_temporary_files(out)
 
-    # Temporary files of writes that died with their worker (the task was rerun).
-    for name in os.listdir(out):
-        if name.startswith(TMP_PREFIX):
-            try:
-                os.unlink(os.path.join(out, name))
-            except FileNotFoundError:
-                pass
+    offsets = [int(values[k]) for k in graph.offset_keys]
+    counts = [int(values[k]) for k in graph.count_keys]
+    for i, st in enumerate(stats):
+        if st["logid_offset"] != offsets[i] or st["documents"] != counts[i]:
+            raise JobError(f"output part {part_name(i, n)!r} in {out!r} records logID offset "
+                           f"{st['logid_offset']} and {st['documents']} documents, the job's "
+                           f"pass gives {offsets[i]} and {counts[i]}; delete it and rerun "
+                           f"the job")
+    save_job(offsets)
 
-    # 3. accounting: every logID 0..N-1 present exactly once, in order
-    plan = [{"index": i, "documents": counts[i], "logid_offset": int(offsets[i])}
+    # Accounting: every logID 0..N-1 present exactly once, in order.
+    plan = [{"index": i, "documents": counts[i], "logid_offset": offsets[i]}
             for i in range(n)]
     verify_output(out, plan)
-    total_docs = int(offsets[-1]) if n else 0
+    total_docs = offsets[n]
     if sum(s["documents"] for s in stats) != total_docs:
         raise JobError(f"output {out!r}: documents written differ from the input's "
                        f"({sum(s['documents'] for s in stats)} vs {total_docs})")

@@ -87,22 +87,31 @@ def _file_format(path: str, input_format: str) -> str:
     return _EXTENSION_FORMATS.get(os.path.splitext(path)[1].lower(), "text")
 
 
-def list_input_files(inputs, input_format: str = "auto") -> list[InputFile]:
+def list_input_files(inputs, input_format: str = "auto",
+                     exclude: Sequence[str] = ()) -> list[InputFile]:
     """Expand paths, globs and directories into files. A directory is walked recursively
     (names starting with '.' or '_' are skipped, as Spark/Dask metadata files); each path or
-    pattern contributes its files in sorted order; list items keep their order."""
+    pattern contributes its files in sorted order; list items keep their order. Nothing
+    inside the folders ``exclude`` (a job's output directory) is an input."""
     items = [inputs] if isinstance(inputs, str) else list(inputs)
+    skip = tuple(os.path.join(os.path.realpath(d), "") for d in exclude)
+
+    def excluded(p: str) -> bool:
+        return bool(skip) and os.path.join(os.path.realpath(p), "").startswith(skip)
+
     files: list[str] = []
     for item in items:
         if any(c in item for c in "*?["):
-            found = sorted(p for p in _glob.glob(item, recursive=True) if os.path.isfile(p))
+            found = sorted(p for p in _glob.glob(item, recursive=True)
+                           if os.path.isfile(p) and not excluded(p))
             if not found:
                 raise InputError(f"no input file matches {item!r}")
             files.extend(found)
         elif os.path.isdir(item):
             found = []
             for root, dirs, names in os.walk(item):
-                dirs[:] = [d for d in dirs if not _is_hidden(d)]
+                dirs[:] = [d for d in dirs
+                           if not _is_hidden(d) and not excluded(os.path.join(root, d))]
                 found.extend(os.path.join(root, n) for n in names if not _is_hidden(n))
             found.sort(key=lambda p: Path(os.path.relpath(p, item)).as_posix())
             if not found:

@@ -1,16 +1,23 @@
-"""Job output: the partition task that reads, tokenizes and writes one part atomically, and
-the checks that let a rerun keep complete parts (resume) and verify the whole dataset.
+"""Job output: the partition tasks of a job (counting a partition's documents; reading,
+tokenizing and writing one part atomically) and the checks that let a rerun keep complete
+parts (resume) and verify the whole dataset.
 
 Layout of an output directory: ``part-NNNNN.parquet`` per partition (the accessor's partition
 frame with global logIDs; Parquet key-value metadata ``daskwp`` records the job id, the
-partition, its logID offset and its statistics), ``_job.json`` (what the job is) and
+partition, its logID offset and its statistics, and ``daskwp.data_blake2b`` a checksum of the
+file's bytes before the footer, i.e. its data pages), ``_job.json`` (what the job is) and
 ``_summary.json`` (what it did; present only while the dataset is complete).
+
+These functions import no Dask: the driver runs them as tasks of one graph
+(:func:`daskwp.jobs.driver.job_graph`), on workers or in this process.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import struct
 import time
 import uuid
 from typing import Sequence
@@ -19,15 +26,18 @@ import numpy as np
 import pyarrow as pa
 
 from ..core.cache import BoundedCache
+from ..core.windows import WINDOW_OPTIONS
+from ..distributed.state import cached_tokenizer
 from ..distributed.tasks import add_logid_offset, tokenize_partition
 from ..frames.partition import is_cudf
-from ..core.windows import WINDOW_OPTIONS
 from .errors import InputError, JobError
-from .inputs import PartitionSpec, read_partition
+from .inputs import PartitionSpec, count_partition, read_partition
 
-__all__ = ["JOB_FILE", "JOB_FORMAT", "METADATA_KEY", "PART_PREFIX", "PART_SUFFIX",
-           "SUMMARY_FILE", "TMP_PREFIX", "check_part", "part_name", "partition_statistics",
-           "tokenize_job_partition", "verify_output", "write_partition"]
+__all__ = ["CHECKSUM_KEY", "JOB_FILE", "JOB_FORMAT", "METADATA_KEY", "PART_PREFIX",
+           "PART_SUFFIX", "SUMMARY_FILE", "TMP_PREFIX", "check_part", "count_job_partition",
+           "data_checksum", "empty_partition", "part_name", "partition_failure",
+           "partition_statistics", "remove_temporary_files", "tokenize_job_partition",
+           "verify_output", "write_partition"]
 
 JOB_FILE = "_job.json"
 SUMMARY_FILE = "_summary.json"
@@ -35,12 +45,11 @@ PART_PREFIX = "part-"
 PART_SUFFIX = ".parquet"
 TMP_PREFIX = ".tmp-part-"
 METADATA_KEY = b"daskwp"
-JOB_FORMAT = 1
-
-
-def share(obj):
-    """Identity: a task whose result (the tokenizer) other tasks depend on."""
-    return obj
+#: Key-value metadata of a part: blake2b-128 (hex) of the file's bytes before the footer.
+CHECKSUM_KEY = b"daskwp.data_blake2b"
+JOB_FORMAT = 2
+_CHECKSUM_PLACEHOLDER = b"0" * 32
+_READ_CHUNK = 1 << 22
 
 
 def part_name(index: int, n_partitions: int) -> str:
@@ -83,12 +92,15 @@ def tokenize_job_partition(tokenizer, texts: pa.Array, options: dict, logid_offs
     """Tokenize one partition into the output table and its statistics.
 
     The table is the partition frame of the ``.wordpiece`` accessor
-    (``daskwp.distributed.tasks.tokenize_partition``: logID, start, stop, input_ids, attention_mask,
-    window) with the global offset added to its logIDs (``accessor.add_logid_offset``), so a
-    job writes the same columns as ``ddf[col].wordpiece.tokenize(...).to_parquet(...)``.
+    (:func:`daskwp.distributed.tasks.tokenize_partition`: logID, start, stop, input_ids,
+    attention_mask, window) with the global offset added to its logIDs
+    (:func:`~daskwp.distributed.tasks.add_logid_offset`), so a job writes the same columns as
+    ``ddf[col].wordpiece.tokenize(...).to_parquet(...)``. ``tokenizer`` is resolved through
+    the per-worker state: the worker's one instance of it.
 
     Memory: the tokenizer's arrays for the partition and the Arrow table sharing them.
     """
+    tokenizer = cached_tokenizer(tokenizer)
     window_options = {k: options[k] for k in WINDOW_OPTIONS}
     frame = tokenize_partition(_as_series(texts, device), tokenizer, window_options,
                                partition=partition)
@@ -114,26 +126,129 @@ def partition_statistics(table: pa.Table, unk_id: int) -> dict:
             "unknown_tokens": int(np.sum(np.searchsorted(unk, hi) - np.searchsorted(unk, lo)))}
 
 
+def partition_failure(exc: BaseException, spec: PartitionSpec, what: str = "partition"):
+    """``exc`` as a JobError naming the partition and its file: an InputError or other
+    JobError keeps its type (the CLI's exit status depends on it), anything else becomes a
+    JobError with the original type in the message."""
+    where = spec.describe()
+    name = f"{what} {spec.index}" + ("" if where in str(exc) else f" ({where})")
+    if isinstance(exc, JobError):
+        return type(exc)(f"{name} failed: {exc}")
+    return JobError(f"{name} failed: {type(exc).__name__}: {exc}")
+
+
+def count_job_partition(spec: PartitionSpec) -> int:
+    """Documents of one partition, read from the input: a leaf of the global-offset pass
+    (:class:`daskwp.distributed.graph.PartitionCounts`) for a partition whose count is not
+    known yet. Errors name the partition."""
+    try:
+        return int(count_partition(spec))
+    except Exception as e:
+        raise partition_failure(e, spec, "counting partition") from e
+
+
+def empty_partition(path: str, column: str) -> PartitionSpec:
+    """The one partition of an input that holds no document: zero bytes of ``path`` read as
+    text. Its part is an empty table with the full schema, so ``dd.read_parquet(OUTPUT)``
+    works on the output of an empty input."""
+    return PartitionSpec(index=0, path=path, format="text", column=column, byte_start=0,
+                         byte_end=0, documents=0)
+
+
+def _footer_start(fh) -> int:
+    """Where the Parquet footer begins (``size - 8 - footer length``)."""
+    size = fh.seek(0, os.SEEK_END)
+    if size < 12:
+        raise ValueError("not a Parquet file (too short)")
+    fh.seek(size - 8)
+    tail = fh.read(8)
+    if tail[4:] != b"PAR1":
+        raise ValueError("not a Parquet file (no footer magic)")
+    start = size - 8 - struct.unpack("<i", tail[:4])[0]
+    if start < 4:
+        raise ValueError("not a Parquet file (bad footer length)")
+    return start
+
+
+def _digest(fh, end: int) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    fh.seek(0)
+    left = end
+    while left > 0:
+        buf = fh.read(min(_READ_CHUNK, left))
+        if not buf:
+            raise ValueError("file shorter than its footer says")
+        h.update(buf)
+        left -= len(buf)
+    return h.hexdigest()
+
+
+def data_checksum(path: str) -> str:
+    """blake2b-128 (hex) of a Parquet file's bytes before its footer: the data pages,
+    dictionary pages and page headers of every column chunk.
+
+    Memory: reads the file in 4 MB pieces."""
+    with open(path, "rb") as fh:
+        return _digest(fh, _footer_start(fh))
+
+
+def _write_checksummed(table: pa.Table, path: str, compression) -> None:
+    """Write ``table`` to ``path`` with the checksum of its data pages in the footer, and
+    fsync it.
+
+    The footer comes after the data, so it is written with a placeholder of the digest's
+    length, which is then overwritten in place (same length: the footer stays valid)."""
+    import pyarrow.parquet as pq
+    with pq.ParquetWriter(path, table.schema, compression=compression) as writer:
+        writer.write_table(table, row_group_size=65536)
+        writer.add_key_value_metadata({CHECKSUM_KEY: _CHECKSUM_PLACEHOLDER})
+    with open(path, "r+b") as fh:
+        start = _footer_start(fh)
+        digest = _digest(fh, start).encode()
+        fh.seek(start)
+        footer = fh.read()
+        # The key-value pair is the key's bytes, a field header and a length, the value.
+        at = footer.find(CHECKSUM_KEY) + len(CHECKSUM_KEY)
+        pos = footer.find(_CHECKSUM_PLACEHOLDER, at)
+        if footer.count(CHECKSUM_KEY) != 1 or not 0 < pos - at <= 8:
+            raise JobError(f"{path!r}: cannot place the part's checksum in its footer")
+        fh.seek(start + pos)
+        fh.write(digest)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
 def write_partition(spec: PartitionSpec, logid_offset: int, out_dir: str, tokenizer,
                     options: dict, job_id: str, n_partitions: int,
-                    device: str = "cpu") -> dict:
+                    device: str = "cpu", documents: int | None = None) -> dict:
     """Read, tokenize and write one partition atomically; return its statistics.
 
-    The table goes to a hidden temporary file in ``out_dir`` that is fsync'ed and renamed to
-    ``part-NNNNN.parquet``: a part exists complete or not at all, and a retried task (a
-    worker died) simply replaces it with the same bytes.
+    ``logid_offset`` comes from the global-offset pass; ``documents`` (the pass's count of
+    this partition, or ``spec.documents``) is checked against what is read. The table goes
+    to a hidden temporary file in ``out_dir``, with the checksum of its data pages in the
+    footer, that is fsync'ed and renamed to ``part-NNNNN.parquet``: a part exists complete
+    or not at all, and a retried task (a worker died) simply replaces it with the same
+    bytes. Errors name the partition and its file.
     """
-    import pyarrow.parquet as pq
+    try:
+        return _write_partition(spec, logid_offset, out_dir, tokenizer, options, job_id,
+                                n_partitions, device, documents)
+    except Exception as e:
+        raise partition_failure(e, spec) from e
+
+
+def _write_partition(spec, logid_offset, out_dir, tokenizer, options, job_id, n_partitions,
+                     device, documents) -> dict:
+    import pyarrow.compute as pc
     t0 = time.perf_counter()
     texts = read_partition(spec)
-    if spec.documents is not None and len(texts) != spec.documents:
+    expected = spec.documents if documents is None else documents
+    if expected is not None and len(texts) != expected:
         raise InputError(f"{spec.describe()} now holds {len(texts)} documents, "
-                         f"{spec.documents} when the job was planned: the input changed "
+                         f"{expected} when they were counted: the input changed "
                          f"during the job")
-    import pyarrow.compute as pc
     text_bytes = int(pc.sum(pc.binary_length(texts)).as_py() or 0) if len(texts) else 0
-    table, stats = tokenize_job_partition(tokenizer, texts, options, logid_offset, device,
-                                          partition=spec.index)
+    table, stats = tokenize_job_partition(tokenizer, texts, options, logid_offset, device)
     stats.update(partition=spec.index, documents=len(texts), text_bytes=text_bytes,
                  logid_offset=int(logid_offset))
     meta = {"job_id": job_id, **stats}
@@ -141,11 +256,7 @@ def write_partition(spec: PartitionSpec, logid_offset: int, out_dir: str, tokeni
     name = part_name(spec.index, n_partitions)
     tmp = os.path.join(out_dir, f"{TMP_PREFIX}{spec.index}-{uuid.uuid4().hex}.parquet")
     try:
-        with open(tmp, "wb") as fh:
-            pq.write_table(table, fh, compression=options["compression"],
-                           row_group_size=65536)
-            fh.flush()
-            os.fsync(fh.fileno())
+        _write_checksummed(table, tmp, options["compression"])
         os.replace(tmp, os.path.join(out_dir, name))
     finally:
         if os.path.exists(tmp):
@@ -157,21 +268,46 @@ def write_partition(spec: PartitionSpec, logid_offset: int, out_dir: str, tokeni
 def check_part(path: str, index: int, job_id: str, documents: int | None,
                logid_offset: int | None) -> dict | None:
     """The statistics of a complete, valid part of this job, or None (missing, unreadable,
-    written by another job or for another partition)."""
+    written by another job or for another partition, or its data pages do not match the
+    checksum recorded when it was written).
+
+    Reads the footer and the file's bytes once (no decompression)."""
     import pyarrow.parquet as pq
     try:
         md = pq.read_metadata(path)
-        meta = json.loads((md.metadata or {}).get(METADATA_KEY, b"{}"))
+        kv = md.metadata or {}
+        meta = json.loads(kv.get(METADATA_KEY, b"{}"))
+        checksum = kv.get(CHECKSUM_KEY, b"").decode("ascii", "replace")
     except (OSError, ValueError, pa.ArrowException):
         return None
     ok = (meta.get("job_id") == job_id and meta.get("partition") == index
           and meta.get("rows") == md.num_rows
           and (documents is None or meta.get("documents") == documents)
           and (logid_offset is None or meta.get("logid_offset") == logid_offset))
-    if not ok:
+    if not ok or len(checksum) != len(_CHECKSUM_PLACEHOLDER):
+        return None
+    try:
+        if data_checksum(path) != checksum:
+            return None
+    except (OSError, ValueError):
         return None
     return {k: meta[k] for k in ("partition", "documents", "rows", "tokens",
                                  "unknown_tokens", "text_bytes", "logid_offset")}
+
+
+def remove_temporary_files(out_dir: str) -> None:
+    """Remove the temporary files of part writes that did not finish (a killed worker or
+    job, an interrupt)."""
+    try:
+        names = os.listdir(out_dir)
+    except OSError:
+        return
+    for name in names:
+        if name.startswith(TMP_PREFIX):
+            try:
+                os.unlink(os.path.join(out_dir, name))
+            except FileNotFoundError:
+                pass
 
 
 def verify_output(out_dir: str, plan: Sequence[dict]) -> None:

@@ -1,4 +1,5 @@
-"""A one-line text progress bar for batch jobs."""
+"""A one-line text progress bar for batch jobs: parts written of the parts to write, with
+the text throughput (a line per tenth on a file or pipe)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,13 @@ class Progress:
         self.bytes += nbytes
         if not self.quiet and self.total:
             self._show(force=self.done == self.total)
+
+    def close(self) -> None:
+        """End the bar's line if the job stopped before it was full (an error, an
+        interrupt), so that the next message starts on a line of its own."""
+        if not self.quiet and self.total and self.tty and self.done < self.total:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
 
     def _show(self, force: bool = False) -> None:
         now = time.perf_counter()

@@ -1,0 +1,164 @@
+"""Batch jobs on the Dask layer: one graph with the accessor's tokenizer key, the one
+global-offset pass (``PartitionCounts``) and the per-worker tokenizer.
+
+The job's end-to-end behaviour (resume, errors, a killed worker) is in test_cli.py and
+test_jobs_output.py; here: the shape of the job's graph, the offsets the pass gives, and the
+worker plugin on the client a job uses.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import cloudpickle
+import dask.dataframe as dd
+import pandas as pd
+import pytest
+from dask._task_spec import DataNode, Task
+from dask.local import get_sync
+
+import daskwp
+from daskwp import jobs
+from daskwp.distributed import state as worker_state
+from daskwp.distributed.graph import PartitionCounts, tokenizer_graph_key
+from daskwp.jobs import driver, parts
+
+SAMPLE = Path(__file__).resolve().parent.parent / "daskwp" / "data" / "sample.txt"
+OPTIONS = {"max_length": 32, "stride": 4, "truncation": False, "add_special_tokens": True,
+           "padding": "max_length", "compression": "zstd"}
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return daskwp.WordPieceTokenizer()
+
+
+def _lines(n: int) -> list[str]:
+    return SAMPLE.read_text(encoding="utf-8").split("\n")[:n]
+
+
+def _plan(tmp_path, sizes: list[int]) -> list[jobs.PartitionSpec]:
+    """One text file per entry of ``sizes`` (that many lines each), planned as one job."""
+    lines = _lines(sum(sizes))
+    inp = tmp_path / "in"
+    inp.mkdir()
+    at = 0
+    for k, size in enumerate(sizes):
+        (inp / f"f{k:02d}.txt").write_bytes("".join(l + "\n" for l in lines[at:at + size])
+                                             .encode())
+        at += size
+    files = jobs.list_input_files(str(inp))
+    return jobs.plan_partitions(files, "text", 1 << 30)
+
+
+def _name(key) -> str:
+    return key[0] if isinstance(key, tuple) else key
+
+
+def test_job_graph_has_the_accessors_tokenizer_key_once(tmp_path, tok):
+    specs = _plan(tmp_path, [10, 3, 2, 7, 12])
+    graph = driver.job_graph(specs, [None] * len(specs), range(len(specs)), str(tmp_path),
+                             tok, OPTIONS, "f" * 32, "cpu", run_id="r1")
+    tok_keys = [k for k in graph.dsk if _name(k).startswith("daskwp-tokenizer-")]
+    # the same key as the accessor's graph: one DataNode, content-addressed
+    res = dd.from_pandas(pd.Series(["a b"] * 4), npartitions=2).wordpiece.tokenize(tok)
+    assert tok_keys == [graph.tokenizer_key] == [res._tokenized.tokenizer_key]
+    assert graph.tokenizer_key == tokenizer_graph_key(daskwp.WordPieceTokenizer())
+    assert isinstance(graph.dsk[graph.tokenizer_key], DataNode)
+    # no task but that key carries the vocabulary
+    tok_bytes = len(pickle.dumps(tok))
+    heavy = [k for k, v in graph.dsk.items() if len(cloudpickle.dumps(v)) > tok_bytes // 10]
+    assert heavy == [graph.tokenizer_key]
+    # every write depends on it, on its offset node and on its own count
+    for i, key in graph.write_keys.items():
+        deps = graph.dsk[key].dependencies
+        assert graph.tokenizer_key in deps
+        assert graph.offset_keys[i] in deps and graph.count_keys[i] in deps
+    assert not hasattr(parts, "share")  # no second way of shipping the tokenizer
+
+
+def test_job_offsets_come_from_the_prefix_count_tree(tmp_path, tok):
+    """Known counts (the Parquet plan, _job.json, complete parts) are leaves of the pass as
+    they are; unknown ones are counted by a task; the offsets are the tree's sums."""
+    sizes = [10, 3, 2, 7, 12, 1, 5]
+    specs = _plan(tmp_path, sizes)
+    counts = [None, 3, None, 7, None, 1, None]
+    graph = driver.job_graph(specs, counts, [], str(tmp_path), tok, OPTIONS, "e" * 32, "cpu")
+    leaves = {k[2]: v for k, v in graph.dsk.items()
+              if _name(k).startswith("daskwp-count-") and k[1] == 0}
+    assert sorted(leaves) == list(range(len(sizes)))
+    for q, node in leaves.items():
+        if counts[q] is None:
+            assert isinstance(node, Task) and node.func is parts.count_job_partition
+        else:
+            assert isinstance(node, DataNode) and node.value == counts[q]
+    # tree nodes above the leaves: at most log2(p) + 1 refs per offset
+    inner = [k for k in graph.dsk if _name(k).startswith("daskwp-count-") and k[1] > 0]
+    assert len(inner) <= len(sizes)
+    for p, key in enumerate(graph.offset_keys):
+        assert len(graph.dsk[key].dependencies) <= max(1, p.bit_length())
+    values = get_sync(graph.dsk, graph.offset_keys + graph.count_keys)
+    n = len(sizes)
+    offsets, got_counts = values[:n + 1], values[n + 1:]
+    expected = [sum(sizes[:p]) for p in range(n + 1)]
+    assert list(offsets) == expected and list(got_counts) == sizes
+
+
+def test_partition_counts_is_the_accessors_pass():
+    """The accessor's offsets use the same class: a culled partition 5 needs the leaves of
+    partitions 0..4 and the tree nodes (2, 0) and (0, 4)."""
+    ds = dd.from_pandas(pd.Series([f"doc {i}" for i in range(60)]), npartitions=6)
+    counts = PartitionCounts.of_source(ds.expr)
+    dsk: dict = {}
+    refs = counts.prefix_refs(dsk, 5)
+    assert [r.key[1:] for r in refs] == [(2, 0), (0, 4)]
+    assert sorted(k[1:] for k in dsk if k[1] == 0) == [(0, j) for j in range(5)]
+
+
+def test_job_offsets_recorded_in_job_json_are_the_passes(tmp_path):
+    """A synchronous job over several files: _job.json's offsets equal the documents before
+    each partition (known from Parquet metadata or counted), and every part starts there."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    lines = _lines(300)
+    inp = tmp_path / "in"
+    inp.mkdir()
+    (inp / "a.txt").write_text("\n".join(lines[:120]) + "\n")
+    pq.write_table(pa.table({"text": lines[120:250]}), inp / "b.parquet", row_group_size=30)
+    (inp / "c.txt").write_text("\n".join(lines[250:]) + "\n")
+    out = tmp_path / "out"
+    cfg = jobs.make_config({"input": str(inp), "output": str(out), "partition_size": "3KB",
+                            "scheduler_address": "synchronous", "quiet": True})
+    summary = jobs.run_job(cfg)
+    job = json.loads((out / "_job.json").read_text())
+    docs = [p["documents"] for p in job["partitions"]]
+    offs = [p["logid_offset"] for p in job["partitions"]]
+    assert sum(docs) == job["documents"] == summary["documents"] == 300
+    assert offs == [sum(docs[:i]) for i in range(len(docs))]
+    for i, off in enumerate(offs):
+        ids = pq.read_table(out / parts.part_name(i, len(offs))).column("logID").to_numpy()
+        assert ids[0] == off and ids[-1] == off + docs[i] - 1
+
+
+def test_run_job_registers_the_worker_plugin_and_one_tokenizer_per_worker(tmp_path, tok):
+    from distributed import Client, LocalCluster
+    inp = tmp_path / "in.txt"
+    inp.write_text("\n".join(_lines(400)) + "\n")
+    cfg = jobs.make_config({"input": str(inp), "output": str(tmp_path / "out"),
+                            "partition_size": "4KB", "quiet": True, "device": "cpu"})
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=":0") as cluster, Client(cluster) as client:
+        assert not any(client.run(_has_daskwp_plugin).values())
+        summary = jobs.run_job(cfg, client=client)
+        assert summary["partitions"] > 4
+        assert all(client.run(_has_daskwp_plugin).values())
+        key = worker_state.tokenizer_key(tok)
+        cached = client.run(worker_state.cached_tokenizer_keys)
+        assert sum(key in keys for keys in cached.values()) >= 1
+        assert all(keys.count(key) <= 1 for keys in cached.values())
+
+
+def _has_daskwp_plugin(dask_worker) -> bool:
+    return worker_state.PLUGIN_NAME in dask_worker.plugins
