@@ -97,3 +97,21 @@ def test_bench_refuses_an_empty_file(tmp_path, capsys):
     rc = main(["bench", str(empty), "--repeat", "1"])
     err = capsys.readouterr().err
     assert rc == 2 and "no text to measure" in err and "x HF" not in err
+
+
+def test_a_high_unknown_rate_is_reported_with_its_likely_cause(tmp_path, capsys):
+    from daskwp.cli import main
+    import json
+    inp = tmp_path / "in.txt"
+    inp.write_text("Hello World. The Quick Brown Fox Jumps Over The Lazy Dog.\n" * 20,
+                   encoding="utf-8")
+    rc = main(["tokenize", str(inp), str(tmp_path / "bad"), "--scheduler", "synchronous",
+               "--no-lowercase"])
+    err = capsys.readouterr().err
+    assert rc == 0 and "warning" in err and "--lowercase" in err, err
+    summary = json.loads((tmp_path / "bad" / "_summary.json").read_text())
+    assert summary["unknown_token_rate"] > 0.01 and summary["warnings"]
+    rc = main(["tokenize", str(inp), str(tmp_path / "good"), "--scheduler", "synchronous"])
+    err = capsys.readouterr().err
+    assert rc == 0 and "warning" not in err
+    assert json.loads((tmp_path / "good" / "_summary.json").read_text())["warnings"] == []

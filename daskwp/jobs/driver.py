@@ -590,5 +590,32 @@ def run_job(cfg: JobConfig, *, client=None, tokenizer=None,
         "job_id": job_id,
         "version": __version__,
     }
+    summary["warnings"] = unknown_rate_warnings(summary, tok)
+    for w in summary["warnings"]:
+        log(f"daskwp: warning: {w}")
     _write_json(os.path.join(out, SUMMARY_FILE), summary)
     return summary
+
+
+#: An unknown-token rate above this is reported (text in the vocabulary's language with the
+#: right case setting stays well below it).
+UNKNOWN_RATE_WARNING = 0.01
+
+
+def unknown_rate_warnings(summary: dict, tok) -> list[str]:
+    """Warnings about a high [UNK] rate, with the likely cause when it can be told."""
+    rate = summary.get("unknown_token_rate", 0.0)
+    if rate <= UNKNOWN_RATE_WARNING:
+        return []
+    msg = (f"{100 * rate:.1f}% of the tokens are {tok.vocab.unk_token} (more than "
+           f"{100 * UNKNOWN_RATE_WARNING:.0f}%)")
+    uncased = not any(t.isascii() and t.isalpha() and t != t.lower()
+                      for t in tok.vocab.tokens[:5000])
+    if uncased and not tok.lowercase:
+        msg += ("; the vocabulary has no uppercase tokens but lowercase is off: pass "
+                "--lowercase (or lowercase: true)")
+    elif not uncased and tok.lowercase:
+        msg += "; the vocabulary is cased but lowercase is on: try --no-lowercase"
+    else:
+        msg += "; check that the vocabulary fits the text's language and script"
+    return [msg]
