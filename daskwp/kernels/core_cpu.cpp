@@ -2,7 +2,8 @@
 //
 // The batch arrives as Arrow-style buffers (offsets + UTF-8 bytes, optional validity
 // bitmap); documents are split into contiguous, byte-balanced ranges, one per thread, and
-// each thread runs the shared core (wordpiece_core.hpp) with the GIL released.
+// each thread runs the shared core (wordpiece_core.hpp) and its own word memo
+// (word_memo.hpp) with the GIL released.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
@@ -19,6 +20,7 @@
 
 #include "cpu_batch.hpp"
 #include "vocab_builder.hpp"
+#include "word_memo.hpp"
 #include "wordpiece_core.hpp"
 
 namespace nb = nanobind;
@@ -58,7 +60,7 @@ void encode_range(const CoreContext& ctx, const Off* offsets, const uint8_t* dat
   // more grows the buffer below), so the buffer is not regrown and copied as it fills.
   // Pages that stay untouched cost no memory.
   if (d1 > d0) buf.reserve(static_cast<int64_t>(offsets[d1] - offsets[d0]) + 64);
-  WordPieceE2E t(ctx, nullptr, 0);  // one tokenizer state for the range, reset per document
+  MemoWordPieceE2E t(ctx, nullptr, 0);  // one tokenizer state for the range, reset per document
   for (int64_t d = d0; d < d1; ++d) {
     const int64_t b = static_cast<int64_t>(offsets[d]), e = static_cast<int64_t>(offsets[d + 1]);
     const int64_t vb = d + validity_offset;
