@@ -97,15 +97,18 @@ struct WordCache {
 // construct, reset(out, cap, cache) per document, run(bytes, len, readable), read sink.n.
 struct MemoWordPieceE2E : WordPieceE2E {
   WordCache* cache;  // null: no memo (counting passes, one-off calls)
+  bool alnum_feed;   // cache->alnum_feed, read once per document
 
   MemoWordPieceE2E(const CoreContext& ctx, int32_t* out, int64_t cap,
                    WordCache* word_cache = nullptr)
-      : WordPieceE2E(ctx, out, cap), cache(out ? word_cache : nullptr) {}
+      : WordPieceE2E(ctx, out, cap), cache(out ? word_cache : nullptr),
+        alnum_feed(cache && cache->alnum_feed) {}
 
   // Ready for the next document (one state can serve a whole range of documents).
   DWP_FORCEINLINE void reset(int32_t* out, int64_t cap, WordCache* word_cache) {
     WordPieceE2E::reset(out, cap);
     cache = out ? word_cache : nullptr;
+    alnum_feed = cache && cache->alnum_feed;
   }
 
   // The general path from s[i] on, until no word is open and no mark waits.
@@ -163,7 +166,7 @@ struct MemoWordPieceE2E : WordPieceE2E {
   DWP_FORCEINLINE int64_t word_end(const uint8_t* s, int64_t i, int64_t len) const {
     int64_t e = i + 1;
 #if defined(DWP_SSE2)
-    if (cache->alnum_feed && i + 16 <= len) {
+    if (alnum_feed && i + 16 <= len) {
       // Letters and digits among 16 bytes: (b | 0x20) - 'a' <= 25, or b - '0' <= 9.
       const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
       const __m128i a = _mm_sub_epi8(_mm_or_si128(x, _mm_set1_epi8(0x20)), _mm_set1_epi8('a'));
@@ -271,7 +274,12 @@ struct MemoWordPieceE2E : WordPieceE2E {
   // memo loop may read (never use) bytes up to s[readable) when readable > len.
   int64_t run(const uint8_t* s, int64_t len, int64_t readable = 0) {
     if (cache) return run_memo(s, len, readable > len ? readable : len);
-    return WordPieceE2E::run(s, len);
+    // WordPieceE2E::run's loop, written out: calling it instead costs ~0.6% more
+    // instructions on multilingual text without the memo (GCC lays out its blocks worse);
+    // callgrind over benchmarks/native/core_bench.cpp shows it.
+    int64_t i = 0;
+    while (i < len) i = general_step(s, i, len);
+    return finish();
   }
 };
 
