@@ -279,7 +279,7 @@ def test_whole_table_through_the_word_memo():
         texts = [t for t, _ in items]
         size = sum(len(t.encode("utf-8", "surrogatepass")) for t in texts)
         reps = (1 << 20) // max(size, 1) + 2
-        assert size * reps >= 1 << 20  # the memo's threshold (core_cpu.cpp)
+        assert size * reps >= 1 << 20  # the memo's threshold (cpu_batch.cpp)
         enc = dwp_for(vocab_name, dict(opts_items)).encode(texts * reps, num_threads=1)
         assert enc.to_list() == [e for _, e in items] * reps, (vocab_name, dict(opts_items))
 

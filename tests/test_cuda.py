@@ -161,7 +161,7 @@ def _closure(path: Path) -> set[str]:
 
 def test_cpu_and_gpu_include_the_same_core():
     assert [p.name for p in CU_FILES] == ["wordpiece.cu"]
-    cpu_core = _closure(KERNELS / "core_cpu.cpp")
+    cpu_core = _closure(KERNELS / "cpu_batch.cpp")
     cpu_windows = _closure(KERNELS / "windows_cpu.cpp")
     gpu = _closure(KERNELS / "wordpiece.cu")
     assert "wordpiece_core.hpp" in cpu_core and "wordpiece_core.hpp" in gpu

@@ -1,7 +1,7 @@
 """AddressSanitizer + UBSan over the native core, without Python in the sanitized process.
 
 ``tests/native/asan_driver.cpp`` links ``vocab_builder.cpp`` and the header-only core
-(``wordpiece_core.hpp``, ``windows.hpp``) with ``-fsanitize=address,undefined`` and runs
+(``wordpiece_core.hpp``, ``word_memo.hpp``, ``windows.hpp``) with ``-fsanitize=address,undefined`` and runs
 every document from an exact-size heap block through the count pass, the write pass, the
 word memo, too-small output regions and the window rows (see the driver's header). This
 test builds it (cached under ``build/sanitizers/<hash of the sources>``), feeds it the

@@ -1,5 +1,5 @@
 """The CPU loop memoizes whole words (ASCII letters and digits, plain non-ASCII letters)
-for ranges of 1 MB or more (WordCache in wordpiece_core.hpp). A memo hit must emit exactly
+for ranges of 1 MB or more (WordCache in word_memo.hpp). A memo hit must emit exactly
 what the trie walk emits: encode every corpus of every vocabulary as one >= 1 MB batch
 (memo on, one thread so one memo sees all documents) and document by document in small
 batches (memo off). test_parity.py ties the small-batch results to HuggingFace."""

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "wordpiece_core.hpp"
+#include "word_memo.hpp"
 
 static std::vector<uint64_t> read_aligned(const char* path) {
   std::ifstream f(path, std::ios::binary);
@@ -51,10 +51,10 @@ int main(int argc, char** argv) {
     int64_t at = 0;
     for (size_t d = 0; d + 1 < starts.size(); ++d) {
       const int64_t b = starts[d], e = starts[d + 1] - 1;
-      at += daskwp::tokenize_document(ctx, reinterpret_cast<const uint8_t*>(text.data()) + b,
-                                      e - b, out.data() + at, out.size() - at,
-                                      use_cache ? cache.get() : nullptr,
-                                      static_cast<int64_t>(text.size()) - b);
+      at += daskwp::tokenize_document_with_memo(
+          ctx, reinterpret_cast<const uint8_t*>(text.data()) + b, e - b, out.data() + at,
+          out.size() - at, use_cache ? cache.get() : nullptr,
+          static_cast<int64_t>(text.size()) - b);
     }
     tokens = at;
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -1,4 +1,4 @@
-// daskwp — the host memory pool behind host_alloc / host_free (see cpu_batch.hpp).
+// daskwp — the host memory pool behind host_alloc / host_free (see host_pool.hpp).
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "cpu_batch.hpp"
+#include "host_pool.hpp"
 
 namespace daskwp {
 namespace {

@@ -2,7 +2,7 @@
 // launched over whole partitions.
 //
 // The algorithm lives in wordpiece_core.hpp and windows.hpp, the very headers the CPU
-// extension compiles (core_cpu.cpp, windows_cpu.cpp); this file adds only the parallel
+// extension compiles (cpu_batch.cpp, windows_cpu.cpp); this file adds only the parallel
 // structure. It is compiled at run time by NVRTC through CuPy (daskwp/cuda.py); the test
 // suite also compiles it with nvcc for sm_80 and sm_90.
 //

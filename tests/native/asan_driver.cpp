@@ -2,7 +2,7 @@
 //
 // Built with -fsanitize=address,undefined by tests/test_sanitizers.py and
 // tests/sanitize.sh, it links the vocabulary builder (vocab_builder.cpp) and the header-only
-// core (wordpiece_core.hpp, windows.hpp) directly, so AddressSanitizer and UBSan see every
+// core (wordpiece_core.hpp, word_memo.hpp, windows.hpp) directly, so AddressSanitizer and UBSan see every
 // read of the text, the blobs and the output buffers without LD_PRELOAD trouble in Python.
 //
 // Every document is copied into a heap block of EXACTLY its length, every output buffer
@@ -46,6 +46,7 @@
 
 #include "vocab_builder.hpp"
 #include "windows.hpp"
+#include "word_memo.hpp"
 #include "wordpiece_core.hpp"
 
 namespace {
@@ -142,7 +143,7 @@ std::vector<int32_t> check_document(const daskwp::CoreContext& ctx, daskwp::Word
   // With the per-thread word memo, twice (the second run hits the memo).
   for (int rep = 0; rep < 2; ++rep) {
     std::unique_ptr<int32_t[]> cached(new int32_t[n ? n : 1]);
-    if (daskwp::tokenize_document(ctx, text.p, len, cached.get(), n, cache) != n ||
+    if (daskwp::tokenize_document_with_memo(ctx, text.p, len, cached.get(), n, cache) != n ||
         std::memcmp(cached.get(), exact.get(), n * sizeof(int32_t)) != 0)
       fail(where + ": the word memo changes the result");
   }
@@ -152,8 +153,8 @@ std::vector<int32_t> check_document(const daskwp::CoreContext& ctx, daskwp::Word
     std::string padded = doc + "aaaaaaaaaaaaaaaaaaaaaaaa";
     Exact ahead(padded.data(), padded.size());
     std::unique_ptr<int32_t[]> cached(new int32_t[n ? n : 1]);
-    if (daskwp::tokenize_document(ctx, ahead.p, len, cached.get(), n, cache,
-                                  static_cast<int64_t>(padded.size())) != n ||
+    if (daskwp::tokenize_document_with_memo(ctx, ahead.p, len, cached.get(), n, cache,
+                                            static_cast<int64_t>(padded.size())) != n ||
         std::memcmp(cached.get(), exact.get(), n * sizeof(int32_t)) != 0)
       fail(where + ": bytes past the document's end change the result");
   }
@@ -162,8 +163,8 @@ std::vector<int32_t> check_document(const daskwp::CoreContext& ctx, daskwp::Word
     if (cap < 0 || cap >= n) continue;
     std::unique_ptr<int32_t[]> small(new int32_t[cap ? cap : 1]);
     for (daskwp::WordCache* c : {static_cast<daskwp::WordCache*>(nullptr), cache}) {
-      const int64_t got = daskwp::tokenize_document(ctx, text.p, len, cap ? small.get() : nullptr,
-                                                    cap, c);
+      const int64_t got = daskwp::tokenize_document_with_memo(
+          ctx, text.p, len, cap ? small.get() : nullptr, cap, c);
       if (got != n) fail(where + ": a short output region changes the count");
       if (cap && std::memcmp(small.get(), exact.get(), cap * sizeof(int32_t)) != 0)
         fail(where + ": a short output region changes the written prefix");

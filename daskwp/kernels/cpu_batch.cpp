@@ -1,16 +1,13 @@
-// daskwp — CPU loop over a batch of documents and its Python binding.
+// daskwp — CPU loop over a batch of documents (no Python: bind_encode.cpp is its binding).
 //
 // The batch arrives as Arrow-style buffers (offsets + UTF-8 bytes, optional validity
-// bitmap); documents are split into contiguous, byte-balanced ranges, one per thread, and
-// each thread runs the shared core (wordpiece_core.hpp) with the GIL released.
-#include <nanobind/nanobind.h>
-#include <nanobind/ndarray.h>
-#include <nanobind/stl/string.h>
-#include <nanobind/stl/vector.h>
-
+// bitmap); documents are split into contiguous, byte-balanced chunks handed out to the
+// threads, and each thread runs the shared core (wordpiece_core.hpp) with its own word
+// memo (word_memo.hpp). The caller releases the GIL.
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -18,10 +15,8 @@
 #include <vector>
 
 #include "cpu_batch.hpp"
-#include "vocab_builder.hpp"
+#include "word_memo.hpp"
 #include "wordpiece_core.hpp"
-
-namespace nb = nanobind;
 
 namespace daskwp {
 namespace {
@@ -58,7 +53,7 @@ void encode_range(const CoreContext& ctx, const Off* offsets, const uint8_t* dat
   // more grows the buffer below), so the buffer is not regrown and copied as it fills.
   // Pages that stay untouched cost no memory.
   if (d1 > d0) buf.reserve(static_cast<int64_t>(offsets[d1] - offsets[d0]) + 64);
-  WordPieceE2E t(ctx, nullptr, 0);  // one tokenizer state for the range, reset per document
+  MemoWordPieceE2E t(ctx, nullptr, 0);  // one tokenizer state for the range, reset per document
   for (int64_t d = d0; d < d1; ++d) {
     const int64_t b = static_cast<int64_t>(offsets[d]), e = static_cast<int64_t>(offsets[d + 1]);
     const int64_t vb = d + validity_offset;
@@ -199,125 +194,3 @@ void check_norm_blob(const uint8_t* p, size_t size) {
 }
 
 }  // namespace daskwp
-
-// ------------------------------------------------------------------------------------
-// Binding
-// ------------------------------------------------------------------------------------
-using U8 = nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-using I32 = nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-using I64 = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-
-template <typename T>
-nb::ndarray<nb::numpy, T, nb::ndim<1>> to_numpy(daskwp::HostArray<T> data, size_t n) {
-  T* raw = data.release();
-  nb::capsule owner(raw, [](void* q) noexcept { daskwp::host_free(q); });
-  return nb::ndarray<nb::numpy, T, nb::ndim<1>>(raw, {n}, owner);
-}
-
-namespace {
-
-nb::bytes build_vocab(nb::bytes tokens_utf8, I64 token_offsets, I32 ids, int32_t unk_id,
-                      std::string prefix, std::vector<std::string> specials,
-                      std::vector<int32_t> special_ids) {
-  daskwp::VocabBuildInput in;
-  const char* base = tokens_utf8.c_str();
-  const size_t n = ids.shape(0);
-  if (token_offsets.shape(0) != n + 1)
-    throw std::invalid_argument("token_offsets must have len(ids) + 1 entries");
-  in.tokens.reserve(n);
-  for (size_t k = 0; k < n; ++k)
-    in.tokens.emplace_back(base + token_offsets(k), token_offsets(k + 1) - token_offsets(k));
-  in.ids.assign(ids.data(), ids.data() + n);
-  in.unk_id = unk_id;
-  in.continuing_subword_prefix = std::move(prefix);
-  in.specials = std::move(specials);
-  in.special_ids = std::move(special_ids);
-  std::vector<uint8_t> blob;
-  {
-    nb::gil_scoped_release release;
-    blob = daskwp::build_vocab_blob(in);
-  }
-  return nb::bytes(reinterpret_cast<const char*>(blob.data()), blob.size());
-}
-
-template <typename OffArr, typename Off>
-nb::tuple encode_impl(U8 vocab_blob, U8 norm_blob, int32_t max_chars, OffArr offsets,
-                      U8 data, nb::object validity_obj, int64_t validity_offset,
-                      int num_threads) {
-  daskwp::check_vocab_blob(vocab_blob.data(), vocab_blob.shape(0));
-  daskwp::check_norm_blob(norm_blob.data(), norm_blob.shape(0));
-  if (offsets.shape(0) < 1) throw std::invalid_argument("offsets must not be empty");
-  const int64_t n_docs = static_cast<int64_t>(offsets.shape(0)) - 1;
-  const Off* off = offsets.data();
-  // Bounds: offsets must be non-decreasing and inside the data buffer.
-  const int64_t data_len = static_cast<int64_t>(data.shape(0));
-  for (int64_t d = 0; d < n_docs; ++d)
-    if (off[d] > off[d + 1]) throw std::invalid_argument("offsets are not non-decreasing");
-  if (n_docs && (off[0] < 0 || static_cast<int64_t>(off[n_docs]) > data_len))
-    throw std::invalid_argument("offsets point outside the data buffer");
-  if (validity_offset < 0) throw std::invalid_argument("validity_offset must be >= 0");
-  const uint8_t* validity = nullptr;
-  if (!validity_obj.is_none()) {
-    U8 vm = nb::cast<U8>(validity_obj);
-    if (static_cast<int64_t>(vm.shape(0)) * 8 < validity_offset + n_docs)
-      throw std::invalid_argument("validity bitmap too short");
-    validity = vm.data();
-  }
-  daskwp::TokenizeParams p{max_chars};
-  daskwp::EncodedBatch r;
-  {
-    nb::gil_scoped_release release;
-    r = daskwp::encode_batch<Off>(vocab_blob.data(), norm_blob.data(), p, off, data.data(),
-                                  validity, validity_offset, n_docs, num_threads);
-  }
-  const size_t n_ids = static_cast<size_t>(r.n_ids);
-  return nb::make_tuple(to_numpy(std::move(r.ids), n_ids),
-                        to_numpy(std::move(r.offsets), static_cast<size_t>(n_docs + 1)));
-}
-
-// The throughput ceiling for benchmarks: one pass that reads every byte and writes it
-// lowercased (OR 0x20 on ASCII letters) into a scratch buffer, 64 KB at a time.
-uint64_t ceiling_pass(U8 data) {
-  const uint8_t* p = data.data();
-  const size_t n = data.shape(0);
-  uint64_t sum = 0;
-  nb::gil_scoped_release release;
-  std::vector<uint8_t> scratch(1 << 16);
-  for (size_t at = 0; at < n; at += scratch.size()) {
-    const size_t m = std::min(scratch.size(), n - at);
-    for (size_t k = 0; k < m; ++k) {
-      const uint8_t c = p[at + k];
-      scratch[k] = static_cast<uint8_t>(c | (((c - 'A') < 26u) ? 0x20 : 0));
-    }
-    sum += scratch[m / 2] + m;
-  }
-  return sum;
-}
-
-}  // namespace
-
-void bind_core(nb::module_& m) {
-  m.def("host_pool_info", [] {
-    const daskwp::HostPoolInfo i = daskwp::host_pool_info();
-    return nb::make_tuple(i.limit, i.cached, i.live);
-  }, "(limit, cached, live) bytes of the host output-memory pool.");
-  m.def("host_pool_set_limit", &daskwp::host_pool_set_limit, nb::arg("nbytes"),
-        "Most bytes of freed output blocks the pool keeps for reuse (0: none).");
-  m.def("host_pool_release", &daskwp::host_pool_release,
-        "Free the pool's cached blocks; returns their bytes.");
-  m.def("ceiling_pass", &ceiling_pass, nb::arg("data"),
-        "Benchmark ceiling: lowercase every byte into a scratch buffer; returns a checksum.");
-  m.def("build_vocab", &build_vocab, nb::arg("tokens_utf8"), nb::arg("token_offsets"),
-        nb::arg("ids"), nb::arg("unk_id"), nb::arg("continuing_subword_prefix"),
-        nb::arg("specials"), nb::arg("special_ids"),
-        "Compile a vocabulary into the flat trie blob (bytes).");
-  m.def("encode32", &encode_impl<I32, int32_t>, nb::arg("vocab_blob"), nb::arg("norm_blob"),
-        nb::arg("max_input_chars_per_word"), nb::arg("offsets"), nb::arg("data"),
-        nb::arg("validity").none(), nb::arg("validity_offset"), nb::arg("num_threads"),
-        "Tokenize Arrow string buffers (int32 offsets); returns (token_ids, offsets).");
-  m.def("encode64", &encode_impl<I64, int64_t>, nb::arg("vocab_blob"), nb::arg("norm_blob"),
-        nb::arg("max_input_chars_per_word"), nb::arg("offsets"), nb::arg("data"),
-        nb::arg("validity").none(), nb::arg("validity_offset"), nb::arg("num_threads"),
-        "Tokenize Arrow large-string buffers (int64 offsets); returns (token_ids, offsets).");
-  m.attr("BLOB_VERSION") = daskwp::kBlobVersion;
-}

@@ -6,7 +6,8 @@ Everything is derived from HF itself (its Rust Unicode tables are older than
 Python's ``unicodedata``), by normalizing / pre-tokenizing every Unicode scalar
 value one at a time.  HF (``tokenizers``) is a generation-time dependency only.
 
-Run:  python daskwp/kernels/gen_unicode_tables.py
+Run (from anywhere; it writes daskwp/kernels/unicode_tables.npz):
+      python tools/gen_unicode_tables.py
 
 Arrays written (np.savez_compressed):
 
@@ -55,7 +56,8 @@ from tokenizers.normalizers import BertNormalizer
 from tokenizers.pre_tokenizers import BertPreTokenizer
 
 N = 0x110000
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "unicode_tables.npz")
+OUT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "daskwp",
+                   "kernels", "unicode_tables.npz")
 
 WS, PUNCT = 1, 2
 REMOVE, SPACE, CHINESE, SURROGATE, NONSTARTER = 4, 8, 16, 32, 64
@@ -321,7 +323,7 @@ def main():
         counts[mode + "_max_output_bytes"] = max(len(v.encode()) for v in tables[mode].values())
         counts[mode + "_empty_outputs"] = sum(1 for v in tables[mode].values() if v == "")
     meta = {
-        "generator": "daskwp/kernels/gen_unicode_tables.py",
+        "generator": "tools/gen_unicode_tables.py",
         "tokenizers_version": tokenizers.__version__,
         "python_version": sys.version.split()[0],
         "python_unidata_version": unicodedata.unidata_version,

@@ -1,0 +1,89 @@
+// daskwp — binding of the CPU batch loop (cpu_batch.cpp): encode32 / encode64 check their
+// inputs, release the GIL for the batch and hand the outputs to NumPy without a copy; and
+// the benchmarks' throughput ceiling.
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+#include "bindings.hpp"
+#include "cpu_batch.hpp"
+
+namespace {
+
+template <typename T>
+nb::ndarray<nb::numpy, T, nb::ndim<1>> to_numpy(daskwp::HostArray<T> data, size_t n) {
+  T* raw = data.release();
+  nb::capsule owner(raw, [](void* q) noexcept { daskwp::host_free(q); });
+  return nb::ndarray<nb::numpy, T, nb::ndim<1>>(raw, {n}, owner);
+}
+
+template <typename OffArr, typename Off>
+nb::tuple encode_impl(U8 vocab_blob, U8 norm_blob, int32_t max_chars, OffArr offsets,
+                      U8 data, nb::object validity_obj, int64_t validity_offset,
+                      int num_threads) {
+  daskwp::check_vocab_blob(vocab_blob.data(), vocab_blob.shape(0));
+  daskwp::check_norm_blob(norm_blob.data(), norm_blob.shape(0));
+  if (offsets.shape(0) < 1) throw std::invalid_argument("offsets must not be empty");
+  const int64_t n_docs = static_cast<int64_t>(offsets.shape(0)) - 1;
+  const Off* off = offsets.data();
+  // Bounds: offsets must be non-decreasing and inside the data buffer.
+  const int64_t data_len = static_cast<int64_t>(data.shape(0));
+  for (int64_t d = 0; d < n_docs; ++d)
+    if (off[d] > off[d + 1]) throw std::invalid_argument("offsets are not non-decreasing");
+  if (n_docs && (off[0] < 0 || static_cast<int64_t>(off[n_docs]) > data_len))
+    throw std::invalid_argument("offsets point outside the data buffer");
+  if (validity_offset < 0) throw std::invalid_argument("validity_offset must be >= 0");
+  const uint8_t* validity = nullptr;
+  if (!validity_obj.is_none()) {
+    U8 vm = nb::cast<U8>(validity_obj);
+    if (static_cast<int64_t>(vm.shape(0)) * 8 < validity_offset + n_docs)
+      throw std::invalid_argument("validity bitmap too short");
+    validity = vm.data();
+  }
+  daskwp::TokenizeParams p{max_chars};
+  daskwp::EncodedBatch r;
+  {
+    nb::gil_scoped_release release;
+    r = daskwp::encode_batch<Off>(vocab_blob.data(), norm_blob.data(), p, off, data.data(),
+                                  validity, validity_offset, n_docs, num_threads);
+  }
+  const size_t n_ids = static_cast<size_t>(r.n_ids);
+  return nb::make_tuple(to_numpy(std::move(r.ids), n_ids),
+                        to_numpy(std::move(r.offsets), static_cast<size_t>(n_docs + 1)));
+}
+
+// The throughput ceiling for benchmarks: one pass that reads every byte and writes it
+// lowercased (OR 0x20 on ASCII letters) into a scratch buffer, 64 KB at a time.
+uint64_t ceiling_pass(U8 data) {
+  const uint8_t* p = data.data();
+  const size_t n = data.shape(0);
+  uint64_t sum = 0;
+  nb::gil_scoped_release release;
+  std::vector<uint8_t> scratch(1 << 16);
+  for (size_t at = 0; at < n; at += scratch.size()) {
+    const size_t m = std::min(scratch.size(), n - at);
+    for (size_t k = 0; k < m; ++k) {
+      const uint8_t c = p[at + k];
+      scratch[k] = static_cast<uint8_t>(c | (((c - 'A') < 26u) ? 0x20 : 0));
+    }
+    sum += scratch[m / 2] + m;
+  }
+  return sum;
+}
+
+}  // namespace
+
+void bind_encode(nb::module_& m) {
+  m.def("ceiling_pass", &ceiling_pass, nb::arg("data"),
+        "Benchmark ceiling: lowercase every byte into a scratch buffer; returns a checksum.");
+  m.def("encode32", &encode_impl<I32, int32_t>, nb::arg("vocab_blob"), nb::arg("norm_blob"),
+        nb::arg("max_input_chars_per_word"), nb::arg("offsets"), nb::arg("data"),
+        nb::arg("validity").none(), nb::arg("validity_offset"), nb::arg("num_threads"),
+        "Tokenize Arrow string buffers (int32 offsets); returns (token_ids, offsets).");
+  m.def("encode64", &encode_impl<I64, int64_t>, nb::arg("vocab_blob"), nb::arg("norm_blob"),
+        nb::arg("max_input_chars_per_word"), nb::arg("offsets"), nb::arg("data"),
+        nb::arg("validity").none(), nb::arg("validity_offset"), nb::arg("num_threads"),
+        "Tokenize Arrow large-string buffers (int64 offsets); returns (token_ids, offsets).");
+}

@@ -1,0 +1,20 @@
+// daskwp — the binding files of `daskwp._ext`: one register function per concern, called
+// by the module definition (bind_module.cpp), and the input array types they share.
+#pragma once
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include <cstdint>
+
+namespace nb = nanobind;
+
+// One-dimensional, C-contiguous host arrays, read only.
+using U8 = nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using I32 = nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using I64 = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+void bind_memory(nb::module_& m);   // bind_memory.cpp: the host output-memory pool
+void bind_vocab(nb::module_& m);    // bind_vocab.cpp: build_vocab, BLOB_VERSION
+void bind_encode(nb::module_& m);   // bind_encode.cpp: encode32, encode64, ceiling_pass
+void bind_windows(nb::module_& m);  // bind_windows.cpp: build_windows

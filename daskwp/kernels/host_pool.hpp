@@ -1,0 +1,42 @@
+// daskwp — host memory for output arrays: the pool behind host_alloc / host_free
+// (host_pool.cpp) and the owning array types built on it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace daskwp {
+
+// Host output arrays (and the buffers behind them) come from host_alloc and go back with
+// host_free, also from the NumPy capsules that own them once they reach Python. Blocks of
+// 4 MB and more are 2 MB aligned, asked for transparent huge pages, and pooled: a freed
+// block is kept (up to the pool's limit, oldest dropped first) and handed out again for a
+// request of about its size. Writing fresh memory costs first-touch page faults, which
+// dominated padded windows output and the per-partition outputs of Dask workers (whose
+// malloc returns large blocks to the system at once); a pooled block is already mapped.
+void* host_alloc(size_t bytes);
+void* host_alloc_pooled(size_t bytes);  // pooled (and huge-page backed) whatever its size
+void host_free(void* p) noexcept;
+
+struct HostPoolInfo {
+  size_t limit;   // most bytes of freed blocks kept for reuse
+  size_t cached;  // bytes of freed blocks kept now
+  size_t live;    // bytes of pooled blocks in use
+};
+HostPoolInfo host_pool_info();
+void host_pool_set_limit(size_t bytes);  // also drops cached blocks above the new limit
+size_t host_pool_release();              // frees every cached block; returns their bytes
+
+struct FreeDelete {
+  void operator()(void* p) const noexcept { host_free(p); }
+};
+template <typename T>
+using HostArray = std::unique_ptr<T[], FreeDelete>;
+
+template <typename T>
+HostArray<T> host_array(size_t n) {
+  return HostArray<T>(static_cast<T*>(host_alloc((n ? n : 1) * sizeof(T))));
+}
+
+}  // namespace daskwp
