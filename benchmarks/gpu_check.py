@@ -20,6 +20,8 @@ section is recorded and the next one still runs):
                download) from a copy of the launcher's steps (``staged_encode``), timed with
                synchronize + perf_counter and CUDA events around each stage; every corpus
                repeated to ``--corpus-mb`` against the CPU on all threads; one huge document
+               at every chunk size; the largest partition with its documents sorted by
+               length (lane balance, docs/gpu.md 3.2)
 ``variants``   the count pass of the same source compiled here under other NVRTC register
                limits (--maxrregcount) and launched with other block sizes (the counts
                must not change): what occupancy buys, measured
@@ -33,6 +35,9 @@ section is recorded and the next one still runs):
                CPU backend on a CPU LocalCluster
 ``findings``   facts about daskwp the check relies on or tripped over (dask tokens and
                the per-worker tokenizer cache ignore ``device``, ...)
+
+Each section has a time budget with ``--fast`` (``--budget``); the JSON and Markdown are
+rewritten after every section, so a run cut short keeps what it measured.
 
 ``--cpu-only`` (the dry run, ``GPU_CHECK_CPU_ONLY=1``): every step that needs no device
 runs; the device steps run on the *emulated* CUDA backend of the test suite
@@ -50,12 +55,14 @@ import os
 
 # HF tokenizers must use all cores: rayon reads this when its pool starts (first use).
 os.environ.pop("RAYON_NUM_THREADS", None)
+os.environ["TOKENIZERS_PARALLELISM"] = "true"
 
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import json  # noqa: E402
 import platform  # noqa: E402
 import shutil  # noqa: E402
+import signal  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -559,9 +566,17 @@ class Check:
         return large_string(docs)
 
     @contextlib.contextmanager
-    def section(self, name: str):
+    def section(self, name: str, budget_s: int = 0):
+        """Runs a section: its time and any error are recorded, and the next section runs.
+        With budget_s, SIGALRM stops it after that long (a hung cluster start, say)."""
         log(f"\n--- {name} ---")
         t0 = time.perf_counter()
+        old = None
+        if budget_s and hasattr(signal, "SIGALRM"):
+            def _timeout(signum, frame):
+                raise TimeoutError(f"section {name} ran past its {budget_s} s budget")
+            old = signal.signal(signal.SIGALRM, _timeout)
+            signal.alarm(int(budget_s))
         try:
             yield
         except Exception as e:
@@ -569,6 +584,9 @@ class Check:
             log(f"SECTION {name} FAILED: {type(e).__name__}: {e}")
             traceback.print_exc()
         finally:
+            if old is not None:
+                signal.alarm(0)
+                signal.signal(signal.SIGALRM, old)
             self.R["sections"][name] = round(time.perf_counter() - t0, 2)
             log(f"[{name}: {time.perf_counter() - t0:.1f} s]")
 
@@ -691,7 +709,7 @@ class Check:
             hf = self.hf(vname) if (vname, dict(VOCAB_CONFIGS)[vname]) in self.vocabs else None
             if hf is None:
                 continue
-            docs = self.docs(path)
+            docs = self.docs(path) if args.hf_parity_whole else sample(path)
             enc = self.tok(vname).encode(large_string(docs), num_threads=0)
             out = hf.encode_batch(docs, add_special_tokens=False)
             got = [e.ids for e in out]
@@ -705,7 +723,7 @@ class Check:
                                      f"document {bad} {_snippet(docs, bad)}")
                 log(f"  CPU != HF {path.name} [{vname}] document {bad}")
         P["cpu_hf"] = {"corpora": len(hf_rows), "ok": all(r["ok"] for r in hf_rows),
-                       "rows": hf_rows}
+                       "whole_corpora": bool(args.hf_parity_whole), "rows": hf_rows}
         log(f"  cpu == hf: {sum(r['ok'] for r in hf_rows)}/{len(hf_rows)} corpora")
         if be is None:
             P["ok"] = P["cpu_hf"]["ok"]
@@ -905,21 +923,49 @@ class Check:
             arr = one_document(base, args.huge_doc_mb)
             size = arrow_nbytes(arr)
             dev = cuda.device_strings(arr)
-            tg = best(lambda: cuda.encode_cuda(tok, dev), rep, sync)
+            by_chunk = {}
+            for cb in args.chunks:
+                cbv = None if cb == 0 else cb
+                by_chunk[str(cb or "auto")] = size / best(
+                    lambda: cuda.encode_cuda(tok, dev, chunk_bytes=cbv), rep, sync) / GB
             tc = best(lambda: tok.encode(arr, num_threads=0), max(1, rep - 1))
             g = cuda.encode_cuda(tok, dev)
             e = tok.encode(arr, num_threads=0)
             ok = diff_encoding(g[0], g[1], e.token_ids, e.offsets) is None
-            T["huge_document"] = {"mb": round(size / MB, 2), "kernel_gbs": size / tg / GB,
+            first = by_chunk[str(args.chunks[0] or "auto")]
+            T["huge_document"] = {"mb": round(size / MB, 2), "kernel_gbs": first,
+                                  "kernel_gbs_by_chunk": by_chunk,
                                   "cpu_all_gbs": size / tc / GB, "gpu_equals_cpu": ok}
-            log(f"  one {size / MB:.1f} MB document: kernel {size / tg / GB:.2f} GB/s, CPU all "
-                f"threads {size / tc / GB:.3f} GB/s, equal {ok}")
+            log(f"  one {size / MB:.1f} MB document: kernel GB/s by chunk "
+                + ", ".join(f"{k}: {v:.2f}" for k, v in by_chunk.items())
+                + f"; CPU all threads {size / tc / GB:.3f} GB/s, equal {ok}")
             if not ok:
                 self.R.setdefault("parity", {}).setdefault("failures", []).append(
                     "huge document: GPU != CPU")
                 self.R["parity"]["ok"] = False
             del dev, g
             be.free()
+        # lane balance: the same documents in length order (neighbouring threads then hold
+        # chunks of about the same size); docs/gpu.md 3.2 predicts the gain
+        mb = max(args.sizes_mb)
+        arr = tiled(base, mb)
+        lens = np.diff(np.frombuffer(arr.buffers()[1], dtype=np.int64)[
+            arr.offset:arr.offset + len(arr) + 1])
+        order = np.argsort(lens, kind="stable")
+        sorted_arr = arr.take(pa.array(order))
+        size = arrow_nbytes(arr)
+        res = {}
+        for name, a in (("natural", arr), ("length_sorted", sorted_arr)):
+            dev = cuda.device_strings(a)
+            res[name] = size / best(lambda: cuda.encode_cuda(tok, dev), rep, sync) / GB
+            del dev
+            be.free()
+        res["mb"] = round(size / MB, 2)
+        res["gain"] = res["length_sorted"] / res["natural"]
+        T["lane_balance"] = res
+        log(f"  lane balance, {size / MB:.1f} MB: natural order {res['natural']:.2f} GB/s, "
+            f"length-sorted {res['length_sorted']:.2f} GB/s ({res['gain']:.2f}x)")
+        T["clocks_after"] = _nvidia_smi()
 
     # -- variants -------------------------------------------------------------------------
     def variants(self):
@@ -1337,8 +1383,15 @@ class Check:
                 L.append("")
             if T.get("huge_document"):
                 h = T["huge_document"]
-                L += [f"One {h['mb']} MB document: kernel {h['kernel_gbs']:.2f} GB/s, CPU "
-                      f"{h['cpu_all_gbs']:.3f} GB/s, equal {h['gpu_equals_cpu']}", ""]
+                L += [f"One {h['mb']} MB document: kernel GB/s by chunk "
+                      + ", ".join(f"{k} {v:.2f}" for k, v in
+                                  (h.get("kernel_gbs_by_chunk") or {}).items())
+                      + f"; CPU {h['cpu_all_gbs']:.3f} GB/s; equal {h['gpu_equals_cpu']}", ""]
+            if T.get("lane_balance"):
+                b = T["lane_balance"]
+                L += [f"Lane balance ({b['mb']} MB English): natural order "
+                      f"{b['natural']:.2f} GB/s, sorted by length {b['length_sorted']:.2f} GB/s "
+                      f"({b['gain']:.2f}x)", ""]
         V = R.get("variants") if isinstance(R.get("variants"), dict) else {}
         if V.get("rows"):
             L += [f"Build variants (count pass only, {V['mb']} MB English, chunk "
@@ -1380,6 +1433,21 @@ class Check:
             L += ["Failed sections:", ""] + [f"- {k}: {v}" for k, v in R["errors"].items()]
         L.append(f"Section times (s): {R['sections']}")
         return "\n".join(L) + "\n"
+
+
+def _nvidia_smi() -> str | None:
+    """SM clock, its maximum, power and temperature now (None without nvidia-smi)."""
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return None
+    try:
+        import subprocess
+
+        return subprocess.run([exe, "--query-gpu=clocks.sm,clocks.max.sm,power.draw,"
+                               "temperature.gpu", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=20).stdout.strip()
+    except Exception as e:
+        return f"? ({type(e).__name__})"
 
 
 def _warm_worker(gpu: bool):
@@ -1473,6 +1541,9 @@ def main(argv=None) -> int:
                     help="download the windows in the stage breakdown up to this input size")
     ap.add_argument("--skip", nargs="*", default=[],
                     help="sections to skip (nvrtc parity throughput anchors cluster)")
+    ap.add_argument("--budget", action="append", default=[], metavar="SECTION=SECONDS",
+                    help="stop a section after this long (default with --fast: parity=150 "
+                         "throughput=120 variants=90 anchors=90 cluster=150)")
     ap.add_argument("--extra-json", help="a JSON object to merge into the results (the "
                     "shell script's build and test results)")
     args = ap.parse_args(argv)
@@ -1487,8 +1558,9 @@ def main(argv=None) -> int:
     args.chunks = pick(args.chunks, [0, 256, 1024, 4096], [0, 256, 4096], [0, 1024])
     args.corpus_mb = pick(args.corpus_mb, 64, 16, 0.05)
     args.huge_doc_mb = pick(args.huge_doc_mb, 64, 16, 0.3)
-    args.anchor_mb = pick(args.anchor_mb, 256, 64, 8 if not fast else 4)
-    args.hf_mb = pick(args.hf_mb, 32, 8, 2 if not fast else 1)
+    args.anchor_mb = pick(args.anchor_mb, 256, 64, 8 if not fast else 2)
+    args.hf_mb = pick(args.hf_mb, 32, 8, 2 if not fast else 0.5)
+    args.hf_parity_whole = not (dry and fast)   # the dry run's HF parity: the samples
     args.parity_kb = pick(args.parity_kb, 0, 0, 0 if not fast else 40)
     args.variant_mb = pick(args.variant_mb, 256, 64, 0.3)
     args.variant_regs = pick(args.variant_regs, [0, 48, 40, 32], [0, 40, 32], [0])
@@ -1497,6 +1569,11 @@ def main(argv=None) -> int:
     args.cluster_mb = pick(args.cluster_mb, 128, 32, 4 if not fast else 2)
     args.cluster_files = pick(args.cluster_files, 16, 8, 4)
 
+    args.budgets = dict(parity=150, throughput=120, variants=90, anchors=90, cluster=150) \
+        if fast and not dry else {}
+    for b in args.budget:
+        k, _, v = b.partition("=")
+        args.budgets[k] = int(v)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if not dry:   # measure a real NVRTC compile: CuPy's kernel cache starts empty
@@ -1508,6 +1585,15 @@ def main(argv=None) -> int:
         except (OSError, ValueError) as e:
             chk.R["errors"]["extra_json"] = str(e)
     t_start = time.perf_counter()
+
+    def write(partial: bool) -> dict:
+        chk.R["total_s"] = round(time.perf_counter() - t_start, 1)
+        chk.R["complete"] = not partial
+        S = chk.summary()
+        (out / "gpu_check.json").write_text(json.dumps(chk.R, indent=1, default=str))
+        (out / "gpu_check.md").write_text(chk.markdown())
+        return S
+
     with chk.section("env"):
         chk.env()
     steps = [("findings", chk.findings), ("nvrtc", chk.nvrtc), ("parity", chk.parity),
@@ -1524,12 +1610,10 @@ def main(argv=None) -> int:
         if name == "cluster" and args.cluster_mb <= 0:
             chk.R[name] = "skipped (--cluster-mb 0)"
             continue
-        with chk.section(name):
+        with chk.section(name, args.budgets.get(name, 0)):
             fn()
-    chk.R["total_s"] = round(time.perf_counter() - t_start, 1)
-    S = chk.summary()
-    (out / "gpu_check.json").write_text(json.dumps(chk.R, indent=1, default=str))
-    (out / "gpu_check.md").write_text(chk.markdown())
+        write(partial=True)   # a run cut short still leaves what it measured
+    S = write(partial=False)
     log(f"\nwrote {out / 'gpu_check.json'} and {out / 'gpu_check.md'} "
         f"({chk.R['total_s']} s)")
     log(S["line"])

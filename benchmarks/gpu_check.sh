@@ -17,6 +17,7 @@
 #                         steps on the test suite's emulated CUDA backend (exit 0 when green)
 #   GPU_CHECK_REBUILD=1   build daskwp even when it already imports from this checkout
 #   GPU_CHECK_ARGS="..."  more arguments for gpu_check.py (e.g. "--skip cluster")
+#   GPU_CHECK_PY_TIMEOUT  seconds gpu_check.py may run (default 300 with FAST, else 1800)
 #   OUT                   results folder (default .gpucheck-out): gpu_check.log,
 #                         gpu_check.json, gpu_check.md, gpu_tests.xml
 #   PYTHON                interpreter (default python3)
@@ -143,12 +144,15 @@ build_s=$((SECONDS - t0))
 say "GPU tests: NVRTC compile of the CuPy source, then pytest -m gpu (suite-wide)"
 t0=$SECONDS
 tests_rc=0
-timeout 300 "$PY" -m pytest -q -p no:cacheprovider tests/test_cuda.py -rs \
+# Caps keep a hung test from spending the device's time (FAST: the whole run stays inside
+# one 10-minute device call).
+if [[ "$FAST" == 1 ]]; then t_nvrtc=90 t_gpu=180; else t_nvrtc=300 t_gpu=900; fi
+timeout "$t_nvrtc" "$PY" -m pytest -q -p no:cacheprovider tests/test_cuda.py -rs \
   -k "(nvrtc and compute_90) or digest or include or implementation" || tests_rc=$?
 # -m gpu selects the gpu-marked tests everywhere, tests/test_backends.py's "gpu" backend
 # parameter included; without a device they skip, with the reason.
 gpu_rc=0
-timeout 420 "$PY" -m pytest -q -p no:cacheprovider tests -m gpu -rs \
+timeout "$t_gpu" "$PY" -m pytest -q -p no:cacheprovider tests -m gpu -rs \
   --junitxml="$OUT_DIR/gpu_tests.xml" || gpu_rc=$?
 ((gpu_rc == 5)) && gpu_rc=0   # none selected is not a failure
 ((gpu_rc)) && tests_rc=$gpu_rc
@@ -176,8 +180,12 @@ ARGS=(--data "$DATA" --out "$OUT_DIR" --extra-json "$WORK/shell.json")
 [[ "$CPU_ONLY" == 1 ]] && ARGS+=(--cpu-only)
 # shellcheck disable=SC2206
 [[ -n "${GPU_CHECK_ARGS:-}" ]] && ARGS+=(${GPU_CHECK_ARGS})
+# A last resort against a hang: the JSON is rewritten after every section, so what was
+# measured before the limit still comes back.
+limit="${GPU_CHECK_PY_TIMEOUT:-$([[ "$FAST" == 1 ]] && echo 300 || echo 1800)}"
 check_rc=0
-"$PY" benchmarks/gpu_check.py "${ARGS[@]}" || check_rc=$?
+timeout -s INT -k 20 "$limit" "$PY" benchmarks/gpu_check.py "${ARGS[@]}" || check_rc=$?
+((check_rc == 124)) && echo "gpu_check.py stopped after $limit s (GPU_CHECK_PY_TIMEOUT)"
 
 say "done: build ${build_s} s, tests ${tests_s} s (rc $tests_rc), gpu_check.py rc $check_rc"
 "$PY" - "$OUT_DIR/gpu_check.json" <<'EOF' || true
