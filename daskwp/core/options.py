@@ -212,6 +212,43 @@ def check_compression(name: str, value) -> str:
     raise OptionValueError(f"{name} must be one of {', '.join(COMPRESSIONS)}; got {value!r}")
 
 
+#: CSV/TSV quote handling of batch jobs (the ``quoting`` option).
+QUOTING = ("csv", "none")
+#: Columns of a batch job's output parts; a kept input column may not take one of these names.
+JOB_OUTPUT_COLUMNS = ("logID", "start", "stop", "input_ids", "attention_mask", "window")
+
+
+def _str_list(name: str, value, what: str) -> list | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = [value]
+    if isinstance(value, (list, tuple)) and all(isinstance(x, str) and x for x in value):
+        return list(value) or None
+    raise OptionValueError(f"{name} must be {what} or a list of them, got {value!r}")
+
+
+def check_patterns(name: str, value) -> list | None:
+    """None (no filter), a glob pattern, or a list of them."""
+    return _str_list(name, value, "a glob pattern such as '**/*.jsonl' (matched against paths "
+                                  "relative to the input directory)")
+
+
+def check_columns(name: str, value) -> list | None:
+    """None (no column), a column name, or a list of distinct names that are not output
+    columns."""
+    cols = _str_list(name, value, "a column name")
+    if cols:
+        dup = sorted({c for c in cols if cols.count(c) > 1})
+        if dup:
+            raise OptionValueError(f"{name} names the column {dup[0]!r} twice, got {value!r}")
+        taken = [c for c in cols if c in JOB_OUTPUT_COLUMNS]
+        if taken:
+            raise OptionValueError(f"{name}: {taken[0]!r} is a column of the output "
+                                   f"({', '.join(JOB_OUTPUT_COLUMNS)}); got {value!r}")
+    return cols
+
+
 # -- the table ----------------------------------------------------------------------------
 # max_length and stride are checked here for their type; their ranges depend on each other
 # and on add_special_tokens (core.windows.window_params checks them together).
@@ -351,6 +388,21 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
          group="cluster"),
     _opt("quiet", False, check_bool, "true or false", False, (JOB,),
          "no progress and no summary (it is in OUTPUT/_summary.json)", group="run"),
+    # Batch jobs: which files of a directory, CSV quotes, input columns kept in the output
+    _opt("include", None, check_patterns, "a glob pattern or a list of them", False, (JOB,),
+         "read only the files of a directory input that match one of these patterns (relative "
+         "to the directory; '**' spans folders; a pattern without '/' matches the file name)",
+         metavar="PATTERN", repeatable=True),
+    _opt("exclude", None, check_patterns, "a glob pattern or a list of them", False, (JOB,),
+         "skip the files and folders of a directory input that match one of these patterns "
+         "(as include)", metavar="PATTERN", repeatable=True),
+    _opt("quoting", "csv", check_choice(QUOTING), "'csv' or 'none'", True, (JOB,),
+         "CSV/TSV quotes: 'csv' (default): a value starting with \" may hold delimiters and "
+         "newlines; 'none': quotes are plain characters, every newline ends a record",
+         cli_choices=QUOTING),
+    _opt("keep_columns", None, check_columns, "a column name or a list of them", True, (JOB,),
+         "input columns copied into every output row of their document (e.g. an id to join "
+         "the rows back to their source)", metavar="COLUMN", repeatable=True),
 )}
 
 
