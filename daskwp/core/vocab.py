@@ -26,6 +26,12 @@ _WHITE_SPACE = ("\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u20
                 "\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
 
 
+#: The names daskwp gives the special tokens unless told otherwise (BERT's).
+DEFAULT_SPECIAL_NAMES = {"unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]",
+                         "pad_token": "[PAD]", "mask_token": "[MASK]"}
+SPECIAL_NAME_OPTIONS = tuple(DEFAULT_SPECIAL_NAMES)
+
+
 class Vocabulary:
     """A WordPiece vocabulary compiled for the fused tokenizer.
 
@@ -39,6 +45,13 @@ class Vocabulary:
     token keeps its last id. A UTF-8 BOM and CRLF line ends are accepted and read as the
     plain file.
 
+    Special tokens: ``unk_token`` (WordPiece's unknown token), ``cls_token`` and
+    ``sep_token`` (the frame of a row), ``pad_token`` (padding) and ``mask_token`` default to
+    BERT's ``[UNK] [CLS] [SEP] [PAD] [MASK]`` (a ``tokenizer.json`` names its own unknown
+    token, and its post-processor and padding name the others). Those in the vocabulary are
+    matched literally in the raw text, as ``BertWordPieceTokenizer`` registers them; a
+    ``tokenizer.json``'s added tokens are matched instead, and are not WordPiece pieces.
+
     Memory
     ------
     The blob is about 40 bytes per trie node: ~1.3 MB for bert-base-uncased, ~9 MB for the
@@ -46,43 +59,93 @@ class Vocabulary:
     worker keyed by :attr:`hash`.
     """
 
-    def __init__(self, tokens: Sequence[str], *, unk_token: str = "[UNK]",
+    def __init__(self, tokens: Sequence[str], *, unk_token: str | None = None,
                  continuing_subword_prefix: str = "##",
                  special_tokens: Iterable[str] | None = None,
                  extra_tokens: dict[str, int] | None = None,
-                 source: str = "<tokens>", config: dict | None = None):
+                 added_tokens: dict[str, int] | None = None,
+                 cls_token: str | None = None, sep_token: str | None = None,
+                 pad_token: str | None = None, mask_token: str | None = None,
+                 source: str = "<tokens>", config: dict | None = None,
+                 nonspecial_tokens: Iterable[str] = ()):
+        tokens = list(tokens)  # id -> token (may contain duplicates / empty strings)
+        model: dict[str, int] = {}
+        for i, t in enumerate(tokens):
+            model[t] = i  # the last occurrence wins, as in HF
+        for t, i in (extra_tokens or {}).items():
+            # Model tokens beyond the list or sharing an id with another token.
+            model[t] = i
+            while len(tokens) <= i:
+                tokens.append("")
+            if tokens[i] == "":
+                tokens[i] = t
+        added = dict(added_tokens or {})
+        for t, i in added.items():
+            # Added tokens are matched literally, never as WordPiece pieces; an id names
+            # them first (HF's id_to_token).
+            while len(tokens) <= i:
+                tokens.append("")
+            tokens[i] = t
+        names = {"unk_token": unk_token, "cls_token": cls_token, "sep_token": sep_token,
+                 "pad_token": pad_token, "mask_token": mask_token}
+        self._setup(tokens, model, added, names,
+                    None if special_tokens is None else tuple(special_tokens),
+                    continuing_subword_prefix, source, config, tuple(nonspecial_tokens))
+
+    def _setup(self, tokens, model, added, names, specials, prefix, source, config,
+               nonspecial=()):
         self.source = source
         self.config = dict(config or {})
-        self._tokens = list(tokens)  # id -> token (may contain duplicates / empty strings)
-        vocab: dict[str, int] = {}
-        for i, t in enumerate(self._tokens):
-            vocab[t] = i  # the last occurrence wins, as in HF
-        for t, i in (extra_tokens or {}).items():
-            # Tokens beyond the list (added tokens) or sharing an id with another token.
-            vocab[t] = i
-            while len(self._tokens) <= i:
-                self._tokens.append("")
-            if self._tokens[i] == "":
-                self._tokens[i] = t
+        self._tokens = tokens
+        self._model = model
+        self._added = added
+        vocab = dict(model)
+        vocab.update(added)
         if not vocab or (len(vocab) == 1 and "" in vocab):
             raise ValueError(f"vocabulary {source!r} is empty")
+        names = {k: (v if v is not None else DEFAULT_SPECIAL_NAMES[k])
+                 for k, v in names.items()}
+        for k, v in names.items():
+            if not isinstance(v, str) or not v:
+                raise ValueError(f"{k} must be a non-empty string, got {v!r}")
+        unk_token = names["unk_token"]
         if unk_token not in vocab:
             raise ValueError(
                 f"vocabulary {source!r} has no unknown token {unk_token!r}; WordPiece needs one "
                 f"(pass unk_token=... to name another token of the vocabulary)")
+        if not isinstance(prefix, str) or not prefix:
+            raise ValueError(f"vocabulary {source!r}: the continuing-subword prefix "
+                             f"{prefix!r} is not supported (daskwp needs a non-empty one)")
         self._vocab = vocab
+        self._names = names
         self.unk_token = unk_token
-        self.continuing_subword_prefix = continuing_subword_prefix
-        if special_tokens is None:
-            special_tokens = [t for t in BERT_SPECIAL_TOKENS if t in vocab]
-        missing = [t for t in special_tokens if t not in vocab]
+        self.cls_token, self.sep_token = names["cls_token"], names["sep_token"]
+        self.pad_token, self.mask_token = names["pad_token"], names["mask_token"]
+        self.continuing_subword_prefix = prefix
+        self._explicit_specials = specials
+        if specials is None:
+            # What BertWordPieceTokenizer registers: these names, where in the vocabulary.
+            specials = [names[k] for k in ("unk_token", "sep_token", "cls_token", "pad_token",
+                                           "mask_token") if names[k] in vocab]
+        missing = [t for t in specials if t not in vocab]
         if missing:
             raise ValueError(f"special tokens {missing} are not in vocabulary {source!r}")
-        self.special_tokens = tuple(dict.fromkeys(special_tokens))
-        self._blob = self._compile()
+        self.special_tokens = tuple(dict.fromkeys(t for t in specials if t))
+        # Matched literally like the others, but not special (decode keeps them, as HF).
+        self._nonspecial = tuple(t for t in nonspecial if t in self.special_tokens)
+        self._prefix_blobs: dict = {}
+        self._prefix_choices: dict = {}
+        self._blob = self._compile(prefix)
         h = hashlib.blake2b(digest_size=16)
         h.update(self._blob)
         h.update("\n".join(self._tokens).encode("utf-8", "surrogatepass"))
+        if any(names[k] != DEFAULT_SPECIAL_NAMES[k] for k in names):
+            # The frame and padding tokens are not in the blob: their names enter the hash.
+            h.update(("\0" + "\0".join(names[k] for k in SPECIAL_NAME_OPTIONS))
+                     .encode("utf-8", "surrogatepass"))
+        if self._nonspecial:
+            h.update(("\0nonspecial\0" + "\0".join(self._nonspecial))
+                     .encode("utf-8", "surrogatepass"))
         self.hash = h.hexdigest()
 
     # -- construction -------------------------------------------------------------------
@@ -93,16 +156,24 @@ class Vocabulary:
 
     @classmethod
     def from_file(cls, path: str | os.PathLike, **kwargs) -> "Vocabulary":
-        """Read a ``vocab.txt``, a HuggingFace ``tokenizer.json``, or a model folder."""
+        """Read a ``vocab.txt``, a HuggingFace ``tokenizer.json``, or a model folder (its
+        ``tokenizer.json`` when it has one, as HF's fast tokenizers read it, else its
+        ``vocab.txt``).
+
+        Keywords: ``unk_token``, ``cls_token``, ``sep_token``, ``pad_token``, ``mask_token``
+        (another spelling of a special token; None: the file's, else BERT's),
+        ``continuing_subword_prefix``, ``special_tokens``.
+        """
         p = Path(path)
         if p.is_dir():
-            for name in ("vocab.txt", "tokenizer.json"):
+            for name in ("tokenizer.json", "vocab.txt"):
                 if (p / name).is_file():
                     return cls.from_file(p / name, **kwargs)
             raise FileNotFoundError(
                 f"model folder {str(p)!r} holds neither vocab.txt nor tokenizer.json")
         if not p.is_file():
             raise FileNotFoundError(f"vocabulary file {str(p)!r} does not exist")
+        kwargs = {k: v for k, v in kwargs.items() if v is not None}
         if p.suffix == ".json":
             return cls._from_tokenizer_json(p, **kwargs)
         return cls._from_vocab_txt(p, **kwargs)
@@ -163,40 +234,108 @@ class Vocabulary:
             else:
                 tokens[i] = t
                 taken[i] = True
-        specials, extra = [], dict(shared)
+        specials, added, stripped, nonspecial = [], {}, [], []
         for at in spec.get("added_tokens") or []:
-            content, tid = at["content"], at["id"]
-            if at.get("normalized", False) and not at.get("special", False):
+            if not isinstance(at, dict) or not isinstance(at.get("content"), str):
+                raise ValueError(f"tokenizer file {str(p)!r}: an added token is not an object "
+                                 f"with a 'content' string: {at!r:.80}")
+            content, tid = at["content"], at.get("id")
+            if isinstance(tid, bool) or not isinstance(tid, int) or not 0 <= tid < 2**31 - 1:
+                raise ValueError(f"tokenizer file {str(p)!r}: added token {content!r} has id "
+                                 f"{tid!r}; ids must be integers in [0, 2**31 - 1)")
+            if not content:
+                continue  # HF ignores empty added tokens
+            if at.get("normalized", not at.get("special", False)):
                 raise ValueError(
-                    f"tokenizer file {str(p)!r}: added token {content!r} is matched after "
-                    f"normalization, which daskwp does not support")
+                    f"tokenizer file {str(p)!r}: added token {content!r} has "
+                    f"\"normalized\": true (HF matches it in the normalized text), which "
+                    f"daskwp does not support; daskwp matches added tokens in the raw text "
+                    f"(\"normalized\": false)")
+            if at.get("single_word", False):
+                raise ValueError(
+                    f"tokenizer file {str(p)!r}: added token {content!r} has "
+                    f"\"single_word\": true (HF drops a match that touches a word "
+                    f"character), which daskwp does not support")
+            if at.get("lstrip", False) or at.get("rstrip", False):
+                stripped.append(content)  # the tokenizer checks them against its pipeline
             specials.append(content)
+            if not at.get("special", False):
+                nonspecial.append(content)
             if vocab.get(content) != tid:
-                extra[content] = tid
+                added[content] = tid
+        names = _special_names(spec)
         config = {"normalizer": spec.get("normalizer"),
-                  "max_input_chars_per_word": model.get("max_input_chars_per_word", 100)}
+                  "pre_tokenizer": spec.get("pre_tokenizer"),
+                  "max_input_chars_per_word": model.get("max_input_chars_per_word", 100),
+                  "stripped_added_tokens": stripped}
         kwargs.setdefault("unk_token", model.get("unk_token", "[UNK]"))
         kwargs.setdefault("continuing_subword_prefix",
                           model.get("continuing_subword_prefix", "##"))
         kwargs.setdefault("special_tokens", specials)
-        return cls(tokens, extra_tokens=extra, source=str(p), config=config, **kwargs)
+        full = dict(vocab)
+        full.update(added)
+        for k, v in names.items():
+            if v in full:  # a name the file's tokens do not have keeps BERT's
+                kwargs.setdefault(k, v)
+        return cls(tokens, extra_tokens=shared, added_tokens=added, source=str(p),
+                   config=config, nonspecial_tokens=nonspecial, **kwargs)
 
     @classmethod
     def default(cls) -> "Vocabulary":
         """The bundled bert-base-uncased vocabulary (nothing is downloaded)."""
         return _default_vocab()
 
-    def _compile(self) -> bytes:
-        items = list(self._vocab.items())
+    def with_special_names(self, **names) -> "Vocabulary":
+        """This vocabulary with other special-token names (``unk_token``, ``cls_token``,
+        ``sep_token``, ``pad_token``, ``mask_token``; None keeps the current one)."""
+        unknown = sorted(set(names) - set(SPECIAL_NAME_OPTIONS))
+        if unknown:
+            raise TypeError(f"unexpected special-token name(s) {unknown}")
+        new = dict(self._names)
+        new.update({k: v for k, v in names.items() if v is not None})
+        if new == self._names:
+            return self
+        v = Vocabulary.__new__(Vocabulary)
+        v._setup(list(self._tokens), self._model, self._added, new, self._explicit_specials,
+                 self.continuing_subword_prefix, self.source, self.config, self._nonspecial)
+        return v
+
+    def _compile(self, prefix: str) -> bytes:
+        items = list(self._model.items())
+        if prefix != self.continuing_subword_prefix:
+            # Continuation pieces hang under another (internal) prefix; the tokens keep their
+            # literal place, where a word that starts with the real prefix finds them.
+            real = self.continuing_subword_prefix
+            items += [(prefix + t[len(real):], i) for t, i in self._model.items()
+                      if t.startswith(real) and t != real]
         encoded = [t.encode("utf-8", "surrogatepass") for t, _ in items]
         offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
         np.cumsum([len(b) for b in encoded], out=offsets[1:])
         ids = np.fromiter((i for _, i in items), dtype=np.int32, count=len(items))
         return _ext.build_vocab(
-            b"".join(encoded), offsets, ids, self._vocab[self.unk_token],
-            self.continuing_subword_prefix,
+            b"".join(encoded), offsets, ids, self._vocab[self.unk_token], prefix,
             list(self.special_tokens),
             [self._vocab[t] for t in self.special_tokens])
+
+    def blob_for_prefix(self, prefix: str) -> bytes:
+        """The trie with the continuation pieces under ``prefix`` instead of the real
+        continuing-subword prefix, and every token also at its literal place: for
+        pre-tokenizers whose words may start with the real prefix (HF then looks the word's
+        start up literally, which the shared trie cannot tell from a continuation).
+        ``prefix`` must be a string no word can start with and no token starts with."""
+        if prefix == self.continuing_subword_prefix:
+            return self._blob
+        blob = self._prefix_blobs.get(prefix)
+        if blob is None:
+            blob = self._prefix_blobs[prefix] = self._compile(prefix)
+        return blob
+
+    def prefix_choice(self, key, choose):
+        """``choose()``, remembered under ``key`` for this vocabulary (the tokenizer's choice
+        of the prefix continuation pieces hang under, per normalization blob)."""
+        if key not in self._prefix_choices:
+            self._prefix_choices[key] = choose()
+        return self._prefix_choices[key]
 
     # -- queries --------------------------------------------------------------------------
     @property
@@ -219,10 +358,23 @@ class Vocabulary:
         """id -> token."""
         return list(self._tokens)
 
-    def _id_of(self, token: str) -> int:
+    @property
+    def model_tokens(self) -> dict[str, int]:
+        """token -> id of the WordPiece pieces (without the added tokens of a
+        ``tokenizer.json``, which are matched literally only)."""
+        return dict(self._model)
+
+    @property
+    def special_names(self) -> dict[str, str]:
+        """``unk_token``, ``cls_token``, ``sep_token``, ``pad_token``, ``mask_token``."""
+        return dict(self._names)
+
+    def _id_of(self, token: str, option: str) -> int:
         i = self._vocab.get(token)
         if i is None:
-            raise ValueError(f"vocabulary {self.source!r} has no {token!r} token")
+            hint = "" if token != DEFAULT_SPECIAL_NAMES[option] else \
+                f" (pass {option}=... to name another token of the vocabulary)"
+            raise ValueError(f"vocabulary {self.source!r} has no {token!r} token{hint}")
         return i
 
     @property
@@ -231,19 +383,21 @@ class Vocabulary:
 
     @property
     def pad_id(self) -> int:
-        return self._id_of("[PAD]")
+        return self._id_of(self.pad_token, "pad_token")
 
     @property
     def cls_id(self) -> int:
-        return self._id_of("[CLS]")
+        return self._id_of(self.cls_token, "cls_token")
 
     @property
     def sep_id(self) -> int:
-        return self._id_of("[SEP]")
+        return self._id_of(self.sep_token, "sep_token")
 
     @property
     def special_ids(self) -> set[int]:
-        return {self._vocab[t] for t in self.special_tokens}
+        """Ids of the special tokens (a ``tokenizer.json``'s added tokens that are not
+        ``special`` are matched literally too, but are not special)."""
+        return {self._vocab[t] for t in self.special_tokens if t not in self._nonspecial}
 
     def __repr__(self) -> str:
         return f"Vocabulary({self.source!r}, size={len(self)}, hash={self.hash[:12]})"
@@ -261,31 +415,80 @@ class Vocabulary:
         return (_rebuild_vocabulary, (self.__getstate__(),))
 
     def __getstate__(self) -> dict:
-        # The token -> id map is rebuilt from the id -> token list on unpickling (the last
-        # duplicate wins, as when reading the file), which halves what Dask ships.
-        overrides = {t: i for t, i in self._vocab.items()
-                     if not (i < len(self._tokens) and self._tokens[i] == t)}
-        return {"tokens": self._tokens, "overrides": overrides, "unk_token": self.unk_token,
-                "prefix": self.continuing_subword_prefix, "special_tokens": self.special_tokens,
+        # The token -> id maps are rebuilt from the id -> token list on unpickling (the last
+        # duplicate wins, as when reading the file), which halves what Dask ships; only what
+        # differs from it is recorded.
+        base = _token_map(self._tokens)
+        model_overrides = {t: i for t, i in self._model.items() if base.get(t) != i}
+        model_excluded = [t for t in base if t not in self._model]
+        return {"tokens": self._tokens, "model_overrides": model_overrides,
+                "model_excluded": model_excluded, "added": self._added,
+                "names": self._names, "explicit_specials": self._explicit_specials,
+                "nonspecial": self._nonspecial,
+                "prefix": self.continuing_subword_prefix,
+                "special_tokens": self.special_tokens,
                 "blob": self._blob, "hash": self.hash, "source": self.source,
                 "config": self.config}
+
+
+def _token_map(tokens) -> dict:
+    out: dict[str, int] = {}
+    for i, t in enumerate(tokens):
+        out[t] = i
+    return out
+
+
+def _special_names(spec: dict) -> dict:
+    """cls/sep from a tokenizer.json's post-processor, pad from its padding (when given)."""
+    names = {}
+    post = spec.get("post_processor")
+    if isinstance(post, dict):
+        if post.get("type") in ("BertProcessing", "RobertaProcessing"):
+            for key in ("cls", "sep"):
+                v = post.get(key)
+                if isinstance(v, list) and v and isinstance(v[0], str):
+                    names[key + "_token"] = v[0]
+        elif post.get("type") == "TemplateProcessing":
+            single = post.get("single")
+            if isinstance(single, list) and len(single) == 3:
+                first, mid, last = single
+                ok = (isinstance(first, dict) and "SpecialToken" in first
+                      and isinstance(mid, dict) and "Sequence" in mid
+                      and isinstance(last, dict) and "SpecialToken" in last)
+                if ok:
+                    names["cls_token"] = first["SpecialToken"].get("id")
+                    names["sep_token"] = last["SpecialToken"].get("id")
+    padding = spec.get("padding")
+    if isinstance(padding, dict) and isinstance(padding.get("pad_token"), str):
+        names["pad_token"] = padding["pad_token"]
+    return {k: v for k, v in names.items() if isinstance(v, str) and v}
 
 
 def _rebuild_vocabulary(state: dict) -> Vocabulary:
     v = Vocabulary.__new__(Vocabulary)
     v._tokens = state["tokens"]
-    vocab: dict[str, int] = {}
-    for i, t in enumerate(v._tokens):
-        vocab[t] = i
+    model = _token_map(v._tokens)
+    for t in state["model_excluded"]:
+        model.pop(t, None)
     # Tokens whose id is not their last line (e.g. an earlier duplicate's id kept by an
     # added token) were recorded explicitly.
-    for t, i in state["overrides"].items():
-        vocab[t] = i
+    model.update(state["model_overrides"])
+    v._model = model
+    v._added = state["added"]
+    vocab = dict(model)
+    vocab.update(v._added)
     v._vocab = vocab
-    v.unk_token = state["unk_token"]
+    v._names = state["names"]
+    v.unk_token = v._names["unk_token"]
+    v.cls_token, v.sep_token = v._names["cls_token"], v._names["sep_token"]
+    v.pad_token, v.mask_token = v._names["pad_token"], v._names["mask_token"]
+    v._explicit_specials = state["explicit_specials"]
+    v._nonspecial = tuple(state["nonspecial"])
     v.continuing_subword_prefix = state["prefix"]
     v.special_tokens = tuple(state["special_tokens"])
     v._blob = state["blob"]
+    v._prefix_blobs = {}
+    v._prefix_choices = {}
     v.hash = state["hash"]
     v.source = state["source"]
     v.config = state["config"]
