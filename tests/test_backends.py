@@ -629,10 +629,6 @@ def test_window_fill_errors(any_backend, request, offsets, args, reason):
                        lambda: any_backend.fill(_IDS, off, *args), (offsets, args))
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError, reason=(
-    "off by one in both fills (windows_cpu.cpp and build_windows_cuda): they refuse "
-    "logid_offset > INT64_MAX - n_docs, but n documents use logIDs offset..offset+n-1, so "
-    "logid_offset = INT64_MAX - n_docs + 1 fits and is refused ('leave room for the batch')"))
 def test_logid_offset_may_end_at_int64_max(any_backend):
     tok = daskwp.WordPieceTokenizer()
     if not any_backend.has_windows:

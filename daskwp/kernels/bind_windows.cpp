@@ -1,5 +1,6 @@
 // daskwp — binding of the CPU windows (windows_cpu.cpp): build_windows checks its
 // parameters, releases the GIL for the batch and hands the outputs to NumPy without a copy.
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
@@ -51,7 +52,9 @@ nb::tuple build_windows(I32 token_ids, I64 offsets, int64_t max_length, int64_t 
     throw std::invalid_argument("offsets point outside token_ids");
   for (int64_t d = 0; d < n_docs; ++d)
     if (off[d] > off[d + 1]) throw std::invalid_argument("offsets are not non-decreasing");
-  if (logid_offset < 0 || logid_offset > std::numeric_limits<int64_t>::max() - n_docs)
+  // n documents take logIDs logid_offset .. logid_offset + n - 1
+  if (logid_offset < 0 ||
+      logid_offset > std::numeric_limits<int64_t>::max() - std::max<int64_t>(n_docs - 1, 0))
     throw std::invalid_argument("logid_offset must be >= 0 and leave room for the batch, got " +
                                 std::to_string(logid_offset));
   if (pad_width < 0) pad_width = max_length;
