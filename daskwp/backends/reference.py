@@ -1,9 +1,14 @@
 """Slow, pure-Python reference tokenizer (the "third backend" of the test harness).
 
-Implements HuggingFace ``BertWordPieceTokenizer`` semantics (BertNormalizer +
-BertPreTokenizer + WordPiece, with the vocabulary's special tokens registered)
-from the generated tables in ``daskwp/kernels/unicode_tables.npz``; it never
-imports ``tokenizers``.  Clarity over speed: use it on test-sized inputs only.
+Implements HuggingFace semantics from the generated tables in
+``daskwp/kernels/unicode_tables.npz`` and ``daskwp/core/pipeline_tables.npz``; it never
+imports ``tokenizers``. By default ``BertWordPieceTokenizer``'s pipeline (BertNormalizer +
+BertPreTokenizer + WordPiece, with the vocabulary's special tokens registered); with
+``normalizer=`` / ``pre_tokenizer=`` (tokenizers JSON) the pipeline of a ``tokenizer.json``,
+run step by step over whole strings as HF runs it (NFD reorders whole runs of marks, Strip
+strips the ends, each pre-tokenizer splits the pieces of the one before), independently of
+the per-code-point composition the kernel's blob holds. Clarity over speed: use it on
+test-sized inputs only.
 """
 from __future__ import annotations
 
@@ -15,8 +20,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-__all__ = ["load_tables", "load_vocab", "normalize", "pre_tokenize",
-           "wordpiece", "reference_encode"]
+__all__ = ["load_tables", "load_vocab", "normalize", "normalize_steps", "pre_tokenize",
+           "pre_tokenize_splits", "wordpiece", "reference_encode"]
 
 WS, PUNCT = 1, 2
 REMOVE, SPACE, CHINESE, SURROGATE, NONSTARTER = 4, 8, 16, 32, 64
@@ -27,13 +32,13 @@ _RUST_WS = ("\t\n\x0b\x0c\r \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x2
             + "\u2028\u2029\u202f\u205f\u3000")
 
 
-def _npz_bytes() -> bytes:
+def _npz_bytes(folder: str = "kernels", name: str = "unicode_tables.npz") -> bytes:
     try:
         from importlib import resources
-        return resources.files("daskwp").joinpath("kernels", "unicode_tables.npz").read_bytes()
+        return resources.files("daskwp").joinpath(folder, name).read_bytes()
     except Exception:
-        path = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                            "kernels", "unicode_tables.npz")
+        path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                            folder, name)
         with open(path, "rb") as f:
             return f.read()
 
@@ -59,6 +64,27 @@ def load_tables() -> SimpleNamespace:
         ccc = dict(zip(z["strip_ccc_cps"].tolist(), z["strip_ccc_vals"].tolist()))
         meta = json.loads(z["meta"].tobytes().decode("utf-8"))
     return SimpleNamespace(props=props, maps=maps, ccc=ccc, meta=meta)
+
+
+@functools.lru_cache(maxsize=None)
+def load_pipeline_tables() -> SimpleNamespace:
+    """The tables of the other normalizers and pre-tokenizers (cached): ``nfd``, ``nfkd``,
+    ``lower`` ({cp: str}), ``marks`` (StripAccents removes), ``mn`` (BertNormalizer's accent
+    stripping removes, after NFD), ``ccc`` ({cp: class}), ``numeric`` (set)."""
+    import io
+    with np.load(io.BytesIO(_npz_bytes("core", "pipeline_tables.npz"))) as z:
+        maps = {}
+        for name in ("nfd", "nfkd", "lower"):
+            cps = z[name + "_cps"].tolist()
+            off = z[name + "_offsets"].tolist()
+            buf = z[name + "_utf8"].tobytes()
+            maps[name] = {cp: buf[off[i]:off[i + 1]].decode("utf-8")
+                          for i, cp in enumerate(cps)}
+        return SimpleNamespace(
+            nfd=maps["nfd"], nfkd=maps["nfkd"], lower=maps["lower"],
+            marks=frozenset(z["mark_cps"].tolist()), mn=frozenset(z["mn_cps"].tolist()),
+            ccc=dict(zip(z["ccc_cps"].tolist(), z["ccc_vals"].tolist())),
+            numeric=frozenset(z["numeric_cps"].tolist()))
 
 
 def load_vocab(path) -> dict:
@@ -182,6 +208,92 @@ def wordpiece(word: str, vocab: dict, unk_id: int, *, max_input_chars_per_word=1
     return ids
 
 
+def _decompose(text: str, table: dict) -> str:
+    """NFD / NFKD of a whole string: each character's decomposition, then every run of
+    non-starters stably sorted by combining class (no bound on the run)."""
+    ccc = load_pipeline_tables().ccc
+    out = []
+    for ch in text:
+        out.extend(table.get(ord(ch), ch))
+    i = 0
+    while i < len(out):
+        if not ccc.get(ord(out[i]), 0):
+            i += 1
+            continue
+        j = i
+        while j < len(out) and ccc.get(ord(out[j]), 0):
+            j += 1
+        out[i:j] = sorted(out[i:j], key=lambda c: ccc[ord(c)])
+        i = j
+    return "".join(out)
+
+
+def normalize_steps(text: str, steps) -> str:
+    """A normalizer given as steps (``daskwp.core.normalizer.normalizer_steps``), each run
+    over the whole string in turn, as HF's Sequence runs its normalizers."""
+    T, P = load_tables(), load_pipeline_tables()
+    props = T.props
+    for step in steps:
+        if step == "clean_text":
+            text = "".join("" if props[ord(c)] & REMOVE else " " if props[ord(c)] & SPACE
+                           else c for c in text)
+        elif step == "chinese":
+            text = "".join(" " + c + " " if props[ord(c)] & CHINESE else c for c in text)
+        elif step in ("nfd", "nfkd"):
+            text = _decompose(text, P.nfd if step == "nfd" else P.nfkd)
+        elif step == "strip_mn":
+            text = "".join(c for c in text if ord(c) not in P.mn)
+        elif step == "strip_marks":
+            text = "".join(c for c in text if ord(c) not in P.marks)
+        elif step == "lower":
+            text = "".join(P.lower.get(ord(c), c) for c in text)
+        elif step == "strip":
+            lo, hi = 0, len(text)
+            while lo < hi and props[ord(text[lo])] & 3 == WS:
+                lo += 1
+            while hi > lo and props[ord(text[hi - 1])] & 3 == WS:
+                hi -= 1
+            text = text[lo:hi]
+        else:
+            raise ValueError(f"unknown normalizer step {step!r}")
+    return text
+
+
+def pre_tokenize_splits(text: str, splits) -> list:
+    """A pre-tokenizer given as splits (``daskwp.core.normalizer.pre_tokenizer_splits``):
+    each split in turn cuts every piece of the one before at the characters it matches,
+    dropping them ("removed") or keeping each as a piece of its own ("isolated")."""
+    props, numeric = load_tables().props, load_pipeline_tables().numeric
+
+    def matches(pred, c):
+        if pred == "whitespace":
+            return props[ord(c)] & 3 == WS
+        if pred == "punctuation":
+            return props[ord(c)] & 3 == PUNCT
+        if pred == "numeric":
+            return ord(c) in numeric
+        return c == pred[1]
+
+    pieces = [text] if text else []
+    for pred, behavior in splits:
+        new = []
+        for piece in pieces:
+            cur = []
+            for c in piece:
+                if not matches(pred, c):
+                    cur.append(c)
+                    continue
+                if cur:
+                    new.append("".join(cur))
+                    cur = []
+                if behavior == "isolated":
+                    new.append(c)
+            if cur:
+                new.append("".join(cur))
+        pieces = new
+    return pieces
+
+
 @functools.lru_cache(maxsize=64)
 def _special_re(specials: tuple):
     if not specials:
@@ -194,13 +306,43 @@ def reference_encode(text: str, vocab: dict, *, unk_token="[UNK]",
                      special_tokens=("[UNK]", "[SEP]", "[CLS]", "[PAD]", "[MASK]"),
                      lowercase=True, strip_accents=None, clean_text=True,
                      handle_chinese_chars=True, max_input_chars_per_word=100,
-                     continuing_subword_prefix="##") -> list:
+                     continuing_subword_prefix="##", normalizer=None, pre_tokenizer=None,
+                     added_tokens=None, cls_token=None, sep_token=None, pad_token=None,
+                     mask_token=None) -> list:
     """Token ids of ``text`` (no [CLS]/[SEP] added), as HF's
-    ``BertWordPieceTokenizer(vocab, lowercase=...).encode(text, add_special_tokens=False).ids``."""
+    ``BertWordPieceTokenizer(vocab, lowercase=...).encode(text, add_special_tokens=False).ids``;
+    with ``normalizer`` / ``pre_tokenizer`` (a tokenizers JSON object or its text; ``"null"``:
+    none) that pipeline instead of BertNormalizer (the flags) / BertPreTokenizer. ``vocab``
+    holds the WordPiece pieces; ``special_tokens`` (those in ``vocab`` or in
+    ``added_tokens``, {token: id} of a tokenizer.json's added tokens, which are no pieces) are
+    matched literally first. The ``cls_token`` ... ``mask_token`` of a tokenizer's settings do
+    not change the ids."""
     if unk_token not in vocab:
         raise ValueError("unk_token %r is not in the vocabulary" % unk_token)
     unk_id = vocab[unk_token]
-    specials = tuple(t for t in special_tokens if t and t in vocab)
+    steps = splits = None
+    if normalizer is not None or pre_tokenizer is not None:
+        from ..core.normalizer import BERT_SPLITS, bert_steps, normalizer_steps, \
+            pre_tokenizer_splits
+        if normalizer is None:
+            steps = bert_steps(clean_text, handle_chinese_chars, strip_accents, lowercase)
+        else:
+            steps = normalizer_steps(json.loads(normalizer) if isinstance(normalizer, str)
+                                     else normalizer)
+        splits = BERT_SPLITS if pre_tokenizer is None else pre_tokenizer_splits(
+            json.loads(pre_tokenizer) if isinstance(pre_tokenizer, str) else pre_tokenizer)
+        spec = json.loads(normalizer) if isinstance(normalizer, str) else normalizer
+        if splits == BERT_SPLITS and (normalizer is None or (
+                isinstance(spec, dict) and spec.get("type") == "BertNormalizer")):
+            # BertWordPieceTokenizer's own pipeline: the per-code-point model below.
+            if normalizer is not None:
+                lowercase = spec.get("lowercase", True)
+                strip_accents = spec.get("strip_accents")
+                clean_text = spec.get("clean_text", True)
+                handle_chinese_chars = spec.get("handle_chinese_chars", True)
+            steps = None
+    added = dict(added_tokens or {})
+    specials = tuple(t for t in special_tokens if t and (t in vocab or t in added))
     rx = _special_re(specials)
     pieces = []                      # (is_special, str)
     pos = 0
@@ -215,12 +357,17 @@ def reference_encode(text: str, vocab: dict, *, unk_token="[UNK]",
     ids = []
     for is_special, piece in pieces:
         if is_special:
-            ids.append(vocab[piece])
+            ids.append(added[piece] if piece in added else vocab[piece])
             continue
-        norm = normalize(piece, lowercase=lowercase, strip_accents=strip_accents,
-                         clean_text=clean_text, handle_chinese_chars=handle_chinese_chars)
-        for word in pre_tokenize(norm):
+        if steps is None:
+            norm = normalize(piece, lowercase=lowercase, strip_accents=strip_accents,
+                             clean_text=clean_text, handle_chinese_chars=handle_chinese_chars)
+            words = pre_tokenize(norm)
+        else:
+            words = pre_tokenize_splits(normalize_steps(piece, steps), splits)
+        for word in words:
             ids.extend(wordpiece(word, vocab, unk_id,
                                  max_input_chars_per_word=max_input_chars_per_word,
                                  continuing_subword_prefix=continuing_subword_prefix))
     return ids
+

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -11,39 +12,90 @@ import numpy as np
 from ..core import config
 from ..core.cache import BoundedCache
 from ..core.decode import decode as decode_ids
-from ..core.normalizer import norm_blob
-from ..core.options import (TOKENIZER, check, check_bool, check_opt_bool, names,
+from ..core.normalizer import (compile_pipeline, internal_prefix, make_pipeline,
+                               whitespace_vanishes)
+from ..core.options import (TOKENIZER, check, names,
                             normalize_device)
 from ..core.ragged import Encoding
-from ..core.vocab import Vocabulary
+from ..core.vocab import DEFAULT_SPECIAL_NAMES, SPECIAL_NAME_OPTIONS, Vocabulary
 from ..core.windows import WINDOW_OPTIONS, window_params
 from .cpu import CPU, default_num_threads
 from .protocol import KernelModel
 
-__all__ = ["TOKENIZER_OPTIONS", "WordPieceTokenizer", "resolve_tokenizer"]
+__all__ = ["FROM_FILE", "TOKENIZER_OPTIONS", "WordPieceTokenizer", "resolve_tokenizer"]
 
 #: Tokenizer options of ``tokenize(...)`` besides ``vocab`` and ``lowercase`` (option table).
 TOKENIZER_OPTIONS = tuple(n for n in names(TOKENIZER)
                           if n not in ("vocab", "lowercase", "num_threads", "device"))
 
 
+class _FromFile:
+    """Default of a tokenizer setting: the vocabulary file's (a ``tokenizer.json``), else the
+    option table's default. Pass a value to override it."""
+
+    _instance = None
+
+    def __new__(cls):
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "FROM_FILE"
+
+    def __reduce__(self):
+        return (_FromFile, ())
+
+
+#: Default of the BERT flags and ``max_input_chars_per_word``: the file's, else the table's.
+FROM_FILE = _FromFile()
+
+#: BertNormalizer's flags, with HF's defaults.
+BERT_FLAGS = {"clean_text": True, "handle_chinese_chars": True, "strip_accents": None,
+              "lowercase": True}
+_FLAG_ORDER = ("lowercase", "strip_accents", "clean_text", "handle_chinese_chars")
+_BERT_PRE_TOKENIZER = {"type": "BertPreTokenizer"}
+
+
+def _json_text(obj) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _is_bert_normalizer(spec) -> bool:
+    return isinstance(spec, dict) and spec.get("type") == "BertNormalizer"
+
+
+def _describe(spec) -> str:
+    if spec is None:
+        return "none"
+    if isinstance(spec, dict) and spec.get("type") == "Sequence":
+        return "Sequence[" + ", ".join(_describe(x) for x in spec.get("normalizers") or
+                                       spec.get("pretokenizers") or []) + "]"
+    return spec.get("type") if isinstance(spec, dict) else repr(spec)
+
+
 class WordPieceTokenizer:
-    """BERT WordPiece tokenizer with HuggingFace ``BertWordPieceTokenizer`` semantics.
+    """WordPiece tokenizer with HuggingFace ``tokenizers`` semantics: by default
+    ``BertWordPieceTokenizer``'s (BertNormalizer, BertPreTokenizer, WordPiece), or a
+    ``tokenizer.json``'s own pipeline.
 
     Parameters
     ----------
     vocab : Vocabulary, str or path, optional
         A :class:`Vocabulary`, or a path to ``vocab.txt`` / ``tokenizer.json`` / a model
-        folder. Default: the bundled bert-base-uncased vocabulary.
-    lowercase : bool, default True
+        folder. Default: the bundled bert-base-uncased vocabulary. A ``tokenizer.json``
+        brings its normalizer, pre-tokenizer, word limit and special tokens; the keywords
+        below override them.
+    lowercase : bool, default: the file's BertNormalizer setting, else True
         Lowercase the text (per character, as HF does).
-    strip_accents : bool or None, default None
+    strip_accents : bool or None, default: the file's, else None
         Remove combining marks after NFD; None follows ``lowercase`` (HF's rule).
-    clean_text : bool, default True
+    clean_text : bool, default: the file's, else True
         Remove control/format characters and map whitespace to spaces.
-    handle_chinese_chars : bool, default True
+    handle_chinese_chars : bool, default: the file's, else True
         Make every CJK ideograph a word of its own.
-    max_input_chars_per_word : int, default 100
+        (These four are BertNormalizer's flags; with another normalizer they are refused.)
+    max_input_chars_per_word : int, default: the file's, else 100
         A longer word (in characters after normalization) becomes the unknown token.
     num_threads : int, optional
         Threads for a batch; default all cores (1 inside a Dask worker thread).
@@ -51,6 +103,14 @@ class WordPieceTokenizer:
         Where ``encode`` and ``__call__`` run. cudf and other device-resident inputs always
         run on the GPU (``daskwp.backends.cuda``: the same core compiled with NVRTC), and their
         outputs stay there (CuPy arrays).
+    normalizer, pre_tokenizer : dict or str, optional
+        A HF normalizer / pre-tokenizer as in a ``tokenizer.json`` (the object or its JSON
+        text; ``"null"``: none). Default: the file's, else BertNormalizer (from the flags
+        above) and BertPreTokenizer. What daskwp runs exactly is in docs/design.md §1.7;
+        anything else is refused with a ValueError naming the component.
+    unk_token, cls_token, sep_token, pad_token, mask_token : str, optional
+        The special tokens, for vocabularies that spell them differently (default: the
+        ``tokenizer.json``'s, else ``[UNK] [CLS] [SEP] [PAD] [MASK]``).
 
     Differences from HuggingFace
     ----------------------------
@@ -59,51 +119,133 @@ class WordPieceTokenizer:
     """
 
     def __init__(self, vocab: Vocabulary | str | os.PathLike | None = None, *,
-                 lowercase: bool = True, strip_accents: bool | None = None,
-                 clean_text: bool = True, handle_chinese_chars: bool = True,
-                 max_input_chars_per_word: int = 100, num_threads: int | None = None,
-                 device: str = "auto"):
+                 lowercase: bool = FROM_FILE, strip_accents: bool | None = FROM_FILE,
+                 clean_text: bool = FROM_FILE, handle_chinese_chars: bool = FROM_FILE,
+                 max_input_chars_per_word: int = FROM_FILE, num_threads: int | None = None,
+                 device: str = "auto", normalizer=None, pre_tokenizer=None,
+                 unk_token: str | None = None, cls_token: str | None = None,
+                 sep_token: str | None = None, pad_token: str | None = None,
+                 mask_token: str | None = None):
+        given = {"lowercase": lowercase, "strip_accents": strip_accents,
+                 "clean_text": clean_text, "handle_chinese_chars": handle_chinese_chars}
+        given = {k: check(k, v) for k, v in given.items() if v is not FROM_FILE}
+        names = {k: check(k, v) for k, v in (("unk_token", unk_token),
+                                             ("cls_token", cls_token),
+                                             ("sep_token", sep_token),
+                                             ("pad_token", pad_token),
+                                             ("mask_token", mask_token))}
+        normalizer = check("normalizer", normalizer)
+        pre_tokenizer = check("pre_tokenizer", pre_tokenizer)
         if vocab is None:
             vocab = Vocabulary.default()
         elif not isinstance(vocab, Vocabulary):
-            vocab = Vocabulary.from_file(vocab)
+            vocab = Vocabulary.from_file(vocab, **names)
+        vocab = vocab.with_special_names(**names)
         self.vocab = vocab
-        self.lowercase = check_bool("lowercase", lowercase)
-        self.strip_accents = check_opt_bool("strip_accents", strip_accents)
-        self.clean_text = check_bool("clean_text", clean_text)
-        self.handle_chinese_chars = check_bool("handle_chinese_chars", handle_chinese_chars)
+        file = vocab.config if "normalizer" in (vocab.config or {}) else {}
+        where = f"tokenizer file {vocab.source!r}" if file else "tokenizer"
+
+        # The normalizer: given, else the file's, else BertNormalizer.
+        if normalizer is not None:
+            norm_spec, where_norm = json.loads(normalizer), "tokenizer"
+        elif file:
+            norm_spec, where_norm = file.get("normalizer"), where
+        else:
+            norm_spec, where_norm = {"type": "BertNormalizer", **BERT_FLAGS}, "tokenizer"
+        if _is_bert_normalizer(norm_spec):
+            flags = {}
+            for k, default in BERT_FLAGS.items():
+                v = given.get(k, norm_spec.get(k, default))
+                flags[k] = check(k, v) if k in given else self._file_flag(where_norm, k, v)
+            norm_spec = {"type": "BertNormalizer", **flags}
+            for k in _FLAG_ORDER:
+                setattr(self, k, flags[k])
+        else:
+            if given:
+                raise ValueError(
+                    f"{where_norm}: {', '.join(sorted(given))} set a BertNormalizer's flags, but "
+                    f"the normalizer is {_describe(norm_spec)}; pass normalizer=... to change "
+                    f"it")
+            for k in _FLAG_ORDER:
+                setattr(self, k, None)
+        if pre_tokenizer is not None:
+            pre_spec, where_pre = json.loads(pre_tokenizer), "tokenizer"
+        elif file:
+            pre_spec, where_pre = file.get("pre_tokenizer"), where
+        else:
+            pre_spec, where_pre = _BERT_PRE_TOKENIZER, "tokenizer"
+        if max_input_chars_per_word is FROM_FILE:
+            max_input_chars_per_word = file.get("max_input_chars_per_word", 100)
         self.max_input_chars_per_word = check("max_input_chars_per_word",
                                               max_input_chars_per_word)
         self.num_threads = check("num_threads", num_threads)
         self.device = normalize_device(device)
-        strip = self.lowercase if self.strip_accents is None else self.strip_accents
+        try:
+            pipeline = make_pipeline(norm_spec, pre_spec)
+        except ValueError as e:
+            at = where_norm if str(e).startswith("normalizer") else where_pre
+            raise ValueError(f"{at}: {e}") from None
+        self.normalizer = _json_text(norm_spec)
+        self.pre_tokenizer = _json_text(pre_spec)
+        self.pipeline = pipeline
+        compiled = compile_pipeline(pipeline)
+        stripped = (vocab.config or {}).get("stripped_added_tokens") or ()
+        if stripped and not whitespace_vanishes(pipeline):
+            raise ValueError(
+                f"tokenizer file {vocab.source!r}: added token {stripped[0]!r} has \"lstrip\" "
+                f"or \"rstrip\": true (it takes the whitespace next to it), which daskwp "
+                f"supports only with a pre-tokenizer that removes whitespace (this one, "
+                f"{_describe(pre_spec)}, keeps it in its pieces)")
+        try:
+            prefix = vocab.prefix_choice(
+                hashlib.blake2b(compiled.blob, digest_size=16).digest(),
+                lambda: internal_prefix(compiled, vocab.continuing_subword_prefix,
+                                        vocab.model_tokens))
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
+        vocab_blob = vocab.blob if prefix is None else vocab.blob_for_prefix(prefix)
         self.kernel_model = KernelModel(
             vocab=self.vocab,
-            vocab_blob=np.frombuffer(self.vocab.blob, dtype=np.uint8),
-            norm_blob=np.frombuffer(norm_blob(self.clean_text, self.handle_chinese_chars,
-                                              strip, self.lowercase), dtype=np.uint8),
+            vocab_blob=np.frombuffer(vocab_blob, dtype=np.uint8),
+            norm_blob=np.frombuffer(compiled.blob, dtype=np.uint8),
             max_input_chars_per_word=self.max_input_chars_per_word)
+
+    @staticmethod
+    def _file_flag(where: str, name: str, value):
+        try:
+            return check(name, value)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{where}: BertNormalizer {e}") from None
 
     # -- construction -------------------------------------------------------------------
     @classmethod
     def from_pretrained(cls, folder: str | os.PathLike, **kwargs) -> "WordPieceTokenizer":
-        """Load a model folder (``vocab.txt`` or ``tokenizer.json``); settings come from
-        ``tokenizer_config.json`` or the ``tokenizer.json`` normalizer when present, and
-        keyword arguments override them."""
+        """Load a model folder: its ``tokenizer.json`` (with its pipeline) when it has one,
+        else its ``vocab.txt``. ``tokenizer_config.json``'s ``do_lower_case``,
+        ``strip_accents`` and ``tokenize_chinese_chars`` set the BertNormalizer's flags (as in
+        ``transformers``; they do not apply to another normalizer), and with a ``vocab.txt``
+        its special-token names apply; keyword arguments override all of them."""
         folder = Path(folder)
-        vocab = Vocabulary.from_file(folder)
-        settings: dict = {}
-        norm = (vocab.config or {}).get("normalizer")
-        if isinstance(norm, dict) and norm.get("type") == "BertNormalizer":
-            settings.update(lowercase=norm.get("lowercase", True),
-                            strip_accents=norm.get("strip_accents"),
-                            clean_text=norm.get("clean_text", True),
-                            handle_chinese_chars=norm.get("handle_chinese_chars", True))
-        if "max_input_chars_per_word" in (vocab.config or {}):
-            settings["max_input_chars_per_word"] = vocab.config["max_input_chars_per_word"]
+        cfg = {}
         cfg_path = folder / "tokenizer_config.json" if folder.is_dir() else None
         if cfg_path is not None and cfg_path.is_file():
             cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+        names = {k: kwargs.pop(k) for k in SPECIAL_NAME_OPTIONS if kwargs.get(k) is not None}
+        kwargs = {k: v for k, v in kwargs.items() if k not in SPECIAL_NAME_OPTIONS}
+        has_json = folder.is_dir() and (folder / "tokenizer.json").is_file()
+        if folder.is_dir() and not has_json:
+            for k in SPECIAL_NAME_OPTIONS:
+                v = cfg.get(k)
+                v = v.get("content") if isinstance(v, dict) else v
+                if isinstance(v, str) and v:
+                    names.setdefault(k, v)
+        vocab = Vocabulary.from_file(folder, **names)
+        settings: dict = {}
+        file_norm = vocab.config.get("normalizer") if "normalizer" in vocab.config else \
+            {"type": "BertNormalizer"}
+        norm = kwargs.get("normalizer")
+        norm = json.loads(check("normalizer", norm)) if norm is not None else file_norm
+        if _is_bert_normalizer(norm):
             if "do_lower_case" in cfg:
                 settings["lowercase"] = bool(cfg["do_lower_case"])
             if "strip_accents" in cfg:
@@ -136,7 +278,7 @@ class WordPieceTokenizer:
     def __call__(self, texts, max_length: int | None = None, stride: int | None = None,
                  truncation: bool | None = None, add_special_tokens: bool | None = None,
                  padding=None, return_tensors: str | None = None, logid_offset: int = 0,
-                 mask_dtype: str = "int32"):
+                 mask_dtype: str = "int32", bucket_widths="auto"):
         """Tokenize ``texts`` and cut every document into strided windows (GST outputs).
 
         Parameters
@@ -167,6 +309,9 @@ class WordPieceTokenizer:
             offset).
         mask_dtype : "int32" (default) or "int8"
             dtype of ``attention_mask``.
+        bucket_widths : "auto" (default) or a sequence of int
+            With ``padding="bucket"``: the row widths (see :mod:`daskwp.core.buckets`);
+            the result is then a :class:`~daskwp.core.buckets.BucketedWindows`.
 
         Window options left at None take the configured default (``daskwp.<name>`` in
         ``dask.config``; the defaults above). Semantics: docs/design.md §2.
@@ -190,10 +335,11 @@ class WordPieceTokenizer:
                                 truncation=truncation, add_special_tokens=add_special_tokens,
                                 padding=padding,
                                 return_tensors="cp" if return_tensors is None else return_tensors,
-                                logid_offset=logid_offset, mask_dtype=mask_dtype)
+                                logid_offset=logid_offset, mask_dtype=mask_dtype,
+                                bucket_widths=bucket_widths)
         p = window_params(max_length, stride, truncation, add_special_tokens, padding,
                           "np" if return_tensors is None else return_tensors, logid_offset,
-                          mask_dtype)
+                          mask_dtype, bucket_widths)
         threads = self._threads(None)
         enc = CPU.encode(self.kernel_model, texts, threads)
         return CPU.build_windows(enc, self.vocab, p, threads)
@@ -215,9 +361,19 @@ class WordPieceTokenizer:
     # -- identity -------------------------------------------------------------------------
     @property
     def settings(self) -> dict:
-        return {"lowercase": self.lowercase, "strip_accents": self.strip_accents,
-                "clean_text": self.clean_text, "handle_chinese_chars": self.handle_chinese_chars,
-                "max_input_chars_per_word": self.max_input_chars_per_word}
+        """Everything that, with the vocabulary, decides the output: the keyword arguments
+        that rebuild this tokenizer (``WordPieceTokenizer(tok.vocab, **tok.settings)``). The
+        BERT flags are present only when the normalizer is a BertNormalizer; ``normalizer``
+        and ``pre_tokenizer`` are their tokenizers JSON text."""
+        out = {}
+        if self.lowercase is not None:
+            out.update(lowercase=self.lowercase, strip_accents=self.strip_accents,
+                       clean_text=self.clean_text,
+                       handle_chinese_chars=self.handle_chinese_chars)
+        out.update(max_input_chars_per_word=self.max_input_chars_per_word,
+                   normalizer=self.normalizer, pre_tokenizer=self.pre_tokenizer)
+        out.update(self.vocab.special_names)
+        return out
 
     def __dask_tokenize__(self):
         return ("daskwp.WordPieceTokenizer", self.vocab.hash,
@@ -227,7 +383,11 @@ class WordPieceTokenizer:
         return (_rebuild_tokenizer, (self.vocab, self.settings, self.num_threads, self.device))
 
     def __repr__(self) -> str:
-        s = ", ".join(f"{k}={v!r}" for k, v in self.settings.items())
+        shown = {k: v for k, v in self.settings.items()
+                 if not (k == "normalizer" and self.lowercase is not None)
+                 and not (k == "pre_tokenizer" and v == _json_text(_BERT_PRE_TOKENIZER))
+                 and not (k in DEFAULT_SPECIAL_NAMES and v == DEFAULT_SPECIAL_NAMES[k])}
+        s = ", ".join(f"{k}={v!r}" for k, v in shown.items())
         return f"WordPieceTokenizer({self.vocab!r}, {s})"
 
 
@@ -240,15 +400,17 @@ def _rebuild_tokenizer(vocab, settings, num_threads, device="auto"):
 _VOCABULARIES = BoundedCache("vocabularies_by_path", 8)
 
 
-def _vocabulary_from_path(path) -> Vocabulary:
-    """``Vocabulary.from_file``, cached by path, size and modification time."""
+def _vocabulary_from_path(path, names: dict | None = None) -> Vocabulary:
+    """``Vocabulary.from_file``, cached by path, size, modification time and the special
+    tokens' names."""
+    names = {k: v for k, v in (names or {}).items() if v is not None}
     p = Path(path)
     try:
         st = p.stat()
-        key = (str(p.resolve()), st.st_size, st.st_mtime_ns)
+        key = (str(p.resolve()), st.st_size, st.st_mtime_ns, tuple(sorted(names.items())))
     except OSError:
-        return Vocabulary.from_file(p)  # raises the reader's clear error
-    return _VOCABULARIES.get_or_create(key, lambda: Vocabulary.from_file(p))
+        return Vocabulary.from_file(p, **names)  # raises the reader's clear error
+    return _VOCABULARIES.get_or_create(key, lambda: Vocabulary.from_file(p, **names))
 
 
 def resolve_tokenizer(vocab=None, lowercase=None, **options) -> WordPieceTokenizer:
@@ -259,7 +421,8 @@ def resolve_tokenizer(vocab=None, lowercase=None, **options) -> WordPieceTokeniz
     ``vocab.txt`` / ``tokenizer.json``, a model folder (read with
     :meth:`WordPieceTokenizer.from_pretrained`, so its ``tokenizer_config.json`` applies), or
     None for ``daskwp.vocab`` in ``dask.config`` (default: the bundled bert-base-uncased).
-    Options left at None take the model folder's setting, else the configured default.
+    Options left at None take the vocabulary file's setting (a ``tokenizer.json`` or a model
+    folder), else the configured default.
     """
     unknown = sorted(set(options) - set(TOKENIZER_OPTIONS))
     if unknown:
@@ -278,8 +441,15 @@ def resolve_tokenizer(vocab=None, lowercase=None, **options) -> WordPieceTokeniz
         if lowercase is not None:
             given["lowercase"] = lowercase
         return WordPieceTokenizer.from_pretrained(vocab, **given)
+    names = {k: given.pop(k) for k in SPECIAL_NAME_OPTIONS if k in given}
     if vocab is None:
         vocab = Vocabulary.default()
     elif not isinstance(vocab, Vocabulary):  # a path (checked above)
-        vocab = _vocabulary_from_path(vocab)
-    return WordPieceTokenizer(vocab, lowercase=config.get("lowercase", lowercase), **given)
+        vocab = _vocabulary_from_path(vocab, names)
+    if lowercase is None and "normalizer" not in given and \
+            "normalizer" not in (vocab.config or {}):
+        # Only a vocabulary without settings of its own takes the configured default.
+        lowercase = config.get("lowercase", None)
+    if lowercase is not None:
+        given["lowercase"] = lowercase
+    return WordPieceTokenizer(vocab, **names, **given)

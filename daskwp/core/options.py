@@ -170,6 +170,28 @@ def check_opt_str(name: str, value):
     return None if value is None else check_str(name, value)
 
 
+def check_pipeline_json(name: str, value):
+    """A HuggingFace ``tokenizers`` normalizer or pre-tokenizer, as in a ``tokenizer.json``:
+    a mapping with a ``type``, or its JSON text (``"null"``: none at all); None: the
+    vocabulary file's, else BERT's. Returns the canonical JSON text. Which components daskwp
+    runs is checked when the tokenizer is built."""
+    import json
+    if value is None:
+        return None
+    obj = value
+    if isinstance(value, str):
+        try:
+            obj = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise OptionValueError(f"{name} must be a tokenizers JSON object (or 'null'); "
+                                   f"{value!r:.80} is not valid JSON: {e}") from None
+    if obj is not None and not (isinstance(obj, dict) and isinstance(obj.get("type"), str)):
+        raise OptionValueError(f"{name} must be a tokenizers JSON object with a 'type' (as in "
+                               f"a tokenizer.json), its JSON text, or 'null'; got "
+                               f"{value!r:.80}")
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def check_inputs(name: str, value):
     if isinstance(value, str) and value:
         return value
@@ -329,6 +351,34 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
          "auto (default): GPUs when dask-cuda, cudf and a GPU are present (a tokenizer: "
          "device-resident input on the GPU, host input on the CPU)", cli_choices=DEVICES,
          group="cluster"),
+    # Tokenizer: a tokenizer.json's pipeline, and special tokens spelled another way
+    _opt("normalizer", None, check_pipeline_json, "a tokenizers normalizer (a tokenizer.json "
+         "object or its JSON text; 'null': none) or null (the vocabulary file's, else "
+         "BertNormalizer)", True, (TOKENIZER, JOB),
+         "normalizer as tokenizers JSON, e.g. '{\"type\": \"NFKD\"}' (default: the "
+         "tokenizer.json's, else BertNormalizer with the flags above)", metavar="JSON"),
+    _opt("pre_tokenizer", None, check_pipeline_json, "a tokenizers pre-tokenizer (a "
+         "tokenizer.json object or its JSON text; 'null': none) or null (the vocabulary "
+         "file's, else BertPreTokenizer)", True, (TOKENIZER, JOB),
+         "pre-tokenizer as tokenizers JSON, e.g. '{\"type\": \"WhitespaceSplit\"}' "
+         "(default: the tokenizer.json's, else BertPreTokenizer)", metavar="JSON"),
+    _opt("unk_token", None, check_opt_str, "a token of the vocabulary or null (the "
+         "tokenizer.json's, else [UNK])", True, (TOKENIZER, JOB),
+         "the unknown token (default: the tokenizer.json's, else [UNK])", metavar="TOKEN"),
+    _opt("cls_token", None, check_opt_str, "a token of the vocabulary or null (the "
+         "tokenizer.json's, else [CLS])", True, (TOKENIZER, JOB),
+         "the token that starts every row (default: the tokenizer.json's, else [CLS])",
+         metavar="TOKEN"),
+    _opt("sep_token", None, check_opt_str, "a token of the vocabulary or null (the "
+         "tokenizer.json's, else [SEP])", True, (TOKENIZER, JOB),
+         "the token that ends every row (default: the tokenizer.json's, else [SEP])",
+         metavar="TOKEN"),
+    _opt("pad_token", None, check_opt_str, "a token of the vocabulary or null (the "
+         "tokenizer.json's, else [PAD])", True, (TOKENIZER, JOB),
+         "the padding token (default: the tokenizer.json's, else [PAD])", metavar="TOKEN"),
+    _opt("mask_token", None, check_opt_str, "a token of the vocabulary or null ([MASK])", True,
+         (TOKENIZER, JOB), "the mask token, matched literally in the text like the others "
+         "(default: [MASK]; a tokenizer.json's added tokens instead)", metavar="TOKEN"),
     # Windows (docs/design.md §2)
     _opt("max_length", 128, check_int, "an integer in [3, 2**31-1] with "
          "special tokens, else [1, 2**31-1]", True, (WINDOWS, JOB, CONFIG),
