@@ -115,3 +115,16 @@ def test_a_high_unknown_rate_is_reported_with_its_likely_cause(tmp_path, capsys)
     err = capsys.readouterr().err
     assert rc == 0 and "warning" not in err
     assert json.loads((tmp_path / "good" / "_summary.json").read_text())["warnings"] == []
+
+
+def test_the_device_is_part_of_a_tokenizers_identity():
+    from dask.base import tokenize
+    from daskwp.distributed.state import WorkerState, tokenizer_key
+    cpu = daskwp.WordPieceTokenizer(device="cpu")
+    gpu = daskwp.WordPieceTokenizer(device="gpu")
+    assert tokenize(cpu) != tokenize(gpu) and tokenizer_key(cpu) != tokenizer_key(gpu)
+    assert tokenize(cpu) == tokenize(daskwp.WordPieceTokenizer(device="cpu"))
+    state = WorkerState(name="test_device_identity")
+    assert state.tokenizer(gpu) is gpu
+    assert state.tokenizer(cpu) is cpu           # not the GPU instance seen first
+    assert state.tokenizer(daskwp.WordPieceTokenizer(device="cpu")) is cpu

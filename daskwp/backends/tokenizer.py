@@ -376,8 +376,9 @@ class WordPieceTokenizer:
         return out
 
     def __dask_tokenize__(self):
+        # The device is part of the identity: a GPU job and a CPU job are different graphs.
         return ("daskwp.WordPieceTokenizer", self.vocab.hash,
-                tuple(sorted(self.settings.items())))
+                tuple(sorted(self.settings.items())), self.device)
 
     def __reduce__(self):
         return (_rebuild_tokenizer, (self.vocab, self.settings, self.num_threads, self.device))

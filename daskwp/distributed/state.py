@@ -26,8 +26,9 @@ TOKENIZERS_PER_WORKER = 4
 
 
 def tokenizer_key(tok) -> tuple:
-    """Identity of a tokenizer: its vocabulary's content hash and its settings."""
-    return (tok.vocab.hash, tuple(sorted(tok.settings.items())))
+    """Identity of a tokenizer: its vocabulary's content hash, its settings and its device
+    (a worker that has seen a GPU tokenizer must not hand it out for an equal CPU one)."""
+    return (tok.vocab.hash, tuple(sorted(tok.settings.items())), tok.device)
 
 
 class WorkerState:
