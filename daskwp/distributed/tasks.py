@@ -8,11 +8,23 @@ They import no Dask, so they run on any worker, in threads, or in the calling pr
 
 from __future__ import annotations
 
-from ..frames.partition import frame_from_output, is_cudf
+import threading
+import time
+
+import numpy as np
+
+from ..frames.partition import (METADATA_COLUMNS, PartWriter, frame_from_output,
+                                frame_to_table, is_cudf, stores_mask, table_from_output)
 from .state import cached_tokenizer
 
-__all__ = ["add_counts", "add_logid_offset", "count_documents", "partition_error",
-           "sum_counts", "tokenize_partition"]
+__all__ = ["PIECE_BYTES", "add_counts", "add_logid_offset", "count_documents",
+           "owned_unknown_tokens", "partition_error", "sum_counts", "tokenize_global",
+           "tokenize_partition", "vocabulary_pad_id", "write_tokenized_part"]
+
+#: Text bytes tokenized at a time when a partition is written: the next piece is tokenized
+#: while the previous one is encoded and compressed into its row groups (both release the
+#: GIL), and only about two pieces' outputs are alive at once.
+PIECE_BYTES = 8 << 20
 
 
 def partition_error(exc: BaseException, partition) -> BaseException:
@@ -68,3 +80,213 @@ def add_logid_offset(frame, *counts):
     if offset == 0:
         return frame
     return frame.assign(logID=frame["logID"] + offset)
+
+
+def tokenize_global(texts, tokenizer, options: dict, partition=None, columns=None, *counts):
+    """``tokenize_partition`` and ``add_logid_offset`` in one task: partition ``partition``
+    with the global offset ``sum(counts)`` added to its logIDs, only ``columns`` kept
+    (None: all)."""
+    frame = tokenize_partition(texts, tokenizer, options, partition)
+    frame = add_logid_offset(frame, *counts)
+    if columns is not None:
+        frame = frame[columns] if isinstance(columns, list) else frame[columns]
+    return frame
+
+
+# -- writing a tokenized partition -------------------------------------------------------
+
+def vocabulary_pad_id(tok):
+    """The vocabulary's [PAD] id, or None when it has no padding token."""
+    try:
+        return int(tok.vocab.pad_id)
+    except (ValueError, KeyError, AttributeError):
+        return None
+
+
+def owned_unknown_tokens(table, unk_id: int) -> int:
+    """Unknown tokens inside the rows' owned slices ``[start, stop]`` of a partition table
+    (each document token counted once)."""
+    if table.num_rows == 0:
+        return 0
+    ids = table.column("input_ids").combine_chunks()
+    offsets = ids.offsets.to_numpy().astype(np.int64)
+    values = ids.values.to_numpy(zero_copy_only=False)
+    start = table.column("start").to_numpy()
+    stop = table.column("stop").to_numpy()
+    lo, hi = offsets[:-1] + start, offsets[:-1] + stop + 1
+    unk = np.flatnonzero(values == unk_id)  # few: count those inside the owned slices
+    return int(np.sum(np.searchsorted(unk, hi) - np.searchsorted(unk, lo)))
+
+
+def _pieces(arr, piece_bytes: int):
+    """Zero-copy slices of a chunked string/binary array, about ``piece_bytes`` of text
+    each (a piece holds at least one document)."""
+    from ..core.strings import chunk_buffers
+    for chunk in arr.chunks:
+        n = len(chunk)
+        if n == 0:
+            continue
+        off = chunk_buffers(chunk).offsets
+        start = 0
+        while start < n:
+            end = int(np.searchsorted(off, int(off[start]) + piece_bytes, side="right")) - 1
+            end = min(max(end, start + 1), n)
+            yield chunk.slice(start, end - start), int(off[end] - off[start])
+            start = end
+
+
+_POOL = None
+_POOL_LOCK = threading.Lock()
+
+
+def _write_pool():
+    """The process's threads that encode and compress row groups (one per partition
+    being written at a time)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            from concurrent.futures import ThreadPoolExecutor
+            _POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="daskwp-write")
+        return _POOL
+
+
+def _timed_write(writer, table, clock: dict) -> None:
+    t = time.thread_time()
+    writer.write(table)
+    clock["write"] += time.thread_time() - t
+
+
+def write_tokenized_part(texts, tokenizer, options: dict, path: str, tmp_path: str, *,
+                         logid_offset: int = 0, compression="zstd", metadata=None,
+                         partition=None, piece_bytes: int = PIECE_BYTES) -> dict:
+    """Tokenize one partition and write it as one Parquet part, atomically: the stored
+    layout of docs/batch-jobs.md "Output" (global logIDs from ``logid_offset``; the mask
+    only for padded rows), the part's statistics and the vocabulary's ``pad_id`` in its
+    ``daskwp`` metadata (with ``metadata``), the checksum of its data pages in the footer.
+
+    ``texts``: an Arrow string/binary array or a pandas (or cudf) Series. On the CPU the
+    partition is cut into pieces of about ``piece_bytes`` of text; while one piece's row
+    groups are encoded and compressed (in a writer thread), the next is tokenized. Nothing
+    goes through pandas or per-row Python.
+
+    Returns the statistics: ``rows``, ``tokens`` (document tokens, each once),
+    ``unknown_tokens``, ``documents``, ``text_bytes``, and ``cpu_seconds`` per stage
+    (``tokenize``, ``arrow``, ``write``, ``finish``: footer, fsync, rename).
+
+    Memory: the partition's text, about two pieces' outputs, the writer's pages.
+    """
+    tok = cached_tokenizer(tokenizer)
+    clock = {"tokenize": 0.0, "arrow": 0.0, "write": 0.0, "finish": 0.0}
+    with_mask = stores_mask(options["padding"])
+    writer = PartWriter(path, tmp_path, compression)
+    stats = {"rows": 0, "tokens": 0, "unknown_tokens": 0, "documents": 0, "text_bytes": 0}
+    try:
+        try:
+            gpu = is_cudf(texts) or getattr(tok, "device", "cpu") == "gpu"
+            if gpu:
+                _write_frame(texts, tok, options, logid_offset, with_mask, writer, stats,
+                             clock)
+            else:
+                _write_pieces(texts, tok, options, logid_offset, with_mask, writer, stats,
+                              clock, piece_bytes)
+        except Exception as e:
+            if partition is None:
+                raise
+            raise partition_error(e, partition) from e
+        meta = dict(metadata or {})
+        meta.update({k: stats[k] for k in ("rows", "tokens", "unknown_tokens", "documents",
+                                           "text_bytes")})
+        pad = vocabulary_pad_id(tok)
+        if pad is not None:
+            meta["pad_id"] = pad
+        t = time.thread_time()
+        writer.close(meta)
+        clock["finish"] += time.thread_time() - t
+    finally:
+        writer.abort()
+    stats["cpu_seconds"] = clock
+    return stats
+
+
+def _account(stats: dict, table, out_meta, enc, tok, options) -> None:
+    stats["rows"] += table.num_rows
+    if table.num_rows:
+        if out_meta is None:
+            start = table.column("start").to_numpy()
+            stop = table.column("stop").to_numpy()
+        else:
+            start, stop = out_meta[:, 1], out_meta[:, 2]
+        stats["tokens"] += int(np.sum(stop - start + 1))
+    if enc is not None and not options["truncation"]:
+        stats["unknown_tokens"] += int(np.count_nonzero(enc.token_ids == tok.vocab.unk_id))
+    else:
+        stats["unknown_tokens"] += owned_unknown_tokens(table, tok.vocab.unk_id)
+
+
+def _write_pieces(texts, tok, options, logid_offset, with_mask, writer, stats, clock,
+                  piece_bytes) -> None:
+    from ..backends.cpu import default_num_threads, windows_from_encoding
+    from ..core.buckets import BucketedWindows
+    from ..core.strings import to_arrow
+    from ..core.windows import WINDOW_OPTIONS
+
+    t = time.thread_time()
+    arr = to_arrow(texts)
+    window_options = {k: options[k] for k in WINDOW_OPTIONS if k in options}
+    threads = tok.num_threads if tok.num_threads is not None else default_num_threads()
+    pieces = list(_pieces(arr, piece_bytes)) or [(arr.slice(0, 0), 0)]
+    clock["tokenize"] += time.thread_time() - t
+    pending = None
+    base = int(logid_offset)
+    pool = _write_pool()
+    try:
+        for piece, nbytes in pieces:
+            t = time.thread_time()
+            enc = tok.encode(piece, num_threads=threads)
+            out = windows_from_encoding(enc, tok.vocab, **window_options,
+                                        logid_offset=base, num_threads=threads)
+            t1 = time.thread_time()
+            table = table_from_output(out, attention_mask=with_mask)
+            meta = None if isinstance(out, BucketedWindows) else \
+                np.asarray(out["metadata"]).reshape(-1, 3)
+            _account(stats, table, meta, enc, tok, options)
+            stats["documents"] += len(piece)
+            stats["text_bytes"] += nbytes
+            base += len(piece)
+            del out, enc, meta
+            clock["tokenize"] += t1 - t
+            clock["arrow"] += time.thread_time() - t1
+            if pending is not None:
+                pending.result()
+            pending = pool.submit(_timed_write, writer, table, clock)
+            del table
+    finally:
+        if pending is not None:
+            pending.result()
+
+
+def _write_frame(texts, tok, options, logid_offset, with_mask, writer, stats,
+                 clock) -> None:
+    """A GPU worker's partition: tokenized on the device as a cudf frame, then written."""
+    t = time.thread_time()
+    frame = add_logid_offset(tokenize_partition(texts, tok, options), int(logid_offset))
+    t1 = time.thread_time()
+    table = frame_to_table(frame, attention_mask=with_mask)
+    _account(stats, table, None, None, tok, dict(options, truncation=True))
+    stats["documents"] += len(texts)
+    stats["text_bytes"] += _text_bytes(texts)
+    clock["tokenize"] += t1 - t
+    clock["arrow"] += time.thread_time() - t1
+    _timed_write(writer, table, clock)
+
+
+def _text_bytes(texts) -> int:
+    try:
+        if is_cudf(texts):
+            return int(texts.str.byte_count().sum())
+        from ..core.strings import to_arrow
+        import pyarrow.compute as pc
+        arr = to_arrow(texts)
+        return int(pc.sum(pc.binary_length(arr)).as_py() or 0) if len(arr) else 0
+    except Exception:
+        return 0

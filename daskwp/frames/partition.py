@@ -16,6 +16,7 @@ order after a shuffle.
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pandas as pd
@@ -58,18 +59,26 @@ def check_text_dtype(dtype, what: str = "the column") -> None:
 
 
 
-def list_column(matrix) -> pd.Series:
-    """Rows as a pandas Series of Arrow ``list<...>`` values (one list per row).
+def list_array(matrix) -> pa.ListArray:
+    """Rows as an Arrow ``list<...>`` array (one list per row), built from the buffers.
 
     ``matrix`` is a 2-D numpy array (rows x width) or ragged rows (an object with flat
     ``values`` and ``rows + 1`` ``offsets``, e.g. ``daskwp.RaggedRows``).
 
-    Memory: the values are shared with ``matrix`` (no copy when it is C-contiguous).
+    Memory: the values are shared with ``matrix`` (no copy when it is C-contiguous); only
+    the ``rows + 1`` int32 offsets are new.
     """
     if hasattr(matrix, "offsets") and hasattr(matrix, "values"):
         offsets = np.asarray(matrix.offsets, dtype=np.int64)
         values = np.asarray(matrix.values)
-        rows, total = len(offsets) - 1, int(offsets[-1]) if len(offsets) else 0
+        rows = len(offsets) - 1
+        if rows < 0:
+            offsets, rows = np.zeros(1, dtype=np.int64), 0
+        first, total = int(offsets[0]), int(offsets[-1] - offsets[0])
+        if first:
+            values, offsets = values[first:int(offsets[-1])], offsets - first
+        else:
+            values = values[:total]
     else:
         rows, width = matrix.shape
         total = rows * width
@@ -80,8 +89,16 @@ def list_column(matrix) -> pd.Series:
         raise ValueError(
             f"a partition of {rows} rows holds {total} token values, more than the 2**31 - 1 "
             f"that one Arrow list<int32> column stores; repartition into smaller partitions")
-    return pd.Series(pd.arrays.ArrowExtensionArray(pa.ListArray.from_arrays(
-        pa.array(offsets.astype(np.int32)), pa.array(values))))
+    child = pa.array(np.ascontiguousarray(values))
+    return pa.ListArray.from_buffers(pa.list_(child.type), rows,
+                                     [None, pa.py_buffer(offsets.astype(np.int32))],
+                                     children=[child])
+
+
+def list_column(matrix) -> pd.Series:
+    """Rows as a pandas Series of Arrow ``list<...>`` values (one list per row): the
+    :func:`list_array` of ``matrix`` (its values shared, not copied)."""
+    return pd.Series(pd.arrays.ArrowExtensionArray(list_array(matrix)))
 
 
 def _merge_buckets(out: BucketedWindows):
@@ -133,6 +150,67 @@ def frame_from_output(out) -> pd.DataFrame:
                        np.repeat(starts[:-1], np.diff(starts))).astype(np.int32)
     return frame
 
+
+
+def window_numbers(doc_row_offsets, rows: int) -> np.ndarray:
+    """Each row's number inside its document (0, 1, ...), from the rows each document
+    starts at (``doc_row_offsets``, ``documents + 1`` entries), as int32."""
+    starts = np.asarray(doc_row_offsets, dtype=np.int64)
+    return (np.arange(rows, dtype=np.int64) -
+            np.repeat(starts[:-1], np.diff(starts))).astype(np.int32)
+
+
+def _int64_column(a) -> pa.Array:
+    return pa.array(np.ascontiguousarray(a, dtype=np.int64))
+
+
+def table_from_output(out, *, attention_mask: bool | None = None) -> pa.Table:
+    """The tokenizer's numpy output as an Arrow table with the partition-frame columns
+    (``FRAME_COLUMNS``; with ``padding="bucket"`` also ``bucket``), built from its buffers:
+    no pandas, no per-row Python, the id and mask values shared with ``out``.
+
+    ``attention_mask``: whether to include the mask column. None (the stored layout,
+    docs/batch-jobs.md "Output"): included when rows are padded (to ``max_length``,
+    ``longest`` or a bucket width), left out for ragged rows, whose mask is 1 on every
+    stored token (``read_tokenized`` derives it).
+    """
+    if isinstance(out, BucketedWindows):
+        ids, mask, meta, window, width = _merge_buckets(out)
+        extra = {"bucket": pa.array(np.ascontiguousarray(width, dtype=np.int32))}
+        ragged = False
+    else:
+        meta = np.asarray(out["metadata"], dtype=np.int64).reshape(-1, 3)
+        ids, mask = out["input_ids"], out["attention_mask"]
+        window = window_numbers(out.doc_row_offsets, len(meta))
+        extra = {}
+        ragged = isinstance(ids, RaggedRows)
+    if attention_mask is None:
+        attention_mask = not ragged
+    cols = {name: _int64_column(meta[:, k]) for k, name in enumerate(METADATA_COLUMNS)}
+    cols["input_ids"] = list_array(ids)
+    if attention_mask:
+        cols["attention_mask"] = list_array(mask)
+    cols["window"] = pa.array(np.ascontiguousarray(window, dtype=np.int32))
+    cols.update(extra)
+    return pa.table(cols)
+
+
+def stores_mask(padding) -> bool:
+    """Whether the stored layout keeps ``attention_mask`` for rows of this ``padding``: yes
+    for padded rows (``max_length``, ``longest``, ``bucket``), no for ragged rows, whose mask
+    is 1 on every stored token and is derived when read (``daskwp.read_tokenized``)."""
+    return not (padding is False or padding == "do_not_pad")
+
+
+def frame_to_table(frame, attention_mask: bool = True) -> pa.Table:
+    """A partition frame (pandas or cudf, e.g. a GPU worker's) as the Arrow table
+    :func:`table_from_output` makes, with or without its mask column."""
+    table = frame.to_arrow() if is_cudf(frame) else \
+        pa.Table.from_pandas(frame, preserve_index=False)
+    table = table.replace_schema_metadata(None)
+    if not attention_mask and "attention_mask" in table.column_names:
+        table = table.drop_columns(["attention_mask"])
+    return table
 
 
 def matrix_from_frame(frame, column: str, width: int):
@@ -197,6 +275,201 @@ def portable_pandas_metadata(table: pa.Table) -> pa.Table:
     meta = dict(table.schema.metadata or {})
     meta[b"pandas"] = json.dumps(md).encode("utf-8")
     return table.replace_schema_metadata(meta)
+
+
+#: Parquet key-value metadata of a part that daskwp writes: a JSON object (the part's rows,
+#: documents, logID offset, the vocabulary's ``pad_id``, ...; batch jobs add their job id).
+PART_METADATA_KEY = b"daskwp"
+#: Key-value metadata of a part: blake2b-128 (hex) of the file's bytes before the footer.
+CHECKSUM_KEY = b"daskwp.data_blake2b"
+_CHECKSUM_PLACEHOLDER = b"0" * 32
+#: Rows per Parquet row group of a part.
+ROW_GROUP_ROWS = 65536
+#: Encodings of the stored layout (docs/batch-jobs.md "Output"): the int64/int32 scalar
+#: columns (sorted or small: logID, start, stop, window, bucket) delta-encoded; the token id
+#: values PLAIN. No dictionaries (ids have tens of thousands of values; hashing each costs
+#: more than it saves), statistics for logID only (per-value min/max of list columns is
+#: pure cost).
+SCALAR_ENCODING = "DELTA_BINARY_PACKED"
+LIST_ENCODING = "PLAIN"
+
+
+def parquet_write_options(schema: pa.Schema, compression="zstd") -> dict:
+    """``pyarrow.parquet.ParquetWriter`` keywords of the stored layout for ``schema``
+    (measured in benchmarks/results/pipeline_bench.md)."""
+    codec = None if compression in (None, "none", False) else str(compression)
+    encodings = {}
+    for f in schema:
+        if pa.types.is_list(f.type) or pa.types.is_large_list(f.type):
+            if LIST_ENCODING != "PLAIN":
+                encodings[f"{f.name}.list.element"] = LIST_ENCODING
+        elif pa.types.is_integer(f.type):
+            encodings[f.name] = SCALAR_ENCODING
+    opts = dict(compression=codec, use_dictionary=False, column_encoding=encodings or None,
+                write_statistics=[n for n in ("logID",) if n in schema.names])
+    if codec == "zstd":
+        opts["compression_level"] = 1
+    return opts
+
+
+def _portable_pandas_schema_metadata(schema: pa.Schema) -> dict:
+    """The schema metadata ``pandas`` metadata (portable, see :func:`portable_pandas_metadata`)
+    that ``pa.Table.from_pandas`` would record for a frame of these columns, no index."""
+    empty = schema.empty_table().to_pandas(types_mapper=pd.ArrowDtype)
+    for f in schema:  # numpy columns where the partition frame has them
+        if pa.types.is_integer(f.type):
+            empty[f.name] = empty[f.name].astype(f.type.to_pandas_dtype())
+    table = portable_pandas_metadata(pa.Table.from_pandas(empty, preserve_index=False))
+    return {b"pandas": table.schema.metadata[b"pandas"]}
+
+
+class _HashingFile:
+    """A write-only file for ``ParquetWriter`` that hashes what it writes (blake2b-128) and,
+    once :meth:`hold` is called, keeps the rest (the footer, and pages the writer flushes
+    when it closes) in memory so that the footer can be patched before it reaches the file."""
+
+    def __init__(self, path: str):
+        import hashlib
+        self._fh = open(path, "xb", buffering=1 << 20)
+        self._hash = hashlib.blake2b(digest_size=16)
+        self._pos = 0
+        self._held: list | None = None
+        self.closed = False
+
+    def write(self, data) -> int:
+        n = memoryview(data).nbytes
+        if self._held is not None:
+            self._held.append(bytes(data))
+        else:
+            self._hash.update(data)
+            self._fh.write(data)
+        self._pos += n
+        return n
+
+    def tell(self) -> int:
+        return self._pos
+
+    def flush(self) -> None:
+        pass
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def close(self) -> None:  # ParquetWriter closes what it was given; finish() does it
+        pass
+
+    def hold(self) -> None:
+        self._held = []
+
+    def finish(self, path: str) -> None:
+        """Hash the held bytes before the footer, write the digest over the placeholder in
+        the footer (same length: the footer stays valid), write, fsync and close."""
+        import struct
+        tail = b"".join(self._held or [])
+        if len(tail) < 8 or tail[-4:] != b"PAR1":
+            raise ValueError(f"{path!r}: the Parquet writer wrote no footer")
+        start = len(tail) - 8 - struct.unpack("<i", tail[-8:-4])[0]
+        if start < 0:
+            raise ValueError(f"{path!r}: the footer began before the file was closed")
+        self._hash.update(tail[:start])
+        footer = tail[start:]
+        at = footer.find(CHECKSUM_KEY) + len(CHECKSUM_KEY)
+        pos = footer.find(_CHECKSUM_PLACEHOLDER, at)
+        if footer.count(CHECKSUM_KEY) != 1 or not 0 < pos - at <= 8:
+            raise ValueError(f"{path!r}: cannot place the part's checksum in its footer")
+        digest = self._hash.hexdigest().encode()
+        self._fh.write(tail[:start + pos] + digest + tail[start + pos + len(digest):])
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        self._fh.close()
+        self.closed = True
+
+    def abort(self) -> None:
+        if not self._fh.closed:
+            self._fh.close()
+        self.closed = True
+
+
+class PartWriter:
+    """One Parquet part written atomically, in row groups as tables arrive (daskwp's one
+    writer: batch jobs and the lazy accessor's ``to_parquet`` both use it).
+
+    The file is written to ``tmp_path`` (created, must not exist), its data pages hashed as
+    they are written; :meth:`close` records ``metadata`` (a JSON object under
+    ``PART_METADATA_KEY``) and the checksum of the data pages (``CHECKSUM_KEY``) in the
+    footer, fsyncs, and renames the file to ``path``. A part therefore exists complete or not
+    at all; a writer that fails or is abandoned (:meth:`abort`) removes its temporary file.
+
+    The stored layout is :func:`parquet_write_options`; the schema is the first table's,
+    with portable pandas metadata (``pd.read_parquet`` reads the parts).
+    """
+
+    def __init__(self, path: str, tmp_path: str, compression="zstd",
+                 row_group_rows: int = ROW_GROUP_ROWS):
+        self.path, self.tmp_path = str(path), str(tmp_path)
+        self.compression = compression
+        self.row_group_rows = row_group_rows
+        self._file = None
+        self._writer = None
+        self.schema = None
+
+    def _open(self, schema: pa.Schema) -> None:
+        import pyarrow.parquet as pq
+        schema = schema.with_metadata(_portable_pandas_schema_metadata(schema))
+        self._file = _HashingFile(self.tmp_path)
+        try:
+            self._writer = pq.ParquetWriter(self._file, schema,
+                                            **parquet_write_options(schema, self.compression))
+        except BaseException:
+            self.abort()
+            raise
+        self.schema = schema
+
+    def write(self, table: pa.Table) -> None:
+        """Append ``table`` (the schema of the first one) as row groups."""
+        if self._writer is None:
+            self._open(table.schema)
+        elif table.schema.remove_metadata() != self.schema.remove_metadata():
+            table = table.cast(self.schema.remove_metadata())
+        self._writer.write_table(table.replace_schema_metadata(self.schema.metadata),
+                                 row_group_size=self.row_group_rows)
+
+    def close(self, metadata: dict | None = None, schema: pa.Schema | None = None) -> None:
+        """Finish the part: metadata and checksum in the footer, fsync, rename to ``path``.
+        ``schema`` gives the columns of a part no table was written to."""
+        if self._writer is None:
+            if schema is None:
+                raise ValueError("PartWriter.close: no table written and no schema given")
+            self._open(schema)
+        try:
+            kv = {CHECKSUM_KEY: _CHECKSUM_PLACEHOLDER}
+            if metadata is not None:
+                kv[PART_METADATA_KEY] = json.dumps(metadata, sort_keys=True).encode()
+            self._writer.add_key_value_metadata(kv)
+            self._file.hold()
+            self._writer.close()
+            self._file.finish(self.tmp_path)
+            os.replace(self.tmp_path, self.path)
+        finally:
+            self.abort()
+
+    def __enter__(self) -> "PartWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.abort()
+
+    def abort(self) -> None:
+        """Drop the part: close and remove the temporary file (nothing if it is done)."""
+        if self._file is not None and not self._file.closed:
+            self._file.abort()
+        try:
+            os.unlink(self.tmp_path)
+        except FileNotFoundError:
+            pass
 
 
 def write_parquet(frame: pd.DataFrame, path, **kwargs) -> None:

@@ -28,8 +28,8 @@ import pyarrow as pa
 from ..core.cache import BoundedCache
 from ..core.windows import WINDOW_OPTIONS
 from ..distributed.state import cached_tokenizer
-from ..distributed.tasks import add_logid_offset, tokenize_partition
-from ..frames.partition import is_cudf
+from ..distributed.tasks import add_logid_offset, tokenize_partition, write_tokenized_part
+from ..frames.partition import CHECKSUM_KEY, PART_METADATA_KEY, is_cudf
 from .errors import InputError, JobError
 from .inputs import PartitionSpec, count_partition, read_partition
 
@@ -44,9 +44,7 @@ SUMMARY_FILE = "_summary.json"
 PART_PREFIX = "part-"
 PART_SUFFIX = ".parquet"
 TMP_PREFIX = ".tmp-part-"
-METADATA_KEY = b"daskwp"
-#: Key-value metadata of a part: blake2b-128 (hex) of the file's bytes before the footer.
-CHECKSUM_KEY = b"daskwp.data_blake2b"
+METADATA_KEY = PART_METADATA_KEY
 JOB_FORMAT = 2
 _CHECKSUM_PLACEHOLDER = b"0" * 32
 _READ_CHUNK = 1 << 22
@@ -192,32 +190,6 @@ def data_checksum(path: str) -> str:
         return _digest(fh, _footer_start(fh))
 
 
-def _write_checksummed(table: pa.Table, path: str, compression) -> None:
-    """Write ``table`` to ``path`` with the checksum of its data pages in the footer, and
-    fsync it.
-
-    The footer comes after the data, so it is written with a placeholder of the digest's
-    length, which is then overwritten in place (same length: the footer stays valid)."""
-    import pyarrow.parquet as pq
-    with pq.ParquetWriter(path, table.schema, compression=compression) as writer:
-        writer.write_table(table, row_group_size=65536)
-        writer.add_key_value_metadata({CHECKSUM_KEY: _CHECKSUM_PLACEHOLDER})
-    with open(path, "r+b") as fh:
-        start = _footer_start(fh)
-        digest = _digest(fh, start).encode()
-        fh.seek(start)
-        footer = fh.read()
-        # The key-value pair is the key's bytes, a field header and a length, the value.
-        at = footer.find(CHECKSUM_KEY) + len(CHECKSUM_KEY)
-        pos = footer.find(_CHECKSUM_PLACEHOLDER, at)
-        if footer.count(CHECKSUM_KEY) != 1 or not 0 < pos - at <= 8:
-            raise JobError(f"{path!r}: cannot place the part's checksum in its footer")
-        fh.seek(start + pos)
-        fh.write(digest)
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
 def write_partition(spec: PartitionSpec, logid_offset: int, out_dir: str, tokenizer,
                     options: dict, job_id: str, n_partitions: int,
                     device: str = "cpu", documents: int | None = None) -> dict:
@@ -239,28 +211,25 @@ def write_partition(spec: PartitionSpec, logid_offset: int, out_dir: str, tokeni
 
 def _write_partition(spec, logid_offset, out_dir, tokenizer, options, job_id, n_partitions,
                      device, documents) -> dict:
-    import pyarrow.compute as pc
     t0 = time.perf_counter()
+    c0 = time.thread_time()
     texts = read_partition(spec)
     expected = spec.documents if documents is None else documents
     if expected is not None and len(texts) != expected:
         raise InputError(f"{spec.describe()} now holds {len(texts)} documents, "
                          f"{expected} when they were counted: the input changed "
                          f"during the job")
-    text_bytes = int(pc.sum(pc.binary_length(texts)).as_py() or 0) if len(texts) else 0
-    table, stats = tokenize_job_partition(tokenizer, texts, options, logid_offset, device)
-    stats.update(partition=spec.index, documents=len(texts), text_bytes=text_bytes,
-                 logid_offset=int(logid_offset))
-    meta = {"job_id": job_id, **stats}
-    table = table.replace_schema_metadata({METADATA_KEY: json.dumps(meta).encode()})
+    read_cpu = time.thread_time() - c0
+    if _worker_device(device) == "gpu":
+        texts = _as_series(texts, device)
     name = part_name(spec.index, n_partitions)
     tmp = os.path.join(out_dir, f"{TMP_PREFIX}{spec.index}-{uuid.uuid4().hex}.parquet")
-    try:
-        _write_checksummed(table, tmp, options["compression"])
-        os.replace(tmp, os.path.join(out_dir, name))
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    meta = {"job_id": job_id, "partition": spec.index, "logid_offset": int(logid_offset)}
+    stats = write_tokenized_part(texts, tokenizer, options, os.path.join(out_dir, name), tmp,
+                                 logid_offset=int(logid_offset),
+                                 compression=options["compression"], metadata=meta)
+    stats["cpu_seconds"]["read"] = read_cpu
+    stats.update(partition=spec.index, logid_offset=int(logid_offset))
     stats["seconds"] = time.perf_counter() - t0
     return stats
 
