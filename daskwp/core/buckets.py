@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import _ext
 from .options import OptionValueError, check_int
 from .ragged import BatchWindows, RaggedRows, array_module, to_host
 
@@ -172,15 +173,26 @@ def bucket_windows(ragged: BatchWindows, widths, pad_id: int, max_length: int,
     # Each stored cell's bucket, so that one boolean gather takes a bucket's cells in row
     # order (the rows of a bucket keep their order, and the ragged values are in row order).
     total = int(offsets[-1] - offsets[0]) if rows else 0
-    cell_bucket = which[_owner(lengths, total, xp)] if total else xp.zeros(0, np.int64)
+    cell_bucket = which[_owner(lengths, total, xp)] if total and xp is not np \
+        else xp.zeros(0, np.int64)
     values = ids.values[int(offsets[0]):int(offsets[-1])] if rows else ids.values[:0]
     mvalues = mask.values[int(offsets[0]):int(offsets[-1])] if rows else mask.values[:0]
     buckets = []
+    native = xp is np and isinstance(ids.values, np.ndarray)
     for b, width in enumerate(widths):
         n_b = int(counts[b])
         if n_b == 0:
             continue
         in_b = which == b
+        if native:   # the extension's fill: one pass over the bucket's rows
+            out_ids, out_mask = _ext.pad_rows(
+                np.ascontiguousarray(ids.values, dtype=np.int32), offsets,
+                np.flatnonzero(in_b).astype(np.int64), int(width), int(pad_id),
+                mask.values.dtype == np.int8)
+            buckets.append((int(width), BatchWindows({
+                "input_ids": convert(out_ids), "attention_mask": convert(out_mask),
+                "metadata": convert(meta[in_b]), "window": convert(window[in_b])})))
+            continue
         lens = lengths[in_b]
         real = xp.arange(width, dtype=np.int64)[None, :] < lens[:, None]   # n_b x width
         out_ids = xp.full((n_b, width), pad_id, dtype=np.int32)

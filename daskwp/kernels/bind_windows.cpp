@@ -90,9 +90,73 @@ nb::tuple build_windows(I32 token_ids, I64 offsets, int64_t max_length, int64_t 
   return nb::make_tuple(ids, mask, meta, row_off, doc_rows);
 }
 
+// Selected ragged rows padded into one rows x width matrix: ids (pad_id after each row's
+// tokens) and the mask (1 on the row's tokens, 0 after). A row longer than width is refused.
+template <typename MaskT>
+void pad_selected(const int32_t* values, const int64_t* off, const int64_t* rows, int64_t n,
+                  int64_t width, int32_t pad_id, int32_t* ids, MaskT* mask) {
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t r = rows[i];
+    const int64_t len = off[r + 1] - off[r];
+    int32_t* row = ids + i * width;
+    MaskT* mrow = mask + i * width;
+    std::copy(values + off[r], values + off[r] + len, row);
+    std::fill(row + len, row + width, pad_id);
+    std::fill(mrow, mrow + len, MaskT{1});
+    std::fill(mrow + len, mrow + width, MaskT{0});
+  }
+}
+
+nb::tuple pad_rows(I32 values, I64 offsets, I64 rows, int64_t width, int32_t pad_id,
+                   bool mask_int8) {
+  if (offsets.shape(0) < 1) throw std::invalid_argument("offsets must not be empty");
+  if (width < 0 || width > std::numeric_limits<int32_t>::max())
+    throw std::invalid_argument("width must be in [0, 2**31-1], got " + std::to_string(width));
+  const int64_t n_rows = static_cast<int64_t>(offsets.shape(0)) - 1;
+  const int64_t* off = offsets.data();
+  const int64_t n_values = static_cast<int64_t>(values.shape(0));
+  if (off[0] < 0 || off[n_rows] > n_values)
+    throw std::invalid_argument("offsets point outside values");
+  for (int64_t r = 0; r < n_rows; ++r)
+    if (off[r] > off[r + 1]) throw std::invalid_argument("offsets are not non-decreasing");
+  const int64_t n = static_cast<int64_t>(rows.shape(0));
+  const int64_t* sel = rows.data();
+  for (int64_t i = 0; i < n; ++i) {
+    if (sel[i] < 0 || sel[i] >= n_rows)
+      throw std::invalid_argument("row " + std::to_string(sel[i]) + " out of range for " +
+                                  std::to_string(n_rows) + " rows");
+    if (off[sel[i] + 1] - off[sel[i]] > width)
+      throw std::invalid_argument("row " + std::to_string(sel[i]) + " holds " +
+                                  std::to_string(off[sel[i] + 1] - off[sel[i]]) +
+                                  " tokens, more than width " + std::to_string(width));
+  }
+  const size_t cells = static_cast<size_t>(n) * static_cast<size_t>(width);
+  auto ids = daskwp::host_array<int32_t>(cells);
+  auto mask = daskwp::host_array<uint8_t>(cells * (mask_int8 ? 1 : 4));
+  {
+    nb::gil_scoped_release release;
+    if (mask_int8)
+      pad_selected(values.data(), off, sel, n, width, pad_id, ids.get(),
+                   reinterpret_cast<int8_t*>(mask.get()));
+    else
+      pad_selected(values.data(), off, sel, n, width, pad_id, ids.get(),
+                   reinterpret_cast<int32_t*>(mask.get()));
+  }
+  const size_t nr = static_cast<size_t>(n), w = static_cast<size_t>(width);
+  nb::object out_ids = numpy_owning<int32_t, 2>(ids.release(), {nr, w});
+  nb::object out_mask = mask_int8 ? release_as<int8_t>(mask, {nr, w})
+                                  : release_as<int32_t>(mask, {nr, w});
+  return nb::make_tuple(out_ids, out_mask);
+}
+
 }  // namespace
 
 void bind_windows(nb::module_& m) {
+  m.def("pad_rows", &pad_rows, nb::arg("values"), nb::arg("offsets"), nb::arg("rows"),
+        nb::arg("width"), nb::arg("pad_id"), nb::arg("mask_int8") = false,
+        "The selected rows of a ragged batch (values, offsets) padded to width: (input_ids,\n"
+        "attention_mask), rows x width; the mask is 1 on each row's tokens. The fill of\n"
+        "padding='bucket' buckets.");
   m.def("build_windows", &build_windows, nb::arg("token_ids"), nb::arg("offsets"),
         nb::arg("max_length"), nb::arg("stride"), nb::arg("truncation"),
         nb::arg("add_special_tokens"), nb::arg("cls_id"), nb::arg("sep_id"), nb::arg("pad_id"),
