@@ -109,25 +109,21 @@ def auto_bucket_widths(lengths, max_length: int, n_buckets: int = AUTO_BUCKETS) 
     n_cum, s_cum = np.concatenate([[0], np.cumsum(count)]), np.concatenate([[0],
                                                                             np.cumsum(total)])
 
-    def cost(i, j):  # rows of candidates (i, j] padded to width c[j]; i = -1: from the start
-        lo = i + 1
-        return c[j] * (n_cum[j + 1] - n_cum[lo]) - (s_cum[j + 1] - s_cum[lo])
-
     m = len(c)
+    # cost[i + 1, j]: rows of candidates (i, j] padded to width c[j] (i = -1: from the start)
+    lo = np.arange(m)[:, None]                  # i + 1
+    hi = np.arange(m)[None, :]                  # j
+    cost = c[None, :] * (n_cum[hi + 1] - n_cum[lo]) - (s_cum[hi + 1] - s_cum[lo])
+    cost = np.where(lo <= hi, cost, np.inf)
     k_max = min(n_buckets, m)
-    inf = float("inf")
-    best = np.full((k_max, m), inf)
+    best = np.full((k_max, m), np.inf)
     back = np.full((k_max, m), -1, dtype=np.int64)
-    for j in range(m):
-        best[0, j] = cost(-1, j)
+    best[0] = cost[0]
     for k in range(1, k_max):
-        for j in range(m):
-            if j < k:
-                continue
-            i = np.arange(k - 1, j)
-            vals = best[k - 1, i] + cost(i, j)
-            t = int(np.argmin(vals))
-            best[k, j], back[k, j] = vals[t], i[t]
+        # best[k, j] = min over i < j of best[k-1, i] + cost[i + 1, j]
+        total_ij = best[k - 1][:, None] + np.vstack([cost[1:], np.full((1, m), np.inf)])
+        back[k] = np.argmin(total_ij, axis=0)
+        best[k] = total_ij[back[k], np.arange(m)]
     j = m - 1
     k = int(np.argmin(best[:, j]))
     chosen = []
