@@ -16,7 +16,8 @@ from dask._collections import new_collection
 
 from ..backends.tokenizer import resolve_tokenizer
 from ..core.windows import resolve_window_options
-from ..distributed.graph import GlobalLogID, Tokenize, partition_local
+from ..distributed.graph import GlobalLogID, GlobalTokenize, Tokenize, WriteParts, \
+    partition_local
 from .eager import WordPieceResult
 from ..frames.partition import (METADATA_COLUMNS, attention_mask_block, check_text_dtype,
                                 input_ids_block, is_cudf, portable_pandas_metadata,
@@ -113,23 +114,52 @@ class DaskWordPieceResult:
         return WordPieceResult(self.to_frame().compute(**kwargs), self.options,
                                self.tokenizer)
 
-    def to_parquet(self, path, **kwargs):
-        """``to_frame().to_parquet(path, write_index=False, **kwargs)``: each partition is
-        tokenized once, ids and metadata are written together.
+    def to_parquet(self, path, *, compression="zstd", compute: bool = True,
+                   overwrite: bool = False, **kwargs):
+        """Write the tokenized partitions to ``path``, one Parquet part per partition
+        (``part.<i>.parquet``), with daskwp's part writer: the layout of ``daskwp tokenize``
+        (docs/batch-jobs.md "Output": global logIDs, ``input_ids`` as ``list<int32>``, the
+        mask stored for padded rows only, the vocabulary's ``pad_id`` in each part's
+        ``daskwp`` metadata so ``daskwp.read_tokenized(path)`` pads ragged rows without the
+        tokenizer). Each partition is tokenized and written in one task, atomically (a part
+        exists complete or not at all, so a killed worker loses nothing); no frame goes
+        through pandas.
 
-        The Parquet columns are ``list<int32>``. Read them back as such with
-        ``dd.read_parquet(path, dtype_backend="pyarrow")`` (or ``pd.read_parquet``; without
-        ``dtype_backend`` they come back as object columns of numpy arrays). The pandas
-        metadata is written so that any pandas can read it (see
-        ``accessor.portable_pandas_metadata``): writing ``to_frame()`` with plain
-        ``to_parquet`` gives files that ``pd.read_parquet`` currently fails to read
-        (pandas-dev/pandas#57411).
+        Read it back with ``daskwp.read_tokenized(path)``, ``dd.read_parquet(path,
+        dtype_backend="pyarrow")`` (list<int32> columns) or ``pd.read_parquet(path)``
+        (object columns of numpy arrays); the pandas metadata is written so that any pandas
+        reads it (``portable_pandas_metadata``, pandas-dev/pandas#57411).
+
+        ``compression``: as for batch jobs (``zstd``, ``lz4``, ``snappy``, ``none``, ...).
+        ``overwrite``: remove ``path`` first. ``compute=False`` returns the lazy result
+        (``.compute()`` writes and returns the summed statistics). Other keywords
+        (``storage_options``, ``write_metadata_file``, ``name_function``, ``partition_on``,
+        ``engine``, ...) and dask_cudf frames go through ``dask.dataframe.to_parquet`` of
+        :meth:`to_frame` instead.
         """
-        kwargs.setdefault("write_index", False)
+        import os
+        if kwargs.pop("write_index", False):
+            raise ValueError("to_parquet writes no index: the rows are numbered by logID and "
+                             "window")
         frame = self.to_frame()
-        if "engine" not in kwargs and isinstance(frame._meta, pd.DataFrame):
-            kwargs["engine"] = _parquet_engine()
-        return frame.to_parquet(path, **kwargs)
+        local = isinstance(path, (str, os.PathLike)) and "://" not in str(path)
+        if kwargs or not local or not isinstance(frame._meta, pd.DataFrame):
+            kwargs.setdefault("engine", _parquet_engine())
+            return frame.to_parquet(path, write_index=False, compression=compression,
+                                    compute=compute, overwrite=overwrite, **kwargs)
+        path = os.path.abspath(os.fspath(path))
+        if overwrite and os.path.isdir(path):
+            import shutil
+            shutil.rmtree(path)
+        os.makedirs(path, exist_ok=True)
+        write = {"path": path, "compression": compression}
+        parts = GlobalTokenize(self._source, self.tokenizer, self.options, None, None, None,
+                               None, write)
+        out = new_collection(WriteParts(parts))
+        if not compute:
+            return out
+        out.compute()
+        return None
 
     def stitch(self, values, column: str | None = None, how: str = "auto"):
         """Per-row values back to one row per document (logID), cluster-wide.

@@ -43,14 +43,15 @@ import functools
 
 from dask._task_spec import DataNode, Task, TaskRef
 from dask.base import tokenize
-from dask.dataframe.dask_expr._expr import Blockwise, Expr, Partitions
+from dask.dataframe.dask_expr._expr import Blockwise, Expr, Partitions, Projection
 from dask.dataframe.dispatch import make_meta, meta_nonempty
 
-from .tasks import add_counts, add_logid_offset, count_documents, sum_counts, \
-    tokenize_partition
+from .tasks import add_counts, add_logid_offset, count_documents, finish_parts, sum_counts, \
+    tokenize_global, tokenize_partition, write_partition_part
 
-__all__ = ["GlobalLogID", "PartitionCounts", "SelectedLogID", "Tokenize", "partition_local",
-           "prefix_count_refs", "tokenizer_graph_key", "tokenizer_layer"]
+__all__ = ["GlobalLogID", "GlobalTokenize", "PartitionCounts", "SelectedLogID", "Tokenize",
+           "WriteParts", "partition_local", "prefix_count_refs", "static_offsets",
+           "tokenizer_graph_key", "tokenizer_layer"]
 
 
 def tokenizer_graph_key(tokenizer) -> str:
@@ -201,6 +202,148 @@ def prefix_count_refs(dsk: dict, source, p: int) -> list:
     return PartitionCounts.of_source(source).prefix_refs(dsk, p)
 
 
+def static_offsets(expr) -> tuple | None:
+    """The global logID offset of each partition of ``expr`` (``n + 1`` entries, the last
+    the total) when its partition lengths are known without computing anything (a pandas
+    frame's partitions, Parquet row counts from the footers: dask's own ``Lengths``
+    simplification), else None."""
+    from dask.dataframe.dask_expr._expr import Lengths, Literal
+    try:
+        lengths = Lengths(expr).simplify()
+    except Exception:
+        return None
+    if not isinstance(lengths, Literal):
+        return None
+    values = lengths.operand("value")
+    if not isinstance(values, tuple) or len(values) != expr.npartitions:
+        return None
+    out, total = [0], 0
+    for n in values:
+        total += int(n)
+        out.append(total)
+    return tuple(out)
+
+
+class GlobalTokenize(Expr):
+    """Partition i of ``frame`` (a text Series) tokenized with its global logIDs in ONE task
+    per partition (``tokenize_global``): what ``GlobalLogID(Tokenize(frame), frame)``
+    becomes when simplified. ``columns`` keeps only those columns (a projection pushed into
+    the task, so e.g. ``res.metadata`` builds no list columns).
+
+    The offsets: when the partition lengths of ``frame`` are known without computing
+    (:func:`static_offsets`, recomputed whenever ``frame`` changes: ``lengths_of`` is the
+    name they were computed for), each task gets its offset as a constant and the graph has
+    no counting tasks at all; otherwise the global-offset pass over ``frame``'s partitions
+    (:class:`PartitionCounts`).
+
+    ``write``: a dict (``path``, ``compression``, ``digits``) to write each partition as a
+    Parquet part with daskwp's writer instead (``write_partition_part``); the task then
+    returns the part's statistics.
+    """
+
+    _parameters = ["frame", "tokenizer", "options", "columns", "positions", "offsets",
+                   "lengths_of", "write"]
+    _defaults = {"columns": None, "positions": None, "offsets": None, "lengths_of": None,
+                 "write": None}
+
+    @functools.cached_property
+    def _name(self):
+        return f"daskwp-tokenize-{self.deterministic_token}"
+
+    @functools.cached_property
+    def _meta(self):
+        sample = _sample_partition(self.frame._meta)
+        meta = make_meta(tokenize_partition(sample, self.tokenizer, self.options).iloc[:0])
+        columns = self.operand("columns")
+        return meta if columns is None else meta[columns]
+
+    def _divisions(self):
+        return (None,) * (self.frame.npartitions + 1)
+
+    def _known_offsets(self):
+        offs = self.operand("offsets")
+        if offs is None or self.operand("lengths_of") != self.frame._name or \
+                len(offs) != self.frame.npartitions + 1:
+            return None
+        return offs
+
+    def _simplify_down(self):
+        if self.operand("positions") is not None:
+            return None  # culled: the offsets were fixed for the original partitions
+        if self.operand("lengths_of") != self.frame._name:
+            return self.substitute_parameters({"offsets": static_offsets(self.frame),
+                                               "lengths_of": self.frame._name})
+
+    def _simplify_up(self, parent, dependents):
+        if self.operand("write") is not None:
+            return None
+        if isinstance(parent, Projection) and hasattr(self._meta, "columns"):
+            cols = parent.operand("columns")
+            if isinstance(cols, (list, tuple)) or cols in self._meta.columns:
+                return self.substitute_parameters(
+                    {"columns": list(cols) if isinstance(cols, (list, tuple)) else cols})
+        if isinstance(parent, Partitions):
+            parts = list(parent.partitions)
+            pos = _positions(self)
+            offs = self._known_offsets()
+            if offs is not None:
+                return GlobalTokenize(Partitions(self.frame, parts), self.tokenizer,
+                                      self.options, self.operand("columns"),
+                                      tuple(pos[p] for p in parts),
+                                      tuple(offs[p] for p in parts), None)
+            # unknown lengths: the prefix of each selected partition is counted
+            tokenized = Tokenize(self.frame, self.tokenizer, self.options)
+            if self.operand("columns") is not None:
+                tokenized = tokenized[self.operand("columns")]
+            return GlobalLogID(tokenized, self.frame)._simplify_up(parent, dependents)
+
+    def _layer(self) -> dict:
+        tok_key, dsk = tokenizer_layer(self.tokenizer)
+        opts = dict(self.options)
+        offsets = self._known_offsets()
+        culled = self.operand("positions") is not None
+        if culled:
+            offsets = self.operand("offsets")
+        counts = None if offsets is not None else PartitionCounts.of_source(self.frame)
+        write = self.operand("write")
+        columns = self.operand("columns")
+        for k, p in enumerate(_positions(self)):
+            key = (self._name, k)
+            refs = [offsets[k]] if offsets is not None else counts.prefix_refs(dsk, k)
+            if write is not None:
+                dsk[key] = Task(key, write_partition_part, TaskRef((self.frame._name, k)),
+                                TaskRef(tok_key), opts, write, p, *refs)
+            else:
+                dsk[key] = Task(key, tokenize_global, TaskRef((self.frame._name, k)),
+                                TaskRef(tok_key), opts, p, columns, *refs)
+        return dsk
+
+
+class WriteParts(Expr):
+    """The one-task end of a ``to_parquet``: waits for every part of ``parts`` (a
+    ``GlobalTokenize`` with ``write``), removes the temporary files of attempts that did
+    not finish (a killed worker), and returns the parts' summed statistics."""
+
+    _parameters = ["parts"]
+
+    @functools.cached_property
+    def _name(self):
+        return f"daskwp-to-parquet-{self.deterministic_token}"
+
+    @property
+    def _meta(self):
+        return 0
+
+    def _divisions(self):
+        return (None, None)
+
+    def _layer(self) -> dict:
+        parts = self.parts
+        key = (self._name, 0)
+        return {key: Task(key, finish_parts, parts.operand("write"),
+                          *[TaskRef((parts._name, k)) for k in range(parts.npartitions)])}
+
+
 class GlobalLogID(Expr):
     """``frame`` (partition frames with 0-based logIDs, partitioned as ``source``) with
     global logIDs: partition i is offset by the rows of ``source`` partitions 0..i-1.
@@ -221,6 +364,17 @@ class GlobalLogID(Expr):
 
     def _divisions(self):
         return (None,) * (self.frame.npartitions + 1)
+
+    def _simplify_down(self):
+        # Tokenize (and a projection of it) over ``source`` itself: one task per partition.
+        frame, columns = self.frame, None
+        if isinstance(frame, Projection) and isinstance(frame.frame, Tokenize):
+            columns = frame.operand("columns")
+            columns = list(columns) if isinstance(columns, (list, tuple)) else columns
+            frame = frame.frame
+        if isinstance(frame, Tokenize) and frame.operand("positions") is None and \
+                frame.frame._name == self.source._name:
+            return GlobalTokenize(frame.frame, frame.tokenizer, frame.options, columns)
 
     def _layer(self) -> dict:
         dsk: dict = {}
@@ -293,7 +447,7 @@ def partition_local(expr) -> bool:
         if e._name in seen:
             continue
         seen.add(e._name)
-        if isinstance(e, (GlobalLogID, SelectedLogID, Tokenize)):
+        if isinstance(e, (GlobalLogID, GlobalTokenize, SelectedLogID, Tokenize)):
             found = True
             continue
         if isinstance(e, (Blockwise, Partitions)):

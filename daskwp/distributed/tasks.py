@@ -13,13 +13,14 @@ import time
 
 import numpy as np
 
-from ..frames.partition import (METADATA_COLUMNS, PartWriter, frame_from_output,
+from ..frames.partition import (PartWriter, frame_from_output,
                                 frame_to_table, is_cudf, stores_mask, table_from_output)
 from .state import cached_tokenizer
 
 __all__ = ["PIECE_BYTES", "add_counts", "add_logid_offset", "count_documents",
-           "owned_unknown_tokens", "partition_error", "sum_counts", "tokenize_global",
-           "tokenize_partition", "vocabulary_pad_id", "write_tokenized_part"]
+           "finish_parts", "owned_unknown_tokens", "partition_error", "sum_counts",
+           "tokenize_global", "tokenize_partition", "vocabulary_pad_id",
+           "write_partition_part", "write_tokenized_part"]
 
 #: Text bytes tokenized at a time when a partition is written: the next piece is tokenized
 #: while the previous one is encoded and compressed into its row groups (both release the
@@ -85,12 +86,62 @@ def add_logid_offset(frame, *counts):
 def tokenize_global(texts, tokenizer, options: dict, partition=None, columns=None, *counts):
     """``tokenize_partition`` and ``add_logid_offset`` in one task: partition ``partition``
     with the global offset ``sum(counts)`` added to its logIDs, only ``columns`` kept
-    (None: all)."""
-    frame = tokenize_partition(texts, tokenizer, options, partition)
-    frame = add_logid_offset(frame, *counts)
-    if columns is not None:
-        frame = frame[columns] if isinstance(columns, list) else frame[columns]
-    return frame
+    (None: all; a str: that column as a Series). The offset goes to the tokenizer
+    (``logid_offset``), so the logIDs are written once."""
+    offset = sum(counts)
+    tok = cached_tokenizer(tokenizer)
+    try:
+        if is_cudf(texts):
+            frame = add_logid_offset(tokenize_partition(texts, tok, options), offset)
+        else:
+            out = tok(texts, **options, return_tensors="np", logid_offset=int(offset))
+            if isinstance(columns, str):
+                return frame_from_output(out, [columns])[columns]
+            return frame_from_output(out, columns)
+    except Exception as e:
+        if partition is None:
+            raise
+        raise partition_error(e, partition) from e
+    return frame if columns is None else frame[columns]
+
+
+def write_partition_part(texts, tokenizer, options: dict, write: dict, partition, *counts):
+    """Partition ``partition`` tokenized and written as ``write["path"]/part.<partition>
+    .parquet`` by :func:`write_tokenized_part` (atomically: a retried task writes the same
+    file again), its logIDs offset by ``sum(counts)``. Returns the part's statistics."""
+    import os
+    import uuid
+    offset = int(sum(counts))
+    folder = write["path"]
+    name = f"part.{partition}.parquet"
+    tmp = os.path.join(folder, f".{name}.{uuid.uuid4().hex}.tmp")
+    stats = write_tokenized_part(texts, tokenizer, options, os.path.join(folder, name), tmp,
+                                 logid_offset=offset, compression=write["compression"],
+                                 metadata={"partition": partition, "logid_offset": offset},
+                                 partition=partition)
+    stats.update(partition=partition, logid_offset=offset)
+    return stats
+
+
+def finish_parts(write: dict, *stats) -> dict:
+    """The end of a ``to_parquet``: every part is written; temporary files left by attempts
+    that did not finish (a killed worker) are removed. Returns the summed statistics."""
+    import os
+    folder = write["path"]
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        names = []
+    for n in names:
+        if n.startswith(".part.") and n.endswith(".tmp"):
+            try:
+                os.unlink(os.path.join(folder, n))
+            except FileNotFoundError:
+                pass
+    total = {k: sum(s[k] for s in stats) for k in ("rows", "documents", "tokens",
+                                                   "unknown_tokens", "text_bytes")}
+    total["parts"] = len(stats)
+    return total
 
 
 # -- writing a tokenized partition -------------------------------------------------------

@@ -126,9 +126,14 @@ def _merge_buckets(out: BucketedWindows):
             window[order].astype(np.int32), width[order])
 
 
-def frame_from_output(out) -> pd.DataFrame:
+def frame_from_output(out, columns=None) -> pd.DataFrame:
     """The tokenizer's numpy output as a partition frame (columns ``FRAME_COLUMNS``; with
-    ``padding="bucket"`` also ``bucket``, each row's width, rows in document order)."""
+    ``padding="bucket"`` also ``bucket``, each row's width, rows in document order).
+
+    ``columns``: build only these (in frame order; None: all), e.g. the metadata alone
+    without its list columns."""
+    if columns is not None and not isinstance(out, BucketedWindows):
+        return _frame_columns(out, list(columns))
     if isinstance(out, BucketedWindows):
         ids, mask, meta, window, width = _merge_buckets(out)
         frame = pd.DataFrame(np.ascontiguousarray(meta.T).T, columns=list(METADATA_COLUMNS),
@@ -211,6 +216,25 @@ def frame_to_table(frame, attention_mask: bool = True) -> pa.Table:
     if not attention_mask and "attention_mask" in table.column_names:
         table = table.drop_columns(["attention_mask"])
     return table
+
+
+def _frame_columns(out, columns: list) -> pd.DataFrame:
+    meta = np.asarray(out["metadata"], dtype=np.int64).reshape(-1, 3)
+    if all(c in METADATA_COLUMNS for c in columns):  # one int64 block, no list columns
+        idx = [METADATA_COLUMNS.index(c) for c in columns]
+        block = meta if idx == [0, 1, 2] else meta[:, idx]
+        return pd.DataFrame(np.ascontiguousarray(block.T).T, columns=columns, copy=False)
+    data = {}
+    for c in columns:
+        if c in METADATA_COLUMNS:
+            data[c] = meta[:, METADATA_COLUMNS.index(c)]
+        elif c in ("input_ids", "attention_mask"):
+            data[c] = list_column(out[c])
+        elif c == "window":
+            data[c] = window_numbers(out.doc_row_offsets, len(meta))
+        else:
+            raise KeyError(c)
+    return pd.DataFrame(data, columns=columns)
 
 
 def matrix_from_frame(frame, column: str, width: int):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 from pathlib import Path
 from typing import Iterator
 
@@ -35,16 +36,22 @@ _REQUIRED = (*METADATA_COLUMNS, "input_ids")
 _METADATA_KEY = b"daskwp"
 
 
+def _natural(name: str) -> list:
+    """Sort key: numbers in names by value (``part.10`` after ``part.9``), so files are in
+    logID order for both ``part-00010`` (jobs) and ``part.10`` (``to_parquet``) names."""
+    return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", name)]
+
+
 def _data_files(path) -> list[str]:
     p = Path(path)
     if p.is_file():
         return [str(p)]
     if p.is_dir():
-        files = sorted(str(f) for f in p.rglob("*.parquet")
-                       if not any(part.startswith((".", "_"))
-                                  for part in f.relative_to(p).parts))
+        files = sorted((str(f) for f in p.rglob("*.parquet")
+                        if not any(part.startswith((".", "_"))
+                                   for part in f.relative_to(p).parts)), key=_natural)
     else:
-        files = sorted(f for f in glob.glob(str(path)) if os.path.isfile(f))
+        files = sorted((f for f in glob.glob(str(path)) if os.path.isfile(f)), key=_natural)
     if not files:
         raise FileNotFoundError(f"no tokenized Parquet files at {str(path)!r}")
     return files
@@ -63,13 +70,16 @@ def pad_rows(values: np.ndarray, offsets: np.ndarray, width: int, pad_id: int,
         raise ValueError(f"row {r} holds {int(lengths[r])} tokens, more than max_length="
                          f"{width}; read with a larger max_length (nothing is cut)")
     ids = np.full((n, width), pad_id, dtype=np.int32)
-    mask = np.zeros((n, width), dtype=np.int32)
+    # Row-major boolean assignment fills the real cells in row order: exactly the values.
+    real = np.arange(width, dtype=np.int64)[None, :] < lengths[:, None]
     total = int(offsets[-1] - offsets[0]) if n else 0
     if total:
-        rows = np.repeat(np.arange(n), lengths)
-        cols = np.arange(total, dtype=np.int64) - np.repeat(offsets[:-1] - offsets[0], lengths)
-        ids[rows, cols] = values[offsets[0]:offsets[-1]]
-        mask[rows, cols] = 1 if mask_values is None else mask_values[offsets[0]:offsets[-1]]
+        ids[real] = values[offsets[0]:offsets[-1]]
+    if mask_values is None:
+        return ids, real.astype(np.int32)
+    mask = np.zeros((n, width), dtype=np.int32)
+    if total:
+        mask[real] = mask_values[offsets[0]:offsets[-1]]
     return ids, mask
 
 
@@ -237,9 +247,11 @@ class TokenizedDataset:
 
 
 def _recorded_pad_id(files: list[str]) -> int | None:
+    """The ``pad_id`` that daskwp's part writer records in each part's ``daskwp`` key-value
+    metadata (the footer: read without reading any data), from the first file."""
     import pyarrow.parquet as pq
     for f in files[:1]:
-        md = pq.read_schema(f).metadata or {}
+        md = pq.read_metadata(f).metadata or {}
         if _METADATA_KEY in md:
             try:
                 value = json.loads(md[_METADATA_KEY]).get("pad_id")
