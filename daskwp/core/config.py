@@ -17,7 +17,12 @@ dask.config.update_defaults(config_defaults())
 
 def get(name: str, value=None):
     """``value`` when it is not None, else the configured ``daskwp.<name>``."""
-    return dask.config.get(f"daskwp.{name}", override_with=value)
+    if value is not None:
+        return value
+    section = dask.config.config.get("daskwp")
+    if isinstance(section, dict) and name in section:   # the common case: one dict lookup
+        return section[name]
+    return dask.config.get(f"daskwp.{name}")           # hyphenated spellings, missing keys
 
 
 def resolve(name: str, value=None):
