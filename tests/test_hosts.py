@@ -396,6 +396,8 @@ def test_scheduler_host_killed_then_rerun_resumes(cluster, ref, tmp_path):
     # What the user sees: daskwp's error line, else the last line of a traceback.
     lines = [ln for ln in job.stderr.splitlines() if ln.strip() and not ln.startswith(" ")]
     message = ([ln for ln in lines if ln.startswith("daskwp: error")] or lines)[-1:]
+    assert rc == 1 and message and message[0].startswith("daskwp: error"), \
+        f"exit {rc}; the user saw {message} (want daskwp's error line, not a traceback)"
 
     cluster.start_cluster()  # a new scheduler process (same host and address), new workers
     rerun = Job(cluster, ref, job.out, name="rerun")

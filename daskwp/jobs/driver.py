@@ -375,21 +375,30 @@ def run_graph(graph: JobGraph, client, on_write: Callable[[int, dict], None]) ->
     from distributed import as_completed
     futures = client.get(graph.dsk, keys, sync=False)
     try:
-        for fut in as_completed(futures):
+        # Results come with the completions, fetched in batches: one slow host does not
+        # make every small offset and count result a round trip of its own.
+        for fut, result in as_completed(futures, with_results=True, raise_errors=False):
             key = fut.key
             what = f"partition {part_of[key]}" if key in part_of else f"task {key}"
             if fut.status == "error":
-                raise _task_failure(fut.exception(), what)
+                raise _task_failure(result if isinstance(result, BaseException)
+                                    else fut.exception(), what)
             if fut.status == "cancelled":
                 raise JobError(f"{what} was cancelled (the cluster lost it)")
-            result = fut.result()
             if key in part_of:
                 on_write(part_of[key], result)
                 fut.release()
             else:
                 values[key] = result
+    except OSError as e:   # distributed's CommClosedError: the scheduler is gone
+        raise JobError(f"lost the cluster's scheduler ({type(e).__name__}: {e}); complete "
+                       f"parts are kept: run the same command again (against a running "
+                       f"scheduler) to resume") from e
     finally:
-        client.cancel([f for f in futures if not f.done()])
+        try:
+            client.cancel([f for f in futures if not f.done()])
+        except OSError:
+            pass
     return values
 
 
