@@ -14,6 +14,7 @@ import numpy as np
 from .. import _ext
 from ..core.buckets import bucket_windows
 from ..core.options import check_int
+from ..core.pairs import build_pair_windows, convert_batch, sequence_extras
 from ..core.ragged import BatchWindows, Encoding
 from ..core.strings import chunk_buffers, to_arrow
 from ..core.windows import WindowParams, convert_tensors, fill_plan, pack_windows, \
@@ -61,18 +62,37 @@ class CPUBackend:
         return Encoding(token_ids.astype(np.int32, copy=False), np.concatenate(off_parts))
 
     def build_windows(self, encoding: Encoding, vocab, p: WindowParams,
-                      num_threads: int) -> BatchWindows:
+                      num_threads: int, seq: dict | None = None) -> BatchWindows:
+        """The windows of ``encoding``; ``seq`` (:func:`daskwp.core.pairs.sequence_options`)
+        adds ``token_type_ids`` / ``sequence_ids``."""
         token_ids = np.ascontiguousarray(encoding.token_ids, dtype=np.int32)
         offsets = np.ascontiguousarray(encoding.offsets, dtype=np.int64)
         padded, cls_id, sep_id, pad_id, width = fill_plan(vocab, p, offsets)
         out = _ext.build_windows(
-            token_ids, offsets, p.max_length, p.stride, p.truncation, p.add_special_tokens,
-            cls_id, sep_id, pad_id, p.logid_offset, padded, p.mask_int8, width, num_threads)
+            token_ids, offsets, p.max_length, p.stride, bool(p.truncation),
+            p.add_special_tokens, cls_id, sep_id, pad_id, p.logid_offset, padded, p.mask_int8,
+            width, num_threads)
         convert = (lambda a: convert_tensors(a, p.return_tensors))
         if p.padding == "bucket":
             return bucket_windows(pack_windows(*out, False, lambda a: a), p.bucket_widths,
                                   vocab.pad_id, p.max_length, convert)
+        if seq and (seq["return_token_type_ids"] or seq["return_sequence_ids"]):
+            bw = sequence_extras(pack_windows(*out, padded, lambda a: a),
+                                 p.add_special_tokens, seq["return_token_type_ids"],
+                                 seq["return_sequence_ids"], np)
+            return convert_batch(bw, convert)
         return pack_windows(*out, padded, convert)
+
+    def build_pair_windows(self, enc_a: Encoding, enc_b: Encoding, vocab, p: WindowParams,
+                           seq: dict) -> BatchWindows:
+        """The rows of the pairs ``(enc_a[i], enc_b[i])`` (docs/design.md §2.5): the array
+        pass of :func:`daskwp.core.pairs.build_pair_windows`, on NumPy."""
+        return build_pair_windows(
+            enc_a, enc_b, vocab, p, strategy=seq["strategy"], overflow=seq["overflow"],
+            windowed=seq["windowed"], return_token_type_ids=seq["return_token_type_ids"],
+            return_sequence_ids=seq["return_sequence_ids"],
+            convert=lambda a: convert_tensors(np.ascontiguousarray(a), p.return_tensors),
+            xp=np)
 
 
 CPU = CPUBackend()

@@ -16,6 +16,7 @@ from ..core.normalizer import (compile_pipeline, internal_prefix, make_pipeline,
                                whitespace_vanishes)
 from ..core.options import (TOKENIZER, check, names,
                             normalize_device)
+from ..core.pairs import sequence_options
 from ..core.ragged import Encoding
 from ..core.vocab import DEFAULT_SPECIAL_NAMES, SPECIAL_NAME_OPTIONS, Vocabulary
 from ..core.windows import WINDOW_OPTIONS, window_params
@@ -276,9 +277,12 @@ class WordPieceTokenizer:
         return CPU.encode(self.kernel_model, texts, threads)
 
     def __call__(self, texts, max_length: int | None = None, stride: int | None = None,
-                 truncation: bool | None = None, add_special_tokens: bool | None = None,
+                 truncation: bool | str | None = None, add_special_tokens: bool | None = None,
                  padding=None, return_tensors: str | None = None, logid_offset: int = 0,
-                 mask_dtype: str = "int32", bucket_widths="auto"):
+                 mask_dtype: str = "int32", bucket_widths="auto", *, text_pair=None,
+                 return_overflowing_tokens: bool | None = None,
+                 return_token_type_ids: bool | None = None,
+                 return_sequence_ids: bool | None = None):
         """Tokenize ``texts`` and cut every document into strided windows (GST outputs).
 
         Parameters
@@ -290,9 +294,24 @@ class WordPieceTokenizer:
             with special tokens (so max_length >= 3), else ``L = max_length``.
         stride : int, default 0
             Tokens shared by consecutive windows (HuggingFace's meaning), ``0 <= stride < L``.
-        truncation : bool, default False
+        truncation : bool or str, default False
             True: one row per document, tokens past ``L`` dropped. False: nothing is lost,
-            ``1 + ceil((n - L) / (L - stride))`` rows for ``n > L`` tokens.
+            ``1 + ceil((n - L) / (L - stride))`` rows for ``n > L`` tokens. HF's strategy
+            names: "longest_first" (True), "only_first", "only_second" (pairs: the side
+            that is truncated), "do_not_truncate" (False).
+        text_pair : like ``texts``, optional
+            Second sequences, one per text: rows ``[CLS] text [SEP] pair [SEP]``, HF-exact
+            (docs/design.md §2.5). ``truncation=False`` windows the second sequence
+            (``only_second`` with overflow); a strategy gives one row per pair (HF's first
+            encoding) unless ``return_overflowing_tokens=True``.
+        return_overflowing_tokens : bool, default False
+            With a truncation strategy: HF's encoding followed by its overflowing windows
+            (``longest_first`` with pairs is refused: HF pairs every window of one side with
+            every window of the other).
+        return_token_type_ids, return_sequence_ids : bool, default False
+            Also ``token_type_ids`` (the mask's dtype; 0 on the first segment, its [CLS] and
+            [SEP] included, 1 on the second) and ``sequence_ids`` (int8: 0 / 1 on the
+            sequences' tokens, -1 on special tokens and padding), as HF's ``Encoding``.
         add_special_tokens : bool, default True
             Frame every row as ``[CLS] body [SEP]`` (ids from the vocabulary).
         padding : "max_length", True, "longest", False or "do_not_pad"
@@ -329,6 +348,9 @@ class WordPieceTokenizer:
         ``rows * width * (4 + mask bytes) + rows * 24`` bytes, allocated once at its exact
         size.
         """
+        seq_opts = dict(text_pair=text_pair, return_overflowing_tokens=return_overflowing_tokens,
+                        return_token_type_ids=return_token_type_ids,
+                        return_sequence_ids=return_sequence_ids)
         if self._on_gpu(texts):
             from .cuda import windows_cuda
             return windows_cuda(self, texts, max_length=max_length, stride=stride,
@@ -336,13 +358,18 @@ class WordPieceTokenizer:
                                 padding=padding,
                                 return_tensors="cp" if return_tensors is None else return_tensors,
                                 logid_offset=logid_offset, mask_dtype=mask_dtype,
-                                bucket_widths=bucket_widths)
+                                bucket_widths=bucket_widths, **seq_opts)
         p = window_params(max_length, stride, truncation, add_special_tokens, padding,
                           "np" if return_tensors is None else return_tensors, logid_offset,
                           mask_dtype, bucket_widths)
+        p, seq = sequence_options(p, text_pair is not None, return_overflowing_tokens,
+                                  return_token_type_ids, return_sequence_ids)
         threads = self._threads(None)
         enc = CPU.encode(self.kernel_model, texts, threads)
-        return CPU.build_windows(enc, self.vocab, p, threads)
+        if text_pair is not None:
+            enc_b = CPU.encode(self.kernel_model, text_pair, threads)
+            return CPU.build_pair_windows(enc, enc_b, self.vocab, p, seq)
+        return CPU.build_windows(enc, self.vocab, p, threads, seq)
 
     def _on_gpu(self, texts) -> bool:
         if self.device == "gpu":

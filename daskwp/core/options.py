@@ -107,14 +107,19 @@ def normalize_device(value, name: str = "device") -> str:
     return check_choice(DEVICES, DEVICE_ALIASES)(name, value)
 
 
-def check_truncation(name: str, value) -> bool:
+def check_truncation(name: str, value):
+    """True / False, or a HuggingFace strategy name: "longest_first" is True (HF's meaning of
+    True), "do_not_truncate" is False; "only_first" and "only_second" stay names (they choose
+    the truncated side of a sentence pair; for single texts "only_first" is True)."""
     if isinstance(value, str):
-        if value in ("longest_first", "only_first"):
+        if value == "longest_first":
             return True
+        if value in ("only_first", "only_second"):
+            return value
         if value == "do_not_truncate":
             return False
-        raise OptionValueError(f"{name} must be True, False, 'longest_first', 'only_first' or "
-                               f"'do_not_truncate', got {value!r}")
+        raise OptionValueError(f"{name} must be True, False, 'longest_first', 'only_first', "
+                               f"'only_second' or 'do_not_truncate', got {value!r}")
     return check_bool(name, value)
 
 
@@ -387,8 +392,11 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
          "row)", True, (WINDOWS, JOB, CONFIG),
          "tokens shared by consecutive windows of a document (default 0)", cli_type=int,
          metavar="N"),
-    _opt("truncation", False, check_truncation, "true or false", True, (WINDOWS, JOB, CONFIG),
-         "one row per document, the rest dropped (default: no, keep all)"),
+    _opt("truncation", False, check_truncation, "true, false, 'longest_first' (true), "
+         "'only_first', 'only_second' or 'do_not_truncate' (false)", True,
+         (WINDOWS, JOB, CONFIG),
+         "one row per document (pair), the rest dropped (default: no, keep all); a strategy "
+         "name picks the truncated side of a pair"),
     _opt("add_special_tokens", True, check_bool, "true or false", True,
          (WINDOWS, JOB, CONFIG), "frame rows as [CLS] body [SEP] (default: yes)"),
     _opt("padding", "max_length", check_padding, "'max_length' (true), 'longest', "
@@ -400,6 +408,19 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
          "[1, max_length] (max_length is added when missing)", True, (WINDOWS, JOB, CONFIG),
          "row widths of padding='bucket' (default 'auto': up to 4 widths that minimise "
          "padding)", cli_type=int, metavar="N", repeatable=True),
+    _opt("text_pair", None, lambda n, v: v, "texts like the first argument, one per text, or "
+         "None (single texts)", True, (WINDOWS,),
+         "second sequences of sentence pairs: rows [CLS] text [SEP] pair [SEP] "
+         "(docs/design.md §2.5)"),
+    _opt("return_overflowing_tokens", False, check_bool, "true or false", True, (WINDOWS,),
+         "with a truncation strategy: also the overflow windows (HF's encoding followed by its "
+         "overflowing); truncation=False always windows"),
+    _opt("return_token_type_ids", False, check_bool, "true or false", True, (WINDOWS,),
+         "also token_type_ids: 0 on the first sequence (its [CLS] and [SEP]), 1 on the "
+         "second; zeros for single texts"),
+    _opt("return_sequence_ids", False, check_bool, "true or false", True, (WINDOWS,),
+         "also sequence_ids (int8): 0 / 1 on the first / second sequence's tokens, -1 on "
+         "special tokens and padding"),
     _opt("mask_dtype", "int32", check_mask_dtype, "'int32' or 'int8'", True, (WINDOWS,),
          "dtype of attention_mask"),
     _opt("return_tensors", None, lambda n, v: None if v is None else check_tensors(n, v),
@@ -414,6 +435,9 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
          "output directory", cli_flag=False),
     _opt("column", "text", check_str, "a column name", True, (JOB,),
          "text column of Parquet/CSV/JSON Lines input (default 'text')"),
+    _opt("column_pair", None, check_opt_str, "a column name or null (single texts)", True,
+         (JOB,), "second text column of sentence pairs (e.g. the context of a question in "
+         "'column'), read beside it; rows are [CLS] column [SEP] column_pair [SEP]"),
     _opt("input_format", "auto", check_choice(INPUT_FORMATS), "one of " +
          ", ".join(INPUT_FORMATS), True, (JOB,),
          "default: from the file extension (unknown extensions: text)",
