@@ -345,3 +345,76 @@ def test_extractive_qa_positions_equal_hf(tok, hf, max_length, stride):
     exp = hf_qa_positions(hf, q, c, s, a, max_length, stride)
     assert got == exp
     assert any(x != (0, 0) for x in got) and any(x == (0, 0) for x in got)
+
+
+# ---------------------------------------------------------------------------------------
+# GPU == CPU: the CUDA launcher with the emulated kernels and a NumPy stand-in for CuPy
+# ---------------------------------------------------------------------------------------
+def pair_fake_cupy():
+    """tests/emulated_cuda.py's stand-in, with the functions of the pair pass (each result a
+    DevArray, so host arrays passed to a kernel would still be caught)."""
+    from emulated_cuda import dev_array, fake_cupy
+
+    m = fake_cupy()
+
+    def wrap(fn):
+        def call(*a, **kw):
+            out = fn(*a, **kw)
+            return dev_array(out) if isinstance(out, np.ndarray) else out
+        return call
+
+    for name in ("arange", "where", "minimum", "maximum", "ones_like", "zeros_like",
+                 "argmax", "searchsorted", "full", "stack", "concatenate"):
+        setattr(m, name, wrap(getattr(np, name)))
+    m.any = lambda a: bool(np.any(a))
+    return m
+
+
+CUDA_CASES = [
+    dict(max_length=24, stride=5),
+    dict(max_length=25, stride=4, padding=False, return_token_type_ids=True,
+         return_sequence_ids=True),
+    dict(max_length=33, stride=6, padding="longest", truncation="only_first",
+         return_overflowing_tokens=True, return_sequence_ids=True, mask_dtype="int8"),
+    dict(max_length=40, truncation=True, return_token_type_ids=True, logid_offset=9),
+    dict(max_length=20, stride=2, add_special_tokens=False, truncation="only_second",
+         return_overflowing_tokens=True, return_token_type_ids=True),
+]
+
+
+@pytest.mark.parametrize("case", range(len(CUDA_CASES)))
+def test_emulated_cuda_equals_cpu(tok, monkeypatch, case):
+    from emulated_cuda import cxx
+    from daskwp.backends import cuda
+
+    if cxx() is None:
+        pytest.skip("no C++ compiler")
+    opts = dict(CUDA_CASES[case])
+    shorts, longs = short_sentences(20), long_documents(20)
+    firsts, seconds = (longs, shorts) if opts.get("truncation") == "only_first" else \
+        (shorts, longs)
+    n = min(len(firsts), len(seconds))
+    firsts, seconds = firsts[:n], seconds[:n]
+    if opts.get("truncation") is not True:
+        fixed = 1 if opts.get("truncation") == "only_first" else 0
+        firsts, seconds = fits(tok, firsts, seconds, opts["max_length"], opts.get("stride", 0),
+                               opts.get("add_special_tokens", True), fixed)
+    cuda.clear_caches()
+    fake = pair_fake_cupy()
+    monkeypatch.setattr(cuda, "_cupy", lambda: fake)
+    gpu = daskwp.WordPieceTokenizer(tok.vocab, device="gpu", **tok.settings)
+    for text_pair in (seconds, None):
+        if text_pair is None and opts.get("truncation") == "only_second":
+            continue
+        want = tok(firsts, text_pair=text_pair, **opts)
+        got = gpu(firsts, text_pair=text_pair, return_tensors="np", **opts)
+        assert sorted(got) == sorted(want)
+        for key, w in want.items():
+            g = got[key]
+            if isinstance(w, daskwp.RaggedRows):
+                assert np.array_equal(np.asarray(g.offsets), w.offsets), key
+                g, w = g.values, w.values
+            g = np.asarray(g)
+            assert g.dtype == w.dtype and g.shape == w.shape, (key, g.dtype, w.dtype)
+            assert np.array_equal(g, w), key
+    cuda.clear_caches()

@@ -514,22 +514,46 @@ def windows_cuda(tok, texts, *, max_length: int = 128, stride: int = 0,
                  truncation: bool = False, add_special_tokens: bool = True,
                  padding="max_length", return_tensors: str = "cp", logid_offset: int = 0,
                  mask_dtype="int32", chunk_bytes: int | None = None,
-                 bucket_widths="auto"):
+                 bucket_widths="auto", text_pair=None, return_overflowing_tokens=None,
+                 return_token_type_ids=None, return_sequence_ids=None):
     """``tok(texts, ...)`` on the GPU: the same :class:`~daskwp.core.ragged.BatchWindows` as
     the CPU path (parameters and validation of :func:`daskwp.core.windows.window_params`), with
     CuPy arrays (``return_tensors="cp"``, the default here), torch tensors sharing the
     device memory through DLPack (``"pt"``), or NumPy copies (``"np"``).
-    ``doc_row_offsets`` stays a CuPy array.
+    ``doc_row_offsets`` stays a CuPy array. Sentence pairs (``text_pair``) and the
+    ``token_type_ids`` / ``sequence_ids`` outputs are the array pass of
+    :mod:`daskwp.core.pairs` on CuPy, the code the CPU runs on NumPy.
     """
+    from ..core.pairs import build_pair_windows, convert_batch, sequence_extras, \
+        sequence_options
+    from ..core.ragged import Encoding
+
     p = window_params(max_length, stride, truncation, add_special_tokens, padding,
                       return_tensors, logid_offset, mask_dtype, bucket_widths)
+    p, seq = sequence_options(p, text_pair is not None, return_overflowing_tokens,
+                              return_token_type_ids, return_sequence_ids)
     token_ids, offsets = encode_cuda(tok, texts, chunk_bytes=chunk_bytes)
-    padded, cls_id, sep_id, pad_id, width = fill_plan(kernel_model(tok).vocab, p, offsets)
+    vocab = kernel_model(tok).vocab
+    convert = (lambda a: _convert_device(a, p.return_tensors))
+    if text_pair is not None:
+        cp = _cupy()
+        ids_b, off_b = encode_cuda(tok, text_pair, chunk_bytes=chunk_bytes)
+        return build_pair_windows(
+            Encoding(token_ids, offsets), Encoding(ids_b, off_b), vocab, p,
+            strategy=seq["strategy"], overflow=seq["overflow"], windowed=seq["windowed"],
+            return_token_type_ids=seq["return_token_type_ids"],
+            return_sequence_ids=seq["return_sequence_ids"],
+            convert=lambda a: convert(cp.ascontiguousarray(a)), xp=cp)
+    padded, cls_id, sep_id, pad_id, width = fill_plan(vocab, p, offsets)
     out = build_windows_cuda(
         token_ids, offsets, p.max_length, p.stride, p.truncation, p.add_special_tokens,
         cls_id, sep_id, pad_id, p.logid_offset, padded, p.mask_int8, width)
-    convert = (lambda a: _convert_device(a, p.return_tensors))
     if p.padding == "bucket":
         return bucket_windows(pack_windows(*out, False, lambda a: a), p.bucket_widths,
-                              kernel_model(tok).vocab.pad_id, p.max_length, convert)
+                              vocab.pad_id, p.max_length, convert)
+    if seq["return_token_type_ids"] or seq["return_sequence_ids"]:
+        bw = sequence_extras(pack_windows(*out, padded, lambda a: a), p.add_special_tokens,
+                             seq["return_token_type_ids"], seq["return_sequence_ids"],
+                             _cupy())
+        return convert_batch(bw, convert)
     return pack_windows(*out, padded, convert)
