@@ -83,7 +83,8 @@ def test_python_signatures_use_the_table_names():
                 daskwp.accessors.lazy.DaskWordPieceAccessor):
         params = set(inspect.signature(acc.tokenize).parameters) - {"self",
                                                                     "tokenizer_options"}
-        assert params == {"vocab", "lowercase", *WINDOW_OPTIONS}, acc
+        assert params == {"vocab", "lowercase", "text_pair", "return_overflowing_tokens",
+                          *WINDOW_OPTIONS}, acc
 
 
 def test_conf_yaml_keys_are_job_options():

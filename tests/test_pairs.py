@@ -418,3 +418,38 @@ def test_emulated_cuda_equals_cpu(tok, monkeypatch, case):
             assert g.dtype == w.dtype and g.shape == w.shape, (key, g.dtype, w.dtype)
             assert np.array_equal(g, w), key
     cuda.clear_caches()
+
+
+# ---------------------------------------------------------------------------------------
+# Dask: two columns of one DataFrame, global logIDs
+# ---------------------------------------------------------------------------------------
+def test_dask_pairs_on_a_local_cluster(tok):
+    import dask.dataframe as dd
+    import pandas as pd
+    from distributed import Client, LocalCluster
+
+    import daskwp.accessors  # noqa: F401  (registers .wordpiece)
+
+    shorts, longs = short_sentences(30), long_documents(30)
+    firsts, seconds = fits(tok, shorts, longs, 48, 8, True, 0)
+    firsts[3] = None
+    df = pd.DataFrame({"question": firsts, "context": seconds})
+    opts = dict(max_length=48, stride=8, truncation="only_second",
+                return_overflowing_tokens=True)
+    want = tok(firsts, text_pair=seconds, **opts)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster):
+        ddf = dd.from_pandas(df, npartitions=4)
+        res = ddf["question"].wordpiece.tokenize(tok, text_pair=ddf["context"], **opts)
+        got = res.compute()
+        assert np.array_equal(got.metadata.to_numpy(), want.metadata)
+        assert np.array_equal(got.input_ids, want.input_ids)
+        # the windowed side stitched back, cluster-wide
+        st = res.stitch(res.input_ids).compute().sort_values("logID")
+        assert [list(x) for x in st["values"]] == tok.encode(seconds).to_list()
+        other = dd.from_pandas(pd.DataFrame({"c": seconds}), npartitions=3)
+        with pytest.raises(ValueError, match="partitions"):
+            ddf["question"].wordpiece.tokenize(tok, text_pair=other["c"])
+    # eager pandas accessor: the same rows
+    eager = df["question"].wordpiece.tokenize(tok, text_pair=df["context"], **opts)
+    assert np.array_equal(eager.input_ids, want.input_ids)

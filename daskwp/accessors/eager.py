@@ -79,6 +79,14 @@ class WordPieceResult:
         return f"WordPieceResult(rows={len(self)}, max_length={self.max_length})"
 
 
+def _pair_frame(texts, text_pair):
+    """The two columns (text, text_pair) as one frame, row for row (the partition tasks read
+    a two-column partition as sentence pairs)."""
+    pair = text_pair.reset_index(drop=True)
+    pair.index = texts.index
+    return texts.rename("text").to_frame().assign(text_pair=pair)
+
+
 class WordPieceAccessor:
     """``series.wordpiece`` on pandas and cudf Series (eager)."""
 
@@ -87,17 +95,29 @@ class WordPieceAccessor:
 
     def tokenize(self, vocab=None, *, lowercase=None, max_length=None, stride=None,
                  truncation=None, add_special_tokens=None, padding=None,
-                 bucket_widths=None, **tokenizer_options) -> WordPieceResult:
+                 bucket_widths=None, text_pair=None, return_overflowing_tokens=None,
+                 **tokenizer_options) -> WordPieceResult:
         """Tokenize the column into windows (see :class:`WordPieceResult`).
 
         Parameters left at None come from ``dask.config`` (``daskwp.<name>``, defaults in
         ``core/options.py``). ``vocab``: a WordPieceTokenizer, Vocabulary, path or model
         folder; other keywords (``strip_accents``, ``clean_text``, ``handle_chinese_chars``,
-        ``max_input_chars_per_word``) go to :class:`WordPieceTokenizer`.
+        ``max_input_chars_per_word``) go to :class:`WordPieceTokenizer`. ``text_pair``: a
+        Series of second sequences, one per row (sentence pairs, docs/design.md §2.5);
+        ``return_overflowing_tokens`` as for :meth:`WordPieceTokenizer.__call__`.
         """
         check_text_dtype(self._series.dtype, f"Series {self._series.name!r}")
         tok = resolve_tokenizer(vocab, lowercase, **tokenizer_options)
         options = resolve_window_options(max_length, stride, truncation, add_special_tokens,
                                          padding, bucket_widths)
-        frame = tokenize_partition(self._series, tok, options)
+        if return_overflowing_tokens is not None:
+            options["return_overflowing_tokens"] = return_overflowing_tokens
+        texts = self._series
+        if text_pair is not None:
+            check_text_dtype(text_pair.dtype, f"text_pair Series {text_pair.name!r}")
+            if len(text_pair) != len(texts):
+                raise ValueError(f"text_pair must have one row per row of the Series: got "
+                                 f"{len(texts)} rows and {len(text_pair)}")
+            texts = _pair_frame(texts, text_pair)
+        frame = tokenize_partition(texts, tok, options)
         return WordPieceResult(frame, options, tok)

@@ -253,6 +253,26 @@ def _parquet_engine():
 
 # -- accessor -----------------------------------------------------------------------------
 
+def _pair_source(series, text_pair):
+    """``series`` and ``text_pair`` as one two-column Dask frame, partition for partition."""
+    import dask.dataframe as dd
+
+    if not isinstance(text_pair, dd.Series):
+        raise TypeError(f"text_pair must be a Dask Series (a column of the same DataFrame), got "
+                        f"{type(text_pair).__name__}")
+    check_text_dtype(text_pair._meta.dtype, f"text_pair Series {text_pair.name!r}")
+    if text_pair.npartitions != series.npartitions:
+        raise ValueError(f"text_pair must have the partitions of the Series: it has "
+                         f"{text_pair.npartitions}, the Series {series.npartitions} (pass two "
+                         f"columns of one DataFrame)")
+    try:
+        return series.rename("text").to_frame().assign(text_pair=text_pair)
+    except Exception as e:   # dask refuses columns whose partitions it cannot align
+        raise ValueError(f"text_pair must be aligned with the Series partition for partition "
+                         f"(two columns of one Dask DataFrame); dask could not align them: "
+                         f"{e}") from None
+
+
 class DaskWordPieceAccessor:
     """``ddf["text"].wordpiece`` on Dask (and dask_cudf) Series (lazy)."""
 
@@ -261,20 +281,28 @@ class DaskWordPieceAccessor:
 
     def tokenize(self, vocab=None, *, lowercase=None, max_length=None, stride=None,
                  truncation=None, add_special_tokens=None, padding=None,
-                 bucket_widths=None, **tokenizer_options) -> DaskWordPieceResult:
+                 bucket_widths=None, text_pair=None, return_overflowing_tokens=None,
+                 **tokenizer_options) -> DaskWordPieceResult:
         """Tokenize the column into windows with global logIDs (see
         :class:`DaskWordPieceResult`). Nothing is computed.
 
         Parameters left at None come from ``dask.config`` (``daskwp.<name>``, defaults in
         ``core/options.py``). ``vocab``: a WordPieceTokenizer, Vocabulary, path or model
         folder; other keywords (``strip_accents``, ``clean_text``, ``handle_chinese_chars``,
-        ``max_input_chars_per_word``) go to :class:`WordPieceTokenizer`.
+        ``max_input_chars_per_word``) go to :class:`WordPieceTokenizer`. ``text_pair``: a
+        column of the same Dask DataFrame (aligned partitions) holding the second sequences
+        (sentence pairs, docs/design.md §2.5); logIDs are the rows' global positions.
         """
         check_text_dtype(self._series._meta.dtype, f"Series {self._series.name!r}")
         tok = resolve_tokenizer(vocab, lowercase, **tokenizer_options)
         options = resolve_window_options(max_length, stride, truncation,
                                               add_special_tokens, padding, bucket_widths)
-        result = DaskWordPieceResult(self._series, tok, options)
+        if return_overflowing_tokens is not None:
+            options["return_overflowing_tokens"] = return_overflowing_tokens
+        source = self._series
+        if text_pair is not None:
+            source = _pair_source(self._series, text_pair)
+        result = DaskWordPieceResult(source, tok, options)
         result._tokenized._meta  # validates the options now, on a two-row sample
         return result
 

@@ -41,6 +41,13 @@ def partition_error(exc: BaseException, partition) -> BaseException:
     return new
 
 
+def _tok_call(tok, texts, options: dict, **kw):
+    """``tok(texts, **options)``; a two-column partition is sentence pairs (text, text_pair)."""
+    if getattr(texts, "ndim", 1) == 2:
+        return tok(texts.iloc[:, 0], **options, text_pair=texts.iloc[:, 1], **kw)
+    return tok(texts, **options, **kw)
+
+
 def tokenize_partition(texts, tokenizer, options: dict, partition=None):
     """Tokenize one partition (pandas or cudf Series) into a partition frame.
 
@@ -52,8 +59,8 @@ def tokenize_partition(texts, tokenizer, options: dict, partition=None):
     try:
         if is_cudf(texts):  # the tokenizer runs cudf input on the GPU; outputs stay there
             from ..frames.cudf_frames import frame_from_output as cudf_frame_from_output
-            return cudf_frame_from_output(tok(texts, **options, return_tensors="cp"))
-        return frame_from_output(tok(texts, **options, return_tensors="np"))
+            return cudf_frame_from_output(_tok_call(tok, texts, options, return_tensors="cp"))
+        return frame_from_output(_tok_call(tok, texts, options, return_tensors="np"))
     except Exception as e:
         if partition is None:
             raise
@@ -94,7 +101,7 @@ def tokenize_global(texts, tokenizer, options: dict, partition=None, columns=Non
         if is_cudf(texts):
             frame = add_logid_offset(tokenize_partition(texts, tok, options), offset)
         else:
-            out = tok(texts, **options, return_tensors="np", logid_offset=int(offset))
+            out = _tok_call(tok, texts, options, return_tensors="np", logid_offset=int(offset))
             if isinstance(columns, str):
                 return frame_from_output(out, [columns])[columns]
             return frame_from_output(out, columns)
