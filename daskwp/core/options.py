@@ -435,9 +435,6 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
          "output directory", cli_flag=False),
     _opt("column", "text", check_str, "a column name", True, (JOB,),
          "text column of Parquet/CSV/JSON Lines input (default 'text')"),
-    _opt("column_pair", None, check_opt_str, "a column name or null (single texts)", True,
-         (JOB,), "second text column of sentence pairs (e.g. the context of a question in "
-         "'column'), read beside it; rows are [CLS] column [SEP] column_pair [SEP]"),
     _opt("input_format", "auto", check_choice(INPUT_FORMATS), "one of " +
          ", ".join(INPUT_FORMATS), True, (JOB,),
          "default: from the file extension (unknown extensions: text)",
