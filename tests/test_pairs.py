@@ -1,4 +1,4 @@
-"""Sentence pairs and question-answering windows (docs/design.md §2.5).
+"""Sentence pairs and question-answering windows (docs/design.md §2.8).
 
 * rows of pairs built from the shared corpora (short sentences first, long documents glued
   from book lines second, and the reverse for ``only_first``) equal HuggingFace

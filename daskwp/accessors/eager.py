@@ -103,7 +103,7 @@ class WordPieceAccessor:
         ``core/options.py``). ``vocab``: a WordPieceTokenizer, Vocabulary, path or model
         folder; other keywords (``strip_accents``, ``clean_text``, ``handle_chinese_chars``,
         ``max_input_chars_per_word``) go to :class:`WordPieceTokenizer`. ``text_pair``: a
-        Series of second sequences, one per row (sentence pairs, docs/design.md §2.5);
+        Series of second sequences, one per row (sentence pairs, docs/design.md §2.8);
         ``return_overflowing_tokens`` as for :meth:`WordPieceTokenizer.__call__`.
         """
         check_text_dtype(self._series.dtype, f"Series {self._series.name!r}")

@@ -291,7 +291,7 @@ class DaskWordPieceAccessor:
         folder; other keywords (``strip_accents``, ``clean_text``, ``handle_chinese_chars``,
         ``max_input_chars_per_word``) go to :class:`WordPieceTokenizer`. ``text_pair``: a
         column of the same Dask DataFrame (aligned partitions) holding the second sequences
-        (sentence pairs, docs/design.md §2.5); logIDs are the rows' global positions.
+        (sentence pairs, docs/design.md §2.8); logIDs are the rows' global positions.
         """
         check_text_dtype(self._series._meta.dtype, f"Series {self._series.name!r}")
         tok = resolve_tokenizer(vocab, lowercase, **tokenizer_options)

@@ -301,7 +301,7 @@ class WordPieceTokenizer:
             that is truncated), "do_not_truncate" (False).
         text_pair : like ``texts``, optional
             Second sequences, one per text: rows ``[CLS] text [SEP] pair [SEP]``, HF-exact
-            (docs/design.md §2.5). ``truncation=False`` windows the second sequence
+            (docs/design.md §2.8). ``truncation=False`` windows the second sequence
             (``only_second`` with overflow); a strategy gives one row per pair (HF's first
             encoding) unless ``return_overflowing_tokens=True``.
         return_overflowing_tokens : bool, default False

@@ -411,7 +411,7 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
     _opt("text_pair", None, lambda n, v: v, "texts like the first argument, one per text, or "
          "None (single texts)", True, (WINDOWS,),
          "second sequences of sentence pairs: rows [CLS] text [SEP] pair [SEP] "
-         "(docs/design.md §2.5)"),
+         "(docs/design.md §2.8)"),
     _opt("return_overflowing_tokens", False, check_bool, "true or false", True, (WINDOWS,),
          "with a truncation strategy: also the overflow windows (HF's encoding followed by its "
          "overflowing); truncation=False always windows"),

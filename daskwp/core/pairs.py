@@ -1,4 +1,4 @@
-"""Sentence pairs and question-answering windows, HuggingFace-exact (docs/design.md §2.5).
+"""Sentence pairs and question-answering windows, HuggingFace-exact (docs/design.md §2.8).
 
 ``tok(texts, text_pair=others, ...)`` gives rows ``[CLS] a [SEP] b [SEP]`` (``a b`` without
 special tokens), ``token_type_ids`` 0 on the first segment (its [CLS] and [SEP] included) and 1
