@@ -148,6 +148,11 @@ def finish_parts(write: dict, *stats) -> dict:
     total = {k: sum(s[k] for s in stats) for k in ("rows", "documents", "tokens",
                                                    "unknown_tokens", "text_bytes")}
     total["parts"] = len(stats)
+    cpu: dict = {}
+    for st in stats:
+        for k, v in (st.get("cpu_seconds") or {}).items():
+            cpu[k] = cpu.get(k, 0.0) + float(v)
+    total["cpu_seconds"] = cpu
     return total
 
 

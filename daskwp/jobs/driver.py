@@ -431,6 +431,16 @@ def format_summary(s: dict) -> str:
     return "\n".join(lines)
 
 
+def _stage_seconds(stats) -> dict:
+    """CPU seconds of the parts written by this run, per stage (``read``, ``tokenize``,
+    ``arrow``, ``write``, ``finish``), summed over the workers' threads."""
+    out: dict = {}
+    for st in stats:
+        for k, v in (st.get("cpu_seconds") or {}).items():
+            out[k] = out.get(k, 0.0) + float(v)
+    return {k: round(v, 4) for k, v in out.items()}
+
+
 def _close_own_client(client) -> None:
     cluster = getattr(client, "cluster", None)
     client.close()
@@ -589,6 +599,7 @@ def run_job(cfg: JobConfig, *, client=None, tokenizer=None,
         "tokenize_seconds": work_seconds,
         "mb_per_s": (written_bytes / 1e6 / work_seconds) if written_bytes and work_seconds
         else 0.0,
+        "cpu_seconds": _stage_seconds(stats),
         "vocabulary_hash": tok.vocab.hash,
         "vocab": cfg.vocab or getattr(tok.vocab, "source", None) or "(bundled)",
         "parameters": params,
