@@ -36,16 +36,6 @@ from daskwp.jobs import inputs
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "daskwp" / "data" / "sample.txt"
 
-#: End-to-end behaviour that needs the job driver and part writer (not this module's code)
-#: to use inputs.py's new parameters. Strict: once they do, these pass and the marks go.
-needs_driver = pytest.mark.xfail(
-    strict=True, reason="driver.run_job does not pass include/exclude/quoting to "
-    "list_input_files/plan_partitions yet")
-needs_writer = pytest.mark.xfail(
-    strict=True, reason="the part writer does not use read_partition_with_columns/"
-    "attach_kept_columns, nor record count_invalid_utf8 in its statistics, yet")
-
-
 # -- helpers ------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -424,7 +414,6 @@ def test_count_invalid_utf8_on_big_partitions():
     assert inputs.count_invalid_utf8(pa.array(docs, pa.large_binary())) == (4, 4)
 
 
-@needs_writer
 def test_summary_counts_replaced_bytes_and_documents(tmp_path):
     paths = _write_every_format(tmp_path / "in", BAD_DOCS)
     assert job(paths["csv"], tmp_path / "out") == 0
@@ -544,7 +533,6 @@ def test_include_exclude_are_options_with_repeatable_flags(tmp_path):
     assert "include" not in jobs.JOB_KEYS  # the input fingerprint covers the file list
 
 
-@needs_driver
 def test_include_exclude_in_a_job(tmp_path, tok):
     root = tmp_path / "d"
     _tree(root, ["a.txt", "b.log", "sub/c.txt", "old/d.txt"])
@@ -657,7 +645,6 @@ def test_quoting_none_reads_a_stray_quote_as_a_character(tmp_path):
     assert [x.decode() for x in read_all(specs)] == docs
 
 
-@needs_driver
 def test_quoting_none_in_a_job(tmp_path, tok):
     docs = ['"quoted start', "plain", 'closing quote"', "last"]
     (tmp_path / "t.tsv").write_text("text\n" + "".join(f"{d}\n" for d in docs),
@@ -739,7 +726,6 @@ def test_csv_kept_columns_are_valid_strings(tmp_path):
     assert kept.column("text").to_pylist() == ["x", "y"]
 
 
-@needs_writer
 def test_keep_columns_in_a_job(tmp_path, tok):
     lines = sample_lines(40)
     paths = _kept_inputs(tmp_path / "in", lines)

@@ -470,8 +470,13 @@ def run_job(cfg: JobConfig, *, client=None, tokenizer=None,
     params = job_parameters(cfg, tok)
     out = os.path.abspath(cfg.output)
     exclude = check_input_output_overlap(cfg.input, out)
-    files = list_input_files(cfg.input, cfg.input_format, exclude=exclude)
-    specs = plan_partitions(files, cfg.column, cfg.partition_size)
+    files = list_input_files(cfg.input, cfg.input_format, [*exclude, *(cfg.exclude or [])],
+                             include=cfg.include)
+    plan_warnings: list[str] = []
+    specs = plan_partitions(files, cfg.column, cfg.partition_size, quoting=cfg.quoting,
+                            keep_columns=cfg.keep_columns, warn=plan_warnings.append)
+    for w in plan_warnings:
+        log(f"daskwp: warning: {w}")
     if not specs:  # no document at all: one empty part, so that the dataset has a schema
         specs = [empty_partition(files[0].path, cfg.column)]
     n = len(specs)
@@ -589,6 +594,8 @@ def run_job(cfg: JobConfig, *, client=None, tokenizer=None,
         "tokens": tokens,
         "unknown_tokens": unk,
         "unknown_token_rate": unk / tokens if tokens else 0.0,
+        "invalid_utf8_bytes": sum(s.get("invalid_utf8_bytes", 0) for s in stats),
+        "invalid_utf8_documents": sum(s.get("invalid_utf8_documents", 0) for s in stats),
         "input_bytes": sum(s["text_bytes"] for s in stats),
         "input_files": len(files),
         "input_file_bytes": sum(f.size for f in files),
@@ -610,9 +617,10 @@ def run_job(cfg: JobConfig, *, client=None, tokenizer=None,
         "job_id": job_id,
         "version": __version__,
     }
-    summary["warnings"] = unknown_rate_warnings(summary, tok)
-    for w in summary["warnings"]:
+    unknown = unknown_rate_warnings(summary, tok)
+    for w in unknown:
         log(f"daskwp: warning: {w}")
+    summary["warnings"] = plan_warnings + unknown
     _write_json(os.path.join(out, SUMMARY_FILE), summary)
     return summary
 

@@ -14,6 +14,7 @@ These functions import no Dask: the driver runs them as tasks of one graph
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -31,7 +32,8 @@ from ..distributed.state import cached_tokenizer
 from ..distributed.tasks import add_logid_offset, tokenize_partition, write_tokenized_part
 from ..frames.partition import CHECKSUM_KEY, PART_METADATA_KEY, is_cudf
 from .errors import InputError, JobError
-from .inputs import PartitionSpec, count_partition, read_partition
+from .inputs import (PartitionSpec, attach_kept_columns, count_invalid_utf8, count_partition,
+                     read_partition, read_partition_with_columns)
 
 __all__ = ["CHECKSUM_KEY", "JOB_FILE", "JOB_FORMAT", "METADATA_KEY", "PART_PREFIX",
            "PART_SUFFIX", "SUMMARY_FILE", "TMP_PREFIX", "check_part", "count_job_partition",
@@ -213,23 +215,29 @@ def _write_partition(spec, logid_offset, out_dir, tokenizer, options, job_id, n_
                      device, documents) -> dict:
     t0 = time.perf_counter()
     c0 = time.thread_time()
-    texts = read_partition(spec)
+    texts, kept = read_partition_with_columns(spec)
     expected = spec.documents if documents is None else documents
     if expected is not None and len(texts) != expected:
         raise InputError(f"{spec.describe()} now holds {len(texts)} documents, "
                          f"{expected} when they were counted: the input changed "
                          f"during the job")
+    bad_bytes, bad_docs = count_invalid_utf8(texts)   # each read as U+FFFD (README)
     read_cpu = time.thread_time() - c0
     if _worker_device(device) == "gpu":
         texts = _as_series(texts, device)
     name = part_name(spec.index, n_partitions)
     tmp = os.path.join(out_dir, f"{TMP_PREFIX}{spec.index}-{uuid.uuid4().hex}.parquet")
-    meta = {"job_id": job_id, "partition": spec.index, "logid_offset": int(logid_offset)}
+    meta = {"job_id": job_id, "partition": spec.index, "logid_offset": int(logid_offset),
+            "invalid_utf8_bytes": bad_bytes, "invalid_utf8_documents": bad_docs}
+    hook = None if kept is None else functools.partial(attach_kept_columns, kept=kept,
+                                                       logid_offset=int(logid_offset))
     stats = write_tokenized_part(texts, tokenizer, options, os.path.join(out_dir, name), tmp,
                                  logid_offset=int(logid_offset),
-                                 compression=options["compression"], metadata=meta)
+                                 compression=options["compression"], metadata=meta,
+                                 table_hook=hook)
     stats["cpu_seconds"]["read"] = read_cpu
-    stats.update(partition=spec.index, logid_offset=int(logid_offset))
+    stats.update(partition=spec.index, logid_offset=int(logid_offset),
+                 invalid_utf8_bytes=bad_bytes, invalid_utf8_documents=bad_docs)
     stats["seconds"] = time.perf_counter() - t0
     return stats
 
@@ -260,8 +268,11 @@ def check_part(path: str, index: int, job_id: str, documents: int | None,
             return None
     except (OSError, ValueError):
         return None
-    return {k: meta[k] for k in ("partition", "documents", "rows", "tokens",
-                                 "unknown_tokens", "text_bytes", "logid_offset")}
+    out = {k: meta[k] for k in ("partition", "documents", "rows", "tokens",
+                                "unknown_tokens", "text_bytes", "logid_offset")}
+    out.update(invalid_utf8_bytes=meta.get("invalid_utf8_bytes", 0),
+               invalid_utf8_documents=meta.get("invalid_utf8_documents", 0))
+    return out
 
 
 def remove_temporary_files(out_dir: str) -> None:
