@@ -162,3 +162,13 @@ def test_validators_name_the_option_the_value_and_what_is_allowed():
         opt.check("max_input_chars_per_word", 1.5)
     with pytest.raises(ValueError):
         opt.check("max_input_chars_per_word", 1.5)
+
+
+def test_set_takes_lists_for_list_valued_keys_only():
+    from daskwp.jobs import parse_override
+    assert parse_override('include=["*.txt", "logs/**"]') == ("include", ["*.txt", "logs/**"])
+    assert parse_override("bucket_widths=[16, 32]") == ("bucket_widths", [16, 32])
+    assert parse_override("column=[x]") == ("column", "[x]")    # not a list-valued key
+    cfg = jobs.make_config(dict([parse_override("input=a.txt"), parse_override("output=o"),
+                                 parse_override('exclude=["_*", "tmp/**"]')]))
+    assert cfg.exclude == ["_*", "tmp/**"]

@@ -140,7 +140,8 @@ def default_value(key: str):
 
 
 def parse_override(item: str) -> tuple[str, Any]:
-    """``key=value`` (value read as a YAML scalar: ``64``, ``true``, ``null``, ``a string``)."""
+    """``key=value`` (value read as YAML: ``64``, ``true``, ``null``, ``a string``; a list
+    such as ``[a, b]`` only for the list-valued keys: ``input`` and the repeatable options)."""
     import yaml
     if "=" not in item:
         raise ConfigError(f"--set expects key=value, got {item!r}")
@@ -150,7 +151,8 @@ def parse_override(item: str) -> tuple[str, Any]:
         value = yaml.safe_load(raw) if raw.strip() else None
     except yaml.YAMLError:
         value = raw
-    if isinstance(value, (dict, list)) and key != "input":
+    takes_list = key == "input" or (key in OPTIONS and OPTIONS[key].repeatable)
+    if isinstance(value, dict) or (isinstance(value, list) and not takes_list):
         value = raw
     return key, value
 
