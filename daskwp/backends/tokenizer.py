@@ -18,7 +18,8 @@ from ..core.options import (TOKENIZER, check, names,
                             normalize_device)
 from ..core.pairs import sequence_options
 from ..core.ragged import Encoding
-from ..core.vocab import DEFAULT_SPECIAL_NAMES, SPECIAL_NAME_OPTIONS, Vocabulary
+from ..core.vocab import (DEFAULT_SPECIAL_NAMES, SPECIAL_NAME_OPTIONS, Vocabulary,
+                          check_new_special_tokens)
 from ..core.windows import WINDOW_OPTIONS, window_params
 from .cpu import CPU, default_num_threads
 from .protocol import KernelModel
@@ -197,19 +198,27 @@ class WordPieceTokenizer:
                 f"or \"rstrip\": true (it takes the whitespace next to it), which daskwp "
                 f"supports only with a pre-tokenizer that removes whitespace (this one, "
                 f"{_describe(pre_spec)}, keeps it in its pieces)")
+        self._compiled = compiled
+        self._where = where
+        self._bind(vocab)
+
+    def _bind(self, vocab: Vocabulary) -> None:
+        """Make ``vocab`` this tokenizer's vocabulary: the kernels' model with it."""
+        compiled = self._compiled
         try:
             prefix = vocab.prefix_choice(
                 hashlib.blake2b(compiled.blob, digest_size=16).digest(),
                 lambda: internal_prefix(compiled, vocab.continuing_subword_prefix,
                                         vocab.model_tokens))
         except ValueError as e:
-            raise ValueError(f"{where}: {e}") from None
+            raise ValueError(f"{self._where}: {e}") from None
         vocab_blob = vocab.blob if prefix is None else vocab.blob_for_prefix(prefix)
         self.kernel_model = KernelModel(
-            vocab=self.vocab,
+            vocab=vocab,
             vocab_blob=np.frombuffer(vocab_blob, dtype=np.uint8),
             norm_blob=np.frombuffer(compiled.blob, dtype=np.uint8),
             max_input_chars_per_word=self.max_input_chars_per_word)
+        self.vocab = vocab
 
     @staticmethod
     def _file_flag(where: str, name: str, value):
@@ -384,6 +393,54 @@ class WordPieceTokenizer:
     def decode(self, ids, skip_special_tokens: bool = True):
         """Token ids back to text, BERT style (HF's WordPiece decoder with cleanup)."""
         return decode_ids(self.vocab, ids, skip_special_tokens=skip_special_tokens)
+
+    # -- special tokens -------------------------------------------------------------------
+    def add_special_tokens(self, tokens) -> list[int]:
+        """Register ``tokens`` (a list of strings) as special tokens of this tokenizer, in
+        place (as HuggingFace's ``Tokenizer.add_special_tokens``), and return their ids.
+
+        Each new token takes the next id after the largest id in use, in the order given
+        (HF's rule). It is matched literally in the raw text, case-sensitively, before
+        normalization, even inside a word, leftmost-longest together with the other special
+        tokens (``[CLS]``, ...; the longer wins where one is a prefix of another), on the CPU
+        and the GPU alike; it is never a WordPiece piece, ``decode`` writes it back
+        (``skip_special_tokens=True`` drops it), and it is one id that windows never split.
+
+        Refused with a ``ValueError`` naming the string, before anything changes (the
+        exact rules; README "Differences from HuggingFace", docs/design.md §7):
+
+        * the empty string, a string given twice, one with a lone surrogate or U+FFFD;
+        * a string that is already a token of the vocabulary (a WordPiece piece, a special
+          or added token, or one registered before): the error names its id (HF would
+          reuse the id and make the token special);
+        * a string with a Unicode White_Space character (pre-tokenizers split words there);
+        * a string that starts with the continuing-subword prefix (``##``);
+        * a string that this tokenizer, as it is before the call, tokenizes to exactly one
+          token other than the unknown token: another spelling of that token, e.g. ``"Hello"``
+          with an uncased vocabulary is ``hello`` (the error names the token and its id).
+          ``"[cls]"`` with bert-base-uncased is accepted: it tokenizes to
+          ``[ "[", "cl", "##s", "]" ]``, and ``[CLS]`` stays 101.
+
+        The vocabulary becomes a new :class:`Vocabulary` (``tok.vocab``; the old one is not
+        changed), so its content hash, the dask token, the per-worker and device caches all
+        see the change. Register before building a lazy Dask result with this tokenizer: a
+        result built earlier computes with the tokens registered by the time it runs, under
+        the graph name it was built with.
+        """
+        tokens = check_new_special_tokens(self.vocab, tokens)
+        if not tokens:
+            return []
+        unk = self.vocab.unk_id
+        ids = CPU.encode(self.kernel_model, tokens, 1).to_list()
+        for t, got in zip(tokens, ids):
+            if len(got) == 1 and got[0] != unk:
+                onto = self.vocab.id_to_token(got[0])
+                raise ValueError(
+                    f"special token {t!r} is another spelling of the token {onto!r} "
+                    f"(id {got[0]}): this tokenizer already tokenizes it to that one token")
+        vocab = self.vocab.with_special_tokens(tokens, _checked=True)
+        self._bind(vocab)
+        return [vocab.token_to_id(t) for t in tokens]
 
     # -- identity -------------------------------------------------------------------------
     @property

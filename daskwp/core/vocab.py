@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -24,6 +25,9 @@ BERT_SPECIAL_TOKENS = ("[UNK]", "[SEP]", "[CLS]", "[PAD]", "[MASK]")
 # (the latter also strips U+001C..U+001F).
 _WHITE_SPACE = ("\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006"
                 "\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
+_WHITE_SPACE_RE = re.compile("[" + re.escape(_WHITE_SPACE) + "]")
+# What no special token may contain: lone surrogates and U+FFFD.
+_UNSPELLABLE = re.compile("[\ud800-\udfff\ufffd]")
 
 
 #: The names daskwp gives the special tokens unless told otherwise (BERT's).
@@ -51,12 +55,14 @@ class Vocabulary:
     token, and its post-processor and padding name the others). Those in the vocabulary are
     matched literally in the raw text, as ``BertWordPieceTokenizer`` registers them; a
     ``tokenizer.json``'s added tokens are matched instead, and are not WordPiece pieces.
+    :meth:`with_special_tokens` registers more (ids after the largest in use).
 
     Memory
     ------
     The blob is about 40 bytes per trie node: ~1.3 MB for bert-base-uncased, ~9 MB for the
-    119,547-token multilingual vocabulary. It pickles as bytes, so Dask ships it once per
-    worker keyed by :attr:`hash`.
+    119,547-token multilingual vocabulary; special tokens add about 13 bytes per trie node
+    of their own plus their bytes (10,000 like ``<|tok_00042|>``: 0.6 MB). It pickles as
+    bytes, so Dask ships it once per worker keyed by :attr:`hash`.
     """
 
     def __init__(self, tokens: Sequence[str], *, unk_token: str | None = None,
@@ -93,7 +99,7 @@ class Vocabulary:
                     continuing_subword_prefix, source, config, tuple(nonspecial_tokens))
 
     def _setup(self, tokens, model, added, names, specials, prefix, source, config,
-               nonspecial=()):
+               nonspecial=(), registered=()):
         self.source = source
         self.config = dict(config or {})
         self._tokens = tokens
@@ -130,7 +136,10 @@ class Vocabulary:
         missing = [t for t in specials if t not in vocab]
         if missing:
             raise ValueError(f"special tokens {missing} are not in vocabulary {source!r}")
-        self.special_tokens = tuple(dict.fromkeys(t for t in specials if t))
+        # Registered with add_special_tokens: added tokens, special, after the others.
+        self._registered = tuple(registered)
+        self.special_tokens = tuple(dict.fromkeys(
+            [t for t in specials if t] + list(self._registered)))
         # Matched literally like the others, but not special (decode keeps them, as HF).
         self._nonspecial = tuple(t for t in nonspecial if t in self.special_tokens)
         self._prefix_blobs: dict = {}
@@ -297,7 +306,41 @@ class Vocabulary:
             return self
         v = Vocabulary.__new__(Vocabulary)
         v._setup(list(self._tokens), self._model, self._added, new, self._explicit_specials,
-                 self.continuing_subword_prefix, self.source, self.config, self._nonspecial)
+                 self.continuing_subword_prefix, self.source, self.config, self._nonspecial,
+                 self._registered)
+        return v
+
+    def with_special_tokens(self, tokens: Sequence[str], *,
+                            _checked: bool = False) -> "Vocabulary":
+        """This vocabulary with ``tokens`` registered as special tokens (a new, immutable
+        vocabulary; :meth:`WordPieceTokenizer.add_special_tokens` is the tokenizer's call,
+        which also checks the strings against its normalization).
+
+        Each new token takes the next id after the largest id in use, in order (HF's rule
+        for a vocabulary whose ids are dense), is matched literally in the raw text,
+        case-sensitively, before normalization, even inside a word, leftmost-longest with
+        the other special tokens, and is never a WordPiece piece. Refused, with a
+        ``ValueError`` naming the string (:func:`check_new_special_tokens`): an empty string,
+        one given twice, one already a token of this vocabulary (its id is named), one with
+        a White_Space character, one that starts with the continuing-subword prefix, and one
+        with a lone surrogate or U+FFFD. A string that is not a ``str`` is a ``TypeError``.
+        """
+        tokens = list(tokens) if _checked else check_new_special_tokens(self, tokens)
+        if not tokens:
+            return self
+        start = len(self._tokens)  # the largest id in use, plus one
+        added = dict(self._added)
+        all_tokens = list(self._tokens)
+        for k, t in enumerate(tokens):
+            added[t] = start + k
+            all_tokens.append(t)
+        v = Vocabulary.__new__(Vocabulary)
+        v._setup(all_tokens, self._model, added, dict(self._names), self._explicit_specials,
+                 self.continuing_subword_prefix, self.source, self.config, self._nonspecial,
+                 self._registered + tuple(tokens))
+        # The WordPiece pieces and the prefix are the same: so are the tokenizers' choices of
+        # the prefix continuation pieces hang under (Vocabulary.prefix_choice).
+        v._prefix_choices = dict(self._prefix_choices)
         return v
 
     def _compile(self, prefix: str) -> bytes:
@@ -365,6 +408,12 @@ class Vocabulary:
         return dict(self._model)
 
     @property
+    def registered_special_tokens(self) -> tuple[str, ...]:
+        """The tokens registered with :meth:`with_special_tokens` (or the tokenizer's
+        ``add_special_tokens``), in order; their ids follow the vocabulary's."""
+        return self._registered
+
+    @property
     def special_names(self) -> dict[str, str]:
         """``unk_token``, ``cls_token``, ``sep_token``, ``pad_token``, ``mask_token``."""
         return dict(self._names)
@@ -424,11 +473,60 @@ class Vocabulary:
         return {"tokens": self._tokens, "model_overrides": model_overrides,
                 "model_excluded": model_excluded, "added": self._added,
                 "names": self._names, "explicit_specials": self._explicit_specials,
-                "nonspecial": self._nonspecial,
+                "nonspecial": self._nonspecial, "registered": self._registered,
                 "prefix": self.continuing_subword_prefix,
                 "special_tokens": self.special_tokens,
                 "blob": self._blob, "hash": self.hash, "source": self.source,
                 "config": self.config}
+
+
+def check_new_special_tokens(vocab: "Vocabulary", tokens) -> list[str]:
+    """``tokens`` as a list, after the checks that need only the vocabulary (the exact
+    rules are in :meth:`Vocabulary.with_special_tokens`); raises the first failure, naming
+    the string (and the id it already has)."""
+    if isinstance(tokens, (str, bytes)):
+        raise TypeError(f"special tokens must be a list of strings, got one "
+                        f"{type(tokens).__name__} {tokens!r:.60}; pass [{tokens!r:.60}]")
+    try:
+        tokens = list(tokens)
+    except TypeError:
+        raise TypeError(f"special tokens must be a list of strings, got "
+                        f"{type(tokens).__name__}") from None
+    seen: dict[str, int] = {}
+    prefix = vocab.continuing_subword_prefix
+    for k, t in enumerate(tokens):
+        if not isinstance(t, str):
+            raise TypeError(f"special token {k} is not a string: {t!r:.60} "
+                            f"({type(t).__name__})")
+        if not t:
+            raise ValueError(f"special token {k} is the empty string")
+        m = _UNSPELLABLE.search(t)
+        if m is not None:
+            bad = m.group()
+            what = "U+FFFD (the replacement of invalid input)" if bad == "\ufffd" else \
+                f"a lone surrogate U+{ord(bad):04X}"
+            raise ValueError(f"special token {t!r} contains {what}; a special token must be "
+                             f"valid text that real input can spell")
+        m = _WHITE_SPACE_RE.search(t)
+        if m is not None:
+            raise ValueError(
+                f"special token {t!r} contains whitespace ({m.group()!r}); pre-tokenizers "
+                f"split words there, so a special token may not contain any (Unicode "
+                f"White_Space)")
+        if t in seen:
+            raise ValueError(f"special token {t!r} is given twice (positions {seen[t]} "
+                             f"and {k})")
+        seen[t] = k
+        existing = vocab.token_to_id(t)
+        if existing is not None:
+            kind = "a special token" if t in vocab.special_tokens else "a token"
+            raise ValueError(f"special token {t!r} is already {kind} of vocabulary "
+                             f"{vocab.source!r}, with id {existing}")
+        if t.startswith(prefix):
+            raise ValueError(
+                f"special token {t!r} starts with the continuing-subword prefix {prefix!r}; "
+                f"decode would take it for a continuation piece")
+    return tokens
 
 
 def _token_map(tokens) -> dict:
@@ -484,6 +582,7 @@ def _rebuild_vocabulary(state: dict) -> Vocabulary:
     v.pad_token, v.mask_token = v._names["pad_token"], v._names["mask_token"]
     v._explicit_specials = state["explicit_specials"]
     v._nonspecial = tuple(state["nonspecial"])
+    v._registered = tuple(state.get("registered", ()))
     v.continuing_subword_prefix = state["prefix"]
     v.special_tokens = tuple(state["special_tokens"])
     v._blob = state["blob"]

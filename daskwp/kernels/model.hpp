@@ -35,9 +35,21 @@ struct VocabHeader {
   uint64_t off_special_first;    // uint8[256]: 1 when some special token starts with the byte
   uint64_t off_bitmaps;          // uint64[kBitmapWords * n]: child bitmaps (> 4 children)
   uint64_t off_hot;              // HotNode[n_nodes]: child lookup data
-  uint32_t reserved0;            // 0
+  uint32_t n_special_nodes;      // nodes of the special-token trie (>= 1: the root)
   uint32_t reserved;
+  uint64_t off_special_nodes;    // SpecialNode[n_special_nodes]: the special-token trie
+  uint64_t off_special_labels;   // uint8[n_special_nodes]: byte on the edge into the node
   uint64_t total_bytes;
+};
+
+// The literal special tokens as a byte trie (node 0 the root; the children of a node are
+// contiguous and sorted by their label), so that the longest special token at a position
+// costs one step per byte of the longest prefix it shares with some special token: flat in
+// the number of special tokens. `id` >= 0 where a special token ends.
+struct SpecialNode {
+  int32_t first_child;
+  int32_t n_child;
+  int32_t id;
 };
 
 // The per-byte walk touches only `hot[node]` (16 bytes a node, so the walk's working set
@@ -76,6 +88,8 @@ struct VocabView {
   const uint8_t* special_first;
   const uint64_t* bitmaps;
   const HotNode* hot;
+  const SpecialNode* special_nodes;
+  const uint8_t* special_labels;
 };
 
 DWP_HD inline VocabView make_vocab_view(const uint8_t* blob) {
@@ -90,6 +104,8 @@ DWP_HD inline VocabView make_vocab_view(const uint8_t* blob) {
   v.special_first = blob + v.h->off_special_first;
   v.bitmaps = reinterpret_cast<const uint64_t*>(blob + v.h->off_bitmaps);
   v.hot = reinterpret_cast<const HotNode*>(blob + v.h->off_hot);
+  v.special_nodes = reinterpret_cast<const SpecialNode*>(blob + v.h->off_special_nodes);
+  v.special_labels = blob + v.h->off_special_labels;
   return v;
 }
 

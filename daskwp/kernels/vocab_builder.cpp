@@ -132,13 +132,14 @@ std::vector<uint8_t> build_vocab_blob(const VocabBuildInput& in) {
   }
   if (pool.size() > 0x7fffffffu) throw std::invalid_argument("vocabulary too large");
 
-  // 4. Special tokens, longest first (leftmost-longest matching in the raw text).
+  // 4. Special tokens: a flat list, longest first (ties in byte order, so the blob does not
+  // depend on the input order), and a byte trie for the leftmost-longest match in the raw
+  // text, breadth-first with sorted children like the vocabulary trie.
   std::vector<size_t> sp(in.specials.size());
   for (size_t k = 0; k < sp.size(); ++k) {
     if (in.specials[k].empty()) throw std::invalid_argument("empty special token");
     sp[k] = k;
   }
-  // Longest first; ties in byte order, so the blob does not depend on the input order.
   std::sort(sp.begin(), sp.end(), [&](size_t a, size_t c) {
     const std::string &x = in.specials[a], &y = in.specials[c];
     return x.size() != y.size() ? x.size() > y.size() : x < y;
@@ -148,6 +149,27 @@ std::vector<uint8_t> build_vocab_blob(const VocabBuildInput& in) {
     special_bytes += s.size();
     max_special = std::max(max_special, s.size());
   }
+  if (special_bytes > 0x7fffffffu) throw std::invalid_argument("special tokens too large");
+  std::vector<BuildNode> st(1);
+  st.reserve(special_bytes + 1);
+  for (size_t k = 0; k < sp.size(); ++k) {
+    const int32_t node = insert(st, in.specials[sp[k]]);
+    if (st[node].token < 0) st[node].token = in.special_ids[sp[k]];  // the first of equals
+  }
+  std::vector<int32_t> st_order(1, 0), st_first(st.size(), 0), st_count(st.size(), 0);
+  std::vector<uint8_t> st_labels(st.size(), 0);
+  st_order.reserve(st.size());
+  for (size_t head = 0; head < st_order.size(); ++head) {
+    BuildNode& node = st[st_order[head]];
+    std::sort(node.kids.begin(), node.kids.end());
+    st_first[head] = static_cast<int32_t>(st_order.size());
+    st_count[head] = static_cast<int32_t>(node.kids.size());
+    for (const auto& kv : node.kids) {
+      st_labels[st_order.size()] = kv.first;
+      st_order.push_back(kv.second);
+    }
+  }
+  const size_t n_st = st_order.size();
 
   // 5. Lay out the blob.
   VocabHeader h;
@@ -174,6 +196,9 @@ std::vector<uint8_t> build_vocab_blob(const VocabBuildInput& in) {
     if (n_child[i] > 4) bitmap_of[i] = n_bitmaps++;
   h.off_bitmaps = off; off = align8(off + size_t(n_bitmaps) * kBitmapWords * 8);
   h.off_hot = off; off = align8(off + n * sizeof(HotNode));
+  h.n_special_nodes = static_cast<uint32_t>(n_st);
+  h.off_special_nodes = off; off = align8(off + n_st * sizeof(SpecialNode));
+  h.off_special_labels = off; off = align8(off + n_st);
   h.total_bytes = off;
   if (n > kHotChildMask) throw std::invalid_argument("vocabulary trie too large");
 
@@ -221,6 +246,10 @@ std::vector<uint8_t> build_vocab_blob(const VocabBuildInput& in) {
     sp_first[static_cast<uint8_t>(s[0])] = 1;
   }
   sp_off[sp.size()] = pos;
+  auto* st_nodes = reinterpret_cast<SpecialNode*>(blob.data() + h.off_special_nodes);
+  for (size_t i = 0; i < n_st; ++i)
+    st_nodes[i] = SpecialNode{st_first[i], st_count[i], st[st_order[i]].token};
+  std::memcpy(blob.data() + h.off_special_labels, st_labels.data(), n_st);
   return blob;
 }
 

@@ -1,8 +1,10 @@
 // daskwp — the fused normalize + pre-tokenize + WordPiece core (host and device).
 //
 // One pass over the UTF-8 bytes of a document (the E2E WordPiece of Song et al. 2021):
-//   1. literal special tokens of the vocabulary ([CLS], [SEP], ...) are matched in the RAW
-//      bytes, leftmost-longest and case-sensitively, as HuggingFace's added-vocabulary does;
+//   1. literal special tokens ([CLS], [SEP], ..., a tokenizer.json's added tokens, those
+//      registered with add_special_tokens) are matched in the RAW bytes, leftmost-longest and
+//      case-sensitively, as HuggingFace's added vocabulary does, through a byte trie of
+//      their own (the cost at a position does not grow with their number);
 //   2. every code point is normalized through the per-code-point table (NormView), which
 //      already encodes clean_text / handle_chinese_chars / strip_accents / lowercase;
 //   3. the normalized characters are split into words (whitespace drops, punctuation is a
@@ -360,27 +362,34 @@ struct WordPieceE2E {
     }
   }
 
-  // Tries the literal special tokens at s[i]; on a match emits it and returns its length.
+  // Tries the literal special tokens at s[i]: the longest one there, found by walking the
+  // special-token trie (one step per byte of the longest prefix s[i..] shares with some
+  // special token, whatever their number). On a match emits it and returns its length.
   DWP_HD DWP_NOINLINE int64_t match_special(const uint8_t* s, int64_t i, int64_t len) {
-    const int32_t n = v.h->n_specials;
-    for (int32_t k = 0; k < n; ++k) {
-      const int32_t b = v.special_offsets[k], l = v.special_offsets[k + 1] - b;
-      if (l > len - i) continue;
-      bool eq = true;
-      for (int32_t j = 0; j < l; ++j) {
-        if (s[i + j] != v.special_bytes[b + j]) {
-          eq = false;
-          break;
-        }
+    const SpecialNode* sn = v.special_nodes;
+    const uint8_t* labels = v.special_labels;
+    int32_t node = 0, best_id = -1;
+    int64_t best_len = 0;
+    for (int64_t j = i; j < len; ++j) {
+      const uint8_t c = s[j];
+      int32_t lo = sn[node].first_child, hi = lo + sn[node].n_child;
+      while (lo < hi) {
+        const int32_t mid = (lo + hi) >> 1;
+        if (labels[mid] < c) lo = mid + 1; else hi = mid;
       }
-      if (eq) {
-        if (n_pending) flush_pending();
-        end_word();
-        sink.push(v.special_ids[k]);
-        return l;
+      if (lo == sn[node].first_child + sn[node].n_child || labels[lo] != c) break;
+      node = lo;
+      if (sn[node].id >= 0) {
+        best_id = sn[node].id;
+        best_len = j + 1 - i;
       }
     }
-    return 0;
+    if (best_len) {
+      if (n_pending) flush_pending();
+      end_word();
+      sink.push(best_id);
+    }
+    return best_len;
   }
 
   // One step of the general path at s[i]: a run of plain word bytes, or one code point
