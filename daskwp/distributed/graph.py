@@ -224,6 +224,13 @@ def static_offsets(expr) -> tuple | None:
     return tuple(out)
 
 
+def _unfused_name(expr) -> str:
+    """The name of ``expr``, or of the top expression of a blockwise-fused group (which
+    behaves as it does: same partitions), so that offsets computed before fusion stay valid."""
+    from dask.dataframe.dask_expr._expr import Fused
+    return expr.exprs[0]._name if isinstance(expr, Fused) else expr._name
+
+
 class GlobalTokenize(Expr):
     """Partition i of ``frame`` (a text Series) tokenized with its global logIDs in ONE task
     per partition (``tokenize_global``): what ``GlobalLogID(Tokenize(frame), frame)``
@@ -262,7 +269,7 @@ class GlobalTokenize(Expr):
 
     def _known_offsets(self):
         offs = self.operand("offsets")
-        if offs is None or self.operand("lengths_of") != self.frame._name or \
+        if offs is None or self.operand("lengths_of") != _unfused_name(self.frame) or \
                 len(offs) != self.frame.npartitions + 1:
             return None
         return offs

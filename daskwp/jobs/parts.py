@@ -4,7 +4,7 @@ parts (resume) and verify the whole dataset.
 
 Layout of an output directory: ``part-NNNNN.parquet`` per partition (the accessor's partition
 frame with global logIDs; Parquet key-value metadata ``daskwp`` records the job id, the
-partition, its logID offset and its statistics, and ``daskwp.data_blake2b`` a checksum of the
+partition, its logID offset and its statistics, and ``daskwp.data_sha256`` a checksum of the
 file's bytes before the footer, i.e. its data pages), ``_job.json`` (what the job is) and
 ``_summary.json`` (what it did; present only while the dataset is complete).
 
@@ -15,7 +15,6 @@ These functions import no Dask: the driver runs them as tasks of one graph
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 import struct
@@ -30,7 +29,8 @@ from ..core.cache import BoundedCache
 from ..core.windows import WINDOW_OPTIONS
 from ..distributed.state import cached_tokenizer
 from ..distributed.tasks import add_logid_offset, tokenize_partition, write_tokenized_part
-from ..frames.partition import CHECKSUM_KEY, PART_METADATA_KEY, is_cudf
+from ..frames.partition import CHECKSUM_KEY, PART_METADATA_KEY, checksum_hash, checksum_hex, \
+    is_cudf
 from .errors import InputError, JobError
 from .inputs import (PartitionSpec, attach_kept_columns, count_invalid_utf8, count_partition,
                      read_partition, read_partition_with_columns)
@@ -171,7 +171,7 @@ def _footer_start(fh) -> int:
 
 
 def _digest(fh, end: int) -> str:
-    h = hashlib.blake2b(digest_size=16)
+    h = checksum_hash()
     fh.seek(0)
     left = end
     while left > 0:
@@ -180,11 +180,11 @@ def _digest(fh, end: int) -> str:
             raise ValueError("file shorter than its footer says")
         h.update(buf)
         left -= len(buf)
-    return h.hexdigest()
+    return checksum_hex(h)
 
 
 def data_checksum(path: str) -> str:
-    """blake2b-128 (hex) of a Parquet file's bytes before its footer: the data pages,
+    """SHA-256 (first 128 bits, hex) of a Parquet file's bytes before its footer: the pages,
     dictionary pages and page headers of every column chunk.
 
     Memory: reads the file in 4 MB pieces."""
