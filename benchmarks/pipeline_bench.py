@@ -374,7 +374,7 @@ write_partition(spec, 0, out, tok, opts, "j" * 32, 1)
 CALLGRIND_STAGES = [
     ("read: split lines (Arrow split_pattern)", ["StringSplitExec"]),
     ("tokenize: encode (kernel)", ["daskwp::encode_batch<"]),
-    ("tokenize: window fill (kernel)", ["windows_cpu.cpp:(anonymous namespace)::build_windows"]),
+    ("tokenize: window fill (kernel)", ["build_windows(nanobind", "fill_rows<"]),
     ("write: Parquet encode + compress", ["parquet::arrow::FileWriterImpl::WriteTable"]),
     ("  of which zstd", ["ZSTD_compress2"]),
     ("  of which level encoding (rep/def levels)", ["parquet::LevelEncoder::Encode"]),
