@@ -28,7 +28,8 @@ import pyarrow as pa
 from ..core.cache import BoundedCache
 from ..core.windows import WINDOW_OPTIONS
 from ..distributed.state import cached_tokenizer
-from ..distributed.tasks import add_logid_offset, tokenize_partition, write_tokenized_part
+from ..distributed.tasks import (add_logid_offset, owned_unknown_tokens, tokenize_partition,
+                                 write_tokenized_part)
 from ..frames.partition import CHECKSUM_KEY, PART_METADATA_KEY, checksum_hash, checksum_hex, \
     is_cudf
 from .errors import InputError, JobError
@@ -115,15 +116,10 @@ def partition_statistics(table: pa.Table, unk_id: int) -> dict:
     rows = table.num_rows
     if rows == 0:
         return {"rows": 0, "tokens": 0, "unknown_tokens": 0}
-    ids = table.column("input_ids").combine_chunks()
-    offsets = ids.offsets.to_numpy().astype(np.int64)
-    values = ids.values.to_numpy(zero_copy_only=False)
-    start = table.column("start").to_numpy()
-    stop = table.column("stop").to_numpy()
-    lo, hi = offsets[:-1] + start, offsets[:-1] + stop + 1
-    unk = np.flatnonzero(values == unk_id)  # few: count those inside the owned slices
-    return {"rows": int(rows), "tokens": int(np.sum(hi - lo)),
-            "unknown_tokens": int(np.sum(np.searchsorted(unk, hi) - np.searchsorted(unk, lo)))}
+    tokens = (np.asarray(table.column("stop").to_numpy(), dtype=np.int64)
+              - table.column("start").to_numpy() + 1)
+    return {"rows": int(rows), "tokens": int(tokens.sum()),
+            "unknown_tokens": owned_unknown_tokens(table, unk_id)}
 
 
 def partition_failure(exc: BaseException, spec: PartitionSpec, what: str = "partition"):
