@@ -338,8 +338,11 @@ def _write_pieces(texts, tok, options, logid_offset, with_mask, writer, stats, c
 def _write_frame(texts, tok, options, logid_offset, with_mask, writer, stats,
                  clock) -> None:
     """A GPU worker's partition: tokenized on the device as a cudf frame, then written."""
+    from ..core.windows import WINDOW_OPTIONS
     t = time.thread_time()
-    frame = add_logid_offset(tokenize_partition(texts, tok, options), int(logid_offset))
+    window_options = {k: options[k] for k in WINDOW_OPTIONS if k in options}
+    frame = add_logid_offset(tokenize_partition(texts, tok, window_options),
+                             int(logid_offset))
     t1 = time.thread_time()
     table = frame_to_table(frame, attention_mask=with_mask)
     _account(stats, table, None, None, tok, dict(options, truncation=True))
