@@ -155,7 +155,7 @@ def test_models_never_share_entries():
             np.testing.assert_array_equal(lengths, expected[name][1], err_msg=f"{name} {rnd}")
             np.testing.assert_array_equal(ids, expected[name][0], err_msg=f"{name} {rnd}")
     info = daskwp.word_cache_info()
-    # One memo per configuration (the default limit holds them all: 10 x 12.5 MB < 256 MB).
+    # One memo per configuration (the default limit holds them all: 10 x 14 MB < 256 MB).
     assert info["keys"] == len(CONFIGS), info
     # Two tokenizer objects of one configuration share a memo (same key).
     again = _tok(UNCASED, lowercase=True)
@@ -335,3 +335,15 @@ def test_forked_child_uses_the_warm_memos():
         t.join(600)
     assert not errors, errors
     _same(tok.encode(docs, num_threads=1), parent)
+
+
+def test_zero_bytes_in_words_without_clean_text():
+    # Without clean_text, byte 0 may be part of a word; the zero-padded short key would read
+    # "a\0" as "a" and "\0" as an empty entry, so such words skip the short table.
+    texts = ["\x00", "a\x00", "a", "ab\x00cd ab\x00 ab", "x \x00", "\x00\x00 hello\x00world"]
+    for clean in (False, True):
+        tok = _tok(UNCASED, lowercase=False, clean_text=clean, handle_chinese_chars=False)
+        with dask.config.set({"daskwp.word_cache_mb": 0}):
+            expected = tok.encode(texts).to_list()
+        for _ in range(2):
+            assert tok.encode(texts * 50).to_list() == expected * 50

@@ -66,7 +66,7 @@ uint64_t ceiling_pass(U8 data) {
     const size_t m = std::min(scratch.size(), n - at);
     for (size_t k = 0; k < m; ++k) {
       const uint8_t c = p[at + k];
-      scratch[k] = static_cast<uint8_t>(c | (((c - 'A') < 26u) ? 0x20 : 0));
+      scratch[k] = static_cast<uint8_t>(c | ((static_cast<unsigned>(c - 'A') < 26u) ? 0x20 : 0));
     }
     sum += scratch[m / 2] + m;
   }

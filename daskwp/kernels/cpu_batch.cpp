@@ -181,7 +181,7 @@ WordCache* pool_acquire(const CoreContext& ctx, uint64_t key, int threads, bool*
   if (found || !made) return found;
   WordCache* m = nullptr;
   try {
-    m = new WordCache(bits);
+    m = new WordCache(bits);  // (its own memory, huge-page backed: not the output pool's)
     reset_word_cache(ctx, m);
   } catch (...) {
     delete m;

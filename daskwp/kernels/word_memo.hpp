@@ -29,6 +29,10 @@
 #include <cstring>
 #include <new>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 #include "wordpiece_core.hpp"
 
 #if defined(__SSE2__) && !defined(__CUDACC__)
@@ -47,8 +51,9 @@ DWP_FORCEINLINE uint64_t load_u64(const uint8_t* p) {
 
 // The short table: 2^bits entries of 32 bytes, two-way set-associative with both ways of a
 // set in one 64-byte cache line, for strings of up to 16 bytes. The key is the bytes
-// zero-padded to 16 (no memoized string holds a zero byte, so the padding is unambiguous
-// and all zeros is the empty entry). Up to 3 tokens as int32, 4-6 packed as 20-bit ids.
+// zero-padded to 16 (no memoized string holds a zero byte — chunks hold bytes > 0x20 only,
+// and words with one skip the table — so the padding is unambiguous and all zeros is the
+// empty entry). Up to 3 tokens as int32, 4-6 packed as 20-bit ids.
 constexpr int32_t kWordCacheMaxBytes = 16;
 constexpr int32_t kWordCacheMaxTokens = 3;     // as int32 in tokens[]
 constexpr int32_t kWordCachePackedTokens = 6;  // packed in 15 bytes from pack[] on
@@ -57,8 +62,8 @@ constexpr uint32_t kWordCachePackMask = (1u << 20) - 1;
 // holds) in an arena; 16-byte slots, four ways to a 64-byte line.
 constexpr int32_t kLongMaxBytes = 160;
 constexpr int32_t kLongMaxTokens = 96;
-// Default size of one memo: 2^18 short entries (8 MB), 2^15 long slots (512 KB), a 4 MB
-// arena: 12.5 MB.
+// Default size of one memo: 2^18 short entries (8 MB), 2^15 long slots (512 KB), a 5.5 MB
+// arena: 14 MB.
 constexpr int32_t kWordCacheDefaultBits = 18;
 constexpr int32_t kWordCacheMinBits = 10;
 
@@ -129,6 +134,8 @@ struct WordCache {
   // Whitespace chunks may be looked up: every plain-whitespace byte is <= 0x20, so the
   // chunk scan (which stops at bytes <= 0x20) finds every chunk end.
   bool chunk_ok;
+  // The feed table lets byte 0 into words (no clean_text): such words skip the short table.
+  bool zero_in_words;
   int32_t bits;       // 2^bits short entries
   int32_t long_bits;  // 2^long_bits long slots
   uint64_t arena_cap, arena_used;
@@ -138,21 +145,37 @@ struct WordCache {
   uint8_t* arena;
   void* block;
   size_t block_bytes;
+  void (*free_block)(void*);
 
-  // Bytes of the block for a memo of 2^bits short entries.
+  // Bytes of the block for a memo of 2^bits short entries: the tables and an arena of
+  // 16 bytes per short entry, rounded up to 2 MB (huge pages) from 4 MB on, the arena
+  // taking the rounding.
   static size_t bytes_for(int32_t b) {
     const size_t entries = size_t(32) << b, slots = size_t(16) << (b - 3),
-                 arena = size_t(16) << b;
-    return entries + 64 + slots + arena;
+                 arena = size_t(16) << b, total = entries + 64 + slots + arena;
+    const size_t huge = size_t(2) << 20;
+    return total >= 2 * huge ? (total + huge - 1) / huge * huge : total;
   }
 
-  explicit WordCache(int32_t b = kWordCacheDefaultBits) {
+  // `alloc` / `dealloc`: where the block comes from (default: aligned_alloc / free); the
+  // block must be 64-byte aligned.
+  explicit WordCache(int32_t b = kWordCacheDefaultBits, void* (*alloc)(size_t) = nullptr,
+                     void (*dealloc)(void*) = nullptr) {
     if (b < kWordCacheMinBits) b = kWordCacheMinBits;
     bits = b;
     long_bits = b - 3;
     block_bytes = bytes_for(b);
-    const size_t align = block_bytes >= (size_t(4) << 20) ? (size_t(2) << 20) : 64;
-    block = std::aligned_alloc(align, (block_bytes + align - 1) / align * align);
+    free_block = alloc ? dealloc : nullptr;
+    if (alloc) {
+      block = alloc(block_bytes);
+    } else {
+      const size_t align = block_bytes >= (size_t(4) << 20) ? (size_t(2) << 20) : 64;
+      block = std::aligned_alloc(align, (block_bytes + align - 1) / align * align);
+#if defined(MADV_HUGEPAGE)
+      // Huge pages keep the random lookups off the TLB's back (and fault in 2 MB at once).
+      if (block && align > 64) madvise(block, block_bytes, MADV_HUGEPAGE);
+#endif
+    }
     if (!block) throw std::bad_alloc();
     uint8_t* p = static_cast<uint8_t*>(block);
     entries = reinterpret_cast<WordCacheEntry*>(p);
@@ -160,13 +183,19 @@ struct WordCache {
     long_slots = reinterpret_cast<LongSlot*>(p);
     p += size_t(16) << long_bits;
     arena = p;
-    arena_cap = size_t(16) << b;
+    arena_cap = block_bytes - static_cast<size_t>(p - static_cast<uint8_t*>(block));
     arena_used = 0;
-    alnum_feed = chunk_ok = false;
+    alnum_feed = chunk_ok = zero_in_words = false;
     std::memset(punct_token, 0xFF, sizeof(punct_token));
     std::memset(word_end, 0, sizeof(word_end));
   }
-  ~WordCache() { std::free(block); }
+  ~WordCache() {
+    if (free_block) {
+      free_block(block);
+    } else {
+      std::free(block);
+    }
+  }
   WordCache(const WordCache&) = delete;
   WordCache& operator=(const WordCache&) = delete;
 
@@ -386,6 +415,11 @@ struct MemoWordPieceE2E : WordPieceE2E {
     return nt;
   }
 
+  DWP_NOINLINE static int64_t emit_entry_slow(const WordCacheEntry* en, int32_t* out,
+                                              int64_t n, int64_t cap) {
+    return emit_entry(en, out, n, cap);
+  }
+
   // The short entry of the key, or null (both ways of a set share one cache line; the
   // newer one comes first).
   DWP_FORCEINLINE static const WordCacheEntry* short_get(const WordCache& wc, uint64_t k0,
@@ -461,7 +495,11 @@ struct MemoWordPieceE2E : WordPieceE2E {
           if (we < len && feed[s[we]] < 0x80u) we = word_end(s, we, len);
         }
         const int64_t wlen = we - i;
-        if ((we == len || wc.word_end[s[we]]) && wlen <= kLongMaxBytes) {
+        // (A word with a zero byte would read as a shorter one in the zero-padded short
+        // key: only where the feed table lets zero bytes into words, i.e. without
+        // clean_text.)
+        if ((we == len || wc.word_end[s[we]]) && wlen <= kLongMaxBytes &&
+            !(wc.zero_in_words && wlen <= kWordCacheMaxBytes && std::memchr(s + i, 0, wlen))) {
           uint64_t w0 = 0, w1 = 0;
           if (wlen <= kWordCacheMaxBytes) {
             if (ok && missed && i == start && we == e) {
@@ -524,22 +562,25 @@ struct MemoWordPieceE2E : WordPieceE2E {
   // a longer chunk, the end of the readable bytes, a full sink) goes to chunk_slow, which
   // returns between words.
   int64_t run_memo(const uint8_t* s, int64_t len, int64_t readable) {
-    const WordCache& wc = *cache;
-    int32_t* const out = sink.out;
-    const int64_t cap = sink.cap;
-    int64_t n = sink.n;
+    WordCache& wc = *cache;
     int64_t i = 0;
-    uint64_t hits = 0;
     if (!wc.chunk_ok) {
       while (i < len) i = chunk_slow(s, i, len, readable, false, 0, 0);
       return finish();
     }
+    int32_t* const out = sink.out;
+    const int64_t cap = sink.cap;
+    int64_t n = sink.n;
+    uint64_t hits = 0;
     // Locals: the compiler cannot keep members in registers across the int32 stores.
     const uint8_t* const fd = feed;
+#if defined(DWP_SSE2)
     const WordCacheEntry* const entries = wc.entries;
-    const int32_t shift = 64 - wc.bits;
+    const int32_t shift = 64 - wc.bits - 5;  // the set's byte offset: 64 bytes a set
     const int64_t readable16 = readable - 16;
     const int64_t cap3 = cap - kWordCacheMaxTokens;
+    const __m128i space = _mm_set1_epi8(0x20);
+#endif
     while (i < len) {
       if (fd[s[i]] == kFeedSpace) {
         ++i;
@@ -551,8 +592,8 @@ struct MemoWordPieceE2E : WordPieceE2E {
       if (i <= readable16) {
         // The chunk: bytes up to the next one <= 0x20 (or the document's end).
         const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
-        const __m128i low = _mm_cmpeq_epi8(_mm_min_epu8(x, _mm_set1_epi8(0x20)), x);
-        uint32_t m = (uint32_t)_mm_movemask_epi8(low) | (1u << 16);
+        uint32_t m =
+            (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_min_epu8(x, space), x)) | (1u << 16);
         if (len - i < 16) m |= 1u << (len - i);
         const int64_t w = __builtin_ctz(m);
         const int64_t e = i + w;
@@ -561,14 +602,13 @@ struct MemoWordPieceE2E : WordPieceE2E {
               x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(kPrefixMask + 16 - w)));
           k0 = (uint64_t)_mm_cvtsi128_si64(key);
           k1 = (uint64_t)_mm_cvtsi128_si64(_mm_unpackhi_epi64(key, key));
-          // The set's byte offset: (hash >> shift) with its low bit cleared, times 32.
           const WordCacheEntry* set = reinterpret_cast<const WordCacheEntry*>(
               reinterpret_cast<const uint8_t*>(entries) +
-              ((short_hash(k0, k1) >> (shift - 5)) & ~(uint64_t)63));
-          const uint32_t m0 = (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(
-              _mm_load_si128(reinterpret_cast<const __m128i*>(set)), key));
-          const uint32_t m1 = (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(
-              _mm_load_si128(reinterpret_cast<const __m128i*>(set + 1)), key));
+              ((short_hash(k0, k1) >> shift) & ~(uint64_t)63));
+          const uint32_t m0 = (uint32_t)_mm_movemask_epi8(
+              _mm_cmpeq_epi8(_mm_load_si128(reinterpret_cast<const __m128i*>(set)), key));
+          const uint32_t m1 = (uint32_t)_mm_movemask_epi8(
+              _mm_cmpeq_epi8(_mm_load_si128(reinterpret_cast<const __m128i*>(set + 1)), key));
           if ((m0 == 0xFFFFu) | (m1 == 0xFFFFu)) {
             const WordCacheEntry* en = set + (m0 != 0xFFFFu);
             const int64_t nt = en->n_tokens;
@@ -576,7 +616,7 @@ struct MemoWordPieceE2E : WordPieceE2E {
               __builtin_memcpy(out + n, en->tokens, sizeof(en->tokens));
               n += nt;
             } else {
-              n += emit_entry(en, out, n, cap);
+              n += emit_entry_slow(en, out, n, cap);
             }
             ++hits;
             i = e + 1;  // and the whitespace after it (past len at the document's end)
@@ -591,7 +631,7 @@ struct MemoWordPieceE2E : WordPieceE2E {
       n = sink.n;
     }
     sink.n = n;
-    cache->stats.hits += hits;
+    wc.stats.hits += hits;
     return finish();
   }
 
@@ -635,6 +675,7 @@ inline void reset_word_cache(const CoreContext& ctx, WordCache* cache) {
     }
   }
   cache->chunk_ok = space_low;
+  cache->zero_in_words = ctx.feed[0] < 0x80u;
   cache->alnum_feed = true;
   for (int c = 0; c < 256; ++c) {
     const bool alnum = (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z');
