@@ -92,8 +92,13 @@ int main(int argc, char** argv) {
   const daskwp::WordCacheStats before = cache->stats;
   double best = 1e30;
   int64_t tokens = 0;
+  // DASKWP_CORE_BENCH_THRASH=MB: writes that many MB before each pass, so that the memo is
+  // not in the CPU caches (as after other work in a process).
+  const char* thrash_env = std::getenv("DASKWP_CORE_BENCH_THRASH");
+  std::vector<uint8_t> thrash(thrash_env ? static_cast<size_t>(std::atoi(thrash_env)) << 20 : 0);
   for (int r = 0; r < repeats; ++r) {
     if (!warm) daskwp::reset_word_cache(ctx, cache.get());
+    for (size_t k = 0; k < thrash.size(); k += 64) thrash[k] = static_cast<uint8_t>(k + r);
     auto t0 = std::chrono::steady_clock::now();
     tokens = run_pass(ctx, c, out, use_cache ? cache.get() : nullptr);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

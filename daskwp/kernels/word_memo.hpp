@@ -37,6 +37,7 @@
 
 #if defined(__SSE2__) && !defined(__CUDACC__)
 #include <emmintrin.h>
+#include <xmmintrin.h>
 #define DWP_SSE2 1
 #endif
 
@@ -272,6 +273,8 @@ inline void long_put(WordCache& wc, uint64_t h, const uint8_t* p, int64_t len,
 struct MemoWordPieceE2E : WordPieceE2E {
   WordCache* cache;  // null: no memo (counting passes, one-off calls)
   bool alnum_feed;   // cache->alnum_feed, read once per document
+  // Where run_memo's prefetcher stopped, kept across the documents of a range.
+  const uint8_t* prefetch_at = nullptr;
 
   MemoWordPieceE2E(const CoreContext& ctx, int32_t* out, int64_t cap,
                    WordCache* word_cache = nullptr)
@@ -581,6 +584,36 @@ struct MemoWordPieceE2E : WordPieceE2E {
     const int64_t cap3 = cap - kWordCacheMaxTokens;
     const __m128i space = _mm_set1_epi8(0x20);
 #endif
+#if defined(DWP_SSE2)
+    // A prefetcher runs ahead of the loop, kAhead chunks or so: it finds the chunks as the
+    // loop does and prefetches their sets, so that the lookups' cache misses overlap (the
+    // table is much larger than L2). It only reads; when the loop gets past it (after
+    // chunk_slow) it starts again kAhead chunks ahead.
+    // It carries on into the documents that follow (their bytes are readable: a chunk
+    // across a document boundary is only a useless prefetch).
+    constexpr int kAhead = 16;
+    int64_t ahead = prefetch_at > s && prefetch_at - s <= readable16 ? prefetch_at - s : 0;
+    auto prefetch_one = [&]() {
+      int64_t p = ahead;
+      if (fd[s[p]] == kFeedSpace) ++p;  // (one space between chunks, mostly)
+      if (p > readable16) {
+        ahead = readable;
+        return;
+      }
+      const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + p));
+      const uint32_t m =
+          (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_min_epu8(x, space), x)) | (1u << 16);
+      const int64_t w = __builtin_ctz(m);
+      const __m128i key = _mm_and_si128(
+          x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(kPrefixMask + 16 - w)));
+      const uint64_t k0 = (uint64_t)_mm_cvtsi128_si64(key);
+      const uint64_t k1 = (uint64_t)_mm_cvtsi128_si64(_mm_unpackhi_epi64(key, key));
+      _mm_prefetch(reinterpret_cast<const char*>(entries) +
+                       ((short_hash(k0, k1) >> shift) & ~(uint64_t)63),
+                   _MM_HINT_T0);
+      ahead = p + w + (w < 16);
+    };
+#endif
     while (i < len) {
       if (fd[s[i]] == kFeedSpace) {
         ++i;
@@ -590,6 +623,12 @@ struct MemoWordPieceE2E : WordPieceE2E {
       uint64_t k0 = 0, k1 = 0;
 #if defined(DWP_SSE2)
       if (i <= readable16) {
+        if (ahead <= i) {
+          ahead = i;
+          for (int k = 0; k < kAhead && ahead <= readable16; ++k) prefetch_one();
+        } else if (ahead <= readable16) {
+          prefetch_one();
+        }
         // The chunk: bytes up to the next one <= 0x20 (or the document's end).
         const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
         uint32_t m =
@@ -630,6 +669,9 @@ struct MemoWordPieceE2E : WordPieceE2E {
       i = chunk_slow(s, i, len, readable, missed, k0, k1);
       n = sink.n;
     }
+#if defined(DWP_SSE2)
+    prefetch_at = s + ahead;
+#endif
     sink.n = n;
     wc.stats.hits += hits;
     return finish();
