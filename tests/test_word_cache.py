@@ -129,7 +129,7 @@ np.savez(sys.argv[2], ids=enc.token_ids, lengths=enc.lengths)
     for name in names:
         path = f"{os.environ.get('TMPDIR', '/tmp')}/dwp-fresh-{os.getpid()}-{name}.npz"
         subprocess.run([sys.executable, "-c", code, name, path], check=True, env=env,
-                       cwd=str(REPO_ROOT), timeout=600)
+                       timeout=600)
         with np.load(path) as z:
             out[name] = (z["ids"], z["lengths"])
         os.unlink(path)
@@ -226,7 +226,7 @@ def test_environment_variable_sets_the_limit():
     for mb, memos in (("0", 0), ("7", 1)):
         out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
                              text=True, env=dict(os.environ, DASKWP_WORD_CACHE_MB=mb),
-                             cwd=str(REPO_ROOT), timeout=300).stdout
+                             timeout=300).stdout
         info = json.loads(out.strip().splitlines()[-1])
         assert info["limit"] == int(mb) << 20 and info["memos"] == memos, info
 
