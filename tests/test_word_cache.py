@@ -347,3 +347,29 @@ def test_zero_bytes_in_words_without_clean_text():
             expected = tok.encode(texts).to_list()
         for _ in range(2):
             assert tok.encode(texts * 50).to_list() == expected * 50
+
+
+def test_many_token_short_strings_and_long_table_resets():
+    # Strings of up to 16 bytes with more tokens than a short entry holds ("1.2.3.4.5.6.7",
+    # timestamps of logs) live in the long table behind a short marker; with a small memo
+    # (a 1 MB limit: 2^14 short entries, a 256 KB arena) the arena fills up and is emptied
+    # again and again, so markers outlive their records. All must equal the walk.
+    rng = np.random.default_rng(5)
+    shorts = [".".join(str(x) for x in rng.integers(0, 10, size=7)) for _ in range(3000)]
+    shorts += [f"{rng.integers(0, 24):02d}:{rng.integers(0, 60):02d}:{rng.integers(0, 60):02d},"
+               f"{rng.integers(0, 1000):03d}" for _ in range(2000)]
+    letters = list("abcdefghij-_/.:")
+    longs = ["".join(rng.choice(letters, size=int(rng.integers(17, 150)))) for _ in range(3000)]
+    pool = shorts + longs
+    docs = [" ".join(pool[k] for k in rng.integers(0, len(pool), size=30)) for _ in range(3000)]
+    tok = _tok(UNCASED, lowercase=True)
+    ids, lengths = _walked(tok, docs)
+    with dask.config.set({"daskwp.word_cache_mb": 1}):
+        before = daskwp.word_cache_info()
+        for _ in range(3):
+            enc = tok.encode(docs, num_threads=1)
+            np.testing.assert_array_equal(enc.lengths, lengths)
+            np.testing.assert_array_equal(enc.token_ids, ids)
+        after = daskwp.word_cache_info()
+    assert after["long_resets"] > before["long_resets"], (before, after)
+    assert after["hits"] > before["hits"]

@@ -356,8 +356,9 @@ EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
   int64_t* counts = out.offsets.get() + 1;
   const int64_t total_bytes = n_docs ? static_cast<int64_t>(offsets[n_docs] - offsets[0]) : 0;
   int threads = resolve_threads(num_threads);
-  // Small batches are not worth a thread each: ~1 MB per thread at least.
-  threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, total_bytes >> 20)));
+  // Small batches are not worth a thread each: 256 KB per thread at least (with the
+  // pool's warm memos a thread's start costs less than tokenizing that much).
+  threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, total_bytes >> 18)));
   threads = static_cast<int>(std::min<int64_t>(threads, std::max<int64_t>(n_docs, 1)));
 
   // Byte-balanced contiguous document chunks: one per thread, or 8 per thread handed out as

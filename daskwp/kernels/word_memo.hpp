@@ -59,6 +59,9 @@ constexpr int32_t kWordCacheMaxBytes = 16;
 constexpr int32_t kWordCacheMaxTokens = 3;     // as int32 in tokens[]
 constexpr int32_t kWordCachePackedTokens = 6;  // packed in 15 bytes from pack[] on
 constexpr uint32_t kWordCachePackMask = (1u << 20) - 1;
+// n_tokens of a short entry whose tokens (more than a short entry holds, or ids too large
+// to pack) are in the long table, under short_hash(key) | 1.
+constexpr uint8_t kInLong = 0xFF;
 // The long table: strings of 17-kLongMaxBytes bytes (or of more tokens than a short entry
 // holds) in an arena; 16-byte slots, four ways to a 64-byte line.
 constexpr int32_t kLongMaxBytes = 160;
@@ -249,9 +252,9 @@ inline const int32_t* long_get(const WordCache& wc, uint64_t h, const uint8_t* p
 }
 
 // Records p[0, len) -> t[0, nt) as the newest way of its long set.
-inline void long_put(WordCache& wc, uint64_t h, const uint8_t* p, int64_t len,
+inline bool long_put(WordCache& wc, uint64_t h, const uint8_t* p, int64_t len,
                      const int32_t* t, int64_t nt) {
-  if (len > kLongMaxBytes || nt > kLongMaxTokens || nt < 1) return;
+  if (len > kLongMaxBytes || nt > kLongMaxTokens || nt < 1) return false;
   const uint64_t need = (uint64_t)(4 * nt + ((len + 3) & ~(int64_t)3));
   if (wc.arena_used + need > wc.arena_cap) {
     wc.clear_long();
@@ -266,6 +269,7 @@ inline void long_put(WordCache& wc, uint64_t h, const uint8_t* p, int64_t len,
   set[2] = set[1];
   set[1] = set[0];
   set[0] = LongSlot{h, (uint32_t)off, (uint16_t)len, (uint16_t)nt};
+  return true;
 }
 
 // The E2E tokenizer state for one byte range, with the memo. Use as WordPieceE2E:
@@ -306,18 +310,22 @@ struct MemoWordPieceE2E : WordPieceE2E {
     if (fits_short && nt > kWordCacheMaxTokens)
       for (int64_t k = 0; k < nt; ++k)
         if ((uint32_t)t[k] > kWordCachePackMask) fits_short = false;  // too large to pack
-    if (!fits_short) {
-      // Up to 16 bytes, the lookups only see the short table: nothing to record.
-      if (len > kWordCacheMaxBytes) long_put(wc, long_hash(s + i, len), s + i, len, t, nt);
+    if (!fits_short && len > kWordCacheMaxBytes) {
+      long_put(wc, long_hash(s + i, len), s + i, len, t, nt);
       return;
     }
+    // Up to 16 bytes the lookups go through the short table: the tokens of a string that
+    // does not fit there go to the long table, and its short entry says so (kInLong).
+    if (!fits_short && !long_put(wc, short_hash(k0, k1) | 1, s + i, len, t, nt)) return;
     WordCacheEntry* set = wc.entries + ((short_hash(k0, k1) >> (64 - wc.bits)) & ~(uint64_t)1);
-    if (set[0].key[0] == k0 && set[0].key[1] == k1) return;  // already the newer way
-    set[1] = set[0];
+    const bool in0 = set[0].key[0] == k0 && set[0].key[1] == k1;
+    if (in0 && (set[0].n_tokens == kInLong) == !fits_short) return;  // the newer way already
+    if (!in0) set[1] = set[0];  // (set[0] is rewritten in place when it holds the key)
     WordCacheEntry& en = set[0];
     en.key[0] = k0;
     en.key[1] = k1;
-    en.n_tokens = (uint8_t)nt;
+    en.n_tokens = fits_short ? (uint8_t)nt : kInLong;
+    if (!fits_short) return;
     if (nt > kWordCacheMaxTokens) {
       memo_pack(en, t, (int32_t)nt);
     } else {
@@ -418,9 +426,19 @@ struct MemoWordPieceE2E : WordPieceE2E {
     return nt;
   }
 
-  DWP_NOINLINE static int64_t emit_entry_slow(const WordCacheEntry* en, int32_t* out,
-                                              int64_t n, int64_t cap) {
-    return emit_entry(en, out, n, cap);
+  // The tokens of a short entry for the string p[0, len) with its key, at out[n] (none at
+  // or past cap): their count, or -1 when they were in the long table and are gone (its
+  // arena filled up since): a miss.
+  DWP_NOINLINE static int64_t emit_short(const WordCache& wc, const WordCacheEntry* en,
+                                         const uint8_t* p, int64_t len, uint64_t k0,
+                                         uint64_t k1, int32_t* out, int64_t n, int64_t cap) {
+    if (en->n_tokens != kInLong) return emit_entry(en, out, n, cap);
+    int32_t nt;
+    const int32_t* t = long_get(wc, short_hash(k0, k1) | 1, p, len, &nt);
+    if (!t) return -1;
+    for (int32_t k = 0; k < nt; ++k)
+      if (n + k < cap) out[n + k] = t[k];
+    return nt;
   }
 
   // The short entry of the key, or null (both ways of a set share one cache line; the
@@ -463,9 +481,12 @@ struct MemoWordPieceE2E : WordPieceE2E {
         if (!missed) {
           short_key(s, i, e, readable, &k0, &k1);
           if (const WordCacheEntry* en = short_get(wc, k0, k1)) {
-            sink.n = n + emit_entry(en, out, n, cap);
-            ++wc.stats.hits;
-            return e + (e < len);
+            const int64_t got = emit_short(wc, en, s + i, clen, k0, k1, out, n, cap);
+            if (got >= 0) {
+              sink.n = n + got;
+              ++wc.stats.hits;
+              return e + (e < len);
+            }
           }
         }
       } else {
@@ -511,10 +532,13 @@ struct MemoWordPieceE2E : WordPieceE2E {
             } else {
               short_key(s, i, we, readable, &w0, &w1);
               if (const WordCacheEntry* en = short_get(wc, w0, w1)) {
-                n += emit_entry(en, out, n, cap);
-                ++wc.stats.hits;
-                i = we;
-                continue;
+                const int64_t got = emit_short(wc, en, s + i, wlen, w0, w1, out, n, cap);
+                if (got >= 0) {
+                  n += got;
+                  ++wc.stats.hits;
+                  i = we;
+                  continue;
+                }
               }
             }
           } else {
@@ -651,15 +675,18 @@ struct MemoWordPieceE2E : WordPieceE2E {
           if ((m0 == 0xFFFFu) | (m1 == 0xFFFFu)) {
             const WordCacheEntry* en = set + (m0 != 0xFFFFu);
             const int64_t nt = en->n_tokens;
+            int64_t got = nt;
             if (__builtin_expect(nt <= kWordCacheMaxTokens && n <= cap3, 1)) {
               __builtin_memcpy(out + n, en->tokens, sizeof(en->tokens));
-              n += nt;
             } else {
-              n += emit_entry_slow(en, out, n, cap);
+              got = emit_short(wc, en, s + i, w, k0, k1, out, n, cap);
             }
-            ++hits;
-            i = e + 1;  // and the whitespace after it (past len at the document's end)
-            continue;
+            if (got >= 0) {
+              n += got;
+              ++hits;
+              i = e + 1;  // and the whitespace after it (past len at the document's end)
+              continue;
+            }
           }
           missed = true;
         }
