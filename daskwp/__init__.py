@@ -13,7 +13,7 @@ from .core.ragged import BatchWindows, Encoding, RaggedRows
 from .core.stitch import stitch, stitch_flat
 from .core.version import __version__
 from .core.vocab import Vocabulary
-from .backends.cpu import windows_from_encoding
+from .backends.cpu import windows_from_encoding, word_cache_info
 from .backends.memory import host_pool_info, release_host_memory, set_host_pool_limit
 from .backends.tokenizer import WordPieceTokenizer
 from .distributed.cluster import connect
@@ -26,4 +26,4 @@ __all__ = ["BatchWindows", "Encoding", "RaggedRows", "Vocabulary", "WordPieceTok
            "__version__", "cache_info", "clear_caches", "connect", "decode",
            "host_pool_info", "merge_wordpieces", "read_tokenized", "register_accessors",
            "release_host_memory", "set_host_pool_limit", "stitch", "stitch_flat",
-           "windows_from_encoding"]
+           "windows_from_encoding", "word_cache_info"]

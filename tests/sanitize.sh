@@ -35,8 +35,10 @@ if [ "${1:-}" = "--extension" ]; then
   cmake --build "$REPO/build/asan-ext" -j"$(nproc)"
   STAGE="$REPO/build/asan-pkg"
   rm -rf "$STAGE" && mkdir -p "$STAGE/daskwp"
-  cp -r "$REPO"/daskwp/*.py "$REPO/daskwp/data" "$REPO/daskwp/kernels" "$STAGE/daskwp/"
-  cp "$REPO"/daskwp/*.yaml "$STAGE/daskwp/" 2>/dev/null || true
+  # The whole package (its subpackages too), then the sanitized extension in place of any.
+  cp -r "$REPO/daskwp/." "$STAGE/daskwp/"
+  find "$STAGE/daskwp" -name '__pycache__' -prune -exec rm -rf {} + 2>/dev/null || true
+  rm -f "$STAGE"/daskwp/_ext*.so
   cp "$REPO"/build/asan-ext/_ext*.so "$STAGE/daskwp/"
   printf '%s\n' 'import sys' \
     'sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f).lower()' \

@@ -1,9 +1,12 @@
-"""The CPU loop memoizes whole words (ASCII letters and digits, plain non-ASCII letters)
-for ranges of 1 MB or more (WordCache in word_memo.hpp). A memo hit must emit exactly
-what the trie walk emits: encode every corpus of every vocabulary as one >= 1 MB batch
-(memo on, one thread so one memo sees all documents) and document by document in small
-batches (memo off). test_parity.py ties the small-batch results to HuggingFace."""
+"""The CPU loop memoizes whitespace chunks and whole words (ASCII letters and digits, plain
+non-ASCII letters, ASCII punctuation) in per-thread memos that a process-wide pool keeps
+between calls (WordCache in word_memo.hpp, the pool in cpu_batch.cpp; test_word_cache.py
+tests the pool). A memo hit must emit exactly what the trie walk emits: encode every corpus
+of every vocabulary as one >= 1 MB batch (memo on, one thread so one memo sees all
+documents; cold, then warm) and in small batches with the pool keeping nothing (memo off).
+test_parity.py ties the small-batch results to HuggingFace."""
 
+import dask
 import numpy as np
 import pytest
 
@@ -13,20 +16,35 @@ from conftest import VOCAB_CONFIGS, corpus_files, read_documents, requires_data,
 pytestmark = requires_data
 
 
+@pytest.fixture(autouse=True)
+def _fresh_pool():
+    daskwp.clear_caches(["word_cache"])
+    yield
+    daskwp.clear_caches(["word_cache"])
+
+
+def _walk(tok, docs, chunk=2000):
+    """Small batches (~100-300 KB, below the threshold of a call's own memo) with the pool
+    keeping nothing: no memo at all."""
+    with dask.config.set({"daskwp.word_cache_mb": 0}):
+        return [tok.encode(docs[i:i + chunk], num_threads=1) for i in range(0, len(docs), chunk)]
+
+
 @pytest.mark.parametrize("vocab_name,lowercase", VOCAB_CONFIGS)
 def test_memo_equals_walk_on_all_corpora(vocab_name, lowercase):
     tok = daskwp.WordPieceTokenizer(vocab_path(vocab_name), lowercase=lowercase)
     docs = [d for f in corpus_files() for d in read_documents(f)]
     assert sum(len(d.encode("utf-8", "surrogatepass")) for d in docs) > 2 << 20
-    # Twice over, so the second half is served from the memo.
+    # Twice over, so the second half is served from the memo; then again on the warm memo.
     docs = docs + docs
-    memo = tok.encode(docs, num_threads=1)
-    chunk = 2000  # ~100-300 KB per call: below the memo threshold
-    walked = [tok.encode(docs[i:i + chunk], num_threads=1) for i in range(0, len(docs), chunk)]
+    walked = _walk(tok, docs)
     ids = np.concatenate([w.token_ids for w in walked])
     lengths = np.concatenate([w.lengths for w in walked])
-    np.testing.assert_array_equal(memo.lengths, lengths)
-    np.testing.assert_array_equal(memo.token_ids, ids)
+    for _ in range(2):
+        memo = tok.encode(docs, num_threads=1)
+        np.testing.assert_array_equal(memo.lengths, lengths)
+        np.testing.assert_array_equal(memo.token_ids, ids)
+    assert daskwp.word_cache_info()["hits"] > 0
 
 
 def test_memo_respects_max_input_chars_per_word():
@@ -36,15 +54,17 @@ def test_memo_respects_max_input_chars_per_word():
     tok = daskwp.WordPieceTokenizer(max_input_chars_per_word=5, num_threads=1)
     enc = tok.encode([text])
     unk = tok.vocab.unk_id
-    small = daskwp.WordPieceTokenizer(max_input_chars_per_word=5).encode(words[:3]).to_list()
+    with dask.config.set({"daskwp.word_cache_mb": 0}):
+        small = daskwp.WordPieceTokenizer(max_input_chars_per_word=5).encode(words[:3]).to_list()
     assert small[0] == [unk] and small[2] == [unk] and small[1] != [unk]
     expected = np.array(sum(small, []) * 200_000, dtype=np.int32)
     np.testing.assert_array_equal(enc.token_ids, expected)
 
 
 def test_memo_packs_four_and_five_tokens_and_skips_large_ids():
-    # Words of 4-5 tokens are memoized as 20-bit packed ids; ids from 2**20 up cannot be
-    # packed, so such words are walked every time. Both must equal the walk.
+    # Words of 4-6 tokens are memoized as 20-bit packed ids; ids from 2**20 up cannot be
+    # packed, so such words (of up to 16 bytes) are walked every time. Both must equal the
+    # walk.
     filler = [f"f{i:07d}" for i in range((1 << 20) + 10)]
     small_ids = ["ab", "##cd", "##ef", "##gh", "##ij"]
     large_ids = ["xy", "##zw", "##uv", "##st", "##qr"]
@@ -52,14 +72,16 @@ def test_memo_packs_four_and_five_tokens_and_skips_large_ids():
     assert vocab.token_to_id("##qr") >= 1 << 20
     tok = daskwp.WordPieceTokenizer(vocab, num_threads=1)
     text = "abcdefghij abcdefgh xyzwuvstqr xyzwuvst abcdefghij."
-    walked = tok.encode([text]).to_list()[0]
+    walked = _walk(tok, [text])[0].to_list()[0]
     ab = [vocab.token_to_id(t) for t in small_ids]
     xy = [vocab.token_to_id(t) for t in large_ids]
     assert walked[:9] == ab + ab[:4]
     assert walked[9:18] == xy + xy[:4]
-    memo = tok.encode([text] * 30_000)  # > 1 MB on one thread: the memo runs
-    assert len(text) * 30_000 > 1 << 20
-    np.testing.assert_array_equal(memo.token_ids, np.tile(np.asarray(walked, np.int32), 30_000))
+    for _ in range(2):  # cold, then warm
+        memo = tok.encode([text] * 30_000)  # > 1 MB on one thread
+        assert len(text) * 30_000 > 1 << 20
+        np.testing.assert_array_equal(memo.token_ids,
+                                      np.tile(np.asarray(walked, np.int32), 30_000))
 
 
 @pytest.mark.parametrize("threads", [2, 3, 7])

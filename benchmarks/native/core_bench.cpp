@@ -3,7 +3,13 @@
 //   g++ -O3 -g -march=x86-64-v2 -std=c++17 -Idaskwp/kernels benchmarks/native/core_bench.cpp
 //       daskwp/kernels/vocab_builder.cpp -o /tmp/core_bench
 //   /tmp/core_bench OUT_DIR/vocab.blob OUT_DIR/norm.blob CORPUS.txt [repeats]
-// Prints MB/s of one thread over the corpus lines (one document per line).
+// Prints MB/s of one thread over the corpus lines (one document per line), best of the
+// repeats. Each repeat is one call of run_pass (noinline), so instructions per byte are
+//   valgrind --tool=callgrind --toggle-collect=run_pass /tmp/core_bench ... 1
+// (Ir of run_pass / corpus bytes). DASKWP_NO_WORD_CACHE=1: no memo at all; otherwise the
+// memo is emptied before every repeat (cold: what one call of a fresh process does) unless
+// DASKWP_CORE_BENCH_WARM=1, which fills it with one untimed, uncollected pass first and
+// keeps it (warm: a process that tokenized the same corpus before).
 #include <chrono>
 #include <cstdlib>
 #include <memory>
@@ -24,6 +30,26 @@ static std::vector<uint64_t> read_aligned(const char* path) {
   return out;
 }
 
+struct Corpus {
+  std::string text;
+  std::vector<int64_t> starts;
+};
+
+// One pass over every line; returns the tokens written.
+__attribute__((noinline)) int64_t run_pass(const daskwp::CoreContext& ctx, const Corpus& c,
+                                           std::vector<int32_t>& out, daskwp::WordCache* cache) {
+  // As cpu_batch.cpp's encode_range: one tokenizer state, reset per document.
+  int64_t at = 0;
+  const uint8_t* base = reinterpret_cast<const uint8_t*>(c.text.data());
+  daskwp::MemoWordPieceE2E t(ctx, nullptr, 0);
+  for (size_t d = 0; d + 1 < c.starts.size(); ++d) {
+    const int64_t b = c.starts[d], e = c.starts[d + 1] - 1;
+    t.reset(out.data() + at, static_cast<int64_t>(out.size()) - at, cache);
+    at += t.run(base + b, e - b, static_cast<int64_t>(c.text.size()) - b);
+  }
+  return at;
+}
+
 int main(int argc, char** argv) {
   if (argc < 4) {
     std::fprintf(stderr, "usage: core_bench VOCAB_BLOB NORM_BLOB CORPUS [repeats]\n");
@@ -31,36 +57,63 @@ int main(int argc, char** argv) {
   }
   auto vb = read_aligned(argv[1]);
   auto nb = read_aligned(argv[2]);
-  std::ifstream f(argv[3], std::ios::binary);
-  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  Corpus c;
+  {
+    std::ifstream f(argv[3], std::ios::binary);
+    c.text.assign((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  }
+  if (c.text.empty() || c.text.back() != '\n') c.text.push_back('\n');
   const int repeats = argc > 4 ? std::atoi(argv[4]) : 5;
-  std::vector<int64_t> starts{0};
-  for (size_t i = 0; i < text.size(); ++i)
-    if (text[i] == '\n') starts.push_back(static_cast<int64_t>(i) + 1);
+  c.starts.push_back(0);
+  for (size_t i = 0; i < c.text.size(); ++i)
+    if (c.text[i] == '\n') c.starts.push_back(static_cast<int64_t>(i) + 1);
   daskwp::CoreContext ctx;
   daskwp::init_context(ctx, reinterpret_cast<const uint8_t*>(vb.data()),
                        reinterpret_cast<const uint8_t*>(nb.data()), daskwp::TokenizeParams{100});
-  std::vector<int32_t> out(text.size() + 1024);
-  std::unique_ptr<daskwp::WordCache> cache(new daskwp::WordCache());
+  std::vector<int32_t> out(c.text.size() + 1024);
+  // DASKWP_CORE_BENCH_BITS: 2^bits short entries (default: the pool's default size).
+  const char* bits_env = std::getenv("DASKWP_CORE_BENCH_BITS");
+  std::unique_ptr<daskwp::WordCache> cache(new daskwp::WordCache(
+      bits_env ? std::atoi(bits_env) : daskwp::kWordCacheDefaultBits));
   const bool use_cache = std::getenv("DASKWP_NO_WORD_CACHE") == nullptr;
+  const bool warm = std::getenv("DASKWP_CORE_BENCH_WARM") != nullptr;
+  daskwp::reset_word_cache(ctx, cache.get());
+  if (warm && use_cache) {
+    // The filling pass, outside run_pass so that callgrind's toggle skips it.
+    const uint8_t* base = reinterpret_cast<const uint8_t*>(c.text.data());
+    int64_t at = 0;
+    for (size_t d = 0; d + 1 < c.starts.size(); ++d) {
+      const int64_t b = c.starts[d], e = c.starts[d + 1] - 1;
+      at += daskwp::tokenize_document_with_memo(ctx, base + b, e - b, out.data() + at,
+                                                out.size() - at, cache.get(),
+                                                static_cast<int64_t>(c.text.size()) - b);
+    }
+  }
+  const daskwp::WordCacheStats before = cache->stats;
   double best = 1e30;
   int64_t tokens = 0;
+  // DASKWP_CORE_BENCH_THRASH=MB: writes that many MB before each pass, so that the memo is
+  // not in the CPU caches (as after other work in a process).
+  const char* thrash_env = std::getenv("DASKWP_CORE_BENCH_THRASH");
+  std::vector<uint8_t> thrash(thrash_env ? static_cast<size_t>(std::atoi(thrash_env)) << 20 : 0);
   for (int r = 0; r < repeats; ++r) {
-    daskwp::reset_word_cache(ctx, cache.get());
+    if (!warm) daskwp::reset_word_cache(ctx, cache.get());
+    for (size_t k = 0; k < thrash.size(); k += 64) thrash[k] = static_cast<uint8_t>(k + r);
     auto t0 = std::chrono::steady_clock::now();
-    int64_t at = 0;
-    for (size_t d = 0; d + 1 < starts.size(); ++d) {
-      const int64_t b = starts[d], e = starts[d + 1] - 1;
-      at += daskwp::tokenize_document_with_memo(
-          ctx, reinterpret_cast<const uint8_t*>(text.data()) + b, e - b, out.data() + at,
-          out.size() - at, use_cache ? cache.get() : nullptr,
-          static_cast<int64_t>(text.size()) - b);
-    }
-    tokens = at;
+    tokens = run_pass(ctx, c, out, use_cache ? cache.get() : nullptr);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (s < best) best = s;
   }
-  std::printf("%.1f MB/s  (%zu bytes, %lld tokens, best of %d)\n", text.size() / best / 1e6,
-              text.size(), static_cast<long long>(tokens), repeats);
+  uint64_t sum = 1469598103934665603ull;  // FNV-1a of the ids: equal across modes
+  for (int64_t k = 0; k < tokens; ++k) sum = (sum ^ (uint32_t)out[k]) * 1099511628211ull;
+  std::printf("%.1f MB/s  (%zu bytes, %lld tokens, ids %016llx, best of %d, %s)\n",
+              (c.text.size() - (c.starts.size() - 1)) / best / 1e6, c.text.size(),
+              static_cast<long long>(tokens), static_cast<unsigned long long>(sum), repeats,
+              !use_cache ? "no memo" : warm ? "warm" : "cold");
+  if (use_cache)
+    std::printf("memo: %llu hits, %llu misses, %llu long resets over the timed passes\n",
+                static_cast<unsigned long long>(cache->stats.hits - before.hits),
+                static_cast<unsigned long long>(cache->stats.misses - before.misses),
+                static_cast<unsigned long long>(cache->stats.long_resets - before.long_resets));
   return 0;
 }

@@ -3,16 +3,31 @@
 Encoding reads the Arrow buffers of the input (offsets + UTF-8 bytes) directly, releases the
 GIL and splits a batch over ``num_threads`` threads; the window fill runs natively over the
 whole batch (count rows, scan, allocate exact-size outputs, fill). No per-document Python.
+
+Word cache: each thread of an encode takes a word memo (whitespace chunks and words with
+their token ids) from a process-wide pool in the extension and gives it back after the
+call, so that later calls with the same model run warm. A memo is keyed by a hash of the
+vocabulary blob, the normalization blob and ``max_input_chars_per_word`` (computed here
+once per model), so tokenizers with other vocabularies or settings never share entries.
+The pool's memory (idle and in use) is at most ``word_cache_mb`` MB: the ``dask.config``
+value ``daskwp.word_cache_mb`` when set, else ``DASKWP_WORD_CACHE_MB`` (read when the
+extension loads), else 256; 0 keeps nothing between calls. :func:`word_cache_info` reports
+it and :func:`daskwp.clear_caches` empties it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import sys
+import threading
+import weakref
 
 import numpy as np
 
 from .. import _ext
+from ..core import config
 from ..core.buckets import bucket_windows
+from ..core.cache import register_cache
 from ..core.options import check_int
 from ..core.pairs import build_pair_windows, convert_batch, sequence_extras
 from ..core.ragged import BatchWindows, Encoding
@@ -21,7 +36,61 @@ from ..core.windows import WindowParams, convert_tensors, fill_plan, pack_window
     window_params
 from .protocol import KernelModel
 
-__all__ = ["CPUBackend", "default_num_threads", "windows_from_encoding"]
+__all__ = ["CPUBackend", "default_num_threads", "windows_from_encoding", "word_cache_info"]
+
+#: The pool's limit when the extension loaded (DASKWP_WORD_CACHE_MB, else 256 MB).
+_INITIAL_LIMIT = int(_ext.word_cache_info()["limit"])
+_limit_lock = threading.Lock()
+_applied_mb: "list" = [None]  # the word_cache_mb last applied (None: the initial limit)
+_keys: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _cache_key(model: KernelModel) -> int:
+    """A non-zero 64-bit hash of what a word memo's entries depend on: both blobs and the
+    word limit (computed once per model)."""
+    key = _keys.get(model)
+    if key is None:
+        h = hashlib.blake2b(digest_size=8, person=b"daskwp-memo")
+        for blob in (model.vocab_blob, model.norm_blob):
+            h.update(len(blob).to_bytes(8, "little"))
+            h.update(memoryview(np.ascontiguousarray(blob)).cast("B"))
+        h.update(int(model.max_input_chars_per_word).to_bytes(8, "little", signed=True))
+        key = int.from_bytes(h.digest(), "little") | 1
+        _keys[model] = key
+    return key
+
+
+def _apply_word_cache_limit() -> None:
+    """Set the pool's limit from ``daskwp.word_cache_mb`` when it changed."""
+    mb = config.get("word_cache_mb")
+    if mb == _applied_mb[0]:
+        return
+    with _limit_lock:
+        if mb is None:
+            _ext.word_cache_set_limit(_INITIAL_LIMIT)
+        else:
+            mb = check_int("word_cache_mb", mb, lo=0, allowed="an integer >= 0 (MB) or None")
+            _ext.word_cache_set_limit(mb << 20)
+        _applied_mb[0] = mb
+
+
+def word_cache_info() -> dict:
+    """Statistics of the CPU word cache (the extension's pool of word memos), in bytes and
+    counts: ``limit`` and ``bytes`` (memos idle and in use), ``memos``, ``idle``, ``keys``
+    (distinct models among the idle memos), ``hits`` and ``misses`` (chunks and words served
+    from a memo / walked and offered to it, counted when a memo is given back),
+    ``long_resets``, ``created``, ``reused``, ``evictions`` and ``refused`` (threads that ran
+    without a memo for lack of room)."""
+    _apply_word_cache_limit()
+    return {k: int(v) for k, v in _ext.word_cache_info().items()}
+
+
+def _word_cache_info_for_registry() -> dict:
+    i = word_cache_info()
+    return dict(i, entries=i["memos"], maxsize=i["limit"])
+
+
+register_cache("word_cache", _ext.word_cache_clear, _word_cache_info_for_registry)
 
 
 def default_num_threads() -> int:
@@ -44,6 +113,8 @@ class CPUBackend:
 
     def encode(self, model: KernelModel, texts, num_threads: int) -> Encoding:
         arr = to_arrow(texts)
+        _apply_word_cache_limit()
+        key = _cache_key(model)
         ids_parts, off_parts, base = [], [np.zeros(1, dtype=np.int64)], 0
         for chunk in arr.chunks:
             if len(chunk) == 0:
@@ -52,7 +123,7 @@ class CPUBackend:
             fn = _ext.encode64 if b.offsets.dtype == np.int64 else _ext.encode32
             ids, off = fn(model.vocab_blob, model.norm_blob, model.max_input_chars_per_word,
                           np.ascontiguousarray(b.offsets), b.data, b.validity,
-                          b.validity_offset, int(num_threads))
+                          b.validity_offset, int(num_threads), key)
             ids_parts.append(ids)
             off_parts.append(off[1:] + base)
             base += len(ids)

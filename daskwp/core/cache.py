@@ -15,7 +15,7 @@ import threading
 from collections import OrderedDict
 from typing import Any, Callable, Hashable
 
-__all__ = ["BoundedCache", "cache_info", "clear_caches"]
+__all__ = ["BoundedCache", "NativeCache", "cache_info", "clear_caches", "register_cache"]
 
 _REGISTRY: "dict[str, BoundedCache]" = {}
 _REGISTRY_LOCK = threading.Lock()
@@ -111,6 +111,35 @@ class BoundedCache:
 
     def __repr__(self) -> str:
         return f"BoundedCache({self.name!r}, entries={len(self)}, maxsize={self.maxsize})"
+
+
+class NativeCache:
+    """A cache kept outside Python (the CPU extension's word memos), listed by
+    :func:`cache_info` and emptied by :func:`clear_caches` like the others: ``clear()``
+    returns the entries dropped, ``info()`` a dict with at least ``entries``, ``maxsize``,
+    ``hits`` and ``misses``."""
+
+    def __init__(self, name: str, clear: Callable[[], int], info: Callable[[], dict]):
+        self.name = name
+        self._clear = clear
+        self._info = info
+
+    def clear(self) -> int:
+        return int(self._clear())
+
+    def info(self) -> dict:
+        return dict(self._info())
+
+    def __repr__(self) -> str:
+        return f"NativeCache({self.name!r})"
+
+
+def register_cache(name: str, clear: Callable[[], int], info: Callable[[], dict]) -> NativeCache:
+    """Register a cache kept outside Python under ``name`` (see :class:`NativeCache`)."""
+    cache = NativeCache(name, clear, info)
+    with _REGISTRY_LOCK:
+        _REGISTRY[name] = cache  # type: ignore[assignment]
+    return cache
 
 
 def cache_info() -> dict:

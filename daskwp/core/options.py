@@ -351,6 +351,14 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
                                           "None", optional=True),
          "an integer >= 0 or null (all cores; 1 inside a Dask worker)", False, (TOKENIZER,),
          "threads for one batch"),
+    _opt("word_cache_mb", None, _int_range(0, 2**40, "an integer >= 0 (MB) or None",
+                                             optional=True),
+         "an integer >= 0 (MB; 0: nothing kept between calls) or null (the environment "
+         "variable DASKWP_WORD_CACHE_MB, else 256)", False, (CONFIG,),
+         "most memory of the CPU word cache, per process: word memos that threads keep "
+         "between encode calls so that a process tokenizing batch after batch runs warm "
+         "(daskwp.word_cache_info() reports it, daskwp.clear_caches() empties it)",
+         cli_type=int, metavar="MB", cli_flag=False),
     _opt("device", "auto", lambda n, v: normalize_device(v, n), "'auto', 'cpu' or 'gpu' "
          "('cuda' is 'gpu')", False, (TOKENIZER, JOB, CONFIG),
          "auto (default): GPUs when dask-cuda, cudf and a GPU are present (a tokenizer: "

@@ -22,7 +22,7 @@ nb::ndarray<nb::numpy, T, nb::ndim<1>> to_numpy(daskwp::HostArray<T> data, size_
 template <typename OffArr, typename Off>
 nb::tuple encode_impl(U8 vocab_blob, U8 norm_blob, int32_t max_chars, OffArr offsets,
                       U8 data, nb::object validity_obj, int64_t validity_offset,
-                      int num_threads) {
+                      int num_threads, uint64_t cache_key) {
   daskwp::check_vocab_blob(vocab_blob.data(), vocab_blob.shape(0));
   daskwp::check_norm_blob(norm_blob.data(), norm_blob.shape(0));
   if (offsets.shape(0) < 1) throw std::invalid_argument("offsets must not be empty");
@@ -47,7 +47,7 @@ nb::tuple encode_impl(U8 vocab_blob, U8 norm_blob, int32_t max_chars, OffArr off
   {
     nb::gil_scoped_release release;
     r = daskwp::encode_batch<Off>(vocab_blob.data(), norm_blob.data(), p, off, data.data(),
-                                  validity, validity_offset, n_docs, num_threads);
+                                  validity, validity_offset, n_docs, num_threads, cache_key);
   }
   const size_t n_ids = static_cast<size_t>(r.n_ids);
   return nb::make_tuple(to_numpy(std::move(r.ids), n_ids),
@@ -66,7 +66,7 @@ uint64_t ceiling_pass(U8 data) {
     const size_t m = std::min(scratch.size(), n - at);
     for (size_t k = 0; k < m; ++k) {
       const uint8_t c = p[at + k];
-      scratch[k] = static_cast<uint8_t>(c | (((c - 'A') < 26u) ? 0x20 : 0));
+      scratch[k] = static_cast<uint8_t>(c | ((static_cast<unsigned>(c - 'A') < 26u) ? 0x20 : 0));
     }
     sum += scratch[m / 2] + m;
   }
@@ -81,9 +81,14 @@ void bind_encode(nb::module_& m) {
   m.def("encode32", &encode_impl<I32, int32_t>, nb::arg("vocab_blob"), nb::arg("norm_blob"),
         nb::arg("max_input_chars_per_word"), nb::arg("offsets"), nb::arg("data"),
         nb::arg("validity").none(), nb::arg("validity_offset"), nb::arg("num_threads"),
-        "Tokenize Arrow string buffers (int32 offsets); returns (token_ids, offsets).");
+        nb::arg("cache_key") = 0,
+        "Tokenize Arrow string buffers (int32 offsets); returns (token_ids, offsets). "
+        "cache_key != 0: word memos from the process-wide pool, kept for later calls with "
+        "the same key (equal keys must mean equal blobs and max_input_chars_per_word).");
   m.def("encode64", &encode_impl<I64, int64_t>, nb::arg("vocab_blob"), nb::arg("norm_blob"),
         nb::arg("max_input_chars_per_word"), nb::arg("offsets"), nb::arg("data"),
         nb::arg("validity").none(), nb::arg("validity_offset"), nb::arg("num_threads"),
-        "Tokenize Arrow large-string buffers (int64 offsets); returns (token_ids, offsets).");
+        nb::arg("cache_key") = 0,
+        "Tokenize Arrow large-string buffers (int64 offsets); returns (token_ids, offsets). "
+        "cache_key: as encode32.");
 }

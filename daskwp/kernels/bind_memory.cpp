@@ -1,5 +1,8 @@
 // daskwp — binding of the host output-memory pool (host_pool.cpp).
+#include <nanobind/stl/string.h>
+
 #include "bindings.hpp"
+#include "cpu_batch.hpp"
 #include "host_pool.hpp"
 
 void bind_memory(nb::module_& m) {
@@ -11,4 +14,29 @@ void bind_memory(nb::module_& m) {
         "Most bytes of freed output blocks the pool keeps for reuse (0: none).");
   m.def("host_pool_release", &daskwp::host_pool_release,
         "Free the pool's cached blocks; returns their bytes.");
+  // The word-memo pool of the CPU loop (cpu_batch.cpp).
+  m.def("word_cache_info", [] {
+    const daskwp::WordCacheInfo i = daskwp::word_cache_info();
+    nb::dict d;
+    d["limit"] = i.limit;
+    d["bytes"] = i.bytes;
+    d["memos"] = i.memos;
+    d["idle"] = i.idle;
+    d["keys"] = i.keys;
+    d["hits"] = i.hits;
+    d["misses"] = i.misses;
+    d["long_resets"] = i.long_resets;
+    d["created"] = i.created;
+    d["reused"] = i.reused;
+    d["evictions"] = i.evictions;
+    d["refused"] = i.refused;
+    return d;
+  }, "Statistics of the word-memo pool: limit, bytes, memos, idle, keys, hits, misses, "
+     "long_resets, created, reused, evictions, refused.");
+  m.def("word_cache_set_limit", &daskwp::word_cache_set_limit, nb::arg("nbytes"),
+        "Most bytes of word memos (idle and in use) the pool keeps (0: none kept between "
+        "calls); idle memos above it are freed.");
+  m.def("word_cache_clear", &daskwp::word_cache_clear,
+        "Free the pool's idle word memos (those in use are freed when their call ends); "
+        "returns how many memos there were.");
 }

@@ -3,9 +3,15 @@
 // The batch arrives as Arrow-style buffers (offsets + UTF-8 bytes, optional validity
 // bitmap); documents are split into contiguous, byte-balanced chunks handed out to the
 // threads, and each thread runs the shared core (wordpiece_core.hpp) with its own word
-// memo (word_memo.hpp). The caller releases the GIL.
+// memo (word_memo.hpp), kept between calls in a process-wide pool. The caller releases the
+// GIL.
+#include <pthread.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <mutex>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -35,15 +41,269 @@ struct IdBuffer {
   }
 };
 
-// The memo of whole words one thread keeps for a batch (2 MB; see WordCache). From the
-// pool: huge pages keep its random lookups off the TLB's back, and a reused block is
-// already mapped.
-using WordCachePtr = std::unique_ptr<WordCache, FreeDelete>;
-WordCachePtr make_word_cache(const CoreContext& ctx) {
-  WordCachePtr cache(static_cast<WordCache*>(host_alloc_pooled(sizeof(WordCache))));
-  reset_word_cache(ctx, cache.get());
-  return cache;
+// The memos (WordCache, word_memo.hpp) outlive the call: a process-wide pool keeps them,
+// keyed by what their entries depend on (the caller's hash of the vocabulary blob, the
+// normalization blob and max_input_chars_per_word), so that a process tokenizing batch
+// after batch of one corpus runs warm. Each thread of a call takes a memo of its call's key
+// from the pool for the whole call (one thread at a time uses a memo: nothing is locked on
+// the hot path) and gives it back at the end. The memory of all memos, idle and in use, is
+// at most the limit (DASKWP_WORD_CACHE_MB, else kDefaultWordCacheMB; word_cache_set_limit):
+// least recently used idle memos go first, and a thread that finds no room runs without a
+// memo. Limit 0 keeps nothing between calls (each call makes its own memos, as before the
+// pool, for batches of ~1 MB per thread and more). Fork: the pool's lock is held across
+// fork() (pthread_atfork), and a child that finds another pid drops the memos that threads
+// of its parent held (they do not exist in the child); its idle memos stay valid.
+constexpr size_t kDefaultWordCacheMB = 256;
+
+size_t initial_word_cache_limit() {
+  const char* env = std::getenv("DASKWP_WORD_CACHE_MB");
+  if (env && *env) {
+    char* end = nullptr;
+    const long long mb = std::strtoll(env, &end, 10);
+    if (end && *end == '\0' && mb >= 0) return static_cast<size_t>(mb) << 20;
+  }
+  return kDefaultWordCacheMB << 20;
 }
+
+struct IdleMemo {
+  WordCache* memo;
+  uint64_t key;
+  uint64_t last_use;
+};
+
+struct MemoPool {
+  std::mutex mu;
+  size_t limit = initial_word_cache_limit();
+  size_t bytes = 0;      // every pooled memo alive, idle or in use
+  uint64_t generation = 0;  // clear() bumps it: memos in use then are freed when returned
+  uint64_t tick = 0;
+  pid_t pid = getpid();
+  std::vector<IdleMemo> idle;
+  std::vector<WordCache*> busy;  // in use by a call
+  WordCacheInfo totals{};        // counters of memos freed, and of calls
+};
+
+void pool_prepare_fork();
+void pool_after_fork_parent();
+void pool_after_fork_child();
+
+// Never destroyed: a thread may give a memo back during interpreter shutdown.
+MemoPool& memo_pool() {
+  static MemoPool* p = [] {
+    MemoPool* q = new MemoPool();
+    pthread_atfork(pool_prepare_fork, pool_after_fork_parent, pool_after_fork_child);
+    return q;
+  }();
+  return *p;
+}
+void pool_prepare_fork() { memo_pool().mu.lock(); }
+void pool_after_fork_parent() { memo_pool().mu.unlock(); }
+void pool_after_fork_child() { memo_pool().mu.unlock(); }
+
+void add_stats(WordCacheInfo& to, const WordCacheStats& s) {
+  to.hits += s.hits;
+  to.misses += s.misses;
+  to.long_resets += s.long_resets;
+}
+
+// Under the lock: a child of fork() forgets the memos its parent's threads held.
+void pool_check_pid(MemoPool& P, std::vector<WordCache*>& drop) {
+  const pid_t now = getpid();
+  if (P.pid == now) return;
+  P.pid = now;
+  for (WordCache* m : P.busy) {
+    P.bytes -= m->block_bytes;
+    drop.push_back(m);
+  }
+  P.busy.clear();
+}
+
+// Under the lock: frees idle memos, least recently used first, until `bytes` fit.
+void pool_trim(MemoPool& P, size_t keep, std::vector<WordCache*>& drop) {
+  while (P.bytes > keep && !P.idle.empty()) {
+    size_t old = 0;
+    for (size_t k = 1; k < P.idle.size(); ++k)
+      if (P.idle[k].last_use < P.idle[old].last_use) old = k;
+    WordCache* m = P.idle[old].memo;
+    P.idle.erase(P.idle.begin() + static_cast<std::ptrdiff_t>(old));
+    P.bytes -= m->block_bytes;
+    add_stats(P.totals, m->stats);
+    ++P.totals.evictions;
+    drop.push_back(m);
+  }
+}
+
+void free_memos(const std::vector<WordCache*>& drop) {
+  for (WordCache* m : drop) delete m;
+}
+
+// A memo for `key`, its tables filled for ctx; nullptr when the pool keeps nothing
+// (*kept_nothing set) or no memo fits the limit. `threads`: how many the call takes, so
+// that each may get one.
+WordCache* pool_acquire(const CoreContext& ctx, uint64_t key, int threads, bool* kept_nothing) {
+  MemoPool& P = memo_pool();
+  std::vector<WordCache*> drop;
+  int bits = kWordCacheDefaultBits;
+  bool made = false;
+  WordCache* found = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(P.mu);
+    pool_check_pid(P, drop);
+    *kept_nothing = P.limit == 0;
+    if (!*kept_nothing) {
+      size_t best = P.idle.size();
+      for (size_t k = 0; k < P.idle.size(); ++k)
+        if (P.idle[k].key == key &&
+            (best == P.idle.size() || P.idle[k].last_use > P.idle[best].last_use))
+          best = k;
+      if (best < P.idle.size()) {
+        found = P.idle[best].memo;
+        P.idle.erase(P.idle.begin() + static_cast<std::ptrdiff_t>(best));
+        P.busy.push_back(found);
+        ++P.totals.reused;
+      } else {
+        // A new memo: as large as the default, or as the limit allows for every thread.
+        const size_t share = P.limit / static_cast<size_t>(threads > 0 ? threads : 1);
+        while (bits > kWordCacheMinBits && WordCache::bytes_for(bits) > share) --bits;
+        const size_t need = WordCache::bytes_for(bits);
+        if (need <= P.limit) pool_trim(P, P.limit - need, drop);
+        if (need <= P.limit && P.bytes + need <= P.limit) {
+          P.bytes += need;  // reserved; the memo is made outside the lock
+          ++P.totals.created;
+          made = true;
+        } else {
+          ++P.totals.refused;  // the room is taken by memos in use
+        }
+      }
+    }
+  }
+  free_memos(drop);
+  if (found || !made) return found;
+  WordCache* m = nullptr;
+  try {
+    m = new WordCache(bits);  // (its own memory, huge-page backed: not the output pool's)
+    reset_word_cache(ctx, m);
+  } catch (...) {
+    delete m;
+    std::lock_guard<std::mutex> lock(P.mu);
+    P.bytes -= WordCache::bytes_for(bits);
+    throw;
+  }
+  std::lock_guard<std::mutex> lock(P.mu);
+  P.busy.push_back(m);
+  return m;
+}
+
+// Gives a memo back after a call that started at `generation`.
+void pool_release(WordCache* m, uint64_t key, uint64_t generation) {
+  if (!m) return;
+  MemoPool& P = memo_pool();
+  std::vector<WordCache*> drop;
+  {
+    std::lock_guard<std::mutex> lock(P.mu);
+    pool_check_pid(P, drop);
+    auto it = std::find(P.busy.begin(), P.busy.end(), m);
+    if (it == P.busy.end()) {  // not the pool's any more (a fork's child): just free it
+      drop.push_back(m);
+    } else {
+      P.busy.erase(it);
+      if (generation != P.generation || P.limit == 0 || P.bytes > P.limit) {
+        P.bytes -= m->block_bytes;
+        add_stats(P.totals, m->stats);
+        drop.push_back(m);
+      } else {
+        P.idle.push_back(IdleMemo{m, key, ++P.tick});
+      }
+      pool_trim(P, P.limit, drop);
+    }
+  }
+  free_memos(drop);
+}
+
+uint64_t pool_generation() {
+  MemoPool& P = memo_pool();
+  std::lock_guard<std::mutex> lock(P.mu);
+  return P.generation;
+}
+
+// One thread's memo for a call: from the pool (key != 0), else, when the pool keeps
+// nothing or no key is given, its own for batches of ~1 MB per thread and more (`big`),
+// freed after the call.
+struct ThreadMemo {
+  WordCache* memo = nullptr;
+  std::unique_ptr<WordCache> own;
+  uint64_t key = 0, generation = 0;
+  ThreadMemo(const CoreContext& ctx, uint64_t k, uint64_t gen, int threads, bool big)
+      : key(k), generation(gen) {
+    bool kept_nothing = true;
+    if (k) memo = pool_acquire(ctx, k, threads, &kept_nothing);
+    if (!memo && big && kept_nothing) {
+      own.reset(new WordCache(16));  // 2^16 short entries, as before the pool
+      reset_word_cache(ctx, own.get());
+      memo = own.get();
+    }
+  }
+  ~ThreadMemo() {
+    if (memo && !own) pool_release(memo, key, generation);
+  }
+  ThreadMemo(const ThreadMemo&) = delete;
+  ThreadMemo& operator=(const ThreadMemo&) = delete;
+};
+
+}  // namespace
+
+WordCacheInfo word_cache_info() {
+  MemoPool& P = memo_pool();
+  std::vector<WordCache*> drop;
+  WordCacheInfo i;
+  {
+    std::lock_guard<std::mutex> lock(P.mu);
+    pool_check_pid(P, drop);
+    i = P.totals;
+    for (const IdleMemo& m : P.idle) add_stats(i, m.memo->stats);
+    i.limit = P.limit;
+    i.bytes = P.bytes;
+    i.memos = P.idle.size() + P.busy.size();
+    i.idle = P.idle.size();
+    std::vector<uint64_t> keys;
+    for (const IdleMemo& m : P.idle)
+      if (std::find(keys.begin(), keys.end(), m.key) == keys.end()) keys.push_back(m.key);
+    i.keys = keys.size();
+  }
+  free_memos(drop);
+  return i;
+}
+
+void word_cache_set_limit(size_t bytes) {
+  MemoPool& P = memo_pool();
+  std::vector<WordCache*> drop;
+  {
+    std::lock_guard<std::mutex> lock(P.mu);
+    pool_check_pid(P, drop);
+    P.limit = bytes;
+    pool_trim(P, bytes, drop);
+  }
+  free_memos(drop);
+}
+
+size_t word_cache_clear() {
+  MemoPool& P = memo_pool();
+  std::vector<WordCache*> drop;
+  size_t n;
+  {
+    std::lock_guard<std::mutex> lock(P.mu);
+    pool_check_pid(P, drop);
+    n = P.idle.size() + P.busy.size();
+    ++P.generation;
+    const uint64_t evictions = P.totals.evictions;  // a clear is not an eviction
+    pool_trim(P, 0, drop);
+    P.totals.evictions = evictions;
+  }
+  free_memos(drop);
+  return n;
+}
+
+namespace {
 
 template <typename Off>
 void encode_range(const CoreContext& ctx, const Off* offsets, const uint8_t* data, const uint8_t* validity,
@@ -87,7 +347,7 @@ template <typename Off>
 EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
                           const TokenizeParams& p, const Off* offsets, const uint8_t* data,
                           const uint8_t* validity, int64_t validity_offset, int64_t n_docs,
-                          int num_threads) {
+                          int num_threads, uint64_t cache_key) {
   CoreContext ctx;
   init_context(ctx, vocab_blob, norm_blob, p);
   EncodedBatch out;
@@ -96,8 +356,9 @@ EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
   int64_t* counts = out.offsets.get() + 1;
   const int64_t total_bytes = n_docs ? static_cast<int64_t>(offsets[n_docs] - offsets[0]) : 0;
   int threads = resolve_threads(num_threads);
-  // Small batches are not worth a thread each: ~1 MB per thread at least.
-  threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, total_bytes >> 20)));
+  // Small batches are not worth a thread each: 256 KB per thread at least (with the
+  // pool's warm memos a thread's start costs less than tokenizing that much).
+  threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, total_bytes >> 18)));
   threads = static_cast<int>(std::min<int64_t>(threads, std::max<int64_t>(n_docs, 1)));
 
   // Byte-balanced contiguous document chunks: one per thread, or 8 per thread handed out as
@@ -114,13 +375,16 @@ EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
   // Every document may read ahead up to the end of the batch's bytes (word_end's 16-byte
   // scan); the other threads only read them too.
   const int64_t data_end = n_docs ? static_cast<int64_t>(offsets[n_docs]) : 0;
-  // The memo pays off from ~1 MB of text per thread.
-  const bool memo = total_bytes / threads >= (int64_t(1) << 20);
+  // A memo from the pool (cache_key != 0) pays off on any batch, as the pool keeps it;
+  // one of the call's own only from ~1 MB of text per thread.
+  const bool big = total_bytes / threads >= (int64_t(1) << 20);
+  const uint64_t generation = cache_key && total_bytes ? pool_generation() : 0;
+  const uint64_t key = total_bytes ? cache_key : 0;
   std::vector<IdBuffer> bufs(chunks);
   if (threads == 1) {
-    WordCachePtr cache = memo ? make_word_cache(ctx) : WordCachePtr();
+    ThreadMemo memo(ctx, key, generation, 1, big);
     encode_range(ctx, offsets, data, validity, validity_offset, 0, n_docs, data_end,
-                 cache.get(), bufs[0], counts);
+                 memo.memo, bufs[0], counts);
   } else {
     std::atomic<int> next{0};
     std::vector<std::thread> pool;
@@ -128,10 +392,10 @@ EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
     for (int t = 0; t < threads; ++t) {
       pool.emplace_back([&, t] {
         try {
-          WordCachePtr cache = memo ? make_word_cache(ctx) : WordCachePtr();
+          ThreadMemo memo(ctx, key, generation, threads, big);
           for (int c = next++; c < chunks; c = next++)
             encode_range(ctx, offsets, data, validity, validity_offset, cut[c], cut[c + 1],
-                         data_end, cache.get(), bufs[c], counts);
+                         data_end, memo.memo, bufs[c], counts);
         } catch (...) {
           errors[t] = std::current_exception();
           next = chunks;  // the others stop at their next chunk
@@ -163,11 +427,11 @@ EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
 template EncodedBatch encode_batch<int32_t>(const uint8_t*, const uint8_t*,
                                             const TokenizeParams&, const int32_t*,
                                             const uint8_t*, const uint8_t*, int64_t, int64_t,
-                                            int);
+                                            int, uint64_t);
 template EncodedBatch encode_batch<int64_t>(const uint8_t*, const uint8_t*,
                                             const TokenizeParams&, const int64_t*,
                                             const uint8_t*, const uint8_t*, int64_t, int64_t,
-                                            int);
+                                            int, uint64_t);
 
 void check_vocab_blob(const uint8_t* p, size_t size) {
   if (size < sizeof(VocabHeader)) throw std::invalid_argument("vocabulary blob too small");

@@ -21,11 +21,34 @@ int resolve_threads(int requested);
 
 // Tokenizes n_docs documents data[offsets[d], offsets[d+1]). A null validity bitmap means
 // all valid; null documents are empty. Runs on `num_threads` threads (<= 0: all).
+// cache_key != 0: the threads take their word memos from the process-wide pool, which keeps
+// them for later calls with the same key; the caller guarantees that equal keys mean equal
+// blobs and parameters (the Python glue hashes both blobs and max_input_chars_per_word).
+// 0: memos of the call's own (for ~1 MB per thread and more), as without the pool.
 template <typename Off>
 EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
                           const TokenizeParams& p, const Off* offsets, const uint8_t* data,
                           const uint8_t* validity, int64_t validity_offset, int64_t n_docs,
-                          int num_threads);
+                          int num_threads, uint64_t cache_key = 0);
+
+// The word-memo pool (cpu_batch.cpp): bytes, memos and counters.
+struct WordCacheInfo {
+  uint64_t limit = 0;        // most bytes of memos, idle and in use
+  uint64_t bytes = 0;        // bytes of the memos alive now
+  uint64_t memos = 0;        // memos alive (idle + in use)
+  uint64_t idle = 0;         // memos kept for a later call
+  uint64_t keys = 0;         // distinct keys among the idle memos
+  uint64_t hits = 0;         // chunks and words served from a memo (memos given back)
+  uint64_t misses = 0;       // chunks and words walked and offered to a memo
+  uint64_t long_resets = 0;  // long-table arenas emptied when full
+  uint64_t created = 0;      // memos made
+  uint64_t reused = 0;       // memos a call took from the pool
+  uint64_t evictions = 0;    // idle memos freed to make room (least recently used first)
+  uint64_t refused = 0;      // threads that ran without a memo: no room under the limit
+};
+WordCacheInfo word_cache_info();
+void word_cache_set_limit(size_t bytes);  // frees idle memos above the new limit
+size_t word_cache_clear();  // frees the idle memos, drops the busy ones when returned
 
 void check_vocab_blob(const uint8_t* p, size_t size);
 void check_norm_blob(const uint8_t* p, size_t size);

@@ -1,21 +1,43 @@
 // daskwp — the word memo of the CPU loop (host only: the GPU kernels have none).
 //
-// MemoWordPieceE2E is the E2E tokenizer of wordpiece_core.hpp with a per-thread memo of
-// whole words (WordCache): between words its document loop serves words it has seen from
-// the memo, skips plain spaces and emits lone ASCII punctuation from a table, and hands
-// everything else to the shared general path. It only skips work: the ids are those of
+// MemoWordPieceE2E is the E2E tokenizer of wordpiece_core.hpp with a per-thread memo
+// (WordCache) of whitespace chunks ("world," — a word with its punctuation) and of whole
+// words: between words its document loop serves chunks and words it has seen from the memo,
+// skips plain spaces and emits lone ASCII punctuation from a table, and hands everything
+// else to the shared general path. It only skips work: the ids are those of
 // WordPieceE2E::run. Included by the CPU batch loop (cpu_batch.cpp) and the native test and
 // benchmark drivers, never by the kernels.
+//
+// Why a hit needs no check of its bytes: an entry is only ever recorded for a byte string
+// whose tokens depend on nothing but its bytes, and the key is the exact bytes, so a hit is
+// the same string in the same kind of context. A chunk starts where no word is open and no
+// combining mark waits and ends at plain ASCII whitespace (which ends the word and flushes
+// the marks) or the document's end, and holds no byte a special token starts with (a
+// special token is matched in the raw bytes and could reach past the chunk): the general
+// path's tokens of it depend on its bytes alone, whatever they are (a truncated UTF-8
+// sequence cannot reach past the whitespace, which is no continuation byte). A word starts
+// the same way, ends at ASCII whitespace or punctuation (which ends it) or the document's
+// end, and holds only ASCII letters and digits after the feed table and plain non-ASCII
+// letters (see plain_letter), which the trie walks as they are.
 #pragma once
 
 #if defined(__CUDA_ARCH__) || defined(__CUDACC_RTC__)
 #error "word_memo.hpp is host only; the kernels include wordpiece_core.hpp alone"
 #endif
 
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 #include "wordpiece_core.hpp"
 
 #if defined(__SSE2__) && !defined(__CUDACC__)
 #include <emmintrin.h>
+#include <xmmintrin.h>
 #define DWP_SSE2 1
 #endif
 
@@ -28,37 +50,49 @@ DWP_FORCEINLINE uint64_t load_u64(const uint8_t* p) {
   return x;
 }
 
-// An optional per-thread memo of whole words: words of ASCII letters and digits and
-// of plain non-ASCII letters (see plain_letter). The key is the word's raw bytes,
-// the value the tokens the trie produced for it under the same CoreContext. It only skips
-// work: a hit emits exactly what the walk would, a miss walks and records. Two-way
-// set-associative with both ways of a set in one 64-byte cache line: 2^kWordCacheBits
-// entries of 32 bytes (2 MB) for words of up to 16 bytes and 3 tokens as int32, or 4-5
-// tokens packed as 20-bit ids (multilingual vocabularies cut words finer); an entry with
-// len 0 is empty. It also holds the per-context byte tables of the memo loop. Prepare
-// with reset_word_cache for each CoreContext (after that, any number of documents may
-// share it, one thread at a time).
-constexpr int32_t kWordCacheBits = 16;
+// The short table: 2^bits entries of 32 bytes, two-way set-associative with both ways of a
+// set in one 64-byte cache line, for strings of up to 16 bytes. The key is the bytes
+// zero-padded to 16 (no memoized string holds a zero byte — chunks hold bytes > 0x20 only,
+// and words with one skip the table — so the padding is unambiguous and all zeros is the
+// empty entry). Up to 3 tokens as int32, 4-6 packed as 20-bit ids.
 constexpr int32_t kWordCacheMaxBytes = 16;
 constexpr int32_t kWordCacheMaxTokens = 3;     // as int32 in tokens[]
-constexpr int32_t kWordCachePackedTokens = 5;  // packed in pad[] + tokens[] (14 bytes)
+constexpr int32_t kWordCachePackedTokens = 6;  // packed in 15 bytes from pack[] on
 constexpr uint32_t kWordCachePackMask = (1u << 20) - 1;
+// n_tokens of a short entry whose tokens (more than a short entry holds, or ids too large
+// to pack) are in the long table, under short_hash(key) | 1.
+constexpr uint8_t kInLong = 0xFF;
+// The long table: strings of 17-kLongMaxBytes bytes (or of more tokens than a short entry
+// holds) in an arena; 16-byte slots, four ways to a 64-byte line.
+constexpr int32_t kLongMaxBytes = 160;
+constexpr int32_t kLongMaxTokens = 96;
+// Default size of one memo: 2^18 short entries (8 MB), 2^15 long slots (512 KB), a 5.5 MB
+// arena: 14 MB.
+constexpr int32_t kWordCacheDefaultBits = 18;
+constexpr int32_t kWordCacheMinBits = 10;
+
 struct alignas(32) WordCacheEntry {
-  uint64_t key[2];  // the word's bytes, little-endian: bytes 0-7 and the last 8 (or 0)
-  uint8_t len;
+  uint64_t key[2];  // the bytes, little-endian, zero-padded; {0, 0}: empty
   uint8_t n_tokens;
-  uint8_t pad[2];
+  uint8_t pack[3];
   int32_t tokens[kWordCacheMaxTokens];
 };
+constexpr size_t kWordCachePackAt = __builtin_offsetof(WordCacheEntry, pack);
+static_assert(sizeof(WordCacheEntry) == 32 && kWordCachePackAt == 17 &&
+                  __builtin_offsetof(WordCacheEntry, tokens) == 20,
+              "the packed tokens use pack and tokens as 15 contiguous bytes");
 
-// 4-5 token ids below 2^20 packed little-endian, 20 bits each, into the 14 bytes from
-// pad on (pad and tokens are contiguous: bytes 18-31 of the entry).
-constexpr size_t kWordCachePackAt = __builtin_offsetof(WordCacheEntry, pad);
-static_assert(__builtin_offsetof(WordCacheEntry, tokens) == kWordCachePackAt + 2 &&
-                  sizeof(WordCacheEntry) == kWordCachePackAt + 14,
-              "the packed tokens use pad and tokens as 14 contiguous bytes");
+struct LongSlot {
+  uint64_t hash;  // 0: empty
+  uint32_t off;   // arena offset of the record: int32 tokens[n_tokens], then the bytes
+  uint16_t len;
+  uint16_t n_tokens;
+};
+static_assert(sizeof(LongSlot) == 16, "four long slots to a cache line");
+
+// 4-6 token ids below 2^20, 20 bits each, little-endian in the 15 bytes from pack on.
 inline void memo_pack(WordCacheEntry& en, const int32_t* t, int32_t nt) {
-  uint64_t lo = 0, hi = 0;
+  uint64_t lo = 0, hi = 0;  // bits 0-63, 64-119
   for (int32_t k = 0; k < nt; ++k) {
     const uint64_t v = (uint32_t)t[k];
     const int32_t at = 20 * k;
@@ -67,20 +101,31 @@ inline void memo_pack(WordCacheEntry& en, const int32_t* t, int32_t nt) {
   }
   uint8_t* b = reinterpret_cast<uint8_t*>(&en) + kWordCachePackAt;
   __builtin_memcpy(b, &lo, 8);
-  __builtin_memcpy(b + 8, &hi, 6);
+  __builtin_memcpy(b + 8, &hi, 7);
 }
 inline void memo_unpack(const WordCacheEntry& en, int32_t* t) {
   const uint8_t* b = reinterpret_cast<const uint8_t*>(&en) + kWordCachePackAt;
   uint64_t lo, hi = 0;
   __builtin_memcpy(&lo, b, 8);
-  __builtin_memcpy(&hi, b + 8, 6);
+  __builtin_memcpy(&hi, b + 8, 7);
   t[0] = (int32_t)(lo & kWordCachePackMask);
   t[1] = (int32_t)((lo >> 20) & kWordCachePackMask);
   t[2] = (int32_t)((lo >> 40) & kWordCachePackMask);
   t[3] = (int32_t)(((lo >> 60) | (hi << 4)) & kWordCachePackMask);
   t[4] = (int32_t)((hi >> 16) & kWordCachePackMask);
+  t[5] = (int32_t)((hi >> 36) & kWordCachePackMask);
 }
 
+// What a memo counts (read by the pool's statistics; plain fields: one thread at a time).
+struct WordCacheStats {
+  uint64_t hits = 0;         // chunks and words served from the short or long table
+  uint64_t misses = 0;       // chunks and words walked and offered to the memo
+  uint64_t long_resets = 0;  // times the long table's arena filled up and was emptied
+};
+
+// One memo: the per-context byte tables and the two tables, in one block of memory. Fill
+// the byte tables and empty the tables with reset_word_cache for a CoreContext; after that
+// any number of documents may share it, one thread at a time, for that context only.
 struct WordCache {
   // The one token of a lone ASCII punctuation byte (a word of its own whatever surrounds
   // it), or -1 where the general path decides (special-token bytes, other kinds).
@@ -90,14 +135,150 @@ struct WordCache {
   // The word bytes of the fast path are exactly ASCII letters and digits (every BERT
   // vocabulary with its default flags): word ends may be found 16 bytes at a time.
   bool alnum_feed;
-  alignas(64) WordCacheEntry entries[1 << kWordCacheBits];
+  // Whitespace chunks may be looked up: every plain-whitespace byte is <= 0x20, so the
+  // chunk scan (which stops at bytes <= 0x20) finds every chunk end.
+  bool chunk_ok;
+  // The feed table lets byte 0 into words (no clean_text): such words skip the short table.
+  bool zero_in_words;
+  int32_t bits;       // 2^bits short entries
+  int32_t long_bits;  // 2^long_bits long slots
+  uint64_t arena_cap, arena_used;
+  WordCacheStats stats;
+  WordCacheEntry* entries;
+  LongSlot* long_slots;
+  uint8_t* arena;
+  void* block;
+  size_t block_bytes;
+  void (*free_block)(void*);
+
+  // Bytes of the block for a memo of 2^bits short entries: the tables and an arena of
+  // 16 bytes per short entry, rounded up to 2 MB (huge pages) from 4 MB on, the arena
+  // taking the rounding.
+  static size_t bytes_for(int32_t b) {
+    const size_t entries = size_t(32) << b, slots = size_t(16) << (b - 3),
+                 arena = size_t(16) << b, total = entries + 64 + slots + arena;
+    const size_t huge = size_t(2) << 20;
+    return total >= 2 * huge ? (total + huge - 1) / huge * huge : total;
+  }
+
+  // `alloc` / `dealloc`: where the block comes from (default: aligned_alloc / free); the
+  // block must be 64-byte aligned.
+  explicit WordCache(int32_t b = kWordCacheDefaultBits, void* (*alloc)(size_t) = nullptr,
+                     void (*dealloc)(void*) = nullptr) {
+    if (b < kWordCacheMinBits) b = kWordCacheMinBits;
+    bits = b;
+    long_bits = b - 3;
+    block_bytes = bytes_for(b);
+    free_block = alloc ? dealloc : nullptr;
+    if (alloc) {
+      block = alloc(block_bytes);
+    } else {
+      const size_t align = block_bytes >= (size_t(4) << 20) ? (size_t(2) << 20) : 64;
+      block = std::aligned_alloc(align, (block_bytes + align - 1) / align * align);
+#if defined(MADV_HUGEPAGE)
+      // Huge pages keep the random lookups off the TLB's back (and fault in 2 MB at once).
+      if (block && align > 64) madvise(block, block_bytes, MADV_HUGEPAGE);
+#endif
+    }
+    if (!block) throw std::bad_alloc();
+    uint8_t* p = static_cast<uint8_t*>(block);
+    entries = reinterpret_cast<WordCacheEntry*>(p);
+    p += (size_t(32) << b) + 64;  // 64 bytes of slack: a hit may read 16 bytes past an entry
+    long_slots = reinterpret_cast<LongSlot*>(p);
+    p += size_t(16) << long_bits;
+    arena = p;
+    arena_cap = block_bytes - static_cast<size_t>(p - static_cast<uint8_t*>(block));
+    arena_used = 0;
+    alnum_feed = chunk_ok = zero_in_words = false;
+    std::memset(punct_token, 0xFF, sizeof(punct_token));
+    std::memset(word_end, 0, sizeof(word_end));
+  }
+  ~WordCache() {
+    if (free_block) {
+      free_block(block);
+    } else {
+      std::free(block);
+    }
+  }
+  WordCache(const WordCache&) = delete;
+  WordCache& operator=(const WordCache&) = delete;
+
+  // Empties both tables (keeps the byte tables and the statistics).
+  void clear_tables() {
+    std::memset(entries, 0, (size_t(32) << bits) + 64);
+    clear_long();
+  }
+  void clear_long() {
+    std::memset(long_slots, 0, size_t(16) << long_bits);
+    arena_used = 0;
+  }
 };
+
+// 16 bytes of 0xFF then 16 of 0: the 16 bytes from kPrefixMask + 16 - w keep w bytes.
+alignas(64) inline constexpr uint8_t kPrefixMask[32] = {
+    0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+
+// Hash of the short key.
+DWP_FORCEINLINE uint64_t short_hash(uint64_t k0, uint64_t k1) {
+  return (k0 ^ (k1 * 0xFF51AFD7ED558CCDull)) * 0x9E3779B97F4A7C15ull;
+}
+
+// Hash of a long string (len >= 8), never 0.
+DWP_FORCEINLINE uint64_t long_hash(const uint8_t* p, int64_t len) {
+  uint64_t h = (uint64_t)len * 0x9E3779B97F4A7C15ull;
+  int64_t k = 0;
+  for (; k + 8 <= len; k += 8) h = (h ^ load_u64(p + k)) * 0xFF51AFD7ED558CCDull;
+  if (k < len) h = (h ^ load_u64(p + len - 8)) * 0xC4CEB9FE1A85EC53ull;
+  h ^= h >> 31;
+  return h | 1;
+}
+
+// The long table: the tokens of p[0, len), or null; *nt receives their count.
+inline const int32_t* long_get(const WordCache& wc, uint64_t h, const uint8_t* p,
+                               int64_t len, int32_t* nt) {
+  const LongSlot* set = wc.long_slots + ((h >> (64 - wc.long_bits)) & ~(uint64_t)3);
+  for (int k = 0; k < 4; ++k) {
+    if (set[k].hash == h && set[k].len == len) {
+      const uint8_t* rec = wc.arena + set[k].off;
+      const int32_t n = set[k].n_tokens;
+      if (std::memcmp(rec + 4 * n, p, (size_t)len) == 0) {
+        *nt = n;
+        return reinterpret_cast<const int32_t*>(rec);
+      }
+    }
+  }
+  return nullptr;
+}
+
+// Records p[0, len) -> t[0, nt) as the newest way of its long set.
+inline bool long_put(WordCache& wc, uint64_t h, const uint8_t* p, int64_t len,
+                     const int32_t* t, int64_t nt) {
+  if (len > kLongMaxBytes || nt > kLongMaxTokens || nt < 1) return false;
+  const uint64_t need = (uint64_t)(4 * nt + ((len + 3) & ~(int64_t)3));
+  if (wc.arena_used + need > wc.arena_cap) {
+    wc.clear_long();
+    ++wc.stats.long_resets;
+  }
+  const uint64_t off = wc.arena_used;
+  wc.arena_used += need;
+  std::memcpy(wc.arena + off, t, (size_t)nt * 4);
+  std::memcpy(wc.arena + off + 4 * nt, p, (size_t)len);
+  LongSlot* set = wc.long_slots + ((h >> (64 - wc.long_bits)) & ~(uint64_t)3);
+  set[3] = set[2];
+  set[2] = set[1];
+  set[1] = set[0];
+  set[0] = LongSlot{h, (uint32_t)off, (uint16_t)len, (uint16_t)nt};
+  return true;
+}
 
 // The E2E tokenizer state for one byte range, with the memo. Use as WordPieceE2E:
 // construct, reset(out, cap, cache) per document, run(bytes, len, readable), read sink.n.
 struct MemoWordPieceE2E : WordPieceE2E {
   WordCache* cache;  // null: no memo (counting passes, one-off calls)
   bool alnum_feed;   // cache->alnum_feed, read once per document
+  // Where run_memo's prefetcher stopped, kept across the documents of a range.
+  const uint8_t* prefetch_at = nullptr;
 
   MemoWordPieceE2E(const CoreContext& ctx, int32_t* out, int64_t cap,
                    WordCache* word_cache = nullptr)
@@ -119,10 +300,43 @@ struct MemoWordPieceE2E : WordPieceE2E {
     return i;
   }
 
-  // A memo miss: walks the whole word s[i, e) and, when what it produced fits, records it
-  // as the newer entry of its set (the older one is dropped).
-  DWP_NOINLINE void memo_miss(const uint8_t* s, int64_t i, int64_t e, WordCacheEntry* set,
-                              uint64_t k0, uint64_t k1) {
+  // Records the tokens t[0, nt) of the string s[i, e) (validated by the caller) in the
+  // short table (as the newer way of its set; the older one is dropped) or the long one.
+  DWP_NOINLINE void record(const uint8_t* s, int64_t i, int64_t e, uint64_t k0, uint64_t k1,
+                           const int32_t* t, int64_t nt) {
+    WordCache& wc = *cache;
+    const int64_t len = e - i;
+    bool fits_short = len <= kWordCacheMaxBytes && nt <= kWordCachePackedTokens;
+    if (fits_short && nt > kWordCacheMaxTokens)
+      for (int64_t k = 0; k < nt; ++k)
+        if ((uint32_t)t[k] > kWordCachePackMask) fits_short = false;  // too large to pack
+    if (!fits_short && len > kWordCacheMaxBytes) {
+      long_put(wc, long_hash(s + i, len), s + i, len, t, nt);
+      return;
+    }
+    // Up to 16 bytes the lookups go through the short table: the tokens of a string that
+    // does not fit there go to the long table, and its short entry says so (kInLong).
+    if (!fits_short && !long_put(wc, short_hash(k0, k1) | 1, s + i, len, t, nt)) return;
+    WordCacheEntry* set = wc.entries + ((short_hash(k0, k1) >> (64 - wc.bits)) & ~(uint64_t)1);
+    const bool in0 = set[0].key[0] == k0 && set[0].key[1] == k1;
+    if (in0 && (set[0].n_tokens == kInLong) == !fits_short) return;  // the newer way already
+    if (!in0) set[1] = set[0];  // (set[0] is rewritten in place when it holds the key)
+    WordCacheEntry& en = set[0];
+    en.key[0] = k0;
+    en.key[1] = k1;
+    en.n_tokens = fits_short ? (uint8_t)nt : kInLong;
+    if (!fits_short) return;
+    if (nt > kWordCacheMaxTokens) {
+      memo_pack(en, t, (int32_t)nt);
+    } else {
+      for (int64_t k = 0; k < nt; ++k) en.tokens[k] = t[k];
+    }
+  }
+
+  // A word memo miss: walks the whole word s[i, e) and records what it produced when it
+  // was written (fits the sink).
+  DWP_NOINLINE void memo_miss(const uint8_t* s, int64_t i, int64_t e, uint64_t k0,
+                              uint64_t k1) {
     start_word();
     // ASCII bytes as the feed table maps them, a plain letter's bytes as they are; the
     // characters are counted (non-continuation bytes) over the whole word.
@@ -132,23 +346,11 @@ struct MemoWordPieceE2E : WordPieceE2E {
     }
     if (nchars > max_chars) failed = true;
     end_word();
-    const int64_t produced = sink.n - word_start;
-    if (produced > kWordCachePackedTokens || sink.n > sink.cap) return;
-    const int32_t* t = sink.out + word_start;
-    if (produced > kWordCacheMaxTokens)
-      for (int64_t k = 0; k < produced; ++k)
-        if ((uint32_t)t[k] > kWordCachePackMask) return;  // too large to pack
-    set[1] = set[0];
-    WordCacheEntry& en = set[0];
-    en.key[0] = k0;
-    en.key[1] = k1;
-    en.len = (uint8_t)(e - i);
-    en.n_tokens = (uint8_t)produced;
-    if (produced > kWordCacheMaxTokens) {
-      memo_pack(en, t, (int32_t)produced);
-    } else {
-      for (int64_t k = 0; k < produced; ++k) en.tokens[k] = t[k];
-    }
+    ++cache->stats.misses;
+#ifdef DWP_DEBUG_MISS
+    fprintf(stderr, "MISS %.*s\n", (int)(e - i), (const char*)s + i);
+#endif
+    if (sink.n <= sink.cap) record(s, i, e, k0, k1, sink.out + word_start, sink.n - word_start);
   }
 
   // Byte length of the code point at s[i] (s[i] >= 0x80) when it is a plain letter of a
@@ -183,76 +385,179 @@ struct MemoWordPieceE2E : WordPieceE2E {
     return e;
   }
 
-  // The document loop with the memo. Between words (no word open, no mark waiting) it
-  // serves whole words from the memo, skips plain spaces and emits lone ASCII
-  // punctuation from a table, all with the sink in registers; anything else goes through
-  // the general path until it is between words again.
-  int64_t run_memo(const uint8_t* s, int64_t len, int64_t readable) {
+  // The short key of s[i, e) (e - i <= 16), never reading past s[readable).
+  DWP_FORCEINLINE static void short_key(const uint8_t* s, int64_t i, int64_t e,
+                                        int64_t readable, uint64_t* k0, uint64_t* k1) {
+    const int64_t w = e - i;
+    uint64_t a = 0, b = 0;
+    if (i + 16 <= readable) {
+      a = load_u64(s + i);
+      b = load_u64(s + i + 8);
+      if (w < 8) {
+        a &= ~(uint64_t)0 >> (64 - 8 * w);  // w >= 1
+        b = 0;
+      } else if (w < 16) {
+        b &= w == 8 ? 0 : ~(uint64_t)0 >> (64 - 8 * (w - 8));
+      }
+    } else {
+      for (int64_t k = 0; k < w && k < 8; ++k) a |= (uint64_t)s[i + k] << (8 * k);
+      for (int64_t k = 8; k < w; ++k) b |= (uint64_t)s[i + k] << (8 * (k - 8));
+    }
+    *k0 = a;
+    *k1 = b;
+  }
+
+  // Writes the tokens of a short entry at out[n] (none at or past cap); returns their count.
+  DWP_FORCEINLINE static int64_t emit_entry(const WordCacheEntry* en, int32_t* out, int64_t n,
+                                            int64_t cap) {
+    const int64_t nt = en->n_tokens;
+    if (nt <= kWordCacheMaxTokens && n + kWordCacheMaxTokens <= cap) {
+      __builtin_memcpy(out + n, en->tokens, sizeof(en->tokens));
+      return nt;
+    }
+    int32_t t[kWordCachePackedTokens];
+    if (nt > kWordCacheMaxTokens) {
+      memo_unpack(*en, t);
+    } else {
+      for (int64_t k = 0; k < nt; ++k) t[k] = en->tokens[k];
+    }
+    for (int64_t k = 0; k < nt; ++k)
+      if (n + k < cap) out[n + k] = t[k];
+    return nt;
+  }
+
+  // The tokens of a short entry for the string p[0, len) with its key, at out[n] (none at
+  // or past cap): their count, or -1 when they were in the long table and are gone (its
+  // arena filled up since): a miss.
+  DWP_NOINLINE static int64_t emit_short(const WordCache& wc, const WordCacheEntry* en,
+                                         const uint8_t* p, int64_t len, uint64_t k0,
+                                         uint64_t k1, int32_t* out, int64_t n, int64_t cap) {
+    if (en->n_tokens != kInLong) return emit_entry(en, out, n, cap);
+    int32_t nt;
+    const int32_t* t = long_get(wc, short_hash(k0, k1) | 1, p, len, &nt);
+    if (!t) return -1;
+    for (int32_t k = 0; k < nt; ++k)
+      if (n + k < cap) out[n + k] = t[k];
+    return nt;
+  }
+
+  // The short entry of the key, or null (both ways of a set share one cache line; the
+  // newer one comes first).
+  DWP_FORCEINLINE static const WordCacheEntry* short_get(const WordCache& wc, uint64_t k0,
+                                                         uint64_t k1) {
+    const WordCacheEntry* set =
+        wc.entries + ((short_hash(k0, k1) >> (64 - wc.bits)) & ~(uint64_t)1);
+    if ((set[0].key[0] == k0) & (set[0].key[1] == k1)) return set;
+    if ((set[1].key[0] == k0) & (set[1].key[1] == k1)) return set + 1;
+    return nullptr;
+  }
+
+  // One chunk from s[i] the slow way (between words, s[i] not plain whitespace): the bytes
+  // up to the next one <= 0x20. When it ends at plain whitespace or the document's end,
+  // holds at most kLongMaxBytes bytes and no byte a special token starts with, it is
+  // looked up (unless `missed`: the fast loop looked its short key (k0, k1) up already),
+  // and on a miss done piece by piece (memo words, table punctuation, the general path
+  // for anything else) and recorded. Else it is done piece by piece unrecorded; without
+  // chunk lookups (chunk_ok false) one piece. Returns the index after what it consumed;
+  // sink.n is the sink's end.
+  DWP_NOINLINE int64_t chunk_slow(const uint8_t* s, int64_t i, int64_t len, int64_t readable,
+                                  bool missed, uint64_t k0, uint64_t k1) {
     WordCache& wc = *cache;
     int32_t* const out = sink.out;
     const int64_t cap = sink.cap;
     int64_t n = sink.n;
-    int64_t i = 0;
-    while (i < len) {
+    const int64_t start = i;
+    int64_t e = i;
+    bool ok = false;
+    if (wc.chunk_ok) {
+      const int64_t lim = len - i <= kLongMaxBytes ? len : i + kLongMaxBytes + 1;
+      uint8_t special = 0;
+      while (e < lim && s[e] > 0x20u) special |= v.special_first[s[e++]];
+      ok = !special && e - i <= kLongMaxBytes && (e == len || feed[s[e]] == kFeedSpace);
+    }
+    if (ok) {
+      const int64_t clen = e - i;
+      if (clen <= kWordCacheMaxBytes) {
+        if (!missed) {
+          short_key(s, i, e, readable, &k0, &k1);
+          if (const WordCacheEntry* en = short_get(wc, k0, k1)) {
+            const int64_t got = emit_short(wc, en, s + i, clen, k0, k1, out, n, cap);
+            if (got >= 0) {
+              sink.n = n + got;
+              ++wc.stats.hits;
+              return e + (e < len);
+            }
+          }
+        }
+      } else {
+        int32_t nt;
+        if (const int32_t* t = long_get(wc, long_hash(s + i, clen), s + i, clen, &nt)) {
+          for (int32_t k = 0; k < nt; ++k)
+            if (n + k < cap) out[n + k] = t[k];
+          sink.n = n + nt;
+          ++wc.stats.hits;
+          return e + (e < len);
+        }
+      }
+      ++wc.stats.misses;
+    }
+    const int64_t n0 = n;
+    do {
       const uint8_t c = s[i];
       const uint8_t f = feed[c];
-      if (f < 0x80u || (c >= 0xC2u && plain_letter(s, i, len))) {
-        int64_t e = f < 0x80u ? word_end(s, i, len) : i;
-        // Plain non-ASCII letters continue the word (accented Latin, Cyrillic, Greek, ...).
-        while (e < len && s[e] >= 0x80u) {
-          const int32_t l = plain_letter(s, e, len);
-          if (!l) break;
-          e += l;
-          if (e < len && feed[s[e]] < 0x80u) e = word_end(s, e, len);
-        }
-        const int64_t wlen = e - i;
-        if (wlen <= kWordCacheMaxBytes && (e == len || wc.word_end[s[e]])) {
-          // Key: the word's first 8 bytes (a short word masked) and its last 8 bytes when
-          // it is longer (overlapping), never reading past the readable bytes.
-          uint64_t k0 = 0, k1 = 0;
-          if (i + 8 <= readable) {
-            const int64_t w8 = wlen < 8 ? wlen : 8;
-            k0 = load_u64(s + i) & (~(uint64_t)0 >> (64 - 8 * w8));
-          } else {
-            for (int32_t b = 0; b < wlen && b < 8; ++b) k0 |= (uint64_t)s[i + b] << (8 * b);
-          }
-          if (wlen > 8) k1 = load_u64(s + e - 8);
-          const uint64_t h = ((k0 ^ (k1 * 0xFF51AFD7ED558CCDull) ^ (uint64_t)wlen) *
-                              0x9E3779B97F4A7C15ull);
-          // Both ways of a set share one cache line; the newer one comes first.
-          WordCacheEntry* const set =
-              wc.entries + ((h >> (64 - kWordCacheBits)) & ~(uint64_t)1);
-          const bool m0 = (set[0].len == wlen) & (set[0].key[0] == k0) & (set[0].key[1] == k1);
-          const bool m1 = (set[1].len == wlen) & (set[1].key[0] == k0) & (set[1].key[1] == k1);
-          if (m0 | m1) {
-            const WordCacheEntry* en = set + (m1 & !m0);
-            const int64_t nt = en->n_tokens;
-            if (nt <= kWordCacheMaxTokens && n + kWordCacheMaxTokens <= cap) {
-              __builtin_memcpy(out + n, en->tokens, sizeof(en->tokens));
-            } else {
-              int32_t t[kWordCachePackedTokens];
-              if (nt > kWordCacheMaxTokens) {
-                memo_unpack(*en, t);
-              } else {
-                for (int64_t k = 0; k < nt; ++k) t[k] = en->tokens[k];
-              }
-              for (int64_t k = 0; k < nt; ++k)
-                if (n + k < cap) out[n + k] = t[k];
-            }
-            n += nt;
-            // A plain space after the word ends nothing more: step over it here.
-            i = (e < len && feed[s[e]] == kFeedSpace) ? e + 1 : e;
-            continue;
-          }
-          sink.n = n;
-          memo_miss(s, i, e, set, k0, k1);
-          n = sink.n;
-          i = e;
-          continue;
-        }
-      } else if (f == kFeedSpace) {
+      if (f == kFeedSpace) {
         ++i;
         continue;
+      }
+      if (f < 0x80u || (c >= 0xC2u && plain_letter(s, i, len))) {
+        int64_t we = f < 0x80u ? word_end(s, i, len) : i;
+        // Plain non-ASCII letters continue the word (accented Latin, Cyrillic, Greek, ...).
+        while (we < len && s[we] >= 0x80u) {
+          const int32_t l = plain_letter(s, we, len);
+          if (!l) break;
+          we += l;
+          if (we < len && feed[s[we]] < 0x80u) we = word_end(s, we, len);
+        }
+        const int64_t wlen = we - i;
+        // (A word with a zero byte would read as a shorter one in the zero-padded short
+        // key: only where the feed table lets zero bytes into words, i.e. without
+        // clean_text.)
+        if ((we == len || wc.word_end[s[we]]) && wlen <= kLongMaxBytes &&
+            !(wc.zero_in_words && wlen <= kWordCacheMaxBytes && std::memchr(s + i, 0, wlen))) {
+          uint64_t w0 = 0, w1 = 0;
+          if (wlen <= kWordCacheMaxBytes) {
+            if (ok && missed && i == start && we == e) {
+              w0 = k0;  // the whole chunk is this word: it missed already
+              w1 = k1;
+            } else {
+              short_key(s, i, we, readable, &w0, &w1);
+              if (const WordCacheEntry* en = short_get(wc, w0, w1)) {
+                const int64_t got = emit_short(wc, en, s + i, wlen, w0, w1, out, n, cap);
+                if (got >= 0) {
+                  n += got;
+                  ++wc.stats.hits;
+                  i = we;
+                  continue;
+                }
+              }
+            }
+          } else {
+            int32_t nt;
+            if (const int32_t* t = long_get(wc, long_hash(s + i, wlen), s + i, wlen, &nt)) {
+              for (int32_t k = 0; k < nt; ++k)
+                if (n + k < cap) out[n + k] = t[k];
+              n += nt;
+              ++wc.stats.hits;
+              i = we;
+              continue;
+            }
+          }
+          sink.n = n;
+          memo_miss(s, i, we, w0, w1);
+          n = sink.n;
+          i = we;
+          continue;
+        }
       } else {
         const int32_t t = wc.punct_token[c];
         if (t >= 0) {
@@ -264,9 +569,138 @@ struct MemoWordPieceE2E : WordPieceE2E {
       }
       sink.n = n;
       i = general_until_idle(s, i, len);
+      if (ok && i >= len) {  // the document's end closes the chunk's last word
+        if (n_pending) flush_pending();
+        end_word();
+      }
       n = sink.n;
+    } while (i < e);
+    if (ok && n <= cap && n > n0) {
+      sink.n = n;
+      record(s, start, e, k0, k1, out + n0, n - n0);
     }
     sink.n = n;
+    return i;
+  }
+
+  // The document loop with the memo. Between words (no word open, no mark waiting) it
+  // serves whole chunks of up to 16 bytes that end at plain whitespace from the short
+  // table and skips plain whitespace, with the sink in registers; everything else (a miss,
+  // a longer chunk, the end of the readable bytes, a full sink) goes to chunk_slow, which
+  // returns between words.
+  int64_t run_memo(const uint8_t* s, int64_t len, int64_t readable) {
+    WordCache& wc = *cache;
+    int64_t i = 0;
+    if (!wc.chunk_ok) {
+      while (i < len) i = chunk_slow(s, i, len, readable, false, 0, 0);
+      return finish();
+    }
+    int32_t* const out = sink.out;
+    const int64_t cap = sink.cap;
+    int64_t n = sink.n;
+    uint64_t hits = 0;
+    // Locals: the compiler cannot keep members in registers across the int32 stores.
+    const uint8_t* const fd = feed;
+#if defined(DWP_SSE2)
+    const WordCacheEntry* const entries = wc.entries;
+    const int32_t shift = 64 - wc.bits - 5;  // the set's byte offset: 64 bytes a set
+    const int64_t readable16 = readable - 16;
+    const int64_t cap3 = cap - kWordCacheMaxTokens;
+    const __m128i space = _mm_set1_epi8(0x20);
+#endif
+#if defined(DWP_SSE2)
+    // A prefetcher runs ahead of the loop, kAhead chunks or so: it finds the chunks as the
+    // loop does and prefetches their sets, so that the lookups' cache misses overlap (the
+    // table is much larger than L2). It only reads; when the loop gets past it (after
+    // chunk_slow) it starts again kAhead chunks ahead.
+    // It carries on into the documents that follow (their bytes are readable: a chunk
+    // across a document boundary is only a useless prefetch).
+    constexpr int kAhead = 16;
+    int64_t ahead = prefetch_at > s && prefetch_at - s <= readable16 ? prefetch_at - s : 0;
+    auto prefetch_one = [&]() {
+      int64_t p = ahead;
+      if (fd[s[p]] == kFeedSpace) ++p;  // (one space between chunks, mostly)
+      if (p > readable16) {
+        ahead = readable;
+        return;
+      }
+      const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + p));
+      const uint32_t m =
+          (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_min_epu8(x, space), x)) | (1u << 16);
+      const int64_t w = __builtin_ctz(m);
+      const __m128i key = _mm_and_si128(
+          x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(kPrefixMask + 16 - w)));
+      const uint64_t k0 = (uint64_t)_mm_cvtsi128_si64(key);
+      const uint64_t k1 = (uint64_t)_mm_cvtsi128_si64(_mm_unpackhi_epi64(key, key));
+      _mm_prefetch(reinterpret_cast<const char*>(entries) +
+                       ((short_hash(k0, k1) >> shift) & ~(uint64_t)63),
+                   _MM_HINT_T0);
+      ahead = p + w + (w < 16);
+    };
+#endif
+    while (i < len) {
+      if (fd[s[i]] == kFeedSpace) {
+        ++i;
+        continue;
+      }
+      bool missed = false;
+      uint64_t k0 = 0, k1 = 0;
+#if defined(DWP_SSE2)
+      if (i <= readable16) {
+        if (ahead <= i) {
+          ahead = i;
+          for (int k = 0; k < kAhead && ahead <= readable16; ++k) prefetch_one();
+        } else if (ahead <= readable16) {
+          prefetch_one();
+        }
+        // The chunk: bytes up to the next one <= 0x20 (or the document's end).
+        const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
+        uint32_t m =
+            (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_min_epu8(x, space), x)) | (1u << 16);
+        if (len - i < 16) m |= 1u << (len - i);
+        const int64_t w = __builtin_ctz(m);
+        const int64_t e = i + w;
+        if (e == len || fd[s[e]] == kFeedSpace) {
+          const __m128i key = _mm_and_si128(
+              x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(kPrefixMask + 16 - w)));
+          k0 = (uint64_t)_mm_cvtsi128_si64(key);
+          k1 = (uint64_t)_mm_cvtsi128_si64(_mm_unpackhi_epi64(key, key));
+          const WordCacheEntry* set = reinterpret_cast<const WordCacheEntry*>(
+              reinterpret_cast<const uint8_t*>(entries) +
+              ((short_hash(k0, k1) >> shift) & ~(uint64_t)63));
+          const uint32_t m0 = (uint32_t)_mm_movemask_epi8(
+              _mm_cmpeq_epi8(_mm_load_si128(reinterpret_cast<const __m128i*>(set)), key));
+          const uint32_t m1 = (uint32_t)_mm_movemask_epi8(
+              _mm_cmpeq_epi8(_mm_load_si128(reinterpret_cast<const __m128i*>(set + 1)), key));
+          if ((m0 == 0xFFFFu) | (m1 == 0xFFFFu)) {
+            const WordCacheEntry* en = set + (m0 != 0xFFFFu);
+            const int64_t nt = en->n_tokens;
+            int64_t got = nt;
+            if (__builtin_expect(nt <= kWordCacheMaxTokens && n <= cap3, 1)) {
+              __builtin_memcpy(out + n, en->tokens, sizeof(en->tokens));
+            } else {
+              got = emit_short(wc, en, s + i, w, k0, k1, out, n, cap);
+            }
+            if (got >= 0) {
+              n += got;
+              ++hits;
+              i = e + 1;  // and the whitespace after it (past len at the document's end)
+              continue;
+            }
+          }
+          missed = true;
+        }
+      }
+#endif
+      sink.n = n;
+      i = chunk_slow(s, i, len, readable, missed, k0, k1);
+      n = sink.n;
+    }
+#if defined(DWP_SSE2)
+    prefetch_at = s + ahead;
+#endif
+    sink.n = n;
+    wc.stats.hits += hits;
     return finish();
   }
 
@@ -295,11 +729,13 @@ inline int64_t tokenize_document_with_memo(const CoreContext& ctx, const uint8_t
 
 // Empties the memo and fills its byte tables for `ctx`.
 inline void reset_word_cache(const CoreContext& ctx, WordCache* cache) {
-  __builtin_memset(cache->entries, 0, sizeof(cache->entries));
+  cache->clear_tables();
+  bool space_low = true;
   for (int c = 0; c < 256; ++c) {
     const uint8_t kind = c < 0x80 ? ctx.nm.ascii_kind[c] : kAsciiSlow;
     cache->word_end[c] = kind == kAsciiSpace || kind == kAsciiPunct;
     cache->punct_token[c] = -1;
+    if (ctx.feed[c] == kFeedSpace && c > 0x20) space_low = false;
     if (kind == kAsciiPunct && !ctx.v.special_first[c]) {
       // What the general path makes of the byte alone, where that is one token.
       const uint8_t b = (uint8_t)c;
@@ -307,6 +743,8 @@ inline void reset_word_cache(const CoreContext& ctx, WordCache* cache) {
       if (tokenize_document(ctx, &b, 1, t, 2) == 1) cache->punct_token[c] = t[0];
     }
   }
+  cache->chunk_ok = space_low;
+  cache->zero_in_words = ctx.feed[0] < 0x80u;
   cache->alnum_feed = true;
   for (int c = 0; c < 256; ++c) {
     const bool alnum = (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z');

@@ -1,0 +1,375 @@
+"""The CPU word cache: word memos that outlive an encode call (cpu_batch.cpp's pool).
+
+Each thread of an encode takes a memo from a process-wide pool and gives it back, keyed by
+a hash of the vocabulary blob, the normalization blob and max_input_chars_per_word
+(backends/cpu.py). These tests show that a second call hits, that tokenizers with other
+vocabularies or settings never share entries (interleaved calls equal a fresh process's),
+that the memory limit holds, that clear_caches empties it, that several threads equal
+one, and that a forked child tokenizes correctly with the memos its parent warmed (and
+with a parent thread busy in encode at the fork)."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+import threading
+
+import dask
+import numpy as np
+import pytest
+
+import daskwp
+from daskwp import _ext
+from conftest import REPO_ROOT, corpus_files, read_documents, requires_data, vocab_path
+
+pytestmark = requires_data
+
+UNCASED, CASED, MULTI = "bert-base-uncased", "bert-base-cased", "bert-base-multilingual-cased"
+
+# (name, vocabulary, tokenizer options): one vocabulary with several normalizer settings,
+# and several vocabularies.
+CONFIGS = [
+    ("uncased", UNCASED, {"lowercase": True}),
+    ("uncased-nolower", UNCASED, {"lowercase": False}),
+    ("uncased-lower-keep-accents", UNCASED, {"lowercase": True, "strip_accents": False}),
+    ("uncased-noclean", UNCASED, {"lowercase": True, "clean_text": False}),
+    ("uncased-nochinese", UNCASED, {"lowercase": True, "handle_chinese_chars": False}),
+    ("uncased-max5", UNCASED, {"lowercase": True, "max_input_chars_per_word": 5}),
+    ("cased", CASED, {"lowercase": False}),
+    ("cased-strip", CASED, {"lowercase": False, "strip_accents": True}),
+    ("multi", MULTI, {"lowercase": False}),
+    ("multi-lower", MULTI, {"lowercase": True}),
+]
+
+
+def _docs() -> list[str]:
+    return [d for f in corpus_files() for d in read_documents(f)]
+
+
+def _tok(vocab_name, **opts):
+    return daskwp.WordPieceTokenizer(vocab_path(vocab_name), **opts)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_pool():
+    daskwp.clear_caches()
+    yield
+    daskwp.clear_caches()
+
+
+def _same(a, b):
+    np.testing.assert_array_equal(a.lengths, b.lengths)
+    np.testing.assert_array_equal(a.token_ids, b.token_ids)
+
+
+def _walked(tok, docs, threads=1):
+    """The ids without any memo: the pool keeps nothing and the batches are small."""
+    with dask.config.set({"daskwp.word_cache_mb": 0}):
+        parts = [tok.encode(docs[i:i + 500], num_threads=threads)
+                 for i in range(0, len(docs), 500)]
+    return (np.concatenate([p.token_ids for p in parts]),
+            np.concatenate([p.lengths for p in parts]))
+
+
+def _english() -> list[str]:
+    return [d for f in corpus_files() if f.name.startswith("en_") for d in read_documents(f)]
+
+
+def test_second_call_hits_and_ids_stay_exact():
+    tok = _tok(UNCASED, lowercase=True)
+    docs = _english()
+    first = tok.encode(docs, num_threads=1)
+    i1 = daskwp.word_cache_info()
+    assert i1["memos"] == 1 and i1["idle"] == 1 and i1["keys"] == 1
+    assert i1["misses"] > 0 and i1["bytes"] > 0
+    second = tok.encode(docs, num_threads=1)
+    i2 = daskwp.word_cache_info()
+    assert i2["reused"] == i1["reused"] + 1 and i2["created"] == i1["created"]
+    hits, misses = i2["hits"] - i1["hits"], i2["misses"] - i1["misses"]
+    assert hits > 20 * max(misses, 1), (hits, misses)  # warm: nearly everything hits
+    _same(first, second)
+    ids, lengths = _walked(tok, docs)
+    np.testing.assert_array_equal(second.token_ids, ids)
+    np.testing.assert_array_equal(second.lengths, lengths)
+
+
+def test_small_calls_share_the_warm_memo():
+    # Batch after batch of small calls: the memo persists between them.
+    tok = _tok(UNCASED, lowercase=True)
+    docs = read_documents(corpus_files()[0])[:2000]
+    tok.encode(docs, num_threads=1)
+    before = daskwp.word_cache_info()
+    for k in range(0, len(docs), 100):
+        tok.encode(docs[k:k + 100], num_threads=1)
+    after = daskwp.word_cache_info()
+    assert after["created"] == before["created"]
+    assert after["hits"] - before["hits"] > 10 * max(1, after["misses"] - before["misses"])
+
+
+def _fresh_process_ids(names) -> dict:
+    """Each configuration's ids of the documents, each in a fresh process with the pool off
+    (nothing memoized: the plain walk)."""
+    code = f"""
+import json, sys
+import numpy as np
+sys.path.insert(0, {str(REPO_ROOT / 'tests')!r})
+import daskwp
+from test_word_cache import CONFIGS, _docs, _tok
+name = sys.argv[1]
+cfg = {{n: (v, o) for n, v, o in CONFIGS}}[name]
+enc = _tok(cfg[0], **cfg[1]).encode(_docs(), num_threads=1)
+assert daskwp.word_cache_info()["memos"] == 0
+np.savez(sys.argv[2], ids=enc.token_ids, lengths=enc.lengths)
+"""
+    out = {}
+    env = dict(os.environ, DASKWP_WORD_CACHE_MB="0")
+    for name in names:
+        path = f"{os.environ.get('TMPDIR', '/tmp')}/dwp-fresh-{os.getpid()}-{name}.npz"
+        subprocess.run([sys.executable, "-c", code, name, path], check=True, env=env,
+                       timeout=600)
+        with np.load(path) as z:
+            out[name] = (z["ids"], z["lengths"])
+        os.unlink(path)
+    return out
+
+
+def test_models_never_share_entries():
+    # Interleaved calls of every configuration in one process, twice over (the second round
+    # runs on warm memos of all of them), equal each configuration's ids from a fresh
+    # process.
+    docs = _docs()
+    toks = {name: _tok(v, **o) for name, v, o in CONFIGS}
+    expected = _fresh_process_ids([name for name, _, _ in CONFIGS])
+    for rnd in range(2):
+        for name, tok in toks.items():
+            # Halves in turn, so that the memos of the other configurations were used
+            # between the two.
+            half = len(docs) // 2
+            a = tok.encode(docs[:half], num_threads=1)
+            b = tok.encode(docs[half:], num_threads=1)
+            ids = np.concatenate([a.token_ids, b.token_ids])
+            lengths = np.concatenate([a.lengths, b.lengths])
+            np.testing.assert_array_equal(lengths, expected[name][1], err_msg=f"{name} {rnd}")
+            np.testing.assert_array_equal(ids, expected[name][0], err_msg=f"{name} {rnd}")
+    info = daskwp.word_cache_info()
+    # One memo per configuration (the default limit holds them all: 10 x 14 MB < 256 MB).
+    assert info["keys"] == len(CONFIGS), info
+    # Two tokenizer objects of one configuration share a memo (same key).
+    again = _tok(UNCASED, lowercase=True)
+    again.encode(docs[:100], num_threads=1)
+    assert daskwp.word_cache_info()["keys"] == len(CONFIGS)
+
+
+def test_memory_limit_is_respected():
+    docs = _docs()
+    toks = {name: _tok(v, **o) for name, v, o in CONFIGS[:6]}
+    walked = {name: _walked(tok, docs)[0] for name, tok in toks.items()}
+    limit_mb = 8
+    with dask.config.set({"daskwp.word_cache_mb": limit_mb}):
+        for rnd in range(2):
+            for name, tok in toks.items():
+                enc = tok.encode(docs, num_threads=2)
+                info = daskwp.word_cache_info()
+                assert info["limit"] == limit_mb << 20
+                assert info["bytes"] <= limit_mb << 20, info
+                np.testing.assert_array_equal(enc.token_ids, walked[name], err_msg=name)
+        info = daskwp.word_cache_info()
+        assert info["evictions"] > 0 and info["idle"] >= 1, info
+        # A limit too small for any memo: no memo, exact ids all the same.
+        _ext.word_cache_set_limit(40_000)
+        try:
+            before = daskwp.word_cache_info()
+            assert before["bytes"] == 0  # the idle memos above the new limit were freed
+            enc = toks["uncased"].encode(docs, num_threads=1)
+            after = _ext.word_cache_info()
+            assert after["bytes"] == 0 and after["refused"] > before["refused"]
+        finally:
+            _ext.word_cache_set_limit(limit_mb << 20)
+        np.testing.assert_array_equal(enc.token_ids, walked["uncased"])
+    # Back to the initial limit (DASKWP_WORD_CACHE_MB or 256 MB) once the setting is gone.
+    from daskwp.backends.cpu import _INITIAL_LIMIT
+    assert daskwp.word_cache_info()["limit"] == _INITIAL_LIMIT
+
+
+def test_zero_keeps_nothing_between_calls():
+    docs = _docs()
+    tok = _tok(UNCASED, lowercase=True)
+    with dask.config.set({"daskwp.word_cache_mb": 0}):
+        a = tok.encode(docs, num_threads=1)
+        info = daskwp.word_cache_info()
+        assert info["limit"] == 0 and info["memos"] == 0 and info["bytes"] == 0
+    _same(a, tok.encode(docs, num_threads=1))
+
+
+def test_clear_caches_empties_it():
+    tok = _tok(MULTI, lowercase=False)
+    docs = _docs()
+    tok.encode(docs, num_threads=1)
+    assert daskwp.cache_info()["word_cache"]["entries"] == 1
+    assert daskwp.clear_caches(["word_cache"]) == 1
+    info = daskwp.word_cache_info()
+    assert info["memos"] == 0 and info["bytes"] == 0 and info["idle"] == 0
+    created = info["created"]
+    m0 = info["misses"]
+    tok.encode(docs, num_threads=1)
+    info = daskwp.word_cache_info()
+    assert info["created"] == created + 1 and info["misses"] - m0 > 1000  # cold again
+
+
+def test_environment_variable_sets_the_limit():
+    code = ("import daskwp, json; t = daskwp.WordPieceTokenizer(); "
+            "t.encode(['hello world'] * 10, num_threads=1); "
+            "print(json.dumps(daskwp.word_cache_info()))")
+    for mb, memos in (("0", 0), ("7", 1)):
+        out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                             text=True, env=dict(os.environ, DASKWP_WORD_CACHE_MB=mb),
+                             timeout=300).stdout
+        info = json.loads(out.strip().splitlines()[-1])
+        assert info["limit"] == int(mb) << 20 and info["memos"] == memos, info
+
+
+@pytest.mark.parametrize("vocab_name,lowercase", [(UNCASED, True), (MULTI, False)])
+@pytest.mark.parametrize("threads", [2, 3, 7])
+def test_threads_equal_one_thread_cold_and_warm(vocab_name, lowercase, threads):
+    # Several threads each take a memo from the pool (warm ones on the second call, in any
+    # order); ids and lengths must equal one thread's, nulls included, on all corpora.
+    tok = _tok(vocab_name, lowercase=lowercase)
+    docs = _docs()
+    docs = [None if i % 997 == 0 else d for i, d in enumerate(docs * 3)]
+    assert sum(len(d.encode("utf-8", "surrogatepass")) for d in docs if d) > threads << 20
+    one = tok.encode(docs, num_threads=1)
+    for _ in range(2):
+        _same(tok.encode(docs, num_threads=threads), one)
+    assert daskwp.word_cache_info()["memos"] >= 2
+
+
+def test_python_threads_with_different_models_at_once():
+    # Dask worker threads: several encodes of different models at the same moment.
+    docs = _docs()
+    names = ["uncased", "cased", "multi", "uncased-max5"]
+    cfg = {n: (v, o) for n, v, o in CONFIGS}
+    toks = {n: _tok(cfg[n][0], **cfg[n][1]) for n in names}
+    expected = {n: toks[n].encode(docs, num_threads=1) for n in names}
+    errors = []
+
+    def work(n):
+        try:
+            for _ in range(3):
+                _same(toks[n].encode(docs, num_threads=2), expected[n])
+        except Exception as e:  # noqa: BLE001
+            errors.append((n, e))
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in names * 2]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    assert not errors, errors
+    info = daskwp.word_cache_info()
+    assert info["bytes"] <= info["limit"]
+
+
+def _child_encode(vocab_name, lowercase, docs, conn):
+    try:
+        tok = daskwp.WordPieceTokenizer(vocab_path(vocab_name), lowercase=lowercase)
+        before = daskwp.word_cache_info()
+        enc = tok.encode(docs, num_threads=1)
+        after = daskwp.word_cache_info()
+        two = tok.encode(docs, num_threads=2)
+        assert np.array_equal(two.token_ids, enc.token_ids)
+        assert np.array_equal(two.lengths, enc.lengths)
+        conn.send((enc.token_ids, enc.lengths, before, after))
+    except Exception as e:  # noqa: BLE001
+        conn.send(e)
+    finally:
+        conn.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_forked_child_uses_the_warm_memos():
+    docs = _docs()
+    tok = _tok(UNCASED, lowercase=True)
+    parent = tok.encode(docs, num_threads=1)  # warms a memo
+    other = _tok(MULTI, lowercase=False)
+    expected_other = other.encode(docs, num_threads=1)
+    # A parent thread keeps encoding (holding memos) while the children are forked.
+    stop = threading.Event()
+    errors = []
+
+    def busy():
+        try:
+            while not stop.is_set():
+                _same(other.encode(docs, num_threads=2), expected_other)
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    t = threading.Thread(target=busy)
+    t.start()
+    ctx = multiprocessing.get_context("fork")
+    try:
+        for _ in range(3):
+            recv, send = ctx.Pipe(duplex=False)
+            p = ctx.Process(target=_child_encode, args=(UNCASED, True, docs, send))
+            p.start()
+            send.close()
+            assert recv.poll(300), "the forked child did not answer (deadlock?)"
+            res = recv.recv()
+            p.join(60)
+            assert p.exitcode == 0
+            assert not isinstance(res, Exception), res
+            ids, lengths, before, after = res
+            np.testing.assert_array_equal(lengths, parent.lengths)
+            np.testing.assert_array_equal(ids, parent.token_ids)
+            # The child found the parent's warm memo and hit it; its accounting holds only
+            # what it can use (the busy thread's memos are not the child's).
+            assert after["reused"] > before["reused"]
+            # (every corpus: its warm misses are long chunks of many scripts that overflow
+            # the long table, ~10%)
+            assert after["hits"] - before["hits"] > 4 * max(1, after["misses"] - before["misses"])
+            assert after["bytes"] <= after["limit"]
+    finally:
+        stop.set()
+        t.join(600)
+    assert not errors, errors
+    _same(tok.encode(docs, num_threads=1), parent)
+
+
+def test_zero_bytes_in_words_without_clean_text():
+    # Without clean_text, byte 0 may be part of a word; the zero-padded short key would read
+    # "a\0" as "a" and "\0" as an empty entry, so such words skip the short table.
+    texts = ["\x00", "a\x00", "a", "ab\x00cd ab\x00 ab", "x \x00", "\x00\x00 hello\x00world"]
+    for clean in (False, True):
+        tok = _tok(UNCASED, lowercase=False, clean_text=clean, handle_chinese_chars=False)
+        with dask.config.set({"daskwp.word_cache_mb": 0}):
+            expected = tok.encode(texts).to_list()
+        for _ in range(2):
+            assert tok.encode(texts * 50).to_list() == expected * 50
+
+
+def test_many_token_short_strings_and_long_table_resets():
+    # Strings of up to 16 bytes with more tokens than a short entry holds ("1.2.3.4.5.6.7",
+    # timestamps of logs) live in the long table behind a short marker; with a small memo
+    # (a 1 MB limit: 2^14 short entries, a 256 KB arena) the arena fills up and is emptied
+    # again and again, so markers outlive their records. All must equal the walk.
+    rng = np.random.default_rng(5)
+    shorts = [".".join(str(x) for x in rng.integers(0, 10, size=7)) for _ in range(3000)]
+    shorts += [f"{rng.integers(0, 24):02d}:{rng.integers(0, 60):02d}:{rng.integers(0, 60):02d},"
+               f"{rng.integers(0, 1000):03d}" for _ in range(2000)]
+    letters = list("abcdefghij-_/.:")
+    longs = ["".join(rng.choice(letters, size=int(rng.integers(17, 150)))) for _ in range(3000)]
+    pool = shorts + longs
+    docs = [" ".join(pool[k] for k in rng.integers(0, len(pool), size=30)) for _ in range(3000)]
+    tok = _tok(UNCASED, lowercase=True)
+    ids, lengths = _walked(tok, docs)
+    with dask.config.set({"daskwp.word_cache_mb": 1}):
+        before = daskwp.word_cache_info()
+        for _ in range(3):
+            enc = tok.encode(docs, num_threads=1)
+            np.testing.assert_array_equal(enc.lengths, lengths)
+            np.testing.assert_array_equal(enc.token_ids, ids)
+        after = daskwp.word_cache_info()
+    assert after["long_resets"] > before["long_resets"], (before, after)
+    assert after["hits"] > before["hits"]
