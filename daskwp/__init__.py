@@ -9,6 +9,7 @@ accessors, jobs → cli; this module is the public face and re-exports the API.
 from .core import config as _config  # noqa: F401  (registers daskwp's dask.config defaults)
 from .core.cache import cache_info, clear_caches
 from .core.decode import decode, merge_wordpieces
+from .core.labels import align_labels, labels_to_spans, spans_to_labels
 from .core.ragged import BatchWindows, Encoding, RaggedRows
 from .core.stitch import stitch, stitch_flat
 from .core.version import __version__
@@ -23,7 +24,7 @@ from .io.tokenized import read_tokenized
 register_accessors()  # .wordpiece on pandas, Dask and (when it imports) cudf Series
 
 __all__ = ["BatchWindows", "Encoding", "RaggedRows", "Vocabulary", "WordPieceTokenizer",
-           "__version__", "cache_info", "clear_caches", "connect", "decode",
-           "host_pool_info", "merge_wordpieces", "read_tokenized", "register_accessors",
-           "release_host_memory", "set_host_pool_limit", "stitch", "stitch_flat",
-           "windows_from_encoding", "word_cache_info"]
+           "__version__", "align_labels", "cache_info", "clear_caches", "connect", "decode",
+           "host_pool_info", "labels_to_spans", "merge_wordpieces", "read_tokenized",
+           "register_accessors", "release_host_memory", "set_host_pool_limit", "spans_to_labels",
+           "stitch", "stitch_flat", "windows_from_encoding", "word_cache_info"]

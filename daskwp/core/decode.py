@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from .cache import BoundedCache
+from .labels import first_pieces
 from .options import check_bool
 from .ragged import BatchWindows, RaggedRows, array_module, to_host
 from .vocab import Vocabulary
@@ -163,23 +164,28 @@ def _merge_one(ids: np.ndarray, values, v, skip: bool):
             i = v.token_to_id(name)
             if i is not None:
                 drop.add(i)
-    words: list[str] = []
-    first: list[int] = []
+    pos = [p for p, i in enumerate(ids_list) if i not in drop]
     n_table = len(table)
-    for pos, i in enumerate(ids_list):
-        if i in drop:
-            continue
+    pieces = []
+    for p in pos:
+        i = ids_list[p]
         t = table[i] if i < n_table else None
-        if t is None:
-            t = v.unk_token
-        if prefix and t.startswith(prefix):
-            piece = t[len(prefix):]
-            if words:
-                words[-1] += piece
-                continue
-            t = piece
-        words.append(t)
-        first.append(pos)
+        pieces.append(v.unk_token if t is None else t)
+    # Word ids from the prefix (a "##" piece continues the word before it), then the one
+    # first-piece rule of the label functions (docs/design.md §7.1).
+    cont = np.array([bool(prefix) and t.startswith(prefix) for t in pieces], dtype=bool)
+    if cont.size:
+        cont[0] = False
+    wid = np.cumsum(~cont) - 1
+    starts = np.nonzero(first_pieces(wid))[0] if wid.size else np.zeros(0, dtype=np.int64)
+    bounds = np.append(starts, len(pieces)).tolist()
+    words = []
+    for k in range(len(starts)):
+        lo, hi = bounds[k], bounds[k + 1]
+        head = pieces[lo][len(prefix):] if cont.size and lo == 0 and prefix and \
+            pieces[lo].startswith(prefix) else pieces[lo]
+        words.append(head + "".join(t[len(prefix):] for t in pieces[lo + 1:hi]))
+    first = [pos[k] for k in starts.tolist()]
     if values is None:
         return words, None
     xp = array_module(values)
