@@ -9,12 +9,27 @@ from __future__ import annotations
 
 from ..backends.tokenizer import WordPieceTokenizer, resolve_tokenizer
 from ..core.windows import resolve_window_options
-from ..distributed.tasks import tokenize_partition
+from ..distributed.tasks import CALL_OPTIONS, tokenize_partition
 from ..frames.partition import (attention_mask_block, check_text_dtype, input_ids_block,
-                                require_fixed_width, select_metadata, stitch_frame, stitch_rows,
-                                value_column, write_parquet)
+                                position_block, require_fixed_width, select_metadata,
+                                stitch_frame, stitch_rows, value_column, write_parquet)
+from ..frames.schema import position_outputs_of
 
-__all__ = ["WordPieceAccessor", "WordPieceResult"]
+__all__ = ["WordPieceAccessor", "WordPieceResult", "split_call_options"]
+
+
+def split_call_options(options: dict, tokenizer_options: dict) -> dict:
+    """Move the call options among ``tokenizer_options`` (the keywords that are not
+    tokenizer settings: ``return_token_type_ids``, ``return_sequence_ids``, ``mask_dtype``
+    and any other option of ``tok(...)``, :data:`~daskwp.distributed.tasks.CALL_OPTIONS`)
+    into ``options``; returns the tokenizer settings left."""
+    rest = dict(tokenizer_options)
+    for k in CALL_OPTIONS:
+        if k in rest:
+            value = rest.pop(k)
+            if value is not None:
+                options[k] = value
+    return rest
 
 
 class WordPieceResult:
@@ -22,7 +37,9 @@ class WordPieceResult:
 
     The same attributes as the lazy Dask result: ``metadata`` (frame ``logID, start,
     stop``), ``input_ids`` and ``attention_mask`` (arrays rows x max_length: numpy, or CuPy
-    for cudf), ``to_frame()``, ``to_parquet(path)`` and ``stitch(values)``.
+    for cudf), each per-position output asked for (``token_type_ids``, ``sequence_ids``,
+    ...: rows x max_length [x k]), ``to_frame()``, ``to_parquet(path)`` and
+    ``stitch(values)``.
     """
 
     def __init__(self, frame, options: dict, tokenizer: WordPieceTokenizer | None = None):
@@ -48,8 +65,21 @@ class WordPieceResult:
         require_fixed_width(self.options, "attention_mask")
         return attention_mask_block(self._frame, self.max_length)
 
+    @property
+    def position_outputs(self) -> list[str]:
+        """The per-position outputs this result carries (columns of :meth:`to_frame`)."""
+        return position_outputs_of(c for c in self._frame.columns
+                                   if c not in ("logID", "start", "stop"))
+
+    def __getattr__(self, name):
+        if not name.startswith("_") and name in self.position_outputs:
+            require_fixed_width(self.options, name)
+            return position_block(self._frame, self.max_length, name)
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+
     def to_frame(self):
-        """``logID, start, stop, input_ids, attention_mask, window`` (list columns)."""
+        """``logID, start, stop, input_ids, attention_mask, window`` (list columns), then one
+        list column per per-position output asked for (docs/design.md §3.3)."""
         return self._frame
 
     def to_parquet(self, path, **kwargs):
@@ -104,14 +134,18 @@ class WordPieceAccessor:
         folder; other keywords (``strip_accents``, ``clean_text``, ``handle_chinese_chars``,
         ``max_input_chars_per_word``) go to :class:`WordPieceTokenizer`. ``text_pair``: a
         Series of second sequences, one per row (sentence pairs, docs/design.md §2.8);
-        ``return_overflowing_tokens`` as for :meth:`WordPieceTokenizer.__call__`.
+        ``return_overflowing_tokens`` and the per-position outputs (``return_token_type_ids``,
+        ``return_sequence_ids``, ...: any option of ``tok(...)``, given as keywords) as for
+        :meth:`WordPieceTokenizer.__call__`; each output becomes a list column of
+        :meth:`WordPieceResult.to_frame` and an attribute of the result.
         """
         check_text_dtype(self._series.dtype, f"Series {self._series.name!r}")
-        tok = resolve_tokenizer(vocab, lowercase, **tokenizer_options)
         options = resolve_window_options(max_length, stride, truncation, add_special_tokens,
                                          padding, bucket_widths)
         if return_overflowing_tokens is not None:
             options["return_overflowing_tokens"] = return_overflowing_tokens
+        tokenizer_options = split_call_options(options, tokenizer_options)
+        tok = resolve_tokenizer(vocab, lowercase, **tokenizer_options)
         texts = self._series
         if text_pair is not None:
             check_text_dtype(text_pair.dtype, f"text_pair Series {text_pair.name!r}")

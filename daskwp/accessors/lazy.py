@@ -18,11 +18,12 @@ from ..backends.tokenizer import resolve_tokenizer
 from ..core.windows import resolve_window_options
 from ..distributed.graph import GlobalLogID, GlobalTokenize, Tokenize, WriteParts, \
     partition_local
-from .eager import WordPieceResult
+from .eager import WordPieceResult, split_call_options
 from ..frames.partition import (METADATA_COLUMNS, attention_mask_block, check_text_dtype,
                                 input_ids_block, is_cudf, portable_pandas_metadata,
-                                require_fixed_width, select_metadata, stitch_frame, stitch_rows,
-                                value_column)
+                                position_block, require_fixed_width, select_metadata,
+                                stitch_frame, stitch_rows, value_column)
+from ..frames.schema import position_output, position_outputs_of
 
 __all__ = ["DaskWordPieceAccessor", "DaskWordPieceResult", "register_dask_accessor"]
 
@@ -70,14 +71,34 @@ class DaskWordPieceResult:
         cols = list(METADATA_COLUMNS)
         return new_collection(GlobalLogID(self._tokenized[cols], self._source))
 
-    def _block_array(self, func, what: str):
+    def _block_array(self, func, what: str, dtype=np.int32, tail=()):
         require_fixed_width(self.options, what)
         width = self.max_length
         xp = np
         if is_cudf(self._tokenized._meta):
             import cupy as xp  # blocks stay on the GPU
         return new_collection(self._tokenized).map_partitions(
-            func, width, meta=xp.empty((0, width), dtype=np.int32))
+            func, width, meta=xp.empty((0, width) + tuple(tail), dtype=dtype))
+
+    @property
+    def position_outputs(self) -> list[str]:
+        """The per-position outputs this result carries (columns of :meth:`to_frame`)."""
+        return position_outputs_of(c for c in self._tokenized._meta.columns
+                                   if c not in METADATA_COLUMNS)
+
+    def __getattr__(self, name):
+        """A per-position output asked for (``token_type_ids``, ``sequence_ids``, ...) as a
+        dask Array rows x max_length [x k], one block per partition."""
+        if name.startswith("_") or name not in self.position_outputs:
+            raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+        col = self._tokenized._meta[name]
+        try:
+            dtype = np.dtype(col.dtype.pyarrow_dtype.value_type.to_pandas_dtype())
+        except AttributeError:   # cudf: a list dtype
+            dtype = np.dtype(col.dtype.element_type)
+        per = position_output(name).values
+        return self._block_array(functools.partial(position_block, column=name), name,
+                                 dtype, (per,) if per != 1 else ())
 
     @property
     def input_ids(self):
@@ -292,13 +313,18 @@ class DaskWordPieceAccessor:
         ``max_input_chars_per_word``) go to :class:`WordPieceTokenizer`. ``text_pair``: a
         column of the same Dask DataFrame (aligned partitions) holding the second sequences
         (sentence pairs, docs/design.md §2.8); logIDs are the rows' global positions.
+        ``return_overflowing_tokens`` and the per-position outputs (``return_token_type_ids``,
+        ``return_sequence_ids``, ...: any option of ``tok(...)``, given as keywords) as for
+        :meth:`WordPieceTokenizer.__call__`: each output is a list column of ``to_frame()``
+        and of the parts ``to_parquet`` writes, and an attribute (a dask Array).
         """
         check_text_dtype(self._series._meta.dtype, f"Series {self._series.name!r}")
-        tok = resolve_tokenizer(vocab, lowercase, **tokenizer_options)
         options = resolve_window_options(max_length, stride, truncation,
                                               add_special_tokens, padding, bucket_widths)
         if return_overflowing_tokens is not None:
             options["return_overflowing_tokens"] = return_overflowing_tokens
+        tokenizer_options = split_call_options(options, tokenizer_options)
+        tok = resolve_tokenizer(vocab, lowercase, **tokenizer_options)
         source = self._series
         if text_pair is not None:
             source = _pair_source(self._series, text_pair)

@@ -13,14 +13,38 @@ import time
 
 import numpy as np
 
+from ..core.options import WINDOWS, names
+from ..core.windows import WINDOW_OPTIONS
 from ..frames.partition import (PartWriter, frame_from_output,
                                 frame_to_table, is_cudf, stores_mask, table_from_output)
+from ..frames.schema import position_outputs_of
 from .state import cached_tokenizer
 
-__all__ = ["PIECE_BYTES", "add_counts", "add_logid_offset", "count_documents",
-           "finish_parts", "owned_unknown_tokens", "partition_error", "sum_counts",
-           "tokenize_global", "tokenize_partition", "vocabulary_pad_id",
+__all__ = ["CALL_OPTIONS", "PIECE_BYTES", "add_counts", "add_logid_offset", "call_options",
+           "count_documents", "finish_parts", "owned_unknown_tokens", "partition_error",
+           "sum_counts", "tokenize_global", "tokenize_partition", "vocabulary_pad_id",
            "write_partition_part", "write_tokenized_part"]
+
+#: The options of ``tok(texts, ...)`` that the partition tasks pass on from the accessors'
+#: and jobs' options: the window options and every other option of the ``windows`` surface
+#: of the option table (``return_overflowing_tokens``, ``return_token_type_ids``,
+#: ``return_sequence_ids``, ...: a new one is carried without new code), except the
+#: second texts, the array type and the logID offset, which the tasks set themselves.
+CALL_OPTIONS = tuple(dict.fromkeys((*WINDOW_OPTIONS, *(
+    n for n in names(WINDOWS) if n not in ("text_pair", "return_tensors", "logid_offset")))))
+
+
+def call_options(options: dict) -> dict:
+    """The :data:`CALL_OPTIONS` among ``options`` (what the partition tasks pass to
+    ``tok(...)``)."""
+    return {k: options[k] for k in CALL_OPTIONS if k in options}
+
+
+def _is_pairs(texts) -> bool:
+    """Whether a partition holds sentence pairs: two columns (a pandas / cudf frame or an
+    Arrow table: the texts, then the second sequences)."""
+    import pyarrow as pa
+    return isinstance(texts, pa.Table) or getattr(texts, "ndim", 1) == 2
 
 #: Text bytes tokenized at a time when a partition is written: the next piece is tokenized
 #: while the previous one is encoded and compressed into its row groups (both release the
@@ -42,7 +66,12 @@ def partition_error(exc: BaseException, partition) -> BaseException:
 
 
 def _tok_call(tok, texts, options: dict, **kw):
-    """``tok(texts, **options)``; a two-column partition is sentence pairs (text, text_pair)."""
+    """``tok(texts, **options)`` (the :data:`CALL_OPTIONS` of ``options``); a two-column
+    partition (a frame, or an Arrow table) is sentence pairs (text, text_pair)."""
+    import pyarrow as pa
+    options = call_options(options)
+    if isinstance(texts, pa.Table):
+        return tok(texts.column(0), **options, text_pair=texts.column(1), **kw)
     if getattr(texts, "ndim", 1) == 2:
         return tok(texts.iloc[:, 0], **options, text_pair=texts.iloc[:, 1], **kw)
     return tok(texts, **options, **kw)
@@ -266,6 +295,8 @@ def write_tokenized_part(texts, tokenizer, options: dict, path: str, tmp_path: s
         meta = dict(metadata or {})
         meta.update({k: stats[k] for k in ("rows", "tokens", "unknown_tokens", "documents",
                                            "text_bytes")})
+        # the per-position output columns (docs/design.md §3.3), for read_tokenized
+        meta["position_outputs"] = stats.pop("position_outputs", [])
         pad = vocabulary_pad_id(tok)
         if pad is not None:
             meta["pad_id"] = pad
@@ -279,6 +310,7 @@ def write_tokenized_part(texts, tokenizer, options: dict, path: str, tmp_path: s
 
 
 def _account(stats: dict, table, out_meta, enc, tok, options) -> None:
+    stats.setdefault("position_outputs", position_outputs_of(table.column_names))
     stats["rows"] += table.num_rows
     if table.num_rows:
         if out_meta is None:
@@ -293,18 +325,55 @@ def _account(stats: dict, table, out_meta, enc, tok, options) -> None:
         stats["unknown_tokens"] += owned_unknown_tokens(table, tok.vocab.unk_id)
 
 
+def _plain(options: dict) -> bool:
+    """Whether a call asks for ids, mask and metadata only (the encode + native fill path):
+    no per-position output and no overflow option (``return_overflowing_tokens`` changes
+    the rows of a truncating call)."""
+    extra = [k for k in call_options(options) if k not in WINDOW_OPTIONS]
+    return not any(options[k] for k in extra if k != "mask_dtype") and \
+        options.get("mask_dtype", "int32") == "int32"
+
+
+def _pair_pieces(table, piece_bytes: int):
+    """Zero-copy row slices of a two-column table of pairs, about ``piece_bytes`` of text
+    (both sides) each (a piece holds at least one pair)."""
+    from ..core.strings import chunk_buffers, to_arrow
+    n = table.num_rows
+    if n == 0:
+        return
+    total = np.zeros(n + 1, dtype=np.int64)
+    for j in range(2):
+        col = to_arrow(table.column(j)).combine_chunks()
+        off = np.asarray(chunk_buffers(col).offsets, dtype=np.int64)
+        total += off - off[0]
+    start = 0
+    while start < n:
+        end = int(np.searchsorted(total, int(total[start]) + piece_bytes, side="right")) - 1
+        end = min(max(end, start + 1), n)
+        yield table.slice(start, end - start), int(total[end] - total[start])
+        start = end
+
+
 def _write_pieces(texts, tok, options, logid_offset, with_mask, writer, stats, clock,
                   piece_bytes) -> None:
+    """A CPU partition, piece by piece. Single texts with no extra output: the encode and
+    the native fill (the encoding counts the unknown tokens); sentence pairs and calls with
+    per-position outputs: ``tok(...)`` itself on each piece."""
     from ..backends.cpu import default_num_threads, windows_from_encoding
     from ..core.buckets import BucketedWindows
     from ..core.strings import to_arrow
-    from ..core.windows import WINDOW_OPTIONS
 
     t = time.thread_time()
-    arr = to_arrow(texts)
+    pairs = _is_pairs(texts)
+    plain = not pairs and _plain(options)
+    if pairs:
+        table = _pair_table(texts)
+        pieces = list(_pair_pieces(table, piece_bytes)) or [(table.slice(0, 0), 0)]
+    else:
+        arr = to_arrow(texts)
+        pieces = list(_pieces(arr, piece_bytes)) or [(arr.slice(0, 0), 0)]
     window_options = {k: options[k] for k in WINDOW_OPTIONS if k in options}
     threads = tok.num_threads if tok.num_threads is not None else default_num_threads()
-    pieces = list(_pieces(arr, piece_bytes)) or [(arr.slice(0, 0), 0)]
     clock["tokenize"] += time.thread_time() - t
     pending = None
     base = int(logid_offset)
@@ -312,9 +381,13 @@ def _write_pieces(texts, tok, options, logid_offset, with_mask, writer, stats, c
     try:
         for piece, nbytes in pieces:
             t = time.thread_time()
-            enc = tok.encode(piece, num_threads=threads)
-            out = windows_from_encoding(enc, tok.vocab, **window_options,
-                                        logid_offset=base, num_threads=threads)
+            enc = None
+            if plain:
+                enc = tok.encode(piece, num_threads=threads)
+                out = windows_from_encoding(enc, tok.vocab, **window_options,
+                                            logid_offset=base, num_threads=threads)
+            else:
+                out = _tok_call(tok, piece, options, return_tensors="np", logid_offset=base)
             t1 = time.thread_time()
             table = table_from_output(out, attention_mask=with_mask)
             meta = None if isinstance(out, BucketedWindows) else \
@@ -335,13 +408,22 @@ def _write_pieces(texts, tok, options, logid_offset, with_mask, writer, stats, c
             pending.result()
 
 
+def _pair_table(texts):
+    """A partition of pairs as a two-column Arrow table (texts, text_pair)."""
+    import pyarrow as pa
+
+    from ..core.strings import to_arrow
+    if isinstance(texts, pa.Table):
+        return texts
+    return pa.table({"text": to_arrow(texts.iloc[:, 0]),
+                     "text_pair": to_arrow(texts.iloc[:, 1])})
+
+
 def _write_frame(texts, tok, options, logid_offset, with_mask, writer, stats,
                  clock) -> None:
     """A GPU worker's partition: tokenized on the device as a cudf frame, then written."""
-    from ..core.windows import WINDOW_OPTIONS
     t = time.thread_time()
-    window_options = {k: options[k] for k in WINDOW_OPTIONS if k in options}
-    frame = add_logid_offset(tokenize_partition(texts, tok, window_options),
+    frame = add_logid_offset(tokenize_partition(texts, tok, call_options(options)),
                              int(logid_offset))
     t1 = time.thread_time()
     table = frame_to_table(frame, attention_mask=with_mask)
@@ -354,6 +436,11 @@ def _write_frame(texts, tok, options, logid_offset, with_mask, writer, stats,
 
 
 def _text_bytes(texts) -> int:
+    if _is_pairs(texts):   # both sides of every pair
+        import pyarrow as pa
+        if isinstance(texts, pa.Table):
+            return sum(_text_bytes(texts.column(j)) for j in range(2))
+        return sum(_text_bytes(texts.iloc[:, j]) for j in range(2))
     try:
         if is_cudf(texts):
             return int(texts.str.byte_count().sum())

@@ -16,11 +16,13 @@ on each worker's GPU across tasks and computations.
 
 from __future__ import annotations
 
+import math
+
 import cudf
 import cupy
 import pylibcudf as plc
 
-from .schema import MAX_LIST_VALUES, window_index
+from .schema import MAX_LIST_VALUES, position_outputs_of, window_index
 
 
 def list_column(matrix) -> cudf.Series:
@@ -33,10 +35,14 @@ def list_column(matrix) -> cudf.Series:
     if hasattr(matrix, "offsets") and hasattr(matrix, "values"):
         offsets = cupy.asarray(matrix.offsets)
         flat = cupy.ascontiguousarray(cupy.asarray(matrix.values))
+        if flat.ndim > 1:   # k values per position (offset_mapping), stored flat
+            per = math.prod(flat.shape[1:])
+            flat, offsets = flat.reshape(-1), offsets * per
         rows = int(offsets.shape[0]) - 1
         total = int(offsets[-1]) if rows >= 0 else 0
     else:
-        rows, width = matrix.shape
+        rows = matrix.shape[0]
+        width = math.prod(matrix.shape[1:])
         total = rows * width
         flat = cupy.ascontiguousarray(matrix).reshape(-1)
         offsets = cupy.arange(rows + 1, dtype=cupy.int64) * width
@@ -55,14 +61,17 @@ def frame_from_output(out) -> cudf.DataFrame:
     """The GPU launcher's CuPy output as a partition frame (columns as on the CPU)."""
     meta = cupy.asarray(out["metadata"], dtype=cupy.int64).reshape(-1, 3)
     logid = cupy.ascontiguousarray(meta[:, 0])
-    return cudf.DataFrame({
+    columns = {
         "logID": logid,
         "start": cupy.ascontiguousarray(meta[:, 1]),
         "stop": cupy.ascontiguousarray(meta[:, 2]),
         "input_ids": list_column(out["input_ids"]),
         "attention_mask": list_column(out["attention_mask"]),
         "window": window_index(logid, cupy),
-    })
+    }
+    for name in position_outputs_of(out.keys()):   # token_type_ids, sequence_ids, ...
+        columns[name] = list_column(out[name])
+    return cudf.DataFrame(columns)
 
 
 def matrix_from_list_column(series, width: int):

@@ -10,7 +10,12 @@ frame::
 ``logID`` is 0-based within the partition (the distributed layer adds the global offset),
 ``start`` and ``stop`` are the metadata of docs/design.md §2 (``stop`` inclusive), and
 ``window`` numbers the rows of one document 0, 1, 2, ... so that rows can be put back in
-order after a shuffle.
+order after a shuffle. With ``padding="bucket"`` a ``bucket`` column (int32) follows.
+
+Then one list column per per-position output the call returned (``token_type_ids``,
+``sequence_ids``, ... :data:`~daskwp.frames.schema.POSITION_OUTPUTS`), in that list's order:
+``list<T>`` rows of the same lengths as ``input_ids`` (``T`` the output's dtype), the values
+of a multi-valued output (``offset_mapping``) flat, ``k`` per position (docs/design.md §3.3).
 """
 
 from __future__ import annotations
@@ -25,8 +30,8 @@ import pyarrow as pa
 from ..core.buckets import BucketedWindows
 from ..core.ragged import RaggedRows
 from ..core.stitch import stitch_flat
-from .schema import (FRAME_COLUMNS, MAX_LIST_VALUES, METADATA_COLUMNS, is_cudf, is_cupy,
-                     window_index)
+from .schema import (FRAME_COLUMNS, MAX_LIST_VALUES, METADATA_COLUMNS, is_cudf,
+                     is_cupy, position_output, position_outputs_of, window_index)
 
 def _fixed_width(padding) -> bool:
     """Whether rows are padded to max_length (so ids form a rows x max_length matrix)."""
@@ -62,8 +67,10 @@ def check_text_dtype(dtype, what: str = "the column") -> None:
 def list_array(matrix) -> pa.ListArray:
     """Rows as an Arrow ``list<...>`` array (one list per row), built from the buffers.
 
-    ``matrix`` is a 2-D numpy array (rows x width) or ragged rows (an object with flat
-    ``values`` and ``rows + 1`` ``offsets``, e.g. ``daskwp.RaggedRows``).
+    ``matrix`` is an array rows x width [x k] (NumPy) or ragged rows (an object with flat
+    ``values``, ``(tokens,)`` or ``(tokens, k)``, and ``rows + 1`` ``offsets``, e.g.
+    ``daskwp.RaggedRows``). A row's list holds its values flat: ``width * k`` of them
+    (``offset_mapping``: ``begin, end`` of each position in turn).
 
     Memory: the values are shared with ``matrix`` (no copy when it is C-contiguous); only
     the ``rows + 1`` int32 offsets are new.
@@ -71,16 +78,21 @@ def list_array(matrix) -> pa.ListArray:
     if hasattr(matrix, "offsets") and hasattr(matrix, "values"):
         offsets = np.asarray(matrix.offsets, dtype=np.int64)
         values = np.asarray(matrix.values)
+        per = int(np.prod(values.shape[1:], dtype=np.int64)) if values.ndim > 1 else 1
+        values = values.reshape(-1) if values.ndim > 1 else values
         rows = len(offsets) - 1
         if rows < 0:
             offsets, rows = np.zeros(1, dtype=np.int64), 0
+        if per != 1:
+            offsets = offsets * per
         first, total = int(offsets[0]), int(offsets[-1] - offsets[0])
         if first:
             values, offsets = values[first:int(offsets[-1])], offsets - first
         else:
             values = values[:total]
     else:
-        rows, width = matrix.shape
+        rows = matrix.shape[0]
+        width = int(np.prod(matrix.shape[1:], dtype=np.int64))
         total = rows * width
         offsets = np.arange(0, total + 1, width, dtype=np.int64) if width \
             else np.zeros(rows + 1, dtype=np.int64)
@@ -102,18 +114,15 @@ def list_column(matrix) -> pd.Series:
 
 
 def _merge_buckets(out: BucketedWindows):
-    """Bucketed windows as one set of rows in document and window order: (ids rows, mask
-    rows as RaggedRows of each row's bucket width, metadata, window, bucket width per row)."""
+    """Bucketed windows as one set of rows in document and window order: (per-position
+    rows as RaggedRows of each row's bucket width: ``input_ids``, ``attention_mask`` and
+    every per-position output, metadata, window, bucket width per row)."""
     parts = out.buckets
     meta = np.concatenate([np.asarray(b["metadata"], dtype=np.int64).reshape(-1, 3)
                            for _, b in parts]) if parts else np.zeros((0, 3), np.int64)
     window = np.concatenate([np.asarray(b["window"]) for _, b in parts]) if parts else \
         np.zeros(0, np.int32)
     width = np.concatenate([np.full(b.num_rows, w, dtype=np.int32) for w, b in parts]) \
-        if parts else np.zeros(0, np.int32)
-    ids = np.concatenate([np.asarray(b["input_ids"]).reshape(-1) for _, b in parts]) \
-        if parts else np.zeros(0, np.int32)
-    mask = np.concatenate([np.asarray(b["attention_mask"]).reshape(-1) for _, b in parts]) \
         if parts else np.zeros(0, np.int32)
     starts = np.concatenate([[0], np.cumsum(width, dtype=np.int64)])
     order = np.lexsort((window, meta[:, 0]))
@@ -122,8 +131,20 @@ def _merge_buckets(out: BucketedWindows):
     # gather each row's cells in the new order
     src = np.repeat(starts[:-1][order], lens) + (np.arange(int(new_off[-1]), dtype=np.int64)
                                                   - np.repeat(new_off[:-1], lens))
-    return (RaggedRows(ids[src], new_off), RaggedRows(mask[src], new_off), meta[order],
-            window[order].astype(np.int32), width[order])
+    keys = ["input_ids", "attention_mask"] + position_outputs_of(parts[0][1] if parts else ())
+    rows = {}
+    for key in keys:
+        cells = [np.asarray(b[key]) for _, b in parts]
+        tail = cells[0].shape[2:] if cells and cells[0].ndim > 2 else ()
+        flat = np.concatenate([c.reshape((-1,) + tail) for c in cells]) if parts else \
+            np.zeros(0, np.int32)
+        rows[key] = RaggedRows(flat[src], new_off)
+    return rows, meta[order], window[order].astype(np.int32), width[order]
+
+
+def _position_columns(out) -> list[str]:
+    """The per-position outputs of a (non-bucketed) tokenizer output, in column order."""
+    return position_outputs_of(out.keys())
 
 
 def frame_from_output(out, columns=None) -> pd.DataFrame:
@@ -135,13 +156,15 @@ def frame_from_output(out, columns=None) -> pd.DataFrame:
     if columns is not None and not isinstance(out, BucketedWindows):
         return _frame_columns(out, list(columns))
     if isinstance(out, BucketedWindows):
-        ids, mask, meta, window, width = _merge_buckets(out)
+        rows, meta, window, width = _merge_buckets(out)
         frame = pd.DataFrame(np.ascontiguousarray(meta.T).T, columns=list(METADATA_COLUMNS),
                              copy=False)
-        frame["input_ids"] = list_column(ids)
-        frame["attention_mask"] = list_column(mask)
+        frame["input_ids"] = list_column(rows.pop("input_ids"))
+        frame["attention_mask"] = list_column(rows.pop("attention_mask"))
         frame["window"] = window
         frame["bucket"] = width
+        for name, r in rows.items():
+            frame[name] = list_column(r)
         return frame
     meta = np.asarray(out["metadata"], dtype=np.int64).reshape(-1, 3)
     # One pass makes the three metadata columns contiguous; the frame keeps them as one block.
@@ -153,6 +176,8 @@ def frame_from_output(out, columns=None) -> pd.DataFrame:
     starts = np.asarray(out.doc_row_offsets, dtype=np.int64)
     frame["window"] = (np.arange(len(meta), dtype=np.int64) -
                        np.repeat(starts[:-1], np.diff(starts))).astype(np.int32)
+    for name in _position_columns(out):
+        frame[name] = list_column(out[name])
     return frame
 
 
@@ -180,7 +205,8 @@ def table_from_output(out, *, attention_mask: bool | None = None) -> pa.Table:
     stored token (``read_tokenized`` derives it).
     """
     if isinstance(out, BucketedWindows):
-        ids, mask, meta, window, width = _merge_buckets(out)
+        rows, meta, window, width = _merge_buckets(out)
+        ids, mask = rows.pop("input_ids"), rows.pop("attention_mask")
         extra = {"bucket": pa.array(np.ascontiguousarray(width, dtype=np.int32))}
         ragged = False
     else:
@@ -189,6 +215,7 @@ def table_from_output(out, *, attention_mask: bool | None = None) -> pa.Table:
         window = window_numbers(out.doc_row_offsets, len(meta))
         extra = {}
         ragged = isinstance(ids, RaggedRows)
+        rows = {name: out[name] for name in _position_columns(out)}
     if attention_mask is None:
         attention_mask = not ragged
     cols = {name: _int64_column(meta[:, k]) for k, name in enumerate(METADATA_COLUMNS)}
@@ -197,6 +224,8 @@ def table_from_output(out, *, attention_mask: bool | None = None) -> pa.Table:
         cols["attention_mask"] = list_array(mask)
     cols["window"] = pa.array(np.ascontiguousarray(window, dtype=np.int32))
     cols.update(extra)
+    for name, r in rows.items():
+        cols[name] = list_array(r)
     return pa.table(cols)
 
 
@@ -228,7 +257,7 @@ def _frame_columns(out, columns: list) -> pd.DataFrame:
     for c in columns:
         if c in METADATA_COLUMNS:
             data[c] = meta[:, METADATA_COLUMNS.index(c)]
-        elif c in ("input_ids", "attention_mask"):
+        elif c in ("input_ids", "attention_mask") or c in _position_columns(out):
             data[c] = list_column(out[c])
         elif c == "window":
             data[c] = window_numbers(out.doc_row_offsets, len(meta))
@@ -238,20 +267,24 @@ def _frame_columns(out, columns: list) -> pd.DataFrame:
 
 
 def matrix_from_frame(frame, column: str, width: int):
-    """A list column of equal-length rows as a 2-D array (numpy, or CuPy for cudf).
+    """A list column of equal-length rows as a 2-D array rows x width (numpy, or CuPy for
+    cudf); a per-position output of ``k > 1`` values per position (``offset_mapping``) as
+    rows x width x k.
 
     Memory: a view of the column's values when it is one contiguous chunk.
     """
+    per = position_output(column).values
     if is_cudf(frame):
         from .cudf_frames import matrix_from_list_column
-        return matrix_from_list_column(frame[column], width)
+        m = matrix_from_list_column(frame[column], width * per)
+        return m.reshape(m.shape[0], width, per) if per != 1 else m
     arr = pa.array(frame[column].array)
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     values = arr.flatten().to_numpy(zero_copy_only=False)
-    if len(values) != len(arr) * width:
-        raise ValueError(f"column {column!r} does not hold rows of {width} values each")
-    return values.reshape(len(arr), width)
+    if len(values) != len(arr) * width * per:
+        raise ValueError(f"column {column!r} does not hold rows of {width * per} values each")
+    return values.reshape((len(arr), width) + ((per,) if per != 1 else ()))
 
 
 def input_ids_block(frame, width: int):
@@ -262,6 +295,11 @@ def input_ids_block(frame, width: int):
 def attention_mask_block(frame, width: int):
     """``attention_mask`` of a partition frame as a (rows, width) array."""
     return matrix_from_frame(frame, "attention_mask", width)
+
+
+def position_block(frame, width: int, column: str):
+    """A per-position output column of a partition frame as rows x width (x k)."""
+    return matrix_from_frame(frame, column, width)
 
 
 def select_metadata(frame):
@@ -615,7 +653,11 @@ def stitch_frame(frame: pd.DataFrame, column: str, ordered: bool = False) -> pd.
         raise TypeError(f"column {column!r} must hold one sequence per row, got {arr.type}")
     offsets = arr.offsets.to_numpy()
     values = arr.values.to_numpy(zero_copy_only=False)
-    rows = RaggedRows(values[offsets[0]:], offsets - offsets[0])
+    values, offsets = values[offsets[0]:], offsets - offsets[0]
+    per = position_output(column).values
+    if per != 1:    # k values per position (offset_mapping): rows of positions x k
+        values, offsets = values[:int(offsets[-1])].reshape(-1, per), offsets // per
+    rows = RaggedRows(values, offsets)
     return _stitched_frame(*stitch_flat(rows, frame[list(METADATA_COLUMNS)]), column)
 
 

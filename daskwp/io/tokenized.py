@@ -11,6 +11,11 @@ per file or in fixed-size batches, as NumPy arrays or torch tensors, and as a to
 
 Padding ragged rows needs the vocabulary's [PAD] id (never a constant): it is read from the
 files' ``daskwp`` metadata when recorded there, else pass ``pad_id=`` or ``tokenizer=``.
+
+Per-position outputs (``token_type_ids``, ``sequence_ids``, ...; docs/design.md §3.3) come
+back in every batch beside ``input_ids``, padded as ``tok(..., padding="max_length")`` pads
+them (each output's ``pad`` in :data:`daskwp.frames.schema.POSITION_OUTPUTS`), in their
+stored dtype, ``offset_mapping``-like outputs as rows x width x k.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import pyarrow as pa
 from ..core.options import check_int, check_tensors
 from ..core.ragged import BatchWindows
 from ..core.windows import convert_tensors
-from ..frames.schema import METADATA_COLUMNS
+from ..frames.schema import METADATA_COLUMNS, POSITION_OUTPUTS, position_output
 
 __all__ = ["TokenizedDataset", "pad_rows", "read_tokenized"]
 
@@ -83,6 +88,29 @@ def pad_rows(values: np.ndarray, offsets: np.ndarray, width: int, pad_id: int,
     return ids, mask
 
 
+def _pad_cells(cells: np.ndarray, offsets: np.ndarray, width: int, fill) -> np.ndarray:
+    """Ragged rows of per-position values (``cells``: ``(tokens,)`` or ``(tokens, k)``,
+    ``offsets`` from 0, in positions) as rows x width [x k], ``fill`` on padding."""
+    lengths = np.diff(offsets)
+    out = np.full((len(lengths), width) + cells.shape[1:], fill, dtype=cells.dtype)
+    if int(offsets[-1]) if len(offsets) else 0:
+        out[np.arange(width, dtype=np.int64)[None, :] < lengths[:, None]] = \
+            cells[:int(offsets[-1])]
+    return out
+
+
+def _position_cells(table: pa.Table, name: str, offsets: np.ndarray) -> np.ndarray:
+    """The values of per-position output ``name`` aligned with the ``input_ids`` cells
+    ``offsets[0]:offsets[-1]``: ``(tokens,)`` or ``(tokens, k)``."""
+    per = position_output(name).values
+    values, off = _list_buffers(table.column(name))
+    if not np.array_equal(off - off[0], (offsets - offsets[0]) * per):
+        raise ValueError(f"{name} rows do not match input_ids rows ({per} value(s) per "
+                         f"token)")
+    cells = values[off[0]:off[-1]]
+    return cells.reshape(-1, per) if per != 1 else cells
+
+
 def _list_buffers(col) -> tuple[np.ndarray, np.ndarray]:
     """(flat values, offsets) of an Arrow list column (any chunking, list or large_list)."""
     if isinstance(col, pa.ChunkedArray):
@@ -101,14 +129,20 @@ class TokenizedDataset:
         Its Parquet files, in logID order (sorted names, as daskwp writes them).
     pad_id : int or None
         The vocabulary's [PAD] id, from the files' metadata or the caller.
+    position_outputs : list of str
+        The per-position outputs stored beside ``input_ids`` (``token_type_ids``, ...), as
+        the files record them (else the columns of known outputs in the first file).
     """
 
-    def __init__(self, files: list[str], pad_id: int | None):
+    def __init__(self, files: list[str], pad_id: int | None,
+                 position_outputs: list[str] | None = None):
         self.files = files
         self.pad_id = pad_id
+        self.position_outputs = list(position_outputs or [])
 
     def __repr__(self) -> str:
-        return f"TokenizedDataset(files={len(self.files)}, pad_id={self.pad_id})"
+        extra = f", position_outputs={self.position_outputs}" if self.position_outputs else ""
+        return f"TokenizedDataset(files={len(self.files)}, pad_id={self.pad_id}{extra})"
 
     def __len__(self) -> int:
         """Rows (windows) in the dataset, from the Parquet footers."""
@@ -146,12 +180,16 @@ class TokenizedDataset:
             mask_values = mask_values[m_off[0] - offsets[0]:] if m_off[0] != offsets[0] \
                 else mask_values
         stored_padded = len(lengths) > 0 and bool((lengths == lengths[0]).all())
+        names = [n for n in self.position_outputs if n in table.column_names]
+        cells = {n: _position_cells(table, n, offsets) for n in names}
+        extras = {}
         if stored_padded and int(lengths[0]) == width:
             ids = values[offsets[0]:offsets[-1]].reshape(-1, width).astype(np.int32,
                                                                           copy=False)
             mask = (mask_values[offsets[0]:offsets[-1]].reshape(-1, width)
                     .astype(np.int32, copy=False) if mask_values is not None
                     else np.ones_like(ids))
+            extras = {n: c.reshape((-1, width) + c.shape[1:]) for n, c in cells.items()}
         else:
             pad = self.pad_id
             if pad is None:
@@ -167,16 +205,23 @@ class TokenizedDataset:
                     raise ValueError(f"row {r} holds {int(keep[r])} tokens, more than "
                                      f"max_length={width}; read with a larger max_length "
                                      f"(nothing is cut)")
-                flat = values[offsets[0]:offsets[-1]][real.reshape(-1)]
+                sel = real.reshape(-1)
+                flat = values[offsets[0]:offsets[-1]][sel]
                 new_off = np.concatenate([[0], np.cumsum(keep)])
                 ids, mask = pad_rows(flat, new_off, width, pad)
+                cells = {n: c[sel] for n, c in cells.items()}
             else:
                 ids, mask = pad_rows(values, offsets, width, pad, mask_values)
+                new_off = offsets - offsets[0]
+            extras = {n: _pad_cells(c, new_off, width, position_output(n).pad)
+                      for n, c in cells.items()}
         meta = np.stack([table.column(c).to_numpy().astype(np.int64)
                          for c in METADATA_COLUMNS], axis=1)
         data = {"input_ids": convert_tensors(ids, return_tensors),
                 "attention_mask": convert_tensors(mask, return_tensors),
                 "metadata": convert_tensors(meta, return_tensors)}
+        for n, v in extras.items():
+            data[n] = convert_tensors(np.ascontiguousarray(v), return_tensors)
         if "bucket" in table.column_names:
             data["bucket"] = convert_tensors(
                 table.column("bucket").to_numpy().astype(np.int32), return_tensors)
@@ -189,7 +234,8 @@ class TokenizedDataset:
                 return_tensors: str = "np", files=None) -> Iterator[BatchWindows]:
         """Model-ready batches: ``input_ids`` and ``attention_mask`` padded to
         ``max_length`` (default: each batch's longest row; stored padded rows keep their
-        width; a bucketed dataset gives one batch per bucket width), ``metadata`` (rows x 3
+        width; a bucketed dataset gives one batch per bucket width), every stored
+        per-position output (:attr:`position_outputs`) padded alike, ``metadata`` (rows x 3
         int64) and ``window`` (and ``bucket``).
 
         ``batch_size`` rows per batch (default: one batch per file); the last batch of a
@@ -204,8 +250,8 @@ class TokenizedDataset:
             batch_size = check_int("batch_size", batch_size, lo=1, allowed=">= 1")
         for f in (self.files if files is None else files):
             pf = pq.ParquetFile(f)
-            cols = [c for c in (*_REQUIRED, "attention_mask", "window", "bucket")
-                    if c in pf.schema_arrow.names]
+            cols = [c for c in (*_REQUIRED, "attention_mask", "window", "bucket",
+                                *self.position_outputs) if c in pf.schema_arrow.names]
             missing = [c for c in _REQUIRED if c not in cols]
             if missing:
                 raise ValueError(f"{f!r} is not a tokenized dataset: no column(s) {missing}")
@@ -244,6 +290,26 @@ class TokenizedDataset:
                                        return_tensors="pt", files=files)
 
         return _Batches()
+
+
+def _recorded_position_outputs(files: list[str]) -> list[str]:
+    """The per-position output columns of a dataset: as the first part's ``daskwp``
+    metadata records them (daskwp's part writer), else the columns of the first file named
+    in :data:`~daskwp.frames.schema.POSITION_OUTPUTS` (frames written by other writers)."""
+    import pyarrow.parquet as pq
+    for f in files[:1]:
+        md = pq.read_metadata(f)
+        kv = md.metadata or {}
+        if _METADATA_KEY in kv:
+            try:
+                value = json.loads(kv[_METADATA_KEY]).get("position_outputs")
+            except ValueError:
+                value = None
+            if isinstance(value, list):
+                return [str(v) for v in value]
+        names = md.schema.to_arrow_schema().names
+        return [o.name for o in POSITION_OUTPUTS if o.name in names]
+    return []
 
 
 def _recorded_pad_id(files: list[str]) -> int | None:
@@ -288,4 +354,4 @@ def read_tokenized(path, *, pad_id: int | None = None, tokenizer=None) -> Tokeni
         pad_id = _recorded_pad_id(files)
     if pad_id is not None:
         pad_id = check_int("pad_id", pad_id, lo=0, allowed=">= 0")
-    return TokenizedDataset(files, pad_id)
+    return TokenizedDataset(files, pad_id, _recorded_position_outputs(files))

@@ -26,10 +26,9 @@ import numpy as np
 import pyarrow as pa
 
 from ..core.cache import BoundedCache
-from ..core.windows import WINDOW_OPTIONS
 from ..distributed.state import cached_tokenizer
-from ..distributed.tasks import (add_logid_offset, owned_unknown_tokens, tokenize_partition,
-                                 write_tokenized_part)
+from ..distributed.tasks import (add_logid_offset, call_options, owned_unknown_tokens,
+                                 tokenize_partition, write_tokenized_part)
 from ..frames.partition import CHECKSUM_KEY, PART_METADATA_KEY, checksum_hash, checksum_hex, \
     is_cudf
 from .errors import InputError, JobError
@@ -69,9 +68,23 @@ def _worker_device(device: str) -> str:
     return _WORKER_DEVICES.get_or_create(device, lambda: resolve_device("auto"))
 
 
-def _as_series(texts: pa.Array, device: str):
+def _as_series(texts, device: str):
     """A partition's documents as the Series type the tokenizer runs on: cudf on a GPU
-    worker (when the text is valid UTF-8), else pandas backed by the Arrow array."""
+    worker (when the text is valid UTF-8), else pandas backed by the Arrow array. Pairs (a
+    two-column Arrow table: the texts, then the second sequences, ``column_pair``) become a
+    two-column frame of the same kind."""
+    if isinstance(texts, pa.Table):
+        if _worker_device(device) == "gpu":
+            import cudf
+            try:
+                return cudf.DataFrame({f"c{j}": cudf.Series.from_arrow(
+                    texts.column(j).combine_chunks().cast(pa.large_string()))
+                    for j in range(2)})
+            except pa.ArrowInvalid:
+                pass
+        import pandas as pd
+        return pd.DataFrame({f"c{j}": pd.arrays.ArrowExtensionArray(
+            texts.column(j).combine_chunks()) for j in range(2)})
     if _worker_device(device) == "gpu":
         import cudf
         try:
@@ -102,8 +115,7 @@ def tokenize_job_partition(tokenizer, texts: pa.Array, options: dict, logid_offs
     Memory: the tokenizer's arrays for the partition and the Arrow table sharing them.
     """
     tokenizer = cached_tokenizer(tokenizer)
-    window_options = {k: options[k] for k in WINDOW_OPTIONS}
-    frame = tokenize_partition(_as_series(texts, device), tokenizer, window_options,
+    frame = tokenize_partition(_as_series(texts, device), tokenizer, call_options(options),
                                partition=partition)
     frame = add_logid_offset(frame, int(logid_offset))
     table = _frame_to_arrow(frame)
