@@ -17,13 +17,14 @@ from .core.vocab import Vocabulary
 from .backends.cpu import windows_from_encoding, word_cache_info
 from .backends.memory import host_pool_info, release_host_memory, set_host_pool_limit
 from .backends.tokenizer import WordPieceTokenizer
+from .backends.transformers_compat import TransformersTokenizer
 from .distributed.cluster import connect
 from .accessors.register import register_accessors
 from .io.tokenized import read_tokenized
 
 register_accessors()  # .wordpiece on pandas, Dask and (when it imports) cudf Series
 
-__all__ = ["BatchWindows", "Encoding", "RaggedRows", "Vocabulary", "WordPieceTokenizer",
+__all__ = ["BatchWindows", "Encoding", "RaggedRows", "TransformersTokenizer", "Vocabulary", "WordPieceTokenizer",
            "__version__", "align_labels", "cache_info", "clear_caches", "connect", "decode",
            "host_pool_info", "labels_to_spans", "merge_wordpieces", "read_tokenized",
            "register_accessors", "release_host_memory", "set_host_pool_limit", "spans_to_labels",

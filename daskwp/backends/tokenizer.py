@@ -23,6 +23,7 @@ from ..core.vocab import (DEFAULT_SPECIAL_NAMES, SPECIAL_NAME_OPTIONS, Vocabular
 from ..core.windows import WINDOW_OPTIONS, window_params
 from .cpu import CPU, default_num_threads
 from .protocol import KernelModel
+from .transformers_compat import TransformersTokenizer, from_transformers as read_transformers
 
 __all__ = ["FROM_FILE", "TOKENIZER_OPTIONS", "WordPieceTokenizer", "resolve_tokenizer"]
 
@@ -474,6 +475,43 @@ class WordPieceTokenizer:
                  and not (k in DEFAULT_SPECIAL_NAMES and v == DEFAULT_SPECIAL_NAMES[k])}
         s = ", ".join(f"{k}={v!r}" for k, v in shown.items())
         return f"WordPieceTokenizer({self.vocab!r}, {s})"
+
+    # -- transformers (docs/design.md §3.6) --------------------------------------------
+    @classmethod
+    def from_transformers(cls, obj, **kwargs) -> "WordPieceTokenizer":
+        """A tokenizer from a transformers BERT-family tokenizer (fast: its
+        ``backend_tokenizer``; slow ``BertTokenizer``: its vocabulary, ``do_lower_case``,
+        ``strip_accents``, ``tokenize_chinese_chars`` and added tokens) or a
+        ``tokenizers.Tokenizer``: vocabulary, normalizer, special and added tokens; its
+        ``model_max_length``, ``padding_side`` and ``truncation_side`` are kept for
+        :meth:`as_transformers` (attribute ``transformers_settings``, not pickled). Keyword
+        arguments override the tokenizer's settings (``num_threads``, ``device``, ...).
+        Anything daskwp does not run exactly is refused with a ValueError naming the
+        component (daskwp/backends/transformers_compat.py)."""
+        args, settings = read_transformers(obj)
+        args.pop("_where", None)
+        args.update(kwargs)
+        tok = cls(**args)
+        added = settings.pop("added")
+        if added:
+            ids = tok.add_special_tokens([t for t, _ in added])
+            for (t, want), got in zip(added, ids):
+                if want != got:
+                    raise ValueError(f"added token {t!r} has id {want} in the transformers "
+                                     f"tokenizer, but daskwp gives the next id after the "
+                                     f"vocabulary ({got}); ids must follow the vocabulary")
+        tok.transformers_settings = settings
+        return tok
+
+    def as_transformers(self, **settings) -> TransformersTokenizer:
+        """This tokenizer behind transformers' ``BertTokenizerFast`` API (``__call__``,
+        ``encode_plus``, ``batch_encode_plus``, ``decode``, ``pad``, ``save_pretrained``, ...;
+        docs/design.md §3.6). ``settings``: ``model_max_length``, ``padding_side``,
+        ``truncation_side``, ``clean_up_tokenization_spaces`` (default: those
+        :meth:`from_transformers` kept, else transformers' defaults)."""
+        base = dict(getattr(self, "transformers_settings", None) or {})
+        base.update(settings)
+        return TransformersTokenizer(self, **base)
 
 
 def _rebuild_tokenizer(vocab, settings, num_threads, device="auto"):

@@ -1,0 +1,1215 @@
+"""The transformers drop-in: a daskwp tokenizer behind ``BertTokenizerFast``'s API
+(docs/design.md §3.6).
+
+:class:`TransformersTokenizer` (``tok.as_transformers()``) answers ``__call__``,
+``encode_plus``, ``batch_encode_plus``, ``encode``, ``decode``, ``pad``, ... with what
+``transformers`` (5.x, ``TokenizersBackend``) returns for a BERT tokenizer built from the same
+files: the same keys, values, types (lists, NumPy int64 arrays, torch int64 tensors) and the
+same errors. The ids come from the daskwp tokenizer (``tok.encode``: flat ragged ids per
+document); truncation, overflow, special tokens and padding follow HuggingFace ``tokenizers``'
+rules (``Encoding::truncate``, ``truncate_encodings``, ``Encoding::merge_with`` and the BERT
+template), so what transformers accepts this accepts, and what it refuses (or panics on) this
+refuses with a ``ValueError``.
+
+:func:`from_transformers` reads a transformers BERT tokenizer (fast or slow) or a
+``tokenizers.Tokenizer`` into the keyword arguments of a daskwp tokenizer.
+
+This module does not import :mod:`daskwp.backends.tokenizer` (the tokenizer is passed in;
+duck typing), so that module imports this one at its top.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import tempfile
+from collections import UserDict
+from pathlib import Path
+
+import numpy as np
+
+from ..core.vocab import Vocabulary
+
+__all__ = ["BatchEncoding", "TransformersTokenizer", "from_transformers",
+           "offsets_available"]
+
+#: transformers' "no limit" for ``model_max_length`` (``VERY_LARGE_INTEGER``) and the bound
+#: above which it means "none" (``LARGE_INTEGER``).
+VERY_LARGE_INTEGER = int(1e30)
+LARGE_INTEGER = int(1e20)
+
+PADDING_STRATEGIES = ("longest", "max_length", "do_not_pad")
+TRUNCATION_STRATEGIES = ("only_first", "only_second", "longest_first", "do_not_truncate")
+SPECIAL_ATTRS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
+                 "mask_token")
+
+# The BERT template (``[CLS] $A [SEP]`` / ``[CLS] $A [SEP] $B:1 [SEP]:1``) as tokenizers.json
+# spells it; what from_transformers accepts as a post-processor.
+_SINGLE = [{"SpecialToken": {"type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+           {"SpecialToken": {"type_id": 0}}]
+_PAIR_TAIL = [{"Sequence": {"id": "B", "type_id": 1}}, {"SpecialToken": {"type_id": 1}}]
+
+
+def offsets_available(tok) -> bool:
+    """Whether the daskwp tokenizer ``tok`` gives character offsets and word ids
+    (``tok.encode(..., return_offsets_mapping=True, return_word_ids=True,
+    offsets_unit="chars")``). The one feature check of this module: where it is False,
+    ``return_offsets_mapping=True`` and ``BatchEncoding.word_ids`` raise NotImplementedError."""
+    try:
+        params = inspect.signature(tok.encode).parameters
+    except (TypeError, ValueError):
+        return False
+    return all(k in params for k in ("return_offsets_mapping", "return_word_ids",
+                                     "offsets_unit"))
+
+
+# ---------------------------------------------------------------------------------------
+# The result: a BatchEncoding look-alike
+# ---------------------------------------------------------------------------------------
+
+class BatchEncoding(UserDict):
+    """What :class:`TransformersTokenizer` returns: a mapping of the model inputs with
+    attribute access (``enc.input_ids``), as transformers' ``BatchEncoding``.
+
+    ``word_ids(i)``, ``sequence_ids(i)`` and ``tokens(i)`` describe row ``i`` (for an
+    un-batched result, ``i = 0``); ``to(device)`` moves torch tensors; ``convert_to_tensors``
+    converts in place. Integer indexing (transformers' ``tokenizers.Encoding`` objects) is not
+    available.
+    """
+
+    def __init__(self, data=None, tensor_type=None, *, rows=None, n_sequences=None,
+                 owner=None):
+        super().__init__(data or {})
+        self._rows = rows              # per row: (sequence ids, word ids or None, ids)
+        self._n_sequences = n_sequences
+        self._owner = owner
+        if tensor_type is not None:
+            self.convert_to_tensors(tensor_type)
+
+    def __getattr__(self, item):
+        if item.startswith("__") or item in ("data", "_rows", "_n_sequences", "_owner"):
+            raise AttributeError(item)
+        try:
+            return self.data[item]
+        except KeyError:
+            raise AttributeError(item) from None
+
+    def __getitem__(self, item):
+        if isinstance(item, str):
+            return self.data[item]
+        if isinstance(item, slice):
+            return {k: v[item] for k, v in self.data.items()}
+        raise KeyError("Invalid key: this BatchEncoding takes strings (the inputs' names) and "
+                       "slices; integer indices (HF's tokenizers.Encoding objects) are not "
+                       "available from daskwp")
+
+    def __getstate__(self):
+        return {"data": self.data, "rows": self._rows, "n_sequences": self._n_sequences}
+
+    def __setstate__(self, state):
+        self.data = state["data"]
+        self._rows = state.get("rows")
+        self._n_sequences = state.get("n_sequences")
+        self._owner = None
+
+    @property
+    def n_sequences(self):
+        return self._n_sequences
+
+    @property
+    def is_fast(self) -> bool:
+        return True
+
+    @property
+    def encodings(self):
+        return None
+
+    def _row(self, batch_index: int):
+        if self._rows is None:
+            raise ValueError("this BatchEncoding was not built by the tokenizer (pad() or a "
+                             "copy): it has no word or sequence ids")
+        return self._rows[batch_index]
+
+    def sequence_ids(self, batch_index: int = 0) -> list:
+        """Per token of row ``batch_index``: 0 or 1 (the sequence it comes from), None for
+        special tokens and padding."""
+        return list(self._row(batch_index)[0])
+
+    def word_ids(self, batch_index: int = 0) -> list:
+        """Per token of row ``batch_index``: the index of the word it comes from (in its own
+        sequence), None for special tokens and padding."""
+        words = self._row(batch_index)[1]
+        if words is None:
+            raise NotImplementedError(
+                "word_ids: this daskwp tokenizer does not give word ids yet (tok.encode(..., "
+                "return_word_ids=True) is not available in this build)")
+        return list(words)
+
+    def tokens(self, batch_index: int = 0) -> list:
+        """The token strings of row ``batch_index``."""
+        ids = self._row(batch_index)[2]
+        if self._owner is None:
+            raise ValueError("tokens(): this BatchEncoding has no tokenizer attached")
+        return self._owner.convert_ids_to_tokens(list(ids))
+
+    def convert_to_tensors(self, tensor_type=None, prepend_batch_axis: bool = False):
+        if tensor_type is None:
+            return self
+        kind = _tensor_kind(tensor_type)
+        for key, value in list(self.data.items()):
+            if prepend_batch_axis:
+                value = [value]
+            self.data[key] = _as_tensor(key, value, kind)
+        return self
+
+    def to(self, device, *, non_blocking: bool = False):
+        """Every torch tensor moved to ``device`` (this object, changed in place)."""
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            raise ImportError("BatchEncoding.to() needs PyTorch, which is not installed") \
+                from None
+        self.data = {k: v.to(device=device, non_blocking=non_blocking)
+                     if hasattr(v, "to") and callable(v.to) else v
+                     for k, v in self.data.items()}
+        return self
+
+    def __repr__(self) -> str:
+        return repr(self.data)
+
+
+def _tensor_kind(tensor_type) -> str:
+    kind = getattr(tensor_type, "value", tensor_type)
+    if kind not in ("np", "pt"):
+        raise ValueError(f"return_tensors={tensor_type!r} is not available from daskwp's "
+                         f"transformers drop-in; use None (lists), 'np' or 'pt'")
+    return kind
+
+
+def _as_tensor(key, value, kind):
+    if kind == "pt":
+        try:
+            import torch
+        except ImportError:
+            raise ImportError("Unable to convert output to PyTorch tensors format, PyTorch is "
+                              "not installed.") from None
+        if torch.is_tensor(value):
+            return value
+        if isinstance(value, np.ndarray):
+            return torch.from_numpy(value)
+        try:
+            if isinstance(value, list) and len(value) == 0:
+                return torch.tensor(value, dtype=torch.int64)
+            return torch.tensor(value)
+        except (ValueError, TypeError, RuntimeError) as e:
+            raise ValueError(
+                f"Unable to create tensor, you should probably activate truncation and/or "
+                f"padding with 'padding=True' 'truncation=True' to have batched tensors with "
+                f"the same length (`{key}` has rows of different lengths).") from e
+    if isinstance(value, np.ndarray):
+        return value
+    if isinstance(value, (list, tuple)) and value and \
+            isinstance(value[0], (list, tuple, np.ndarray)):
+        if len({len(v) for v in value}) > 1:
+            out = np.empty(len(value), dtype=object)
+            for i, v in enumerate(value):
+                out[i] = np.asarray(v)
+            return out
+    if isinstance(value, (list, tuple)) and len(value) == 0:
+        return np.asarray(value, dtype=np.int64)
+    return np.asarray(value)
+
+
+# ---------------------------------------------------------------------------------------
+# HuggingFace tokenizers' truncation, as windows of index ranges
+# ---------------------------------------------------------------------------------------
+
+def _windows(n: int, max_len: int, stride: int, direction: str):
+    """``Encoding::truncate(max_len, stride, direction)`` of a sequence of ``n`` tokens: the
+    ``(start, stop)`` ranges of the kept part, then of its overflows."""
+    if max_len >= n:
+        return [(0, n)]
+    if max_len == 0:
+        return [(0, 0), (0, n)]
+    if stride >= max_len:
+        raise ValueError(
+            f"stride={stride} must be smaller than the {max_len} tokens a sequence keeps "
+            f"(max_length less the special tokens, and for pairs less the other sequence); "
+            f"HuggingFace tokenizers panics here (`stride` must be strictly less than "
+            f"`max_len={max_len}`)")
+    step = max_len - stride
+    out = []
+    if direction == "right":
+        for start in range(0, n, step):
+            stop = min(start + max_len, n)
+            out.append((start, stop))
+            if stop == n:
+                break
+    else:
+        for last in range(n - 1, -1, -step):
+            stop = last + 1
+            start = max(0, stop - max_len)
+            out.append((start, stop))
+            if start == 0:
+                break
+    return out
+
+
+def _truncate_pair(na: int, nb: int | None, strategy: str | None, max_len: int | None,
+                   stride: int, direction: str):
+    """``truncate_encodings``: the windows of the first and (for pairs) second sequence."""
+    whole_a = [(0, na)]
+    whole_b = None if nb is None else [(0, nb)]
+    if strategy is None or max_len is None:
+        return whole_a, whole_b
+    if max_len == 0:
+        return (_windows(na, 0, stride, direction),
+                None if nb is None else _windows(nb, 0, stride, direction))
+    total = na + (nb or 0)
+    if total <= max_len:
+        return whole_a, whole_b
+    to_remove = total - max_len
+    if strategy == "longest_first":
+        if nb is None:
+            return _windows(na, total - to_remove, stride, direction), None
+        n1, n2, swap = na, nb, False
+        if n1 > n2:
+            n1, n2, swap = n2, n1, True
+        n2 = n1 if n1 > max_len else max(n1, max_len - n1)
+        if n1 + n2 > max_len:
+            n1 = max_len // 2
+            n2 = n1 + max_len % 2
+        if swap:
+            n1, n2 = n2, n1
+        return (_windows(na, n1, stride, direction), _windows(nb, n2, stride, direction))
+    if strategy == "only_second" and nb is None:
+        raise ValueError("Truncation error: Second sequence not provided (truncation="
+                         "'only_second' needs a text_pair)")
+    target = na if strategy == "only_first" else nb
+    if target <= to_remove:
+        raise ValueError(
+            f"Truncation error: Sequence to truncate too short to respect the provided "
+            f"max_length (truncation={strategy!r}: the sequences have {na} and {nb} tokens, "
+            f"{max_len} fit)")
+    keep = _windows(target, target - to_remove, stride, direction)
+    return (keep, whole_b) if strategy == "only_first" else (whole_a, keep)
+
+
+def _merged(wa, wb):
+    """The rows ``Encoding::merge_with`` makes of two sides' windows (primary first, then
+    transformers' flat ``[encoding] + encoding.overflowing``)."""
+    if wb is None:
+        return [(a, None) for a in wa]
+    rows = [(wa[0], wb[0])]
+    for a in wa[1:]:
+        for b in wb:
+            rows.append((a, b))
+    for b in wb[1:]:
+        rows.append((wa[0], b))
+    return rows
+
+
+# ---------------------------------------------------------------------------------------
+# The facade
+# ---------------------------------------------------------------------------------------
+
+class TransformersTokenizer:
+    """A daskwp tokenizer with the API of transformers' ``BertTokenizerFast``.
+
+    Build it with ``tok.as_transformers()``. Outputs equal ``BertTokenizerFast``'s
+    (transformers 5.x) on the same vocabulary and normalizer flags: keys, values and types;
+    what transformers refuses raises here too. See docs/design.md §3.6 for what is supported
+    and what is refused (``truncation_side`` / ``padding_side`` "left" are honoured;
+    ``return_tensors`` other than None / "np" / "pt" is refused by name; character offsets
+    and word ids need a daskwp build that gives them, see :func:`offsets_available`).
+    """
+
+    model_input_names = ["input_ids", "token_type_ids", "attention_mask"]
+    is_fast = True
+    pad_token_type_id = 0
+
+    def __init__(self, tokenizer, *, model_max_length: int | None = None,
+                 padding_side: str = "right", truncation_side: str = "right",
+                 clean_up_tokenization_spaces: bool = False, name_or_path: str = ""):
+        for name in ("encode", "vocab"):
+            if not hasattr(tokenizer, name):
+                raise TypeError(f"as_transformers needs a daskwp WordPieceTokenizer, got "
+                                f"{type(tokenizer).__name__} (no {name!r})")
+        self.tokenizer = tokenizer
+        self.model_max_length = VERY_LARGE_INTEGER if model_max_length is None \
+            else int(model_max_length)
+        self.padding_side = padding_side
+        self.truncation_side = truncation_side
+        self.clean_up_tokenization_spaces = bool(clean_up_tokenization_spaces)
+        self.name_or_path = name_or_path
+        self.split_special_tokens = False
+
+    # -- sides: checked where they are set -------------------------------------------
+    @property
+    def padding_side(self) -> str:
+        return self._padding_side
+
+    @padding_side.setter
+    def padding_side(self, value):
+        if value not in ("right", "left"):
+            raise ValueError(f"Padding side should be selected between 'right' and 'left', "
+                             f"current value: {value}")
+        self._padding_side = value
+
+    @property
+    def truncation_side(self) -> str:
+        return self._truncation_side
+
+    @truncation_side.setter
+    def truncation_side(self, value):
+        if value not in ("right", "left"):
+            raise ValueError(f"Truncation side should be selected between 'right' and "
+                             f"'left', current value: {value}")
+        self._truncation_side = value
+
+    # -- vocabulary and special tokens ---------------------------------------------------
+    @property
+    def vocab_obj(self) -> Vocabulary:
+        return self.tokenizer.vocab
+
+    def _name(self, key):
+        return self.vocab_obj.special_names.get(key)
+
+    def _present(self, key):
+        t = self._name(key)
+        return t if t is not None and self.vocab_obj.token_to_id(t) is not None else None
+
+    unk_token = property(lambda self: self._present("unk_token"))
+    sep_token = property(lambda self: self._present("sep_token"))
+    pad_token = property(lambda self: self._present("pad_token"))
+    cls_token = property(lambda self: self._present("cls_token"))
+    mask_token = property(lambda self: self._present("mask_token"))
+    bos_token = property(lambda self: None)
+    eos_token = property(lambda self: None)
+
+    def _id(self, token):
+        return None if token is None else self.vocab_obj.token_to_id(token)
+
+    unk_token_id = property(lambda self: self._id(self.unk_token))
+    sep_token_id = property(lambda self: self._id(self.sep_token))
+    pad_token_id = property(lambda self: self._id(self.pad_token))
+    cls_token_id = property(lambda self: self._id(self.cls_token))
+    mask_token_id = property(lambda self: self._id(self.mask_token))
+    bos_token_id = property(lambda self: None)
+    eos_token_id = property(lambda self: None)
+
+    @property
+    def special_tokens_map(self) -> dict:
+        return {k: getattr(self, k) for k in SPECIAL_ATTRS if getattr(self, k) is not None}
+
+    @property
+    def extra_special_tokens(self) -> list:
+        named = set(self.special_tokens_map.values())
+        v = self.vocab_obj
+        return [t for t in v.special_tokens
+                if t not in named and v.token_to_id(t) in v.special_ids]
+
+    @property
+    def all_special_tokens(self) -> list:
+        out = list(dict.fromkeys(self.special_tokens_map.values()))
+        return out + [t for t in self.extra_special_tokens if t not in out]
+
+    @property
+    def all_special_ids(self) -> list:
+        return self.convert_tokens_to_ids(self.all_special_tokens)
+
+    def get_vocab(self) -> dict:
+        v = self.vocab_obj
+        out = dict(v.model_tokens)
+        for t in v.special_tokens:
+            out[t] = v.token_to_id(t)
+        return out
+
+    @property
+    def vocab(self) -> dict:
+        return self.get_vocab()
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab_obj.model_tokens)
+
+    def __len__(self) -> int:
+        return len(self.get_vocab())
+
+    def get_added_vocab(self) -> dict:
+        v = self.vocab_obj
+        return {t: v.token_to_id(t) for t in v.special_tokens}
+
+    def num_special_tokens_to_add(self, pair: bool = False) -> int:
+        return 3 if pair else 2
+
+    @property
+    def max_len_single_sentence(self) -> int:
+        return self.model_max_length - 2
+
+    @property
+    def max_len_sentences_pair(self) -> int:
+        return self.model_max_length - 3
+
+    def convert_tokens_to_ids(self, tokens):
+        if tokens is None:
+            return None
+        v = self.vocab_obj
+        if isinstance(tokens, str):
+            i = v.token_to_id(tokens)
+            return v.unk_id if i is None else i
+        return [self.convert_tokens_to_ids(t) for t in tokens]
+
+    def convert_ids_to_tokens(self, ids, skip_special_tokens: bool = False):
+        v = self.vocab_obj
+        if isinstance(ids, (int, np.integer)):
+            return self._token_of(int(ids))
+        skip = set(self.all_special_ids) if skip_special_tokens else set()
+        return [self._token_of(int(i)) for i in _to_py(ids) if int(i) not in skip] \
+            if v is not None else []
+
+    def _token_of(self, i: int):
+        v = self.vocab_obj
+        t = v.id_to_token(i)
+        if t is None or v.token_to_id(t) != i:
+            return None if t is None or t == "" else t
+        return t
+
+    def convert_tokens_to_string(self, tokens) -> str:
+        prefix = self.vocab_obj.continuing_subword_prefix
+        out = []
+        for k, t in enumerate(tokens):
+            if k:
+                t = t[len(prefix):] if t.startswith(prefix) else " " + t
+            out.append(_cleanup(t))
+        return "".join(out)
+
+    def clean_up_tokenization(self, text: str) -> str:
+        return (text.replace(" .", ".").replace(" ?", "?").replace(" !", "!")
+                .replace(" ,", ",").replace(" ' ", "'").replace(" n't", "n't")
+                .replace(" 'm", "'m").replace(" 's", "'s").replace(" 've", "'ve")
+                .replace(" 're", "'re"))
+
+    # -- decoding --------------------------------------------------------------------------
+    def decode(self, token_ids, skip_special_tokens: bool = False,
+               clean_up_tokenization_spaces: bool | None = None, **kwargs):
+        token_ids = _to_py(token_ids)
+        if isinstance(token_ids, (list, tuple)) and token_ids and \
+                isinstance(token_ids[0], (list, tuple)):
+            return [self._decode(s, skip_special_tokens, clean_up_tokenization_spaces)
+                    for s in token_ids]
+        return self._decode(token_ids, skip_special_tokens, clean_up_tokenization_spaces)
+
+    def batch_decode(self, sequences, skip_special_tokens: bool = False,
+                     clean_up_tokenization_spaces: bool | None = None, **kwargs) -> list:
+        sequences = _to_py(sequences)
+        if len(sequences) == 0:
+            return []
+        out = self.decode(sequences, skip_special_tokens, clean_up_tokenization_spaces)
+        return [out] if isinstance(out, str) else out
+
+    def _decode(self, ids, skip_special_tokens, clean_up):
+        if isinstance(ids, int):
+            ids = [ids]
+        if isinstance(ids, dict):
+            ids = ids["input_ids"]
+        text = self.tokenizer.decode([int(i) for i in ids],
+                                     skip_special_tokens=bool(skip_special_tokens))
+        clean_up = self.clean_up_tokenization_spaces if clean_up is None else clean_up
+        return self.clean_up_tokenization(text) if clean_up else text
+
+    # -- encoding --------------------------------------------------------------------------
+    def tokenize(self, text: str, pair: str | None = None, add_special_tokens: bool = False,
+                 **kwargs) -> list:
+        enc = self(text, text_pair=pair, add_special_tokens=add_special_tokens, **kwargs)
+        return enc.tokens(0)
+
+    def encode(self, text, text_pair=None, add_special_tokens: bool = True, padding=False,
+               truncation=None, max_length=None, stride: int = 0, padding_side=None,
+               return_tensors=None, **kwargs):
+        return self(text, text_pair=text_pair, add_special_tokens=add_special_tokens,
+                    padding=padding, truncation=truncation, max_length=max_length,
+                    stride=stride, padding_side=padding_side, return_tensors=return_tensors,
+                    **kwargs)["input_ids"]
+
+    def encode_plus(self, text, text_pair=None, **kwargs) -> BatchEncoding:
+        """One text (or pair): ``__call__`` on it (transformers 4's ``encode_plus``)."""
+        if isinstance(text, (list, tuple)) and not kwargs.get("is_split_into_words"):
+            raise TypeError("encode_plus takes one text (a str); use batch_encode_plus or "
+                            "__call__ for a batch")
+        return self(text, text_pair=text_pair, **kwargs)
+
+    def batch_encode_plus(self, batch_text_or_text_pairs, **kwargs) -> BatchEncoding:
+        """A batch of texts or ``(text, pair)`` tuples (transformers 4's
+        ``batch_encode_plus``)."""
+        if not isinstance(batch_text_or_text_pairs, (list, tuple)):
+            raise TypeError(f"batch_text_or_text_pairs has to be a list or a tuple (got "
+                            f"{type(batch_text_or_text_pairs)})")
+        items = list(batch_text_or_text_pairs)
+        split = kwargs.get("is_split_into_words", False)
+        pairs = items and isinstance(items[0], tuple) and len(items[0]) == 2 and \
+            (not split or isinstance(items[0][0], (list, tuple)))
+        if pairs:
+            return self([a for a, _ in items], text_pair=[b for _, b in items], **kwargs)
+        return self(items, **kwargs)
+
+    def __call__(self, text=None, text_pair=None, text_target=None, text_pair_target=None,
+                 add_special_tokens: bool = True, padding=False, truncation=None,
+                 max_length: int | None = None, stride: int = 0,
+                 is_split_into_words: bool = False, pad_to_multiple_of: int | None = None,
+                 padding_side: str | None = None, return_tensors=None,
+                 return_token_type_ids: bool | None = None,
+                 return_attention_mask: bool | None = None,
+                 return_overflowing_tokens: bool = False,
+                 return_special_tokens_mask: bool = False,
+                 return_offsets_mapping: bool = False, return_length: bool = False,
+                 verbose: bool = True, **kwargs) -> BatchEncoding:
+        if text_target is not None or text_pair_target is not None:
+            raise NotImplementedError("text_target / text_pair_target (labels for "
+                                      "sequence-to-sequence models) are not available from "
+                                      "daskwp's transformers drop-in")
+        if kwargs.get("split_special_tokens") is False:
+            del kwargs["split_special_tokens"]
+        if kwargs:
+            raise TypeError(f"unexpected keyword argument(s) {sorted(kwargs)} for daskwp's "
+                            f"transformers drop-in")
+        if text is None:
+            raise ValueError("You need to specify either `text` or `text_target`.")
+        padding, strategy, max_length = self._strategies(padding, truncation, max_length,
+                                                         pad_to_multiple_of)
+        if padding_side is not None and padding_side not in ("left", "right"):
+            raise ValueError(f"Invalid padding strategy:{padding_side}")
+        if return_tensors is not None:
+            _tensor_kind(return_tensors)
+        return self._encode(text, text_pair, bool(add_special_tokens), padding, strategy,
+                            max_length, int(stride), bool(is_split_into_words),
+                            pad_to_multiple_of, padding_side or self.padding_side,
+                            return_tensors, return_token_type_ids, return_attention_mask,
+                            bool(return_overflowing_tokens), bool(return_special_tokens_mask),
+                            bool(return_offsets_mapping), bool(return_length))
+
+    def _strategies(self, padding, truncation, max_length, pad_to_multiple_of):
+        """transformers' ``_get_padding_truncation_strategies``: (padding, truncation
+        strategy or None, max_length)."""
+        if max_length is not None and padding is False and truncation is None:
+            truncation = "longest_first"
+        if padding is True:
+            pad = "longest"
+        elif padding is False or padding is None:
+            pad = "do_not_pad"
+        else:
+            pad = getattr(padding, "value", padding)
+            if pad not in PADDING_STRATEGIES:
+                raise ValueError(f"{padding} is not a valid PaddingStrategy, please select one "
+                                 f"of {list(PADDING_STRATEGIES)}")
+        if truncation is True:
+            strat = "longest_first"
+        elif truncation is False or truncation is None:
+            strat = "do_not_truncate"
+        else:
+            strat = getattr(truncation, "value", truncation)
+            if strat not in TRUNCATION_STRATEGIES:
+                raise ValueError(f"{truncation} is not a valid TruncationStrategy, please "
+                                 f"select one of {list(TRUNCATION_STRATEGIES)}")
+        if max_length is None:
+            if pad == "max_length":
+                if self.model_max_length > LARGE_INTEGER:
+                    pad = "do_not_pad"
+                else:
+                    max_length = self.model_max_length
+            if strat != "do_not_truncate":
+                if self.model_max_length > LARGE_INTEGER:
+                    strat = "do_not_truncate"
+                else:
+                    max_length = self.model_max_length
+        if pad != "do_not_pad" and self.pad_token_id is None:
+            raise ValueError("Asking to pad but the tokenizer does not have a padding token.")
+        if strat != "do_not_truncate" and pad != "do_not_pad" and \
+                pad_to_multiple_of is not None and max_length is not None and \
+                max_length % pad_to_multiple_of != 0:
+            raise ValueError(
+                f"Truncation and padding are both activated but truncation length "
+                f"({max_length}) is not a multiple of pad_to_multiple_of ({pad_to_multiple_of}).")
+        if max_length is not None:
+            max_length = int(max_length)
+            if max_length < 0:
+                raise ValueError(f"max_length must be >= 0, got {max_length}")
+        return pad, (None if strat == "do_not_truncate" else strat), max_length
+
+    # -- the work --------------------------------------------------------------------------
+    def _docs(self, texts, split: bool, offsets: bool):
+        """Per text: (ids list, offsets list or None, word ids list or None)."""
+        if not split:
+            flat = list(texts)
+            for t in flat:
+                if not isinstance(t, str):
+                    raise ValueError(
+                        "text input must be of type `str` (single example), `list[str]` "
+                        "(batch or single pretokenized example) or `list[list[str]]` (batch "
+                        "of pretokenized examples).")
+            enc = self._encode_flat(flat, offsets)
+            return enc
+        counts, words = [], []
+        for doc in texts:
+            doc = list(doc)
+            for w in doc:
+                if not isinstance(w, str):
+                    raise ValueError("is_split_into_words=True takes lists of words (str)")
+            counts.append(len(doc))
+            words.extend(doc)
+        per_word = self._encode_flat(words, offsets)
+        out, k = [], 0
+        for c in counts:
+            ids, offs, wids = [], ([] if offsets else None), []
+            for w in range(c):
+                wi, wo, _ = per_word[k + w]
+                ids.extend(wi)
+                wids.extend([w] * len(wi))
+                if offsets:
+                    offs.extend(wo)
+            k += c
+            out.append((ids, offs, wids))
+        return out
+
+    def _encode_flat(self, texts, offsets: bool):
+        tok = self.tokenizer
+        if offsets:
+            if not offsets_available(tok):
+                raise NotImplementedError(
+                    "return_offsets_mapping: this daskwp tokenizer does not give character "
+                    "offsets yet (tok.encode(..., return_offsets_mapping=True) is not "
+                    "available in this build)")
+            enc = tok.encode(texts, return_offsets_mapping=True, return_word_ids=True,
+                             offsets_unit="chars")
+            ids = enc.to_list()
+            off = np.asarray(enc.offsets).tolist()
+            om = [tuple(x) for x in np.asarray(enc.offset_mapping).tolist()]
+            wid = np.asarray(enc.word_ids).tolist()
+            return [(ids[d], om[off[d]:off[d + 1]], wid[off[d]:off[d + 1]])
+                    for d in range(len(ids))]
+        enc = tok.encode(texts)
+        return [(d, None, None) for d in enc.to_list()]
+
+    def _encode(self, text, text_pair, special, padding, strategy, max_length, stride,
+                split, multiple, side, return_tensors, rtt, ram, overflow, rstm, roff, rlen):
+        valid = _valid_text(text) and (text_pair is None or _valid_text(text_pair))
+        if not valid:
+            raise ValueError(
+                "text input must be of type `str` (single example), `list[str]` (batch or "
+                "single pretokenized example) or `list[list[str]]` (batch of pretokenized "
+                "examples) or `list[tuple[list[str], list[str]]]` (batch of pretokenized "
+                "sequence pairs).")
+        if split:
+            batched = isinstance(text, (list, tuple)) and bool(text) and \
+                isinstance(text[0], (list, tuple))
+        else:
+            batched = isinstance(text, (list, tuple))
+        if batched:
+            if isinstance(text_pair, str):
+                raise TypeError("when tokenizing batches of text, `text_pair` must be a list "
+                                "or tuple with the same length as `text`.")
+            if text_pair is not None and len(text) != len(text_pair):
+                raise ValueError(f"batch length of `text`: {len(text)} does not match batch "
+                                 f"length of `text_pair`: {len(text_pair)}.")
+            firsts = list(text)
+            seconds = list(text_pair) if text_pair is not None else None
+        else:
+            firsts = [text]
+            seconds = [text_pair] if text_pair else None   # transformers: "" is no pair
+        if not firsts:
+            raise IndexError("list index out of range (an empty batch: transformers fails "
+                             "on it too)")
+        if seconds is not None:
+            for s in seconds:
+                if split and not isinstance(s, (list, tuple)):
+                    raise ValueError("is_split_into_words=True: each text_pair must be a list "
+                                     "of words")
+        docs_a = self._docs(firsts, split, roff)
+        docs_b = self._docs(seconds, split, roff) if seconds is not None else None
+        paired = docs_b is not None
+        rtt = True if rtt is None else bool(rtt)
+        ram = True if ram is None else bool(ram)
+        n_added = (3 if paired else 2) if special else 0
+        if strategy is not None and max_length is not None and special and \
+                max_length < n_added:
+            trunc_len = None          # HF: no room for the special tokens, no truncation
+        else:
+            trunc_len = max_length if strategy is not None else None
+            if trunc_len is not None and special:
+                trunc_len -= n_added
+        direction = self.truncation_side
+        vocab = self.vocab_obj
+        cls_id = vocab.cls_id if special else None
+        sep_id = vocab.sep_id if special else None
+        # Rows: (sample, (doc a, range), (doc b, range) or None)
+        rows, primary = [], []
+        for i, da in enumerate(docs_a):
+            db = docs_b[i] if paired else None
+            wa, wb = _truncate_pair(len(da[0]), None if db is None else len(db[0]),
+                                    strategy, trunc_len, stride, direction)
+            merged = _merged(wa, wb)
+            if not overflow:
+                merged = merged[:1]
+            for k, (ra, rb) in enumerate(merged):
+                rows.append((i, ra, rb))
+                primary.append(k == 0)
+        # Materialize the rows (unpadded).
+        ids_rows, type_rows, spec_rows, off_rows, seq_rows, word_rows = [], [], [], [], [], []
+        for i, ra, rb in rows:
+            ia, oa, wa_ = docs_a[i]
+            a_ids = ia[ra[0]:ra[1]]
+            la = len(a_ids)
+            if special:
+                ids = [cls_id] + a_ids + [sep_id]
+                seq = [None] + [0] * la + [None]
+                spec = [1] + [0] * la + [1]
+            else:
+                ids = list(a_ids)
+                seq = [0] * la
+                spec = [0] * la
+            types = [0] * len(ids)
+            if roff:
+                offs = ([(0, 0)] if special else []) + oa[ra[0]:ra[1]] + \
+                    ([(0, 0)] if special else [])
+            if wa_ is not None:
+                words = ([None] if special else []) + wa_[ra[0]:ra[1]] + \
+                    ([None] if special else [])
+            if rb is not None:
+                ib, ob, wb_ = docs_b[i]
+                b_ids = ib[rb[0]:rb[1]]
+                lb = len(b_ids)
+                tail = [sep_id] if special else []
+                ids += b_ids + tail
+                seq += [1] * lb + [None] * len(tail)
+                spec += [0] * lb + [1] * len(tail)
+                types += [1] * (lb + len(tail))
+                if roff:
+                    offs += ob[rb[0]:rb[1]] + [(0, 0)] * len(tail)
+                if wb_ is not None:
+                    words += wb_[rb[0]:rb[1]] + [None] * len(tail)
+            ids_rows.append(ids)
+            type_rows.append(types)
+            spec_rows.append(spec)
+            seq_rows.append(seq)
+            off_rows.append(offs if roff else None)
+            word_rows.append(words if wa_ is not None else None)
+        # Padding (tokenizers' pad_encodings: the longest primary row, or max_length).
+        att_rows = None
+        if padding != "do_not_pad":
+            if padding == "max_length":
+                target = max_length
+            else:
+                target = max(len(r) for r, p in zip(ids_rows, primary) if p)
+            if multiple is not None and multiple > 0 and target % multiple:
+                target += multiple - target % multiple
+            pad_id = self.pad_token_id
+            att_rows = []
+            for r in range(len(ids_rows)):
+                n = len(ids_rows[r])
+                d = target - n
+                if d <= 0:
+                    att_rows.append([1] * n)
+                    continue
+                if side == "right":
+                    ids_rows[r] = ids_rows[r] + [pad_id] * d
+                    type_rows[r] = type_rows[r] + [0] * d
+                    spec_rows[r] = spec_rows[r] + [1] * d
+                    seq_rows[r] = seq_rows[r] + [None] * d
+                    att_rows.append([1] * n + [0] * d)
+                    if roff:
+                        off_rows[r] = off_rows[r] + [(0, 0)] * d
+                    if word_rows[r] is not None:
+                        word_rows[r] = word_rows[r] + [None] * d
+                else:
+                    ids_rows[r] = [pad_id] * d + ids_rows[r]
+                    type_rows[r] = [0] * d + type_rows[r]
+                    spec_rows[r] = [1] * d + spec_rows[r]
+                    seq_rows[r] = [None] * d + seq_rows[r]
+                    att_rows.append([0] * d + [1] * n)
+                    if roff:
+                        off_rows[r] = [(0, 0)] * d + off_rows[r]
+                    if word_rows[r] is not None:
+                        word_rows[r] = [None] * d + word_rows[r]
+        if att_rows is None and ram:
+            att_rows = [[1] * len(r) for r in ids_rows]
+        data = {"input_ids": ids_rows}
+        if rtt:
+            data["token_type_ids"] = type_rows
+        if ram:
+            data["attention_mask"] = att_rows
+        if rstm:
+            data["special_tokens_mask"] = spec_rows
+        if roff:
+            data["offset_mapping"] = off_rows
+        if rlen:
+            data["length"] = [len(r) for r in ids_rows]
+        if overflow:
+            data["overflow_to_sample_mapping"] = [i for i, _, _ in rows]
+        meta = [(s, w, ids) for s, w, ids in zip(seq_rows, word_rows, ids_rows)]
+        n_seq = 2 if paired else 1
+        if not batched and return_tensors is None and not overflow:
+            data = {k: (v[0] if v and isinstance(v[0], list) else v) for k, v in data.items()}
+        return BatchEncoding(data, return_tensors, rows=meta, n_sequences=n_seq, owner=self)
+
+    # -- pad ---------------------------------------------------------------------------------
+    def pad(self, encoded_inputs, padding=True, max_length: int | None = None,
+            pad_to_multiple_of: int | None = None, padding_side: str | None = None,
+            return_attention_mask: bool | None = None, return_tensors=None,
+            verbose: bool = True) -> BatchEncoding:
+        """transformers' ``pad``: a single encoding or a batch (dict of lists, list of dicts;
+        lists, NumPy arrays or torch tensors) padded to the longest or to ``max_length``."""
+        if isinstance(encoded_inputs, (list, tuple)) and encoded_inputs and \
+                isinstance(encoded_inputs[0], (dict, UserDict)):
+            encoded_inputs = {k: [ex[k] for ex in encoded_inputs] for k in encoded_inputs[0]}
+        if not isinstance(encoded_inputs, (dict, UserDict)):
+            raise ValueError("pad() takes a dict of lists, a BatchEncoding or a list of them")
+        inputs = dict(encoded_inputs)
+        if "input_ids" not in inputs:
+            raise ValueError(f"You should supply an encoding or a list of encodings to this "
+                             f"method that includes input_ids, but you provided "
+                             f"{list(inputs)}")
+        required = inputs["input_ids"]
+        if required is None or len(required) == 0:
+            if return_attention_mask:
+                inputs["attention_mask"] = []
+            return BatchEncoding(inputs)
+        first = required[0]
+        if isinstance(first, (list, tuple)):
+            for item in required:
+                if len(item) != 0:
+                    first = item[0]
+                    break
+        if not isinstance(first, (int, list, tuple)):
+            kind = "np" if isinstance(first, (np.ndarray, np.generic)) else \
+                ("pt" if type(first).__module__.startswith("torch") else None)
+            if kind is None:
+                raise ValueError(f"type of {first} unknown: {type(first)}. Should be one of a "
+                                 f"python, numpy, or pytorch object.")
+            return_tensors = kind if return_tensors is None else return_tensors
+            inputs = {k: _to_py(v) for k, v in inputs.items()}
+        pad, _, max_length = self._strategies(padding, None, max_length, None)
+        ram = "attention_mask" in self.model_input_names if return_attention_mask is None \
+            else return_attention_mask
+        side = padding_side if padding_side is not None else self.padding_side
+        required = inputs["input_ids"]
+        if required and not isinstance(required[0], (list, tuple)):
+            out = self._pad_one(inputs, max_length, pad, pad_to_multiple_of, side, ram)
+            return BatchEncoding(out, return_tensors)
+        n = len(required)
+        if pad == "longest":
+            max_length = max(len(r) for r in required)
+            pad = "max_length"
+        batch: dict = {}
+        for i in range(n):
+            one = self._pad_one({k: v[i] for k, v in inputs.items()}, max_length, pad,
+                                pad_to_multiple_of, side, ram)
+            for k, v in one.items():
+                batch.setdefault(k, []).append(v)
+        return BatchEncoding(batch, return_tensors)
+
+    def _pad_one(self, enc, max_length, pad, multiple, side, ram):
+        enc = {k: list(v) if isinstance(v, (list, tuple)) else v for k, v in enc.items()}
+        ids = enc["input_ids"]
+        if pad == "longest":
+            max_length = len(ids)
+        if max_length is not None and multiple is not None and max_length % multiple:
+            max_length = (max_length // multiple + 1) * multiple
+        if ram and "attention_mask" not in enc:
+            enc["attention_mask"] = [1] * len(ids)
+        if pad != "do_not_pad" and len(ids) != max_length:
+            d = max_length - len(ids)
+            fill = {"attention_mask": 0, "token_type_ids": self.pad_token_type_id,
+                    "special_tokens_mask": 1, "input_ids": self.pad_token_id}
+            for k, f in fill.items():
+                if k == "attention_mask" and not ram:
+                    continue
+                if k in enc:
+                    enc[k] = enc[k] + [f] * d if side == "right" else [f] * d + enc[k]
+        return enc
+
+    # -- saving -----------------------------------------------------------------------------
+    def save_pretrained(self, save_directory, **kwargs) -> tuple:
+        """Write ``vocab.txt``, ``tokenizer.json``, ``tokenizer_config.json`` and
+        ``special_tokens_map.json``: a folder that transformers' ``AutoTokenizer`` /
+        ``BertTokenizerFast.from_pretrained`` and daskwp's ``from_pretrained`` load back to
+        this tokenizer."""
+        if kwargs.get("push_to_hub"):
+            raise NotImplementedError("push_to_hub: daskwp writes local folders only")
+        folder = Path(save_directory)
+        if folder.is_file():
+            raise ValueError(f"Provided path ({save_directory}) should be a directory, not a "
+                             f"file")
+        folder.mkdir(parents=True, exist_ok=True)
+        v = self.vocab_obj
+        tok = self.tokenizer
+        model_vocab = v.model_tokens
+        tokens = v.tokens
+        files = []
+        # vocab.txt: the WordPiece pieces in id order (added tokens live in tokenizer.json).
+        n_model = max(model_vocab.values()) + 1 if model_vocab else 0
+        lines = []
+        for i in range(n_model):
+            t = tokens[i] if i < len(tokens) else ""
+            lines.append(t if model_vocab.get(t) == i else t)
+        (folder / "vocab.txt").write_text("".join(t + "\n" for t in lines), encoding="utf-8")
+        files.append(str(folder / "vocab.txt"))
+        added = []
+        nonspecial = set(v.special_tokens) - {v.id_to_token(i) for i in v.special_ids}
+        for t in v.special_tokens:
+            added.append({"id": v.token_to_id(t), "content": t, "single_word": False,
+                          "lstrip": False, "rstrip": False, "normalized": False,
+                          "special": t not in nonspecial})
+        added.sort(key=lambda a: a["id"])
+        cls, sep = self.cls_token, self.sep_token
+        post = None
+        if cls is not None and sep is not None:
+            post = {"type": "TemplateProcessing",
+                    "single": [{"SpecialToken": {"id": cls, "type_id": 0}},
+                               {"Sequence": {"id": "A", "type_id": 0}},
+                               {"SpecialToken": {"id": sep, "type_id": 0}}],
+                    "pair": [{"SpecialToken": {"id": cls, "type_id": 0}},
+                             {"Sequence": {"id": "A", "type_id": 0}},
+                             {"SpecialToken": {"id": sep, "type_id": 0}},
+                             {"Sequence": {"id": "B", "type_id": 1}},
+                             {"SpecialToken": {"id": sep, "type_id": 1}}],
+                    "special_tokens": {
+                        cls: {"id": cls, "ids": [self.cls_token_id], "tokens": [cls]},
+                        sep: {"id": sep, "ids": [self.sep_token_id], "tokens": [sep]}}}
+        spec = {"version": "1.0", "truncation": None, "padding": None,
+                "added_tokens": added,
+                "normalizer": json.loads(tok.normalizer),
+                "pre_tokenizer": json.loads(tok.pre_tokenizer),
+                "post_processor": post,
+                "decoder": {"type": "WordPiece", "prefix": v.continuing_subword_prefix,
+                            "cleanup": True},
+                "model": {"type": "WordPiece", "unk_token": v.unk_token,
+                          "continuing_subword_prefix": v.continuing_subword_prefix,
+                          "max_input_chars_per_word": tok.max_input_chars_per_word,
+                          "vocab": dict(sorted(model_vocab.items(), key=lambda kv: kv[1]))}}
+        (folder / "tokenizer.json").write_text(json.dumps(spec, ensure_ascii=False, indent=2),
+                                               encoding="utf-8")
+        files.append(str(folder / "tokenizer.json"))
+        cfg = {"tokenizer_class": "BertTokenizer",
+               "model_max_length": self.model_max_length,
+               "padding_side": self.padding_side, "truncation_side": self.truncation_side,
+               "clean_up_tokenization_spaces": self.clean_up_tokenization_spaces,
+               "model_input_names": list(self.model_input_names)}
+        if getattr(tok, "lowercase", None) is not None:
+            cfg.update(do_lower_case=tok.lowercase, strip_accents=tok.strip_accents,
+                       tokenize_chinese_chars=tok.handle_chinese_chars)
+        cfg.update(self.special_tokens_map)
+        if self.extra_special_tokens:
+            cfg["extra_special_tokens"] = list(self.extra_special_tokens)
+        (folder / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2,
+                                                                 ensure_ascii=False),
+                                                      encoding="utf-8")
+        files.append(str(folder / "tokenizer_config.json"))
+        (folder / "special_tokens_map.json").write_text(
+            json.dumps(self.special_tokens_map, indent=2, ensure_ascii=False),
+            encoding="utf-8")
+        files.append(str(folder / "special_tokens_map.json"))
+        return tuple(files)
+
+    def __repr__(self) -> str:
+        return (f"TransformersTokenizer(daskwp {self.tokenizer!r}, model_max_length="
+                f"{self.model_max_length}, padding_side={self.padding_side!r}, "
+                f"truncation_side={self.truncation_side!r})")
+
+
+def _valid_text(t) -> bool:
+    if isinstance(t, str):
+        return True
+    if isinstance(t, (list, tuple)):
+        if len(t) == 0 or isinstance(t[0], str):
+            return True
+        if isinstance(t[0], (list, tuple)):
+            return len(t[0]) == 0 or isinstance(t[0][0], str) or (
+                isinstance(t[0][0], (list, tuple)) and (len(t[0][0]) == 0
+                                                        or isinstance(t[0][0][0], str)))
+    return False
+
+
+def _to_py(x):
+    """Lists of ints from NumPy arrays, torch tensors, nested lists."""
+    if hasattr(x, "tolist") and not isinstance(x, (list, tuple)):
+        return x.tolist()
+    if isinstance(x, (list, tuple)):
+        return [_to_py(v) if hasattr(v, "tolist") or isinstance(v, (list, tuple)) else v
+                for v in x]
+    return x
+
+
+def _cleanup(token: str) -> str:
+    return (token.replace(" .", ".").replace(" ?", "?").replace(" !", "!")
+            .replace(" ,", ",").replace(" ' ", "'").replace(" n't", "n't")
+            .replace(" 'm", "'m").replace(" do not", " don't").replace(" 's", "'s")
+            .replace(" 've", "'ve").replace(" 're", "'re"))
+
+
+# ---------------------------------------------------------------------------------------
+# from_transformers
+# ---------------------------------------------------------------------------------------
+
+def _template_ok(post, cls, sep) -> bool:
+    if post is None:
+        return False
+    t = post.get("type")
+    if t == "BertProcessing":
+        return (post.get("cls") or [None])[0] == cls and (post.get("sep") or [None])[0] == sep
+    if t != "TemplateProcessing":
+        return False
+
+    def strip(items):
+        out = []
+        for it in items or []:
+            if "SpecialToken" in it:
+                out.append({"SpecialToken": {"type_id": it["SpecialToken"].get("type_id")}})
+            else:
+                out.append({"Sequence": {"id": it["Sequence"].get("id"),
+                                         "type_id": it["Sequence"].get("type_id")}})
+        return out
+
+    single, pair = post.get("single") or [], post.get("pair") or []
+    if strip(single) != _SINGLE or strip(pair) != _SINGLE + _PAIR_TAIL:
+        return False
+    names = [single[0]["SpecialToken"]["id"], single[2]["SpecialToken"]["id"],
+             pair[0]["SpecialToken"]["id"], pair[2]["SpecialToken"]["id"],
+             pair[4]["SpecialToken"]["id"]]
+    return names == [cls, sep, cls, sep, sep]
+
+
+def _check_spec(spec: dict, cls, sep, where: str) -> None:
+    model = spec.get("model") or {}
+    if model.get("type") != "WordPiece":
+        raise ValueError(f"{where}: the model is {model.get('type')!r}; daskwp reads "
+                         f"WordPiece models only")
+    post = spec.get("post_processor")
+    if not _template_ok(post, cls, sep):
+        kind = "none" if post is None else post.get("type")
+        raise ValueError(
+            f"{where}: the post_processor ({kind}) is not BERT's template ([CLS] $A [SEP] / "
+            f"[CLS] $A [SEP] $B:1 [SEP]:1 with {cls!r} and {sep!r}); daskwp's drop-in frames "
+            f"rows that way only")
+    dec = spec.get("decoder")
+    if dec is not None and (dec.get("type") != "WordPiece" or
+                            dec.get("prefix", "##") != model.get("continuing_subword_prefix",
+                                                                  "##")
+                            or dec.get("cleanup", True) is not True):
+        raise ValueError(f"{where}: the decoder ({dec.get('type')}, {dec!r:.80}) is not a "
+                         f"WordPiece decoder with cleanup and the model's prefix; daskwp "
+                         f"decodes that way only")
+
+
+def from_transformers(obj) -> tuple[dict, dict]:
+    """``(arguments of WordPieceTokenizer, transformers settings)`` from a transformers BERT
+    tokenizer (fast: its ``backend_tokenizer``; slow: its vocabulary and init flags) or a
+    ``tokenizers.Tokenizer``. The arguments hold ``vocab`` (a :class:`Vocabulary`), the
+    normalizer / flags and the special-token names; the settings ``model_max_length``,
+    ``padding_side``, ``truncation_side``, ``clean_up_tokenization_spaces`` and ``added`` (the
+    slow tokenizer's added tokens, to register with ``add_special_tokens``).
+
+    Refused with a ``ValueError`` naming the component: a model that is not WordPiece, a
+    post-processor that is not BERT's template, a decoder that is not WordPiece's, a
+    normalizer or pre-tokenizer daskwp does not run (the tokenizer.json reader's and the
+    tokenizer's own refusals), ``normalized`` / ``single_word`` added tokens, a slow
+    tokenizer's ``do_basic_tokenize=False`` or ``never_split``.
+    """
+    settings = {"model_max_length": None, "padding_side": "right",
+                "truncation_side": "right", "clean_up_tokenization_spaces": False,
+                "name_or_path": "", "added": []}
+    names: dict = {}
+    backend = getattr(obj, "backend_tokenizer", None)
+    if backend is None and hasattr(obj, "to_str") and hasattr(obj, "get_vocab"):
+        backend = obj                                  # a tokenizers.Tokenizer
+        where = "tokenizers.Tokenizer"
+    else:
+        where = f"transformers {type(obj).__name__}"
+    if obj is not backend:
+        for k in ("model_max_length", "padding_side", "truncation_side",
+                  "clean_up_tokenization_spaces", "name_or_path"):
+            if hasattr(obj, k):
+                settings[k] = getattr(obj, k)
+        for k in ("unk_token", "cls_token", "sep_token", "pad_token", "mask_token"):
+            v = getattr(obj, k, None)
+            if v is not None:
+                names[k] = str(v)
+    if backend is not None:
+        spec = json.loads(backend.to_str())
+        cls = names.get("cls_token")
+        sep = names.get("sep_token")
+        post = spec.get("post_processor") or {}
+        if cls is None or sep is None:
+            single = post.get("single") or []
+            if post.get("type") == "TemplateProcessing" and len(single) == 3:
+                cls = cls or single[0].get("SpecialToken", {}).get("id")
+                sep = sep or single[2].get("SpecialToken", {}).get("id")
+            elif post.get("type") == "BertProcessing":
+                cls = cls or post["cls"][0]
+                sep = sep or post["sep"][0]
+        _check_spec(spec, cls, sep, where)
+        spec["truncation"] = None
+        spec["padding"] = None
+        with tempfile.TemporaryDirectory() as d:
+            path = Path(d) / "tokenizer.json"
+            path.write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
+            try:
+                vocab = Vocabulary.from_file(path, **{k: v for k, v in names.items()
+                                                      if k in ("unk_token",)})
+            except ValueError as e:
+                raise ValueError(str(e).replace(f"tokenizer file {str(path)!r}", where)) \
+                    from None
+        for k, v in (("cls_token", cls), ("sep_token", sep)):
+            if v is not None:
+                names[k] = v
+        source = settings["name_or_path"] or where
+        vocab = vocab.with_special_names(**{k: v for k, v in names.items()
+                                            if vocab.token_to_id(v) is not None})
+        args = {"vocab": vocab, "normalizer": json.dumps(spec.get("normalizer")),
+                "pre_tokenizer": json.dumps(spec.get("pre_tokenizer")),
+                "_where": source}
+        return args, settings
+    # A slow (Python) BertTokenizer: its vocabulary and flags.
+    vocab_map = getattr(obj, "vocab", None)
+    if not isinstance(vocab_map, dict) or not hasattr(obj, "do_lower_case"):
+        raise TypeError(f"from_transformers takes a transformers BERT tokenizer (fast or "
+                        f"slow) or a tokenizers.Tokenizer, got {type(obj).__name__}")
+    if getattr(obj, "do_basic_tokenize", True) is False:
+        raise ValueError(f"{where}: do_basic_tokenize=False (WordPiece on whitespace-split "
+                         f"text only) is not supported; daskwp runs BERT's basic tokenizer")
+    basic = getattr(obj, "basic_tokenizer", None)
+    never = set(getattr(basic, "never_split", None) or ()) | \
+        set(getattr(obj, "never_split", None) or ())
+    specials = {str(t) for t in getattr(obj, "all_special_tokens", [])}
+    extra = sorted(never - specials)
+    if extra:
+        raise ValueError(f"{where}: never_split={extra[:5]} is not supported (daskwp keeps "
+                         f"only special tokens whole); register them as special tokens "
+                         f"instead")
+    size = max(vocab_map.values()) + 1
+    tokens = [""] * size
+    for t, i in sorted(vocab_map.items(), key=lambda kv: kv[1]):
+        tokens[i] = t
+    v = Vocabulary(tokens, source=settings["name_or_path"] or where,
+                   **{k: names[k] for k in names})
+    added = []
+    decoder = getattr(obj, "added_tokens_decoder", {}) or {}
+    for i, at in sorted(decoder.items()):
+        content = str(at)
+        if v.token_to_id(content) == i:
+            continue
+        if getattr(at, "normalized", False) and not getattr(at, "special", False):
+            raise ValueError(f"{where}: added token {content!r} is normalized (matched in "
+                             f"the normalized text), which daskwp does not support")
+        added.append((content, int(i)))
+    settings["added"] = added
+    lower = bool(obj.do_lower_case)
+    args = {"vocab": v, "lowercase": lower,
+            "strip_accents": getattr(obj, "strip_accents", None),
+            "handle_chinese_chars": bool(getattr(obj, "tokenize_chinese_chars", True)),
+            "_where": where}
+    if basic is not None:
+        args["lowercase"] = bool(getattr(basic, "do_lower_case", lower))
+        args["strip_accents"] = getattr(basic, "strip_accents", args["strip_accents"])
+        args["handle_chinese_chars"] = bool(getattr(basic, "tokenize_chinese_chars",
+                                                    args["handle_chinese_chars"]))
+    return args, settings
