@@ -25,10 +25,44 @@ from .jobs import (CONFIG_KEYS, ConfigError, InputError, JobError, OutputConflic
                    format_summary, load_config, make_config, parse_override, run_job)
 
 
+#: The values ``--truncation VALUE`` takes besides the plain flag (HF's strategy names and
+#: YAML's booleans); ``--truncation`` alone is True, ``--no-truncation`` False.
+_TRUNCATION_WORDS = ("longest_first", "only_first", "only_second", "do_not_truncate",
+                     "true", "false")
+
+
+def _truncation_value(text: str):
+    """A ``--truncation`` value: a strategy name, or true / false."""
+    word = text.strip().lower()
+    if word in ("true", "false"):
+        return word == "true"
+    try:
+        return check_truncation("truncation", text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _truncation_argv(args: list) -> list:
+    """``--truncation`` followed by anything but one of its values (another flag, a
+    positional argument) is the plain flag: written ``--truncation=true``, so that it
+    never takes the next argument as its value."""
+    out = []
+    for k, a in enumerate(args):
+        if a == "--truncation" and (k + 1 >= len(args)
+                                    or args[k + 1].lower() not in _TRUNCATION_WORDS):
+            a = "--truncation=true"
+        out.append(a)
+    return out
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse's exit status 2, with our prefix
         self.print_usage(sys.stderr)
         self.exit(2, f"daskwp: error: {message}\n")
+
+    def parse_known_args(self, args=None, namespace=None):
+        args = sys.argv[1:] if args is None else list(args)
+        return super().parse_known_args(_truncation_argv(args), namespace)
 
 
 #: CLI help groups, in the order --help lists them.
@@ -49,7 +83,14 @@ def _add_job_options(p: argparse.ArgumentParser) -> None:
         g = groups.get(o.cli_group) or groups.setdefault(o.cli_group,
                                                          p.add_argument_group(o.cli_group))
         flags = (*_ALIASES.get(name, ()), o.flag)
-        if o.check in _BOOL_CHECKS:
+        if o.check is check_truncation:   # a flag, or a strategy name for sentence pairs
+            g.add_argument(*flags, dest=name, nargs="?", const=True, type=_truncation_value,
+                           default=S, metavar="STRATEGY",
+                           help=o.help + " (--truncation: true; or --truncation only_second, "
+                                         "only_first, longest_first)")
+            g.add_argument("--no-" + o.flag[2:], dest=name, action="store_false", default=S,
+                           help="no truncation (the default)")
+        elif o.check in _BOOL_CHECKS:
             g.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction,
                            default=S, help=o.help)
         elif o.repeatable:

@@ -420,13 +420,13 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
          "None (single texts)", True, (WINDOWS,),
          "second sequences of sentence pairs: rows [CLS] text [SEP] pair [SEP] "
          "(docs/design.md §2.8)"),
-    _opt("return_overflowing_tokens", False, check_bool, "true or false", True, (WINDOWS,),
+    _opt("return_overflowing_tokens", False, check_bool, "true or false", True, (WINDOWS, JOB),
          "with a truncation strategy: also the overflow windows (HF's encoding followed by its "
          "overflowing); truncation=False always windows"),
-    _opt("return_token_type_ids", False, check_bool, "true or false", True, (WINDOWS,),
+    _opt("return_token_type_ids", False, check_bool, "true or false", True, (WINDOWS, JOB),
          "also token_type_ids: 0 on the first sequence (its [CLS] and [SEP]), 1 on the "
          "second; zeros for single texts"),
-    _opt("return_sequence_ids", False, check_bool, "true or false", True, (WINDOWS,),
+    _opt("return_sequence_ids", False, check_bool, "true or false", True, (WINDOWS, JOB),
          "also sequence_ids (int8): 0 / 1 on the first / second sequence's tokens, -1 on "
          "special tokens and padding"),
     _opt("mask_dtype", "int32", check_mask_dtype, "'int32' or 'int8'", True, (WINDOWS,),
@@ -443,6 +443,10 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
          "output directory", cli_flag=False),
     _opt("column", "text", check_str, "a column name", True, (JOB,),
          "text column of Parquet/CSV/JSON Lines input (default 'text')"),
+    _opt("column_pair", None, check_opt_str, "a column name or null (single texts)", True,
+         (JOB,), "second text column of sentence pairs (e.g. the context of a question in "
+         "'column'), read beside it: rows [CLS] column [SEP] column_pair [SEP] "
+         "(docs/design.md §2.8)", metavar="COLUMN"),
     _opt("input_format", "auto", check_choice(INPUT_FORMATS), "one of " +
          ", ".join(INPUT_FORMATS), True, (JOB,),
          "default: from the file extension (unknown extensions: text)",

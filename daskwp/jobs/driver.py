@@ -64,8 +64,8 @@ import pyarrow as pa
 from ..backends.tokenizer import resolve_tokenizer
 from ..core.options import TOKENIZER, names
 from ..core.version import __version__
-from ..core.windows import WINDOW_OPTIONS
-from .config import JOB_KEYS, LOCAL_SCHEDULERS, JobConfig
+from ..distributed.tasks import CALL_OPTIONS
+from .config import CONFIG_KEYS, JOB_KEYS, LOCAL_SCHEDULERS, JobConfig
 from .errors import ConfigError, JobError, OutputConflictError
 from .inputs import PartitionSpec, input_fingerprint, list_input_files, plan_partitions
 from .parts import (JOB_FILE, JOB_FORMAT, PART_PREFIX, PART_SUFFIX, SUMMARY_FILE, TMP_PREFIX,
@@ -99,7 +99,10 @@ def connect_cluster(cfg: JobConfig, device: str):
 # ---------------------------------------------------------------------------------------
 # The job
 # ---------------------------------------------------------------------------------------
-_PARTITION_OPTIONS = (*WINDOW_OPTIONS, "compression")
+#: What the write tasks get: every option of ``tok(...)`` that is a job key (the window
+#: options, ``return_overflowing_tokens``, the per-position outputs, ...: CALL_OPTIONS of
+#: the partition tasks), and the compression.
+_PARTITION_OPTIONS = (*(k for k in CALL_OPTIONS if k in CONFIG_KEYS), "compression")
 
 
 def build_tokenizer(cfg: JobConfig):
@@ -119,8 +122,11 @@ def check_window_parameters(cfg: JobConfig, tokenizer, source: str = "config") -
     """Raise ConfigError for window parameters the tokenizer refuses (stride >= L, ...),
     before any cluster starts. The tokenizer's own validation gives the message."""
     options = {k: getattr(cfg, k) for k in _PARTITION_OPTIONS}
+    sample = pa.array([""], type=pa.large_string())
+    if cfg.column_pair is not None:   # sentence pairs: the pair options are checked too
+        sample = pa.table({cfg.column: sample, cfg.column_pair: sample})
     try:
-        tokenize_job_partition(tokenizer, pa.array([""], type=pa.large_string()), options, 0)
+        tokenize_job_partition(tokenizer, sample, options, 0)
     except (ValueError, TypeError) as e:
         raise ConfigError(f"{source}: {e}") from None
 
@@ -474,11 +480,12 @@ def run_job(cfg: JobConfig, *, client=None, tokenizer=None,
                              include=cfg.include)
     plan_warnings: list[str] = []
     specs = plan_partitions(files, cfg.column, cfg.partition_size, quoting=cfg.quoting,
-                            keep_columns=cfg.keep_columns, warn=plan_warnings.append)
+                            keep_columns=cfg.keep_columns, warn=plan_warnings.append,
+                            column_pair=cfg.column_pair)
     for w in plan_warnings:
         log(f"daskwp: warning: {w}")
     if not specs:  # no document at all: one empty part, so that the dataset has a schema
-        specs = [empty_partition(files[0].path, cfg.column)]
+        specs = [empty_partition(files[0].path, cfg.column, cfg.column_pair)]
     n = len(specs)
     header = {
         "daskwp_job": JOB_FORMAT, "version": __version__, "parameters": params,

@@ -9,6 +9,11 @@ A partition is one of (docs/batch-jobs.md, "Inputs"):
   to split at) or a whole JSON array file;
 * row groups of a Parquet file.
 
+With ``column_pair`` (sentence pairs, docs/design.md §2.8) a partition of a Parquet, CSV/TSV
+or JSON Lines file reads that column beside ``column``: its documents are then a two-column
+Arrow table (the texts, then the second sequences), one row per pair; plain text has no
+columns and refuses it by name.
+
 Streams (standard input ``-``, named pipes, character devices, ``/proc`` files) are copied to
 a spool file first, then read like any file. Every format decodes bytes the same way: invalid
 UTF-8 is kept as bytes, and the tokenizer reads each ill-formed sequence as U+FFFD;
@@ -46,6 +51,7 @@ import pyarrow as pa
 
 from ..core.options import INPUT_FORMATS, JOB_OUTPUT_COLUMNS, QUOTING
 from ..core.strings import to_arrow
+from ..frames.schema import POSITION_OUTPUTS
 from .errors import InputError, JobError
 
 __all__ = ["COMPRESSIONS", "INPUT_FORMATS", "InputFile", "InputWarning", "PartitionSpec",
@@ -53,6 +59,8 @@ __all__ = ["COMPRESSIONS", "INPUT_FORMATS", "InputFile", "InputWarning", "Partit
            "input_fingerprint", "lines_to_arrow", "list_input_files", "plan_partitions",
            "read_partition", "read_partition_with_columns"]
 
+#: Output columns of the per-position outputs (a kept input column may not take their names).
+POSITION_OUTPUT_NAMES = tuple(o.name for o in POSITION_OUTPUTS)
 #: What ``input: -`` names (standard input).
 STDIN = "-"
 
@@ -111,6 +119,7 @@ class PartitionSpec:
     header_end: int = 0
     keep_columns: tuple = ()
     keep_types: tuple = ()
+    column_pair: str | None = None
 
     def describe(self) -> str:
         if self.format == "parquet":
@@ -901,7 +910,8 @@ def _default_warn(msg: str) -> None:
 
 def plan_partitions(files: Sequence[InputFile], column: str, partition_size: int, *,
                     quoting: str = "csv", keep_columns: Sequence[str] | None = None,
-                    warn: Callable[[str], None] | None = None) -> list[PartitionSpec]:
+                    warn: Callable[[str], None] | None = None,
+                    column_pair: str | None = None) -> list[PartitionSpec]:
     """Split the input into partitions of about ``partition_size`` bytes, in input order.
 
     Text and JSON Lines files split at line ends; CSV/TSV files at record boundaries (see
@@ -909,15 +919,20 @@ def plan_partitions(files: Sequence[InputFile], column: str, partition_size: int
     groups; a compressed file or a JSON array file is one partition. ``keep_columns`` are
     read with the text (:func:`read_partition_with_columns`): each must exist in every file
     with one type. ``warn`` receives what the job should tell the user (a big file read as
-    one partition); default: :class:`InputWarning`.
+    one partition); default: :class:`InputWarning`. ``column_pair``: the column of the
+    second sequences of sentence pairs, a text column of every file (Parquet, CSV/TSV,
+    JSON Lines or a JSON array of objects; not plain text), read with ``column``.
     """
     if quoting not in QUOTING:
         raise InputError(f"quoting must be one of {', '.join(map(repr, QUOTING))}, "
                          f"got {quoting!r}")
     keep = tuple(keep_columns or ())
-    taken = [k for k in keep if k in JOB_OUTPUT_COLUMNS]
+    taken = [k for k in keep if k in JOB_OUTPUT_COLUMNS or k in POSITION_OUTPUT_NAMES]
     if taken:
         raise InputError(f"keep_columns: {taken[0]!r} is a column of the output")
+    if column_pair is not None and column_pair == column:
+        raise InputError(f"column_pair names the text column {column!r} itself; name the "
+                         f"column of the second sequences")
     warn = warn or _default_warn
     specs: list[PartitionSpec] = []
     kept_types: dict[str, tuple[str, str]] = {}
@@ -925,11 +940,16 @@ def plan_partitions(files: Sequence[InputFile], column: str, partition_size: int
 
     def add(**kw):
         specs.append(PartitionSpec(index=len(specs), column=column, quoting=quoting,
-                                   keep_columns=keep, keep_types=spec_types, **kw))
+                                   keep_columns=keep, keep_types=spec_types,
+                                   column_pair=column_pair, **kw))
 
     for f in files:
         if f.size == 0:
             continue
+        if column_pair is not None and f.format == "text":
+            raise InputError(f"column_pair {column_pair!r}: input {f.path!r} is read as text "
+                             f"(one document per line), which has no columns; sentence pairs "
+                             f"are two columns of Parquet, CSV/TSV or JSON Lines input")
         if keep and f.format == "text":
             raise InputError(f"keep_columns {list(keep)!r}: input {f.path!r} is read as text "
                              f"(one document per line), which has no columns; keep columns "
@@ -938,6 +958,9 @@ def plan_partitions(files: Sequence[InputFile], column: str, partition_size: int
         if f.format in ("parquet", "csv", "tsv", "jsonl", "json"):
             names, dtype, types = _columns_found(f, column, keep, quoting)
             if names is None:  # a JSON array of strings: the strings are the documents
+                if column_pair is not None:
+                    raise InputError(f"column_pair {column_pair!r}: input {f.path!r} is a "
+                                     f"JSON array of strings, which has no columns")
                 if keep:
                     raise InputError(f"keep_columns {list(keep)!r}: input {f.path!r} is a "
                                      f"JSON array of strings, which has no columns")
@@ -948,6 +971,15 @@ def plan_partitions(files: Sequence[InputFile], column: str, partition_size: int
                 if not _is_stringlike(dtype):
                     raise InputError(f"column {column!r} of {f.path!r} holds {dtype}, not "
                                      f"text; tokenize a string column")
+            if column_pair is not None:
+                p_names, p_dtype, _ = _columns_found(f, column_pair, (), quoting)
+                if p_dtype is None:
+                    raise InputError(f"column_pair: input {f.path!r} has no column "
+                                     f"{column_pair!r}; columns found: "
+                                     f"{', '.join(map(repr, p_names or [])) or '(none)'}")
+                if not _is_stringlike(p_dtype):
+                    raise InputError(f"column_pair {column_pair!r} of {f.path!r} holds "
+                                     f"{p_dtype}, not text; pair two string columns")
             if keep:
                 missing = [k for k in keep if k not in types]
                 if missing:
@@ -974,7 +1006,7 @@ def plan_partitions(files: Sequence[InputFile], column: str, partition_size: int
             for rg in range(md.num_row_groups):
                 g = md.row_group(rg)
                 leaf = [g.column(j) for j in range(g.num_columns)
-                        if g.column(j).path_in_schema.split(".")[0] == column]
+                        if g.column(j).path_in_schema.split(".")[0] in (column, column_pair)]
                 size += sum(c.total_uncompressed_size for c in leaf) if ci >= 0 else 0
                 group.append(rg)
                 rows += g.num_rows
@@ -1146,8 +1178,17 @@ def _invalid_utf8_per_document(texts) -> np.ndarray | None:
 def count_invalid_utf8(texts) -> tuple[int, int]:
     """``(bytes, documents)``: the bytes of ``texts`` that are not well-formed UTF-8 (each
     maximal ill-formed sequence is one U+FFFD to the tokenizer; these are its bytes), and
-    the documents holding any. Vectorised: Arrow's validation, then NumPy on the 4 MB
-    slices that fail."""
+    the documents holding any (for a table of pairs: both sides' bytes, and the pairs with
+    any on either side). Vectorised: Arrow's validation, then NumPy on the 4 MB slices that
+    fail."""
+    if isinstance(texts, pa.Table):
+        sides = [_invalid_utf8_per_document(texts.column(j))
+                 for j in range(texts.num_columns)]
+        sides = [p for p in sides if p is not None]
+        if not sides:
+            return 0, 0
+        per = np.sum(sides, axis=0)
+        return int(per.sum()), int(np.count_nonzero(per))
     per = _invalid_utf8_per_document(texts)
     if per is None:
         return 0, 0
@@ -1211,9 +1252,10 @@ def _read_jsonl(data: bytes, spec: PartitionSpec, with_kept: bool):
     import pyarrow.json as pj
     keep = spec.keep_columns if with_kept else ()
     types = dict(zip(spec.keep_columns, spec.keep_types))
-    fields = [(spec.column, pa.large_string())] + [
+    text_columns = _text_columns(spec)
+    fields = [(c, pa.large_string()) for c in text_columns] + [
         (k, _type_from_str(types.get(k, "")) or pa.large_string())
-        for k in keep if k != spec.column]
+        for k in keep if k not in text_columns]
     schema = pa.schema(fields)
 
     def parse(b: bytes) -> pa.Table:
@@ -1226,34 +1268,37 @@ def _read_jsonl(data: bytes, spec: PartitionSpec, with_kept: bool):
         None, pa.py_buffer(np.array([0, len(data)], dtype=np.int64)), pa.py_buffer(data)])
     if _invalid_utf8_per_document(whole) is None:
         table = parse(data)
-        texts = table.column(spec.column).combine_chunks()
+        columns = [table.column(c).combine_chunks() for c in text_columns]
     else:
         # Arrow's JSON reader refuses invalid UTF-8: parse the bytes with each ill-formed
         # sequence replaced, then put the original bytes back into the documents of the
         # lines that held them (parsed here, invalid bytes kept as surrogates).
         table = parse(data.decode("utf-8", "replace").encode("utf-8"))
-        texts = table.column(spec.column).combine_chunks().view(pa.large_binary())
+        columns = []
         lines = lines_to_arrow(data)
         per_line = _invalid_utf8_per_document(lines)
         doc_of_line = np.cumsum(~_blank_lines(lines)) - 1
-        if doc_of_line[-1] + 1 != len(texts):
-            raise InputError(f"{spec.describe()}: {doc_of_line[-1] + 1} non-blank lines but "
-                             f"{len(texts)} JSON objects")
-        mask = np.zeros(len(texts), dtype=bool)
-        repl = []
-        for li in np.flatnonzero(per_line):
-            obj = json.loads(_decode_lossless(lines[int(li)].as_py()))
-            value = obj.get(spec.column) if isinstance(obj, dict) else None
-            if isinstance(value, str):
-                mask[doc_of_line[li]] = True
-                repl.append(_encode_lossless(value))
-        if repl:
-            texts = pc.replace_with_mask(texts, pa.array(mask),
-                                         pa.array(repl, type=pa.large_binary()))
+        for c in text_columns:
+            texts = table.column(c).combine_chunks().view(pa.large_binary())
+            if doc_of_line[-1] + 1 != len(texts):
+                raise InputError(f"{spec.describe()}: {doc_of_line[-1] + 1} non-blank lines "
+                                 f"but {len(texts)} JSON objects")
+            mask = np.zeros(len(texts), dtype=bool)
+            repl = []
+            for li in np.flatnonzero(per_line):
+                obj = json.loads(_decode_lossless(lines[int(li)].as_py()))
+                value = obj.get(c) if isinstance(obj, dict) else None
+                if isinstance(value, str):
+                    mask[doc_of_line[li]] = True
+                    repl.append(_encode_lossless(value))
+            if repl:
+                texts = pc.replace_with_mask(texts, pa.array(mask),
+                                             pa.array(repl, type=pa.large_binary()))
+            columns.append(texts)
     kept = None
     if keep:
         kept = _kept_table({k: table.column(k) for k in keep}, spec)
-    return texts, kept
+    return _documents(spec, columns), kept
 
 
 def _read_json_array(data: bytes, spec: PartitionSpec, with_kept: bool):
@@ -1262,29 +1307,35 @@ def _read_json_array(data: bytes, spec: PartitionSpec, with_kept: bool):
     if not isinstance(items, list):
         raise InputError(f"{spec.describe()}: a JSON array file holds one array, found a "
                          f"{type(items).__name__}")
-    texts, kept = [], {k: [] for k in keep}
+    text_columns = _text_columns(spec)
+    texts, kept = {c: [] for c in text_columns}, {k: [] for k in keep}
     for i, item in enumerate(items):
         if isinstance(item, dict):
-            value = item.get(spec.column)
+            values = [item.get(c) for c in text_columns]
             for k in keep:
                 kept[k].append(item.get(k))
         elif item is None or isinstance(item, str):
-            value = item
+            values = [item]
             if keep:
                 raise InputError(f"{spec.describe()}: item {i} is a string; keep_columns "
+                                 f"needs objects")
+            if spec.column_pair is not None:
+                raise InputError(f"{spec.describe()}: item {i} is a string; column_pair "
                                  f"needs objects")
         else:
             raise InputError(f"{spec.describe()}: item {i} of the array is a "
                              f"{type(item).__name__}; the items are objects (the column "
                              f"{spec.column!r} is the text) or strings")
-        if value is None:
-            texts.append(None)
-        elif isinstance(value, str):
-            texts.append(_encode_lossless(value))
-        else:
-            raise InputError(f"{spec.describe()}: item {i} has a {type(value).__name__} in "
-                             f"column {spec.column!r}, not text")
-    arr = pa.array(texts, type=pa.large_binary())
+        for c, value in zip(text_columns, values):
+            if value is None:
+                texts[c].append(None)
+            elif isinstance(value, str):
+                texts[c].append(_encode_lossless(value))
+            else:
+                raise InputError(f"{spec.describe()}: item {i} has a {type(value).__name__} "
+                                 f"in column {c!r}, not text")
+    arr = _documents(spec, [pa.array(texts[c], type=pa.large_binary())
+                            for c in text_columns])
     table = None
     if keep:
         types = dict(zip(spec.keep_columns, spec.keep_types))
@@ -1303,7 +1354,8 @@ def _read_json_array(data: bytes, spec: PartitionSpec, with_kept: bool):
 def _read_csv(spec: PartitionSpec, with_kept: bool):
     import pyarrow.csv as pacsv
     keep = spec.keep_columns if with_kept else ()
-    columns = [spec.column] + [k for k in keep if k != spec.column]
+    text_columns = _text_columns(spec)
+    columns = text_columns + [k for k in keep if k not in text_columns]
     if spec.compression:
         source = pa.BufferReader(_read_all(spec.path, spec.compression))
         size = source.size()
@@ -1317,7 +1369,7 @@ def _read_csv(spec: PartitionSpec, with_kept: bool):
     read, parse, convert = _csv_options(spec.format, columns, size, spec.quoting)
     table = pacsv.read_csv(source, read_options=read, parse_options=parse,
                            convert_options=convert)
-    texts = table.column(spec.column).combine_chunks()
+    texts = _documents(spec, [table.column(c).combine_chunks() for c in text_columns])
     kept = _kept_table({k: table.column(k) for k in keep}, spec) if keep else None
     return texts, kept
 
@@ -1325,22 +1377,42 @@ def _read_csv(spec: PartitionSpec, with_kept: bool):
 def _read_parquet(spec: PartitionSpec, with_kept: bool):
     import pyarrow.parquet as pq
     keep = spec.keep_columns if with_kept else ()
-    columns = [spec.column] + [k for k in keep if k != spec.column]
+    text_columns = _text_columns(spec)
+    columns = text_columns + [k for k in keep if k not in text_columns]
     table = pq.ParquetFile(spec.path).read_row_groups(list(spec.row_groups), columns=columns)
-    col = table.column(spec.column)
-    if not _is_stringlike(col.type):
-        raise InputError(f"column {spec.column!r} of {spec.path!r} holds {col.type}, not text")
-    # Dictionary, null and string_view columns become plain strings, as the tokenizer's own
-    # input path does.
-    texts = to_arrow(col).combine_chunks()
+    docs = []
+    for c in text_columns:
+        col = table.column(c)
+        if not _is_stringlike(col.type):
+            raise InputError(f"column {c!r} of {spec.path!r} holds {col.type}, not text")
+        # Dictionary, null and string_view columns become plain strings, as the tokenizer's
+        # own input path does.
+        docs.append(to_arrow(col).combine_chunks())
+    texts = _documents(spec, docs)
     kept = _kept_table({k: table.column(k) for k in keep}, spec) if keep else None
     return texts, kept
+
+
+def _text_columns(spec: PartitionSpec) -> list[str]:
+    """The text columns a partition reads: ``column``, then ``column_pair`` for pairs."""
+    return [spec.column] + ([spec.column_pair] if spec.column_pair is not None else [])
+
+
+def _documents(spec: PartitionSpec, columns: list):
+    """A partition's documents from its text columns: the one array, or for sentence pairs
+    a two-column table named after the columns (the texts, then the second sequences)."""
+    if spec.column_pair is None:
+        return columns[0]
+    return pa.table({spec.column: columns[0], spec.column_pair: columns[1]})
 
 
 def _read(spec: PartitionSpec, with_kept: bool):
     try:
         if spec.format == "text":
-            return lines_to_arrow(_read_bytes(spec)), None
+            lines = lines_to_arrow(_read_bytes(spec))
+            # pairs: only the empty partition of an input without documents (planning
+            # refuses column_pair for text input)
+            return _documents(spec, [lines, lines]), None
         if spec.format == "jsonl":
             return _read_jsonl(_read_bytes(spec), spec, with_kept)
         if spec.format == "json":
@@ -1356,9 +1428,10 @@ def _read(spec: PartitionSpec, with_kept: bool):
     raise AssertionError(spec.format)
 
 
-def read_partition(spec: PartitionSpec) -> pa.Array:
+def read_partition(spec: PartitionSpec):
     """The documents of one partition as an Arrow string/binary array (nulls are empty
-    documents; invalid UTF-8 stays as it is, for every format)."""
+    documents; invalid UTF-8 stays as it is, for every format); for sentence pairs
+    (``column_pair``) a two-column table of them, one row per pair."""
     return _read(spec, False)[0]
 
 

@@ -155,12 +155,12 @@ def count_job_partition(spec: PartitionSpec) -> int:
         raise partition_failure(e, spec, "counting partition") from e
 
 
-def empty_partition(path: str, column: str) -> PartitionSpec:
+def empty_partition(path: str, column: str, column_pair: str | None = None) -> PartitionSpec:
     """The one partition of an input that holds no document: zero bytes of ``path`` read as
-    text. Its part is an empty table with the full schema, so ``dd.read_parquet(OUTPUT)``
-    works on the output of an empty input."""
+    text (as no pair for sentence pairs). Its part is an empty table with the full schema,
+    so ``dd.read_parquet(OUTPUT)`` works on the output of an empty input."""
     return PartitionSpec(index=0, path=path, format="text", column=column, byte_start=0,
-                         byte_end=0, documents=0)
+                         byte_end=0, documents=0, column_pair=column_pair)
 
 
 def _footer_start(fh) -> int:
