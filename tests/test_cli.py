@@ -32,7 +32,8 @@ CONF = REPO / "conf"
 SAMPLE = REPO / "daskwp" / "data" / "sample.txt"
 #: conf files and how this module runs them; a new conf file needs an entry (and a test).
 CONF_FILES = {"quickstart.yaml", "cpu-cluster.yaml", "multi-gpu.yaml",
-              "existing-scheduler.yaml"}
+              "existing-scheduler.yaml",
+              "qa-pairs.yaml"}   # run by tests/test_pairs_dask.py
 
 
 # -- helpers ------------------------------------------------------------------------------

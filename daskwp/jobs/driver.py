@@ -124,7 +124,7 @@ def check_window_parameters(cfg: JobConfig, tokenizer, source: str = "config") -
     options = {k: getattr(cfg, k) for k in _PARTITION_OPTIONS}
     sample = pa.array([""], type=pa.large_string())
     if cfg.column_pair is not None:   # sentence pairs: the pair options are checked too
-        sample = pa.table({cfg.column: sample, cfg.column_pair: sample})
+        sample = pa.Table.from_arrays([sample, sample], names=["text", "text_pair"])
     try:
         tokenize_job_partition(tokenizer, sample, options, 0)
     except (ValueError, TypeError) as e:

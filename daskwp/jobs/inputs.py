@@ -1403,7 +1403,7 @@ def _documents(spec: PartitionSpec, columns: list):
     a two-column table named after the columns (the texts, then the second sequences)."""
     if spec.column_pair is None:
         return columns[0]
-    return pa.table({spec.column: columns[0], spec.column_pair: columns[1]})
+    return pa.Table.from_arrays(columns[:2], names=[spec.column, spec.column_pair])
 
 
 def _read(spec: PartitionSpec, with_kept: bool):
