@@ -508,3 +508,48 @@ def test_error_output_holds_another_jobs_data(tmp_path, capsys):
     rc, _, err = run_cli(*sync_job(inp, other, "--overwrite"), capsys=capsys)
     assert rc == 2 and "holds another job's data" in err and "notes.txt" in err
     assert (other / "notes.txt").read_text() == "keep me"
+
+
+# -- sentence pairs: --truncation takes a strategy, --column-pair (tests/test_pairs_dask.py) --
+
+@pytest.mark.parametrize("argv,expected", [
+    (["in", "out", "--truncation"], True),
+    (["--truncation", "in", "out"], True),              # never takes a positional argument
+    (["in", "out", "--truncation", "--max-length", "16"], True),
+    (["in", "out", "--truncation", "only_second"], "only_second"),
+    (["in", "out", "--truncation=only_first"], "only_first"),
+    (["in", "out", "--truncation", "longest_first"], True),  # HF's name of True
+    (["in", "out", "--truncation", "false"], False),
+    (["in", "out", "--no-truncation"], False),
+])
+def test_truncation_flag_takes_a_strategy(argv, expected):
+    from daskwp.cli import build_parser
+    ns = build_parser().parse_args(["tokenize", *argv])
+    assert (ns.input, ns.output, ns.truncation) == ("in", "out", expected)
+
+
+def test_truncation_flag_refuses_other_words(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["tokenize", "in", "out", "--truncation=first"])
+    assert e.value.code == 2
+    assert "truncation must be True, False, 'longest_first', 'only_first', 'only_second'" \
+        in capsys.readouterr().err
+
+
+def test_pair_keys_from_yaml_and_flags(tmp_path):
+    job = tmp_path / "job.yaml"
+    job.write_text("input: in.parquet\noutput: out\ncolumn: q\ncolumn_pair: c\n"
+                   "truncation: only_second\nreturn_overflowing_tokens: true\n"
+                   "return_sequence_ids: true\n", encoding="utf-8")
+    cfg = jobs.load_config(job)
+    assert (cfg.column_pair, cfg.truncation, cfg.return_overflowing_tokens,
+            cfg.return_sequence_ids, cfg.return_token_type_ids) == ("c", "only_second", True,
+                                                                    True, False)
+    for key in ("column_pair", "truncation", "return_overflowing_tokens",
+                "return_token_type_ids", "return_sequence_ids"):
+        assert key in jobs.JOB_KEYS        # recorded in _job.json: resume refuses a change
+    from daskwp.cli import build_parser
+    ns = build_parser().parse_args(["run", str(job), "--column-pair", "ctx",
+                                    "--no-return-sequence-ids", "--return-token-type-ids"])
+    assert (ns.column_pair, ns.return_sequence_ids, ns.return_token_type_ids) == \
+        ("ctx", False, True)
