@@ -178,6 +178,21 @@ class BatchEncoding(UserDict):
         return repr(self.data)
 
 
+class _LazyRows:
+    """Per-row (sequence ids, word ids, ids) made when asked (the vectorized path)."""
+
+    def __init__(self, make, n):
+        self._make, self._n = make, n
+
+    def __getitem__(self, i):
+        if not -self._n <= i < self._n:
+            raise IndexError(f"batch index {i} out of range for {self._n} rows")
+        return self._make(i % self._n)
+
+    def __len__(self):
+        return self._n
+
+
 def _tensor_kind(tensor_type) -> str:
     kind = getattr(tensor_type, "value", tensor_type)
     if kind not in ("np", "pt"):
@@ -724,6 +739,11 @@ class TransformersTokenizer:
                 if split and not isinstance(s, (list, tuple)):
                     raise ValueError("is_split_into_words=True: each text_pair must be a list "
                                      "of words")
+        fast = self._windows_path(firsts, seconds, batched, special, padding, strategy,
+                                  max_length, stride, split, multiple, side, return_tensors,
+                                  rtt, ram, overflow, rstm, roff, rlen)
+        if fast is not None:
+            return fast
         docs_a = self._docs(firsts, split, roff)
         docs_b = self._docs(seconds, split, roff) if seconds is not None else None
         paired = docs_b is not None
@@ -858,6 +878,100 @@ class TransformersTokenizer:
         if not batched and return_tensors is None and not overflow:
             data = {k: (v[0] if v and isinstance(v[0], list) else v) for k, v in data.items()}
         return BatchEncoding(data, return_tensors, rows=meta, n_sequences=n_seq, owner=self)
+
+    def _windows_path(self, firsts, seconds, batched, special, padding, strategy,
+                      max_length, stride, split, multiple, side, return_tensors, rtt, ram,
+                      overflow, rstm, roff, rlen):
+        """The common calls through daskwp's vectorized windows (``tok(texts, ...)``,
+        docs/design.md §2, §2.8): one row per text or pair, right sides, special tokens;
+        None where the general path must answer (it gives the same result, slower)."""
+        paired = seconds is not None
+        if split or roff or (overflow and paired) or not special or side != "right" or \
+                self.truncation_side != "right":
+            return None
+        INT32_MAX = 2**31 - 1
+        if strategy is None:
+            if padding == "max_length":
+                return None            # rows longer than max_length stay longer
+            ml = INT32_MAX
+        else:
+            ml = max_length
+            if paired:
+                if ml < 4 or stride != 0:
+                    return None
+            elif ml < 3 or stride >= ml - 2:
+                return None
+        if strategy == "only_second" and not paired:
+            return None                # HF's error (only when a text is too long)
+        if any(not isinstance(t, str) for t in firsts) or \
+                (paired and any(not isinstance(t, str) for t in seconds)):
+            return None
+        pad = {"max_length": "max_length", "longest": "longest",
+               "do_not_pad": False}[padding]
+        truncation = True if strategy in (None, "longest_first") else strategy
+        try:
+            bw = self.tokenizer(firsts, max_length=ml, stride=stride if overflow else 0,
+                                truncation=truncation,
+                                padding=pad, return_tensors="np", text_pair=seconds,
+                                return_token_type_ids=bool(rtt or rtt is None),
+                                return_sequence_ids=True,
+                                return_overflowing_tokens=overflow and strategy is not None)
+        except ValueError:
+            return None                # let the general path raise HF's error
+        ids, seq = bw["input_ids"], bw["sequence_ids"]
+        types = bw.get("token_type_ids")
+        att = bw["attention_mask"]
+        n = len(ids)
+        sample = bw["metadata"][:, 0].astype(np.int64)
+        if pad is False:
+            # ragged rows: lists (the general path makes the same, but this one is vectorized)
+            ids_l, seq_l = ids.to_list(), seq.to_list()
+            data = {"input_ids": ids_l}
+            if rtt or rtt is None:
+                data["token_type_ids"] = types.to_list()
+            if ram or ram is None:
+                data["attention_mask"] = att.to_list()
+            if rstm:
+                data["special_tokens_mask"] = [[1 if v < 0 else 0 for v in r] for r in seq_l]
+            if rlen:
+                data["length"] = [len(r) for r in ids_l]
+            if overflow:
+                data["overflow_to_sample_mapping"] = sample.tolist()
+            rows = _LazyRows(lambda i: ([None if v < 0 else v for v in seq_l[i]], None,
+                                        ids_l[i]), n)
+        else:
+            width = ids.shape[1]
+            if multiple is not None and multiple > 0 and width % multiple:
+                extra = multiple - width % multiple
+                ids = np.pad(ids, ((0, 0), (0, extra)), constant_values=self.pad_token_id)
+                att = np.pad(att, ((0, 0), (0, extra)))
+                seq = np.pad(seq, ((0, 0), (0, extra)), constant_values=-1)
+                if types is not None:
+                    types = np.pad(types, ((0, 0), (0, extra)))
+                width += extra
+            data = {"input_ids": ids.astype(np.int64)}
+            if rtt or rtt is None:
+                data["token_type_ids"] = types.astype(np.int64)
+            if ram or ram is None:
+                data["attention_mask"] = att.astype(np.int64)
+            if rstm:
+                data["special_tokens_mask"] = (seq < 0).astype(np.int64)
+            if rlen:
+                data["length"] = np.full(n, width, dtype=np.int64)
+            if overflow:
+                data["overflow_to_sample_mapping"] = sample
+            rows = _LazyRows(lambda i: ([None if v < 0 else v for v in seq[i].tolist()],
+                                        None, ids[i].tolist()), n)
+            if return_tensors is None:
+                data = {k: v.tolist() for k, v in data.items()}
+            elif return_tensors == "pt" or getattr(return_tensors, "value", None) == "pt":
+                data = {k: _as_tensor(k, v, "pt") for k, v in data.items()}
+        if not batched and return_tensors is None and not overflow:
+            data = {k: (v[0] if v and isinstance(v[0], list) else v) for k, v in data.items()}
+        elif return_tensors is not None and pad is False:
+            return BatchEncoding(data, return_tensors, rows=rows,
+                                 n_sequences=2 if paired else 1, owner=self)
+        return BatchEncoding(data, rows=rows, n_sequences=2 if paired else 1, owner=self)
 
     # -- pad ---------------------------------------------------------------------------------
     def pad(self, encoded_inputs, padding=True, max_length: int | None = None,
