@@ -78,16 +78,18 @@ class BatchEncoding(UserDict):
     """
 
     def __init__(self, data=None, tensor_type=None, *, rows=None, n_sequences=None,
-                 owner=None):
+                 owner=None, redo=None):
         super().__init__(data or {})
         self._rows = rows              # per row: (sequence ids, word ids or None, ids)
         self._n_sequences = n_sequences
         self._owner = owner
+        self._redo = redo              # the same call with word ids (made when asked)
         if tensor_type is not None:
             self.convert_to_tensors(tensor_type)
 
     def __getattr__(self, item):
-        if item.startswith("__") or item in ("data", "_rows", "_n_sequences", "_owner"):
+        if item.startswith("__") or item in ("data", "_rows", "_n_sequences", "_owner",
+                                             "_redo"):
             raise AttributeError(item)
         try:
             return self.data[item]
@@ -111,6 +113,7 @@ class BatchEncoding(UserDict):
         self._rows = state.get("rows")
         self._n_sequences = state.get("n_sequences")
         self._owner = None
+        self._redo = None
 
     @property
     def n_sequences(self):
@@ -139,6 +142,11 @@ class BatchEncoding(UserDict):
         """Per token of row ``batch_index``: the index of the word it comes from (in its own
         sequence), None for special tokens and padding."""
         words = self._row(batch_index)[1]
+        if words is None and self._redo is not None and self._owner is not None and \
+                offsets_available(self._owner.tokenizer):
+            self._rows = self._redo()._rows   # the same rows, with word ids
+            self._redo = None
+            words = self._row(batch_index)[1]
         if words is None:
             raise NotImplementedError(
                 "word_ids: this daskwp tokenizer does not give word ids yet (tok.encode(..., "
@@ -596,12 +604,24 @@ class TransformersTokenizer:
             raise ValueError(f"Invalid padding strategy:{padding_side}")
         if return_tensors is not None:
             _tensor_kind(return_tensors)
-        return self._encode(text, text_pair, bool(add_special_tokens), padding, strategy,
-                            max_length, int(stride), bool(is_split_into_words),
-                            pad_to_multiple_of, padding_side or self.padding_side,
-                            return_tensors, return_token_type_ids, return_attention_mask,
-                            bool(return_overflowing_tokens), bool(return_special_tokens_mask),
-                            bool(return_offsets_mapping), bool(return_length))
+        call = (text, text_pair, bool(add_special_tokens), padding, strategy, max_length,
+                int(stride), bool(is_split_into_words), pad_to_multiple_of,
+                padding_side or self.padding_side)
+        flags = (return_token_type_ids, return_attention_mask,
+                 bool(return_overflowing_tokens), bool(return_special_tokens_mask))
+        out = self._encode(*call, return_tensors, *flags, bool(return_offsets_mapping),
+                           bool(return_length))
+        if not return_offsets_mapping:
+            sides = self.truncation_side
+
+            def redo():
+                keep, self.truncation_side = self.truncation_side, sides
+                try:
+                    return self._encode(*call, None, *flags, True, False)
+                finally:
+                    self.truncation_side = keep
+            out._redo = redo
+        return out
 
     def _strategies(self, padding, truncation, max_length, pad_to_multiple_of):
         """transformers' ``_get_padding_truncation_strategies``: (padding, truncation
@@ -699,7 +719,7 @@ class TransformersTokenizer:
             ids = enc.to_list()
             off = np.asarray(enc.offsets).tolist()
             om = [tuple(x) for x in np.asarray(enc.offset_mapping).tolist()]
-            wid = np.asarray(enc.word_ids).tolist()
+            wid = [None if w < 0 else w for w in np.asarray(enc.word_ids).tolist()]
             return [(ids[d], om[off[d]:off[d + 1]], wid[off[d]:off[d + 1]])
                     for d in range(len(ids))]
         enc = tok.encode(texts)
