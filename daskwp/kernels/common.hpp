@@ -38,7 +38,7 @@ namespace daskwp {
 
 // Version of the compiled blob layouts (vocabulary trie and normalization tables).
 // Bump whenever a field moves; loaders refuse other versions.
-constexpr uint32_t kBlobVersion = 2;
+constexpr uint32_t kBlobVersion = 3;
 constexpr uint32_t kVocabMagic = 0x56505744u;  // "DWPV" little endian
 constexpr uint32_t kNormMagic = 0x4e505744u;   // "DWPN" little endian
 

@@ -39,6 +39,7 @@ struct VocabHeader {
   uint32_t reserved;
   uint64_t off_special_nodes;    // SpecialNode[n_special_nodes]: the special-token trie
   uint64_t off_special_labels;   // uint8[n_special_nodes]: byte on the edge into the node
+  uint64_t off_pops_bytes;       // int32[n_pops]: bytes of the word each failure pop covers
   uint64_t total_bytes;
 };
 
@@ -90,6 +91,7 @@ struct VocabView {
   const HotNode* hot;
   const SpecialNode* special_nodes;
   const uint8_t* special_labels;
+  const int32_t* pops_bytes;  // parallel to pops: word bytes a pop covers (offsets)
 };
 
 DWP_HD inline VocabView make_vocab_view(const uint8_t* blob) {
@@ -106,6 +108,7 @@ DWP_HD inline VocabView make_vocab_view(const uint8_t* blob) {
   v.hot = reinterpret_cast<const HotNode*>(blob + v.h->off_hot);
   v.special_nodes = reinterpret_cast<const SpecialNode*>(blob + v.h->off_special_nodes);
   v.special_labels = blob + v.h->off_special_labels;
+  v.pops_bytes = reinterpret_cast<const int32_t*>(blob + v.h->off_pops_bytes);
   return v;
 }
 
