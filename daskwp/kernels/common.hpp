@@ -7,15 +7,20 @@
 #define DWP_FORCEINLINE __forceinline__
 #define DWP_NOINLINE __noinline__
 #define DWP_DEVICE_NOINLINE __noinline__
+#define DWP_HOST_FORCEINLINE
 #else
 // Hot on the CPU for non-ASCII text, but inlining it on the GPU costs minutes of compile.
 #define DWP_DEVICE_NOINLINE
 #define DWP_HD
 #if defined(__GNUC__)
+// Inlined on the host, left to the compiler on the device (the core's end_word: a template's
+// member, GCC stops inlining it on its own).
+#define DWP_HOST_FORCEINLINE inline __attribute__((always_inline))
 #define DWP_FORCEINLINE inline __attribute__((always_inline))
 #define DWP_NOINLINE __attribute__((noinline))
 #else
 #define DWP_FORCEINLINE inline
+#define DWP_HOST_FORCEINLINE inline
 #define DWP_NOINLINE
 #endif
 #endif

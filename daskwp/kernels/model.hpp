@@ -91,8 +91,14 @@ struct VocabView {
   const HotNode* hot;
   const SpecialNode* special_nodes;
   const uint8_t* special_labels;
-  const int32_t* pops_bytes;  // parallel to pops: word bytes a pop covers (offsets)
 };
+
+// The word bytes each failure pop covers, parallel to pops (read only with offsets, so it
+// is not part of the view the walk copies).
+DWP_HD inline const int32_t* vocab_pops_bytes(const VocabView& v) {
+  return reinterpret_cast<const int32_t*>(reinterpret_cast<const uint8_t*>(v.h) +
+                                          v.h->off_pops_bytes);
+}
 
 DWP_HD inline VocabView make_vocab_view(const uint8_t* blob) {
   VocabView v;
@@ -108,7 +114,6 @@ DWP_HD inline VocabView make_vocab_view(const uint8_t* blob) {
   v.hot = reinterpret_cast<const HotNode*>(blob + v.h->off_hot);
   v.special_nodes = reinterpret_cast<const SpecialNode*>(blob + v.h->off_special_nodes);
   v.special_labels = blob + v.h->off_special_labels;
-  v.pops_bytes = reinterpret_cast<const int32_t*>(blob + v.h->off_pops_bytes);
   return v;
 }
 

@@ -184,6 +184,7 @@ struct OffState {};
 
 template <>
 struct OffState<true> {
+  const int32_t* pops_bytes;  // vocab_pops_bytes
   int64_t* offs;   // 2 per token: begin, end
   int32_t* wids;   // 1 per token: word index within the document
   bool chars;      // unit: characters (else bytes)
@@ -227,6 +228,7 @@ struct WordPieceE2E {
       : v(ctx.v), nm(ctx.nm), feed(ctx.feed), max_chars(ctx.p.max_input_chars_per_word) {
     suffix_root = v.h->suffix_root;
     unk_id = v.h->unk_id;
+    if constexpr (kOff) os.pops_bytes = vocab_pops_bytes(v);
     reset(out, cap);
   }
 
@@ -395,7 +397,7 @@ struct WordPieceE2E {
     if constexpr (kOff) {
       for (int32_t k = 0; k < nd.pops_len; ++k) {
         int64_t b, e;
-        consume(v.pops_bytes[nd.pops_off + k], &b, &e);
+        consume(os.pops_bytes[nd.pops_off + k], &b, &e);
         emit(v.pops[nd.pops_off + k], b, e);
       }
     } else {
@@ -446,7 +448,7 @@ struct WordPieceE2E {
     for (int32_t k = 0; k < len && !failed; ++k) step(b[k]);
   }
 
-  DWP_HD void end_word() {
+  DWP_HD DWP_HOST_FORCEINLINE void end_word() {
     if (!active) return;
     active = false;
     if (!failed && node != suffix_root && v.hot[node].token >= 0) {
