@@ -315,6 +315,27 @@ def test_core_table_per_config(any_backend):
         assert got == [e for _, e in items], (vocab_name, opts)
 
 
+@pytest.mark.parametrize("unit", ["chars", "bytes"])
+def test_core_table_offsets_equal_cpu(any_backend, unit):
+    """Offsets and word ids (docs/design.md §2.9) of each group of the table, and of the
+    groups' texts among neighbours, equal the CPU's."""
+    if any_backend.name == "reference":
+        pytest.skip("the reference backend has no offsets (offsets: cpu, emulated-cuda, gpu)")
+    groups: dict = {}
+    for _, vocab_name, opts, text, _ in CASES:
+        groups.setdefault((vocab_name, tuple(sorted(opts.items()))), []).append(text)
+    for (vocab_name, opts), texts in groups.items():
+        tok = case_tokenizer(vocab_name, opts)
+        batch = texts + ["abcd" + texts[0], "", None, texts[-1] + "x"]
+        want = tok.encode(batch, return_offsets_mapping=True, return_word_ids=True,
+                          offsets_unit=unit)
+        got = any_backend.route(tok).encode(batch, return_offsets_mapping=True,
+                                            return_word_ids=True, offsets_unit=unit)
+        for name in ("token_ids", "offsets", "offset_mapping", "word_ids"):
+            np.testing.assert_array_equal(to_host(getattr(got, name)), getattr(want, name),
+                                          err_msg=f"{vocab_name} {opts} {name}")
+
+
 # ---------------------------------------------------------------------------------------
 # 2. Hypothesis: adversarial Unicode
 # ---------------------------------------------------------------------------------------

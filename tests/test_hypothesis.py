@@ -224,3 +224,68 @@ def test_normalizer_flags_match_hf(texts, lowercase, strip_accents, clean_text, 
     )
     hf = _hf_flags("bert-base-uncased", lowercase, strip_accents, clean_text, handle_chinese_chars)
     _check(texts, tok, hf)
+
+
+# -- offsets and word ids (docs/design.md §2.9) ---------------------------------------------
+def _reordered(text: str) -> bool:
+    """Whether NFD's canonical reordering moves a combining mark in ``text`` (decomposing
+    each character alone differs from decomposing the text)."""
+    import unicodedata
+
+    return "".join(unicodedata.normalize("NFD", c) for c in text) != \
+        unicodedata.normalize("NFD", text)
+
+
+def _check_offsets(texts, tok, hf):
+    """ids, offsets (chars, and bytes via the UTF-8 positions) and word ids equal HF's.
+
+    The one documented difference (docs/design.md §2.9): with accent stripping, where NFD's
+    canonical reordering moves a combining mark, HF's spans follow the marks' positions
+    before the reordering; daskwp gives each surviving mark its own code point's span. Such
+    documents are checked for ids and word ids."""
+    import numpy as np
+
+    encs = hf.encode_batch(texts, add_special_tokens=False)
+    chars = tok.encode(texts, return_offsets_mapping=True, return_word_ids=True)
+    by = tok.encode(texts, return_offsets_mapping=True, offsets_unit="bytes")
+    for i, (text, e) in enumerate(zip(texts, encs)):
+        s, t = int(chars.offsets[i]), int(chars.offsets[i + 1])
+        assert chars.token_ids[s:t].tolist() == e.ids, (i, text)
+        assert chars.word_ids[s:t].tolist() == list(e.word_ids), (i, text)
+        if tok.strip_accents is not False and (tok.strip_accents or tok.lowercase) and \
+                _reordered(text):
+            continue
+        assert [tuple(x) for x in chars.offset_mapping[s:t].tolist()] == e.offsets, (i, text)
+        pos = np.concatenate([[0], np.cumsum([len(c.encode("utf-8")) for c in text])])
+        want = [[int(pos[b]), int(pos[e_])] for b, e_ in e.offsets]
+        assert by.offset_mapping[s:t].tolist() == want, (i, text)
+
+
+@_SETTINGS
+@given(texts=batches("bert-base-uncased"))
+def test_uncased_offsets_match_hf(texts):
+    _check_offsets(texts, _dwp("bert-base-uncased", True), hf_tokenizer("bert-base-uncased"))
+
+
+@_SETTINGS
+@given(texts=batches("bert-base-multilingual-cased"))
+def test_multilingual_cased_offsets_match_hf(texts):
+    _check_offsets(texts, _dwp("bert-base-multilingual-cased", False),
+                   hf_tokenizer("bert-base-multilingual-cased"))
+
+
+@settings(_SETTINGS, max_examples=150)
+@given(
+    texts=batches("bert-base-uncased"),
+    lowercase=st.booleans(),
+    strip_accents=st.sampled_from([None, True, False]),
+    clean_text=st.booleans(),
+    handle_chinese_chars=st.booleans(),
+)
+def test_normalizer_flags_offsets_match_hf(texts, lowercase, strip_accents, clean_text,
+                                           handle_chinese_chars):
+    tok = _dwp("bert-base-uncased", lowercase, strip_accents=strip_accents,
+               clean_text=clean_text, handle_chinese_chars=handle_chinese_chars)
+    hf = _hf_flags("bert-base-uncased", lowercase, strip_accents, clean_text,
+                   handle_chinese_chars)
+    _check_offsets(texts, tok, hf)

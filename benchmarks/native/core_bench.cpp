@@ -10,6 +10,8 @@
 // memo is emptied before every repeat (cold: what one call of a fresh process does) unless
 // DASKWP_CORE_BENCH_WARM=1, which fills it with one untimed, uncollected pass first and
 // keeps it (warm: a process that tokenized the same corpus before).
+// DASKWP_CORE_BENCH_OFFSETS=chars|bytes: the core with offsets and word ids (no memo: the
+// CPU loop's path with return_offsets_mapping / return_word_ids, docs/design.md §2.9).
 #include <chrono>
 #include <cstdlib>
 #include <memory>
@@ -36,8 +38,30 @@ struct Corpus {
 };
 
 // One pass over every line; returns the tokens written.
+static std::vector<int64_t> g_spans;  // the offsets mode's outputs, sized in main
+static std::vector<int32_t> g_words;
+
+static int offsets_mode() {
+  const char* m = std::getenv("DASKWP_CORE_BENCH_OFFSETS");
+  return !m ? 0 : std::strcmp(m, "chars") == 0 ? 2 : 1;
+}
+
 __attribute__((noinline)) int64_t run_pass(const daskwp::CoreContext& ctx, const Corpus& c,
                                            std::vector<int32_t>& out, daskwp::WordCache* cache) {
+  if (const int mode = offsets_mode()) {  // as cpu_batch.cpp's encode_range_extras
+    std::vector<int64_t>& spans = g_spans;
+    std::vector<int32_t>& words = g_words;
+    int64_t at = 0;
+    const uint8_t* base = reinterpret_cast<const uint8_t*>(c.text.data());
+    daskwp::WordPieceE2E<true> t(ctx, nullptr, 0);
+    for (size_t d = 0; d + 1 < c.starts.size(); ++d) {
+      const int64_t b = c.starts[d], e = c.starts[d + 1] - 1;
+      t.reset(out.data() + at, static_cast<int64_t>(out.size()) - at);
+      t.set_offsets(spans.data() + 2 * at, words.data() + at, mode == 2);
+      at += t.run(base + b, e - b);
+    }
+    return at;
+  }
   // As cpu_batch.cpp's encode_range: one tokenizer state, reset per document.
   int64_t at = 0;
   const uint8_t* base = reinterpret_cast<const uint8_t*>(c.text.data());
@@ -71,6 +95,10 @@ int main(int argc, char** argv) {
   daskwp::init_context(ctx, reinterpret_cast<const uint8_t*>(vb.data()),
                        reinterpret_cast<const uint8_t*>(nb.data()), daskwp::TokenizeParams{100});
   std::vector<int32_t> out(c.text.size() + 1024);
+  if (offsets_mode()) {
+    g_spans.resize(2 * out.size());
+    g_words.resize(out.size());
+  }
   // DASKWP_CORE_BENCH_BITS: 2^bits short entries (default: the pool's default size).
   const char* bits_env = std::getenv("DASKWP_CORE_BENCH_BITS");
   std::unique_ptr<daskwp::WordCache> cache(new daskwp::WordCache(

@@ -29,7 +29,7 @@ from ..core import config
 from ..core.buckets import bucket_windows
 from ..core.cache import register_cache
 from ..core.options import check_int
-from ..core.pairs import build_pair_windows, convert_batch, sequence_extras
+from ..core.pairs import build_pair_windows, convert_batch, sequence_extras, window_extras
 from ..core.ragged import BatchWindows, Encoding
 from ..core.strings import chunk_buffers, to_arrow
 from ..core.windows import WindowParams, convert_tensors, fill_plan, pack_windows, \
@@ -111,31 +111,52 @@ class CPUBackend:
 
     name = "cpu"
 
-    def encode(self, model: KernelModel, texts, num_threads: int) -> Encoding:
+    def encode(self, model: KernelModel, texts, num_threads: int, offsets_unit=None,
+               word_ids: bool = False) -> Encoding:
+        """Ragged ids of ``texts``; ``offsets_unit`` ("chars" / "bytes", None: none) and
+        ``word_ids`` add the offsets and word ids (docs/design.md §2.9)."""
         arr = to_arrow(texts)
         _apply_word_cache_limit()
         key = _cache_key(model)
+        unit = {None: 0, "bytes": 1, "chars": 2}[offsets_unit]
+        extras = bool(unit or word_ids)
         ids_parts, off_parts, base = [], [np.zeros(1, dtype=np.int64)], 0
+        span_parts, word_parts = [], []
         for chunk in arr.chunks:
             if len(chunk) == 0:
                 continue
             b = chunk_buffers(chunk)
             fn = _ext.encode64 if b.offsets.dtype == np.int64 else _ext.encode32
-            ids, off = fn(model.vocab_blob, model.norm_blob, model.max_input_chars_per_word,
-                          np.ascontiguousarray(b.offsets), b.data, b.validity,
-                          b.validity_offset, int(num_threads), key)
+            out = fn(model.vocab_blob, model.norm_blob, model.max_input_chars_per_word,
+                     np.ascontiguousarray(b.offsets), b.data, b.validity,
+                     b.validity_offset, int(num_threads), key, unit, bool(word_ids))
+            ids, off = out[0], out[1]
+            if extras:
+                span_parts.append(out[2])
+                word_parts.append(out[3])
             ids_parts.append(ids)
             off_parts.append(off[1:] + base)
             base += len(ids)
+        spans = words = None
+        if unit:
+            spans = span_parts[0] if len(span_parts) == 1 else (
+                np.concatenate(span_parts) if span_parts else np.zeros((0, 2), dtype=np.int64))
+        if word_ids:
+            words = word_parts[0] if len(word_parts) == 1 else (
+                np.concatenate(word_parts) if word_parts else np.zeros(0, dtype=np.int32))
         if len(ids_parts) == 1:
-            return Encoding(ids_parts[0], np.concatenate(off_parts))
+            return Encoding(ids_parts[0], np.concatenate(off_parts), spans, words, offsets_unit)
         token_ids = np.concatenate(ids_parts) if ids_parts else np.zeros(0, dtype=np.int32)
-        return Encoding(token_ids.astype(np.int32, copy=False), np.concatenate(off_parts))
+        return Encoding(token_ids.astype(np.int32, copy=False), np.concatenate(off_parts),
+                        spans, words, offsets_unit)
 
     def build_windows(self, encoding: Encoding, vocab, p: WindowParams,
-                      num_threads: int, seq: dict | None = None) -> BatchWindows:
+                      num_threads: int, seq: dict | None = None,
+                      extras: dict | None = None) -> BatchWindows:
         """The windows of ``encoding``; ``seq`` (:func:`daskwp.core.pairs.sequence_options`)
-        adds ``token_type_ids`` / ``sequence_ids``."""
+        adds ``token_type_ids`` / ``sequence_ids``, ``extras``
+        (:func:`daskwp.core.pairs.extras_options`) ``offset_mapping``, ``word_ids`` and
+        ``special_tokens_mask`` (docs/design.md §2.9)."""
         token_ids = np.ascontiguousarray(encoding.token_ids, dtype=np.int32)
         offsets = np.ascontiguousarray(encoding.offsets, dtype=np.int64)
         padded, cls_id, sep_id, pad_id, width = fill_plan(vocab, p, offsets)
@@ -144,18 +165,23 @@ class CPUBackend:
             p.add_special_tokens, cls_id, sep_id, pad_id, p.logid_offset, padded, p.mask_int8,
             width, num_threads)
         convert = (lambda a: convert_tensors(a, p.return_tensors))
+        extras = extras or {}
         if p.padding == "bucket":
-            return bucket_windows(pack_windows(*out, False, lambda a: a), p.bucket_widths,
-                                  vocab.pad_id, p.max_length, convert)
-        if seq and (seq["return_token_type_ids"] or seq["return_sequence_ids"]):
-            bw = sequence_extras(pack_windows(*out, padded, lambda a: a),
-                                 p.add_special_tokens, seq["return_token_type_ids"],
-                                 seq["return_sequence_ids"], np)
-            return convert_batch(bw, convert)
+            bw = window_extras(pack_windows(*out, False, lambda a: a), encoding, p, extras, np)
+            return bucket_windows(bw, p.bucket_widths, vocab.pad_id, p.max_length, convert)
+        sequence = seq and (seq["return_token_type_ids"] or seq["return_sequence_ids"])
+        if sequence or any(extras.get(k) for k in ("offset_mapping", "word_ids",
+                                                   "special_tokens_mask")):
+            bw = pack_windows(*out, padded, lambda a: a)
+            if sequence:
+                bw = sequence_extras(bw, p.add_special_tokens, seq["return_token_type_ids"],
+                                     seq["return_sequence_ids"], np)
+            bw = window_extras(bw, encoding, p, extras, np)
+            return convert_batch(bw, lambda a: convert(np.ascontiguousarray(a)))
         return pack_windows(*out, padded, convert)
 
     def build_pair_windows(self, enc_a: Encoding, enc_b: Encoding, vocab, p: WindowParams,
-                           seq: dict) -> BatchWindows:
+                           seq: dict, extras: dict | None = None) -> BatchWindows:
         """The rows of the pairs ``(enc_a[i], enc_b[i])`` (docs/design.md §2.5): the array
         pass of :func:`daskwp.core.pairs.build_pair_windows`, on NumPy."""
         return build_pair_windows(
@@ -163,7 +189,7 @@ class CPUBackend:
             windowed=seq["windowed"], return_token_type_ids=seq["return_token_type_ids"],
             return_sequence_ids=seq["return_sequence_ids"],
             convert=lambda a: convert_tensors(np.ascontiguousarray(a), p.return_tensors),
-            xp=np)
+            xp=np, extras=extras)
 
 
 CPU = CPUBackend()

@@ -320,7 +320,8 @@ def _plan_chunks(mod, model, doc_off, data, validity, has_validity, validity_off
     return n_slots, piece_first, chunk_begin, chunk_end
 
 
-def encode_cuda(tok, texts, *, chunk_bytes: int | None = None):
+def encode_cuda(tok, texts, *, chunk_bytes: int | None = None, offsets_unit=None,
+                word_ids: bool = False):
     """Token ids of every document (no special tokens), computed on the current device.
 
     Parameters
@@ -332,10 +333,16 @@ def encode_cuda(tok, texts, *, chunk_bytes: int | None = None):
         Nominal chunk size (bytes per thread); default: from the input size and the number
         of SMs. The result does not depend on it.
 
+    offsets_unit : "chars", "bytes" or None; word_ids : bool
+        Also the offsets / word ids (docs/design.md §2.9): then four arrays are returned.
+
     Returns
     -------
     (token_ids, offsets) : cupy int32 array, cupy int64 array of ``n + 1`` entries
         Document ``d`` is ``token_ids[offsets[d]:offsets[d+1]]``; equal to ``tok.encode``.
+        With ``offsets_unit`` or ``word_ids``: ``(token_ids, offsets, offset_mapping,
+        word_ids)``, the last two (tokens x 2 int64, int32) None when not asked, equal to
+        ``tok.encode(..., return_offsets_mapping=..., return_word_ids=...)``.
 
     Memory
     ------
@@ -347,7 +354,12 @@ def encode_cuda(tok, texts, *, chunk_bytes: int | None = None):
     n = s.n
     if n < 0:
         raise ValueError("offsets must have at least one entry")
+    extras = offsets_unit is not None or word_ids
     if n == 0:
+        if extras:
+            return (cp.zeros(0, dtype=cp.int32), cp.zeros(1, dtype=cp.int64),
+                    cp.zeros((0, 2), dtype=cp.int64) if offsets_unit else None,
+                    cp.zeros(0, dtype=cp.int32) if word_ids else None)
         return cp.zeros(0, dtype=cp.int32), cp.zeros(1, dtype=cp.int64)
     if s.data.dtype != cp.uint8 or s.data.ndim != 1:
         raise TypeError(f"data must be a 1-D uint8 array, got {s.data.dtype} "
@@ -387,6 +399,9 @@ def encode_cuda(tok, texts, *, chunk_bytes: int | None = None):
         chunk_bytes, cp)
 
     max_chars = _i32(kernel_model(tok).max_input_chars_per_word)
+    if extras:
+        return _encode_extras(mod, model, max_chars, data, n, n_slots, piece_first,
+                              chunk_begin, chunk_end, offsets_unit, word_ids, cp)
     tokenize = mod.get_function("dwp_chunk_tokenize")
     counts = cp.empty(n_slots, dtype=cp.int64)
     dummy_off, dummy_ids = cp.zeros(1, dtype=cp.int64), cp.zeros(1, dtype=cp.int32)
@@ -400,6 +415,39 @@ def encode_cuda(tok, texts, *, chunk_bytes: int | None = None):
              (model.vocab, model.norm, max_chars, data, chunk_begin, chunk_end,
               _i64(n_slots), _i32(1), counts, tok_off, ids))
     return ids[:total], tok_off[piece_first]
+
+
+def _encode_extras(mod, model, max_chars, data, n, n_slots, piece_first, chunk_begin,
+                   chunk_end, offsets_unit, word_ids, cp):
+    """encode_cuda's count / scan / write with offsets and word ids: the count pass also
+    counts each chunk's words and units, whose per-document exclusive scans shift the write
+    pass's spans and word ids."""
+    tokenize = mod.get_function("dwp_chunk_tokenize_offsets")
+    counts = cp.empty(n_slots, dtype=cp.int64)
+    words = cp.empty(n_slots, dtype=cp.int64)
+    units = cp.empty(n_slots, dtype=cp.int64)
+    dummy64, dummy32 = cp.zeros(2, dtype=cp.int64), cp.zeros(1, dtype=cp.int32)
+    flags = (_i32(offsets_unit == "chars"), _i32(offsets_unit is not None), _i32(bool(word_ids)))
+    tokenize(_grid(n_slots, cp), (BLOCK,),
+             (model.vocab, model.norm, max_chars, data, chunk_begin, chunk_end,
+              _i64(n_slots), _i32(0)) + flags +
+             (counts, words, units, dummy64, dummy64, dummy64, piece_first, _i64(n),
+              dummy32, dummy64, dummy32))
+    tok_off = _exclusive_scan(counts, cp)
+    word_off = _exclusive_scan(words, cp)
+    unit_off = _exclusive_scan(units, cp)
+    total = int(tok_off[-1])
+    ids = cp.empty(max(total, 1), dtype=cp.int32)
+    spans = cp.empty(max(2 * total, 2), dtype=cp.int64) if offsets_unit else dummy64
+    wids = cp.empty(max(total, 1), dtype=cp.int32) if word_ids else dummy32
+    tokenize(_grid(n_slots, cp), (BLOCK,),
+             (model.vocab, model.norm, max_chars, data, chunk_begin, chunk_end,
+              _i64(n_slots), _i32(1)) + flags +
+             (counts, words, units, tok_off, word_off, unit_off, piece_first, _i64(n),
+              ids, spans, wids))
+    return (ids[:total], tok_off[piece_first],
+            spans[:2 * total].reshape(total, 2) if offsets_unit else None,
+            wids[:total] if word_ids else None)
 
 
 # ---------------------------------------------------------------------------------------
@@ -515,45 +563,66 @@ def windows_cuda(tok, texts, *, max_length: int = 128, stride: int = 0,
                  padding="max_length", return_tensors: str = "cp", logid_offset: int = 0,
                  mask_dtype="int32", chunk_bytes: int | None = None,
                  bucket_widths="auto", text_pair=None, return_overflowing_tokens=None,
-                 return_token_type_ids=None, return_sequence_ids=None):
+                 return_token_type_ids=None, return_sequence_ids=None,
+                 return_offsets_mapping=None, return_word_ids=None,
+                 return_special_tokens_mask=None, offsets_unit=None):
     """``tok(texts, ...)`` on the GPU: the same :class:`~daskwp.core.ragged.BatchWindows` as
     the CPU path (parameters and validation of :func:`daskwp.core.windows.window_params`), with
     CuPy arrays (``return_tensors="cp"``, the default here), torch tensors sharing the
     device memory through DLPack (``"pt"``), or NumPy copies (``"np"``).
     ``doc_row_offsets`` stays a CuPy array. Sentence pairs (``text_pair``) and the
     ``token_type_ids`` / ``sequence_ids`` outputs are the array pass of
-    :mod:`daskwp.core.pairs` on CuPy, the code the CPU runs on NumPy.
+    :mod:`daskwp.core.pairs` on CuPy, the code the CPU runs on NumPy; so are the
+    ``offset_mapping`` / ``word_ids`` / ``special_tokens_mask`` outputs, gathered from the
+    kernel's offsets and word ids (docs/design.md §2.9).
     """
-    from ..core.pairs import build_pair_windows, convert_batch, sequence_extras, \
-        sequence_options
+    from ..core.pairs import build_pair_windows, convert_batch, extras_options, \
+        sequence_extras, sequence_options, window_extras
     from ..core.ragged import Encoding
 
     p = window_params(max_length, stride, truncation, add_special_tokens, padding,
                       return_tensors, logid_offset, mask_dtype, bucket_widths)
     p, seq = sequence_options(p, text_pair is not None, return_overflowing_tokens,
                               return_token_type_ids, return_sequence_ids)
-    token_ids, offsets = encode_cuda(tok, texts, chunk_bytes=chunk_bytes)
+    extras = extras_options(return_offsets_mapping, return_word_ids,
+                            return_special_tokens_mask, offsets_unit)
+    unit = extras["offsets_unit"] if extras["offset_mapping"] else None
+    want = unit is not None or extras["word_ids"]
+
+    def encode(t):
+        if want:
+            return Encoding(*encode_cuda(tok, t, chunk_bytes=chunk_bytes, offsets_unit=unit,
+                                         word_ids=extras["word_ids"]), unit)
+        return Encoding(*encode_cuda(tok, t, chunk_bytes=chunk_bytes))
+
+    enc = encode(texts)
+    token_ids, offsets = enc.token_ids, enc.offsets
     vocab = kernel_model(tok).vocab
     convert = (lambda a: _convert_device(a, p.return_tensors))
     if text_pair is not None:
         cp = _cupy()
-        ids_b, off_b = encode_cuda(tok, text_pair, chunk_bytes=chunk_bytes)
         return build_pair_windows(
-            Encoding(token_ids, offsets), Encoding(ids_b, off_b), vocab, p,
+            enc, encode(text_pair), vocab, p,
             strategy=seq["strategy"], overflow=seq["overflow"], windowed=seq["windowed"],
             return_token_type_ids=seq["return_token_type_ids"],
             return_sequence_ids=seq["return_sequence_ids"],
-            convert=lambda a: convert(cp.ascontiguousarray(a)), xp=cp)
+            convert=lambda a: convert(cp.ascontiguousarray(a)), xp=cp, extras=extras)
     padded, cls_id, sep_id, pad_id, width = fill_plan(vocab, p, offsets)
     out = build_windows_cuda(
         token_ids, offsets, p.max_length, p.stride, p.truncation, p.add_special_tokens,
         cls_id, sep_id, pad_id, p.logid_offset, padded, p.mask_int8, width)
+    more = any(extras[k] for k in ("offset_mapping", "word_ids", "special_tokens_mask"))
     if p.padding == "bucket":
-        return bucket_windows(pack_windows(*out, False, lambda a: a), p.bucket_widths,
-                              vocab.pad_id, p.max_length, convert)
-    if seq["return_token_type_ids"] or seq["return_sequence_ids"]:
-        bw = sequence_extras(pack_windows(*out, padded, lambda a: a), p.add_special_tokens,
-                             seq["return_token_type_ids"], seq["return_sequence_ids"],
-                             _cupy())
-        return convert_batch(bw, convert)
+        bw = pack_windows(*out, False, lambda a: a)
+        if more:
+            bw = window_extras(bw, enc, p, extras, _cupy())
+        return bucket_windows(bw, p.bucket_widths, vocab.pad_id, p.max_length, convert)
+    if seq["return_token_type_ids"] or seq["return_sequence_ids"] or more:
+        bw = pack_windows(*out, padded, lambda a: a)
+        if seq["return_token_type_ids"] or seq["return_sequence_ids"]:
+            bw = sequence_extras(bw, p.add_special_tokens, seq["return_token_type_ids"],
+                                 seq["return_sequence_ids"], _cupy())
+        if more:
+            bw = window_extras(bw, enc, p, extras, _cupy())
+        return convert_batch(bw, lambda a: convert(_cupy().ascontiguousarray(a)))
     return pack_windows(*out, padded, convert)

@@ -16,7 +16,7 @@ from ..core.normalizer import (compile_pipeline, internal_prefix, make_pipeline,
                                whitespace_vanishes)
 from ..core.options import (TOKENIZER, check, names,
                             normalize_device)
-from ..core.pairs import sequence_options
+from ..core.pairs import extras_options, sequence_options
 from ..core.ragged import Encoding
 from ..core.vocab import (DEFAULT_SPECIAL_NAMES, SPECIAL_NAME_OPTIONS, Vocabulary,
                           check_new_special_tokens)
@@ -26,6 +26,15 @@ from .protocol import KernelModel
 from .transformers_compat import TransformersTokenizer, from_transformers as read_transformers
 
 __all__ = ["FROM_FILE", "TOKENIZER_OPTIONS", "WordPieceTokenizer", "resolve_tokenizer"]
+
+
+def _extras_options(return_offsets_mapping, return_word_ids, offsets_unit):
+    """(offsets unit or None, word ids wanted) of checked extra-output options."""
+    rom = check("return_offsets_mapping",
+                False if return_offsets_mapping is None else return_offsets_mapping)
+    rwi = check("return_word_ids", False if return_word_ids is None else return_word_ids)
+    unit = check("offsets_unit", "chars" if offsets_unit is None else offsets_unit)
+    return (unit if rom else None), rwi
 
 #: Tokenizer options of ``tokenize(...)`` besides ``vocab`` and ``lowercase`` (option table).
 TOKENIZER_OPTIONS = tuple(n for n in names(TOKENIZER)
@@ -272,19 +281,34 @@ class WordPieceTokenizer:
             return check("num_threads", num_threads)
         return self.num_threads if self.num_threads is not None else default_num_threads()
 
-    def encode(self, texts, *, num_threads: int | None = None) -> Encoding:
+    def encode(self, texts, *, num_threads: int | None = None,
+               return_offsets_mapping: bool = False, return_word_ids: bool = False,
+               offsets_unit: str = "chars") -> Encoding:
         """Token ids (no special tokens added) of every document, ragged.
 
         ``texts``: a str, a list of str (None/NaN are empty documents), a pandas Series
         (object, string or Arrow dtype), or a pyarrow (Large)String/Binary array or
         ChunkedArray.
+
+        ``return_offsets_mapping=True`` adds ``offset_mapping`` (tokens x 2 int64: each
+        token's ``[begin, end)`` in its ORIGINAL document, in ``offsets_unit``: ``"chars"``,
+        Python string positions as HF's ``Encoding.offsets``, or ``"bytes"``, UTF-8
+        positions), ``return_word_ids=True`` adds ``word_ids`` (int32: the token's
+        pre-tokenized word within its document, HF's ``Encoding.word_ids``). Both come from
+        the same single pass as the ids. The contract (special tokens, [UNK] spans, invalid
+        UTF-8): docs/design.md §2.9.
         """
         threads = self._threads(num_threads)
+        unit, words = _extras_options(return_offsets_mapping, return_word_ids, offsets_unit)
         if self._on_gpu(texts):
             from .cuda import encode_cuda
+            if unit or words:
+                token_ids, offsets, spans, wids = encode_cuda(self, texts, offsets_unit=unit,
+                                                              word_ids=words)
+                return Encoding(token_ids, offsets, spans, wids, unit)
             token_ids, offsets = encode_cuda(self, texts)
             return Encoding(token_ids, offsets)
-        return CPU.encode(self.kernel_model, texts, threads)
+        return CPU.encode(self.kernel_model, texts, threads, unit, words)
 
     def __call__(self, texts, max_length: int | None = None, stride: int | None = None,
                  truncation: bool | str | None = None, add_special_tokens: bool | None = None,
@@ -292,7 +316,11 @@ class WordPieceTokenizer:
                  mask_dtype: str = "int32", bucket_widths="auto", *, text_pair=None,
                  return_overflowing_tokens: bool | None = None,
                  return_token_type_ids: bool | None = None,
-                 return_sequence_ids: bool | None = None):
+                 return_sequence_ids: bool | None = None,
+                 return_offsets_mapping: bool | None = None,
+                 return_word_ids: bool | None = None,
+                 return_special_tokens_mask: bool | None = None,
+                 offsets_unit: str | None = None):
         """Tokenize ``texts`` and cut every document into strided windows (GST outputs).
 
         Parameters
@@ -322,6 +350,15 @@ class WordPieceTokenizer:
             Also ``token_type_ids`` (the mask's dtype; 0 on the first segment, its [CLS] and
             [SEP] included, 1 on the second) and ``sequence_ids`` (int8: 0 / 1 on the
             sequences' tokens, -1 on special tokens and padding), as HF's ``Encoding``.
+        return_offsets_mapping, return_word_ids, return_special_tokens_mask : bool, default False
+            Also ``offset_mapping`` (int64, rows x width x 2: each token's ``[begin, end)`` in
+            its original text, in ``offsets_unit``; ``(0, 0)`` on [CLS], [SEP] and padding),
+            ``word_ids`` (int32, -1 on special and padding positions) and
+            ``special_tokens_mask`` (the mask's dtype: 1 on [CLS], [SEP] and padding), as
+            HF's overflow encodings; for pairs the offsets are in whichever text the token
+            came from. Ragged with ``padding=False``. docs/design.md §2.9.
+        offsets_unit : "chars" (default) or "bytes"
+            Unit of ``offset_mapping``: Python string positions (HF's) or UTF-8 bytes.
         add_special_tokens : bool, default True
             Frame every row as ``[CLS] body [SEP]`` (ids from the vocabulary).
         padding : "max_length", True, "longest", False or "do_not_pad"
@@ -360,7 +397,14 @@ class WordPieceTokenizer:
         """
         seq_opts = dict(text_pair=text_pair, return_overflowing_tokens=return_overflowing_tokens,
                         return_token_type_ids=return_token_type_ids,
-                        return_sequence_ids=return_sequence_ids)
+                        return_sequence_ids=return_sequence_ids,
+                        return_offsets_mapping=return_offsets_mapping,
+                        return_word_ids=return_word_ids,
+                        return_special_tokens_mask=return_special_tokens_mask,
+                        offsets_unit=offsets_unit)
+        extras = extras_options(return_offsets_mapping, return_word_ids,
+                                return_special_tokens_mask, offsets_unit)
+        unit = extras["offsets_unit"] if extras["offset_mapping"] else None
         if self._on_gpu(texts):
             from .cuda import windows_cuda
             return windows_cuda(self, texts, max_length=max_length, stride=stride,
@@ -375,11 +419,11 @@ class WordPieceTokenizer:
         p, seq = sequence_options(p, text_pair is not None, return_overflowing_tokens,
                                   return_token_type_ids, return_sequence_ids)
         threads = self._threads(None)
-        enc = CPU.encode(self.kernel_model, texts, threads)
+        enc = CPU.encode(self.kernel_model, texts, threads, unit, extras["word_ids"])
         if text_pair is not None:
-            enc_b = CPU.encode(self.kernel_model, text_pair, threads)
-            return CPU.build_pair_windows(enc, enc_b, self.vocab, p, seq)
-        return CPU.build_windows(enc, self.vocab, p, threads, seq)
+            enc_b = CPU.encode(self.kernel_model, text_pair, threads, unit, extras["word_ids"])
+            return CPU.build_pair_windows(enc, enc_b, self.vocab, p, seq, extras)
+        return CPU.build_windows(enc, self.vocab, p, threads, seq, extras)
 
     def _on_gpu(self, texts) -> bool:
         if self.device == "gpu":

@@ -171,6 +171,12 @@ def bucket_windows(ragged: BatchWindows, widths, pad_id: int, max_length: int,
     total = int(offsets[-1] - offsets[0]) if rows else 0
     cell_bucket = which[_owner(lengths, total, xp)] if total and xp is not np \
         else xp.zeros(0, np.int64)
+    # Other per-token outputs (offset_mapping, word_ids, special_tokens_mask, ...: ragged
+    # like the ids) are carried into every bucket, padded with their own fill.
+    extra = [k for k, v in ragged.items()
+             if k not in ("input_ids", "attention_mask", "metadata") and isinstance(v, RaggedRows)]
+    if extra and total and xp is np:
+        cell_bucket = which[_owner(lengths, total, xp)]
     values = ids.values[int(offsets[0]):int(offsets[-1])] if rows else ids.values[:0]
     mvalues = mask.values[int(offsets[0]):int(offsets[-1])] if rows else mask.values[:0]
     buckets = []
@@ -185,9 +191,10 @@ def bucket_windows(ragged: BatchWindows, widths, pad_id: int, max_length: int,
                 np.ascontiguousarray(ids.values, dtype=np.int32), offsets,
                 np.flatnonzero(in_b).astype(np.int64), int(width), int(pad_id),
                 mask.values.dtype == np.int8)
-            buckets.append((int(width), BatchWindows({
+            buckets.append((int(width), _with_extras(BatchWindows({
                 "input_ids": convert(out_ids), "attention_mask": convert(out_mask),
-                "metadata": convert(meta[in_b]), "window": convert(window[in_b])})))
+                "metadata": convert(meta[in_b]), "window": convert(window[in_b])}),
+                ragged, extra, offsets, lengths[in_b], cell_bucket, b, width, convert, xp)))
             continue
         lens = lengths[in_b]
         real = xp.arange(width, dtype=np.int64)[None, :] < lens[:, None]   # n_b x width
@@ -197,7 +204,33 @@ def bucket_windows(ragged: BatchWindows, widths, pad_id: int, max_length: int,
             cells = cell_bucket == b
             out_ids[real] = values[cells]
             out_mask[real] = mvalues[cells]
-        buckets.append((int(width), BatchWindows({
+        buckets.append((int(width), _with_extras(BatchWindows({
             "input_ids": convert(out_ids), "attention_mask": convert(out_mask),
-            "metadata": convert(meta[in_b]), "window": convert(window[in_b])})))
+            "metadata": convert(meta[in_b]), "window": convert(window[in_b])}),
+            ragged, extra, offsets, lens, cell_bucket, b, width, convert, xp)))
     return BucketedWindows(buckets)
+
+
+#: What padding holds in each per-token output (HF's padding values).
+PAD_FILL = {"offset_mapping": 0, "word_ids": -1, "special_tokens_mask": 1,
+            "token_type_ids": 0, "sequence_ids": -1}
+
+
+def _with_extras(bw: BatchWindows, ragged: BatchWindows, extra, offsets, lens, cell_bucket,
+                 b: int, width: int, convert, xp) -> BatchWindows:
+    """``bw`` with bucket ``b``'s rows of every extra ragged output of ``ragged``, padded
+    to ``width`` with :data:`PAD_FILL`."""
+    if not extra:
+        return bw
+    real = xp.arange(width, dtype=np.int64)[None, :] < lens[:, None]
+    total = int(offsets[-1] - offsets[0]) if offsets.shape[0] > 1 else 0
+    cells = cell_bucket == b if total else None
+    for key in extra:
+        v = ragged[key].values
+        v = v[int(offsets[0]):int(offsets[-1])] if total else v[:0]
+        out = xp.full((int(lens.shape[0]), width) + tuple(v.shape[1:]), PAD_FILL.get(key, 0),
+                      dtype=v.dtype)
+        if total:
+            out[real] = v[cells]
+        bw[key] = convert(out)
+    return bw

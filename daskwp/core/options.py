@@ -43,6 +43,8 @@ INPUT_FORMATS = ("auto", "text", "csv", "tsv", "jsonl", "parquet")
 PADDING_CHOICES = ("max_length", "longest", "do_not_pad", "bucket")
 #: Array types of ``return_tensors``.
 TENSOR_TYPES = ("np", "pt", "cp")
+#: Units of offset_mapping (docs/design.md §2.9).
+OFFSETS_UNITS = ("chars", "bytes")
 #: Parquet compressions of batch jobs.
 COMPRESSIONS = ("zstd", "snappy", "gzip", "brotli", "lz4", "none")
 
@@ -429,6 +431,18 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
     _opt("return_sequence_ids", False, check_bool, "true or false", True, (WINDOWS, JOB),
          "also sequence_ids (int8): 0 / 1 on the first / second sequence's tokens, -1 on "
          "special tokens and padding"),
+    # Offsets and word ids (docs/design.md §2.9); encode() takes the first two and the unit
+    _opt("return_offsets_mapping", False, check_bool, "true or false", True, (WINDOWS,),
+         "also offset_mapping (int64, [begin, end) of each token in the original text; (0, 0) "
+         "on [CLS], [SEP] and padding)"),
+    _opt("return_word_ids", False, check_bool, "true or false", True, (WINDOWS,),
+         "also word_ids (int32: the token's pre-tokenized word in its text; -1 on special "
+         "tokens and padding)"),
+    _opt("return_special_tokens_mask", False, check_bool, "true or false", True, (WINDOWS,),
+         "also special_tokens_mask (the mask's dtype: 1 on [CLS], [SEP] and padding, as HF)"),
+    _opt("offsets_unit", "chars", check_choice(OFFSETS_UNITS), "'chars' or 'bytes'", True,
+         (WINDOWS,), "unit of offset_mapping: 'chars' (Python string positions, HF's "
+         "Encoding.offsets) or 'bytes' (UTF-8 byte positions)", cli_choices=OFFSETS_UNITS),
     _opt("mask_dtype", "int32", check_mask_dtype, "'int32' or 'int8'", True, (WINDOWS,),
          "dtype of attention_mask"),
     _opt("return_tensors", None, lambda n, v: None if v is None else check_tensors(n, v),

@@ -42,7 +42,12 @@ import numpy as np
 from .options import OptionValueError
 from .ragged import BatchWindows, RaggedRows
 
-__all__ = ["PAIR_STRATEGIES", "build_pair_windows", "pair_mode", "sequence_extras"]
+__all__ = ["PAIR_STRATEGIES", "build_pair_windows", "pair_mode", "sequence_extras",
+           "window_extras"]
+
+#: The per-token outputs that offsets add (docs/design.md §2.9), with their fill on
+#: special and padding positions.
+EXTRA_OUTPUTS = ("offset_mapping", "word_ids", "special_tokens_mask")
 
 PAIR_STRATEGIES = ("longest_first", "only_first", "only_second")
 
@@ -110,13 +115,15 @@ def _length_error(i, logid, na, nb, p, room, windowed, strategy, overflow):
 
 def build_pair_windows(enc_a, enc_b, vocab, p, *, strategy: str, overflow: bool,
                        windowed: int, return_token_type_ids: bool, return_sequence_ids: bool,
-                       convert, xp) -> BatchWindows:
+                       convert, xp, extras: dict | None = None) -> BatchWindows:
     """The rows of the pairs ``(enc_a[i], enc_b[i])`` (ragged ids and offsets of both sides,
     NumPy or CuPy, ``xp`` their module) as a :class:`BatchWindows`.
 
     ``p`` is the checked :class:`~daskwp.core.windows.WindowParams`; ``convert`` turns each
-    output array into the requested type. Memory: the outputs plus a few int64 temporaries of
-    the output's size.
+    output array into the requested type. ``extras`` (:func:`extras_options`) adds
+    ``offset_mapping`` / ``word_ids`` (from each side's Encoding: positions in whichever text
+    the token came from, as HF) and ``special_tokens_mask`` (docs/design.md §2.9). Memory:
+    the outputs plus a few int64 temporaries of the output's size.
     """
     a_ids, a_off = enc_a.values, xp.asarray(enc_a.offsets).astype(np.int64)
     b_ids, b_off = enc_b.values, xp.asarray(enc_b.offsets).astype(np.int64)
@@ -230,6 +237,17 @@ def build_pair_windows(enc_a, enc_b, vocab, p, *, strategy: str, overflow: bool,
         data["token_type_ids"] = ((col >= b_lo_c) & real).astype(mask_dt)
     if return_sequence_ids:
         data["sequence_ids"] = xp.where(in_a, 0, xp.where(in_b, 1, -1)).astype(np.int8)
+    extras = extras or {}
+    if extras.get("offset_mapping"):
+        sa, sb = _spans_of(enc_a, xp), _spans_of(enc_b, xp)
+        data["offset_mapping"] = xp.where(in_a[..., None], sa[a_src],
+                                          xp.where(in_b[..., None], sb[b_src], 0))
+    if extras.get("word_ids"):
+        wa, wb = _words_of(enc_a, xp), _words_of(enc_b, xp)
+        data["word_ids"] = xp.where(in_a, wa[a_src], xp.where(in_b, wb[b_src], -1)
+                                    ).astype(np.int32)
+    if extras.get("special_tokens_mask"):
+        data["special_tokens_mask"] = (~(in_a | in_b)).astype(mask_dt)
     out = {}
     for key, v in data.items():
         out[key] = convert(v) if padded else RaggedRows(convert(v), convert(row_offsets))
@@ -265,6 +283,84 @@ def sequence_extras(bw: BatchWindows, add_special_tokens: bool, return_token_typ
         body = (col >= b) & (col < length - b)
         bw["sequence_ids"] = wrap(xp.where(body, 0, -1).astype(np.int8))
     del ids
+    return bw
+
+
+def _spans_of(enc, xp):
+    """The Encoding's offset_mapping, never empty (a gather source)."""
+    spans = enc.offset_mapping
+    if spans is None:
+        raise ValueError("the encoding has no offset_mapping (encode with "
+                         "return_offsets_mapping=True)")
+    spans = xp.asarray(spans)
+    return spans if spans.shape[0] else xp.zeros((1, 2), dtype=np.int64)
+
+
+def _words_of(enc, xp):
+    words = enc.word_ids
+    if words is None:
+        raise ValueError("the encoding has no word_ids (encode with return_word_ids=True)")
+    words = xp.asarray(words)
+    return words if words.shape[0] else xp.zeros(1, dtype=np.int32)
+
+
+def extras_options(return_offsets_mapping=None, return_word_ids=None,
+                   return_special_tokens_mask=None, offsets_unit=None) -> dict:
+    """The checked extra-output options of a call (docs/design.md §2.9): a dict with
+    ``offset_mapping``, ``word_ids``, ``special_tokens_mask`` (bools) and ``offsets_unit``."""
+    from .options import check
+
+    def flag(name, v):
+        return check(name, False if v is None else v)
+
+    return {"offset_mapping": flag("return_offsets_mapping", return_offsets_mapping),
+            "word_ids": flag("return_word_ids", return_word_ids),
+            "special_tokens_mask": flag("return_special_tokens_mask",
+                                        return_special_tokens_mask),
+            "offsets_unit": check("offsets_unit",
+                                  "chars" if offsets_unit is None else offsets_unit)}
+
+
+def window_extras(bw: BatchWindows, enc, p, extras: dict, xp) -> BatchWindows:
+    """``offset_mapping``, ``word_ids`` and ``special_tokens_mask`` of single-text windows
+    (docs/design.md §2.9), gathered from ``enc`` (its ``offset_mapping`` / ``word_ids``)
+    by each cell's document token: ``(0, 0)``, -1 and 1 on [CLS], [SEP] and padding (as
+    HF's overflow encodings). ``bw``: the fill's rows of ``enc`` (padded or ragged)."""
+    if not any(extras.get(k) for k in EXTRA_OUTPUTS):
+        return bw
+    mask = bw["attention_mask"]
+    tok_off = xp.asarray(enc.offsets).astype(np.int64)
+    doc_rows = xp.asarray(bw.doc_row_offsets).astype(np.int64)
+    rows = int(doc_rows[-1]) if doc_rows.shape[0] else 0
+    doc = _owner(doc_rows[1:] - doc_rows[:-1], rows, xp)
+    k = xp.arange(rows, dtype=np.int64) - doc_rows[:-1][doc]
+    n = (tok_off[1:] - tok_off[:-1])[doc]
+    L = p.body_length
+    first = k * (L - p.stride)
+    body = xp.minimum(xp.maximum(n - first, 0), L)
+    b = 1 if p.add_special_tokens else 0
+    if isinstance(mask, RaggedRows):
+        off = xp.asarray(mask.offsets).astype(np.int64)
+        cells = int(off[-1]) if off.shape[0] else 0
+        row = _owner(off[1:] - off[:-1], cells, xp)
+        col = xp.arange(cells, dtype=np.int64) - off[:-1][row]
+        def per_row(x):
+            return x[row]
+        wrap = lambda v: RaggedRows(v, off)   # noqa: E731
+    else:
+        col = xp.arange(mask.shape[1], dtype=np.int64)[None, :]
+        def per_row(x):
+            return x[:, None]
+        wrap = lambda v: v                    # noqa: E731
+    in_body = (col >= b) & (col < b + per_row(body))
+    src = xp.where(in_body, per_row(tok_off[:-1][doc] + first) + col - b, 0)
+    if extras.get("offset_mapping"):
+        bw["offset_mapping"] = wrap(xp.where(in_body[..., None], _spans_of(enc, xp)[src], 0))
+    if extras.get("word_ids"):
+        bw["word_ids"] = wrap(xp.where(in_body, _words_of(enc, xp)[src], -1).astype(np.int32))
+    if extras.get("special_tokens_mask"):
+        like = mask.values if isinstance(mask, RaggedRows) else mask
+        bw["special_tokens_mask"] = wrap((~in_body).astype(like.dtype))
     return bw
 
 

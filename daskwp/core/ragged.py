@@ -113,13 +113,26 @@ class Encoding(RaggedRows):
     ----------
     token_ids : numpy.ndarray of int32 (CuPy for GPU results); the same array as ``values``
     offsets : numpy.ndarray of int64, length n + 1
+    offset_mapping : numpy.ndarray of int64, tokens x 2, or None
+        With ``return_offsets_mapping=True``: ``[begin, end)`` of every token in its ORIGINAL
+        document, in ``offsets_unit`` (``"chars"``: HF's ``Encoding.offsets``; ``"bytes"``:
+        UTF-8 positions), flat like ``token_ids`` (docs/design.md §2.9).
+    word_ids : numpy.ndarray of int32, or None
+        With ``return_word_ids=True``: the index of every token's pre-tokenized word within
+        its document (HF's ``Encoding.word_ids``; a literal special token is a word).
+    offsets_unit : str or None
+        The unit of ``offset_mapping``.
     """
 
-    __slots__ = ()
+    __slots__ = ("offset_mapping", "word_ids", "offsets_unit")
     _item = "document"
 
-    def __init__(self, token_ids, offsets):
+    def __init__(self, token_ids, offsets, offset_mapping=None, word_ids=None,
+                 offsets_unit=None):
         super().__init__(token_ids, offsets)
+        self.offset_mapping = offset_mapping
+        self.word_ids = word_ids
+        self.offsets_unit = offsets_unit if offset_mapping is not None else None
 
     @property
     def token_ids(self):
@@ -129,11 +142,31 @@ class Encoding(RaggedRows):
     def token_ids(self, value):
         self.values = value
 
+    def __getitem__(self, r):
+        """As :meth:`RaggedRows.__getitem__`; a slice keeps ``offset_mapping`` and
+        ``word_ids`` (the offsets stay relative to each document)."""
+        out = super().__getitem__(r)
+        if isinstance(r, slice) and (self.offset_mapping is not None or
+                                     self.word_ids is not None):
+            lo, hi, _ = r.indices(len(self))
+            hi = max(hi, lo)
+            a = int(self.offsets[lo]) if hi > lo else 0
+            b = int(self.offsets[hi]) if hi > lo else 0
+            if self.offset_mapping is not None:
+                out.offset_mapping = self.offset_mapping[a:b].copy()
+                out.offsets_unit = self.offsets_unit
+            if self.word_ids is not None:
+                out.word_ids = self.word_ids[a:b].copy()
+        return out
+
     def __reduce__(self):
-        return (Encoding, (self.values, self.offsets))
+        return (Encoding, (self.values, self.offsets, self.offset_mapping, self.word_ids,
+                           self.offsets_unit))
 
     def __repr__(self) -> str:
-        return f"Encoding(documents={len(self)}, tokens={int(self.values.shape[0])})"
+        extra = "".join(f", {k}" for k in ("offset_mapping", "word_ids")
+                        if getattr(self, k) is not None)
+        return f"Encoding(documents={len(self)}, tokens={int(self.values.shape[0])}{extra})"
 
 
 class BatchWindows(dict):

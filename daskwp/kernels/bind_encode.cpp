@@ -22,7 +22,8 @@ nb::ndarray<nb::numpy, T, nb::ndim<1>> to_numpy(daskwp::HostArray<T> data, size_
 template <typename OffArr, typename Off>
 nb::tuple encode_impl(U8 vocab_blob, U8 norm_blob, int32_t max_chars, OffArr offsets,
                       U8 data, nb::object validity_obj, int64_t validity_offset,
-                      int num_threads, uint64_t cache_key) {
+                      int num_threads, uint64_t cache_key, int32_t offsets_unit,
+                      bool word_ids) {
   daskwp::check_vocab_blob(vocab_blob.data(), vocab_blob.shape(0));
   daskwp::check_norm_blob(norm_blob.data(), norm_blob.shape(0));
   if (offsets.shape(0) < 1) throw std::invalid_argument("offsets must not be empty");
@@ -42,16 +43,33 @@ nb::tuple encode_impl(U8 vocab_blob, U8 norm_blob, int32_t max_chars, OffArr off
       throw std::invalid_argument("validity bitmap too short");
     validity = vm.data();
   }
+  if (offsets_unit < 0 || offsets_unit > daskwp::kOffsetsChars)
+    throw std::invalid_argument("offsets_unit must be 0 (none), 1 (bytes) or 2 (chars)");
+  daskwp::EncodeExtras extras;
+  extras.offsets = offsets_unit;
+  extras.word_ids = word_ids;
   daskwp::TokenizeParams p{max_chars};
   daskwp::EncodedBatch r;
   {
     nb::gil_scoped_release release;
     r = daskwp::encode_batch<Off>(vocab_blob.data(), norm_blob.data(), p, off, data.data(),
-                                  validity, validity_offset, n_docs, num_threads, cache_key);
+                                  validity, validity_offset, n_docs, num_threads, cache_key,
+                                  extras);
   }
   const size_t n_ids = static_cast<size_t>(r.n_ids);
+  if (!offsets_unit && !word_ids)
+    return nb::make_tuple(to_numpy(std::move(r.ids), n_ids),
+                          to_numpy(std::move(r.offsets), static_cast<size_t>(n_docs + 1)));
+  nb::object spans = nb::none(), words = nb::none();
+  if (offsets_unit) {
+    int64_t* raw = r.spans.release();
+    nb::capsule owner(raw, [](void* q) noexcept { daskwp::host_free(q); });
+    spans = nb::cast(nb::ndarray<nb::numpy, int64_t, nb::ndim<2>>(raw, {n_ids, 2}, owner));
+  }
+  if (word_ids) words = nb::cast(to_numpy(std::move(r.words), n_ids));
   return nb::make_tuple(to_numpy(std::move(r.ids), n_ids),
-                        to_numpy(std::move(r.offsets), static_cast<size_t>(n_docs + 1)));
+                        to_numpy(std::move(r.offsets), static_cast<size_t>(n_docs + 1)), spans,
+                        words);
 }
 
 // The throughput ceiling for benchmarks: one pass that reads every byte and writes it
@@ -81,14 +99,16 @@ void bind_encode(nb::module_& m) {
   m.def("encode32", &encode_impl<I32, int32_t>, nb::arg("vocab_blob"), nb::arg("norm_blob"),
         nb::arg("max_input_chars_per_word"), nb::arg("offsets"), nb::arg("data"),
         nb::arg("validity").none(), nb::arg("validity_offset"), nb::arg("num_threads"),
-        nb::arg("cache_key") = 0,
+        nb::arg("cache_key") = 0, nb::arg("offsets_unit") = 0, nb::arg("word_ids") = false,
         "Tokenize Arrow string buffers (int32 offsets); returns (token_ids, offsets). "
         "cache_key != 0: word memos from the process-wide pool, kept for later calls with "
-        "the same key (equal keys must mean equal blobs and max_input_chars_per_word).");
+        "the same key (equal keys must mean equal blobs and max_input_chars_per_word). "
+        "offsets_unit 1 (bytes) / 2 (chars) and / or word_ids: returns (token_ids, offsets, "
+        "spans (tokens x 2 int64 or None), word ids (int32 or None)), docs/design.md 2.9.");
   m.def("encode64", &encode_impl<I64, int64_t>, nb::arg("vocab_blob"), nb::arg("norm_blob"),
         nb::arg("max_input_chars_per_word"), nb::arg("offsets"), nb::arg("data"),
         nb::arg("validity").none(), nb::arg("validity_offset"), nb::arg("num_threads"),
-        nb::arg("cache_key") = 0,
+        nb::arg("cache_key") = 0, nb::arg("offsets_unit") = 0, nb::arg("word_ids") = false,
         "Tokenize Arrow large-string buffers (int64 offsets); returns (token_ids, offsets). "
-        "cache_key: as encode32.");
+        "cache_key, offsets_unit, word_ids: as encode32.");
 }

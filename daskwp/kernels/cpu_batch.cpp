@@ -27,16 +27,26 @@
 namespace daskwp {
 namespace {
 
-// A growable int32 buffer without zero-initialisation.
+// A growable int32 buffer without zero-initialisation, with (spans, words) the offsets
+// and word ids of its tokens.
 struct IdBuffer {
   HostArray<int32_t> data;
+  HostArray<int64_t> spans;
+  HostArray<int32_t> words;
+  bool with_spans = false, with_words = false;
   int64_t size = 0, cap = 0;
+  template <typename T>
+  void grow(HostArray<T>& a, int64_t c, int64_t per) {
+    HostArray<T> d = host_array<T>(static_cast<size_t>(c * per));
+    if (size) std::memcpy(d.get(), a.get(), size * per * sizeof(T));
+    a.swap(d);
+  }
   void reserve(int64_t want) {
     if (want <= cap) return;
     int64_t c = std::max<int64_t>(want, cap * 2 + 1024);
-    HostArray<int32_t> d = host_array<int32_t>(static_cast<size_t>(c));
-    if (size) std::memcpy(d.get(), data.get(), size * sizeof(int32_t));
-    data.swap(d);
+    grow(data, c, 1);
+    if (with_spans) grow(spans, c, 2);
+    if (with_words) grow(words, c, 1);
     cap = c;
   }
 };
@@ -335,6 +345,36 @@ void encode_range(const CoreContext& ctx, const Off* offsets, const uint8_t* dat
   }
 }
 
+// encode_range with offsets and / or word ids (docs/design.md §2.9): the core with its
+// offsets state, without the word memo.
+template <typename Off>
+void encode_range_extras(const CoreContext& ctx, const Off* offsets, const uint8_t* data,
+                         const uint8_t* validity, int64_t validity_offset, int64_t d0,
+                         int64_t d1, bool chars, IdBuffer& buf, int64_t* counts) {
+  if (d1 > d0) buf.reserve(static_cast<int64_t>(offsets[d1] - offsets[d0]) + 64);
+  WordPieceE2E<true> t(ctx, nullptr, 0);
+  for (int64_t d = d0; d < d1; ++d) {
+    const int64_t b = static_cast<int64_t>(offsets[d]), e = static_cast<int64_t>(offsets[d + 1]);
+    const int64_t vb = d + validity_offset;
+    if ((validity && !((validity[vb >> 3] >> (vb & 7)) & 1)) || e <= b) {
+      counts[d] = 0;
+      continue;
+    }
+    const int64_t len = e - b;
+    buf.reserve(buf.size + len + 64);
+    for (int pass = 0; pass < 2; ++pass) {
+      t.reset(buf.data.get() + buf.size, buf.cap - buf.size);
+      t.set_offsets(buf.with_spans ? buf.spans.get() + 2 * buf.size : nullptr,
+                    buf.with_words ? buf.words.get() + buf.size : nullptr, chars);
+      const int64_t got = t.run(data + b, len);
+      if (got <= buf.cap - buf.size) break;
+      buf.reserve(buf.size + got);  // rare: more tokens than the guess, run again
+    }
+    buf.size += t.sink.n;
+    counts[d] = t.sink.n;
+  }
+}
+
 }  // namespace
 
 int resolve_threads(int requested) {
@@ -347,7 +387,7 @@ template <typename Off>
 EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
                           const TokenizeParams& p, const Off* offsets, const uint8_t* data,
                           const uint8_t* validity, int64_t validity_offset, int64_t n_docs,
-                          int num_threads, uint64_t cache_key) {
+                          int num_threads, uint64_t cache_key, const EncodeExtras& extras) {
   CoreContext ctx;
   init_context(ctx, vocab_blob, norm_blob, p);
   EncodedBatch out;
@@ -381,7 +421,36 @@ EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
   const uint64_t generation = cache_key && total_bytes ? pool_generation() : 0;
   const uint64_t key = total_bytes ? cache_key : 0;
   std::vector<IdBuffer> bufs(chunks);
-  if (threads == 1) {
+  const bool with_extras = extras.offsets != 0 || extras.word_ids;
+  const bool chars = extras.offsets == kOffsetsChars;
+  for (IdBuffer& b : bufs) {
+    b.with_spans = extras.offsets != 0;
+    b.with_words = extras.word_ids;
+  }
+  if (with_extras) {
+    // Offsets do not go through the word memo (its entries hold ids only).
+    std::atomic<int> next{0};
+    std::vector<std::thread> pool;
+    std::vector<std::exception_ptr> errors(threads);
+    auto work = [&](int t) {
+      try {
+        for (int c = next++; c < chunks; c = next++)
+          encode_range_extras(ctx, offsets, data, validity, validity_offset, cut[c],
+                              cut[c + 1], chars, bufs[c], counts);
+      } catch (...) {
+        errors[t] = std::current_exception();
+        next = chunks;
+      }
+    };
+    if (threads == 1) {
+      work(0);
+    } else {
+      for (int t = 0; t < threads; ++t) pool.emplace_back(work, t);
+      for (auto& th : pool) th.join();
+    }
+    for (auto& e : errors)
+      if (e) std::rethrow_exception(e);
+  } else if (threads == 1) {
     ThreadMemo memo(ctx, key, generation, 1, big);
     encode_range(ctx, offsets, data, validity, validity_offset, 0, n_docs, data_end,
                  memo.memo, bufs[0], counts);
@@ -410,15 +479,26 @@ EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
   for (int c = 0; c < chunks; ++c) total += bufs[c].size;
   if (chunks == 1) {
     out.ids = std::move(bufs[0].data);
+    out.spans = std::move(bufs[0].spans);
+    out.words = std::move(bufs[0].words);
   } else {
     out.ids = host_array<int32_t>(static_cast<size_t>(std::max<int64_t>(total, 1)));
+    if (extras.offsets) out.spans = host_array<int64_t>(static_cast<size_t>(2 * total + 2));
+    if (extras.word_ids) out.words = host_array<int32_t>(static_cast<size_t>(total + 1));
     int64_t at = 0;
     for (int c = 0; c < chunks; ++c) {
-      if (bufs[c].size) std::memcpy(out.ids.get() + at, bufs[c].data.get(), bufs[c].size * 4);
-      at += bufs[c].size;
+      const int64_t k = bufs[c].size;
+      if (k) {
+        std::memcpy(out.ids.get() + at, bufs[c].data.get(), k * 4);
+        if (extras.offsets) std::memcpy(out.spans.get() + 2 * at, bufs[c].spans.get(), k * 16);
+        if (extras.word_ids) std::memcpy(out.words.get() + at, bufs[c].words.get(), k * 4);
+      }
+      at += k;
     }
   }
   if (!out.ids) out.ids = host_array<int32_t>(1);
+  if (extras.offsets && !out.spans) out.spans = host_array<int64_t>(2);
+  if (extras.word_ids && !out.words) out.words = host_array<int32_t>(1);
   out.n_ids = total;
   for (int64_t d = 0; d < n_docs; ++d) out.offsets[d + 1] += out.offsets[d];
   return out;
@@ -427,11 +507,11 @@ EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
 template EncodedBatch encode_batch<int32_t>(const uint8_t*, const uint8_t*,
                                             const TokenizeParams&, const int32_t*,
                                             const uint8_t*, const uint8_t*, int64_t, int64_t,
-                                            int, uint64_t);
+                                            int, uint64_t, const EncodeExtras&);
 template EncodedBatch encode_batch<int64_t>(const uint8_t*, const uint8_t*,
                                             const TokenizeParams&, const int64_t*,
                                             const uint8_t*, const uint8_t*, int64_t, int64_t,
-                                            int, uint64_t);
+                                            int, uint64_t, const EncodeExtras&);
 
 void check_vocab_blob(const uint8_t* p, size_t size) {
   if (size < sizeof(VocabHeader)) throw std::invalid_argument("vocabulary blob too small");

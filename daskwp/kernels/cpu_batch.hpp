@@ -13,8 +13,18 @@ namespace daskwp {
 struct EncodedBatch {
   HostArray<int32_t> ids;      // flat token ids
   HostArray<int64_t> offsets;  // n_docs + 1
+  HostArray<int64_t> spans;    // with offsets: 2 per token, [begin, end) in the document
+  HostArray<int32_t> words;    // with word ids: 1 per token
   int64_t n_ids = 0;
 };
+
+// What encode_batch returns besides the ids (docs/design.md §2.9).
+struct EncodeExtras {
+  int32_t offsets = 0;  // 0: none; kOffsetsBytes / kOffsetsChars: spans in that unit
+  bool word_ids = false;
+};
+constexpr int32_t kOffsetsBytes = 1;
+constexpr int32_t kOffsetsChars = 2;
 
 // Number of worker threads for `requested` (<= 0: all hardware threads).
 int resolve_threads(int requested);
@@ -29,7 +39,8 @@ template <typename Off>
 EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
                           const TokenizeParams& p, const Off* offsets, const uint8_t* data,
                           const uint8_t* validity, int64_t validity_offset, int64_t n_docs,
-                          int num_threads, uint64_t cache_key = 0);
+                          int num_threads, uint64_t cache_key = 0,
+                          const EncodeExtras& extras = EncodeExtras());
 
 // The word-memo pool (cpu_batch.cpp): bytes, memos and counters.
 struct WordCacheInfo {

@@ -39,6 +39,7 @@ struct VocabHeader {
   uint32_t reserved;
   uint64_t off_special_nodes;    // SpecialNode[n_special_nodes]: the special-token trie
   uint64_t off_special_labels;   // uint8[n_special_nodes]: byte on the edge into the node
+  uint64_t off_pops_bytes;       // int32[n_pops]: bytes of the word each failure pop covers
   uint64_t total_bytes;
 };
 
@@ -91,6 +92,13 @@ struct VocabView {
   const SpecialNode* special_nodes;
   const uint8_t* special_labels;
 };
+
+// The word bytes each failure pop covers, parallel to pops (read only with offsets, so it
+// is not part of the view the walk copies).
+DWP_HD inline const int32_t* vocab_pops_bytes(const VocabView& v) {
+  return reinterpret_cast<const int32_t*>(reinterpret_cast<const uint8_t*>(v.h) +
+                                          v.h->off_pops_bytes);
+}
 
 DWP_HD inline VocabView make_vocab_view(const uint8_t* blob) {
   VocabView v;

@@ -100,10 +100,19 @@ std::vector<uint8_t> build_vocab_blob(const VocabBuildInput& in) {
 
   // 3. Failure links and pops, breadth-first (parents before children).
   std::vector<int32_t> token(n), fail(n, -1), pops_off(n, 0), pops_len(n, 0);
-  std::vector<int32_t> pool;
+  std::vector<int32_t> pool, pool_bytes;  // pops, and the word bytes each covers
   pool.reserve(n);
+  // Depth of every node and whether it hangs under the suffix root (parents come first).
+  std::vector<int32_t> depth(n, 0);
+  std::vector<uint8_t> under(n, 0);
+  for (int32_t u = 0; u < static_cast<int32_t>(n); ++u)
+    for (int32_t v = first_child[u]; v < first_child[u] + n_child[u]; ++v) {
+      depth[v] = depth[u] + 1;
+      under[v] = under[u] || v == suffix_root;
+    }
+  const int32_t prefix_depth = depth[suffix_root];
   for (size_t i = 0; i < n; ++i) token[i] = b[order[i]].token;
-  std::vector<int32_t> scratch;
+  std::vector<int32_t> scratch, scratch_bytes;
   for (int32_t u = 0; u < static_cast<int32_t>(n); ++u) {
     for (int32_t v = first_child[u]; v < first_child[u] + n_child[u]; ++v) {
       const uint8_t c = labels[v];
@@ -112,15 +121,20 @@ std::vector<uint8_t> build_vocab_blob(const VocabBuildInput& in) {
         pops_off[v] = static_cast<int32_t>(pool.size());
         pops_len[v] = 1;
         pool.push_back(token[v]);
+        pool_bytes.push_back(depth[v] - (under[v] ? prefix_depth : 0));
         fail[v] = suffix_root;
         continue;
       }
       if (u == 0 || u == suffix_root) continue;  // f(u) = none
       scratch.assign(pool.begin() + pops_off[u], pool.begin() + pops_off[u] + pops_len[u]);
+      scratch_bytes.assign(pool_bytes.begin() + pops_off[u],
+                           pool_bytes.begin() + pops_off[u] + pops_len[u]);
       int32_t z = fail[u];
       while (z >= 0 && child(z, c) < 0) {
         scratch.insert(scratch.end(), pool.begin() + pops_off[z],
                        pool.begin() + pops_off[z] + pops_len[z]);
+        scratch_bytes.insert(scratch_bytes.end(), pool_bytes.begin() + pops_off[z],
+                             pool_bytes.begin() + pops_off[z] + pops_len[z]);
         z = fail[z];
       }
       if (z < 0) continue;
@@ -128,6 +142,7 @@ std::vector<uint8_t> build_vocab_blob(const VocabBuildInput& in) {
       pops_off[v] = static_cast<int32_t>(pool.size());
       pops_len[v] = static_cast<int32_t>(scratch.size());
       pool.insert(pool.end(), scratch.begin(), scratch.end());
+      pool_bytes.insert(pool_bytes.end(), scratch_bytes.begin(), scratch_bytes.end());
     }
   }
   if (pool.size() > 0x7fffffffu) throw std::invalid_argument("vocabulary too large");
@@ -199,6 +214,7 @@ std::vector<uint8_t> build_vocab_blob(const VocabBuildInput& in) {
   h.n_special_nodes = static_cast<uint32_t>(n_st);
   h.off_special_nodes = off; off = align8(off + n_st * sizeof(SpecialNode));
   h.off_special_labels = off; off = align8(off + n_st);
+  h.off_pops_bytes = off; off = align8(off + pool.size() * 4);
   h.total_bytes = off;
   if (n > kHotChildMask) throw std::invalid_argument("vocabulary trie too large");
 
@@ -231,7 +247,10 @@ std::vector<uint8_t> build_vocab_blob(const VocabBuildInput& in) {
     hot[i] = HotNode{(kind << 28) | uint32_t(first_child[i]), high, token[i], fail[i]};
   }
   std::memcpy(blob.data() + h.off_labels, labels.data(), n);
-  if (!pool.empty()) std::memcpy(blob.data() + h.off_pops, pool.data(), pool.size() * 4);
+  if (!pool.empty()) {
+    std::memcpy(blob.data() + h.off_pops, pool.data(), pool.size() * 4);
+    std::memcpy(blob.data() + h.off_pops_bytes, pool_bytes.data(), pool.size() * 4);
+  }
   auto* sp_off = reinterpret_cast<int32_t*>(blob.data() + h.off_special_offsets);
   auto* sp_ids = reinterpret_cast<int32_t*>(blob.data() + h.off_special_ids);
   uint8_t* sp_bytes = blob.data() + h.off_special_bytes;

@@ -274,7 +274,7 @@ inline bool long_put(WordCache& wc, uint64_t h, const uint8_t* p, int64_t len,
 
 // The E2E tokenizer state for one byte range, with the memo. Use as WordPieceE2E:
 // construct, reset(out, cap, cache) per document, run(bytes, len, readable), read sink.n.
-struct MemoWordPieceE2E : WordPieceE2E {
+struct MemoWordPieceE2E : WordPieceE2E<> {
   WordCache* cache;  // null: no memo (counting passes, one-off calls)
   bool alnum_feed;   // cache->alnum_feed, read once per document
   // Where run_memo's prefetcher stopped, kept across the documents of a range.
@@ -282,12 +282,12 @@ struct MemoWordPieceE2E : WordPieceE2E {
 
   MemoWordPieceE2E(const CoreContext& ctx, int32_t* out, int64_t cap,
                    WordCache* word_cache = nullptr)
-      : WordPieceE2E(ctx, out, cap), cache(out ? word_cache : nullptr),
+      : WordPieceE2E<>(ctx, out, cap), cache(out ? word_cache : nullptr),
         alnum_feed(cache && cache->alnum_feed) {}
 
   // Ready for the next document (one state can serve a whole range of documents).
   DWP_FORCEINLINE void reset(int32_t* out, int64_t cap, WordCache* word_cache) {
-    WordPieceE2E::reset(out, cap);
+    WordPieceE2E<>::reset(out, cap);
     cache = out ? word_cache : nullptr;
     alnum_feed = cache && cache->alnum_feed;
   }

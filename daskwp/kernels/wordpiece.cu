@@ -252,6 +252,57 @@ __global__ void dwp_chunk_tokenize(const uint8_t* __restrict__ vocab_blob,
   }
 }
 
+// The core with offsets and word ids over every chunk (docs/design.md §2.9). Count pass
+// (write == 0): counts[j], words[j] and units[j] = tokens, words and units (characters when
+// `chars`, else bytes) of chunk j (0 for dead slots). Write pass: the ids, spans (2 per token)
+// and word ids of chunk j go to tok_off[j] on, shifted by the words and units of the
+// document's chunks before j (word_off, unit_off: exclusive scans of words and units;
+// piece_first: the first slot of every document). want_spans / want_words: which of the two
+// are written.
+// Launch: 1-D grid-stride over piece slots, any block size (shared: BlockContext).
+__global__ void dwp_chunk_tokenize_offsets(
+    const uint8_t* __restrict__ vocab_blob, const uint8_t* __restrict__ norm_blob,
+    int32_t max_input_chars_per_word, const uint8_t* __restrict__ data,
+    const int64_t* __restrict__ chunk_begin, const int64_t* __restrict__ chunk_end,
+    int64_t n_slots, int32_t write, int32_t chars, int32_t want_spans, int32_t want_words,
+    int64_t* __restrict__ counts, int64_t* __restrict__ words, int64_t* __restrict__ units,
+    const int64_t* __restrict__ tok_off, const int64_t* __restrict__ word_off,
+    const int64_t* __restrict__ unit_off, const int64_t* __restrict__ piece_first,
+    int64_t n_docs, int32_t* __restrict__ out, int64_t* __restrict__ spans,
+    int32_t* __restrict__ wids) {
+  __shared__ daskwp::gpu::BlockContext sh;
+  daskwp::gpu::load_block_context(sh, vocab_blob, norm_blob, max_input_chars_per_word);
+  for (int64_t j = daskwp::gpu::grid_start(); j < n_slots; j += daskwp::gpu::grid_stride()) {
+    const int64_t b = chunk_begin[j];
+    if (!write) {
+      int64_t nw = 0, nu = 0, n = 0;
+      if (b >= 0)
+        n = daskwp::tokenize_document_offsets(sh.ctx, data + b, chunk_end[j] - b, nullptr,
+                                              nullptr, nullptr, 0, chars != 0, &nw, &nu);
+      counts[j] = n;
+      words[j] = nw;
+      units[j] = nu;
+    } else if (b >= 0) {
+      const int64_t at = tok_off[j], cap = tok_off[j + 1] - at;
+      if (cap <= 0) continue;
+      const int64_t d = daskwp::find_document(piece_first, n_docs, j);
+      const int64_t first = piece_first[d];
+      const int64_t wb = word_off[j] - word_off[first], ub = unit_off[j] - unit_off[first];
+      int64_t* sp = want_spans ? spans + 2 * at : nullptr;
+      int32_t* wi = want_words ? wids + at : nullptr;
+      daskwp::tokenize_document_offsets(sh.ctx, data + b, chunk_end[j] - b, out + at, sp, wi,
+                                        cap, chars != 0, nullptr, nullptr);
+      for (int64_t k = 0; k < cap; ++k) {
+        if (sp) {
+          sp[2 * k] += ub;
+          sp[2 * k + 1] += ub;
+        }
+        if (wi) wi[k] += static_cast<int32_t>(wb);
+      }
+    }
+  }
+}
+
 // Per document d (tokens doc_tok_off[d] .. doc_tok_off[d + 1]): rows[d + 1] = window_count,
 // cells[d + 1] = window_tokens (the ragged size), width0[d] = real width of its row 0;
 // rows[0] = cells[0] = 0. Inclusive scans turn rows and cells into offsets.

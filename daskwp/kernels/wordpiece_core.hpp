@@ -150,7 +150,59 @@ DWP_HD inline void init_context(CoreContext& ctx, const uint8_t* vocab_blob,
   ctx.p = p;
   fill_feed_table(ctx);
 }
+
+// ---------------------------------------------------------------------------------------
+// Offsets and word ids (docs/design.md §2.9), carried through the same single pass.
+//
+// Every normalized character descends from one input code point (HF's alignments: a
+// character a normalizer step inserts shares the alignment of the one it came from, a
+// removed one has none), so a token's span in the ORIGINAL document is
+// [begin of the code point of its first character, end of the code point of its last).
+// The walk emits tokens late (failure pops), so the state keeps the span's characters not
+// yet covered by an emitted token as a small queue of records: a *run* of characters that
+// map one to one onto contiguous original units (w normalized bytes per unit: 1 in bytes,
+// the character's width in chars), or an *atomic* code point (its outputs, whatever their
+// number, all map to its whole span). A pop of B normalized bytes (pops_bytes in the blob)
+// takes B bytes off the queue's front. The queue holds at most the characters of the
+// current trie node's string plus one, i.e. of the longest vocabulary token: kOffRing
+// records; past that (tokens longer than kOffRing - 1 characters, which no BERT vocabulary
+// has) the two oldest records merge into one atomic record (spans then cover their union).
+// Units: "bytes" are positions in the UTF-8 input; "chars" positions in the input decoded
+// with one U+FFFD per maximal ill-formed subpart (Python's errors="replace").
+// ---------------------------------------------------------------------------------------
+constexpr int32_t kOffRing = 64;  // a power of two
+constexpr int32_t kOffOpen = 1 << 30;
+
+struct OffRec {
+  int64_t ob, oe;  // original span, in units
+  int32_t nb;      // normalized bytes
+  int32_t w;       // run: normalized bytes per unit; 0: atomic
+};
+
+template <bool kOff>
+struct OffState {};
+
+template <>
+struct OffState<true> {
+  const int32_t* pops_bytes;  // vocab_pops_bytes
+  int64_t* offs;   // 2 per token: begin, end
+  int32_t* wids;   // 1 per token: word index within the document
+  bool chars;      // unit: characters (else bytes)
+  int64_t cdelta;  // bytes minus characters consumed so far (chars)
+  int32_t word;    // index of the current (next) word
+  int32_t head, count, fo;  // the queue: front index, size, bytes consumed of the front
+  int32_t open_at, open_base;
+  int64_t word_ob, word_oe;  // span of the current word (word_ob < 0: none yet)
+  int64_t cur_ob, cur_oe;    // span of the code point being output
+  bool cur_single;           // it outputs exactly one character
+  OffRec rec[kOffRing];
+  int64_t pend_ob[32], pend_oe[32];  // spans of the waiting marks, in arrival order
+  uint8_t pend_single[32];
+};
+
 // The E2E tokenizer state for one byte range. Use: construct, run(bytes, len), read sink.n.
+// kOff: also the offsets and word ids of every token (set_offsets before run).
+template <bool kOff = false>
 struct WordPieceE2E {
   VocabView v;
   NormView nm;
@@ -170,11 +222,13 @@ struct WordPieceE2E {
   int32_t n_pending;
   uint32_t pending_cp[kMaxPending];
   uint8_t pending_ccc[kMaxPending];
+  OffState<kOff> os;
 
   DWP_HD WordPieceE2E(const CoreContext& ctx, int32_t* out, int64_t cap)
       : v(ctx.v), nm(ctx.nm), feed(ctx.feed), max_chars(ctx.p.max_input_chars_per_word) {
     suffix_root = v.h->suffix_root;
     unk_id = v.h->unk_id;
+    if constexpr (kOff) os.pops_bytes = vocab_pops_bytes(v);
     reset(out, cap);
   }
 
@@ -189,6 +243,149 @@ struct WordPieceE2E {
     active = false;
     failed = false;
     n_pending = 0;
+    if constexpr (kOff) {
+      os.offs = nullptr;
+      os.wids = nullptr;
+      os.cdelta = 0;
+      os.word = 0;
+      os.head = os.count = os.fo = 0;
+      os.word_ob = -1;
+      os.word_oe = 0;
+      os.cur_ob = os.cur_oe = 0;
+      os.cur_single = true;
+    }
+  }
+
+  // Where the offsets (2 per token) and word ids go (with out, after reset); chars: the
+  // unit. Null arrays: not written (the counts are still kept).
+  DWP_HD void set_offsets(int64_t* offs, int32_t* wids, bool chars) {
+    if constexpr (kOff) {
+      os.offs = offs;
+      os.wids = wids;
+      os.chars = chars;
+    }
+  }
+
+  // -- offsets helpers (kOff only) --------------------------------------------------------
+  DWP_HD DWP_FORCEINLINE int64_t unit_at(int64_t i) const {
+    if constexpr (kOff) return os.chars ? i - os.cdelta : i;
+    return i;
+  }
+  // The span of the code point s[i, i + l) becomes the current one (l > 1: chars count it).
+  DWP_HD DWP_FORCEINLINE void cur_code_point(int64_t i, int32_t l) {
+    if constexpr (kOff) {
+      if (os.chars) {
+        os.cur_ob = i - os.cdelta;
+        os.cdelta += l - 1;
+        os.cur_oe = os.cur_ob + 1;
+      } else {
+        os.cur_ob = i;
+        os.cur_oe = i + l;
+      }
+      os.cur_single = true;
+    }
+  }
+  DWP_HD DWP_FORCEINLINE void emit(int32_t t, int64_t b, int64_t e) {
+    if constexpr (kOff) {
+      if (sink.n < sink.cap) {
+        sink.out[sink.n] = t;
+        if (os.offs) {
+          os.offs[2 * sink.n] = b;
+          os.offs[2 * sink.n + 1] = e;
+        }
+        if (os.wids) os.wids[sink.n] = os.word;
+      }
+      ++sink.n;
+    } else {
+      sink.push(t);
+    }
+  }
+  DWP_HD DWP_FORCEINLINE OffRec& rec_at(int32_t k) {
+    return os.rec[(os.head + k) & (kOffRing - 1)];
+  }
+  DWP_HD DWP_NOINLINE void rec_overflow() {
+    // Merge the two oldest records into one atomic record (documented bound).
+    OffRec& a = rec_at(0);
+    OffRec& b = rec_at(1);
+    b.ob = a.w ? a.ob + os.fo / a.w : a.ob;
+    b.nb += a.nb - os.fo;
+    b.w = 0;
+    os.head = (os.head + 1) & (kOffRing - 1);
+    --os.count;
+    os.fo = 0;
+  }
+  // Appends a record for nb normalized bytes of the current code point.
+  DWP_HD DWP_FORCEINLINE void push_rec(int32_t nb) {
+    const int64_t ob = os.cur_ob, oe = os.cur_oe;
+    bool run;
+    int32_t w;
+    if (os.chars) {
+      run = os.cur_single && oe - ob == 1;
+      w = nb;
+    } else {
+      run = os.cur_single && oe - ob == nb;
+      w = 1;
+    }
+    if (os.count) {
+      OffRec& bk = rec_at(os.count - 1);
+      if (run && bk.w == w && bk.oe == ob) {
+        bk.oe = oe;
+        bk.nb += nb;
+        return;
+      }
+      if (!run && bk.w == 0 && bk.ob == ob && bk.oe == oe) {
+        bk.nb += nb;
+        return;
+      }
+    }
+    if (os.count == kOffRing) rec_overflow();
+    OffRec& r = rec_at(os.count++);
+    r.ob = ob;
+    r.oe = oe;
+    r.nb = nb;
+    r.w = run ? w : 0;
+  }
+  // One normalized character of nb bytes of the current code point joins the word (after
+  // begin_char, before its bytes are walked).
+  DWP_HD DWP_FORCEINLINE void note_char(int32_t nb) {
+    if constexpr (kOff) {
+      if (os.word_ob < 0) os.word_ob = os.cur_ob;
+      os.word_oe = os.cur_oe;
+      if (!failed) push_rec(nb);
+    }
+  }
+  // The span of the next B normalized bytes of the queue, which are taken off it.
+  DWP_HD void consume(int32_t B, int64_t* b, int64_t* e) {
+    if (!os.count) {
+      *b = *e = os.word_oe;
+      return;
+    }
+    OffRec* r = &rec_at(0);
+    *b = r->w ? r->ob + os.fo / r->w : r->ob;
+    for (;;) {
+      const int32_t avail = r->nb - os.fo;
+      if (B < avail) {
+        os.fo += B;
+        *e = r->w ? r->ob + os.fo / r->w : r->oe;
+        return;
+      }
+      B -= avail;
+      *e = r->oe;
+      os.head = (os.head + 1) & (kOffRing - 1);
+      os.fo = 0;
+      if (--os.count == 0 || B == 0) return;
+      r = &rec_at(0);
+    }
+  }
+  DWP_HD void consume_all(int64_t* b, int64_t* e) {
+    if (!os.count) {
+      *b = *e = os.word_oe;
+      return;
+    }
+    const OffRec& r = rec_at(0);
+    *b = r.w ? r.ob + os.fo / r.w : r.ob;
+    *e = rec_at(os.count - 1).oe;
+    os.head = os.count = os.fo = 0;
   }
 
   // Follows the failure link of the current node, emitting its failure pops; false when
@@ -197,7 +394,15 @@ struct WordPieceE2E {
     const int32_t fail = v.hot[node].fail;
     if (fail < 0) return false;
     const TrieNode& nd = v.nodes[node];
-    for (int32_t k = 0; k < nd.pops_len; ++k) sink.push(v.pops[nd.pops_off + k]);
+    if constexpr (kOff) {
+      for (int32_t k = 0; k < nd.pops_len; ++k) {
+        int64_t b, e;
+        consume(os.pops_bytes[nd.pops_off + k], &b, &e);
+        emit(v.pops[nd.pops_off + k], b, e);
+      }
+    } else {
+      for (int32_t k = 0; k < nd.pops_len; ++k) sink.push(v.pops[nd.pops_off + k]);
+    }
     node = fail;
     return true;
   }
@@ -224,6 +429,10 @@ struct WordPieceE2E {
     node = 0;
     nchars = 0;
     word_start = sink.n;
+    if constexpr (kOff) {
+      os.head = os.count = os.fo = 0;
+      os.word_ob = -1;
+    }
   }
 
   DWP_HD DWP_FORCEINLINE void begin_char() {
@@ -234,15 +443,24 @@ struct WordPieceE2E {
   // Appends one normalized character (its UTF-8 bytes) to the current word.
   DWP_HD DWP_FORCEINLINE void feed_char(const uint8_t* b, int32_t len) {
     begin_char();
+    note_char(len);
     if (failed) return;
     for (int32_t k = 0; k < len && !failed; ++k) step(b[k]);
   }
 
-  DWP_HD void end_word() {
+  DWP_HD DWP_HOST_FORCEINLINE void end_word() {
     if (!active) return;
     active = false;
     if (!failed && node != suffix_root && v.hot[node].token >= 0) {
-      sink.push(v.hot[node].token);  // the whole rest of the word is one token
+      // the whole rest of the word is one token
+      if constexpr (kOff) {
+        int64_t b, e;
+        consume_all(&b, &e);
+        emit(v.hot[node].token, b, e);
+        ++os.word;
+      } else {
+        sink.push(v.hot[node].token);
+      }
       return;
     }
     if (!failed) {
@@ -255,7 +473,15 @@ struct WordPieceE2E {
     }
     if (failed) {
       sink.n = word_start;
-      sink.push(unk_id);
+      if constexpr (kOff) {
+        emit(unk_id, os.word_ob, os.word_oe);  // [UNK] spans the whole word
+      } else {
+        sink.push(unk_id);
+      }
+    }
+    if constexpr (kOff) {
+      os.head = os.count = os.fo = 0;
+      ++os.word;
     }
   }
 
@@ -276,6 +502,13 @@ struct WordPieceE2E {
   DWP_HD DWP_NOINLINE void flush_pending() {
     const int32_t n = n_pending;
     n_pending = 0;
+    int64_t save_ob = 0, save_oe = 0;
+    bool save_single = true;
+    if constexpr (kOff) {
+      save_ob = os.cur_ob;
+      save_oe = os.cur_oe;
+      save_single = os.cur_single;
+    }
     for (int32_t k = 0; k < n; ++k) {
       uint8_t b[4];
       const uint32_t cp = pending_cp[k];
@@ -290,7 +523,18 @@ struct WordPieceE2E {
         b[2] = (uint8_t)(0x80u | ((cp >> 6) & 0x3Fu)); b[3] = (uint8_t)(0x80u | (cp & 0x3Fu));
         l = 4;
       }
+      if constexpr (kOff) {
+        // HF's NFD aligns positionally: the k-th mark out takes the k-th mark in's span.
+        os.cur_ob = os.pend_ob[k];
+        os.cur_oe = os.pend_oe[k];
+        os.cur_single = os.pend_single[k] != 0;
+      }
       put_char(norm_entry(nm, cp) & kClassMask, b, l);
+    }
+    if constexpr (kOff) {
+      os.cur_ob = save_ob;
+      os.cur_oe = save_oe;
+      os.cur_single = save_single;
     }
   }
 
@@ -303,6 +547,11 @@ struct WordPieceE2E {
     }
     const uint8_t ccc = nm.ccc_vals[lo];
     if (n_pending == kMaxPending) flush_pending();  // documented bound on a run of marks
+    if constexpr (kOff) {
+      os.pend_ob[n_pending] = os.cur_ob;
+      os.pend_oe[n_pending] = os.cur_oe;
+      os.pend_single[n_pending] = os.cur_single ? 1 : 0;
+    }
     int32_t at = n_pending;
     while (at > 0 && pending_ccc[at - 1] > ccc) {
       pending_cp[at] = pending_cp[at - 1];
@@ -326,7 +575,7 @@ struct WordPieceE2E {
   }
 
   // A code point of the input with its normalization entry; `raw` holds its bytes, or is
-  // null for U+FFFD replacing invalid input.
+  // null for U+FFFD replacing invalid input. (kOff: its span is the current one.)
   DWP_HD DWP_DEVICE_NOINLINE void put_code_point(uint32_t cp, uint32_t entry, const uint8_t* raw,
                              int32_t raw_len) {
     if (entry & kRemove) return;  // removed before NFD: does not end a run of marks
@@ -344,6 +593,13 @@ struct WordPieceE2E {
       const uint32_t m = entry >> kMapShift;
       const int64_t b = nm.map_offsets[m], e = nm.map_offsets[m + 1];
       if (b == e && !(entry & kNonStarterGone) && n_pending) flush_pending();
+      if constexpr (kOff) {
+        if (b < e) {
+          int32_t l0;
+          decode_utf8(nm.map_utf8, b, e, &l0);
+          os.cur_single = b + l0 == e;
+        }
+      }
       for (int64_t i = b; i < e;) {
         int32_t l;
         const uint32_t ocp = decode_utf8(nm.map_utf8, i, e, &l);
@@ -387,7 +643,18 @@ struct WordPieceE2E {
     if (best_len) {
       if (n_pending) flush_pending();
       end_word();
-      sink.push(best_id);
+      if constexpr (kOff) {
+        const int64_t b = unit_at(i);
+        if (os.chars) {
+          int64_t cont = 0;
+          for (int64_t j = i; j < i + best_len; ++j) cont += (s[j] & 0xC0u) == 0x80u;
+          os.cdelta += cont;
+        }
+        emit(best_id, b, unit_at(i + best_len));
+        ++os.word;
+      } else {
+        sink.push(best_id);
+      }
     }
     return best_len;
   }
@@ -403,12 +670,14 @@ struct WordPieceE2E {
       if (n_pending) flush_pending();
       if (!active) start_word();
       const int64_t run_start = i;
+      if constexpr (kOff) open_run(run_start);
       for (;;) {
         if (!failed) step(f);
         if (++i == len) break;
         f = feed[s[i]];
         if (f >= 0x80u) break;
       }
+      if constexpr (kOff) close_run(run_start, i);
       nchars += i - run_start;
       if (nchars > max_chars) failed = true;
       return i;
@@ -425,9 +694,11 @@ struct WordPieceE2E {
     if (c < 0x80u) {
       const uint8_t kind = nm.ascii_kind[c];
       if (n_pending && kind != kAsciiRemove) flush_pending();
+      if constexpr (kOff) cur_code_point(i, 1);
       switch (kind) {
         case kAsciiFeed:  // only when a special token starts with this byte (no match)
           begin_char();
+          note_char(1);
           if (!failed) step(nm.ascii_byte[c]);
           break;
         case kAsciiSpace:
@@ -436,6 +707,7 @@ struct WordPieceE2E {
         case kAsciiPunct:
           end_word();
           begin_char();
+          note_char(1);
           if (!failed) step(nm.ascii_byte[c]);
           end_word();
           break;
@@ -449,15 +721,58 @@ struct WordPieceE2E {
     int32_t l;
     const uint32_t cp = decode_utf8(s, i, len, &l);
     const uint32_t entry = norm_entry(nm, cp);
+    if constexpr (kOff) cur_code_point(i, l);
     if ((entry & 0xFFu) == 0 && !n_pending && cp != kReplacementChar) {
       // A plain letter of a word (no mapping, no class, not a mark): straight to the trie.
       begin_char();
+      note_char(l);
       for (int32_t k = 0; k < l && !failed; ++k) step(s[i + k]);
       return i + l;
     }
     const bool invalid = cp == kReplacementChar && !(l == 3 && s[i] == 0xEFu);
     put_code_point(cp, entry, invalid ? nullptr : s + i, l);
     return i + l;
+  }
+
+  // The fast path's run of ASCII word bytes from s[run_start] (kOff): one run record,
+  // open (its size unknown) while the run is walked, closed by close_run.
+  DWP_HD DWP_FORCEINLINE void open_run(int64_t run_start) {
+    if constexpr (kOff) {
+      const int64_t ob = unit_at(run_start);
+      if (os.word_ob < 0) os.word_ob = ob;
+      os.open_at = -1;
+      if (failed) return;
+      if (os.count) {
+        OffRec& bk = rec_at(os.count - 1);
+        if (bk.w == 1 && bk.oe == ob) {
+          os.open_at = os.count - 1;
+          os.open_base = bk.nb;
+          bk.nb = kOffOpen;
+          return;
+        }
+      }
+      if (os.count == kOffRing) rec_overflow();
+      OffRec& r = rec_at(os.count);
+      r.ob = ob;
+      r.oe = ob;
+      r.nb = kOffOpen;
+      r.w = 1;
+      os.open_at = os.count++;
+      os.open_base = 0;
+    }
+  }
+  DWP_HD DWP_FORCEINLINE void close_run(int64_t run_start, int64_t i) {
+    if constexpr (kOff) {
+      const int64_t n = i - run_start;
+      os.word_oe = unit_at(i);
+      if (os.open_at < 0) return;
+      // The open record is the queue's back (pops take from the front, and never all of
+      // it: kOffOpen bytes).
+      OffRec& r = rec_at(os.count - 1);
+      r.nb = os.open_base + (int32_t)n;
+      r.oe = os.word_oe;
+      if (os.count == 1 && os.fo >= r.nb) os.head = os.count = os.fo = 0;
+    }
   }
 
   DWP_HD DWP_FORCEINLINE int64_t finish() {
@@ -479,8 +794,24 @@ struct WordPieceE2E {
 // (nothing when out is null).
 DWP_HD inline int64_t tokenize_document(const CoreContext& ctx, const uint8_t* s, int64_t len,
                                         int32_t* out, int64_t cap) {
-  WordPieceE2E t(ctx, out, cap);
+  WordPieceE2E<> t(ctx, out, cap);
   return t.run(s, len);
+}
+
+// tokenize_document with offsets (2 per token, in characters when `chars`, else bytes,
+// relative to s) and word ids (relative to the document: the first word is 0); either may
+// be null. *n_words / *n_units (optional) receive the number of words and of units of
+// s[0, len) (the next chunk's bases).
+DWP_HD inline int64_t tokenize_document_offsets(const CoreContext& ctx, const uint8_t* s,
+                                                int64_t len, int32_t* out, int64_t* offs,
+                                                int32_t* wids, int64_t cap, bool chars,
+                                                int64_t* n_words, int64_t* n_units) {
+  WordPieceE2E<true> t(ctx, out, cap);
+  t.set_offsets(out ? offs : nullptr, out ? wids : nullptr, chars);
+  const int64_t n = t.run(s, len);
+  if (n_words) *n_words = t.os.word;
+  if (n_units) *n_units = chars ? len - t.os.cdelta : len;
+  return n;
 }
 
 }  // namespace daskwp
