@@ -166,10 +166,14 @@ class CPUBackend:
             width, num_threads)
         convert = (lambda a: convert_tensors(a, p.return_tensors))
         extras = extras or {}
-        if p.padding == "bucket":
-            bw = window_extras(pack_windows(*out, False, lambda a: a), encoding, p, extras, np)
-            return bucket_windows(bw, p.bucket_widths, vocab.pad_id, p.max_length, convert)
         sequence = seq and (seq["return_token_type_ids"] or seq["return_sequence_ids"])
+        if p.padding == "bucket":
+            bw = pack_windows(*out, False, lambda a: a)
+            if sequence:
+                bw = sequence_extras(bw, p.add_special_tokens, seq["return_token_type_ids"],
+                                     seq["return_sequence_ids"], np)
+            bw = window_extras(bw, encoding, p, extras, np)
+            return bucket_windows(bw, p.bucket_widths, vocab.pad_id, p.max_length, convert)
         if sequence or any(extras.get(k) for k in ("offset_mapping", "word_ids",
                                                    "special_tokens_mask")):
             bw = pack_windows(*out, padded, lambda a: a)

@@ -614,6 +614,9 @@ def windows_cuda(tok, texts, *, max_length: int = 128, stride: int = 0,
     more = any(extras[k] for k in ("offset_mapping", "word_ids", "special_tokens_mask"))
     if p.padding == "bucket":
         bw = pack_windows(*out, False, lambda a: a)
+        if seq["return_token_type_ids"] or seq["return_sequence_ids"]:
+            bw = sequence_extras(bw, p.add_special_tokens, seq["return_token_type_ids"],
+                                 seq["return_sequence_ids"], _cupy())
         if more:
             bw = window_extras(bw, enc, p, extras, _cupy())
         return bucket_windows(bw, p.bucket_widths, vocab.pad_id, p.max_length, convert)

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .buckets import bucket_windows
 from .options import OptionValueError
 from .ragged import BatchWindows, RaggedRows
 
@@ -248,10 +249,15 @@ def build_pair_windows(enc_a, enc_b, vocab, p, *, strategy: str, overflow: bool,
                                     ).astype(np.int32)
     if extras.get("special_tokens_mask"):
         data["special_tokens_mask"] = (~(in_a | in_b)).astype(mask_dt)
+    bucketed = p.padding == "bucket"
+    conv = (lambda a: a) if bucketed else convert   # buckets convert their own arrays
     out = {}
     for key, v in data.items():
-        out[key] = convert(v) if padded else RaggedRows(convert(v), convert(row_offsets))
-    out["metadata"] = convert(meta)
+        out[key] = conv(v) if padded else RaggedRows(conv(v), conv(row_offsets))
+    out["metadata"] = conv(meta)
+    if bucketed:
+        return bucket_windows(BatchWindows(out, doc_rows), p.bucket_widths, vocab.pad_id,
+                              p.max_length, convert)
     return BatchWindows(out, doc_rows)
 
 
@@ -382,10 +388,6 @@ def sequence_options(p, paired: bool, return_overflowing_tokens=None,
                 False if return_sequence_ids is None else return_sequence_ids)
     seq = dict(paired=paired, strategy=None, overflow=None, windowed=None,
                return_token_type_ids=rtt, return_sequence_ids=rsi)
-    if p.padding == "bucket" and (paired or rtt or rsi):
-        raise OptionValueError("padding='bucket' is not available for sentence pairs, "
-                               "token_type_ids or sequence_ids yet; use padding='max_length', "
-                               "'longest' or False")
     if paired:
         seq["strategy"], seq["overflow"], seq["windowed"] = pair_mode(p.truncation, rot)
         return p, seq
