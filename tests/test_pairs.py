@@ -347,6 +347,59 @@ def test_extractive_qa_positions_equal_hf(tok, hf, max_length, stride):
     assert any(x != (0, 0) for x in got) and any(x == (0, 0) for x in got)
 
 
+def run_qa_rule(input_ids, offsets, sequence_ids, cls_id, s_char, e_char):
+    """HF run_qa.py's prepare_train_features rule on one row, as written there: the answer's
+    start/end token positions, or the [CLS] position when the row's context misses it."""
+    cls_index = input_ids.index(cls_id)
+    ts = 0
+    while sequence_ids[ts] != 1:
+        ts += 1
+    te = len(input_ids) - 1
+    while sequence_ids[te] != 1:
+        te -= 1
+    if not (offsets[ts][0] <= s_char and offsets[te][1] >= e_char):
+        return cls_index, cls_index
+    while ts < len(offsets) and offsets[ts][0] <= s_char:
+        ts += 1
+    while offsets[te][1] >= e_char:
+        te -= 1
+    return ts - 1, te + 1
+
+
+@pytest.mark.parametrize("max_length,stride", [(384, 128), (64, 16), (48, 7)])
+def test_extractive_qa_with_offsets_equals_hf(tok, hf, max_length, stride):
+    """The canonical QA preprocessing with the public API only: daskwp's offsets, sequence
+    ids and logIDs (overflow_to_sample_mapping) through HF run_qa's rule give HF's start and
+    end positions on every window."""
+    ex = qa_examples()
+    q, c, s, a = (list(x) for x in zip(*ex))
+    out = tok(q, text_pair=c, max_length=max_length, stride=stride, truncation="only_second",
+              return_overflowing_tokens=True, return_offsets_mapping=True,
+              return_sequence_ids=True)
+    cls_id = tok.vocab.token_to_id("[CLS]")
+    got = []
+    for r in range(out.num_rows):
+        i = int(out.metadata[r, 0])
+        ids = out.input_ids[r].tolist()
+        seq = [None if x < 0 else int(x) for x in out.sequence_ids[r].tolist()]
+        got.append((i, run_qa_rule(ids, out.offset_mapping[r].tolist(), seq, cls_id,
+                                   s[i], s[i] + len(a[i]))))
+    hf.enable_truncation(max_length, stride=stride, strategy="only_second")
+    hf.enable_padding(length=max_length, pad_id=hf.token_to_id("[PAD]"))
+    try:
+        encs = hf.encode_batch(list(zip(q, c)))
+    finally:
+        hf.no_truncation()
+        hf.no_padding()
+    exp = []
+    for i, e in enumerate(encs):
+        for w in [e] + list(e.overflowing):
+            exp.append((i, run_qa_rule(w.ids, w.offsets, w.sequence_ids, cls_id, s[i],
+                                       s[i] + len(a[i]))))
+    assert got == exp
+    assert sum(p != (0, 0) for _, p in got) >= len(ex)    # every answer found at least once
+
+
 # ---------------------------------------------------------------------------------------
 # GPU == CPU: the CUDA launcher with the emulated kernels and a NumPy stand-in for CuPy
 # ---------------------------------------------------------------------------------------

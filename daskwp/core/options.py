@@ -432,16 +432,16 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
          "also sequence_ids (int8): 0 / 1 on the first / second sequence's tokens, -1 on "
          "special tokens and padding"),
     # Offsets and word ids (docs/design.md §2.9); encode() takes the first two and the unit
-    _opt("return_offsets_mapping", False, check_bool, "true or false", True, (WINDOWS,),
+    _opt("return_offsets_mapping", False, check_bool, "true or false", True, (WINDOWS, JOB),
          "also offset_mapping (int64, [begin, end) of each token in the original text; (0, 0) "
          "on [CLS], [SEP] and padding)"),
-    _opt("return_word_ids", False, check_bool, "true or false", True, (WINDOWS,),
+    _opt("return_word_ids", False, check_bool, "true or false", True, (WINDOWS, JOB),
          "also word_ids (int32: the token's pre-tokenized word in its text; -1 on special "
          "tokens and padding)"),
-    _opt("return_special_tokens_mask", False, check_bool, "true or false", True, (WINDOWS,),
+    _opt("return_special_tokens_mask", False, check_bool, "true or false", True, (WINDOWS, JOB),
          "also special_tokens_mask (the mask's dtype: 1 on [CLS], [SEP] and padding, as HF)"),
     _opt("offsets_unit", "chars", check_choice(OFFSETS_UNITS), "'chars' or 'bytes'", True,
-         (WINDOWS,), "unit of offset_mapping: 'chars' (Python string positions, HF's "
+         (WINDOWS, JOB), "unit of offset_mapping: 'chars' (Python string positions, HF's "
          "Encoding.offsets) or 'bytes' (UTF-8 byte positions)", cli_choices=OFFSETS_UNITS),
     _opt("mask_dtype", "int32", check_mask_dtype, "'int32' or 'int8'", True, (WINDOWS,),
          "dtype of attention_mask"),
