@@ -25,6 +25,7 @@ import numpy as np
 
 from .. import _ext
 from .options import OptionValueError, check_int
+from .outputs import position_output
 from .ragged import BatchWindows, RaggedRows, array_module, to_host
 
 __all__ = ["AUTO_BUCKETS", "BucketedWindows", "auto_bucket_widths", "bucket_windows",
@@ -211,15 +212,10 @@ def bucket_windows(ragged: BatchWindows, widths, pad_id: int, max_length: int,
     return BucketedWindows(buckets)
 
 
-#: What padding holds in each per-token output (HF's padding values).
-PAD_FILL = {"offset_mapping": 0, "word_ids": -1, "special_tokens_mask": 1,
-            "token_type_ids": 0, "sequence_ids": -1}
-
-
 def _with_extras(bw: BatchWindows, ragged: BatchWindows, extra, offsets, lens, cell_bucket,
                  b: int, width: int, convert, xp) -> BatchWindows:
     """``bw`` with bucket ``b``'s rows of every extra ragged output of ``ragged``, padded
-    to ``width`` with :data:`PAD_FILL`."""
+    to ``width`` with each output's pad value (:data:`daskwp.core.outputs.POSITION_OUTPUTS`)."""
     if not extra:
         return bw
     real = xp.arange(width, dtype=np.int64)[None, :] < lens[:, None]
@@ -228,7 +224,7 @@ def _with_extras(bw: BatchWindows, ragged: BatchWindows, extra, offsets, lens, c
     for key in extra:
         v = ragged[key].values
         v = v[int(offsets[0]):int(offsets[-1])] if total else v[:0]
-        out = xp.full((int(lens.shape[0]), width) + tuple(v.shape[1:]), PAD_FILL.get(key, 0),
+        out = xp.full((int(lens.shape[0]), width) + tuple(v.shape[1:]), position_output(key).pad,
                       dtype=v.dtype)
         if total:
             out[real] = v[cells]
