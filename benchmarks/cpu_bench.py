@@ -22,6 +22,7 @@ import argparse
 import datetime
 import gc
 import importlib.util
+import inspect
 import math
 import os
 import pickle
@@ -534,6 +535,8 @@ def bench_corpora(args, tmp: Path) -> list[dict]:
         assert len(data_bytes(arr)) == nbytes
         tok = daskwp.WordPieceTokenizer(vocab, lowercase=lowercase)
         tok_w = daskwp.WordPieceTokenizer(vocab, lowercase=lowercase, num_threads=1)
+        # offsets since issue 17 (the script also measures older checkouts)
+        has_offsets = "return_offsets_mapping" in inspect.signature(tok_w.encode).parameters
         row = {"name": name, "vocab": vocab_name, "lowercase": lowercase, "bytes": nbytes,
                "docs": len(lines)}
 
@@ -563,10 +566,21 @@ def bench_corpora(args, tmp: Path) -> list[dict]:
                                     padding=False),
             "fill": lambda: windows_from_encoding(enc, tok_w.vocab, max_length=WIN_MAX_LENGTH,
                                                   stride=WIN_STRIDE, num_threads=1),
+            **({"offsets": lambda: tok_w.encode(arr, return_offsets_mapping=True,
+                                                return_word_ids=True),
+                "offsets_bytes": lambda: tok_w.encode(arr, return_offsets_mapping=True,
+                                                      return_word_ids=True,
+                                                      offsets_unit="bytes"),
+                "win_offsets": lambda: tok_w(arr, max_length=WIN_MAX_LENGTH, stride=WIN_STRIDE,
+                                             return_offsets_mapping=True,
+                                             return_word_ids=True)}
+               if has_offsets else {}),
         }, args.repeats)
         del enc
         row["win_enc1"], row["win1"], row["win1_ragged"], row["win_fill"] = (
             w["encode"], w["padded"], w["ragged"], w["fill"])
+        for k in ("offsets", "offsets_bytes", "win_offsets"):
+            row[k] = w.get(k)
         row["ceiling"] = best_time(lambda: ceil(data), args.repeats)
         row["ceiling_label"] = ceil_label
 
@@ -981,6 +995,26 @@ def report(args, info: dict, rows, mem, pair, dsk, elapsed: float, peers=None) -
              "UTF-8 bytes. They come from daskwp's host memory pool (`daskwp.backends.memory`): from "
              "the second call on, the blocks a previous call freed are reused, already mapped.")
     L.append("")
+    if rows and rows[0].get("offsets"):
+        L.append("## Offsets and word ids (1 core)")
+        L.append("")
+        L.append("| corpus | encode MB/s | encode + offsets (chars) MB/s | time ratio chars / "
+                 "bytes | windows padded + offsets MB/s | time ratio to windows padded |")
+        L.append("|---|---|---|---|---|---|")
+        for r in rows:
+            L.append(f"| {r['name']} | {fmt(mbps(r['bytes'], r['win_enc1']))} | "
+                     f"{fmt(mbps(r['bytes'], r['offsets']))} | "
+                     f"{r['offsets'] / r['win_enc1']:.2f} / "
+                     f"{r['offsets_bytes'] / r['win_enc1']:.2f} | "
+                     f"{fmt(mbps(r['bytes'], r['win_offsets']))} | "
+                     f"{r['win_offsets'] / r['win1']:.2f} |")
+        L.append("")
+        L.append("- `tok.encode(arr, return_offsets_mapping=True, return_word_ids=True)` "
+                 "(`offsets_unit=\"chars\"`, or `\"bytes\"`) against `tok.encode(arr)`, and "
+                 f"`tok(arr, max_length={WIN_MAX_LENGTH}, stride={WIN_STRIDE}, "
+                 "return_offsets_mapping=True, return_word_ids=True)` against the same "
+                 "windows without them, in the same rounds (issue goal: at most 1.5x).")
+        L.append("")
     L.append("## The same, per CPU second (shared machine)")
     L.append("")
     L.append("Wall-clock MB/s on a busy machine depends on how much of a core the process got. "
@@ -1177,6 +1211,49 @@ def peers_report(args, rows, peers) -> list[str]:
     return L
 
 
+
+#: The feature benchmarks this report includes (each a script of its own, run as a child in
+#: this run so its ratios come from the same machine state): title, script, arguments.
+FEATURES = (
+    ("Sentence pairs (QA windows) against HF", "pairs_bench.py", ["--pairs", "2000"]),
+    ("10,000 registered special tokens against none", "special_tokens_bench.py", []),
+    ("The transformers drop-in against BertTokenizerFast and nanotoken as_hf()",
+     "dropin_bench.py", []),
+)
+
+
+def bench_features(args) -> list[dict]:
+    """Run each feature benchmark in a child process and keep its printed report."""
+    out = []
+    for title, script, extra in FEATURES:
+        cmd = [sys.executable, str(ROOT / "benchmarks" / script), "--data", str(args.data),
+               *extra]
+        log(f"{title} ...")
+        t = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+        out.append({"title": title, "cmd": " ".join(shlex.quote(c) for c in
+                                                      [Path(cmd[0]).name, *cmd[1:]]),
+                    "rc": proc.returncode, "stdout": proc.stdout.strip(),
+                    "stderr": proc.stderr.strip()[-2000:], "seconds": time.perf_counter() - t})
+    return out
+
+
+def features_report(features) -> list[str]:
+    L = ["## Features (same run)", ""]
+    for f in features:
+        L.append(f"### {f['title']}")
+        L.append("")
+        L.append(f"`{f['cmd']}` ({f['seconds']:.0f} s, exit status {f['rc']})")
+        L.append("")
+        body = f["stdout"] if f["rc"] == 0 else f"{f['stdout']}\n{f['stderr']}"
+        if body.lstrip().startswith(("|", "#")):
+            L.extend(body.replace("\n#", "\n####").splitlines())
+        else:
+            L.extend(["```", *body.splitlines(), "```"])
+        L.append("")
+    return L
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size-mb", type=float, default=20, help="corpus size in MB (default 20)")
@@ -1199,6 +1276,9 @@ def main(argv=None) -> int:
                     help="Python with tensorflow-text for the TF Text figures (default: "
                          "$DASKWP_TF_PYTHON, else .venv-tf/bin/python, else this one if it "
                          "has tensorflow_text)")
+    ap.add_argument("--features", action=argparse.BooleanOptionalAction, default=True,
+                    help="run the feature benchmarks (pairs, special tokens, the transformers "
+                    "drop-in) and include their reports")
     ap.add_argument("--peers", action=argparse.BooleanOptionalAction, default=True,
                     help="the daskwp vs nanotoken / tokie part (default on, ~3-5 min; a "
                          "tokenizer that is not installed is left out)")
@@ -1239,9 +1319,12 @@ def main(argv=None) -> int:
             dsk = bench_dask(args)
         except Exception as e:  # noqa: BLE001  the rest of the report still stands
             dsk = {"error": f"{type(e).__name__}: {e}"}
+    features = bench_features(args) if args.features else None
     info["load_end"] = os.getloadavg()[0]
     info["psi_end"] = _cpu_pressure()
     text = report(args, info, rows, mem, pair, dsk, time.perf_counter() - t0, peers)
+    if features:
+        text = text.rstrip("\n") + "\n\n" + "\n".join(features_report(features)) + "\n"
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text, encoding="utf-8")

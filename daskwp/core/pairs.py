@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import _ext
 from .buckets import bucket_windows
 from .options import OptionValueError
 from .ragged import BatchWindows, RaggedRows
@@ -335,6 +336,8 @@ def window_extras(bw: BatchWindows, enc, p, extras: dict, xp) -> BatchWindows:
     if not any(extras.get(k) for k in EXTRA_OUTPUTS):
         return bw
     mask = bw["attention_mask"]
+    if xp is np:
+        return _window_extras_native(bw, enc, p, extras, mask)
     tok_off = xp.asarray(enc.offsets).astype(np.int64)
     doc_rows = xp.asarray(bw.doc_row_offsets).astype(np.int64)
     rows = int(doc_rows[-1]) if doc_rows.shape[0] else 0
@@ -368,6 +371,26 @@ def window_extras(bw: BatchWindows, enc, p, extras: dict, xp) -> BatchWindows:
         like = mask.values if isinstance(mask, RaggedRows) else mask
         bw["special_tokens_mask"] = wrap((~in_body).astype(like.dtype))
     return bw
+
+def _window_extras_native(bw: BatchWindows, enc, p, extras: dict, mask) -> BatchWindows:
+    """:func:`window_extras` on the host: the extension's one-pass fill."""
+    ragged = isinstance(mask, RaggedRows)
+    like = mask.values if ragged else mask
+    spans = _spans_of(enc, np).reshape(-1) if extras.get("offset_mapping") else None
+    words = _words_of(enc, np) if extras.get("word_ids") else None
+    om, wid, stm = _ext.window_extras(
+        np.ascontiguousarray(enc.offsets, dtype=np.int64),
+        np.ascontiguousarray(bw.doc_row_offsets, dtype=np.int64),
+        np.ascontiguousarray(mask.offsets, dtype=np.int64) if ragged else None,
+        0 if ragged else int(mask.shape[1]), p.body_length, p.stride, p.add_special_tokens,
+        None if spans is None else np.ascontiguousarray(spans, dtype=np.int64),
+        None if words is None else np.ascontiguousarray(words, dtype=np.int32),
+        bool(extras.get("special_tokens_mask")), like.dtype == np.int8)
+    for key, v in (("offset_mapping", om), ("word_ids", wid), ("special_tokens_mask", stm)):
+        if v is not None:
+            bw[key] = RaggedRows(v, mask.offsets) if ragged else v
+    return bw
+
 
 
 def sequence_options(p, paired: bool, return_overflowing_tokens=None,

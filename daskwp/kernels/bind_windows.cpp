@@ -149,9 +149,151 @@ nb::tuple pad_rows(I32 values, I64 offsets, I64 rows, int64_t width, int32_t pad
   return nb::make_tuple(out_ids, out_mask);
 }
 
+// Per-position extras of single-text windows (docs/design.md §2.9), gathered from the
+// encoding's per-token spans / word ids by each cell's document token: row r of document d
+// is its window k = r - doc_rows[d], holding tokens first = k * (L - stride) ... of the
+// document in columns b .. b + body - 1 (b = 1 with [CLS]); other cells get (0, 0), -1 and
+// special mask 1. Padded rows are `width` wide; ragged rows (row_offsets given) their own
+// length. One pass, no temporaries (the NumPy form of this fill made 15 passes).
+template <typename M>
+void fill_extras(const int64_t* tok_off, const int64_t* doc_rows, int64_t n_docs,
+                 const int64_t* row_off, int64_t width, int64_t L, int64_t stride, int64_t b,
+                 const int64_t* spans, const int32_t* words, int64_t* out_spans,
+                 int32_t* out_words, M* out_special) {
+  const int64_t step = L - stride;
+  for (int64_t d = 0; d < n_docs; ++d) {
+    const int64_t n = tok_off[d + 1] - tok_off[d];
+    for (int64_t r = doc_rows[d]; r < doc_rows[d + 1]; ++r) {
+      const int64_t k = r - doc_rows[d];
+      const int64_t first = k * step;
+      const int64_t body = std::min(std::max<int64_t>(n - first, 0), L);
+      const int64_t base = row_off ? row_off[r] : r * width;
+      const int64_t w = row_off ? row_off[r + 1] - row_off[r] : width;
+      const int64_t src0 = tok_off[d] + first - b;
+      for (int64_t c = 0; c < w; ++c) {
+        const bool in = c >= b && c < b + body;
+        const int64_t cell = base + c;
+        if (out_spans) {
+          out_spans[2 * cell] = in ? spans[2 * (src0 + c)] : 0;
+          out_spans[2 * cell + 1] = in ? spans[2 * (src0 + c) + 1] : 0;
+        }
+        if (out_words) out_words[cell] = in ? words[src0 + c] : -1;
+        if (out_special) out_special[cell] = in ? 0 : 1;
+      }
+    }
+  }
+}
+
+nb::tuple window_extras(I64 tok_offsets, I64 doc_row_offsets, nb::object row_offsets_obj,
+                        int64_t width, int64_t body_length, int64_t stride,
+                        bool add_special_tokens, nb::object spans_obj, nb::object words_obj,
+                        bool special_mask, bool mask_int8) {
+  if (tok_offsets.shape(0) < 1 || doc_row_offsets.shape(0) != tok_offsets.shape(0))
+    throw std::invalid_argument("tok_offsets and doc_row_offsets must both hold documents + 1 "
+                                "entries");
+  if (body_length < 1 || stride < 0 || stride >= body_length)
+    throw std::invalid_argument("stride must be in [0, body_length)");
+  const int64_t n_docs = static_cast<int64_t>(tok_offsets.shape(0)) - 1;
+  const int64_t* tok_off = tok_offsets.data();
+  const int64_t* doc_rows = doc_row_offsets.data();
+  const int64_t rows = doc_rows[n_docs];
+  if (doc_rows[0] != 0) throw std::invalid_argument("doc_row_offsets must start at 0");
+  for (int64_t d = 0; d < n_docs; ++d)
+    if (doc_rows[d] > doc_rows[d + 1] || tok_off[d] > tok_off[d + 1])
+      throw std::invalid_argument("offsets are not non-decreasing");
+  const int64_t b = add_special_tokens ? 1 : 0;
+  const int64_t* row_off = nullptr;
+  I64 row_offsets;
+  int64_t cells = rows * width;
+  if (!row_offsets_obj.is_none()) {
+    row_offsets = nb::cast<I64>(row_offsets_obj);
+    if (static_cast<int64_t>(row_offsets.shape(0)) != rows + 1)
+      throw std::invalid_argument("row_offsets must hold rows + 1 entries");
+    row_off = row_offsets.data();
+    if (row_off[0] != 0) throw std::invalid_argument("row_offsets must start at 0");
+    for (int64_t r = 0; r < rows; ++r) {
+      if (row_off[r] > row_off[r + 1])
+        throw std::invalid_argument("row_offsets are not non-decreasing");
+    }
+    cells = row_off[rows];
+  } else if (width < 0) {
+    throw std::invalid_argument("width must be >= 0");
+  }
+  // Every row's body must lie inside its document's tokens and its row's cells.
+  const int64_t step = body_length - stride;
+  for (int64_t d = 0; d < n_docs; ++d) {
+    const int64_t n = tok_off[d + 1] - tok_off[d];
+    for (int64_t r = doc_rows[d]; r < doc_rows[d + 1]; ++r) {
+      const int64_t first = (r - doc_rows[d]) * step;
+      const int64_t body = std::min(std::max<int64_t>(n - first, 0), body_length);
+      const int64_t w = row_off ? row_off[r + 1] - row_off[r] : width;
+      if (body > 0 && b + body > w)
+        throw std::invalid_argument("row " + std::to_string(r) + " is narrower than its "
+                                    "window's tokens");
+    }
+  }
+  const int64_t n_tokens = tok_off[n_docs];
+  I64 spans;
+  I32 words;
+  const int64_t* sp = nullptr;
+  const int32_t* wd = nullptr;
+  if (!spans_obj.is_none()) {
+    spans = nb::cast<I64>(spans_obj);
+    if (static_cast<int64_t>(spans.shape(0)) < 2 * n_tokens)
+      throw std::invalid_argument("spans must hold 2 values per token");
+    sp = spans.data();
+  }
+  if (!words_obj.is_none()) {
+    words = nb::cast<I32>(words_obj);
+    if (static_cast<int64_t>(words.shape(0)) < n_tokens)
+      throw std::invalid_argument("words must hold one value per token");
+    wd = words.data();
+  }
+  const size_t nc = static_cast<size_t>(cells);
+  daskwp::HostArray<int64_t> o_sp;
+  daskwp::HostArray<int32_t> o_wd;
+  daskwp::HostArray<uint8_t> o_sm;
+  if (sp) o_sp = daskwp::host_array<int64_t>(2 * nc);
+  if (wd) o_wd = daskwp::host_array<int32_t>(nc);
+  if (special_mask) o_sm = daskwp::host_array<uint8_t>(nc * (mask_int8 ? 1 : 4));
+  {
+    nb::gil_scoped_release release;
+    if (mask_int8)
+      fill_extras(tok_off, doc_rows, n_docs, row_off, width, body_length, stride, b, sp, wd,
+                  sp ? o_sp.get() : nullptr, wd ? o_wd.get() : nullptr,
+                  special_mask ? reinterpret_cast<int8_t*>(o_sm.get()) : nullptr);
+    else
+      fill_extras(tok_off, doc_rows, n_docs, row_off, width, body_length, stride, b, sp, wd,
+                  sp ? o_sp.get() : nullptr, wd ? o_wd.get() : nullptr,
+                  special_mask ? reinterpret_cast<int32_t*>(o_sm.get()) : nullptr);
+  }
+  nb::object r_sp = nb::none(), r_wd = nb::none(), r_sm = nb::none();
+  if (row_off) {
+    if (sp) r_sp = numpy_owning<int64_t, 2>(o_sp.release(), {nc, size_t{2}});
+    if (wd) r_wd = numpy_owning<int32_t, 1>(o_wd.release(), {nc});
+    if (special_mask)
+      r_sm = mask_int8 ? release_as<int8_t>(o_sm, {nc}) : release_as<int32_t>(o_sm, {nc});
+  } else {
+    const size_t nr = static_cast<size_t>(rows), w = static_cast<size_t>(width);
+    if (sp) r_sp = numpy_owning<int64_t, 3>(o_sp.release(), {nr, w, size_t{2}});
+    if (wd) r_wd = numpy_owning<int32_t, 2>(o_wd.release(), {nr, w});
+    if (special_mask)
+      r_sm = mask_int8 ? release_as<int8_t>(o_sm, {nr, w}) : release_as<int32_t>(o_sm, {nr, w});
+  }
+  return nb::make_tuple(r_sp, r_wd, r_sm);
+}
+
 }  // namespace
 
 void bind_windows(nb::module_& m) {
+  m.def("window_extras", &window_extras, nb::arg("tok_offsets"), nb::arg("doc_row_offsets"),
+        nb::arg("row_offsets").none(), nb::arg("width"), nb::arg("body_length"),
+        nb::arg("stride"), nb::arg("add_special_tokens"), nb::arg("spans").none(),
+        nb::arg("words").none(), nb::arg("special_mask"), nb::arg("mask_int8") = false,
+        "offset_mapping / word_ids / special_tokens_mask of single-text windows, gathered\n"
+        "from the encoding's flat spans (2 per token) and word ids by each cell's document\n"
+        "token (docs/design.md §2.9): (0, 0), -1 and 1 on [CLS], [SEP] and padding.\n"
+        "Padded rows x width, or flat cells of ragged rows (row_offsets given).");
   m.def("pad_rows", &pad_rows, nb::arg("values"), nb::arg("offsets"), nb::arg("rows"),
         nb::arg("width"), nb::arg("pad_id"), nb::arg("mask_int8") = false,
         "The selected rows of a ragged batch (values, offsets) padded to width: (input_ids,\n"
