@@ -375,6 +375,8 @@ CALLGRIND_STAGES = [
     ("read: split lines (Arrow split_pattern)", ["StringSplitExec"]),
     ("tokenize: encode (kernel)", ["daskwp::encode_batch<"]),
     ("tokenize: window fill (kernel)", ["build_windows(nanobind", "fill_rows<"]),
+    ("arrow: padded rows trimmed (NumPy boolean gather; docs/design.md §3.3)",
+     ["array_boolean_subscript"]),
     ("write: Parquet encode + compress", ["parquet::arrow::FileWriterImpl::WriteTable"]),
     ("  of which zstd", ["ZSTD_compress2"]),
     ("  of which level encoding (rep/def levels)", ["parquet::LevelEncoder::Encode"]),

@@ -194,30 +194,71 @@ def _int64_column(a) -> pa.Array:
     return pa.array(np.ascontiguousarray(a, dtype=np.int64))
 
 
+#: Schema metadata that :func:`table_from_output` and :func:`frame_to_table` put on a table
+#: of padded rows stored trimmed (docs/design.md §3.3): a JSON object ``{"width": W,
+#: "mask_dtype": "int32"}``. :class:`PartWriter` moves it into the part's ``daskwp`` footer
+#: metadata as ``padded`` (the table written carries no schema metadata of its own).
+PADDED_KEY = b"daskwp.padded"
+
+
+def trim_padded(mask, *cells):
+    """Padded rows (``rows x width [x k]`` arrays, real tokens first, padding after them: the
+    layout of ``padding="max_length"``) trimmed to their real tokens, as RaggedRows: the
+    cells of each row where ``mask`` is not 0. Returns one RaggedRows per array of
+    ``cells``, in order (shared offsets: each row's length is its mask's count of ones).
+
+    Memory: one boolean copy of ``mask`` and the kept cells of each array.
+    """
+    real = np.asarray(mask) != 0
+    lengths = np.count_nonzero(real, axis=1) if real.size else np.zeros(len(real), np.int64)
+    offsets = np.zeros(len(real) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return tuple(RaggedRows(np.asarray(c)[real], offsets) for c in cells)
+
+
+def _padded_metadata(width: int, mask_dtype) -> dict:
+    return {PADDED_KEY: json.dumps({"width": int(width),
+                                    "mask_dtype": np.dtype(mask_dtype).name}).encode()}
+
+
 def table_from_output(out, *, attention_mask: bool | None = None) -> pa.Table:
     """The tokenizer's numpy output as an Arrow table with the partition-frame columns
     (``FRAME_COLUMNS``; with ``padding="bucket"`` also ``bucket``), built from its buffers:
-    no pandas, no per-row Python, the id and mask values shared with ``out``.
+    no pandas, no per-row Python, the id and mask values shared with ``out`` (ragged rows)
+    or gathered once (padded rows stored trimmed).
 
-    ``attention_mask``: whether to include the mask column. None (the stored layout,
-    docs/batch-jobs.md "Output"): included when rows are padded (to ``max_length``,
-    ``longest`` or a bucket width), left out for ragged rows, whose mask is 1 on every
-    stored token (``read_tokenized`` derives it).
+    ``attention_mask``: whether to include the mask column (docs/design.md §3.3). False:
+    ragged rows as they are (their mask is 1 on every stored token); padded
+    (``rows x width``) rows **trimmed** to their real tokens, the row width and mask dtype
+    in the table's schema metadata (:data:`PADDED_KEY`), so that a reader pads them back to
+    exactly the arrays ``tok(...)`` returned. True: the mask column, padded rows as they
+    are. None: without the mask for ragged rows, with it for padded ones (the partition
+    frame's columns). The part writer's callers choose with :func:`stores_mask`.
     """
+    padded = None
     if isinstance(out, BucketedWindows):
         rows, meta, window, width = _merge_buckets(out)
         ids, mask = rows.pop("input_ids"), rows.pop("attention_mask")
         extra = {"bucket": pa.array(np.ascontiguousarray(width, dtype=np.int32))}
         ragged = False
+        if attention_mask is None:
+            attention_mask = True
     else:
         meta = np.asarray(out["metadata"], dtype=np.int64).reshape(-1, 3)
         ids, mask = out["input_ids"], out["attention_mask"]
         window = window_numbers(out.doc_row_offsets, len(meta))
         extra = {}
         ragged = isinstance(ids, RaggedRows)
-        rows = {name: out[name] for name in _position_columns(out)}
-    if attention_mask is None:
-        attention_mask = not ragged
+        names = _position_columns(out)
+        if attention_mask is None:
+            attention_mask = not ragged
+        if not ragged and not attention_mask:
+            ids = np.asarray(ids)
+            padded = _padded_metadata(ids.shape[1], np.asarray(mask).dtype)
+            trimmed = trim_padded(mask, ids, *(out[n] for n in names))
+            ids, rows = trimmed[0], dict(zip(names, trimmed[1:]))
+        else:
+            rows = {name: out[name] for name in names}
     cols = {name: _int64_column(meta[:, k]) for k, name in enumerate(METADATA_COLUMNS)}
     cols["input_ids"] = list_array(ids)
     if attention_mask:
@@ -226,24 +267,62 @@ def table_from_output(out, *, attention_mask: bool | None = None) -> pa.Table:
     cols.update(extra)
     for name, r in rows.items():
         cols[name] = list_array(r)
-    return pa.table(cols)
+    return pa.table(cols, metadata=padded)
 
 
 def stores_mask(padding) -> bool:
-    """Whether the stored layout keeps ``attention_mask`` for rows of this ``padding``: yes
-    for padded rows (``max_length``, ``longest``, ``bucket``), no for ragged rows, whose mask
-    is 1 on every stored token and is derived when read (``daskwp.read_tokenized``)."""
-    return not (padding is False or padding == "do_not_pad")
+    """Whether the stored layout keeps ``attention_mask`` (and the padding) for rows of this
+    ``padding`` (docs/design.md §3.3): no for ragged rows, whose mask is 1 on every stored
+    token, and no for rows padded to ``max_length``, stored trimmed to their real tokens with
+    the row width in the footer (the mask and padding are derived when read,
+    ``daskwp.read_tokenized``); yes for ``longest`` and ``bucket`` rows."""
+    return not (padding is False or padding == "do_not_pad" or _fixed_width(padding))
+
+
+def _trim_table(table: pa.Table) -> pa.Table:
+    """A table of padded rows with their ``attention_mask`` (every list column of the same
+    row lengths as ``input_ids``) trimmed to the real tokens, without the mask; the width in
+    :data:`PADDED_KEY` when rows were padded (equal lengths and some padding)."""
+    ids = table.column("input_ids").combine_chunks()
+    mask = table.column("attention_mask").combine_chunks()
+    offsets = ids.offsets.to_numpy().astype(np.int64)
+    lengths = np.diff(offsets)
+    m_values = mask.values.to_numpy(zero_copy_only=False)[offsets[0]:offsets[-1]]
+    if m_values.all():          # ragged rows (or full ones): the mask is derivable as is
+        return table.drop_columns(["attention_mask"])
+    if len(lengths) and not (lengths == lengths[0]).all():
+        raise ValueError("rows of unequal widths with padding cannot be stored trimmed")
+    width = int(lengths[0])
+    real = m_values != 0
+    new_off = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(np.count_nonzero(real.reshape(len(lengths), width), axis=1), out=new_off[1:])
+    lists = [n for n in table.column_names if pa.types.is_list(table.schema.field(n).type)
+             or pa.types.is_large_list(table.schema.field(n).type)]
+    trim = {"input_ids", *position_outputs_of(lists)}
+    cols = {}
+    for name in table.column_names:
+        if name == "attention_mask":
+            continue
+        col = table.column(name).combine_chunks()
+        if name in trim:
+            per = position_output(name).values if name != "input_ids" else 1
+            off = col.offsets.to_numpy().astype(np.int64)
+            vals = col.values.to_numpy(zero_copy_only=False)[off[0]:off[-1]]
+            vals = vals.reshape(-1, per) if per != 1 else vals
+            col = list_array(RaggedRows(vals[real], new_off))
+        cols[name] = col
+    return pa.table(cols, metadata=_padded_metadata(width, m_values.dtype))
 
 
 def frame_to_table(frame, attention_mask: bool = True) -> pa.Table:
     """A partition frame (pandas or cudf, e.g. a GPU worker's) as the Arrow table
-    :func:`table_from_output` makes, with or without its mask column."""
+    :func:`table_from_output` makes, with or without its mask column (without it, padded
+    rows are trimmed to their real tokens, as :func:`table_from_output` stores them)."""
     table = frame.to_arrow() if is_cudf(frame) else \
         pa.Table.from_pandas(frame, preserve_index=False)
     table = table.replace_schema_metadata(None)
     if not attention_mask and "attention_mask" in table.column_names:
-        table = table.drop_columns(["attention_mask"])
+        table = _trim_table(table)
     return table
 
 
@@ -483,7 +562,10 @@ class PartWriter:
     at all; a writer that fails or is abandoned (:meth:`abort`) removes its temporary file.
 
     The stored layout is :func:`parquet_write_options`; the schema is the first table's,
-    with portable pandas metadata (``pd.read_parquet`` reads the parts).
+    with portable pandas metadata (``pd.read_parquet`` reads the parts). A table of padded
+    rows stored trimmed (:data:`PADDED_KEY` in its schema metadata, from
+    :func:`table_from_output`) records the row width and mask dtype in the footer's
+    ``daskwp`` object as ``padded`` (docs/design.md §3.3).
     """
 
     def __init__(self, path: str, tmp_path: str, compression="zstd",
@@ -494,6 +576,8 @@ class PartWriter:
         self._file = None
         self._writer = None
         self.schema = None
+        #: ``{"width", "mask_dtype"}`` of padded rows stored trimmed (:data:`PADDED_KEY`)
+        self.padded = None
         # A write may run in another thread (the next piece is tokenized meanwhile): the lock
         # makes abort wait for it, and no write starts (or creates the file) after abort.
         import threading
@@ -517,6 +601,14 @@ class PartWriter:
         with self._lock:
             if self._done:
                 raise RuntimeError(f"{self.path!r}: the part was closed or abandoned")
+            padded = (table.schema.metadata or {}).get(PADDED_KEY)
+            if padded is not None:
+                padded = json.loads(padded)
+                if self.padded is not None and padded != self.padded:
+                    raise ValueError(f"{self.path!r}: pieces of one part padded alike "
+                                     f"expected, got {self.padded} then {padded}")
+                self.padded = padded
+                table = table.replace_schema_metadata(None)
             if self._writer is None:
                 self._open(table.schema)
             elif table.schema.remove_metadata() != self.schema.remove_metadata():
@@ -537,6 +629,8 @@ class PartWriter:
                                          "given")
                     self._open(schema)
                 kv = {CHECKSUM_KEY: _CHECKSUM_PLACEHOLDER}
+                if self.padded is not None:
+                    metadata = dict(metadata or {}, padded=self.padded)
                 if metadata is not None:
                     kv[PART_METADATA_KEY] = json.dumps(metadata, sort_keys=True).encode()
                 self._writer.add_key_value_metadata(kv)

@@ -120,6 +120,60 @@ def _list_buffers(col) -> tuple[np.ndarray, np.ndarray]:
     return values, offsets
 
 
+def _part_metadata(pf) -> dict:
+    """The ``daskwp`` footer object of a part (``pf``: a ``pq.ParquetFile`` or its
+    ``FileMetaData``), or {}."""
+    if pf is None:
+        return {}
+    md = pf.metadata if hasattr(pf, "schema_arrow") else pf   # a ParquetFile, or its footer
+    kv = md.metadata or {}
+    try:
+        value = json.loads(kv[_METADATA_KEY]) if _METADATA_KEY in kv else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def recorded_padding(pf) -> dict | None:
+    """``{"width": W, "mask_dtype": ...}`` of a part whose rows were padded to ``W`` and are
+    stored trimmed to their real tokens (docs/design.md §3.3), or None."""
+    padded = _part_metadata(pf).get("padded")
+    if isinstance(padded, dict) and isinstance(padded.get("width"), int):
+        return padded
+    return None
+
+
+def padded_table(table: pa.Table, padded: dict, pad_id: int,
+                 position_outputs=()) -> pa.Table:
+    """A part's table of padded rows stored trimmed, padded back: ``input_ids`` rows of
+    ``padded["width"]`` ids (``pad_id`` after the real tokens), ``attention_mask`` (1 on the
+    real tokens, 0 after them, in ``padded["mask_dtype"]``) after it, and every
+    per-position output of ``position_outputs`` padded with its padding value: the columns
+    and values of ``tok(..., padding="max_length")``'s partition frame (docs/design.md §3.3).
+    """
+    from ..frames.partition import list_array
+    width = int(padded["width"])
+    names = table.column_names
+    if "input_ids" not in names:   # metadata columns only: nothing to pad
+        return table
+    values, offsets = _list_buffers(table.column("input_ids"))
+    ids, mask = pad_rows(values, offsets, width, pad_id)
+    new_off = offsets - offsets[0]
+    cols = {}
+    for name in names:
+        if name == "input_ids":
+            cols[name] = list_array(ids)
+            cols["attention_mask"] = list_array(mask.astype(padded.get("mask_dtype", "int32"),
+                                                            copy=False))
+        elif name in position_outputs:
+            cells = _position_cells(table, name, offsets)
+            cols[name] = list_array(_pad_cells(cells, new_off, width,
+                                               position_output(name).pad))
+        else:
+            cols[name] = table.column(name)
+    return pa.table(cols)
+
+
 class TokenizedDataset:
     """A tokenized dataset on disk (see :func:`read_tokenized`).
 
@@ -152,10 +206,66 @@ class TokenizedDataset:
     # -- Dask ---------------------------------------------------------------------------
     def to_dask(self, columns=None):
         """The dataset as a Dask DataFrame (one partition per file; list columns as Arrow
-        ``list<int32>``)."""
+        ``list<int32>``): the partition frames as written (docs/design.md §3.3), padded
+        rows with their ``attention_mask`` also where the parts store them trimmed."""
         import dask.dataframe as dd
-        return dd.read_parquet(self.files, columns=columns, dtype_backend="pyarrow",
-                               split_row_groups=False)
+        ddf = dd.read_parquet(self.files, columns=columns, dtype_backend="pyarrow",
+                              split_row_groups=False)
+        padded = recorded_padding(_first_metadata(self.files))
+        if padded is None or "input_ids" not in ddf.columns:
+            return ddf
+        meta = self._pad_frame(ddf._meta, padded)
+        return ddf.map_partitions(self._pad_frame, padded, meta=meta)
+
+    def _pad_frame(self, frame, padded: dict):
+        import pandas as pd
+        table = pa.Table.from_pandas(frame, preserve_index=False).replace_schema_metadata(None)
+        table = padded_table(table, padded, self._required_pad_id(), self.position_outputs)
+        out = table.to_pandas(types_mapper=pd.ArrowDtype)
+        for c in out.columns:   # every column read keeps the dtype read_parquet gave it
+            if c in frame.columns and out[c].dtype != frame[c].dtype:
+                out[c] = out[c].astype(frame[c].dtype)
+        out.index = frame.index
+        return out
+
+    def _required_pad_id(self) -> int:
+        if self.pad_id is None:
+            raise ValueError("these rows must be padded, and the dataset does not record "
+                             "the vocabulary's [PAD] id: pass pad_id= or tokenizer= to "
+                             "read_tokenized")
+        return self.pad_id
+
+    def to_table(self, columns=None, files=None) -> pa.Table:
+        """The dataset (or ``files`` of it) as one Arrow table of the partition-frame
+        columns as written: rows padded to ``max_length`` come back padded, with their
+        ``attention_mask``, also where the parts store them trimmed (docs/design.md §3.3);
+        ragged and bucketed parts as stored. Schema metadata is dropped.
+
+        Memory: the whole table (use :meth:`batches` for model input)."""
+        import pyarrow.parquet as pq
+        tables = []
+        for f in (self.files if files is None else files):
+            pf = pq.ParquetFile(f)
+            cols = None if columns is None else \
+                [c for c in columns if c != "attention_mask" or c in pf.schema_arrow.names]
+            table = pf.read(columns=cols).replace_schema_metadata(None)
+            padded = recorded_padding(pf)
+            if padded is not None:
+                table = padded_table(table, padded, self._required_pad_id(),
+                                     self.position_outputs)
+                if columns is not None:
+                    table = table.select([c for c in columns if c in table.column_names])
+            tables.append(table)
+        return pa.concat_tables(tables)
+
+    def to_pandas(self, columns=None):
+        """:meth:`to_table` as a pandas DataFrame: list columns as Arrow ``list<...>``
+        (``pd.ArrowDtype``), the metadata and ``window`` as numpy int64 / int32."""
+        import pandas as pd
+        table = self.to_table(columns)
+        frame = table.to_pandas(types_mapper=lambda t: pd.ArrowDtype(t)
+                                if pa.types.is_list(t) or pa.types.is_large_list(t) else None)
+        return frame
 
     @property
     def metadata(self):
@@ -163,9 +273,11 @@ class TokenizedDataset:
         return self.to_dask(columns=list(METADATA_COLUMNS))
 
     # -- batches ------------------------------------------------------------------------
-    def _width(self, table: pa.Table, max_length) -> int:
+    def _width(self, table: pa.Table, max_length, padded: dict | None = None) -> int:
         if max_length is not None:
             return check_int("max_length", max_length, lo=1, allowed=">= 1")
+        if padded is not None:     # padded rows stored trimmed: their width
+            return int(padded["width"])
         values, offsets = _list_buffers(table.column("input_ids"))
         return int(np.diff(offsets).max()) if len(offsets) > 1 else 0
 
@@ -250,6 +362,7 @@ class TokenizedDataset:
             batch_size = check_int("batch_size", batch_size, lo=1, allowed=">= 1")
         for f in (self.files if files is None else files):
             pf = pq.ParquetFile(f)
+            padded = recorded_padding(pf)
             cols = [c for c in (*_REQUIRED, "attention_mask", "window", "bucket",
                                 *self.position_outputs) if c in pf.schema_arrow.names]
             missing = [c for c in _REQUIRED if c not in cols]
@@ -268,7 +381,8 @@ class TokenizedDataset:
                         sub = table.filter(pa.array(width == w))
                         yield self._batch(sub, int(w), return_tensors)
                     continue
-                yield self._batch(table, self._width(table, max_length), return_tensors)
+                yield self._batch(table, self._width(table, max_length, padded),
+                                  return_tensors)
 
     def to_torch(self, batch_size: int, *, max_length: int | None = None):
         """A ``torch.utils.data.IterableDataset`` of :meth:`batches` (torch tensors), its
@@ -290,6 +404,11 @@ class TokenizedDataset:
                                        return_tensors="pt", files=files)
 
         return _Batches()
+
+
+def _first_metadata(files: list[str]):
+    import pyarrow.parquet as pq
+    return pq.read_metadata(files[0]) if files else None
 
 
 def _recorded_position_outputs(files: list[str]) -> list[str]:

@@ -1,0 +1,167 @@
+"""Instructions per input byte of daskwp's part writer for layout and option variants
+(callgrind; stable on a shared machine, where wall time is noise).
+
+    python benchmarks/writer_variants.py --mb 4 [--variants cur,trim,v2,...]
+
+The first ``--mb`` MB of the pipeline benchmark's input (its corpora, repeated) are
+tokenized once (max_length=128, stride=32; ragged and padded, the stored tables of
+``frames.partition.table_from_output``), saved as Arrow IPC, and each variant writes one
+table through ``frames.partition.PartWriter`` in its own ``valgrind --tool=callgrind``
+process. Costs: callgrind's inclusive count of ``FileWriterImpl::WriteTable`` (encoding,
+compression, the SHA-256 of the pages as they are written) per input byte, and its parts.
+The report goes to benchmarks/results/writer_variants.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+VARIANTS = {
+    # name: (table, what)
+    "ragged": ("do_not_pad", "ragged rows, the stored layout (no mask)"),
+    "padded": ("max_length", "padded rows + mask, the layout before trimming"),
+    "padded+req": ("max_length", "padded, non-nullable list and item fields"),
+    "padded+page8": ("max_length", "padded, 8 MB data pages (default 1 MB)"),
+    "padded+v2": ("max_length", "padded, data page v2"),
+    "padded+lz4": ("max_length", "padded, lz4 instead of zstd level 1"),
+    "padded+nostats": ("max_length", "padded, no statistics at all"),
+    "padded+plain": ("max_length", "padded, PLAIN ids (no BYTE_STREAM_SPLIT)"),
+    "padded+fsl": ("max_length", "padded, fixed_size_list<int32, 128>"),
+    "padded+lenonly": ("max_length", "padded ids, a per-row length column instead of the mask"),
+    "padded+trim": ("max_length", "padded rows stored trimmed (the stored layout)"),
+    "ragged+page8": ("do_not_pad", "ragged, 8 MB data pages"),
+    "ragged+v2": ("do_not_pad", "ragged, data page v2"),
+    "ragged+lz4": ("do_not_pad", "ragged, lz4"),
+    "ragged+req": ("do_not_pad", "ragged, non-nullable fields"),
+}
+
+CHILD = r'''
+import sys, os, json
+import numpy as np, pyarrow as pa
+import daskwp.frames.partition as P
+src, variant, out = sys.argv[1:4]
+table = pa.ipc.open_file(pa.memory_map(src)).read_all()
+parts = variant.split("+")[1:]
+def req(t):
+    f = [pa.field(x.name, pa.list_(pa.field("item", x.type.value_type, nullable=False))
+                  if pa.types.is_list(x.type) else x.type, nullable=False) for x in t.schema]
+    return t.cast(pa.schema(f))
+def fsl(t):
+    cols = {}
+    for n in t.column_names:
+        c = t.column(n).combine_chunks()
+        if pa.types.is_list(c.type):
+            c = pa.FixedSizeListArray.from_arrays(c.values, int(c.value_lengths()[0].as_py()))
+        cols[n] = c
+    return pa.table(cols)
+def trim(t):
+    return P.frame_to_table(t.to_pandas(types_mapper=pd.ArrowDtype), attention_mask=False)
+def lenonly(t):
+    m = t.column("attention_mask").combine_chunks()
+    lens = m.values.to_numpy().reshape(len(m), -1).sum(1).astype(np.int32)
+    return t.drop_columns(["attention_mask"]).append_column("length", pa.array(lens))
+import pandas as pd
+for p in parts:
+    if p in ("req", "fsl", "trim", "lenonly"):
+        table = globals()[p](table)
+base = P.parquet_write_options
+def opts(schema, compression="zstd"):
+    o = base(schema, compression)
+    for p in parts:
+        if p == "v2": o["data_page_version"] = "2.0"
+        elif p == "plain": o["column_encoding"] = {k: v for k, v in (o["column_encoding"] or {}).items() if v != "BYTE_STREAM_SPLIT"} or None
+        elif p == "lz4": o["compression"] = "lz4"; o.pop("compression_level", None)
+        elif p == "nostats": o["write_statistics"] = False
+        elif p == "page8": o["data_page_size"] = 8 << 20
+    return o
+P.parquet_write_options = opts
+w = P.PartWriter(os.path.join(out, "part.parquet"), os.path.join(out, ".tmp"))
+w.write(table)
+w.close({})
+print("BYTES", os.path.getsize(os.path.join(out, "part.parquet")))
+'''
+
+SYMBOLS = {"write": "parquet::arrow::FileWriterImpl::WriteTable",
+           "zstd": "ZSTD_compress2", "lz4": "LZ4_compress_fast",
+           "levels": "parquet::LevelEncoder::Encode", "sha256": "EVP_DigestUpdate"}
+
+
+def make_tables(text: Path, tmp: Path) -> None:
+    import pyarrow as pa
+    import daskwp
+    from daskwp.jobs.inputs import lines_to_arrow
+    from daskwp.frames.partition import table_from_output
+    tok = daskwp.WordPieceTokenizer(num_threads=1)
+    arr = lines_to_arrow(text.read_bytes())
+    for padding in ("do_not_pad", "max_length"):
+        out = tok(arr, max_length=128, stride=32, padding=padding, return_tensors="np")
+        t = table_from_output(out, attention_mask=padding == "max_length")
+        with pa.OSFile(str(tmp / f"{padding}.arrow"), "wb") as f, \
+                pa.ipc.new_file(f, t.schema) as w:
+            w.write_table(t)
+
+
+def run_variant(name: str, tmp: Path) -> dict:
+    table = tmp / f"{VARIANTS[name][0]}.arrow"
+    script = tmp / "child.py"
+    script.write_text(CHILD)
+    cg, out = tmp / f"cg.{name}.out", tmp / f"o.{name}"
+    out.mkdir(exist_ok=True)
+    r = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={cg}",
+                        sys.executable, str(script), str(table), name, str(out)],
+                       capture_output=True, text=True, env=dict(os.environ, PYTHONHASHSEED="0"))
+    size = int(next(l.split()[1] for l in r.stdout.splitlines() if l.startswith("BYTES")))
+    ann = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(cg)],
+                         capture_output=True, text=True).stdout.splitlines()
+    costs = {}
+    for k, sym in SYMBOLS.items():
+        costs[k] = next((int(l.split()[0].replace(",", "")) for l in ann if sym in l), 0)
+    return {"bytes": size, **costs}
+
+
+def main(argv=None) -> int:
+    from pipeline_bench import build_input, default_data_dir
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mb", type=float, default=4)
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "writer_variants.md"))
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="daskwp-writer-") as d:
+        tmp = Path(d)
+        inp = build_input(default_data_dir(), args.mb, tmp, n_parquet=1)
+        nbytes = inp["bytes"]
+        make_tables(inp["text"], tmp)
+        rows = []
+        for name in args.variants.split(","):
+            c = run_variant(name, tmp)
+            rows.append((name, c))
+            print(name, {k: round(v / nbytes, 1) if k != "bytes" else v for k, v in c.items()},
+                  flush=True)
+    L = ["# Part writer: instructions per input byte by layout and option\n",
+         f"`python benchmarks/writer_variants.py --mb {args.mb:g}`: the first {nbytes:,} bytes "
+         "of the pipeline benchmark's input, max_length=128, stride=32, one table through "
+         "`PartWriter` (zstd level 1, BYTE_STREAM_SPLIT ids, delta-encoded scalars, no "
+         "dictionaries, statistics for logID only, unless the variant says otherwise). "
+         "Callgrind inclusive instructions per input byte. Under valgrind OpenSSL's SHA-256 "
+         "runs without the CPU's SHA instructions, so its row overstates the native cost.\n",
+         "| variant | what | write (all) | zstd / lz4 | rep/def levels | SHA-256 | part bytes |",
+         "|---|---|---|---|---|---|---|"]
+    for name, c in rows:
+        L.append(f"| {name} | {VARIANTS[name][1]} | {c['write'] / nbytes:.1f} | "
+                 f"{(c['zstd'] or c['lz4']) / nbytes:.1f} | {c['levels'] / nbytes:.1f} | "
+                 f"{c['sha256'] / nbytes:.1f} | {c['bytes']:,} |")
+    Path(args.out).write_text("\n".join(L) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
