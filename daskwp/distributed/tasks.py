@@ -372,6 +372,12 @@ def _write_pieces(texts, tok, options, logid_offset, with_mask, writer, stats, c
     else:
         arr = to_arrow(texts)
         pieces = list(_pieces(arr, piece_bytes)) or [(arr.slice(0, 0), 0)]
+    padded_width = None
+    if not with_mask and options["padding"] not in (False, "do_not_pad"):
+        # max_length rows are stored trimmed (docs/design.md §3.3): fill them ragged in the
+        # first place (the same table, without padding and trimming every row)
+        padded_width = int(options["max_length"])
+        options = dict(options, padding="do_not_pad")
     window_options = {k: options[k] for k in WINDOW_OPTIONS if k in options}
     threads = tok.num_threads if tok.num_threads is not None else default_num_threads()
     clock["tokenize"] += time.thread_time() - t
@@ -389,7 +395,8 @@ def _write_pieces(texts, tok, options, logid_offset, with_mask, writer, stats, c
             else:
                 out = _tok_call(tok, piece, options, return_tensors="np", logid_offset=base)
             t1 = time.thread_time()
-            table = table_from_output(out, attention_mask=with_mask)
+            table = table_from_output(out, attention_mask=with_mask, padded_width=padded_width,
+                                      mask_dtype=options.get("mask_dtype", "int32"))
             meta = None if isinstance(out, BucketedWindows) else \
                 np.asarray(out["metadata"]).reshape(-1, 3)
             _account(stats, table, meta, enc, tok, options)

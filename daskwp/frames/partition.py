@@ -221,7 +221,8 @@ def _padded_metadata(width: int, mask_dtype) -> dict:
                                     "mask_dtype": np.dtype(mask_dtype).name}).encode()}
 
 
-def table_from_output(out, *, attention_mask: bool | None = None) -> pa.Table:
+def table_from_output(out, *, attention_mask: bool | None = None,
+                      padded_width: int | None = None, mask_dtype="int32") -> pa.Table:
     """The tokenizer's numpy output as an Arrow table with the partition-frame columns
     (``FRAME_COLUMNS``; with ``padding="bucket"`` also ``bucket``), built from its buffers:
     no pandas, no per-row Python, the id and mask values shared with ``out`` (ragged rows)
@@ -234,6 +235,10 @@ def table_from_output(out, *, attention_mask: bool | None = None) -> pa.Table:
     exactly the arrays ``tok(...)`` returned. True: the mask column, padded rows as they
     are. None: without the mask for ragged rows, with it for padded ones (the partition
     frame's columns). The part writer's callers choose with :func:`stores_mask`.
+
+    ``padded_width`` (with ragged rows, ``attention_mask=False``): the rows are the trimmed
+    form of rows padded to that width (mask dtype ``mask_dtype``) — the same table as
+    padded rows give, without padding them first (the part writer's ``max_length`` path).
     """
     padded = None
     if isinstance(out, BucketedWindows):
@@ -252,6 +257,8 @@ def table_from_output(out, *, attention_mask: bool | None = None) -> pa.Table:
         names = _position_columns(out)
         if attention_mask is None:
             attention_mask = not ragged
+        if ragged and padded_width is not None and not attention_mask:
+            padded = _padded_metadata(padded_width, mask_dtype)
         if not ragged and not attention_mask:
             ids = np.asarray(ids)
             padded = _padded_metadata(ids.shape[1], np.asarray(mask).dtype)
