@@ -423,7 +423,7 @@ def test_return_tensors_pt_and_cp():
             continue
         out = tok(["a b c", ""], max_length=4, return_tensors=name)
         assert type(out.input_ids).__module__.split(".")[0] == module
-        assert out.metadata.shape == (2, 3)
+        assert out.metadata.shape == (3, 3)   # "a b c": 2 windows of 2 tokens; "": 1 row
         rag = tok(["a b c", ""], max_length=4, return_tensors=name, padding=False)
         assert type(rag.input_ids.values).__module__.split(".")[0] == module
         del mod
