@@ -96,3 +96,93 @@ def test_threads_equal_one_thread(threads):
     many = tok.encode(docs, num_threads=threads)
     np.testing.assert_array_equal(many.lengths, one.lengths)
     np.testing.assert_array_equal(many.token_ids, one.token_ids)
+
+
+# --- Offsets and word ids through the memo (memos of the offsets layout, word_memo.hpp) ----
+
+def _walk_extras(tok, docs, unit, chunk=2000):
+    """ids, lengths, offsets and word ids of small batches with the pool keeping nothing: no
+    memo at all (the fused pass alone; test_offsets.py ties it to HuggingFace)."""
+    with dask.config.set({"daskwp.word_cache_mb": 0}):
+        parts = [tok.encode(docs[i:i + chunk], num_threads=1, return_offsets_mapping=True,
+                            return_word_ids=True, offsets_unit=unit)
+                 for i in range(0, len(docs), chunk)]
+    return (np.concatenate([p.token_ids for p in parts]),
+            np.concatenate([p.lengths for p in parts]),
+            np.concatenate([np.asarray(p.offset_mapping).reshape(-1, 2) for p in parts]),
+            np.concatenate([np.asarray(p.word_ids) for p in parts]))
+
+
+def _assert_extras(enc, want):
+    ids, lengths, spans, words = want
+    np.testing.assert_array_equal(enc.lengths, lengths)
+    np.testing.assert_array_equal(enc.token_ids, ids)
+    if enc.offset_mapping is not None:
+        np.testing.assert_array_equal(np.asarray(enc.offset_mapping).reshape(-1, 2), spans)
+    if enc.word_ids is not None:
+        np.testing.assert_array_equal(np.asarray(enc.word_ids), words)
+
+
+@pytest.mark.parametrize("unit", ["chars", "bytes"])
+@pytest.mark.parametrize("vocab_name,lowercase", VOCAB_CONFIGS)
+def test_offsets_memo_equals_walk_on_all_corpora(vocab_name, lowercase, unit):
+    # Every corpus twice over as one batch on one thread (the second half from the memo),
+    # cold then warm: offsets (relative to each memoized chunk's first unit) and word ids
+    # (the running word index + each token's delta) must equal the walk's on every token.
+    tok = daskwp.WordPieceTokenizer(vocab_path(vocab_name), lowercase=lowercase)
+    docs = [d for f in corpus_files() for d in read_documents(f)]
+    docs = docs + docs
+    want = _walk_extras(tok, docs, unit)
+    before = daskwp.word_cache_info()
+    for _ in range(2):
+        _assert_extras(tok.encode(docs, num_threads=1, return_offsets_mapping=True,
+                                  return_word_ids=True, offsets_unit=unit), want)
+    assert daskwp.word_cache_info()["hits"] > before["hits"]
+    # Either array alone (the memo keeps both either way), and several threads.
+    _assert_extras(tok.encode(docs, num_threads=1, return_offsets_mapping=True,
+                              offsets_unit=unit), want)
+    if unit == "bytes":
+        _assert_extras(tok.encode(docs, num_threads=1, return_word_ids=True), want)
+    _assert_extras(tok.encode(docs, num_threads=3, return_offsets_mapping=True,
+                              return_word_ids=True, offsets_unit=unit), want)
+
+
+def test_offsets_memos_are_apart_from_ids_memos():
+    # Entries of the offsets layout differ from the ids-only ones (and chars from bytes):
+    # each has its own pool key, and the ids stay those of the walk in every order.
+    tok = daskwp.WordPieceTokenizer(vocab_path("bert-base-uncased"), lowercase=True)
+    docs = read_documents(corpus_files()[0])[:3000]
+    want = {u: _walk_extras(tok, docs, u) for u in ("chars", "bytes")}
+    for unit in ("chars", "bytes", None, "chars", None, "bytes"):
+        if unit is None:
+            enc = tok.encode(docs, num_threads=1)
+            np.testing.assert_array_equal(enc.token_ids, want["chars"][0])
+        else:
+            _assert_extras(tok.encode(docs, num_threads=1, return_offsets_mapping=True,
+                                      return_word_ids=True, offsets_unit=unit), want[unit])
+    assert daskwp.word_cache_info()["keys"] == 3
+
+
+@pytest.mark.parametrize("unit", ["chars", "bytes"])
+def test_offsets_memo_long_entries_unk_and_odd_chunks(unit):
+    # Chunks and words of the long table (17-160 bytes, more than 3 tokens), [UNK] words
+    # (too long, or not splittable), chunks whose spans do not tile them (removed control
+    # characters, accents stripped, a ligature split in two), non-ASCII letters (chars
+    # differ from bytes), a small memo whose arena is emptied again and again: every token's
+    # span and word id equal the walk's.
+    rng = np.random.default_rng(11)
+    letters = list("abcdefghij-_/.:") + ["é", "ß", "д", "ж", "ﬁ", "\x07", "中"]
+    pool = ["".join(rng.choice(letters, size=int(rng.integers(1, 150))))
+            for _ in range(3000)]
+    pool += ["a" * 120, "supercalifragilisticexpialidocious", "Crème", "naïve,", "x\x01y",
+             "Привет,", "мир!", "1.2.3.4.5.6.7", "don't", "U.S.A.", "ﬁne", "ǅ"]
+    docs = [" ".join(pool[k] for k in rng.integers(0, len(pool), size=20))
+            for _ in range(3000)]
+    for lowercase in (True, False):
+        tok = daskwp.WordPieceTokenizer(vocab_path("bert-base-uncased"), lowercase=lowercase,
+                                        max_input_chars_per_word=40)
+        want = _walk_extras(tok, docs, unit)
+        with dask.config.set({"daskwp.word_cache_mb": 1}):
+            for _ in range(3):
+                _assert_extras(tok.encode(docs, num_threads=1, return_offsets_mapping=True,
+                                          return_word_ids=True, offsets_unit=unit), want)
