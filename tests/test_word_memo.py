@@ -186,3 +186,63 @@ def test_offsets_memo_long_entries_unk_and_odd_chunks(unit):
             for _ in range(3):
                 _assert_extras(tok.encode(docs, num_threads=1, return_offsets_mapping=True,
                                           return_word_ids=True, offsets_unit=unit), want)
+
+
+@pytest.mark.parametrize("family", ["tok_{:05d}", "[tok_{:05d}]", "t{:d}x"])
+def test_memo_with_letter_first_special_tokens_equals_walk(family):
+    # Registered special tokens whose first byte is common in the text ("t", "["): chunks
+    # holding that byte are memoized once no special token matches at any of its
+    # positions (special_in); chunks where one matches (inside a word, at its edges,
+    # prefixes that do not match) are never served from the memo. Ids, offsets and word
+    # ids must equal the walk's.
+    tok = daskwp.WordPieceTokenizer(vocab_path("bert-base-uncased"), lowercase=True)
+    tok.add_special_tokens([family.format(i) for i in range(2000)])
+    docs = read_documents(corpus_files()[0])[:6000]
+    rng = np.random.default_rng(3)
+    spliced = []
+    for k, d in enumerate(docs[:3000]):
+        words = d.split(" ")
+        at = int(rng.integers(0, len(words)))
+        sp = family.format(int(rng.integers(0, 2500)))  # some are not registered
+        words[at] = [sp, words[at] + sp, sp + words[at], "to" + words[at], "tok_" + words[at],
+                     sp[:-1] + " " + words[at]][k % 6]
+        spliced.append(" ".join(words))
+    docs = docs + spliced
+    docs = docs * 2
+    with dask.config.set({"daskwp.word_cache_mb": 0}):
+        walked = [tok.encode(docs[i:i + 2000], num_threads=1) for i in range(0, len(docs), 2000)]
+    ids = np.concatenate([w.token_ids for w in walked])
+    lengths = np.concatenate([w.lengths for w in walked])
+    before = daskwp.word_cache_info()
+    for _ in range(2):
+        memo = tok.encode(docs, num_threads=1)
+        np.testing.assert_array_equal(memo.lengths, lengths)
+        np.testing.assert_array_equal(memo.token_ids, ids)
+    assert daskwp.word_cache_info()["hits"] > before["hits"]
+    for unit in ("chars", "bytes"):
+        want = _walk_extras(tok, docs, unit)
+        for _ in range(2):
+            _assert_extras(tok.encode(docs, num_threads=1, return_offsets_mapping=True,
+                                      return_word_ids=True, offsets_unit=unit), want)
+
+
+def test_memo_with_a_special_token_that_holds_a_space(tmp_path):
+    # A tokenizer.json's added token may hold a space ("tok x"): a match that starts in a
+    # chunk ("tok") then reaches past it, so chunks with its first byte are never
+    # memoized (special_probe off): "tok" of "tok y" must not serve the "tok" of "tok x".
+    from tokenizers import AddedToken, Tokenizer
+    h = Tokenizer.from_file(str(vocab_path("bert-base-uncased").parent / "tokenizer.json"))
+    h.add_special_tokens([AddedToken("tok x", special=True, normalized=False)])
+    h.no_padding()
+    h.no_truncation()
+    h.save(str(tmp_path / "tokenizer.json"))
+    tok = daskwp.WordPieceTokenizer.from_pretrained(tmp_path)
+    docs = ["tok y tok x tok, tokx", "a tok x b", "tok y", "tok x"] * 500
+    want = [e.ids for e in h.encode_batch(docs, add_special_tokens=False)]
+    for _ in range(2):
+        assert tok.encode(docs, num_threads=1).to_list() == want
+    for unit in ("chars", "bytes"):
+        ref = _walk_extras(tok, docs, unit)
+        for _ in range(2):
+            _assert_extras(tok.encode(docs, num_threads=1, return_offsets_mapping=True,
+                                      return_word_ids=True, offsets_unit=unit), ref)

@@ -12,9 +12,11 @@
 // whose tokens depend on nothing but its bytes, and the key is the exact bytes, so a hit is
 // the same string in the same kind of context. A chunk starts where no word is open and no
 // combining mark waits and ends at plain ASCII whitespace (which ends the word and flushes
-// the marks) or the document's end, and holds no byte a special token starts with (a
-// special token is matched in the raw bytes and could reach past the chunk): the general
-// path's tokens of it depend on its bytes alone, whatever they are (a truncated UTF-8
+// the marks) or the document's end, and no special token that matches in it can reach
+// past it (they are matched in the raw bytes: so it holds no byte a special token starts
+// with, unless no special token holds a byte <= 0x20, special_probe; the ones that match
+// inside it are its own tokens, as any other piece): the general path's tokens of it
+// depend on its bytes alone, whatever they are (a truncated UTF-8
 // sequence cannot reach past the whitespace, which is no continuation byte). A word starts
 // the same way, ends at ASCII whitespace or punctuation (which ends it) or the document's
 // end, and holds only ASCII letters and digits after the feed table and plain non-ASCII
@@ -146,6 +148,9 @@ struct WordCache {
   int32_t punct_token[256];
   // 1 where the byte ends a word that the memo may hold: ASCII whitespace or punctuation.
   uint8_t word_end[256];
+  // 1 where a chunk holding the byte is not memoized: the bytes special tokens start with,
+  // unless special_probe (then none).
+  uint8_t chunk_refuse[256];
   // The word bytes of the fast path are exactly ASCII letters and digits (every BERT
   // vocabulary with its default flags): word ends may be found 16 bytes at a time.
   bool alnum_feed;
@@ -154,6 +159,10 @@ struct WordCache {
   bool chunk_ok;
   // The feed table lets byte 0 into words (no clean_text): such words skip the short table.
   bool zero_in_words;
+  // No special token holds a byte <= 0x20, so none that starts in a chunk reaches past it
+  // (whose end is such a byte or the document's): chunks with bytes special tokens start
+  // with are memoized too (what matches in them is a fact of their bytes alone).
+  bool special_probe;
   // What the entries hold (reset_word_cache): 0 the ids only; kMemoOffsetsBytes /
   // kMemoOffsetsChars the ids with their spans in that unit and word ids (the offsets
   // layout below; such a memo serves MemoWordPieceE2ET<true> only, and the pool keys it
@@ -208,10 +217,11 @@ struct WordCache {
     arena = p;
     arena_cap = block_bytes - static_cast<size_t>(p - static_cast<uint8_t*>(block));
     arena_used = 0;
-    alnum_feed = chunk_ok = zero_in_words = false;
+    alnum_feed = chunk_ok = zero_in_words = special_probe = false;
     offsets_unit = 0;
     std::memset(punct_token, 0xFF, sizeof(punct_token));
     std::memset(word_end, 0, sizeof(word_end));
+    std::memset(chunk_refuse, 0, sizeof(chunk_refuse));
   }
   ~WordCache() {
     if (free_block) {
@@ -730,7 +740,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
     if (wc.chunk_ok) {
       const int64_t lim = len - i <= kLongMaxBytes ? len : i + kLongMaxBytes + 1;
       uint8_t special = 0;
-      while (e < lim && s[e] > 0x20u) special |= v.special_first[s[e++]];
+      while (e < lim && s[e] > 0x20u) special |= wc.chunk_refuse[s[e++]];
       ok = !special && e - i <= kLongMaxBytes && (e == len || feed[s[e]] == kFeedSpace);
     }
     if (ok) {
@@ -1095,6 +1105,13 @@ inline void reset_word_cache(const CoreContext& ctx, WordCache* cache, int32_t o
     }
   }
   cache->chunk_ok = space_low;
+  bool low_in_special = false;
+  const int32_t n_sp = ctx.v.h->n_specials;
+  for (int32_t k = ctx.v.special_offsets[0]; k < ctx.v.special_offsets[n_sp]; ++k)
+    if (ctx.v.special_bytes[k] <= 0x20u) low_in_special = true;
+  cache->special_probe = !low_in_special;
+  for (int c = 0; c < 256; ++c)
+    cache->chunk_refuse[c] = cache->special_probe ? 0 : ctx.v.special_first[c];
   cache->zero_in_words = ctx.feed[0] < 0x80u;
   cache->alnum_feed = true;
   for (int c = 0; c < 256; ++c) {
