@@ -96,3 +96,153 @@ def test_threads_equal_one_thread(threads):
     many = tok.encode(docs, num_threads=threads)
     np.testing.assert_array_equal(many.lengths, one.lengths)
     np.testing.assert_array_equal(many.token_ids, one.token_ids)
+
+
+# --- Offsets and word ids through the memo (memos of the offsets layout, word_memo.hpp) ----
+
+def _walk_extras(tok, docs, unit, chunk=2000):
+    """ids, lengths, offsets and word ids of small batches with the pool keeping nothing: no
+    memo at all (the fused pass alone; test_offsets.py ties it to HuggingFace)."""
+    with dask.config.set({"daskwp.word_cache_mb": 0}):
+        parts = [tok.encode(docs[i:i + chunk], num_threads=1, return_offsets_mapping=True,
+                            return_word_ids=True, offsets_unit=unit)
+                 for i in range(0, len(docs), chunk)]
+    return (np.concatenate([p.token_ids for p in parts]),
+            np.concatenate([p.lengths for p in parts]),
+            np.concatenate([np.asarray(p.offset_mapping).reshape(-1, 2) for p in parts]),
+            np.concatenate([np.asarray(p.word_ids) for p in parts]))
+
+
+def _assert_extras(enc, want):
+    ids, lengths, spans, words = want
+    np.testing.assert_array_equal(enc.lengths, lengths)
+    np.testing.assert_array_equal(enc.token_ids, ids)
+    if enc.offset_mapping is not None:
+        np.testing.assert_array_equal(np.asarray(enc.offset_mapping).reshape(-1, 2), spans)
+    if enc.word_ids is not None:
+        np.testing.assert_array_equal(np.asarray(enc.word_ids), words)
+
+
+@pytest.mark.parametrize("unit", ["chars", "bytes"])
+@pytest.mark.parametrize("vocab_name,lowercase", VOCAB_CONFIGS)
+def test_offsets_memo_equals_walk_on_all_corpora(vocab_name, lowercase, unit):
+    # Every corpus twice over as one batch on one thread (the second half from the memo),
+    # cold then warm: offsets (relative to each memoized chunk's first unit) and word ids
+    # (the running word index + each token's delta) must equal the walk's on every token.
+    tok = daskwp.WordPieceTokenizer(vocab_path(vocab_name), lowercase=lowercase)
+    docs = [d for f in corpus_files() for d in read_documents(f)]
+    docs = docs + docs
+    want = _walk_extras(tok, docs, unit)
+    before = daskwp.word_cache_info()
+    for _ in range(2):
+        _assert_extras(tok.encode(docs, num_threads=1, return_offsets_mapping=True,
+                                  return_word_ids=True, offsets_unit=unit), want)
+    assert daskwp.word_cache_info()["hits"] > before["hits"]
+    # Either array alone (the memo keeps both either way), and several threads.
+    _assert_extras(tok.encode(docs, num_threads=1, return_offsets_mapping=True,
+                              offsets_unit=unit), want)
+    if unit == "bytes":
+        _assert_extras(tok.encode(docs, num_threads=1, return_word_ids=True), want)
+    _assert_extras(tok.encode(docs, num_threads=3, return_offsets_mapping=True,
+                              return_word_ids=True, offsets_unit=unit), want)
+
+
+def test_offsets_memos_are_apart_from_ids_memos():
+    # Entries of the offsets layout differ from the ids-only ones (and chars from bytes):
+    # each has its own pool key, and the ids stay those of the walk in every order.
+    tok = daskwp.WordPieceTokenizer(vocab_path("bert-base-uncased"), lowercase=True)
+    docs = read_documents(corpus_files()[0])[:3000]
+    want = {u: _walk_extras(tok, docs, u) for u in ("chars", "bytes")}
+    for unit in ("chars", "bytes", None, "chars", None, "bytes"):
+        if unit is None:
+            enc = tok.encode(docs, num_threads=1)
+            np.testing.assert_array_equal(enc.token_ids, want["chars"][0])
+        else:
+            _assert_extras(tok.encode(docs, num_threads=1, return_offsets_mapping=True,
+                                      return_word_ids=True, offsets_unit=unit), want[unit])
+    assert daskwp.word_cache_info()["keys"] == 3
+
+
+@pytest.mark.parametrize("unit", ["chars", "bytes"])
+def test_offsets_memo_long_entries_unk_and_odd_chunks(unit):
+    # Chunks and words of the long table (17-160 bytes, more than 3 tokens), [UNK] words
+    # (too long, or not splittable), chunks whose spans do not tile them (removed control
+    # characters, accents stripped, a ligature split in two), non-ASCII letters (chars
+    # differ from bytes), a small memo whose arena is emptied again and again: every token's
+    # span and word id equal the walk's.
+    rng = np.random.default_rng(11)
+    letters = list("abcdefghij-_/.:") + ["é", "ß", "д", "ж", "ﬁ", "\x07", "中"]
+    pool = ["".join(rng.choice(letters, size=int(rng.integers(1, 150))))
+            for _ in range(3000)]
+    pool += ["a" * 120, "supercalifragilisticexpialidocious", "Crème", "naïve,", "x\x01y",
+             "Привет,", "мир!", "1.2.3.4.5.6.7", "don't", "U.S.A.", "ﬁne", "ǅ"]
+    docs = [" ".join(pool[k] for k in rng.integers(0, len(pool), size=20))
+            for _ in range(3000)]
+    for lowercase in (True, False):
+        tok = daskwp.WordPieceTokenizer(vocab_path("bert-base-uncased"), lowercase=lowercase,
+                                        max_input_chars_per_word=40)
+        want = _walk_extras(tok, docs, unit)
+        with dask.config.set({"daskwp.word_cache_mb": 1}):
+            for _ in range(3):
+                _assert_extras(tok.encode(docs, num_threads=1, return_offsets_mapping=True,
+                                          return_word_ids=True, offsets_unit=unit), want)
+
+
+@pytest.mark.parametrize("family", ["tok_{:05d}", "[tok_{:05d}]", "t{:d}x"])
+def test_memo_with_letter_first_special_tokens_equals_walk(family):
+    # Registered special tokens whose first byte is common in the text ("t", "["): chunks
+    # holding that byte are memoized once no special token matches at any of its
+    # positions (special_in); chunks where one matches (inside a word, at its edges,
+    # prefixes that do not match) are never served from the memo. Ids, offsets and word
+    # ids must equal the walk's.
+    tok = daskwp.WordPieceTokenizer(vocab_path("bert-base-uncased"), lowercase=True)
+    tok.add_special_tokens([family.format(i) for i in range(2000)])
+    docs = read_documents(corpus_files()[0])[:6000]
+    rng = np.random.default_rng(3)
+    spliced = []
+    for k, d in enumerate(docs[:3000]):
+        words = d.split(" ")
+        at = int(rng.integers(0, len(words)))
+        sp = family.format(int(rng.integers(0, 2500)))  # some are not registered
+        words[at] = [sp, words[at] + sp, sp + words[at], "to" + words[at], "tok_" + words[at],
+                     sp[:-1] + " " + words[at]][k % 6]
+        spliced.append(" ".join(words))
+    docs = docs + spliced
+    docs = docs * 2
+    with dask.config.set({"daskwp.word_cache_mb": 0}):
+        walked = [tok.encode(docs[i:i + 2000], num_threads=1) for i in range(0, len(docs), 2000)]
+    ids = np.concatenate([w.token_ids for w in walked])
+    lengths = np.concatenate([w.lengths for w in walked])
+    before = daskwp.word_cache_info()
+    for _ in range(2):
+        memo = tok.encode(docs, num_threads=1)
+        np.testing.assert_array_equal(memo.lengths, lengths)
+        np.testing.assert_array_equal(memo.token_ids, ids)
+    assert daskwp.word_cache_info()["hits"] > before["hits"]
+    for unit in ("chars", "bytes"):
+        want = _walk_extras(tok, docs, unit)
+        for _ in range(2):
+            _assert_extras(tok.encode(docs, num_threads=1, return_offsets_mapping=True,
+                                      return_word_ids=True, offsets_unit=unit), want)
+
+
+def test_memo_with_a_special_token_that_holds_a_space(tmp_path):
+    # A tokenizer.json's added token may hold a space ("tok x"): a match that starts in a
+    # chunk ("tok") then reaches past it, so chunks with its first byte are never
+    # memoized (special_probe off): "tok" of "tok y" must not serve the "tok" of "tok x".
+    from tokenizers import AddedToken, Tokenizer
+    h = Tokenizer.from_file(str(vocab_path("bert-base-uncased").parent / "tokenizer.json"))
+    h.add_special_tokens([AddedToken("tok x", special=True, normalized=False)])
+    h.no_padding()
+    h.no_truncation()
+    h.save(str(tmp_path / "tokenizer.json"))
+    tok = daskwp.WordPieceTokenizer.from_pretrained(tmp_path)
+    docs = ["tok y tok x tok, tokx", "a tok x b", "tok y", "tok x"] * 500
+    want = [e.ids for e in h.encode_batch(docs, add_special_tokens=False)]
+    for _ in range(2):
+        assert tok.encode(docs, num_threads=1).to_list() == want
+    for unit in ("chars", "bytes"):
+        ref = _walk_extras(tok, docs, unit)
+        for _ in range(2):
+            _assert_extras(tok.encode(docs, num_threads=1, return_offsets_mapping=True,
+                                      return_word_ids=True, offsets_unit=unit), ref)

@@ -10,8 +10,9 @@
 // memo is emptied before every repeat (cold: what one call of a fresh process does) unless
 // DASKWP_CORE_BENCH_WARM=1, which fills it with one untimed, uncollected pass first and
 // keeps it (warm: a process that tokenized the same corpus before).
-// DASKWP_CORE_BENCH_OFFSETS=chars|bytes: the core with offsets and word ids (no memo: the
-// CPU loop's path with return_offsets_mapping / return_word_ids, docs/design.md §2.9).
+// DASKWP_CORE_BENCH_OFFSETS=chars|bytes: the core with offsets and word ids, through a memo
+// of the offsets layout in that unit (the CPU loop's path with return_offsets_mapping /
+// return_word_ids, docs/design.md §2.9); it also prints an FNV-1a of the spans and word ids.
 #include <chrono>
 #include <cstdlib>
 #include <memory>
@@ -53,12 +54,12 @@ __attribute__((noinline)) int64_t run_pass(const daskwp::CoreContext& ctx, const
     std::vector<int32_t>& words = g_words;
     int64_t at = 0;
     const uint8_t* base = reinterpret_cast<const uint8_t*>(c.text.data());
-    daskwp::WordPieceE2E<true> t(ctx, nullptr, 0);
+    daskwp::MemoWordPieceE2ET<true> t(ctx, nullptr, 0);
     for (size_t d = 0; d + 1 < c.starts.size(); ++d) {
       const int64_t b = c.starts[d], e = c.starts[d + 1] - 1;
-      t.reset(out.data() + at, static_cast<int64_t>(out.size()) - at);
+      t.reset(out.data() + at, static_cast<int64_t>(out.size()) - at, cache);
       t.set_offsets(spans.data() + 2 * at, words.data() + at, mode == 2);
-      at += t.run(base + b, e - b);
+      at += t.run(base + b, e - b, static_cast<int64_t>(c.text.size()) - b);
     }
     return at;
   }
@@ -105,16 +106,25 @@ int main(int argc, char** argv) {
       bits_env ? std::atoi(bits_env) : daskwp::kWordCacheDefaultBits));
   const bool use_cache = std::getenv("DASKWP_NO_WORD_CACHE") == nullptr;
   const bool warm = std::getenv("DASKWP_CORE_BENCH_WARM") != nullptr;
-  daskwp::reset_word_cache(ctx, cache.get());
+  const int unit = offsets_mode() == 2   ? daskwp::kMemoOffsetsChars
+                   : offsets_mode() == 1 ? daskwp::kMemoOffsetsBytes
+                                         : 0;
+  daskwp::reset_word_cache(ctx, cache.get(), unit);
   if (warm && use_cache) {
     // The filling pass, outside run_pass so that callgrind's toggle skips it.
     const uint8_t* base = reinterpret_cast<const uint8_t*>(c.text.data());
     int64_t at = 0;
     for (size_t d = 0; d + 1 < c.starts.size(); ++d) {
       const int64_t b = c.starts[d], e = c.starts[d + 1] - 1;
-      at += daskwp::tokenize_document_with_memo(ctx, base + b, e - b, out.data() + at,
-                                                out.size() - at, cache.get(),
-                                                static_cast<int64_t>(c.text.size()) - b);
+      if (unit) {
+        daskwp::MemoWordPieceE2ET<true> t(ctx, out.data() + at, out.size() - at, cache.get());
+        t.set_offsets(g_spans.data() + 2 * at, g_words.data() + at, unit == 2);
+        at += t.run(base + b, e - b, static_cast<int64_t>(c.text.size()) - b);
+      } else {
+        at += daskwp::tokenize_document_with_memo(ctx, base + b, e - b, out.data() + at,
+                                                  out.size() - at, cache.get(),
+                                                  static_cast<int64_t>(c.text.size()) - b);
+      }
     }
   }
   const daskwp::WordCacheStats before = cache->stats;
@@ -125,7 +135,7 @@ int main(int argc, char** argv) {
   const char* thrash_env = std::getenv("DASKWP_CORE_BENCH_THRASH");
   std::vector<uint8_t> thrash(thrash_env ? static_cast<size_t>(std::atoi(thrash_env)) << 20 : 0);
   for (int r = 0; r < repeats; ++r) {
-    if (!warm) daskwp::reset_word_cache(ctx, cache.get());
+    if (!warm) daskwp::reset_word_cache(ctx, cache.get(), unit);
     for (size_t k = 0; k < thrash.size(); k += 64) thrash[k] = static_cast<uint8_t>(k + r);
     auto t0 = std::chrono::steady_clock::now();
     tokens = run_pass(ctx, c, out, use_cache ? cache.get() : nullptr);
@@ -134,6 +144,15 @@ int main(int argc, char** argv) {
   }
   uint64_t sum = 1469598103934665603ull;  // FNV-1a of the ids: equal across modes
   for (int64_t k = 0; k < tokens; ++k) sum = (sum ^ (uint32_t)out[k]) * 1099511628211ull;
+  if (unit) {
+    uint64_t osum = 1469598103934665603ull;
+    for (int64_t k = 0; k < tokens; ++k) {
+      osum = (osum ^ (uint64_t)g_spans[2 * k]) * 1099511628211ull;
+      osum = (osum ^ (uint64_t)g_spans[2 * k + 1]) * 1099511628211ull;
+      osum = (osum ^ (uint32_t)g_words[k]) * 1099511628211ull;
+    }
+    std::printf("offsets %016llx\n", static_cast<unsigned long long>(osum));
+  }
   std::printf("%.1f MB/s  (%zu bytes, %lld tokens, ids %016llx, best of %d, %s)\n",
               (c.text.size() - (c.starts.size() - 1)) / best / 1e6, c.text.size(),
               static_cast<long long>(tokens), static_cast<unsigned long long>(sum), repeats,

@@ -150,7 +150,9 @@ void free_memos(const std::vector<WordCache*>& drop) {
 // A memo for `key`, its tables filled for ctx; nullptr when the pool keeps nothing
 // (*kept_nothing set) or no memo fits the limit. `threads`: how many the call takes, so
 // that each may get one.
-WordCache* pool_acquire(const CoreContext& ctx, uint64_t key, int threads, bool* kept_nothing) {
+// offsets_unit: the layout of its entries (reset_word_cache; part of the key, pool_key).
+WordCache* pool_acquire(const CoreContext& ctx, uint64_t key, int threads, int32_t offsets_unit,
+                        bool* kept_nothing) {
   MemoPool& P = memo_pool();
   std::vector<WordCache*> drop;
   int bits = kWordCacheDefaultBits;
@@ -192,7 +194,7 @@ WordCache* pool_acquire(const CoreContext& ctx, uint64_t key, int threads, bool*
   WordCache* m = nullptr;
   try {
     m = new WordCache(bits);  // (its own memory, huge-page backed: not the output pool's)
-    reset_word_cache(ctx, m);
+    reset_word_cache(ctx, m, offsets_unit);
   } catch (...) {
     delete m;
     std::lock_guard<std::mutex> lock(P.mu);
@@ -236,6 +238,15 @@ uint64_t pool_generation() {
   return P.generation;
 }
 
+// The pool key of memos whose entries have the layout `offsets_unit` (word_memo.hpp): the
+// caller's key for the ids-only layout, a mix of it and the unit for the offsets layouts
+// (0 stays 0: no pool).
+uint64_t pool_key(uint64_t key, int32_t offsets_unit) {
+  if (!key || !offsets_unit) return key;
+  const uint64_t k = (key ^ (0xD6E8FEB86659FD93ull * (uint64_t)offsets_unit)) * 0x9E3779B97F4A7C15ull;
+  return k ? k : 1;
+}
+
 // One thread's memo for a call: from the pool (key != 0), else, when the pool keeps
 // nothing or no key is given, its own for batches of ~1 MB per thread and more (`big`),
 // freed after the call.
@@ -243,13 +254,14 @@ struct ThreadMemo {
   WordCache* memo = nullptr;
   std::unique_ptr<WordCache> own;
   uint64_t key = 0, generation = 0;
-  ThreadMemo(const CoreContext& ctx, uint64_t k, uint64_t gen, int threads, bool big)
+  ThreadMemo(const CoreContext& ctx, uint64_t k, uint64_t gen, int threads, bool big,
+             int32_t offsets_unit = 0)
       : key(k), generation(gen) {
     bool kept_nothing = true;
-    if (k) memo = pool_acquire(ctx, k, threads, &kept_nothing);
+    if (k) memo = pool_acquire(ctx, k, threads, offsets_unit, &kept_nothing);
     if (!memo && big && kept_nothing) {
       own.reset(new WordCache(16));  // 2^16 short entries, as before the pool
-      reset_word_cache(ctx, own.get());
+      reset_word_cache(ctx, own.get(), offsets_unit);
       memo = own.get();
     }
   }
@@ -346,13 +358,15 @@ void encode_range(const CoreContext& ctx, const Off* offsets, const uint8_t* dat
 }
 
 // encode_range with offsets and / or word ids (docs/design.md §2.9): the core with its
-// offsets state, without the word memo.
+// offsets state, through a memo of the offsets layout in the unit (its buffer holds both
+// spans and word ids, whichever the call returns).
 template <typename Off>
 void encode_range_extras(const CoreContext& ctx, const Off* offsets, const uint8_t* data,
                          const uint8_t* validity, int64_t validity_offset, int64_t d0,
-                         int64_t d1, bool chars, IdBuffer& buf, int64_t* counts) {
+                         int64_t d1, int64_t data_end, bool chars, WordCache* cache,
+                         IdBuffer& buf, int64_t* counts) {
   if (d1 > d0) buf.reserve(static_cast<int64_t>(offsets[d1] - offsets[d0]) + 64);
-  WordPieceE2E<true> t(ctx, nullptr, 0);
+  MemoWordPieceE2ET<true> t(ctx, nullptr, 0);
   for (int64_t d = d0; d < d1; ++d) {
     const int64_t b = static_cast<int64_t>(offsets[d]), e = static_cast<int64_t>(offsets[d + 1]);
     const int64_t vb = d + validity_offset;
@@ -363,10 +377,10 @@ void encode_range_extras(const CoreContext& ctx, const Off* offsets, const uint8
     const int64_t len = e - b;
     buf.reserve(buf.size + len + 64);
     for (int pass = 0; pass < 2; ++pass) {
-      t.reset(buf.data.get() + buf.size, buf.cap - buf.size);
+      t.reset(buf.data.get() + buf.size, buf.cap - buf.size, cache);
       t.set_offsets(buf.with_spans ? buf.spans.get() + 2 * buf.size : nullptr,
                     buf.with_words ? buf.words.get() + buf.size : nullptr, chars);
-      const int64_t got = t.run(data + b, len);
+      const int64_t got = t.run(data + b, len, data_end - b);
       if (got <= buf.cap - buf.size) break;
       buf.reserve(buf.size + got);  // rare: more tokens than the guess, run again
     }
@@ -423,20 +437,22 @@ EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
   std::vector<IdBuffer> bufs(chunks);
   const bool with_extras = extras.offsets != 0 || extras.word_ids;
   const bool chars = extras.offsets == kOffsetsChars;
-  for (IdBuffer& b : bufs) {
-    b.with_spans = extras.offsets != 0;
-    b.with_words = extras.word_ids;
-  }
+  // With extras both arrays are kept (the memo's hits need them), only those asked for
+  // are returned.
+  for (IdBuffer& b : bufs) b.with_spans = b.with_words = with_extras;
   if (with_extras) {
-    // Offsets do not go through the word memo (its entries hold ids only).
+    // Through memos of the offsets layout in the unit (their own pool key).
+    const int32_t unit = chars ? kMemoOffsetsChars : kMemoOffsetsBytes;
+    const uint64_t ukey = pool_key(key, unit);
     std::atomic<int> next{0};
     std::vector<std::thread> pool;
     std::vector<std::exception_ptr> errors(threads);
     auto work = [&](int t) {
       try {
+        ThreadMemo memo(ctx, ukey, generation, threads, big, unit);
         for (int c = next++; c < chunks; c = next++)
           encode_range_extras(ctx, offsets, data, validity, validity_offset, cut[c],
-                              cut[c + 1], chars, bufs[c], counts);
+                              cut[c + 1], data_end, chars, memo.memo, bufs[c], counts);
       } catch (...) {
         errors[t] = std::current_exception();
         next = chunks;
@@ -479,8 +495,8 @@ EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
   for (int c = 0; c < chunks; ++c) total += bufs[c].size;
   if (chunks == 1) {
     out.ids = std::move(bufs[0].data);
-    out.spans = std::move(bufs[0].spans);
-    out.words = std::move(bufs[0].words);
+    if (extras.offsets) out.spans = std::move(bufs[0].spans);
+    if (extras.word_ids) out.words = std::move(bufs[0].words);
   } else {
     out.ids = host_array<int32_t>(static_cast<size_t>(std::max<int64_t>(total, 1)));
     if (extras.offsets) out.spans = host_array<int64_t>(static_cast<size_t>(2 * total + 2));

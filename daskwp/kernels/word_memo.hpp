@@ -12,9 +12,11 @@
 // whose tokens depend on nothing but its bytes, and the key is the exact bytes, so a hit is
 // the same string in the same kind of context. A chunk starts where no word is open and no
 // combining mark waits and ends at plain ASCII whitespace (which ends the word and flushes
-// the marks) or the document's end, and holds no byte a special token starts with (a
-// special token is matched in the raw bytes and could reach past the chunk): the general
-// path's tokens of it depend on its bytes alone, whatever they are (a truncated UTF-8
+// the marks) or the document's end, and no special token that matches in it can reach
+// past it (they are matched in the raw bytes: so it holds no byte a special token starts
+// with, unless no special token holds a byte <= 0x20, special_probe; the ones that match
+// inside it are its own tokens, as any other piece): the general path's tokens of it
+// depend on its bytes alone, whatever they are (a truncated UTF-8
 // sequence cannot reach past the whitespace, which is no continuation byte). A word starts
 // the same way, ends at ASCII whitespace or punctuation (which ends it) or the document's
 // end, and holds only ASCII letters and digits after the feed table and plain non-ASCII
@@ -70,6 +72,20 @@ constexpr int32_t kLongMaxTokens = 96;
 // arena: 14 MB.
 constexpr int32_t kWordCacheDefaultBits = 18;
 constexpr int32_t kWordCacheMinBits = 10;
+
+// The offsets layout (a memo with offsets_unit set): the same tables and keys; besides its
+// ids an entry holds each token's span relative to the string's start (in the memo's unit;
+// in chars relative to the string's first character) and word index relative to the
+// string's first word, and the string's length in units and its number of words, so that a
+// hit needs only the running unit and word positions. A short entry holds inline up to 3
+// tokens whose spans tile the string ([0, e0), [e0, e1), [e1, units); what a whole-word
+// chunk such as `world,` gives):
+//   byte 16 n_tokens (or kInLong), 17 units, 18 words | wd1 << 4 (token 1's word delta;
+//   token 0's is 0, token 2's words - 1), 19 e0 | e1 << 4 (0: units), 20-31 the ids.
+// Anything else goes to the long table, whose record holds after the ids and the bytes
+// (padded to 4) begin[nt], end[nt], wd[nt], units, words as bytes.
+constexpr int32_t kMemoOffsetsBytes = 1;
+constexpr int32_t kMemoOffsetsChars = 2;
 
 struct alignas(32) WordCacheEntry {
   uint64_t key[2];  // the bytes, little-endian, zero-padded; {0, 0}: empty
@@ -132,6 +148,9 @@ struct WordCache {
   int32_t punct_token[256];
   // 1 where the byte ends a word that the memo may hold: ASCII whitespace or punctuation.
   uint8_t word_end[256];
+  // 1 where a chunk holding the byte is not memoized: the bytes special tokens start with,
+  // unless special_probe (then none).
+  uint8_t chunk_refuse[256];
   // The word bytes of the fast path are exactly ASCII letters and digits (every BERT
   // vocabulary with its default flags): word ends may be found 16 bytes at a time.
   bool alnum_feed;
@@ -140,6 +159,15 @@ struct WordCache {
   bool chunk_ok;
   // The feed table lets byte 0 into words (no clean_text): such words skip the short table.
   bool zero_in_words;
+  // No special token holds a byte <= 0x20, so none that starts in a chunk reaches past it
+  // (whose end is such a byte or the document's): chunks with bytes special tokens start
+  // with are memoized too (what matches in them is a fact of their bytes alone).
+  bool special_probe;
+  // What the entries hold (reset_word_cache): 0 the ids only; kMemoOffsetsBytes /
+  // kMemoOffsetsChars the ids with their spans in that unit and word ids (the offsets
+  // layout below; such a memo serves MemoWordPieceE2ET<true> only, and the pool keys it
+  // apart).
+  int32_t offsets_unit;
   int32_t bits;       // 2^bits short entries
   int32_t long_bits;  // 2^long_bits long slots
   uint64_t arena_cap, arena_used;
@@ -189,9 +217,11 @@ struct WordCache {
     arena = p;
     arena_cap = block_bytes - static_cast<size_t>(p - static_cast<uint8_t*>(block));
     arena_used = 0;
-    alnum_feed = chunk_ok = zero_in_words = false;
+    alnum_feed = chunk_ok = zero_in_words = special_probe = false;
+    offsets_unit = 0;
     std::memset(punct_token, 0xFF, sizeof(punct_token));
     std::memset(word_end, 0, sizeof(word_end));
+    std::memset(chunk_refuse, 0, sizeof(chunk_refuse));
   }
   ~WordCache() {
     if (free_block) {
@@ -252,10 +282,13 @@ inline const int32_t* long_get(const WordCache& wc, uint64_t h, const uint8_t* p
 }
 
 // Records p[0, len) -> t[0, nt) as the newest way of its long set.
+// `extra`: extra_len bytes more after the (padded) bytes (the offsets layout's metadata).
 inline bool long_put(WordCache& wc, uint64_t h, const uint8_t* p, int64_t len,
-                     const int32_t* t, int64_t nt) {
+                     const int32_t* t, int64_t nt, const uint8_t* extra = nullptr,
+                     int64_t extra_len = 0) {
   if (len > kLongMaxBytes || nt > kLongMaxTokens || nt < 1) return false;
-  const uint64_t need = (uint64_t)(4 * nt + ((len + 3) & ~(int64_t)3));
+  const uint64_t need =
+      (uint64_t)(4 * nt + ((len + 3) & ~(int64_t)3) + ((extra_len + 3) & ~(int64_t)3));
   if (wc.arena_used + need > wc.arena_cap) {
     wc.clear_long();
     ++wc.stats.long_resets;
@@ -264,6 +297,8 @@ inline bool long_put(WordCache& wc, uint64_t h, const uint8_t* p, int64_t len,
   wc.arena_used += need;
   std::memcpy(wc.arena + off, t, (size_t)nt * 4);
   std::memcpy(wc.arena + off + 4 * nt, p, (size_t)len);
+  if (extra_len)
+    std::memcpy(wc.arena + off + 4 * nt + ((len + 3) & ~(int64_t)3), extra, (size_t)extra_len);
   LongSlot* set = wc.long_slots + ((h >> (64 - wc.long_bits)) & ~(uint64_t)3);
   set[3] = set[2];
   set[2] = set[1];
@@ -274,20 +309,42 @@ inline bool long_put(WordCache& wc, uint64_t h, const uint8_t* p, int64_t len,
 
 // The E2E tokenizer state for one byte range, with the memo. Use as WordPieceE2E:
 // construct, reset(out, cap, cache) per document, run(bytes, len, readable), read sink.n.
-struct MemoWordPieceE2E : WordPieceE2E<> {
+// kOff: with offsets and word ids (set_offsets after reset, both arrays given), through a
+// memo of the offsets layout in the same unit (else without a memo).
+template <bool kOff = false>
+struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
+  using Base = WordPieceE2E<kOff>;
+  using Base::active;
+  using Base::end_word;
+  using Base::failed;
+  using Base::feed;
+  using Base::finish;
+  using Base::flush_pending;
+  using Base::general_step;
+  using Base::max_chars;
+  using Base::n_pending;
+  using Base::nchars;
+  using Base::nm;
+  using Base::os;
+  using Base::sink;
+  using Base::start_word;
+  using Base::step;
+  using Base::v;
+  using Base::word_start;
+
   WordCache* cache;  // null: no memo (counting passes, one-off calls)
   bool alnum_feed;   // cache->alnum_feed, read once per document
   // Where run_memo's prefetcher stopped, kept across the documents of a range.
   const uint8_t* prefetch_at = nullptr;
 
-  MemoWordPieceE2E(const CoreContext& ctx, int32_t* out, int64_t cap,
-                   WordCache* word_cache = nullptr)
-      : WordPieceE2E<>(ctx, out, cap), cache(out ? word_cache : nullptr),
+  MemoWordPieceE2ET(const CoreContext& ctx, int32_t* out, int64_t cap,
+                    WordCache* word_cache = nullptr)
+      : Base(ctx, out, cap), cache(out ? word_cache : nullptr),
         alnum_feed(cache && cache->alnum_feed) {}
 
   // Ready for the next document (one state can serve a whole range of documents).
   DWP_FORCEINLINE void reset(int32_t* out, int64_t cap, WordCache* word_cache) {
-    WordPieceE2E<>::reset(out, cap);
+    Base::reset(out, cap);
     cache = out ? word_cache : nullptr;
     alnum_feed = cache && cache->alnum_feed;
   }
@@ -331,6 +388,214 @@ struct MemoWordPieceE2E : WordPieceE2E<> {
     } else {
       for (int64_t k = 0; k < nt; ++k) en.tokens[k] = t[k];
     }
+  }
+
+  // -- the offsets layout (kOff) ------------------------------------------------------
+  DWP_FORCEINLINE int64_t off_cdelta() const {
+    if constexpr (kOff) return os.cdelta;
+    return 0;
+  }
+  DWP_FORCEINLINE int32_t off_word() const {
+    if constexpr (kOff) return os.word;
+    return 0;
+  }
+  // The entry of the key to (re)write as the newer way of its set (the older one is
+  // dropped), or null when it is the newer way already with the same kind (in_long).
+  DWP_FORCEINLINE WordCacheEntry* short_slot(uint64_t k0, uint64_t k1, bool in_long) {
+    WordCache& wc = *cache;
+    WordCacheEntry* set = wc.entries + ((short_hash(k0, k1) >> (64 - wc.bits)) & ~(uint64_t)1);
+    const bool in0 = set[0].key[0] == k0 && set[0].key[1] == k1;
+    if (in0 && (set[0].n_tokens == kInLong) == in_long) return nullptr;
+    if (!in0) set[1] = set[0];
+    set[0].key[0] = k0;
+    set[0].key[1] = k1;
+    return set;
+  }
+
+  // Records the tokens out[n0, n) of the string s[i, e) (validated by the caller) with
+  // their spans and word ids, relative to the unit u0 and the word w0 where it starts;
+  // `units` and `words`: its length in units and its number of words.
+  DWP_NOINLINE void record_off(const uint8_t* s, int64_t i, int64_t e, uint64_t k0,
+                               uint64_t k1, int64_t n0, int64_t n, int64_t u0, int32_t w0,
+                               int64_t units, int64_t words) {
+    const int64_t nt = n - n0;
+    if (nt < 1 || nt > kLongMaxTokens || (uint64_t)units > 255 || (uint64_t)words > 255) return;
+    const int64_t* o = os.offs + 2 * n0;
+    const int32_t* wi = os.wids + n0;
+    uint8_t meta[3 * kLongMaxTokens + 2];
+    for (int64_t k = 0; k < nt; ++k) {
+      // (within the string by construction: checked all the same)
+      const uint64_t b = (uint64_t)(o[2 * k] - u0), en = (uint64_t)(o[2 * k + 1] - u0),
+                     wd = (uint64_t)(int64_t)(wi[k] - w0);
+      if (b > (uint64_t)units || en > (uint64_t)units || wd >= (uint64_t)words) return;
+      meta[k] = (uint8_t)b;
+      meta[nt + k] = (uint8_t)en;
+      meta[2 * nt + k] = (uint8_t)wd;
+    }
+    store_off(s, i, e, k0, k1, sink.out + n0, nt, meta, units, words);
+  }
+
+  // Records t[0, nt) for s[i, e) with their metadata (the long record's: begin[nt],
+  // end[nt], wd[nt]; units and words are added here): inline in the short table when the
+  // spans tile the string and the packed form reads back exactly, else in the long table.
+  DWP_NOINLINE void store_off(const uint8_t* s, int64_t i, int64_t e, uint64_t k0, uint64_t k1,
+                              const int32_t* t, int64_t nt, uint8_t* meta, int64_t units,
+                              int64_t words) {
+    const int64_t len = e - i;
+    meta[3 * nt] = (uint8_t)units;
+    meta[3 * nt + 1] = (uint8_t)words;
+    if (len <= kWordCacheMaxBytes && nt <= kWordCacheMaxTokens && words <= 15) {
+      // Inline: the spans tile [0, units) with inner ends 1-15, token 0 in word 0 and the
+      // last one in word words - 1 (what put_inline reads back).
+      const uint8_t* b = meta;
+      const uint8_t* en = meta + nt;
+      const uint8_t* wd = meta + 2 * nt;
+      bool fits = b[0] == 0 && en[nt - 1] == units && wd[0] == 0 && wd[nt - 1] == words - 1;
+      for (int64_t k = 1; k < nt; ++k)
+        fits = fits && b[k] == en[k - 1] && en[k - 1] >= 1 && en[k - 1] <= 15 && wd[k] <= 15;
+      if (fits) {
+        if (WordCacheEntry* slot = short_slot(k0, k1, false)) {
+          uint8_t* cb = reinterpret_cast<uint8_t*>(slot);
+          cb[16] = (uint8_t)nt;
+          cb[17] = (uint8_t)units;
+          cb[18] = (uint8_t)(words | ((nt > 1 ? wd[1] : 0) << 4));
+          cb[19] = (uint8_t)((nt > 1 ? en[0] : 0) | ((nt > 2 ? en[1] : 0) << 4));
+          for (int64_t k = 0; k < nt; ++k) slot->tokens[k] = t[k];
+        }
+        return;
+      }
+    }
+    const uint64_t h =
+        len <= kWordCacheMaxBytes ? short_hash(k0, k1) | 1 : long_hash(s + i, len);
+    if (!long_put(*cache, h, s + i, len, t, nt, meta, 3 * nt + 2)) return;
+    if (len <= kWordCacheMaxBytes)
+      if (WordCacheEntry* en = short_slot(k0, k1, true)) en->n_tokens = kInLong;
+  }
+
+  // The spans (relative to u) and word ids (relative to w) of an inline entry's 3 token
+  // slots (those past its n_tokens are junk), from its bytes eb.
+  DWP_FORCEINLINE static void put_inline(const uint8_t* eb, int64_t* ob, int64_t* oe,
+                                         int32_t* ow, int64_t u, int32_t w) {
+    const int64_t units = eb[17];
+    const uint32_t wb = eb[18], sb = eb[19];
+    const int64_t e0 = (sb & 15u) ? (int64_t)(sb & 15u) : units;
+    const int64_t e1 = (sb >> 4) ? (int64_t)(sb >> 4) : units;
+    ob[0] = u;
+    oe[0] = u + e0;
+    ob[1] = u + e0;
+    oe[1] = u + e1;
+    ob[2] = u + e1;
+    oe[2] = u + units;
+    ow[0] = w;
+    ow[1] = w + (int32_t)(wb >> 4);
+    ow[2] = w + (int32_t)(wb & 15u) - 1;
+  }
+
+  // The tokens of an entry of the offsets layout for the string p[0, len) (a short entry
+  // en with its key, or the long record rec of nt tokens when en is null) at out[n] (none
+  // at or past cap), spans from unit u, word ids from w; os.cdelta and os.word move past
+  // the string. Returns the tokens' count, or -1 when they were in the long table and are
+  // gone: a miss.
+  DWP_NOINLINE int64_t emit_off(const WordCacheEntry* en, const int32_t* rec, int32_t nt,
+                                const uint8_t* p, int64_t len, uint64_t k0, uint64_t k1,
+                                int64_t n, int64_t u, int32_t w) {
+    int32_t* const out = sink.out;
+    const int64_t cap = sink.cap;
+    if (en && en->n_tokens != kInLong) {
+      const uint8_t* eb = reinterpret_cast<const uint8_t*>(en);
+      int64_t ob[3], oe[3];
+      int32_t ow[3];
+      put_inline(eb, ob, oe, ow, u, w);
+      const int64_t m = en->n_tokens;
+      for (int64_t k = 0; k < m; ++k)
+        if (n + k < cap) {
+          out[n + k] = en->tokens[k];
+          os.offs[2 * (n + k)] = ob[k];
+          os.offs[2 * (n + k) + 1] = oe[k];
+          os.wids[n + k] = ow[k];
+        }
+      os.cdelta += len - eb[17];
+      os.word += eb[18] & 15u;
+      return m;
+    }
+    if (en) {
+      rec = long_get(*cache, short_hash(k0, k1) | 1, p, len, &nt);
+      if (!rec) return -1;
+    }
+    const uint8_t* meta = reinterpret_cast<const uint8_t*>(rec) + 4 * nt + ((len + 3) & ~(int64_t)3);
+    for (int32_t k = 0; k < nt; ++k)
+      if (n + k < cap) {
+        out[n + k] = rec[k];
+        os.offs[2 * (n + k)] = u + meta[k];
+        os.offs[2 * (n + k) + 1] = u + meta[nt + k];
+        os.wids[n + k] = w + meta[2 * nt + k];
+      }
+    os.cdelta += len - meta[3 * nt];
+    os.word += meta[3 * nt + 1];
+    return nt;
+  }
+
+  // kOff's word memo miss: memo_miss's walk (its bytes are its normalized bytes, one to
+  // one) with one run record of the word's byte positions relative to its start, so the
+  // tokens' spans come out as relative byte positions, then turned into units (chars:
+  // every byte of a plain letter's valid UTF-8 that is no continuation byte starts one).
+  DWP_NOINLINE void memo_miss_off(const uint8_t* s, int64_t i, int64_t e, uint64_t k0,
+                                  uint64_t k1) {
+    const int64_t len = e - i, u0 = i - os.cdelta;  // len <= kLongMaxBytes
+    start_word();
+    const int64_t n0 = sink.n;
+    OffRec& r = os.rec[0];
+    r.ob = 0;
+    r.oe = len;
+    r.nb = (int32_t)len;
+    r.w = 1;
+    os.count = 1;
+    os.word_ob = 0;
+    os.word_oe = len;
+    uint32_t high = 0;
+    for (int64_t k = i; k < e; ++k) {
+      const uint8_t c = s[k];
+      high |= c;
+      if (!failed) step(c < 0x80u ? feed[c] : c);
+    }
+    // chars (with non-ASCII letters): pre[k], the characters before byte k.
+    uint8_t pre[kLongMaxBytes + 1];
+    int64_t nc = len;
+    const bool chars = os.chars && (high & 0x80u);
+    if (high & 0x80u) {
+      nc = 0;
+      for (int64_t k = 0; k < len; ++k) {
+        pre[k] = (uint8_t)nc;
+        nc += (s[i + k] & 0xC0u) != 0x80u;
+      }
+      pre[len] = (uint8_t)nc;
+    }
+    nchars = nc;
+    if (nchars > max_chars) failed = true;
+    end_word();
+    ++cache->stats.misses;
+    const int64_t units = os.chars ? nc : len;
+    os.cdelta += len - units;
+    const int64_t n = sink.n;
+    const int64_t nt = n - n0;
+    if (n > sink.cap || nt > kLongMaxTokens) {  // not recorded: the written spans in units
+      for (int64_t k = 2 * n0; k < 2 * (n < sink.cap ? n : sink.cap); ++k)
+        os.offs[k] = u0 + (chars ? pre[os.offs[k]] : os.offs[k]);
+      return;
+    }
+    // One word: every word delta is 0.
+    uint8_t meta[3 * kLongMaxTokens + 2];
+    int64_t* o = os.offs + 2 * n0;
+    for (int64_t k = 0; k < nt; ++k) {
+      const int64_t b = chars ? pre[o[2 * k]] : o[2 * k];
+      const int64_t en = chars ? pre[o[2 * k + 1]] : o[2 * k + 1];
+      o[2 * k] = u0 + b;
+      o[2 * k + 1] = u0 + en;
+      meta[k] = (uint8_t)b;
+      meta[nt + k] = (uint8_t)en;
+      meta[2 * nt + k] = 0;
+    }
+    store_off(s, i, e, k0, k1, sink.out + n0, nt, meta, units, 1);
   }
 
   // A word memo miss: walks the whole word s[i, e) and records what it produced when it
@@ -467,12 +732,15 @@ struct MemoWordPieceE2E : WordPieceE2E<> {
     const int64_t cap = sink.cap;
     int64_t n = sink.n;
     const int64_t start = i;
+    // kOff: the units consumed before the chunk, in bytes minus units, and its first word.
+    const int64_t cd0 = off_cdelta();
+    const int32_t word0 = off_word();
     int64_t e = i;
     bool ok = false;
     if (wc.chunk_ok) {
       const int64_t lim = len - i <= kLongMaxBytes ? len : i + kLongMaxBytes + 1;
       uint8_t special = 0;
-      while (e < lim && s[e] > 0x20u) special |= v.special_first[s[e++]];
+      while (e < lim && s[e] > 0x20u) special |= wc.chunk_refuse[s[e++]];
       ok = !special && e - i <= kLongMaxBytes && (e == len || feed[s[e]] == kFeedSpace);
     }
     if (ok) {
@@ -481,7 +749,12 @@ struct MemoWordPieceE2E : WordPieceE2E<> {
         if (!missed) {
           short_key(s, i, e, readable, &k0, &k1);
           if (const WordCacheEntry* en = short_get(wc, k0, k1)) {
-            const int64_t got = emit_short(wc, en, s + i, clen, k0, k1, out, n, cap);
+            int64_t got;
+            if constexpr (kOff) {
+              got = emit_off(en, nullptr, 0, s + i, clen, k0, k1, n, i - cd0, word0);
+            } else {
+              got = emit_short(wc, en, s + i, clen, k0, k1, out, n, cap);
+            }
             if (got >= 0) {
               sink.n = n + got;
               ++wc.stats.hits;
@@ -492,8 +765,12 @@ struct MemoWordPieceE2E : WordPieceE2E<> {
       } else {
         int32_t nt;
         if (const int32_t* t = long_get(wc, long_hash(s + i, clen), s + i, clen, &nt)) {
-          for (int32_t k = 0; k < nt; ++k)
-            if (n + k < cap) out[n + k] = t[k];
+          if constexpr (kOff) {
+            emit_off(nullptr, t, nt, s + i, clen, 0, 0, n, i - cd0, word0);
+          } else {
+            for (int32_t k = 0; k < nt; ++k)
+              if (n + k < cap) out[n + k] = t[k];
+          }
           sink.n = n + nt;
           ++wc.stats.hits;
           return e + (e < len);
@@ -532,7 +809,13 @@ struct MemoWordPieceE2E : WordPieceE2E<> {
             } else {
               short_key(s, i, we, readable, &w0, &w1);
               if (const WordCacheEntry* en = short_get(wc, w0, w1)) {
-                const int64_t got = emit_short(wc, en, s + i, wlen, w0, w1, out, n, cap);
+                int64_t got;
+                if constexpr (kOff) {
+                  got = emit_off(en, nullptr, 0, s + i, wlen, w0, w1, n, i - os.cdelta,
+                                 os.word);
+                } else {
+                  got = emit_short(wc, en, s + i, wlen, w0, w1, out, n, cap);
+                }
                 if (got >= 0) {
                   n += got;
                   ++wc.stats.hits;
@@ -544,8 +827,12 @@ struct MemoWordPieceE2E : WordPieceE2E<> {
           } else {
             int32_t nt;
             if (const int32_t* t = long_get(wc, long_hash(s + i, wlen), s + i, wlen, &nt)) {
-              for (int32_t k = 0; k < nt; ++k)
-                if (n + k < cap) out[n + k] = t[k];
+              if constexpr (kOff) {
+                emit_off(nullptr, t, nt, s + i, wlen, 0, 0, n, i - os.cdelta, os.word);
+              } else {
+                for (int32_t k = 0; k < nt; ++k)
+                  if (n + k < cap) out[n + k] = t[k];
+              }
               n += nt;
               ++wc.stats.hits;
               i = we;
@@ -553,7 +840,11 @@ struct MemoWordPieceE2E : WordPieceE2E<> {
             }
           }
           sink.n = n;
-          memo_miss(s, i, we, w0, w1);
+          if constexpr (kOff) {
+            memo_miss_off(s, i, we, w0, w1);
+          } else {
+            memo_miss(s, i, we, w0, w1);
+          }
           n = sink.n;
           i = we;
           continue;
@@ -561,7 +852,15 @@ struct MemoWordPieceE2E : WordPieceE2E<> {
       } else {
         const int32_t t = wc.punct_token[c];
         if (t >= 0) {
-          if (n < cap) out[n] = t;
+          if (n < cap) {
+            out[n] = t;
+            if constexpr (kOff) {
+              os.offs[2 * n] = i - os.cdelta;
+              os.offs[2 * n + 1] = i - os.cdelta + 1;
+              os.wids[n] = os.word;
+            }
+          }
+          if constexpr (kOff) ++os.word;
           ++n;
           ++i;
           continue;
@@ -577,7 +876,12 @@ struct MemoWordPieceE2E : WordPieceE2E<> {
     } while (i < e);
     if (ok && n <= cap && n > n0) {
       sink.n = n;
-      record(s, start, e, k0, k1, out + n0, n - n0);
+      if constexpr (kOff) {
+        record_off(s, start, e, k0, k1, n0, n, start - cd0, word0,
+                   (e - start) - (os.cdelta - cd0), os.word - word0);
+      } else {
+        record(s, start, e, k0, k1, out + n0, n - n0);
+      }
     }
     sink.n = n;
     return i;
@@ -599,6 +903,15 @@ struct MemoWordPieceE2E : WordPieceE2E<> {
     const int64_t cap = sink.cap;
     int64_t n = sink.n;
     uint64_t hits = 0;
+    // kOff: os.cdelta and os.word as locals (synced around chunk_slow), and the arrays.
+    int64_t cd = off_cdelta();
+    int32_t wd = off_word();
+    int64_t* offs = nullptr;
+    int32_t* wids = nullptr;
+    if constexpr (kOff) {
+      offs = os.offs;
+      wids = os.wids;
+    }
     // Locals: the compiler cannot keep members in registers across the int32 stores.
     const uint8_t* const fd = feed;
 #if defined(DWP_SSE2)
@@ -676,7 +989,31 @@ struct MemoWordPieceE2E : WordPieceE2E<> {
             const WordCacheEntry* en = set + (m0 != 0xFFFFu);
             const int64_t nt = en->n_tokens;
             int64_t got = nt;
-            if (__builtin_expect(nt <= kWordCacheMaxTokens && n <= cap3, 1)) {
+            if constexpr (kOff) {
+              if (__builtin_expect(nt <= kWordCacheMaxTokens && n <= cap3, 1)) {
+                __builtin_memcpy(out + n, en->tokens, sizeof(en->tokens));
+                const uint8_t* eb = reinterpret_cast<const uint8_t*>(en);
+                int64_t ob[3], oe[3];
+                int32_t ow[3];
+                put_inline(eb, ob, oe, ow, i - cd, wd);
+                int64_t* o = offs + 2 * n;
+                o[0] = ob[0];
+                o[1] = oe[0];
+                o[2] = ob[1];
+                o[3] = oe[1];
+                o[4] = ob[2];
+                o[5] = oe[2];
+                __builtin_memcpy(wids + n, ow, sizeof(ow));
+                cd += w - eb[17];
+                wd += eb[18] & 15u;
+              } else {
+                os.cdelta = cd;
+                os.word = wd;
+                got = emit_off(en, nullptr, 0, s + i, w, k0, k1, n, i - cd, wd);
+                cd = os.cdelta;
+                wd = os.word;
+              }
+            } else if (__builtin_expect(nt <= kWordCacheMaxTokens && n <= cap3, 1)) {
               __builtin_memcpy(out + n, en->tokens, sizeof(en->tokens));
             } else {
               got = emit_short(wc, en, s + i, w, k0, k1, out, n, cap);
@@ -693,21 +1030,40 @@ struct MemoWordPieceE2E : WordPieceE2E<> {
       }
 #endif
       sink.n = n;
+      if constexpr (kOff) {
+        os.cdelta = cd;
+        os.word = wd;
+      }
       i = chunk_slow(s, i, len, readable, missed, k0, k1);
       n = sink.n;
+      if constexpr (kOff) {
+        cd = os.cdelta;
+        wd = os.word;
+      }
     }
 #if defined(DWP_SSE2)
     prefetch_at = s + ahead;
 #endif
     sink.n = n;
+    if constexpr (kOff) {
+      os.cdelta = cd;
+      os.word = wd;
+    }
     wc.stats.hits += hits;
     return finish();
   }
 
   // Tokenizes s[0, len) as WordPieceE2E::run does, through the memo when there is one. The
   // memo loop may read (never use) bytes up to s[readable) when readable > len.
+  // kOff: through the memo only with both arrays (set_offsets) and a memo of their unit.
   int64_t run(const uint8_t* s, int64_t len, int64_t readable = 0) {
-    if (cache) return run_memo(s, len, readable > len ? readable : len);
+    if constexpr (kOff) {
+      if (cache && os.offs && os.wids &&
+          cache->offsets_unit == (os.chars ? kMemoOffsetsChars : kMemoOffsetsBytes))
+        return run_memo(s, len, readable > len ? readable : len);
+    } else if (cache) {
+      return run_memo(s, len, readable > len ? readable : len);
+    }
     // WordPieceE2E::run's loop, written out: calling it instead costs ~0.6% more
     // instructions on multilingual text without the memo (GCC lays out its blocks worse);
     // callgrind over benchmarks/native/core_bench.cpp shows it.
@@ -716,6 +1072,8 @@ struct MemoWordPieceE2E : WordPieceE2E<> {
     return finish();
   }
 };
+
+using MemoWordPieceE2E = MemoWordPieceE2ET<false>;
 
 // tokenize_document with the memo (cache null: without). `readable` (>= len, else
 // ignored): how many bytes from s on may be read, e.g. up to the end of the batch's data
@@ -728,8 +1086,11 @@ inline int64_t tokenize_document_with_memo(const CoreContext& ctx, const uint8_t
 }
 
 // Empties the memo and fills its byte tables for `ctx`.
-inline void reset_word_cache(const CoreContext& ctx, WordCache* cache) {
+// offsets_unit: the layout of its entries (0: ids only; kMemoOffsetsBytes / Chars: with
+// offsets and word ids in that unit, for MemoWordPieceE2ET<true>).
+inline void reset_word_cache(const CoreContext& ctx, WordCache* cache, int32_t offsets_unit = 0) {
   cache->clear_tables();
+  cache->offsets_unit = offsets_unit;
   bool space_low = true;
   for (int c = 0; c < 256; ++c) {
     const uint8_t kind = c < 0x80 ? ctx.nm.ascii_kind[c] : kAsciiSlow;
@@ -744,6 +1105,13 @@ inline void reset_word_cache(const CoreContext& ctx, WordCache* cache) {
     }
   }
   cache->chunk_ok = space_low;
+  bool low_in_special = false;
+  const int32_t n_sp = ctx.v.h->n_specials;
+  for (int32_t k = ctx.v.special_offsets[0]; k < ctx.v.special_offsets[n_sp]; ++k)
+    if (ctx.v.special_bytes[k] <= 0x20u) low_in_special = true;
+  cache->special_probe = !low_in_special;
+  for (int c = 0; c < 256; ++c)
+    cache->chunk_refuse[c] = cache->special_probe ? 0 : ctx.v.special_first[c];
   cache->zero_in_words = ctx.feed[0] < 0x80u;
   cache->alnum_feed = true;
   for (int c = 0; c < 256; ++c) {
