@@ -103,10 +103,15 @@ def auto_bucket_widths(lengths, max_length: int, n_buckets: int = AUTO_BUCKETS) 
     cands = [w for w in cands if w >= 1]
     cands = [w for w in cands if w < longest] + [min(w for w in cands if w >= longest)]
     c = np.asarray(cands, dtype=np.int64)
-    # rows and their token sums up to each candidate width
-    idx = np.searchsorted(c, lengths, side="left")          # bucket index if each were a width
-    count = np.bincount(idx, minlength=len(c)).astype(np.int64)
-    total = np.bincount(idx, weights=lengths, minlength=len(c))
+    # rows and their token sums up to each candidate width, from one histogram of the
+    # lengths (each <= max_length)
+    hist = np.bincount(lengths, minlength=longest + 1).astype(np.int64)
+    n_le = np.cumsum(hist)                                   # rows of length <= x
+    s_le = np.cumsum(hist * np.arange(hist.shape[0], dtype=np.int64))
+    top = np.minimum(c, longest)
+    n_at, s_at = n_le[top], s_le[top]
+    count = np.diff(n_at, prepend=0)
+    total = np.diff(s_at, prepend=0)
     n_cum, s_cum = np.concatenate([[0], np.cumsum(count)]), np.concatenate([[0],
                                                                             np.cumsum(total)])
 
@@ -160,12 +165,20 @@ def bucket_windows(ragged: BatchWindows, widths, pad_id: int, max_length: int,
     rows = int(lengths.shape[0])
     meta = ragged["metadata"]
     doc_rows = xp.asarray(ragged.doc_row_offsets).astype(np.int64, copy=False)
-    doc_of = _owner(doc_rows[1:] - doc_rows[:-1], rows, xp)   # each row's document
-    window = (xp.arange(rows, dtype=np.int64) - doc_rows[:-1][doc_of]).astype(np.int32)
+    if xp is np:   # each row's index within its document
+        window = (np.arange(rows, dtype=np.int64)
+                  - np.repeat(doc_rows[:-1], np.diff(doc_rows))).astype(np.int32)
+    else:
+        doc_of = _owner(doc_rows[1:] - doc_rows[:-1], rows, xp)   # each row's document
+        window = (xp.arange(rows, dtype=np.int64) - doc_rows[:-1][doc_of]).astype(np.int32)
     if widths == "auto":
         widths = auto_bucket_widths(lengths, max_length)
     w_arr = xp.asarray(np.asarray(widths, dtype=np.int64))
-    which = xp.searchsorted(w_arr, lengths, side="left")
+    if xp is np and rows:   # a lookup of each length's bucket (lengths <= max_length)
+        lut = np.searchsorted(w_arr, np.arange(int(lengths.max()) + 1), side="left")
+        which = lut[lengths]
+    else:
+        which = xp.searchsorted(w_arr, lengths, side="left")
     counts = to_host(xp.bincount(which, minlength=len(widths)))
     # Each stored cell's bucket, so that one boolean gather takes a bucket's cells in row
     # order (the rows of a bucket keep their order, and the ragged values are in row order).
@@ -188,14 +201,16 @@ def bucket_windows(ragged: BatchWindows, widths, pad_id: int, max_length: int,
             continue
         in_b = which == b
         if native:   # the extension's fill: one pass over the bucket's rows
+            sel = np.flatnonzero(in_b)   # row numbers: one integer take per array below
             out_ids, out_mask = _ext.pad_rows(
-                np.ascontiguousarray(ids.values, dtype=np.int32), offsets,
-                np.flatnonzero(in_b).astype(np.int64), int(width), int(pad_id),
-                mask.values.dtype == np.int8)
+                np.ascontiguousarray(ids.values, dtype=np.int32), offsets, sel,
+                int(width), int(pad_id), mask.values.dtype == np.int8)
             buckets.append((int(width), _with_extras(BatchWindows({
                 "input_ids": convert(out_ids), "attention_mask": convert(out_mask),
-                "metadata": convert(meta[in_b]), "window": convert(window[in_b])}),
-                ragged, extra, offsets, lengths[in_b], cell_bucket, b, width, convert, xp)))
+                "metadata": convert(np.take(meta, sel, axis=0)),
+                "window": convert(window.take(sel))}),
+                ragged, extra, offsets, lengths.take(sel), cell_bucket, b, width, convert,
+                xp)))
             continue
         lens = lengths[in_b]
         real = xp.arange(width, dtype=np.int64)[None, :] < lens[:, None]   # n_b x width
