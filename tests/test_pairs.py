@@ -432,6 +432,8 @@ CUDA_CASES = [
     dict(max_length=40, truncation=True, return_token_type_ids=True, logid_offset=9),
     dict(max_length=20, stride=2, add_special_tokens=False, truncation="only_second",
          return_overflowing_tokens=True, return_token_type_ids=True),
+    dict(max_length=40, stride=6, padding="bucket", bucket_widths=(16, 32),
+         return_token_type_ids=True, return_sequence_ids=True),
 ]
 
 
@@ -461,15 +463,21 @@ def test_emulated_cuda_equals_cpu(tok, monkeypatch, case):
             continue
         want = tok(firsts, text_pair=text_pair, **opts)
         got = gpu(firsts, text_pair=text_pair, return_tensors="np", **opts)
-        assert sorted(got) == sorted(want)
-        for key, w in want.items():
-            g = got[key]
-            if isinstance(w, daskwp.RaggedRows):
-                assert np.array_equal(np.asarray(g.offsets), w.offsets), key
-                g, w = g.values, w.values
-            g = np.asarray(g)
-            assert g.dtype == w.dtype and g.shape == w.shape, (key, g.dtype, w.dtype)
-            assert np.array_equal(g, w), key
+        if opts.get("padding") == "bucket":       # (width, windows) per bucket
+            assert [wd for wd, _ in got] == [wd for wd, _ in want] and len(want) > 1
+            pairs_of = [(g_b, w_b) for (_, g_b), (_, w_b) in zip(got, want)]
+        else:
+            pairs_of = [(got, want)]
+        for got_b, want_b in pairs_of:
+            assert sorted(got_b) == sorted(want_b)
+            for key, w in want_b.items():
+                g = got_b[key]
+                if isinstance(w, daskwp.RaggedRows):
+                    assert np.array_equal(np.asarray(g.offsets), w.offsets), key
+                    g, w = g.values, w.values
+                g = np.asarray(g)
+                assert g.dtype == w.dtype and g.shape == w.shape, (key, g.dtype, w.dtype)
+                assert np.array_equal(g, w), key
     cuda.clear_caches()
 
 
