@@ -26,13 +26,12 @@ import numpy as np
 
 from .. import _ext
 from ..core import config
-from ..core.buckets import bucket_windows
 from ..core.cache import register_cache
 from ..core.options import check_int
-from ..core.pairs import build_pair_windows, convert_batch, sequence_extras, window_extras
+from ..core.pairs import build_pair_windows, finish_windows
 from ..core.ragged import BatchWindows, Encoding
 from ..core.strings import chunk_buffers, to_arrow
-from ..core.windows import WindowParams, convert_tensors, fill_plan, pack_windows, \
+from ..core.windows import WindowParams, convert_tensors, fill_plan, \
     window_params
 from .protocol import KernelModel
 
@@ -165,24 +164,7 @@ class CPUBackend:
             p.add_special_tokens, cls_id, sep_id, pad_id, p.logid_offset, padded, p.mask_int8,
             width, num_threads)
         convert = (lambda a: convert_tensors(a, p.return_tensors))
-        extras = extras or {}
-        sequence = seq and (seq["return_token_type_ids"] or seq["return_sequence_ids"])
-        if p.padding == "bucket":
-            bw = pack_windows(*out, False, lambda a: a)
-            if sequence:
-                bw = sequence_extras(bw, p.add_special_tokens, seq["return_token_type_ids"],
-                                     seq["return_sequence_ids"], np)
-            bw = window_extras(bw, encoding, p, extras, np)
-            return bucket_windows(bw, p.bucket_widths, vocab.pad_id, p.max_length, convert)
-        if sequence or any(extras.get(k) for k in ("offset_mapping", "word_ids",
-                                                   "special_tokens_mask")):
-            bw = pack_windows(*out, padded, lambda a: a)
-            if sequence:
-                bw = sequence_extras(bw, p.add_special_tokens, seq["return_token_type_ids"],
-                                     seq["return_sequence_ids"], np)
-            bw = window_extras(bw, encoding, p, extras, np)
-            return convert_batch(bw, lambda a: convert(np.ascontiguousarray(a)))
-        return pack_windows(*out, padded, convert)
+        return finish_windows(out, encoding, p, seq, extras, convert, np, vocab)
 
     def build_pair_windows(self, enc_a: Encoding, enc_b: Encoding, vocab, p: WindowParams,
                            seq: dict, extras: dict | None = None) -> BatchWindows:

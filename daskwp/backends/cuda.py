@@ -34,10 +34,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.buckets import bucket_windows
 from ..core.cache import BoundedCache
 from ..core.strings import chunk_buffers, to_arrow
-from ..core.windows import fill_plan, pack_windows, window_params
+from ..core.windows import fill_plan, window_params
 from .protocol import kernel_model
 
 __all__ = [
@@ -576,8 +575,8 @@ def windows_cuda(tok, texts, *, max_length: int = 128, stride: int = 0,
     ``offset_mapping`` / ``word_ids`` / ``special_tokens_mask`` outputs, gathered from the
     kernel's offsets and word ids (docs/design.md §2.9).
     """
-    from ..core.pairs import build_pair_windows, convert_batch, extras_options, \
-        sequence_extras, sequence_options, window_extras
+    from ..core.pairs import build_pair_windows, extras_options, finish_windows, \
+        sequence_options
     from ..core.ragged import Encoding
 
     p = window_params(max_length, stride, truncation, add_special_tokens, padding,
@@ -611,21 +610,4 @@ def windows_cuda(tok, texts, *, max_length: int = 128, stride: int = 0,
     out = build_windows_cuda(
         token_ids, offsets, p.max_length, p.stride, p.truncation, p.add_special_tokens,
         cls_id, sep_id, pad_id, p.logid_offset, padded, p.mask_int8, width)
-    more = any(extras[k] for k in ("offset_mapping", "word_ids", "special_tokens_mask"))
-    if p.padding == "bucket":
-        bw = pack_windows(*out, False, lambda a: a)
-        if seq["return_token_type_ids"] or seq["return_sequence_ids"]:
-            bw = sequence_extras(bw, p.add_special_tokens, seq["return_token_type_ids"],
-                                 seq["return_sequence_ids"], _cupy())
-        if more:
-            bw = window_extras(bw, enc, p, extras, _cupy())
-        return bucket_windows(bw, p.bucket_widths, vocab.pad_id, p.max_length, convert)
-    if seq["return_token_type_ids"] or seq["return_sequence_ids"] or more:
-        bw = pack_windows(*out, padded, lambda a: a)
-        if seq["return_token_type_ids"] or seq["return_sequence_ids"]:
-            bw = sequence_extras(bw, p.add_special_tokens, seq["return_token_type_ids"],
-                                 seq["return_sequence_ids"], _cupy())
-        if more:
-            bw = window_extras(bw, enc, p, extras, _cupy())
-        return convert_batch(bw, lambda a: convert(_cupy().ascontiguousarray(a)))
-    return pack_windows(*out, padded, convert)
+    return finish_windows(out, enc, p, seq, extras, convert, _cupy(), vocab)

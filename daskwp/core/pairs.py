@@ -43,6 +43,7 @@ from .. import _ext
 from .buckets import bucket_windows
 from .options import OptionValueError
 from .ragged import BatchWindows, RaggedRows
+from .windows import pack_windows
 
 __all__ = ["PAIR_STRATEGIES", "build_pair_windows", "pair_mode", "sequence_extras",
            "window_extras"]
@@ -422,6 +423,29 @@ def sequence_options(p, paired: bool, return_overflowing_tokens=None,
     if p.truncation is not False and rot:
         p = dataclasses.replace(p, truncation=False)
     return p, seq
+
+
+def finish_windows(out, enc, p, seq: dict | None, extras: dict | None, convert, xp, vocab):
+    """The windows result of a fill's raw ``out`` (:func:`~daskwp.core.windows.pack_windows`'s
+    arguments) of ``enc``: with ``token_type_ids`` / ``sequence_ids`` (``seq``) and the
+    offsets outputs (``extras``) when asked, bucketed with ``padding="bucket"`` (the fill's
+    rows are then ragged; the buckets pad with ``vocab.pad_id``), each array converted with
+    ``convert``. The one composition both backends use (docs/design.md §2.8, §2.9)."""
+    extras = extras or {}
+    sequence = bool(seq) and (seq["return_token_type_ids"] or seq["return_sequence_ids"])
+    more = any(extras.get(k) for k in EXTRA_OUTPUTS)
+    bucketed = p.padding == "bucket"
+    if not (bucketed or sequence or more):
+        return pack_windows(*out, p.padded, convert)
+    bw = pack_windows(*out, p.padded, lambda a: a)
+    if sequence:
+        bw = sequence_extras(bw, p.add_special_tokens, seq["return_token_type_ids"],
+                             seq["return_sequence_ids"], xp)
+    if more:
+        bw = window_extras(bw, enc, p, extras, xp)
+    if bucketed:
+        return bucket_windows(bw, p.bucket_widths, vocab.pad_id, p.max_length, convert)
+    return convert_batch(bw, lambda a: convert(xp.ascontiguousarray(a)))
 
 
 def convert_batch(bw: BatchWindows, convert) -> BatchWindows:
