@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core.decode import cleanup_token
 from ..core.vocab import Vocabulary
 
 __all__ = ["BatchEncoding", "TransformersTokenizer", "from_transformers",
@@ -504,7 +505,7 @@ class TransformersTokenizer:
         for k, t in enumerate(tokens):
             if k:
                 t = t[len(prefix):] if t.startswith(prefix) else " " + t
-            out.append(_cleanup(t))
+            out.append(cleanup_token(t))
         return "".join(out)
 
     def clean_up_tokenization(self, text: str) -> str:
@@ -1179,13 +1180,6 @@ def _to_py(x):
         return [_to_py(v) if hasattr(v, "tolist") or isinstance(v, (list, tuple)) else v
                 for v in x]
     return x
-
-
-def _cleanup(token: str) -> str:
-    return (token.replace(" .", ".").replace(" ?", "?").replace(" !", "!")
-            .replace(" ,", ",").replace(" ' ", "'").replace(" n't", "n't")
-            .replace(" 'm", "'m").replace(" do not", " don't").replace(" 's", "'s")
-            .replace(" 've", "'ve").replace(" 're", "'re"))
 
 
 # ---------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from .options import check_bool
 from .ragged import BatchWindows, RaggedRows, array_module, to_host
 from .vocab import Vocabulary
 
-__all__ = ["decode", "merge_wordpieces"]
+__all__ = ["cleanup_token", "decode", "merge_wordpieces"]
 
 _DECODE_TABLES = BoundedCache("decode_tables", 8)
 
@@ -70,8 +70,8 @@ def _check_ids(arr: np.ndarray) -> list[int]:
     return vals
 
 
-def _cleanup(token: str) -> str:
-    # HF's WordPiece decoder cleanup, applied to every token separately.
+def cleanup_token(token: str) -> str:
+    """HF's WordPiece decoder cleanup, applied to every token separately."""
     return (token.replace(" .", ".").replace(" ?", "?").replace(" !", "!")
             .replace(" ,", ",").replace(" ' ", "'").replace(" n't", "n't")
             .replace(" 'm", "'m").replace(" do not", " don't").replace(" 's", "'s")
@@ -87,7 +87,7 @@ def _decode_one(ids: list[int], table, specials, prefix, skip: bool) -> str:
             continue  # ids with no token are dropped, as HF does
         if out:
             t = t.replace(prefix, "", 1) if t.startswith(prefix) else " " + t
-        out.append(_cleanup(t))
+        out.append(cleanup_token(t))
     return "".join(out)
 
 
