@@ -49,7 +49,7 @@ def _rows(word_ids, name: str):
         xp = array_module(word_ids.values)
         off = to_host(word_ids.offsets).astype(np.int64)
         lens = np.diff(off)
-        mat = _pad(xp, [word_ids.values[off[r]:off[r + 1]] for r in range(len(lens))], lens)
+        mat = _pad(xp, word_ids.values[int(off[0]):int(off[-1])], lens)
 
         def rebuild(m):
             keep = xp.asarray(np.arange(m.shape[1])[None, :] < lens[:, None])
@@ -63,7 +63,7 @@ def _rows(word_ids, name: str):
         if any(s.ndim != 1 for s in seqs):
             raise ValueError(f"{name}: a list must hold 1-D sequences, one per row")
         lens = np.array([int(s.shape[0]) for s in seqs], dtype=np.int64)
-        mat = _pad(xp, seqs, lens)
+        mat = _pad(xp, xp.concatenate(seqs), lens)
         return mat, lambda m: [m[r, :lens[r]] for r in range(len(lens))]
     xp = array_module(word_ids)
     arr = xp.asarray(word_ids)
@@ -75,12 +75,16 @@ def _rows(word_ids, name: str):
     return arr, lambda m: m
 
 
-def _pad(xp, seqs, lens):
-    width = int(lens.max()) if len(lens) else 0
-    dtype = seqs[0].dtype if seqs else np.int64
-    mat = xp.full((len(seqs), width), -1, dtype=dtype)
-    for r, s in enumerate(seqs):
-        mat[r, :int(lens[r])] = s
+def _pad(xp, flat, lens):
+    """Rows of ``lens`` values laid out one after another in ``flat`` as a matrix padded
+    with -1: one scatter, no per-row Python."""
+    rows = len(lens)
+    width = int(lens.max()) if rows else 0
+    mat = xp.full((rows, width), -1, dtype=flat.dtype)
+    starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
+    row = np.repeat(np.arange(rows, dtype=np.int64), lens)
+    col = np.arange(int(lens.sum()), dtype=np.int64) - starts[row]
+    mat[xp.asarray(row), xp.asarray(col)] = flat
     return mat
 
 
