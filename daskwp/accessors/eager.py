@@ -15,7 +15,21 @@ from ..frames.partition import (attention_mask_block, check_text_dtype, input_id
                                 stitch_frame, stitch_rows, value_column, write_parquet)
 from ..frames.schema import position_outputs_of
 
-__all__ = ["WordPieceAccessor", "WordPieceResult", "split_call_options"]
+__all__ = ["WordPieceAccessor", "WordPieceResult", "resolve_call", "split_call_options"]
+
+
+def resolve_call(vocab, lowercase, max_length, stride, truncation, add_special_tokens,
+                 padding, bucket_widths, return_overflowing_tokens, tokenizer_options: dict):
+    """``(tokenizer, options)`` of an accessor's ``tokenize(...)`` call, eager or lazy alike:
+    the window options resolved (``dask.config`` for those left None), the call options among
+    the keywords moved into them (:func:`split_call_options`), the tokenizer resolved from
+    the rest."""
+    options = resolve_window_options(max_length, stride, truncation, add_special_tokens,
+                                     padding, bucket_widths)
+    if return_overflowing_tokens is not None:
+        options["return_overflowing_tokens"] = return_overflowing_tokens
+    tokenizer_options = split_call_options(options, tokenizer_options)
+    return resolve_tokenizer(vocab, lowercase, **tokenizer_options), options
 
 
 def split_call_options(options: dict, tokenizer_options: dict) -> dict:
@@ -140,12 +154,9 @@ class WordPieceAccessor:
         :meth:`WordPieceResult.to_frame` and an attribute of the result.
         """
         check_text_dtype(self._series.dtype, f"Series {self._series.name!r}")
-        options = resolve_window_options(max_length, stride, truncation, add_special_tokens,
-                                         padding, bucket_widths)
-        if return_overflowing_tokens is not None:
-            options["return_overflowing_tokens"] = return_overflowing_tokens
-        tokenizer_options = split_call_options(options, tokenizer_options)
-        tok = resolve_tokenizer(vocab, lowercase, **tokenizer_options)
+        tok, options = resolve_call(vocab, lowercase, max_length, stride, truncation,
+                                    add_special_tokens, padding, bucket_widths,
+                                    return_overflowing_tokens, tokenizer_options)
         texts = self._series
         if text_pair is not None:
             check_text_dtype(text_pair.dtype, f"text_pair Series {text_pair.name!r}")

@@ -14,11 +14,9 @@ import numpy as np
 import pandas as pd
 from dask._collections import new_collection
 
-from ..backends.tokenizer import resolve_tokenizer
-from ..core.windows import resolve_window_options
 from ..distributed.graph import GlobalLogID, GlobalTokenize, Tokenize, WriteParts, \
     partition_local
-from .eager import WordPieceResult, split_call_options
+from .eager import WordPieceResult, resolve_call
 from ..frames.partition import (METADATA_COLUMNS, attention_mask_block, check_text_dtype,
                                 input_ids_block, is_cudf, portable_pandas_metadata,
                                 position_block, require_fixed_width, select_metadata,
@@ -319,12 +317,9 @@ class DaskWordPieceAccessor:
         and of the parts ``to_parquet`` writes, and an attribute (a dask Array).
         """
         check_text_dtype(self._series._meta.dtype, f"Series {self._series.name!r}")
-        options = resolve_window_options(max_length, stride, truncation,
-                                              add_special_tokens, padding, bucket_widths)
-        if return_overflowing_tokens is not None:
-            options["return_overflowing_tokens"] = return_overflowing_tokens
-        tokenizer_options = split_call_options(options, tokenizer_options)
-        tok = resolve_tokenizer(vocab, lowercase, **tokenizer_options)
+        tok, options = resolve_call(vocab, lowercase, max_length, stride, truncation,
+                                    add_special_tokens, padding, bucket_widths,
+                                    return_overflowing_tokens, tokenizer_options)
         source = self._series
         if text_pair is not None:
             source = _pair_source(self._series, text_pair)
