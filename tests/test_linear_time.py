@@ -5,8 +5,9 @@ of hanging the suite, and a crash is reported, not fatal); each reports the best
 of ``encode`` at 0.4 MB, 4 MB and 40 MB.
 A linear implementation takes about 10x longer for 10x the input, a little more in practice: a
 4 MB case's working set fits in the last-level cache (32 MB on the 2-core test box) and a 40 MB
-one does not; linear implementations measured 12-14.7x there under load. The test allows 15x
-(O(n log n) gives ~11.5x, O(n^1.5) ~32x, O(n^2) 100x), plus 50 ms
+one does not; linear implementations measured 12-14.7x there under load, and 17.2x once on a
+loaded CI runner (alpha_word, whose 40 MB scratch buffers come fresh from the OS). The test allows
+25x (O(n log n) gives ~11.5x, O(n^1.5) ~32x, O(n^2) 100x), plus 50 ms
 of slack for timer noise, plus what the machine needs to allocate and first-touch output buffers
 of the 40 MB case's size (large blocks come fresh from the OS, small ones are reused from the
 heap), and measures once more before failing. When 4 MB already costs far more than 10x 0.4 MB the
@@ -26,7 +27,7 @@ import pytest
 from conftest import DATA, DATA_SKIP_REASON, vocab_path
 
 MB = 1_000_000
-MAX_RATIO = 15.0
+MAX_RATIO = 25.0
 SLACK_S = 0.05
 CHILD_TIMEOUT_PER_KIND_S = 20
 
