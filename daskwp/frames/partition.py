@@ -569,16 +569,23 @@ class PartWriter:
     at all; a writer that fails or is abandoned (:meth:`abort`) removes its temporary file.
 
     The stored layout is :func:`parquet_write_options`; the schema is the first table's,
-    with portable pandas metadata (``pd.read_parquet`` reads the parts). A table of padded
+    with portable pandas metadata (``pd.read_parquet`` reads the parts). Tables of integer
+    and list<integer> columns (every table daskwp's tokenizer makes) go through daskwp's own
+    writer (:mod:`daskwp.frames.parquet_writer`: the same file to every reader, at a third of
+    Arrow's writer cost); others (kept input columns, compressions other than zstd and none)
+    through ``pyarrow.parquet.ParquetWriter``. ``native`` forces one or the other. A table of padded
     rows stored trimmed (:data:`PADDED_KEY` in its schema metadata, from
     :func:`table_from_output`) records the row width and mask dtype in the footer's
     ``daskwp`` object as ``padded`` (docs/design.md §3.3).
     """
 
     def __init__(self, path: str, tmp_path: str, compression="zstd",
-                 row_group_rows: int = ROW_GROUP_ROWS):
+                 row_group_rows: int = ROW_GROUP_ROWS, native: bool | None = None):
         self.path, self.tmp_path = str(path), str(tmp_path)
         self.compression = compression
+        #: daskwp's own writer (:mod:`daskwp.frames.parquet_writer`) or Arrow's; None: the
+        #: own one wherever it takes the schema and compression
+        self.native = native
         self.row_group_rows = row_group_rows
         self._file = None
         self._writer = None
@@ -593,11 +600,19 @@ class PartWriter:
 
     def _open(self, schema: pa.Schema) -> None:
         import pyarrow.parquet as pq
+
+        from . import parquet_writer
         schema = schema.with_metadata(_portable_pandas_schema_metadata(schema))
         self._file = _HashingFile(self.tmp_path)
+        codec = parquet_write_options(schema, self.compression)["compression"]
+        native = self.native if self.native is not None else \
+            parquet_writer.supports(schema, codec)
         try:
-            self._writer = pq.ParquetWriter(self._file, schema,
-                                            **parquet_write_options(schema, self.compression))
+            if native:
+                self._writer = parquet_writer.NativeParquetWriter(self._file, schema, codec)
+            else:
+                self._writer = pq.ParquetWriter(
+                    self._file, schema, **parquet_write_options(schema, self.compression))
         except BaseException:
             self.abort()
             raise

@@ -1,0 +1,306 @@
+// daskwp — Parquet data pages (format v1, uncompressed) of the part writer's integer columns
+// (docs/design.md §3.3, "The part writer"): optional scalar columns (INT32/INT64, one
+// definition level per value) and optional lists of integers (three-level LIST: repetition
+// levels 0/1, definition levels 3 on a value, 1 on an empty list). Levels are RLE runs of the
+// RLE/bit-packed hybrid; values PLAIN, BYTE_STREAM_SPLIT or DELTA_BINARY_PACKED. The page
+// header, compression and the footer are written by daskwp/frames/parquet_writer.py.
+//
+// One pass over the values per page, no per-value allocation; the GIL is released while a
+// column chunk is encoded. Pages end on row boundaries.
+#include <nanobind/stl/string.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "bindings.hpp"
+
+namespace {
+
+using AnyInts = nb::ndarray<nb::ro, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+void put_uleb(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+
+uint64_t zigzag(int64_t v) {
+  return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63);
+}
+
+// RLE runs of the hybrid encoding for levels of `width` bits (1 or 2: one byte per run
+// value), adjacent equal runs merged. The section is prefixed by its 4-byte length (v1 pages).
+class LevelRuns {
+ public:
+  explicit LevelRuns(std::string& out) : out_(out), start_(out.size()) { out_.append(4, '\0'); }
+  void add(uint8_t value, uint64_t n) {
+    if (n == 0) return;
+    if (count_ != 0 && value == value_) {
+      count_ += n;
+      return;
+    }
+    flush();
+    value_ = value;
+    count_ = n;
+  }
+  void finish() {
+    flush();
+    const uint32_t len = static_cast<uint32_t>(out_.size() - start_ - 4);
+    std::memcpy(&out_[start_], &len, 4);
+  }
+
+ private:
+  void flush() {
+    if (count_ == 0) return;
+    put_uleb(out_, count_ << 1);
+    out_.push_back(static_cast<char>(value_));
+    count_ = 0;
+  }
+  std::string& out_;
+  size_t start_;
+  uint8_t value_ = 0;
+  uint64_t count_ = 0;
+};
+
+// The values of a column as the physical type's little-endian integers: int8/int16/int32
+// widen to INT32, int64 stays INT64 (Parquet stores small integers as INT32 annotated).
+struct Values {
+  const void* data;
+  int bits;      // of the source dtype: 8, 16, 32, 64
+  size_t size;
+  int phys() const { return bits == 64 ? 8 : 4; }
+  int64_t at(size_t i) const {
+    switch (bits) {
+      case 8: return static_cast<const int8_t*>(data)[i];
+      case 16: return static_cast<const int16_t*>(data)[i];
+      case 32: return static_cast<const int32_t*>(data)[i];
+      default: return static_cast<const int64_t*>(data)[i];
+    }
+  }
+};
+
+Values values_of(const AnyInts& a, const char* what) {
+  const nb::dlpack::dtype t = a.dtype();
+  if (t.code != static_cast<uint8_t>(nb::dlpack::dtype_code::Int) || t.lanes != 1 ||
+      (t.bits != 8 && t.bits != 16 && t.bits != 32 && t.bits != 64))
+    throw std::invalid_argument(std::string(what) +
+                                ": a signed integer array (int8, int16, int32, int64) expected");
+  return Values{a.data(), t.bits, a.shape(0)};
+}
+
+// values [b, e) PLAIN (little-endian, physical width) or BYTE_STREAM_SPLIT (the k-th bytes
+// of all values, then the (k+1)-th, ...).
+void put_values(std::string& out, const Values& v, size_t b, size_t e, bool split) {
+  const size_t n = e - b;
+  const int w = v.phys();
+  const size_t at = out.size();
+  out.resize(at + n * static_cast<size_t>(w));
+  char* p = &out[at];
+  if (!split) {
+    if (v.bits == 32 || v.bits == 64) {
+      std::memcpy(p, static_cast<const char*>(v.data) + b * (v.bits / 8), n * w);
+    } else {
+      for (size_t i = 0; i < n; ++i) {
+        const int32_t x = static_cast<int32_t>(v.at(b + i));
+        std::memcpy(p + i * 4, &x, 4);
+      }
+    }
+    return;
+  }
+  if (w == 4) {
+    uint8_t* s0 = reinterpret_cast<uint8_t*>(p);
+    uint8_t *s1 = s0 + n, *s2 = s1 + n, *s3 = s2 + n;
+    if (v.bits == 32) {
+      const uint32_t* src = static_cast<const uint32_t*>(v.data) + b;
+      for (size_t i = 0; i < n; ++i) {
+        const uint32_t x = src[i];
+        s0[i] = static_cast<uint8_t>(x);
+        s1[i] = static_cast<uint8_t>(x >> 8);
+        s2[i] = static_cast<uint8_t>(x >> 16);
+        s3[i] = static_cast<uint8_t>(x >> 24);
+      }
+    } else {
+      for (size_t i = 0; i < n; ++i) {
+        const uint32_t x = static_cast<uint32_t>(static_cast<int32_t>(v.at(b + i)));
+        s0[i] = static_cast<uint8_t>(x);
+        s1[i] = static_cast<uint8_t>(x >> 8);
+        s2[i] = static_cast<uint8_t>(x >> 16);
+        s3[i] = static_cast<uint8_t>(x >> 24);
+      }
+    }
+    return;
+  }
+  const uint64_t* src = static_cast<const uint64_t*>(v.data) + b;
+  for (int k = 0; k < 8; ++k) {
+    uint8_t* s = reinterpret_cast<uint8_t*>(p) + static_cast<size_t>(k) * n;
+    for (size_t i = 0; i < n; ++i) s[i] = static_cast<uint8_t>(src[i] >> (8 * k));
+  }
+}
+
+// 32 values of `width` bits, least significant bit first.
+template <typename U>
+void pack32(std::string& out, const U* v, int width) {
+  if (width == 0) return;
+  const size_t at = out.size();
+  out.resize(at + 4 * static_cast<size_t>(width), '\0');
+  uint8_t* p = reinterpret_cast<uint8_t*>(&out[at]);
+  size_t bit = 0;
+  for (int i = 0; i < 32; ++i) {
+    const uint64_t x = v[i];
+    for (int b = 0; b < width;) {
+      const int off = static_cast<int>(bit & 7);
+      const int take = std::min(8 - off, width - b);
+      p[bit >> 3] |= static_cast<uint8_t>(((x >> b) & ((1u << take) - 1)) << off);
+      bit += static_cast<size_t>(take);
+      b += take;
+    }
+  }
+}
+
+// DELTA_BINARY_PACKED of values [b, e): blocks of 128 deltas in 4 miniblocks of 32. Deltas
+// wrap in the physical type's width (U: uint32_t for INT32, uint64_t for INT64).
+template <typename U>
+void put_delta(std::string& out, const Values& v, size_t b, size_t e) {
+  using S = std::make_signed_t<U>;
+  constexpr int kBlock = 128, kMini = 32, kMinis = kBlock / kMini;
+  const size_t n = e - b;
+  put_uleb(out, kBlock);
+  put_uleb(out, kMinis);
+  put_uleb(out, n);
+  put_uleb(out, zigzag(n ? static_cast<S>(static_cast<U>(v.at(b))) : 0));
+  if (n < 2) return;
+  U prev = static_cast<U>(v.at(b));
+  U block[kBlock];
+  for (size_t i = b + 1; i < e;) {
+    const size_t m = std::min<size_t>(kBlock, e - i);
+    S min_delta = 0;
+    for (size_t j = 0; j < m; ++j) {
+      const U cur = static_cast<U>(v.at(i + j));
+      block[j] = static_cast<U>(cur - prev);
+      prev = cur;
+      const S d = static_cast<S>(block[j]);
+      if (j == 0 || d < min_delta) min_delta = d;
+    }
+    for (size_t j = 0; j < m; ++j) block[j] = static_cast<U>(block[j] - static_cast<U>(min_delta));
+    for (size_t j = m; j < kBlock; ++j) block[j] = 0;  // the last miniblock's padding
+    put_uleb(out, zigzag(min_delta));
+    int widths[kMinis] = {0, 0, 0, 0};
+    for (int k = 0; k < kMinis; ++k) {
+      U all = 0;
+      for (int j = 0; j < kMini; ++j) all |= block[k * kMini + j];
+      int w = 0;
+      while (w < static_cast<int>(8 * sizeof(U)) && (all >> w) != 0) ++w;
+      widths[k] = static_cast<size_t>(k * kMini) < m ? w : 0;
+    }
+    for (int k = 0; k < kMinis; ++k) out.push_back(static_cast<char>(widths[k]));
+    for (int k = 0; k < kMinis && static_cast<size_t>(k * kMini) < m; ++k)
+      pack32(out, block + k * kMini, widths[k]);
+    i += m;
+  }
+}
+
+// Pages of an optional scalar column without nulls: (body, number of values).
+nb::list scalar_pages(AnyInts values, bool delta, int64_t page_values) {
+  const Values v = values_of(values, "values");
+  if (page_values < 1) throw std::invalid_argument("page_values must be >= 1");
+  std::vector<std::pair<std::string, int64_t>> pages;
+  {
+    nb::gil_scoped_release release;
+    for (size_t b = 0; b < v.size || (b == 0 && v.size == 0);) {
+      const size_t e = std::min(v.size, b + static_cast<size_t>(page_values));
+      std::string body;
+      LevelRuns def(body);  // max definition level 1: one bit; every value present
+      def.add(1, e - b);
+      def.finish();
+      if (!delta)
+        put_values(body, v, b, e, false);
+      else if (v.phys() == 8)
+        put_delta<uint64_t>(body, v, b, e);
+      else
+        put_delta<uint32_t>(body, v, b, e);
+      pages.emplace_back(std::move(body), static_cast<int64_t>(e - b));
+      if (e == v.size) break;
+      b = e;
+    }
+  }
+  nb::list out;
+  for (auto& p : pages)
+    out.append(nb::make_tuple(nb::bytes(p.first.data(), p.first.size()), p.second));
+  return out;
+}
+
+// Pages of an optional list column without null lists or items, rows [0, rows) with
+// `offsets` (rows + 1, absolute positions in `values`): (body, number of level entries,
+// rows). A page closes after the row that brings its values to `page_bytes`.
+nb::list list_pages(AnyInts values, I32 offsets, int64_t page_bytes, bool split) {
+  const Values v = values_of(values, "values");
+  if (offsets.shape(0) < 1) throw std::invalid_argument("offsets must not be empty");
+  const size_t rows = offsets.shape(0) - 1;
+  const int32_t* off = offsets.data();
+  for (size_t r = 0; r < rows; ++r)
+    if (off[r] > off[r + 1]) throw std::invalid_argument("offsets are not non-decreasing");
+  if (off[0] < 0 || static_cast<size_t>(off[rows]) > v.size)
+    throw std::invalid_argument("offsets point outside values");
+  if (page_bytes < 1) throw std::invalid_argument("page_bytes must be >= 1");
+  std::vector<std::tuple<std::string, int64_t, int64_t>> pages;
+  {
+    nb::gil_scoped_release release;
+    const size_t w = static_cast<size_t>(v.phys());
+    for (size_t r0 = 0; r0 < rows || (r0 == 0 && rows == 0);) {
+      size_t r1 = r0;
+      while (r1 < rows && (r1 == r0 || static_cast<size_t>(off[r1] - off[r0]) * w <
+                                           static_cast<size_t>(page_bytes)))
+        ++r1;
+      std::string body;
+      int64_t entries = 0;
+      {
+        LevelRuns rep(body);  // max repetition level 1
+        for (size_t r = r0; r < r1; ++r) {
+          const uint64_t n = static_cast<uint64_t>(off[r + 1] - off[r]);
+          rep.add(0, 1);
+          if (n > 1) rep.add(1, n - 1);
+          entries += static_cast<int64_t>(n ? n : 1);
+        }
+        rep.finish();
+      }
+      {
+        LevelRuns def(body);  // max definition level 3 (list, repeated group, element)
+        for (size_t r = r0; r < r1; ++r) {
+          const uint64_t n = static_cast<uint64_t>(off[r + 1] - off[r]);
+          def.add(n ? 3 : 1, n ? n : 1);
+        }
+        def.finish();
+      }
+      put_values(body, v, static_cast<size_t>(off[r0]), static_cast<size_t>(off[r1]), split);
+      pages.emplace_back(std::move(body), entries, static_cast<int64_t>(r1 - r0));
+      if (r1 >= rows) break;
+      r0 = r1;
+    }
+  }
+  nb::list out;
+  for (auto& p : pages)
+    out.append(nb::make_tuple(nb::bytes(std::get<0>(p).data(), std::get<0>(p).size()),
+                              std::get<1>(p), std::get<2>(p)));
+  return out;
+}
+
+}  // namespace
+
+void bind_parquet(nb::module_& m) {
+  m.def("parquet_scalar_pages", &scalar_pages, nb::arg("values"), nb::arg("delta"),
+        nb::arg("page_values"),
+        "Uncompressed v1 data pages of an optional integer column without nulls: a list of "
+        "(body, num_values); DELTA_BINARY_PACKED (delta) or PLAIN values.");
+  m.def("parquet_list_pages", &list_pages, nb::arg("values"), nb::arg("offsets"),
+        nb::arg("page_bytes"), nb::arg("byte_stream_split"),
+        "Uncompressed v1 data pages of an optional list<integer> column without nulls: a "
+        "list of (body, num_values, rows); BYTE_STREAM_SPLIT or PLAIN values.");
+}

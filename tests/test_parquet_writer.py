@@ -1,0 +1,219 @@
+"""daskwp's own Parquet writer (daskwp/frames/parquet_writer.py, docs/design.md §3.3): the
+files it writes read back, through every reader daskwp documents, exactly as the files
+Arrow's writer makes with the stored layout's options — same schema, metadata, values,
+row groups, encodings and logID statistics — on the outputs of every shared corpus line, and
+on integer columns built to break its encoders (delta wraparound, extremes, empty lists, page
+and row-group boundaries)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import daskwp
+from conftest import corpus_files, read_documents
+from daskwp.frames import parquet_writer
+from daskwp.frames.partition import PartWriter, table_from_output
+
+TOK = daskwp.WordPieceTokenizer()
+
+
+def _corpus() -> list[str]:
+    docs = []
+    for p in corpus_files():
+        if p.suffix != ".json":
+            docs += read_documents(p)
+    return docs + ["", "word " * 300, "[PAD] [PAD] x"]
+
+
+CORPUS = _corpus()
+
+
+def _write(path, tables, native, row_group_rows=20_000, compression="zstd"):
+    w = PartWriter(str(path), str(path) + ".tmp", compression=compression,
+                   row_group_rows=row_group_rows, native=native)
+    with w:
+        for t in tables:
+            w.write(t)
+        w.close({"partition": 0})
+    return str(path)
+
+
+def _assert_same_files(a: str, n: str) -> None:
+    ta, tn = pq.read_table(a), pq.read_table(n)
+    assert ta.schema == tn.schema and ta.schema.metadata == tn.schema.metadata
+    assert ta.equals(tn)
+    ma, mn = pq.read_metadata(a), pq.read_metadata(n)
+    assert (ma.num_rows, ma.num_row_groups, ma.num_columns) == \
+        (mn.num_rows, mn.num_row_groups, mn.num_columns)
+    assert set(ma.metadata) == set(mn.metadata)
+    assert mn.metadata[b"daskwp"] == ma.metadata[b"daskwp"]
+    for rg in range(ma.num_row_groups):
+        ra, rn = ma.row_group(rg), mn.row_group(rg)
+        assert ra.num_rows == rn.num_rows
+        for c in range(ma.num_columns):
+            ca, cn = ra.column(c), rn.column(c)
+            assert (ca.path_in_schema, ca.physical_type, ca.encodings, ca.compression) == \
+                (cn.path_in_schema, cn.physical_type, cn.encodings, cn.compression)
+            assert (ca.statistics is None) == (cn.statistics is None) or \
+                not (ca.statistics and ca.statistics.has_min_max)
+            if ca.statistics is not None and ca.statistics.has_min_max:
+                sa, sn = ca.statistics, cn.statistics
+                assert (sa.min, sa.max, sa.null_count) == (sn.min, sn.max, sn.null_count)
+    sa, sn = pq.ParquetFile(a).schema, pq.ParquetFile(n).schema
+    assert sa.equals(sn)
+    assert [str(sa.column(i)) for i in range(len(sa))] == [str(sn.column(i)) for i in range(len(sn))]
+    pd.testing.assert_frame_equal(pd.read_parquet(a), pd.read_parquet(n))
+
+
+LAYOUTS = {
+    "ragged": (dict(padding=False), {}),
+    "padded": ({}, dict(attention_mask=True)),
+    "trimmed": ({}, dict(attention_mask=False)),
+    "int8_mask": (dict(mask_dtype="int8"), dict(attention_mask=True)),
+    "positions": (dict(padding=False, return_offsets_mapping=True, return_word_ids=True,
+                       return_special_tokens_mask=True, return_token_type_ids=True), {}),
+    "bucket": (dict(padding="bucket"), {}),
+    "no_specials": (dict(padding=False, add_special_tokens=False), {}),
+}
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_native_parts_equal_arrow_parts_on_every_corpus_line(tmp_path, layout):
+    call, table_kw = LAYOUTS[layout]
+    out = TOK(CORPUS, max_length=64, stride=16, **call)
+    table = table_from_output(out, **table_kw)
+    half = table.num_rows // 2     # two writes: row groups continue across tables
+    tables = [table.slice(0, half), table.slice(half)]
+    a = _write(tmp_path / "arrow.parquet", tables, native=False)
+    n = _write(tmp_path / "native.parquet", tables, native=True)
+    assert b"daskwp" in pq.read_metadata(n).created_by.encode()
+    assert b"parquet-cpp-arrow" in pq.read_metadata(a).created_by.encode()
+    _assert_same_files(a, n)
+
+
+def test_pairs_sequence_ids_round_trip(tmp_path):
+    firsts = [d[:40] for d in CORPUS[:3000]]   # short first sequences (only_second)
+    seconds = CORPUS[3000:6000]
+    out = TOK(firsts, text_pair=seconds, max_length=96, stride=24, padding=False,
+              return_offsets_mapping=True, return_token_type_ids=True)
+    table = table_from_output(out)
+    a = _write(tmp_path / "a.parquet", [table], native=False, row_group_rows=777)
+    n = _write(tmp_path / "n.parquet", [table], native=True, row_group_rows=777)
+    _assert_same_files(a, n)
+
+
+def _edge_table(rng) -> pa.Table:
+    n = 3001
+    i64 = rng.integers(np.iinfo(np.int64).min, np.iinfo(np.int64).max, n, dtype=np.int64,
+                       endpoint=True)
+    i64[:6] = [np.iinfo(np.int64).min, np.iinfo(np.int64).max, 0, -1,
+               np.iinfo(np.int64).min, np.iinfo(np.int64).max]   # deltas that wrap
+    i32 = rng.integers(np.iinfo(np.int32).min, np.iinfo(np.int32).max, n, dtype=np.int32,
+                       endpoint=True)
+    i32[:4] = [np.iinfo(np.int32).max, np.iinfo(np.int32).min, np.iinfo(np.int32).max, 7]
+    sorted64 = np.cumsum(rng.integers(0, 3, n)).astype(np.int64)
+    lengths = rng.integers(0, 40, n)
+    lengths[::7] = 0                       # empty lists among the rows
+    lengths[:3] = 0
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    total = int(offsets[-1])
+
+    def lists(values):
+        return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
+
+    return pa.table({
+        "logID": pa.array(sorted64),
+        "random64": pa.array(i64),
+        "random32": pa.array(i32),
+        "small8": pa.array(rng.integers(-128, 128, n, dtype=np.int8)),
+        "small16": pa.array(rng.integers(-2**15, 2**15, n, dtype=np.int16)),
+        "ids": lists(rng.integers(np.iinfo(np.int32).min, np.iinfo(np.int32).max, total,
+                                  dtype=np.int32, endpoint=True)),
+        "pairs64": lists(rng.integers(np.iinfo(np.int64).min, np.iinfo(np.int64).max, total,
+                                      dtype=np.int64, endpoint=True)),
+        "mask8": lists(rng.integers(-128, 128, total, dtype=np.int8)),
+    })
+
+
+@pytest.mark.parametrize("compression", ["zstd", "none"])
+@pytest.mark.parametrize("row_group_rows", [1, 129, 100_000])
+def test_encoders_on_extreme_integers_and_empty_lists(tmp_path, monkeypatch, compression,
+                                                      row_group_rows):
+    monkeypatch.setattr(parquet_writer, "PAGE_BYTES", 1000)    # many pages per chunk
+    monkeypatch.setattr(parquet_writer, "PAGE_VALUES", 200)
+    table = _edge_table(np.random.default_rng(row_group_rows))
+    if row_group_rows == 1:
+        table = table.slice(0, 300)
+    path = tmp_path / "edge.parquet"
+    n = _write(path, [table], native=True, row_group_rows=row_group_rows,
+               compression=compression)
+    back = pq.read_table(n)
+    assert back.equals(table.replace_schema_metadata(back.schema.metadata)), \
+        "the native writer's file reads back different values"
+    a = _write(tmp_path / "a.parquet", [table], native=False, row_group_rows=row_group_rows,
+               compression=compression)
+    _assert_same_files(a, n)
+
+
+def test_empty_part_and_schema_only_part(tmp_path):
+    empty = table_from_output(TOK([], max_length=32, stride=8, padding=False))
+    n = _write(tmp_path / "n.parquet", [empty], native=True)
+    a = _write(tmp_path / "a.parquet", [empty], native=False)
+    _assert_same_files(a, n)
+    w = PartWriter(str(tmp_path / "s.parquet"), str(tmp_path / ".s.tmp"), native=True)
+    w.close({"partition": 0}, schema=empty.schema)
+    assert pq.read_table(tmp_path / "s.parquet").num_rows == 0
+
+
+def test_other_columns_and_compressions_use_arrows_writer(tmp_path):
+    table = table_from_output(TOK(CORPUS[:200], max_length=32, stride=8, padding=False))
+    kept = table.append_column("source", pa.array(["x"] * table.num_rows))
+    assert not parquet_writer.supports(kept.schema, "zstd")
+    assert not parquet_writer.supports(table.schema, "snappy")
+    assert parquet_writer.supports(table.schema, "zstd")
+    for t, compression in ((kept, "zstd"), (table, "snappy")):
+        path = tmp_path / f"{compression}-{t.num_columns}.parquet"
+        _write(path, [t], native=None, compression=compression)
+        assert "parquet-cpp-arrow" in pq.read_metadata(path).created_by
+        assert pq.read_table(path).select(t.column_names).equals(
+            t.replace_schema_metadata(pq.read_table(path).schema.metadata))
+    with pytest.raises(ValueError, match="unsupported"):
+        parquet_writer.NativeParquetWriter(open(os.devnull, "wb"), kept.schema)
+
+
+def test_checksum_and_resume_accept_native_parts(tmp_path):
+    from daskwp.jobs.parts import data_checksum
+    table = table_from_output(TOK(CORPUS[:2000], max_length=32, stride=8, padding=False))
+    n = _write(tmp_path / "n.parquet", [table], native=True)
+    recorded = pq.read_metadata(n).metadata[b"daskwp.data_sha256"].decode()
+    assert data_checksum(n) == recorded
+    with open(n, "r+b") as fh:      # a flipped byte in a data page no longer matches
+        fh.seek(100)
+        b = fh.read(1)
+        fh.seek(100)
+        fh.write(bytes([b[0] ^ 0xFF]))
+    assert data_checksum(n) != recorded
+
+
+def test_dask_and_dataset_readers(tmp_path):
+    import dask.dataframe as dd
+    import pyarrow.dataset as ds
+    table = table_from_output(TOK(CORPUS[:5000], max_length=48, stride=12, padding=False))
+    d = tmp_path / "parts"
+    d.mkdir()
+    for i in range(2):
+        _write(d / f"part-{i:05d}.parquet", [table], native=True, row_group_rows=1000)
+    frame = dd.read_parquet(str(d)).compute()
+    assert len(frame) == 2 * table.num_rows
+    assert frame["input_ids"].iloc[:table.num_rows].map(list).tolist() == \
+        table.column("input_ids").to_pylist()
+    got = ds.dataset(str(d)).to_table(filter=ds.field("logID") < 10)
+    want = table.filter(pa.compute.less(table.column("logID"), 10))
+    assert got.num_rows == 2 * want.num_rows
