@@ -42,6 +42,10 @@
 #include <xmmintrin.h>
 #define DWP_SSE2 1
 #endif
+#if defined(__SSE4_1__) && !defined(__CUDACC__)
+#include <smmintrin.h>
+#define DWP_SSE41 1
+#endif
 
 namespace daskwp {
 
@@ -68,8 +72,10 @@ constexpr uint8_t kInLong = 0xFF;
 // holds) in an arena; 16-byte slots, four ways to a 64-byte line.
 constexpr int32_t kLongMaxBytes = 160;
 constexpr int32_t kLongMaxTokens = 96;
-// Default size of one memo: 2^18 short entries (8 MB), 2^15 long slots (512 KB), a 5.5 MB
-// arena: 14 MB.
+// Default size of one memo: 2^18 short entries (8 MB), 2^17 long slots (2 MB), a 4 MB
+// arena: 14 MB. (One long slot per two short entries: with a slot per eight, multilingual
+// and log text, whose words of more than 16 bytes all go to the long table, evicted a
+// long entry for nearly every one it recorded: 3x the misses of a warm pass.)
 constexpr int32_t kWordCacheDefaultBits = 18;
 constexpr int32_t kWordCacheMinBits = 10;
 
@@ -81,9 +87,13 @@ constexpr int32_t kWordCacheMinBits = 10;
 // tokens whose spans tile the string ([0, e0), [e0, e1), [e1, units); what a whole-word
 // chunk such as `world,` gives):
 //   byte 16 n_tokens (or kInLong), 17 units, 18 words | wd1 << 4 (token 1's word delta;
-//   token 0's is 0, token 2's words - 1), 19 e0 | e1 << 4 (0: units), 20-31 the ids.
+//   token 0's is 0, token 2's words - 1), 19 (e0 - 1) | (e1 - 1) << 4 (e0: token 0's end,
+//   e1: token 1's; units for the tokens the entry does not have, so that a hit reads all
+//   three spans without a test), 20-31 the ids.
 // Anything else goes to the long table, whose record holds after the ids and the bytes
-// (padded to 4) begin[nt], end[nt], wd[nt], units, words as bytes.
+// (padded to 4) begin and end of each token interleaved (be[2 nt]: spans of two tokens
+// widen to 4 int64 from 4 bytes), wd[nt], units, words as bytes, then 2 zero bytes (a hit
+// may read the word deltas 4 at a time).
 constexpr int32_t kMemoOffsetsBytes = 1;
 constexpr int32_t kMemoOffsetsChars = 2;
 
@@ -180,11 +190,11 @@ struct WordCache {
   void (*free_block)(void*);
 
   // Bytes of the block for a memo of 2^bits short entries: the tables and an arena of
-  // 16 bytes per short entry, rounded up to 2 MB (huge pages) from 4 MB on, the arena
+  // 12 bytes per short entry, rounded up to 2 MB (huge pages) from 4 MB on, the arena
   // taking the rounding.
   static size_t bytes_for(int32_t b) {
-    const size_t entries = size_t(32) << b, slots = size_t(16) << (b - 3),
-                 arena = size_t(16) << b, total = entries + 64 + slots + arena;
+    const size_t entries = size_t(32) << b, slots = size_t(16) << (b - 1),
+                 arena = size_t(12) << b, total = entries + 64 + slots + arena;
     const size_t huge = size_t(2) << 20;
     return total >= 2 * huge ? (total + huge - 1) / huge * huge : total;
   }
@@ -195,7 +205,7 @@ struct WordCache {
                      void (*dealloc)(void*) = nullptr) {
     if (b < kWordCacheMinBits) b = kWordCacheMinBits;
     bits = b;
-    long_bits = b - 3;
+    long_bits = b - 1;
     block_bytes = bytes_for(b);
     free_block = alloc ? dealloc : nullptr;
     if (alloc) {
@@ -422,21 +432,21 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
     if (nt < 1 || nt > kLongMaxTokens || (uint64_t)units > 255 || (uint64_t)words > 255) return;
     const int64_t* o = os.offs + 2 * n0;
     const int32_t* wi = os.wids + n0;
-    uint8_t meta[3 * kLongMaxTokens + 2];
+    uint8_t meta[3 * kLongMaxTokens + 4];
     for (int64_t k = 0; k < nt; ++k) {
       // (within the string by construction: checked all the same)
       const uint64_t b = (uint64_t)(o[2 * k] - u0), en = (uint64_t)(o[2 * k + 1] - u0),
                      wd = (uint64_t)(int64_t)(wi[k] - w0);
       if (b > (uint64_t)units || en > (uint64_t)units || wd >= (uint64_t)words) return;
-      meta[k] = (uint8_t)b;
-      meta[nt + k] = (uint8_t)en;
+      meta[2 * k] = (uint8_t)b;
+      meta[2 * k + 1] = (uint8_t)en;
       meta[2 * nt + k] = (uint8_t)wd;
     }
     store_off(s, i, e, k0, k1, sink.out + n0, nt, meta, units, words);
   }
 
-  // Records t[0, nt) for s[i, e) with their metadata (the long record's: begin[nt],
-  // end[nt], wd[nt]; units and words are added here): inline in the short table when the
+  // Records t[0, nt) for s[i, e) with their metadata (the long record's: be[2 nt],
+  // wd[nt]; units, words and the 2 zero bytes are added here; meta has room for them): inline in the short table when the
   // spans tile the string and the packed form reads back exactly, else in the long table.
   DWP_NOINLINE void store_off(const uint8_t* s, int64_t i, int64_t e, uint64_t k0, uint64_t k1,
                               const int32_t* t, int64_t nt, uint8_t* meta, int64_t units,
@@ -444,22 +454,25 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
     const int64_t len = e - i;
     meta[3 * nt] = (uint8_t)units;
     meta[3 * nt + 1] = (uint8_t)words;
+    meta[3 * nt + 2] = meta[3 * nt + 3] = 0;
     if (len <= kWordCacheMaxBytes && nt <= kWordCacheMaxTokens && words <= 15) {
       // Inline: the spans tile [0, units) with inner ends 1-15, token 0 in word 0 and the
       // last one in word words - 1 (what put_inline reads back).
-      const uint8_t* b = meta;
-      const uint8_t* en = meta + nt;
+      const uint8_t* be = meta;
       const uint8_t* wd = meta + 2 * nt;
-      bool fits = b[0] == 0 && en[nt - 1] == units && wd[0] == 0 && wd[nt - 1] == words - 1;
+      bool fits = be[0] == 0 && be[2 * nt - 1] == units && wd[0] == 0 &&
+                  wd[nt - 1] == words - 1 && units >= 1;
       for (int64_t k = 1; k < nt; ++k)
-        fits = fits && b[k] == en[k - 1] && en[k - 1] >= 1 && en[k - 1] <= 15 && wd[k] <= 15;
+        fits = fits && be[2 * k] == be[2 * k - 1] && be[2 * k - 1] >= 1 &&
+               be[2 * k - 1] <= 15 && wd[k] <= 15;
       if (fits) {
         if (WordCacheEntry* slot = short_slot(k0, k1, false)) {
           uint8_t* cb = reinterpret_cast<uint8_t*>(slot);
+          const int64_t e0 = nt > 1 ? be[1] : units, e1 = nt > 2 ? be[3] : units;
           cb[16] = (uint8_t)nt;
           cb[17] = (uint8_t)units;
           cb[18] = (uint8_t)(words | ((nt > 1 ? wd[1] : 0) << 4));
-          cb[19] = (uint8_t)((nt > 1 ? en[0] : 0) | ((nt > 2 ? en[1] : 0) << 4));
+          cb[19] = (uint8_t)((e0 - 1) | ((e1 - 1) << 4));
           for (int64_t k = 0; k < nt; ++k) slot->tokens[k] = t[k];
         }
         return;
@@ -467,7 +480,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
     }
     const uint64_t h =
         len <= kWordCacheMaxBytes ? short_hash(k0, k1) | 1 : long_hash(s + i, len);
-    if (!long_put(*cache, h, s + i, len, t, nt, meta, 3 * nt + 2)) return;
+    if (!long_put(*cache, h, s + i, len, t, nt, meta, 3 * nt + 4)) return;
     if (len <= kWordCacheMaxBytes)
       if (WordCacheEntry* en = short_slot(k0, k1, true)) en->n_tokens = kInLong;
   }
@@ -478,8 +491,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
                                          int32_t* ow, int64_t u, int32_t w) {
     const int64_t units = eb[17];
     const uint32_t wb = eb[18], sb = eb[19];
-    const int64_t e0 = (sb & 15u) ? (int64_t)(sb & 15u) : units;
-    const int64_t e1 = (sb >> 4) ? (int64_t)(sb >> 4) : units;
+    const int64_t e0 = (int64_t)(sb & 15u) + 1, e1 = (int64_t)(sb >> 4) + 1;
     ob[0] = u;
     oe[0] = u + e0;
     ob[1] = u + e0;
@@ -489,6 +501,41 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
     ow[0] = w;
     ow[1] = w + (int32_t)(wb >> 4);
     ow[2] = w + (int32_t)(wb & 15u) - 1;
+  }
+
+  // The nt tokens of a long record (ids rec, metadata meta) at out / offs / wids, spans from
+  // unit u, word ids from w; writes up to 4 slots past nt (the caller has room for them).
+  DWP_FORCEINLINE static void put_long(const int32_t* rec, const uint8_t* meta, int32_t nt,
+                                       int32_t* out, int64_t* offs, int32_t* wids, int64_t u,
+                                       int32_t w) {
+    __builtin_memcpy(out, rec, (size_t)nt * 4);
+    const uint8_t* wd = meta + 2 * nt;
+#if defined(DWP_SSE41)
+    // Two tokens' spans (4 bytes of be) widen to 4 int64; four word deltas to 4 int32.
+    const __m128i uu = _mm_set1_epi64x(u);
+    for (int32_t k = 0; k < nt; k += 2) {
+      uint32_t b4;
+      __builtin_memcpy(&b4, meta + 2 * k, 4);  // (past be's end: wd's first bytes, unused)
+      const __m128i x = _mm_cvtsi32_si128((int)b4);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(offs + 2 * k),
+                       _mm_add_epi64(_mm_cvtepu8_epi64(x), uu));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(offs + 2 * k + 2),
+                       _mm_add_epi64(_mm_cvtepu8_epi64(_mm_srli_epi32(x, 16)), uu));
+    }
+    const __m128i ww = _mm_set1_epi32(w);
+    for (int32_t k = 0; k < nt; k += 4) {
+      uint32_t w4;
+      __builtin_memcpy(&w4, wd + k, 4);  // (past wd's end: units, words and the zero bytes)
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(wids + k),
+                       _mm_add_epi32(_mm_cvtepu8_epi32(_mm_cvtsi32_si128((int)w4)), ww));
+    }
+#else
+    for (int32_t k = 0; k < nt; ++k) {
+      offs[2 * k] = u + meta[2 * k];
+      offs[2 * k + 1] = u + meta[2 * k + 1];
+      wids[k] = w + wd[k];
+    }
+#endif
   }
 
   // The tokens of an entry of the offsets layout for the string p[0, len) (a short entry
@@ -523,15 +570,23 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
       if (!rec) return -1;
     }
     const uint8_t* meta = reinterpret_cast<const uint8_t*>(rec) + 4 * nt + ((len + 3) & ~(int64_t)3);
-    for (int32_t k = 0; k < nt; ++k)
-      if (n + k < cap) {
-        out[n + k] = rec[k];
-        os.offs[2 * (n + k)] = u + meta[k];
-        os.offs[2 * (n + k) + 1] = u + meta[nt + k];
-        os.wids[n + k] = w + meta[2 * nt + k];
-      }
-    os.cdelta += len - meta[3 * nt];
-    os.word += meta[3 * nt + 1];
+    // (locals: the stores could alias the members, and the byte loads anything)
+    int64_t* const offs = os.offs;
+    int32_t* const wids = os.wids;
+    const int64_t units = meta[3 * nt], words = meta[3 * nt + 1];
+    if (n + nt + 4 <= cap) {
+      put_long(rec, meta, nt, out + n, offs + 2 * n, wids + n, u, w);
+    } else {
+      for (int32_t k = 0; k < nt; ++k)
+        if (n + k < cap) {
+          out[n + k] = rec[k];
+          offs[2 * (n + k)] = u + meta[2 * k];
+          offs[2 * (n + k) + 1] = u + meta[2 * k + 1];
+          wids[n + k] = w + meta[2 * nt + k];
+        }
+    }
+    os.cdelta += len - units;
+    os.word += (int32_t)words;
     return nt;
   }
 
@@ -584,15 +639,15 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
       return;
     }
     // One word: every word delta is 0.
-    uint8_t meta[3 * kLongMaxTokens + 2];
+    uint8_t meta[3 * kLongMaxTokens + 4];
     int64_t* o = os.offs + 2 * n0;
     for (int64_t k = 0; k < nt; ++k) {
       const int64_t b = chars ? pre[o[2 * k]] : o[2 * k];
       const int64_t en = chars ? pre[o[2 * k + 1]] : o[2 * k + 1];
       o[2 * k] = u0 + b;
       o[2 * k + 1] = u0 + en;
-      meta[k] = (uint8_t)b;
-      meta[nt + k] = (uint8_t)en;
+      meta[2 * k] = (uint8_t)b;
+      meta[2 * k + 1] = (uint8_t)en;
       meta[2 * nt + k] = 0;
     }
     store_off(s, i, e, k0, k1, sink.out + n0, nt, meta, units, 1);
@@ -992,20 +1047,25 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
             if constexpr (kOff) {
               if (__builtin_expect(nt <= kWordCacheMaxTokens && n <= cap3, 1)) {
                 __builtin_memcpy(out + n, en->tokens, sizeof(en->tokens));
-                const uint8_t* eb = reinterpret_cast<const uint8_t*>(en);
-                int64_t ob[3], oe[3];
-                int32_t ow[3];
-                put_inline(eb, ob, oe, ow, i - cd, wd);
+                // put_inline's spans and word ids, from the 4 bytes at 16 in one load.
+                uint32_t mt;
+                __builtin_memcpy(&mt, reinterpret_cast<const uint8_t*>(en) + 16, 4);
+                const int64_t u = i - cd, units = (mt >> 8) & 0xFFu;
+                const int64_t e0 = u + ((mt >> 24) & 15u) + 1, e1 = u + (mt >> 28) + 1;
                 int64_t* o = offs + 2 * n;
-                o[0] = ob[0];
-                o[1] = oe[0];
-                o[2] = ob[1];
-                o[3] = oe[1];
-                o[4] = ob[2];
-                o[5] = oe[2];
-                __builtin_memcpy(wids + n, ow, sizeof(ow));
-                cd += w - eb[17];
-                wd += eb[18] & 15u;
+                o[0] = u;
+                o[1] = e0;
+                o[2] = e0;
+                o[3] = e1;
+                o[4] = e1;
+                o[5] = u + units;
+                const int32_t wb = (int32_t)((mt >> 16) & 0xFFu);
+                int32_t* wi = wids + n;
+                wi[0] = wd;
+                wi[1] = wd + (wb >> 4);
+                wi[2] = wd + (wb & 15) - 1;
+                cd += w - units;
+                wd += wb & 15;
               } else {
                 os.cdelta = cd;
                 os.word = wd;
