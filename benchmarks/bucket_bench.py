@@ -113,7 +113,8 @@ for max_length, stride in B.GRID:
                                                               padding="bucket",
                                                               num_threads=1))]
     for label, fn in calls:
-        fn()                                  # warm: word memo, pages, caches
+        daskwp.clear_caches()                 # each measured call: one warm call after
+        fn()                                  # an empty word memo, then itself
         lib.cg_start()
         fn()
         lib.cg_stop(f"{fam}|{max_length}|{label}".encode())

@@ -111,6 +111,12 @@ def auto_bucket_widths(lengths, max_length: int, n_buckets: int = AUTO_BUCKETS) 
                                          int(n_buckets)))
 
 
+#: The arrays of ``_ext.build_buckets``' buckets, in its order (the order
+#: :func:`bucket_windows` gives them too).
+_NATIVE_KEYS = ("input_ids", "attention_mask", "metadata", "window", "token_type_ids",
+                "sequence_ids", "offset_mapping", "word_ids", "special_tokens_mask")
+
+
 def fill_buckets(encoding, vocab, p, seq: dict | None, extras: dict | None, convert,
                  num_threads: int) -> BucketedWindows:
     """The bucketed windows of single texts on the host, in one native pass
@@ -151,12 +157,6 @@ def fill_buckets(encoding, vocab, p, seq: dict | None, extras: dict | None, conv
                 data[key] = convert(v)
         buckets.append((int(width), BatchWindows(data)))
     return BucketedWindows(buckets)
-
-
-#: The arrays of ``_ext.build_buckets``' buckets, in its order (the order
-#: :func:`bucket_windows` gives them too).
-_NATIVE_KEYS = ("input_ids", "attention_mask", "metadata", "window", "token_type_ids",
-                "sequence_ids", "offset_mapping", "word_ids", "special_tokens_mask")
 
 
 def _owner(lengths, total: int, xp):

@@ -205,20 +205,33 @@ std::vector<int32_t> auto_bucket_widths(const int64_t* hist, int64_t longest,
 
 namespace {
 
-// Row r of document d (its window k) written into row i of bucket B.
+// Row k of document d, geometry r (window_row), written into row i of bucket B: the
+// values fill_window_row writes, by block copies and fills (bucket rows are short, so
+// per-element loops cost more in their set-up than in their stores).
 template <typename MaskT>
 void fill_bucket_row(const int32_t* tokens, const int64_t* offsets, int64_t d, int64_t k,
-                     int64_t logid, const WindowParams& p, const BucketExtras& ex, Bucket& B,
-                     int64_t i) {
-  const int64_t n = offsets[d + 1] - offsets[d];
-  const int32_t w = B.width;
+                     const WindowRow& r, int64_t logid, const WindowParams& p,
+                     const BucketExtras& ex, Bucket& B, int64_t i) {
+  const int32_t w = B.width, len = r.row_tokens;
   const int64_t at = i * static_cast<int64_t>(w);
-  fill_window_row<MaskT>(tokens + offsets[d], n, k, logid, p, w, B.ids.get() + at,
-                         reinterpret_cast<MaskT*>(B.mask.get()) + at, B.metadata.get() + 3 * i);
+  int32_t* ids = B.ids.get() + at;
+  MaskT* mask = reinterpret_cast<MaskT*>(B.mask.get()) + at;
+  if (p.first_body_col) {
+    ids[0] = p.cls_id;
+    ids[len - 1] = p.sep_id;
+  }
+  const int32_t* body = tokens + offsets[d] + r.first_token;
+  std::copy(body, body + r.body_tokens, ids + p.first_body_col);
+  std::fill(ids + len, ids + w, p.pad_id);
+  std::fill(mask, mask + len, MaskT{1});
+  std::fill(mask + len, mask + w, MaskT{0});
+  int64_t* meta = B.metadata.get() + 3 * i;
+  meta[0] = logid;
+  meta[1] = r.start;
+  meta[2] = r.stop;
   B.window[i] = static_cast<int32_t>(k);
   if (!(ex.spans || ex.words || ex.special_mask || ex.token_type_ids || ex.sequence_ids))
     return;
-  const WindowRow r = window_row(n, k, p);
   const int32_t b0 = p.first_body_col, b1 = p.first_body_col + r.body_tokens;  // body [b0, b1)
   const int64_t src = offsets[d] + r.first_token - b0;  // column c's token: src + c
   if (ex.token_type_ids) {
@@ -260,7 +273,7 @@ void fill_buckets(const int32_t* tokens, const int64_t* offsets, int64_t n_docs,
   std::vector<std::vector<int64_t>> first(threads, std::vector<int64_t>(nb, 0));
   auto row_bucket = [&](int64_t d, int64_t k) {
     return lut[window_row(offsets[d + 1] - offsets[d], k, p).row_tokens];
-  };
+  };  // (the counting pass; the fill computes each row's geometry once)
   if (threads > 1) {
     for (int t = 0; t + 1 < threads; ++t) {
       const int64_t r0 = rows * t / threads, r1 = rows * (t + 1) / threads;
@@ -282,8 +295,9 @@ void fill_buckets(const int32_t* tokens, const int64_t* offsets, int64_t n_docs,
     for (int64_t r = r0; r < r1; ++r) {
       while (doc_rows[d + 1] <= r) ++d;
       const int64_t k = r - doc_rows[d];
-      const int q = row_bucket(d, k);
-      fill_bucket_row<MaskT>(tokens, offsets, d, k, logid_offset + d, p, ex, all[q],
+      const WindowRow wr = window_row(offsets[d + 1] - offsets[d], k, p);
+      const int q = lut[wr.row_tokens];
+      fill_bucket_row<MaskT>(tokens, offsets, d, k, wr, logid_offset + d, p, ex, all[q],
                              cursor[q]++);
     }
   });
