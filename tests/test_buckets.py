@@ -18,7 +18,8 @@ import daskwp
 from conftest import corpus_files, read_documents
 from daskwp import _ext
 from daskwp.backends.cpu import CPU
-from daskwp.core.buckets import auto_bucket_widths, bucket_windows, check_bucket_widths
+from daskwp.core.buckets import BucketedWindows, auto_bucket_widths, bucket_windows, \
+    check_bucket_widths
 from daskwp.core.pairs import extras_options, sequence_options
 from daskwp.core.ragged import to_host
 from daskwp.core.windows import window_params
@@ -92,6 +93,19 @@ def test_every_backend_buckets_alike(any_backend):  # noqa: F811
         out = tok(texts, max_length=max_length, stride=stride, padding="bucket",
                   bucket_widths=widths, return_tensors="np")
         check_buckets(TOK, texts, _host(out), max_length, stride, widths)
+        # array for array against the CPU's native fill; every per-position output too,
+        # but on the NumPy stand-in of CuPy, which has no searchsorted (their ragged form)
+        on = dict(mask_dtype="int8")
+        if getattr(any_backend, "name", "") != "emulated-cuda":
+            on.update(return_offsets_mapping=True, return_word_ids=True,
+                      return_special_tokens_mask=True, return_token_type_ids=True,
+                      return_sequence_ids=True)
+        got = tok(texts, max_length=max_length, stride=stride, padding="bucket",
+                  bucket_widths=widths, return_tensors="np", **on)
+        want = TOK(texts, max_length=max_length, stride=stride, padding="bucket",
+                   bucket_widths=widths, **on)
+        _assert_same_buckets(BucketedWindows(
+            [(w, {k: to_host(v) for k, v in b.items()}) for w, b in got.buckets]), want)
 
 
 def test_auto_widths_minimise_padding():
