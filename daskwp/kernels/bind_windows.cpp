@@ -414,8 +414,8 @@ void bind_windows(nb::module_& m) {
   m.def("pad_rows", &pad_rows, nb::arg("values"), nb::arg("offsets"), nb::arg("rows"),
         nb::arg("width"), nb::arg("pad_id"), nb::arg("mask_int8") = false,
         "The selected rows of a ragged batch (values, offsets) padded to width: (input_ids,\n"
-        "attention_mask), rows x width; the mask is 1 on each row's tokens. The fill of\n"
-        "padding='bucket' buckets.");
+        "attention_mask), rows x width; the mask is 1 on each row's tokens. The fill of the\n"
+        "padding='bucket' buckets of ragged rows (pairs; single texts use build_buckets).");
   m.def("build_buckets", &build_buckets, nb::arg("token_ids"), nb::arg("offsets"),
         nb::arg("max_length"), nb::arg("stride"), nb::arg("truncation"),
         nb::arg("add_special_tokens"), nb::arg("cls_id"), nb::arg("sep_id"), nb::arg("pad_id"),
