@@ -1,10 +1,14 @@
 """Length buckets (padding="bucket"): each window row in the smallest bucket width that
 holds it, no empty bucket, rows equal to the plain padded windows cut to the bucket width,
 and stitching the buckets rebuilds every document exactly once — on every corpus, CPU and
-the CUDA source (emulated; on a device where there is one)."""
+the CUDA source (emulated; on a device where there is one). The CPU's native bucketed fill
+(``_ext.build_buckets``) equals the ragged fill bucketed by ``bucket_windows`` (the GPU's
+and the pairs' path) array for array on every line of every corpus, every per-position
+output on, one thread and seven; ``"auto"`` equals the NumPy form of its dynamic program."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import numpy as np
@@ -12,8 +16,13 @@ import pytest
 
 import daskwp
 from conftest import corpus_files, read_documents
-from daskwp.core.buckets import auto_bucket_widths, check_bucket_widths
+from daskwp import _ext
+from daskwp.backends.cpu import CPU
+from daskwp.core.buckets import BucketedWindows, auto_bucket_widths, bucket_windows, \
+    check_bucket_widths
+from daskwp.core.pairs import extras_options, sequence_options
 from daskwp.core.ragged import to_host
+from daskwp.core.windows import window_params
 from test_backends import any_backend  # noqa: F401  (the fixture: every backend present)
 
 TOK = daskwp.WordPieceTokenizer()
@@ -84,6 +93,19 @@ def test_every_backend_buckets_alike(any_backend):  # noqa: F811
         out = tok(texts, max_length=max_length, stride=stride, padding="bucket",
                   bucket_widths=widths, return_tensors="np")
         check_buckets(TOK, texts, _host(out), max_length, stride, widths)
+        # array for array against the CPU's native fill; every per-position output too,
+        # but on the NumPy stand-in of CuPy, which has no searchsorted (their ragged form)
+        on = dict(mask_dtype="int8")
+        if getattr(any_backend, "name", "") != "emulated-cuda":
+            on.update(return_offsets_mapping=True, return_word_ids=True,
+                      return_special_tokens_mask=True, return_token_type_ids=True,
+                      return_sequence_ids=True)
+        got = tok(texts, max_length=max_length, stride=stride, padding="bucket",
+                  bucket_widths=widths, return_tensors="np", **on)
+        want = TOK(texts, max_length=max_length, stride=stride, padding="bucket",
+                   bucket_widths=widths, **on)
+        _assert_same_buckets(BucketedWindows(
+            [(w, {k: to_host(v) for k, v in b.items()}) for w, b in got.buckets]), want)
 
 
 def test_auto_widths_minimise_padding():
@@ -168,3 +190,159 @@ def test_buckets_through_the_accessors_jobs_and_read_tokenized(tmp_path):
             d = int(plain.metadata[r, 0])
             got = rows[(d, r - int(starts[d]))]
             assert np.array_equal(got, plain.input_ids[r, :len(got)]), (folder, r)
+
+
+def numpy_auto_widths(lengths, max_length, n_buckets=4):
+    """The NumPy form of the "auto" dynamic program (what daskwp ran before the native one):
+    the reference the extension's must equal, ties included."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    cands = sorted(set(range(8, max_length + 1, 8)) | {max_length})
+    if lengths.size == 0:
+        return (max_length,)
+    longest = int(lengths.max())
+    cands = [w for w in cands if w < longest] + [min(w for w in cands if w >= longest)]
+    c = np.asarray(cands, dtype=np.int64)
+    hist = np.bincount(lengths, minlength=longest + 1).astype(np.int64)
+    n_le = np.cumsum(hist)
+    s_le = np.cumsum(hist * np.arange(hist.shape[0], dtype=np.int64))
+    top = np.minimum(c, longest)
+    count = np.diff(n_le[top], prepend=0)
+    total = np.diff(s_le[top], prepend=0)
+    n_cum = np.concatenate([[0], np.cumsum(count)])
+    s_cum = np.concatenate([[0], np.cumsum(total)])
+    m = len(c)
+    lo, hi = np.arange(m)[:, None], np.arange(m)[None, :]
+    cost = c[None, :] * (n_cum[hi + 1] - n_cum[lo]) - (s_cum[hi + 1] - s_cum[lo])
+    cost = np.where(lo <= hi, cost, np.inf)
+    k_max = min(n_buckets, m)
+    best = np.full((k_max, m), np.inf)
+    back = np.full((k_max, m), -1, dtype=np.int64)
+    best[0] = cost[0]
+    for k in range(1, k_max):
+        total_ij = best[k - 1][:, None] + np.vstack([cost[1:], np.full((1, m), np.inf)])
+        back[k] = np.argmin(total_ij, axis=0)
+        best[k] = total_ij[back[k], np.arange(m)]
+    j, k = m - 1, int(np.argmin(best[:, m - 1]))
+    chosen = []
+    while k >= 0 and j >= 0:
+        chosen.append(int(c[j]))
+        j = int(back[k, j]) if k > 0 else -1
+        k -= 1
+    return tuple(sorted(chosen))
+
+
+def test_native_auto_widths_equal_the_numpy_program():
+    rng = np.random.default_rng(11)
+    for trial in range(600):
+        max_length = int(rng.choice([1, 3, 7, 8, 9, 16, 40, 64, 100, 128, 512]))
+        n = int(rng.integers(1, 400))
+        if trial % 3 == 0:      # clustered lengths: many ties between splits
+            lengths = rng.choice(rng.integers(0, max_length + 1, size=3), size=n)
+        else:
+            lengths = rng.integers(0, max_length + 1, size=n)
+        n_buckets = int(rng.integers(1, 6))
+        assert auto_bucket_widths(lengths, max_length, n_buckets) == \
+            numpy_auto_widths(lengths, max_length, n_buckets), (trial, max_length, n_buckets)
+    assert auto_bucket_widths(np.zeros(0, dtype=np.int64), 64) == (64,)
+    with pytest.raises(ValueError, match="longer than max_length=16"):
+        auto_bucket_widths([3, 17], 16)
+
+
+FAMILIES = {
+    "english": [p for p in CORPORA if p.parent.name == "corpus"],
+    "logs": [p for p in CORPORA if p.parent.name == "logs"],
+    "multi": [p for p in CORPORA if p.parent.name == "multi"],
+    "edge": [p for p in CORPORA if p.parent.name == "edge"],
+}
+NATIVE_GRID = [(128, 32, True, "auto"), (512, 128, True, "auto"), (16, 3, True, (5, 9)),
+               (64, 0, False, (8, 24))]
+
+
+@functools.lru_cache(maxsize=1)
+def _family_encoding(family):
+    texts = [t for p in FAMILIES[family] for t in read_documents(p)] + ["", None, "word " * 700]
+    return TOK.encode(texts, return_offsets_mapping=True, return_word_ids=True)
+
+
+def _assert_same_buckets(got, want):
+    assert got.widths == want.widths
+    for (_, g), (_, w) in zip(got, want):
+        assert list(g.keys()) == list(w.keys())
+        for key in w.keys():
+            a, b = g[key], w[key]
+            assert a.dtype == b.dtype and a.shape == b.shape, (key, a.dtype, b.dtype)
+            assert np.array_equal(a, b), key
+
+
+@pytest.mark.parametrize("family", [f for f in FAMILIES if FAMILIES[f]])
+@pytest.mark.parametrize("max_length,stride,special,widths", NATIVE_GRID)
+def test_native_fill_equals_the_ragged_buckets(family, max_length, stride, special, widths):
+    """Every line of the family: the native bucketed fill against the ragged fill passed
+    through bucket_windows, with and without every per-position output."""
+    enc = _family_encoding(family)
+    for mask_dtype, threads, on in (("int8", 7, True), ("int32", 1, False), ("int32", 3, True)):
+        p = window_params(max_length, stride, False, special, "bucket", "np", 5, mask_dtype,
+                          widths)
+        p, seq = sequence_options(p, False, None, on, on)
+        extras = extras_options(on, on, on, "chars")
+        got = CPU.build_windows(enc, TOK.vocab, p, threads, seq, extras)
+        ragged = CPU.build_windows(enc, TOK.vocab, window_params(
+            max_length, stride, False, special, "do_not_pad", "np", 5, mask_dtype), 1, seq,
+            extras)
+        want = bucket_windows(ragged, p.bucket_widths, TOK.vocab.pad_id, max_length,
+                              lambda a: a)
+        _assert_same_buckets(got, want)
+        lengths = np.diff(ragged["input_ids"].offsets)
+        if widths == "auto":
+            assert tuple(got.widths) == numpy_auto_widths(lengths, max_length)
+        assert got.num_rows == len(lengths)
+
+
+def test_native_fill_truncation_and_empty_batches():
+    texts = [t or "" for t in _docs(CORPORA[0], 300)]
+    for kw in (dict(truncation=True), dict(truncation=True, add_special_tokens=False)):
+        got = TOK(texts, max_length=32, padding="bucket", bucket_widths=(8, 16), **kw)
+        ragged = TOK(texts, max_length=32, padding="do_not_pad", **kw)
+        _assert_same_buckets(got, bucket_windows(ragged, (8, 16, 32), TOK.vocab.pad_id, 32,
+                                                 lambda a: a))
+        assert got.num_rows == len(texts)
+        # auto widths that end below max_length (no row reaches it)
+        got = TOK(texts, max_length=64, padding="bucket", **kw)
+        ragged = TOK(texts, max_length=64, padding="do_not_pad", **kw)
+        want = bucket_windows(ragged, "auto", TOK.vocab.pad_id, 64, lambda a: a)
+        _assert_same_buckets(got, want)
+    short = TOK(["a b", "c", ""], max_length=64, padding="bucket", return_word_ids=True)
+    assert short.widths == [8] and short.num_rows == 3
+    assert short.buckets[0][1]["word_ids"].tolist()[0] == [-1, 0, 1, -1, -1, -1, -1, -1]
+    empty = TOK([], max_length=32, padding="bucket")
+    assert len(empty) == 0 and empty.num_rows == 0
+
+
+def test_native_fill_refuses_bad_arguments():
+    ids = np.arange(10, dtype=np.int32)
+    off = np.array([0, 4, 10], dtype=np.int64)
+
+    def call(widths, spans=None, words=None, auto=4, offsets=off):
+        return _ext.build_buckets(ids, offsets, 16, 2, False, True, 101, 102, 0, 0, widths,
+                                  auto, False, spans, words, False, False, False, 1)
+
+    assert [b[0] for b in call(None)] == [8]
+    assert [b[0] for b in call(np.array([4, 16], dtype=np.int64))] == [16]
+    for widths, pattern in ((np.array([8], dtype=np.int64), "end with max_length=16"),
+                            (np.array([8, 4, 16], dtype=np.int64), "increasing"),
+                            (np.array([0, 16], dtype=np.int64), r"in \[1, max_length=16\]"),
+                            (np.zeros(0, dtype=np.int64), "end with max_length")):
+        with pytest.raises(ValueError, match=pattern):
+            call(widths)
+    with pytest.raises(ValueError, match="auto_buckets must be >= 1"):
+        call(None, auto=0)
+    with pytest.raises(ValueError, match="2 values per token"):
+        call(None, spans=np.zeros(19, dtype=np.int64))
+    with pytest.raises(ValueError, match="one value per token"):
+        call(None, words=np.zeros(9, dtype=np.int32))
+    with pytest.raises(ValueError, match="outside token_ids"):
+        call(None, offsets=np.array([0, 4, 11], dtype=np.int64))
+    with pytest.raises(ValueError, match="non-decreasing"):
+        call(None, offsets=np.array([0, 5, 4, 10], dtype=np.int64))
+    with pytest.raises(ValueError, match="negative count"):
+        _ext.auto_bucket_widths(np.array([1, -1], dtype=np.int64), 16, 4)

@@ -26,6 +26,7 @@ import numpy as np
 
 from .. import _ext
 from ..core import config
+from ..core.buckets import fill_buckets
 from ..core.cache import register_cache
 from ..core.options import check_int
 from ..core.pairs import build_pair_windows, finish_windows
@@ -156,6 +157,9 @@ class CPUBackend:
         adds ``token_type_ids`` / ``sequence_ids``, ``extras``
         (:func:`daskwp.core.pairs.extras_options`) ``offset_mapping``, ``word_ids`` and
         ``special_tokens_mask`` (docs/design.md §2.9)."""
+        convert = (lambda a: convert_tensors(a, p.return_tensors))
+        if p.padding == "bucket":   # straight into the buckets, no ragged rows first
+            return fill_buckets(encoding, vocab, p, seq, extras, convert, num_threads)
         token_ids = np.ascontiguousarray(encoding.token_ids, dtype=np.int32)
         offsets = np.ascontiguousarray(encoding.offsets, dtype=np.int64)
         padded, cls_id, sep_id, pad_id, width = fill_plan(vocab, p, offsets)
@@ -163,7 +167,6 @@ class CPUBackend:
             token_ids, offsets, p.max_length, p.stride, bool(p.truncation),
             p.add_special_tokens, cls_id, sep_id, pad_id, p.logid_offset, padded, p.mask_int8,
             width, num_threads)
-        convert = (lambda a: convert_tensors(a, p.return_tensors))
         return finish_windows(out, encoding, p, seq, extras, convert, np, vocab)
 
     def build_pair_windows(self, enc_a: Encoding, enc_b: Encoding, vocab, p: WindowParams,

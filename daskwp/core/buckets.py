@@ -15,8 +15,10 @@ minimise its padding tokens, among the multiples of 8 up to ``max_length`` and
 widths are sorted; ``max_length`` is added when the largest is smaller, so every row has a
 bucket.
 
-Bucketing is a pass over the ragged windows in the array module of the result (NumPy or
-CuPy), the same for every backend.
+On the CPU, single texts are bucketed in one native pass from the encoding
+(:func:`fill_buckets`: each row written straight into its bucket, no ragged rows first);
+sentence pairs and the GPU bucket their ragged windows with :func:`bucket_windows`, a pass
+in the array module of the result (NumPy or CuPy). Both give the same buckets.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from .outputs import position_output
 from .ragged import BatchWindows, RaggedRows, array_module, to_host
 
 __all__ = ["AUTO_BUCKETS", "BucketedWindows", "auto_bucket_widths", "bucket_windows",
-           "check_bucket_widths"]
+           "check_bucket_widths", "fill_buckets"]
 
 #: Widths ``bucket_widths="auto"`` chooses at most.
 AUTO_BUCKETS = 4
@@ -94,50 +96,67 @@ def check_bucket_widths(value, max_length: int):
 
 def auto_bucket_widths(lengths, max_length: int, n_buckets: int = AUTO_BUCKETS) -> tuple:
     """At most ``n_buckets`` widths minimising the padding of rows of ``lengths`` (each
-    <= max_length), among the multiples of 8 up to ``max_length`` and ``max_length``."""
+    <= max_length), among the multiples of 8 up to ``max_length`` and ``max_length``.
+
+    The exact dynamic program over the histogram of the lengths (the extension's, the one
+    the native bucketed fill runs): the candidates below the longest row and the smallest
+    that holds it; among equal paddings the fewest widths, then the earliest split."""
     lengths = to_host(lengths).astype(np.int64)
-    cands = sorted({w for w in range(_ALIGN, max_length + 1, _ALIGN)} | {max_length})
     if lengths.size == 0:
         return (max_length,)
-    longest = int(lengths.max())
-    cands = [w for w in cands if w >= 1]
-    cands = [w for w in cands if w < longest] + [min(w for w in cands if w >= longest)]
-    c = np.asarray(cands, dtype=np.int64)
-    # rows and their token sums up to each candidate width, from one histogram of the
-    # lengths (each <= max_length)
-    hist = np.bincount(lengths, minlength=longest + 1).astype(np.int64)
-    n_le = np.cumsum(hist)                                   # rows of length <= x
-    s_le = np.cumsum(hist * np.arange(hist.shape[0], dtype=np.int64))
-    top = np.minimum(c, longest)
-    n_at, s_at = n_le[top], s_le[top]
-    count = np.diff(n_at, prepend=0)
-    total = np.diff(s_at, prepend=0)
-    n_cum, s_cum = np.concatenate([[0], np.cumsum(count)]), np.concatenate([[0],
-                                                                            np.cumsum(total)])
+    if int(lengths.max()) > max_length:
+        raise ValueError(f"a row of {int(lengths.max())} tokens is longer than "
+                         f"max_length={max_length}")
+    return tuple(_ext.auto_bucket_widths(np.bincount(lengths), int(max_length),
+                                         int(n_buckets)))
 
-    m = len(c)
-    # cost[i + 1, j]: rows of candidates (i, j] padded to width c[j] (i = -1: from the start)
-    lo = np.arange(m)[:, None]                  # i + 1
-    hi = np.arange(m)[None, :]                  # j
-    cost = c[None, :] * (n_cum[hi + 1] - n_cum[lo]) - (s_cum[hi + 1] - s_cum[lo])
-    cost = np.where(lo <= hi, cost, np.inf)
-    k_max = min(n_buckets, m)
-    best = np.full((k_max, m), np.inf)
-    back = np.full((k_max, m), -1, dtype=np.int64)
-    best[0] = cost[0]
-    for k in range(1, k_max):
-        # best[k, j] = min over i < j of best[k-1, i] + cost[i + 1, j]
-        total_ij = best[k - 1][:, None] + np.vstack([cost[1:], np.full((1, m), np.inf)])
-        back[k] = np.argmin(total_ij, axis=0)
-        best[k] = total_ij[back[k], np.arange(m)]
-    j = m - 1
-    k = int(np.argmin(best[:, j]))
-    chosen = []
-    while k >= 0 and j >= 0:
-        chosen.append(int(c[j]))
-        j = int(back[k, j]) if k > 0 else -1
-        k -= 1
-    return tuple(sorted(chosen))
+
+#: The arrays of ``_ext.build_buckets``' buckets, in its order (the order
+#: :func:`bucket_windows` gives them too).
+_NATIVE_KEYS = ("input_ids", "attention_mask", "metadata", "window", "token_type_ids",
+                "sequence_ids", "offset_mapping", "word_ids", "special_tokens_mask")
+
+
+def fill_buckets(encoding, vocab, p, seq: dict | None, extras: dict | None, convert,
+                 num_threads: int) -> BucketedWindows:
+    """The bucketed windows of single texts on the host, in one native pass
+    (``_ext.build_buckets``): each row's length from the window rule, the widths (given, or
+    "auto" from the histogram of those lengths), then every row written straight into its
+    bucket's ids, mask, metadata, window and the per-position outputs asked (``seq``:
+    token_type_ids / sequence_ids; ``extras``: offset_mapping / word_ids /
+    special_tokens_mask) — what :func:`bucket_windows` makes of the ragged fill, without
+    it. ``p``: the window parameters (``padding="bucket"``)."""
+    extras = extras or {}
+    seq = seq or {}
+    spans = words = None
+    if extras.get("offset_mapping"):
+        if encoding.offset_mapping is None:
+            raise ValueError("the encoding has no offset_mapping (encode with "
+                             "return_offsets_mapping=True)")
+        spans = np.ascontiguousarray(encoding.offset_mapping, dtype=np.int64).reshape(-1)
+    if extras.get("word_ids"):
+        if encoding.word_ids is None:
+            raise ValueError("the encoding has no word_ids (encode with return_word_ids=True)")
+        words = np.ascontiguousarray(encoding.word_ids, dtype=np.int32)
+    special = p.add_special_tokens
+    widths = p.bucket_widths
+    out = _ext.build_buckets(
+        np.ascontiguousarray(encoding.token_ids, dtype=np.int32),
+        np.ascontiguousarray(encoding.offsets, dtype=np.int64), p.max_length, p.stride,
+        bool(p.truncation), special, vocab.cls_id if special else -1,
+        vocab.sep_id if special else -1, vocab.pad_id, p.logid_offset,
+        None if widths == "auto" else np.asarray(widths, dtype=np.int64), AUTO_BUCKETS,
+        p.mask_int8, spans, words, bool(extras.get("special_tokens_mask")),
+        bool(seq.get("return_token_type_ids")), bool(seq.get("return_sequence_ids")),
+        int(num_threads))
+    buckets = []
+    for width, *arrays in out:
+        data = {}
+        for key, v in zip(_NATIVE_KEYS, arrays):
+            if v is not None:
+                data[key] = convert(v)
+        buckets.append((int(width), BatchWindows(data)))
+    return BucketedWindows(buckets)
 
 
 def _owner(lengths, total: int, xp):

@@ -1,5 +1,6 @@
-// daskwp — binding of the CPU windows (windows_cpu.cpp): build_windows checks its
-// parameters, releases the GIL for the batch and hands the outputs to NumPy without a copy.
+// daskwp — binding of the CPU windows (windows_cpu.cpp): build_windows and build_buckets
+// check their parameters, release the GIL for the batch and hand the outputs to NumPy
+// without a copy.
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
@@ -28,10 +29,11 @@ nb::object release_as(daskwp::HostArray<uint8_t>& bytes, std::initializer_list<s
   return nb::cast(nb::ndarray<nb::numpy, T>(raw, shape.size(), shape.data(), owner));
 }
 
-nb::tuple build_windows(I32 token_ids, I64 offsets, int64_t max_length, int64_t stride,
-                        bool truncation, bool add_special_tokens, int32_t cls_id,
-                        int32_t sep_id, int32_t pad_id, int64_t logid_offset, bool padding,
-                        bool mask_int8, int64_t pad_width, int num_threads) {
+// The window parameters of a call, checked against the batch (token_ids, offsets).
+daskwp::WindowParams checked_params(int64_t n_ids, const I64& offsets, int64_t max_length,
+                                    int64_t stride, bool truncation, bool add_special_tokens,
+                                    int32_t cls_id, int32_t sep_id, int32_t pad_id,
+                                    int64_t logid_offset) {
   const int64_t max32 = std::numeric_limits<int32_t>::max();
   if (max_length < 1 || max_length > max32)
     throw std::invalid_argument("max_length must be in [1, 2**31-1], got " +
@@ -47,7 +49,6 @@ nb::tuple build_windows(I32 token_ids, I64 offsets, int64_t max_length, int64_t 
   if (offsets.shape(0) < 1) throw std::invalid_argument("offsets must not be empty");
   const int64_t n_docs = static_cast<int64_t>(offsets.shape(0)) - 1;
   const int64_t* off = offsets.data();
-  const int64_t n_ids = static_cast<int64_t>(token_ids.shape(0));
   if (off[0] < 0 || off[n_docs] > n_ids)
     throw std::invalid_argument("offsets point outside token_ids");
   for (int64_t d = 0; d < n_docs; ++d)
@@ -57,14 +58,25 @@ nb::tuple build_windows(I32 token_ids, I64 offsets, int64_t max_length, int64_t 
       logid_offset > std::numeric_limits<int64_t>::max() - std::max<int64_t>(n_docs - 1, 0))
     throw std::invalid_argument("logid_offset must be >= 0 and leave room for the batch, got " +
                                 std::to_string(logid_offset));
+  return daskwp::make_window_params(static_cast<int32_t>(max_length),
+                                    static_cast<int32_t>(stride), truncation,
+                                    add_special_tokens, cls_id, sep_id, pad_id);
+}
+
+nb::tuple build_windows(I32 token_ids, I64 offsets, int64_t max_length, int64_t stride,
+                        bool truncation, bool add_special_tokens, int32_t cls_id,
+                        int32_t sep_id, int32_t pad_id, int64_t logid_offset, bool padding,
+                        bool mask_int8, int64_t pad_width, int num_threads) {
+  const daskwp::WindowParams p =
+      checked_params(static_cast<int64_t>(token_ids.shape(0)), offsets, max_length, stride,
+                     truncation, add_special_tokens, cls_id, sep_id, pad_id, logid_offset);
+  const int64_t n_docs = static_cast<int64_t>(offsets.shape(0)) - 1;
+  const int64_t* off = offsets.data();
   if (pad_width < 0) pad_width = max_length;
   if (pad_width > max_length)
     throw std::invalid_argument("pad_width " + std::to_string(pad_width) +
                                 " exceeds max_length " + std::to_string(max_length));
 
-  const daskwp::WindowParams p = daskwp::make_window_params(
-      static_cast<int32_t>(max_length), static_cast<int32_t>(stride), truncation,
-      add_special_tokens, cls_id, sep_id, pad_id);
   daskwp::WindowBatch r;
   {
     nb::gil_scoped_release release;
@@ -283,6 +295,111 @@ nb::tuple window_extras(I64 tok_offsets, I64 doc_row_offsets, nb::object row_off
   return nb::make_tuple(r_sp, r_wd, r_sm);
 }
 
+
+// padding="bucket": the windows of a batch straight into per-bucket matrices
+// (windows_cpu.cpp build_bucket_batch). widths: None (auto, at most auto_buckets widths) or
+// sorted unique int64 widths in [1, max_length] ending with max_length.
+nb::list build_buckets(I32 token_ids, I64 offsets, int64_t max_length, int64_t stride,
+                       bool truncation, bool add_special_tokens, int32_t cls_id, int32_t sep_id,
+                       int32_t pad_id, int64_t logid_offset, nb::object widths_obj,
+                       int auto_buckets, bool mask_int8, nb::object spans_obj,
+                       nb::object words_obj, bool special_mask, bool token_type_ids,
+                       bool sequence_ids, int num_threads) {
+  const daskwp::WindowParams p =
+      checked_params(static_cast<int64_t>(token_ids.shape(0)), offsets, max_length, stride,
+                     truncation, add_special_tokens, cls_id, sep_id, pad_id, logid_offset);
+  const int64_t n_docs = static_cast<int64_t>(offsets.shape(0)) - 1;
+  const int64_t n_tokens = n_docs ? offsets.data()[n_docs] : 0;
+  std::vector<int32_t> widths;
+  if (!widths_obj.is_none()) {
+    I64 w = nb::cast<I64>(widths_obj);
+    const int64_t* wd = w.data();
+    const size_t nw = w.shape(0);
+    for (size_t i = 0; i < nw; ++i) {
+      if (wd[i] < 1 || wd[i] > max_length || (i && wd[i] <= wd[i - 1]))
+        throw std::invalid_argument("bucket widths must be increasing, in [1, max_length=" +
+                                    std::to_string(max_length) + "], got " +
+                                    std::to_string(wd[i]));
+      widths.push_back(static_cast<int32_t>(wd[i]));
+    }
+    if (widths.empty() || widths.back() != max_length)
+      throw std::invalid_argument("bucket widths must end with max_length=" +
+                                  std::to_string(max_length));
+  } else if (auto_buckets < 1) {
+    throw std::invalid_argument("auto_buckets must be >= 1, got " +
+                                std::to_string(auto_buckets));
+  }
+  daskwp::BucketExtras ex;
+  I64 spans;
+  I32 words;
+  if (!spans_obj.is_none()) {
+    spans = nb::cast<I64>(spans_obj);
+    if (static_cast<int64_t>(spans.shape(0)) < 2 * n_tokens)
+      throw std::invalid_argument("spans must hold 2 values per token");
+    ex.spans = spans.data();
+  }
+  if (!words_obj.is_none()) {
+    words = nb::cast<I32>(words_obj);
+    if (static_cast<int64_t>(words.shape(0)) < n_tokens)
+      throw std::invalid_argument("words must hold one value per token");
+    ex.words = words.data();
+  }
+  ex.special_mask = special_mask;
+  ex.token_type_ids = token_type_ids;
+  ex.sequence_ids = sequence_ids;
+  std::vector<daskwp::Bucket> bs;
+  {
+    nb::gil_scoped_release release;
+    bs = daskwp::build_bucket_batch(token_ids.data(), offsets.data(), n_docs, p, logid_offset,
+                                    widths.data(), static_cast<int>(widths.size()),
+                                    auto_buckets, mask_int8, ex, num_threads);
+  }
+  auto masklike = [&](daskwp::HostArray<uint8_t>& a, size_t nr, size_t w) {
+    return mask_int8 ? release_as<int8_t>(a, {nr, w}) : release_as<int32_t>(a, {nr, w});
+  };
+  nb::list out;
+  for (auto& B : bs) {
+    const size_t nr = static_cast<size_t>(B.rows), w = static_cast<size_t>(B.width);
+    nb::object none = nb::none();
+    out.append(nb::make_tuple(
+        B.width, numpy_owning<int32_t, 2>(B.ids.release(), {nr, w}), masklike(B.mask, nr, w),
+        numpy_owning<int64_t, 2>(B.metadata.release(), {nr, size_t{3}}),
+        numpy_owning<int32_t, 1>(B.window.release(), {nr}),
+        token_type_ids ? masklike(B.token_type_ids, nr, w) : none,
+        sequence_ids ? numpy_owning<int8_t, 2>(B.sequence_ids.release(), {nr, w}) : none,
+        ex.spans ? numpy_owning<int64_t, 3>(B.offsets.release(), {nr, w, size_t{2}}) : none,
+        ex.words ? numpy_owning<int32_t, 2>(B.word_ids.release(), {nr, w}) : none,
+        special_mask ? masklike(B.special_mask, nr, w) : none));
+  }
+  return out;
+}
+
+// bucket_widths="auto" of a histogram of row lengths (hist[x]: rows of x tokens).
+nb::tuple auto_widths(I64 hist, int64_t max_length, int n_buckets) {
+  if (max_length < 1 || max_length > std::numeric_limits<int32_t>::max())
+    throw std::invalid_argument("max_length must be in [1, 2**31-1], got " +
+                                std::to_string(max_length));
+  if (n_buckets < 1)
+    throw std::invalid_argument("n_buckets must be >= 1, got " + std::to_string(n_buckets));
+  const int64_t n = static_cast<int64_t>(hist.shape(0));
+  const int64_t* h = hist.data();
+  int64_t longest = -1;
+  for (int64_t x = 0; x < n; ++x) {
+    if (h[x] < 0) throw std::invalid_argument("the histogram holds a negative count");
+    if (h[x]) longest = x;
+  }
+  if (longest > max_length)
+    throw std::invalid_argument("a row of " + std::to_string(longest) +
+                                " tokens is longer than max_length=" +
+                                std::to_string(max_length));
+  if (longest < 0) return nb::make_tuple(max_length);
+  const std::vector<int32_t> ws = daskwp::auto_bucket_widths(
+      h, longest, static_cast<int32_t>(max_length), n_buckets);
+  nb::list out;
+  for (int32_t w : ws) out.append(w);
+  return nb::tuple(out);
+}
+
 }  // namespace
 
 void bind_windows(nb::module_& m) {
@@ -297,8 +414,26 @@ void bind_windows(nb::module_& m) {
   m.def("pad_rows", &pad_rows, nb::arg("values"), nb::arg("offsets"), nb::arg("rows"),
         nb::arg("width"), nb::arg("pad_id"), nb::arg("mask_int8") = false,
         "The selected rows of a ragged batch (values, offsets) padded to width: (input_ids,\n"
-        "attention_mask), rows x width; the mask is 1 on each row's tokens. The fill of\n"
-        "padding='bucket' buckets.");
+        "attention_mask), rows x width; the mask is 1 on each row's tokens. The fill of the\n"
+        "padding='bucket' buckets of ragged rows (pairs; single texts use build_buckets).");
+  m.def("build_buckets", &build_buckets, nb::arg("token_ids"), nb::arg("offsets"),
+        nb::arg("max_length"), nb::arg("stride"), nb::arg("truncation"),
+        nb::arg("add_special_tokens"), nb::arg("cls_id"), nb::arg("sep_id"), nb::arg("pad_id"),
+        nb::arg("logid_offset"), nb::arg("widths").none(), nb::arg("auto_buckets"),
+        nb::arg("mask_int8"), nb::arg("spans").none(), nb::arg("words").none(),
+        nb::arg("special_mask"), nb::arg("token_type_ids"), nb::arg("sequence_ids"),
+        nb::arg("num_threads") = 0,
+        "padding='bucket': the strided windows of a ragged batch written straight into\n"
+        "per-bucket matrices, each row in the smallest width that holds it. widths: None\n"
+        "(auto: auto_bucket_widths of the row lengths) or increasing widths ending with\n"
+        "max_length. Returns a list, increasing width, empty buckets left out, of (width,\n"
+        "input_ids, attention_mask, metadata, window, token_type_ids, sequence_ids,\n"
+        "offset_mapping, word_ids, special_tokens_mask), None for an output not asked.");
+  m.def("auto_bucket_widths", &auto_widths, nb::arg("hist"), nb::arg("max_length"),
+        nb::arg("n_buckets"),
+        "At most n_buckets widths minimising the padding of rows whose lengths have the\n"
+        "histogram hist (hist[x]: rows of x tokens, x <= max_length), among the multiples\n"
+        "of 8 up to max_length and max_length (exact dynamic program).");
   m.def("build_windows", &build_windows, nb::arg("token_ids"), nb::arg("offsets"),
         nb::arg("max_length"), nb::arg("stride"), nb::arg("truncation"),
         nb::arg("add_special_tokens"), nb::arg("cls_id"), nb::arg("sep_id"), nb::arg("pad_id"),
