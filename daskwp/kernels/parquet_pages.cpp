@@ -20,6 +20,10 @@
 
 #include "bindings.hpp"
 
+#if defined(__SSSE3__)
+#include <tmmintrin.h>
+#endif
+
 namespace {
 
 using AnyInts = nb::ndarray<nb::ro, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
@@ -96,14 +100,11 @@ Values values_of(const AnyInts& a, const char* what) {
   return Values{a.data(), t.bits, a.shape(0)};
 }
 
-// values [b, e) PLAIN (little-endian, physical width) or BYTE_STREAM_SPLIT (the k-th bytes
-// of all values, then the (k+1)-th, ...).
-void put_values(std::string& out, const Values& v, size_t b, size_t e, bool split) {
+// values [b, e) at `p` PLAIN (little-endian, physical width) or BYTE_STREAM_SPLIT (the
+// k-th bytes of all values, then the (k+1)-th, ...): n * phys() bytes.
+void put_values(char* p, const Values& v, size_t b, size_t e, bool split) {
   const size_t n = e - b;
   const int w = v.phys();
-  const size_t at = out.size();
-  out.resize(at + n * static_cast<size_t>(w));
-  char* p = &out[at];
   if (!split) {
     if (v.bits == 32 || v.bits == 64) {
       std::memcpy(p, static_cast<const char*>(v.data) + b * (v.bits / 8), n * w);
@@ -118,9 +119,31 @@ void put_values(std::string& out, const Values& v, size_t b, size_t e, bool spli
   if (w == 4) {
     uint8_t* s0 = reinterpret_cast<uint8_t*>(p);
     uint8_t *s1 = s0 + n, *s2 = s1 + n, *s3 = s2 + n;
+    size_t i = 0;
     if (v.bits == 32) {
       const uint32_t* src = static_cast<const uint32_t*>(v.data) + b;
-      for (size_t i = 0; i < n; ++i) {
+#if defined(__SSSE3__)
+      // 16 values at a time: each 4-value vector's bytes grouped by position (pshufb), then
+      // a 4x4 transpose of 32-bit lanes gives 16 bytes of each stream.
+      const __m128i group = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+      for (; i + 16 <= n; i += 16) {
+        const __m128i x0 = _mm_shuffle_epi8(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)), group);
+        const __m128i x1 = _mm_shuffle_epi8(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 4)), group);
+        const __m128i x2 = _mm_shuffle_epi8(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 8)), group);
+        const __m128i x3 = _mm_shuffle_epi8(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 12)), group);
+        const __m128i t0 = _mm_unpacklo_epi32(x0, x1), t1 = _mm_unpacklo_epi32(x2, x3);
+        const __m128i t2 = _mm_unpackhi_epi32(x0, x1), t3 = _mm_unpackhi_epi32(x2, x3);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(s0 + i), _mm_unpacklo_epi64(t0, t1));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(s1 + i), _mm_unpackhi_epi64(t0, t1));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(s2 + i), _mm_unpacklo_epi64(t2, t3));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(s3 + i), _mm_unpackhi_epi64(t2, t3));
+      }
+#endif
+      for (; i < n; ++i) {
         const uint32_t x = src[i];
         s0[i] = static_cast<uint8_t>(x);
         s1[i] = static_cast<uint8_t>(x >> 8);
@@ -128,7 +151,7 @@ void put_values(std::string& out, const Values& v, size_t b, size_t e, bool spli
         s3[i] = static_cast<uint8_t>(x >> 24);
       }
     } else {
-      for (size_t i = 0; i < n; ++i) {
+      for (; i < n; ++i) {
         const uint32_t x = static_cast<uint32_t>(static_cast<int32_t>(v.at(b + i)));
         s0[i] = static_cast<uint8_t>(x);
         s1[i] = static_cast<uint8_t>(x >> 8);
@@ -145,6 +168,12 @@ void put_values(std::string& out, const Values& v, size_t b, size_t e, bool spli
   }
 }
 
+void put_values(std::string& out, const Values& v, size_t b, size_t e, bool split) {
+  const size_t at = out.size();
+  out.resize(at + (e - b) * static_cast<size_t>(v.phys()));
+  put_values(&out[at], v, b, e, split);
+}
+
 // 32 values of `width` bits, least significant bit first.
 template <typename U>
 void pack32(std::string& out, const U* v, int width) {
@@ -152,6 +181,20 @@ void pack32(std::string& out, const U* v, int width) {
   const size_t at = out.size();
   out.resize(at + 4 * static_cast<size_t>(width), '\0');
   uint8_t* p = reinterpret_cast<uint8_t*>(&out[at]);
+  if (width <= 56) {  // a 64-bit accumulator holds < 8 pending bits + one value
+    uint64_t acc = 0;
+    int pending = 0;
+    for (int i = 0; i < 32; ++i) {
+      acc |= static_cast<uint64_t>(v[i]) << pending;
+      pending += width;
+      while (pending >= 8) {
+        *p++ = static_cast<uint8_t>(acc);
+        acc >>= 8;
+        pending -= 8;
+      }
+    }
+    return;  // 32 * width bits: a whole number of bytes, nothing pending
+  }
   size_t bit = 0;
   for (int i = 0; i < 32; ++i) {
     const uint64_t x = v[i];
@@ -239,7 +282,9 @@ nb::list scalar_pages(AnyInts values, bool delta, int64_t page_values) {
 
 // Pages of an optional list column without null lists or items, rows [0, rows) with
 // `offsets` (rows + 1, absolute positions in `values`): (body, number of level entries,
-// rows). A page closes after the row that brings its values to `page_bytes`.
+// rows). A page closes after the row that brings its values to `page_bytes`. The levels are
+// encoded first, then each page's bytes object is allocated at its final size and its
+// values written into it (no copy of the values).
 nb::list list_pages(AnyInts values, I32 offsets, int64_t page_bytes, bool split) {
   const Values v = values_of(values, "values");
   if (offsets.shape(0) < 1) throw std::invalid_argument("offsets must not be empty");
@@ -250,45 +295,66 @@ nb::list list_pages(AnyInts values, I32 offsets, int64_t page_bytes, bool split)
   if (off[0] < 0 || static_cast<size_t>(off[rows]) > v.size)
     throw std::invalid_argument("offsets point outside values");
   if (page_bytes < 1) throw std::invalid_argument("page_bytes must be >= 1");
-  std::vector<std::tuple<std::string, int64_t, int64_t>> pages;
+  struct Page {
+    std::string levels;
+    size_t r0, r1;
+    int64_t entries;
+  };
+  std::vector<Page> pages;
+  const size_t w = static_cast<size_t>(v.phys());
   {
     nb::gil_scoped_release release;
-    const size_t w = static_cast<size_t>(v.phys());
     for (size_t r0 = 0; r0 < rows || (r0 == 0 && rows == 0);) {
       size_t r1 = r0;
       while (r1 < rows && (r1 == r0 || static_cast<size_t>(off[r1] - off[r0]) * w <
                                            static_cast<size_t>(page_bytes)))
         ++r1;
-      std::string body;
-      int64_t entries = 0;
+      Page pg{std::string(), r0, r1, 0};
       {
-        LevelRuns rep(body);  // max repetition level 1
+        LevelRuns rep(pg.levels);  // max repetition level 1
         for (size_t r = r0; r < r1; ++r) {
           const uint64_t n = static_cast<uint64_t>(off[r + 1] - off[r]);
           rep.add(0, 1);
           if (n > 1) rep.add(1, n - 1);
-          entries += static_cast<int64_t>(n ? n : 1);
+          pg.entries += static_cast<int64_t>(n ? n : 1);
         }
         rep.finish();
       }
       {
-        LevelRuns def(body);  // max definition level 3 (list, repeated group, element)
+        LevelRuns def(pg.levels);  // max definition level 3 (list, repeated group, element)
         for (size_t r = r0; r < r1; ++r) {
           const uint64_t n = static_cast<uint64_t>(off[r + 1] - off[r]);
           def.add(n ? 3 : 1, n ? n : 1);
         }
         def.finish();
       }
-      put_values(body, v, static_cast<size_t>(off[r0]), static_cast<size_t>(off[r1]), split);
-      pages.emplace_back(std::move(body), entries, static_cast<int64_t>(r1 - r0));
+      pages.push_back(std::move(pg));
       if (r1 >= rows) break;
       r0 = r1;
     }
   }
+  std::vector<nb::bytes> bodies;
+  std::vector<char*> at;
+  for (const Page& pg : pages) {
+    const size_t nv = static_cast<size_t>(off[pg.r1] - off[pg.r0]);
+    PyObject* b = PyBytes_FromStringAndSize(nullptr,
+                                            static_cast<Py_ssize_t>(pg.levels.size() + nv * w));
+    if (!b) throw nb::python_error();
+    bodies.push_back(nb::steal<nb::bytes>(b));
+    char* p = PyBytes_AS_STRING(b);
+    std::memcpy(p, pg.levels.data(), pg.levels.size());
+    at.push_back(p + pg.levels.size());
+  }
+  {
+    nb::gil_scoped_release release;
+    for (size_t k = 0; k < pages.size(); ++k)
+      put_values(at[k], v, static_cast<size_t>(off[pages[k].r0]),
+                 static_cast<size_t>(off[pages[k].r1]), split);
+  }
   nb::list out;
-  for (auto& p : pages)
-    out.append(nb::make_tuple(nb::bytes(std::get<0>(p).data(), std::get<0>(p).size()),
-                              std::get<1>(p), std::get<2>(p)));
+  for (size_t k = 0; k < pages.size(); ++k)
+    out.append(nb::make_tuple(bodies[k], pages[k].entries,
+                              static_cast<int64_t>(pages[k].r1 - pages[k].r0)));
   return out;
 }
 
