@@ -7,4 +7,5 @@ NB_MODULE(_ext, m) {
   bind_vocab(m);
   bind_encode(m);
   bind_windows(m);
+  bind_text_lines(m);
 }
