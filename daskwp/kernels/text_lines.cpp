@@ -191,6 +191,8 @@ struct Splitter {
 
   // width: 1 byte at a time, 8-byte words, or 16-byte blocks (words without SSSE3).
   void run(int width) {
+    // read before anything is written: in place, the last byte is overwritten
+    const bool open_last_line = n && src[n - 1] != '\n';
     offsets->push_back(0);
     size_t p = 0;
 #if defined(__SSSE3__)
@@ -198,7 +200,7 @@ struct Splitter {
 #endif
     if (width >= 8) p = words(p);
     scalar(p, n);
-    if (n && src[n - 1] != '\n') end_line();  // a last line without a newline
+    if (open_last_line) end_line();  // a last line without a newline
   }
 };
 
