@@ -325,3 +325,15 @@ def test_job_over_spliced_corpus_equals_hf(tmp_path, capsys):
         assert not got[logid], f"line {logid} has more than one row"
         got[logid] = ids
     assert got == want
+
+
+@pytest.mark.parametrize("data,lines", [(b"", []), (b"\n", [b""]), (b"\n\n\n", [b""] * 3),
+                                        (b"\r\n", [b"\r"]), (b"x", [b"x"])])
+def test_degenerate_files(tmp_path, data, lines):
+    path = tmp_path / "in.txt"
+    path.write_bytes(data)
+    specs = _text_specs(path, 1 << 30)
+    got = [inputs.read_partition_with_counts(s) for s in specs]
+    assert [d for texts, _, _ in got for d in texts.to_pylist()] == lines
+    assert all(counts == (0, 0) for _, _, counts in got)
+    assert inputs.lines_to_arrow(data).to_pylist() == lines
