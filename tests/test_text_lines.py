@@ -183,6 +183,19 @@ def test_every_line_of_every_corpus_with_bad_bytes_spliced_in(path):
     assert inputs.count_invalid_utf8(lines) == (sum(per), sum(1 for n in per if n))
 
 
+def test_count_newlines_equals_bytes_count():
+    """Every start offset and length around the 16-byte blocks and 255-block sums."""
+    data = b"".join(p.read_bytes() for p in CORPUS_FILES)
+    assert _ext.count_newlines(np.frombuffer(data, np.uint8)) == data.count(b"\n")
+    nl = b"\n" * 5000
+    for base in (data[:5000], nl, b"\xff\n" * 2500):
+        for start in range(17):
+            for length in (0, 1, 15, 16, 17, 255 * 16 - 1, 255 * 16, 255 * 16 + 17, 4983):
+                piece = base[start:start + length]
+                assert _ext.count_newlines(np.frombuffer(piece, np.uint8)) == \
+                    piece.count(b"\n"), (start, length)
+
+
 # -- hypothesis ---------------------------------------------------------------------------
 
 hypothesis = pytest.importorskip("hypothesis")
@@ -257,6 +270,9 @@ def test_partitions_equal_the_reference(tmp_path, partition_size):
         bad_docs += d
     assert lines == want_lines
     assert (bad_bytes, bad_docs) == (sum(want_bad), sum(1 for n in want_bad if n))
+    # the counting pass (pieces of 1 MB, native newline count) agrees with the read
+    assert [inputs.count_partition(s) for s in specs] == \
+        [len(inputs.read_partition(s)) for s in specs]
 
 
 def test_text_partition_is_read_without_arrow_allocations(tmp_path):
@@ -283,6 +299,9 @@ def test_compressed_text_equals_plain(tmp_path):
         got.append((texts.to_pylist(), counts))
     assert got[0] == got[1]
     assert got[0][0] == reference(data)[0]
+    for name in ("a.txt", "b.txt.gz"):
+        spec, = _text_specs(tmp_path / name, 1 << 30)
+        assert inputs.count_partition(spec) == len(got[0][0])
 
 
 def test_a_file_shorter_than_planned_is_an_error(tmp_path):
@@ -292,6 +311,8 @@ def test_a_file_shorter_than_planned_is_an_error(tmp_path):
     path.write_bytes(b"one\ntwo\n")
     with pytest.raises(InputError, match="shorter than when the job was planned"):
         inputs.read_partition_with_counts(spec)
+    with pytest.raises(InputError, match="shorter than when the job was planned"):
+        inputs.count_partition(spec)
 
 
 def test_job_over_spliced_corpus_equals_hf(tmp_path, capsys):
@@ -337,3 +358,4 @@ def test_degenerate_files(tmp_path, data, lines):
     assert [d for texts, _, _ in got for d in texts.to_pylist()] == lines
     assert all(counts == (0, 0) for _, _, counts in got)
     assert inputs.lines_to_arrow(data).to_pylist() == lines
+    assert sum(inputs.count_partition(s) for s in specs) == len(lines)

@@ -80,6 +80,7 @@ _ARCHIVES = {".zip": "zip", ".tar": "tar", ".tgz": "tar", ".tbz": "tar", ".tbz2"
 #: Errors that reading a corrupt or truncated compressed file raises.
 _READ_ERRORS = (OSError, EOFError, ValueError, lzma.LZMAError, zlib.error, pa.ArrowException)
 _CHUNK = 8 << 20
+_COUNT_PIECE = 1 << 20  # counting a text partition: read in pieces that stay in cache
 
 
 class InputWarning(UserWarning):
@@ -1510,29 +1511,50 @@ def attach_kept_columns(table: pa.Table, kept: pa.Table | None,
     return table
 
 
+def _count_text_lines(spec: PartitionSpec) -> int:
+    """Lines of a text partition, read in 1 MB pieces into one reused buffer (the
+    partition is never held whole; a compressed file is streamed)."""
+    n, last, size = 0, 10, spec.byte_end - spec.byte_start
+    if spec.compression:
+        with _open_stream(spec.path, spec.compression) as fh:
+            while True:
+                b = fh.read(_CHUNK)
+                if not b:
+                    break
+                b = np.frombuffer(b, dtype=np.uint8)
+                n += _ext.count_newlines(b)
+                last = int(b[-1])
+        return n + (last != 10)
+    buf = np.empty(min(size, _COUNT_PIECE), dtype=np.uint8)
+    view = memoryview(buf)
+    got = 0
+    with open(spec.path, "rb", buffering=0) as fh:
+        fh.seek(spec.byte_start)
+        while got < size:
+            k = fh.readinto(view[:min(len(buf), size - got)])
+            if not k:
+                break
+            n += _ext.count_newlines(buf[:k])
+            last = int(buf[k - 1])
+            got += k
+    view.release()
+    if got != size:
+        raise InputError(f"{spec.describe()}: the file is shorter than when the job was "
+                         f"planned (it changed during the job)")
+    return n + (last != 10)
+
+
 def count_partition(spec: PartitionSpec) -> int:
     """Documents in a partition (the same rule as :func:`read_partition`)."""
     if spec.documents is not None:
         return spec.documents
     if spec.format == "text":
         try:
-            if spec.compression:  # streamed: the decompressed text is never held whole
-                n, last = 0, b""
-                with _open_stream(spec.path, spec.compression) as fh:
-                    while True:
-                        b = fh.read(_CHUNK)
-                        if not b:
-                            break
-                        b = bytes(b)
-                        n += b.count(b"\n")
-                        last = b[-1:]
-                return n + (1 if last and last != b"\n" else 0)
-            data = _read_bytes(spec)
+            return _count_text_lines(spec)
         except JobError:
             raise
         except _READ_ERRORS as e:
             raise InputError(f"cannot read {spec.describe()} as text: {e}") from None
-        return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
     return len(read_partition(spec))
 
 

@@ -18,4 +18,4 @@ void bind_memory(nb::module_& m);   // bind_memory.cpp: the host output-memory p
 void bind_vocab(nb::module_& m);    // bind_vocab.cpp: build_vocab, BLOB_VERSION
 void bind_encode(nb::module_& m);   // bind_encode.cpp: encode32, encode64, ceiling_pass
 void bind_windows(nb::module_& m);  // bind_windows.cpp: build_windows, pad_rows
-void bind_text_lines(nb::module_& m);  // text_lines.cpp: split_lines, host_bytes
+void bind_text_lines(nb::module_& m);  // text_lines.cpp: split_lines, count_newlines, host_bytes
