@@ -19,6 +19,11 @@ a spool file first, then read like any file. Every format decodes bytes the same
 UTF-8 is kept as bytes, and the tokenizer reads each ill-formed sequence as U+FFFD;
 :func:`count_invalid_utf8` counts those bytes for the job summary.
 
+A text partition is read with one ``readinto`` into a buffer of the host memory pool and
+split there in place by one native pass (``daskwp/kernels/text_lines.cpp``) that also counts
+the invalid bytes of each line: :func:`read_partition_with_counts` returns those counts,
+with no second pass over the bytes.
+
 Reading and counting a partition are partition tasks: they import no Dask and run on workers.
 """
 
@@ -58,8 +63,7 @@ from .errors import InputError, JobError
 __all__ = ["COMPRESSIONS", "INPUT_FORMATS", "InputFile", "InputWarning", "PartitionSpec",
            "STDIN", "attach_kept_columns", "count_invalid_utf8", "count_partition",
            "input_fingerprint", "lines_to_arrow", "list_input_files", "plan_partitions",
-           "read_partition", "read_partition_with_columns",
-           "read_partition_with_counts"]
+           "read_partition", "read_partition_with_columns", "read_partition_with_counts"]
 
 #: Output columns of the per-position outputs (a kept input column may not take their names).
 POSITION_OUTPUT_NAMES = tuple(o.name for o in POSITION_OUTPUTS)
@@ -81,6 +85,7 @@ _ARCHIVES = {".zip": "zip", ".tar": "tar", ".tgz": "tar", ".tbz": "tar", ".tbz2"
 _READ_ERRORS = (OSError, EOFError, ValueError, lzma.LZMAError, zlib.error, pa.ArrowException)
 _CHUNK = 8 << 20
 _COUNT_PIECE = 1 << 20  # counting a text partition: read in pieces that stay in cache
+_LF = ord("\n")
 
 
 class InputWarning(UserWarning):
@@ -1489,7 +1494,7 @@ def read_partition_with_columns(spec: PartitionSpec) -> tuple[pa.Array, pa.Table
     return _read(spec, bool(spec.keep_columns))[:2]
 
 
-def read_partition_with_counts(spec: PartitionSpec):
+def read_partition_with_counts(spec: PartitionSpec) -> tuple:
     """``(documents, kept, (invalid_bytes, invalid_documents))``: what
     :func:`read_partition_with_columns` gives, and :func:`count_invalid_utf8` of the
     documents. A text partition's counts come from the pass that splits its lines (no
@@ -1514,7 +1519,7 @@ def attach_kept_columns(table: pa.Table, kept: pa.Table | None,
 def _count_text_lines(spec: PartitionSpec) -> int:
     """Lines of a text partition, read in 1 MB pieces into one reused buffer (the
     partition is never held whole; a compressed file is streamed)."""
-    n, last, size = 0, 10, spec.byte_end - spec.byte_start
+    n, last, size = 0, _LF, spec.byte_end - spec.byte_start
     if spec.compression:
         with _open_stream(spec.path, spec.compression) as fh:
             while True:
@@ -1524,7 +1529,7 @@ def _count_text_lines(spec: PartitionSpec) -> int:
                 b = np.frombuffer(b, dtype=np.uint8)
                 n += _ext.count_newlines(b)
                 last = int(b[-1])
-        return n + (last != 10)
+        return n + (last != _LF)
     buf = np.empty(min(size, _COUNT_PIECE), dtype=np.uint8)
     view = memoryview(buf)
     got = 0
@@ -1541,7 +1546,7 @@ def _count_text_lines(spec: PartitionSpec) -> int:
     if got != size:
         raise InputError(f"{spec.describe()}: the file is shorter than when the job was "
                          f"planned (it changed during the job)")
-    return n + (last != 10)
+    return n + (last != _LF)
 
 
 def count_partition(spec: PartitionSpec) -> int:
