@@ -263,6 +263,7 @@ def test_partitions_equal_the_reference(tmp_path, partition_size):
     for spec in specs:
         texts, kept, (b, d) = inputs.read_partition_with_counts(spec)
         assert kept is None and texts.type == pa.large_binary()
+        texts.validate(full=True)
         assert (b, d) == inputs.count_invalid_utf8(texts)
         assert texts.to_pylist() == inputs.read_partition(spec).to_pylist()
         lines += texts.to_pylist()
