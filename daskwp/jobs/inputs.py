@@ -19,6 +19,11 @@ a spool file first, then read like any file. Every format decodes bytes the same
 UTF-8 is kept as bytes, and the tokenizer reads each ill-formed sequence as U+FFFD;
 :func:`count_invalid_utf8` counts those bytes for the job summary.
 
+A text partition is read with one ``readinto`` into a buffer of the host memory pool and
+split there in place by one native pass (``daskwp/kernels/text_lines.cpp``) that also counts
+the invalid bytes of each line: :func:`read_partition_with_counts` returns those counts,
+with no second pass over the bytes.
+
 Reading and counting a partition are partition tasks: they import no Dask and run on workers.
 """
 
@@ -49,6 +54,7 @@ from typing import Callable, Sequence
 import numpy as np
 import pyarrow as pa
 
+from .. import _ext
 from ..core.options import INPUT_FORMATS, JOB_OUTPUT_COLUMNS, QUOTING
 from ..core.strings import to_arrow
 from ..frames.schema import POSITION_OUTPUTS
@@ -57,7 +63,7 @@ from .errors import InputError, JobError
 __all__ = ["COMPRESSIONS", "INPUT_FORMATS", "InputFile", "InputWarning", "PartitionSpec",
            "STDIN", "attach_kept_columns", "count_invalid_utf8", "count_partition",
            "input_fingerprint", "lines_to_arrow", "list_input_files", "plan_partitions",
-           "read_partition", "read_partition_with_columns"]
+           "read_partition", "read_partition_with_columns", "read_partition_with_counts"]
 
 #: Output columns of the per-position outputs (a kept input column may not take their names).
 POSITION_OUTPUT_NAMES = tuple(o.name for o in POSITION_OUTPUTS)
@@ -78,6 +84,8 @@ _ARCHIVES = {".zip": "zip", ".tar": "tar", ".tgz": "tar", ".tbz": "tar", ".tbz2"
 #: Errors that reading a corrupt or truncated compressed file raises.
 _READ_ERRORS = (OSError, EOFError, ValueError, lzma.LZMAError, zlib.error, pa.ArrowException)
 _CHUNK = 8 << 20
+_COUNT_PIECE = 1 << 20  # counting a text partition: read in pieces that stay in cache
+_LF = ord("\n")
 
 
 class InputWarning(UserWarning):
@@ -1061,20 +1069,60 @@ def _read_bytes(spec: PartitionSpec) -> bytes:
     return _read_range(spec.path, spec.byte_start, spec.byte_end, spec.describe())
 
 
+def _lines_array(values: np.ndarray, offsets: np.ndarray) -> pa.Array:
+    """A large_binary array over NumPy buffers, without a copy."""
+    if len(offsets) == 1:
+        return pa.array([], type=pa.large_binary())
+    return pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(offsets) - 1, [
+        None, pa.py_buffer(offsets), pa.py_buffer(values[:int(offsets[-1])])])
+
+
+def _split_lines(data: np.ndarray, out: np.ndarray) -> tuple[pa.Array, tuple[int, int]]:
+    """``(lines, (invalid_bytes, invalid_documents))``: the lines of ``data`` (the bytes
+    written to ``out`` without their newlines; ``out`` may be ``data`` itself), and the
+    numbers :func:`count_invalid_utf8` gives for them, from the same native pass."""
+    offsets, bad_lines, bad_bytes = _ext.split_lines(data, out)
+    return _lines_array(out, offsets), (int(bad_bytes.sum()), len(bad_lines))
+
+
 def lines_to_arrow(data: bytes) -> pa.Array:
     """Split UTF-8 bytes on b"\\n" only (one document per line; a final line without a
     newline is a document too) into an Arrow large_binary array, with the newlines removed.
     Bytes are not validated: invalid UTF-8 decodes to U+FFFD in the tokenizer.
 
-    One native pass (Arrow's ``split_pattern`` over the bytes as one value, no per-line
-    Python): ~5x the NumPy mask-and-compress it replaces (benchmarks/pipeline_bench.py)."""
-    import pyarrow.compute as pc
-    if not len(data):
-        return pa.array([], type=pa.large_binary())
-    whole = pa.LargeBinaryArray.from_buffers(pa.large_binary(), 1, [
-        None, pa.py_buffer(np.array([0, len(data)], dtype=np.int64)), pa.py_buffer(data)])
-    lines = pc.split_pattern(whole, b"\n").values
-    return lines.slice(0, len(lines) - 1) if data[-1:] == b"\n" else lines
+    One native pass (``daskwp/kernels/text_lines.cpp``) copies the bytes less their
+    newlines into a buffer of the host memory pool, which the array then holds."""
+    src = np.frombuffer(data, dtype=np.uint8)
+    return _split_lines(src, _ext.host_bytes(len(src)))[0]
+
+
+def _read_text_lines(spec: PartitionSpec) -> tuple[pa.Array, tuple[int, int]]:
+    """``(lines, (invalid_bytes, invalid_documents))`` of a text partition.
+
+    An uncompressed byte range is read with one ``readinto`` into a buffer of the host
+    memory pool (a freed partition's block, already mapped, is reused) and split there in
+    place: the lines array holds that buffer, and the read stage allocates nothing else
+    but the offsets."""
+    if spec.compression:
+        data = _read_all(spec.path, spec.compression)
+        src = np.frombuffer(data, dtype=np.uint8)
+        return _split_lines(src, _ext.host_bytes(len(src)))
+    size = spec.byte_end - spec.byte_start
+    buf = _ext.host_bytes(size)
+    view = memoryview(buf)
+    got = 0
+    with open(spec.path, "rb", buffering=0) as fh:
+        fh.seek(spec.byte_start)
+        while got < size:
+            k = fh.readinto(view[got:])
+            if not k:
+                break
+            got += k
+    view.release()
+    if got != size:
+        raise InputError(f"{spec.describe()}: the file is shorter than when the job was "
+                         f"planned (it changed during the job)")
+    return _split_lines(buf, buf)
 
 
 def _as_binary(arr) -> pa.Array | None:
@@ -1407,20 +1455,24 @@ def _documents(spec: PartitionSpec, columns: list):
 
 
 def _read(spec: PartitionSpec, with_kept: bool):
+    """``(documents, kept, invalid)``: ``invalid`` is :func:`count_invalid_utf8` of the
+    documents where reading found it (text), else None."""
     try:
         if spec.format == "text":
-            lines = lines_to_arrow(_read_bytes(spec))
-            # pairs: only the empty partition of an input without documents (planning
-            # refuses column_pair for text input)
-            return _documents(spec, [lines, lines]), None
+            lines, invalid = _read_text_lines(spec)
+            if spec.column_pair is not None:
+                # only the empty partition of an input without documents (planning refuses
+                # column_pair for text input)
+                return _documents(spec, [lines, lines]), None, None
+            return lines, None, invalid
         if spec.format == "jsonl":
-            return _read_jsonl(_read_bytes(spec), spec, with_kept)
+            return (*_read_jsonl(_read_bytes(spec), spec, with_kept), None)
         if spec.format == "json":
-            return _read_json_array(_read_bytes(spec), spec, with_kept)
+            return (*_read_json_array(_read_bytes(spec), spec, with_kept), None)
         if spec.format in ("csv", "tsv"):
-            return _read_csv(spec, with_kept)
+            return (*_read_csv(spec, with_kept), None)
         if spec.format == "parquet":
-            return _read_parquet(spec, with_kept)
+            return (*_read_parquet(spec, with_kept), None)
     except JobError:
         raise
     except _READ_ERRORS as e:
@@ -1439,7 +1491,16 @@ def read_partition_with_columns(spec: PartitionSpec) -> tuple[pa.Array, pa.Table
     """``(documents, kept)``: the documents as :func:`read_partition` gives them, and a
     table of the partition's ``keep_columns`` (one row per document, with the types
     planned for every partition), or None when the job keeps no column."""
-    return _read(spec, bool(spec.keep_columns))
+    return _read(spec, bool(spec.keep_columns))[:2]
+
+
+def read_partition_with_counts(spec: PartitionSpec) -> tuple:
+    """``(documents, kept, (invalid_bytes, invalid_documents))``: what
+    :func:`read_partition_with_columns` gives, and :func:`count_invalid_utf8` of the
+    documents. A text partition's counts come from the pass that splits its lines (no
+    second pass over the bytes); every other format counts after reading."""
+    texts, kept, invalid = _read(spec, bool(spec.keep_columns))
+    return texts, kept, invalid if invalid is not None else count_invalid_utf8(texts)
 
 
 def attach_kept_columns(table: pa.Table, kept: pa.Table | None,
@@ -1455,29 +1516,50 @@ def attach_kept_columns(table: pa.Table, kept: pa.Table | None,
     return table
 
 
+def _count_text_lines(spec: PartitionSpec) -> int:
+    """Lines of a text partition, read in 1 MB pieces into one reused buffer (the
+    partition is never held whole; a compressed file is streamed)."""
+    n, last, size = 0, _LF, spec.byte_end - spec.byte_start
+    if spec.compression:
+        with _open_stream(spec.path, spec.compression) as fh:
+            while True:
+                b = fh.read(_CHUNK)
+                if not b:
+                    break
+                b = np.frombuffer(b, dtype=np.uint8)
+                n += _ext.count_newlines(b)
+                last = int(b[-1])
+        return n + (last != _LF)
+    buf = np.empty(min(size, _COUNT_PIECE), dtype=np.uint8)
+    view = memoryview(buf)
+    got = 0
+    with open(spec.path, "rb", buffering=0) as fh:
+        fh.seek(spec.byte_start)
+        while got < size:
+            k = fh.readinto(view[:min(len(buf), size - got)])
+            if not k:
+                break
+            n += _ext.count_newlines(buf[:k])
+            last = int(buf[k - 1])
+            got += k
+    view.release()
+    if got != size:
+        raise InputError(f"{spec.describe()}: the file is shorter than when the job was "
+                         f"planned (it changed during the job)")
+    return n + (last != _LF)
+
+
 def count_partition(spec: PartitionSpec) -> int:
     """Documents in a partition (the same rule as :func:`read_partition`)."""
     if spec.documents is not None:
         return spec.documents
     if spec.format == "text":
         try:
-            if spec.compression:  # streamed: the decompressed text is never held whole
-                n, last = 0, b""
-                with _open_stream(spec.path, spec.compression) as fh:
-                    while True:
-                        b = fh.read(_CHUNK)
-                        if not b:
-                            break
-                        b = bytes(b)
-                        n += b.count(b"\n")
-                        last = b[-1:]
-                return n + (1 if last and last != b"\n" else 0)
-            data = _read_bytes(spec)
+            return _count_text_lines(spec)
         except JobError:
             raise
         except _READ_ERRORS as e:
             raise InputError(f"cannot read {spec.describe()} as text: {e}") from None
-        return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
     return len(read_partition(spec))
 
 

@@ -32,8 +32,8 @@ from ..distributed.tasks import (add_logid_offset, call_options, owned_unknown_t
 from ..frames.partition import CHECKSUM_KEY, PART_METADATA_KEY, checksum_hash, checksum_hex, \
     is_cudf
 from .errors import InputError, JobError
-from .inputs import (PartitionSpec, attach_kept_columns, count_invalid_utf8, count_partition,
-                     read_partition, read_partition_with_columns)
+from .inputs import (PartitionSpec, attach_kept_columns, count_partition, read_partition,
+                     read_partition_with_counts)
 
 __all__ = ["CHECKSUM_KEY", "JOB_FILE", "JOB_FORMAT", "METADATA_KEY", "PART_PREFIX",
            "PART_SUFFIX", "SUMMARY_FILE", "TMP_PREFIX", "check_part", "count_job_partition",
@@ -223,13 +223,13 @@ def _write_partition(spec, logid_offset, out_dir, tokenizer, options, job_id, n_
                      device, documents) -> dict:
     t0 = time.perf_counter()
     c0 = time.thread_time()
-    texts, kept = read_partition_with_columns(spec)
+    # each invalid byte is read as U+FFFD (README); text counts them as it splits lines
+    texts, kept, (bad_bytes, bad_docs) = read_partition_with_counts(spec)
     expected = spec.documents if documents is None else documents
     if expected is not None and len(texts) != expected:
         raise InputError(f"{spec.describe()} now holds {len(texts)} documents, "
                          f"{expected} when they were counted: the input changed "
                          f"during the job")
-    bad_bytes, bad_docs = count_invalid_utf8(texts)   # each read as U+FFFD (README)
     read_cpu = time.thread_time() - c0
     if _worker_device(device) == "gpu":
         texts = _as_series(texts, device)

@@ -8,4 +8,5 @@ NB_MODULE(_ext, m) {
   bind_encode(m);
   bind_windows(m);
   bind_parquet(m);
+  bind_text_lines(m);
 }

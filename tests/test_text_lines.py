@@ -1,0 +1,362 @@
+"""The read stage of a text partition in one native pass (daskwp/kernels/text_lines.cpp,
+``daskwp.jobs.inputs``): lines split on b"\\n" with the newlines removed, and each line's
+bytes outside well-formed UTF-8 (every maximal ill-formed subsequence's bytes, Python's
+``errors="replace"`` rule).
+
+The reference is plain Python: ``bytes.split(b"\\n")`` and the bytes Python's own UTF-8
+decoder reports as errors. Every line of every shared corpus file is compared, as read
+and with adversarial bytes spliced in at every position of a 16-byte block, on every
+width of the kernel (16-byte blocks, 8-byte words, one byte at a time), in place and into
+another buffer; then through partitions, compressed files and one whole job against
+HuggingFace's ids.
+"""
+
+from __future__ import annotations
+
+import codecs
+import gzip
+import json
+import random
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from conftest import DATA, hf_encode, vocab_path
+from daskwp import _ext
+from daskwp.jobs import InputError, inputs
+
+WIDTHS = (16, 8, 1)
+
+# -- the reference ------------------------------------------------------------------------
+
+_errors = [0]
+
+
+def _count_errors(e):
+    _errors[0] += e.end - e.start
+    return ("\ufffd", e.end)
+
+
+codecs.register_error("daskwp-text-lines-count", _count_errors)
+
+
+def invalid_bytes(line: bytes) -> int:
+    """The bytes Python's UTF-8 decoder replaces (one U+FFFD per maximal subpart)."""
+    _errors[0] = 0
+    line.decode("utf-8", "daskwp-text-lines-count")
+    return _errors[0]
+
+
+def reference(data: bytes) -> tuple[list[bytes], list[int]]:
+    """(lines, invalid bytes of each line): split on b"\\n" only; a last line without a
+    newline is a line; no input, no line."""
+    lines = data.split(b"\n")
+    if data.endswith(b"\n") or not data:
+        lines.pop()
+    return lines, [invalid_bytes(line) for line in lines]
+
+
+def native(data: bytes, width: int, in_place: bool):
+    """(lines, invalid bytes of each line) from ``_ext.split_lines``."""
+    src = np.frombuffer(data, dtype=np.uint8)
+    out = src.copy() if in_place else np.full(len(src), 0xAB, dtype=np.uint8)  # exact size
+    offsets, bad_lines, bad_bytes = _ext.split_lines(out if in_place else src, out, width)
+    assert offsets.dtype == np.int64 and offsets[0] == 0
+    assert np.all(np.diff(offsets) >= 0) and offsets[-1] <= len(data)
+    assert np.all(np.diff(bad_lines) > 0) and np.all(bad_bytes > 0)
+    lines = [out[offsets[i]:offsets[i + 1]].tobytes() for i in range(len(offsets) - 1)]
+    per = [0] * len(lines)
+    for i, n in zip(bad_lines.tolist(), bad_bytes.tolist()):
+        per[i] = n
+    return lines, per
+
+
+def assert_same(data: bytes, what: str = "") -> None:
+    want = reference(data)
+    for width in WIDTHS:
+        for in_place in (True, False):
+            got = native(data, width, in_place)
+            assert got[0] == want[0], (what, width, in_place, "lines")
+            assert got[1] == want[1], (what, width, in_place, "invalid bytes")
+
+
+# -- adversarial bytes --------------------------------------------------------------------
+
+#: Truncated sequences, overlongs, surrogates, above U+10FFFF, lone continuation bytes,
+#: bytes that never occur, well-formed neighbours, CR/LF and newlines in odd places.
+EDGE_BYTES = [
+    b"\x80", b"\xbf", b"\x80\x80\x80", b"\xc0", b"\xc1", b"\xc0\xaf", b"\xc1\xbf", b"\xc2",
+    b"\xdf", b"\xe0", b"\xe0\xa0", b"\xe0\x80\x80", b"\xe0\x9f\xbf", b"\xed", b"\xed\xa0\x80",
+    b"\xed\xbf\xbf", b"\xed\x9f\xbf", b"\xef\xbf\xbd", b"\xef\xbf\xbf", b"\xef\xbb\xbf",
+    b"\xf0", b"\xf0\x90", b"\xf0\x90\x80", b"\xf0\x8f\xbf\xbf", b"\xf0\x9f\x98\x80",
+    b"\xf0\x9f\x98", b"\xf4\x8f\xbf\xbf", b"\xf4\x90\x80\x80", b"\xf5\x80", b"\xf8\x88\x80\x80",
+    b"\xfe", b"\xff", b"\xe2\x82", b"\xe2\x82\xac", b"\xc3\xa9", b"\xe4\xb8\xad", b"\xc3",
+    b"\n", b"\r\n", b"\r", b"\n\n", b"\xe2\n\x82", b"\xf0\x9f\n\x98\x80", b"\xc3\n\xa9",
+    b"\x00", b"\x7f", b" ", b"\t", b"a", b"hello", b"0123456789abcdef",
+]
+
+BAD_CASES = {
+    "empty input": b"",
+    "one newline": b"\n",
+    "empty lines": b"\n\n\n",
+    "empty lines between": b"a\n\n\nb\n",
+    "last line without newline": b"one\ntwo",
+    "only a last line": b"no newline at all",
+    "CR/LF kept as CR": b"one\r\ntwo\r\n\r\n",
+    "lone CR": b"\r",
+    "truncated at the end": b"x\xe2\x82",
+    "truncated 4-byte at the end": b"x\xf0\x9f\x98",
+    "lead at the end": b"\xf0",
+    "lead before a newline": b"\xe2\n\x82\xac\n",
+    "overlongs": b"\xc0\xaf\xe0\x80\xaf\xf0\x80\x80\xaf\n",
+    "surrogates": b"\xed\xa0\x80\xed\xbf\xbf\n",
+    "above U+10FFFF": b"\xf4\x90\x80\x80\xf5\x80\x80\x80\n",
+    "lone continuation bytes": b"\x80\xbf\x80\n\xbf",
+    "every byte": bytes(range(256)),
+    "every byte twice with newlines": bytes(range(256)) * 2 + b"\n" + bytes(range(255, -1, -1)),
+    "newline at each block end": (b"a" * 15 + b"\n") * 9,
+    "newline at each block start": (b"\n" + b"b" * 15) * 9,
+    "all newlines": b"\n" * 100,
+    "sequence across a block edge": b"a" * 14 + b"\xf0\x9f\x98\x80" + b"b" * 30,
+    "truncated across a block edge": b"a" * 15 + b"\xf0\x9f\x98" + b"\n" + b"c" * 16,
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_CASES))
+def test_bad_input_cases(name):
+    assert_same(BAD_CASES[name], name)
+
+
+def test_every_edge_piece_at_every_block_position():
+    """Each piece placed at offsets 0..40 of ASCII filler (every 8- and 16-byte block edge),
+    with and without a newline around it."""
+    for piece in EDGE_BYTES:
+        for at in range(41):
+            for tail in (b"", b"\n", b"z" * 20):
+                assert_same(b"q" * at + piece + tail, repr(piece))
+                assert_same(b"\n" * (at % 3) + b"w" * at + piece + b"\n" + piece + tail,
+                             repr(piece))
+
+
+def test_random_mixtures_of_edge_pieces():
+    rng = random.Random(15)
+    for _ in range(1500):
+        data = b"".join(rng.choice(EDGE_BYTES) for _ in range(rng.randint(0, 60)))
+        assert_same(data)
+    for _ in range(200):
+        data = bytes(rng.getrandbits(8) for _ in range(rng.randint(0, 300)))
+        assert_same(data)
+
+
+# -- the shared corpora -------------------------------------------------------------------
+
+CORPUS_FILES = sorted(p for p in (DATA / "corpus").rglob("*") if p.is_file())
+
+
+def test_corpora_are_there():
+    assert CORPUS_FILES, f"no corpus files under {DATA / 'corpus'}"
+
+
+@pytest.mark.parametrize("path", CORPUS_FILES, ids=lambda p: str(p.relative_to(DATA)))
+def test_every_line_of_every_corpus(path):
+    data = path.read_bytes()
+    assert_same(data, path.name)
+    # the corpus as one file of several copies, and cut at an odd place (a partition's
+    # range ends anywhere a file does)
+    assert_same(data * 3 + data[: len(data) // 3], path.name)
+
+
+@pytest.mark.parametrize("path", CORPUS_FILES, ids=lambda p: str(p.relative_to(DATA)))
+def test_every_line_of_every_corpus_with_bad_bytes_spliced_in(path):
+    """Adversarial pieces inserted at random places (inside multi-byte characters too)."""
+    data = bytearray(path.read_bytes())
+    rng = random.Random(path.name)
+    for _ in range(max(50, len(data) // 2000)):
+        at = rng.randrange(len(data) + 1)
+        data[at:at] = rng.choice(EDGE_BYTES)
+    data = bytes(data)
+    assert_same(data, path.name)
+    # the kernel and count_invalid_utf8 (Arrow validation, then NumPy) agree
+    lines = inputs.lines_to_arrow(data)
+    _, per = reference(data)
+    assert inputs.count_invalid_utf8(lines) == (sum(per), sum(1 for n in per if n))
+
+
+def test_count_newlines_equals_bytes_count():
+    """Every start offset and length around the 16-byte blocks and 255-block sums."""
+    data = b"".join(p.read_bytes() for p in CORPUS_FILES)
+    assert _ext.count_newlines(np.frombuffer(data, np.uint8)) == data.count(b"\n")
+    nl = b"\n" * 5000
+    for base in (data[:5000], nl, b"\xff\n" * 2500):
+        for start in range(17):
+            for length in (0, 1, 15, 16, 17, 255 * 16 - 1, 255 * 16, 255 * 16 + 17, 4983):
+                piece = base[start:start + length]
+                assert _ext.count_newlines(np.frombuffer(piece, np.uint8)) == \
+                    piece.count(b"\n"), (start, length)
+
+
+# -- hypothesis ---------------------------------------------------------------------------
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_bytes = st.lists(st.one_of(st.binary(max_size=20), st.sampled_from(EDGE_BYTES),
+                            st.text(max_size=8).map(lambda s: s.encode("utf-8"))),
+                  max_size=40).map(b"".join)
+
+
+@settings(max_examples=400, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(_bytes)
+def test_fuzz_equals_the_reference(data):
+    assert_same(data)
+
+
+# -- the binding's checks -----------------------------------------------------------------
+
+def test_split_lines_refuses_bad_buffers():
+    src = np.frombuffer(b"abc\ndef\n", dtype=np.uint8)
+    with pytest.raises(ValueError, match="fewer than the 8 bytes"):
+        _ext.split_lines(src, np.empty(7, np.uint8))
+    buf = np.zeros(16, np.uint8)
+    with pytest.raises(ValueError, match="overlaps"):
+        _ext.split_lines(buf[2:10], buf[:8])
+    with pytest.raises(ValueError, match="width must be 1, 8 or 16"):
+        _ext.split_lines(src, np.empty(8, np.uint8), 4)
+    with pytest.raises(ValueError, match="nbytes must be >= 0"):
+        _ext.host_bytes(-1)
+    with pytest.raises(TypeError):  # a read-only output
+        _ext.split_lines(src, src)
+    assert len(_ext.host_bytes(0)) == 0
+
+
+# -- partitions ---------------------------------------------------------------------------
+
+def _text_specs(path, partition_size):
+    files = inputs.list_input_files(str(path))
+    return inputs.plan_partitions(files, "text", partition_size, warn=lambda m: None)
+
+
+def _spliced_corpus() -> bytes:
+    rng = random.Random(1)
+    parts = []
+    for p in sorted((DATA / "corpus" / "multi").glob("*.txt")) + [DATA / "corpus" / "en_ewt.txt"]:
+        data = bytearray(p.read_bytes())
+        for _ in range(40):
+            at = rng.randrange(len(data) + 1)
+            data[at:at] = rng.choice(EDGE_BYTES)
+        parts.append(bytes(data))
+    return b"".join(parts) + b"a last line without a newline \xe2\x82"
+
+
+@pytest.mark.parametrize("partition_size", [1 << 12, 1 << 17, 1 << 30])
+def test_partitions_equal_the_reference(tmp_path, partition_size):
+    data = _spliced_corpus()
+    path = tmp_path / "in.txt"
+    path.write_bytes(data)
+    specs = _text_specs(path, partition_size)
+    assert (len(specs) > 1) == (partition_size < len(data))
+    want_lines, want_bad = reference(data)
+    lines, bad_bytes, bad_docs = [], 0, 0
+    for spec in specs:
+        texts, kept, (b, d) = inputs.read_partition_with_counts(spec)
+        assert kept is None and texts.type == pa.large_binary()
+        texts.validate(full=True)
+        assert (b, d) == inputs.count_invalid_utf8(texts)
+        assert texts.to_pylist() == inputs.read_partition(spec).to_pylist()
+        lines += texts.to_pylist()
+        bad_bytes += b
+        bad_docs += d
+    assert lines == want_lines
+    assert (bad_bytes, bad_docs) == (sum(want_bad), sum(1 for n in want_bad if n))
+    # the counting pass (pieces of 1 MB, native newline count) agrees with the read
+    assert [inputs.count_partition(s) for s in specs] == \
+        [len(inputs.read_partition(s)) for s in specs]
+
+
+def test_text_partition_is_read_without_arrow_allocations(tmp_path):
+    """The lines array holds the buffer the file was read into: Arrow allocates nothing."""
+    data = (DATA / "corpus" / "en_ewt.txt").read_bytes() * 4
+    path = tmp_path / "in.txt"
+    path.write_bytes(data)
+    spec, = _text_specs(path, 1 << 30)
+    before = pa.total_allocated_bytes()
+    texts, _, counts = inputs.read_partition_with_counts(spec)
+    assert pa.total_allocated_bytes() - before < 4096
+    assert texts.buffers()[2].size == len(data) - data.count(b"\n")
+    assert counts == (0, 0) and len(texts) == data.count(b"\n")
+
+
+def test_compressed_text_equals_plain(tmp_path):
+    data = _spliced_corpus()
+    (tmp_path / "a.txt").write_bytes(data)
+    (tmp_path / "b.txt.gz").write_bytes(gzip.compress(data))
+    got = []
+    for name in ("a.txt", "b.txt.gz"):
+        spec, = _text_specs(tmp_path / name, 1 << 30)
+        texts, _, counts = inputs.read_partition_with_counts(spec)
+        got.append((texts.to_pylist(), counts))
+    assert got[0] == got[1]
+    assert got[0][0] == reference(data)[0]
+    for name in ("a.txt", "b.txt.gz"):
+        spec, = _text_specs(tmp_path / name, 1 << 30)
+        assert inputs.count_partition(spec) == len(got[0][0])
+
+
+def test_a_file_shorter_than_planned_is_an_error(tmp_path):
+    path = tmp_path / "in.txt"
+    path.write_bytes(b"one\ntwo\nthree\n" * 100)
+    spec, = _text_specs(path, 1 << 30)
+    path.write_bytes(b"one\ntwo\n")
+    with pytest.raises(InputError, match="shorter than when the job was planned"):
+        inputs.read_partition_with_counts(spec)
+    with pytest.raises(InputError, match="shorter than when the job was planned"):
+        inputs.count_partition(spec)
+
+
+def test_job_over_spliced_corpus_equals_hf(tmp_path, capsys):
+    """One whole job: the ids of every line equal HuggingFace's on the line decoded with
+    errors='replace', and the summary counts the invalid bytes of the reference."""
+    from tokenizers import BertWordPieceTokenizer
+
+    import daskwp
+    from daskwp.cli import main
+    data = _spliced_corpus()
+    inp = tmp_path / "in.txt"
+    inp.write_bytes(data)
+    out = tmp_path / "out"
+    rc = main(["tokenize", str(inp), str(out), "--scheduler", "synchronous", "--json",
+               "--max-length", "8192", "--no-special-tokens", "--padding", "do_not_pad",
+               "--partition-size", "256KB"])
+    stdout, err = capsys.readouterr()
+    assert rc == 0, err
+    summary = json.loads(stdout)
+    lines, bad = reference(data)
+    assert summary["documents"] == len(lines)
+    assert summary["invalid_utf8_bytes"] == sum(bad)
+    assert summary["invalid_utf8_documents"] == sum(1 for n in bad if n)
+    hf = BertWordPieceTokenizer(str(vocab_path("bert-base-uncased")), lowercase=True)
+    want = hf_encode(hf, [line.decode("utf-8", "replace") for line in lines])
+    assert max(map(len, want)) < 8192  # one row per line
+    table = daskwp.read_tokenized(out).to_table()
+    got = [[] for _ in lines]
+    for logid, ids in zip(table.column("logID").to_pylist(),
+                          table.column("input_ids").to_pylist()):
+        assert not got[logid], f"line {logid} has more than one row"
+        got[logid] = ids
+    assert got == want
+
+
+@pytest.mark.parametrize("data,lines", [(b"", []), (b"\n", [b""]), (b"\n\n\n", [b""] * 3),
+                                        (b"\r\n", [b"\r"]), (b"x", [b"x"])])
+def test_degenerate_files(tmp_path, data, lines):
+    path = tmp_path / "in.txt"
+    path.write_bytes(data)
+    specs = _text_specs(path, 1 << 30)
+    got = [inputs.read_partition_with_counts(s) for s in specs]
+    assert [d for texts, _, _ in got for d in texts.to_pylist()] == lines
+    assert all(counts == (0, 0) for _, _, counts in got)
+    assert inputs.lines_to_arrow(data).to_pylist() == lines
+    assert sum(inputs.count_partition(s) for s in specs) == len(lines)
