@@ -179,6 +179,16 @@ def read_documents(path) -> list[str]:
     return read_lines(path)
 
 
+def every_corpus_line() -> list[str]:
+    """Every line of every shared text and log corpus (the JSON arrays hold the same edge
+    strings as blns.txt), then the edge cases of docs/design.md §2.4."""
+    docs = []
+    for p in corpus_files():
+        if p.suffix != ".json":
+            docs += read_documents(p)
+    return docs + ["", "word " * 300, "[PAD] [PAD] x"]
+
+
 @functools.lru_cache(maxsize=None)
 def hf_tokenizer(vocab_name: str):
     """HF ``BertWordPieceTokenizer`` for a shared vocabulary, with that vocabulary's lowercase flag."""

@@ -16,22 +16,12 @@ import pyarrow.parquet as pq
 import pytest
 
 import daskwp
-from conftest import corpus_files, read_documents
+from conftest import every_corpus_line
 from daskwp.frames import parquet_writer
 from daskwp.frames.partition import PartWriter, table_from_output
 
 TOK = daskwp.WordPieceTokenizer()
-
-
-def _corpus() -> list[str]:
-    docs = []
-    for p in corpus_files():
-        if p.suffix != ".json":
-            docs += read_documents(p)
-    return docs + ["", "word " * 300, "[PAD] [PAD] x"]
-
-
-CORPUS = _corpus()
+CORPUS = every_corpus_line()   # every shared corpus line and the edge cases
 
 
 def _write(path, tables, native, row_group_rows=20_000, compression="zstd"):

@@ -16,26 +16,14 @@ import dask
 import dask.dataframe as dd
 
 import daskwp
-from conftest import corpus_files, hf_encode, hf_tokenizer, read_documents
+from conftest import corpus_files, every_corpus_line, hf_encode, hf_tokenizer, read_documents
 from daskwp.distributed.tasks import write_tokenized_part
 from daskwp.frames.partition import (PADDED_KEY, frame_to_table, stores_mask,
                                      table_from_output)
 
 TOK = daskwp.WordPieceTokenizer()
 OPTS = dict(max_length=32, stride=8)
-
-
-def _corpus() -> list[str]:
-    """Every line of every shared text and log corpus (the JSON arrays hold the same edge
-    strings as blns.txt), then the edge cases of docs/design.md §2.4."""
-    docs = []
-    for p in corpus_files():
-        if p.suffix != ".json":
-            docs += read_documents(p)
-    return docs + ["", "word " * 300, "[PAD] [PAD] x"]
-
-
-CORPUS = _corpus()
+CORPUS = every_corpus_line()   # every shared corpus line and the edge cases
 
 
 def _subset() -> list[str]:
