@@ -161,6 +161,19 @@ def fake_cupy() -> types.ModuleType:
     m.empty = lambda shape, dtype=np.float64: dev_array(np.empty(shape, dtype=dtype))
     m.zeros = lambda shape, dtype=np.float64: dev_array(np.zeros(shape, dtype=dtype))
     m.cumsum = lambda a: dev_array(np.cumsum(a))
+    m.arange = lambda *a, dtype=None: dev_array(np.arange(*a, dtype=dtype))
+    m.zeros_like = lambda a, dtype=None: dev_array(np.zeros_like(np.asarray(a), dtype=dtype))
+    m.full_like = lambda a, v, dtype=None: dev_array(np.full_like(np.asarray(a), v, dtype=dtype))
+    m.full = lambda shape, v, dtype=None: dev_array(np.full(shape, v, dtype=dtype))
+    m.where = lambda c, *ab: np.where(np.asarray(c), *ab) if not ab else \
+        dev_array(np.where(np.asarray(c), *ab))
+    m.ones_like = lambda a, dtype=None: dev_array(np.ones_like(np.asarray(a), dtype=dtype))
+    m.minimum = lambda a, b: dev_array(np.minimum(a, b))
+    m.maximum = lambda a, b: dev_array(np.maximum(a, b))
+    m.bincount = lambda a, minlength=0: dev_array(np.bincount(np.asarray(a), minlength=minlength))
+    m.argmax = lambda a: np.argmax(a)
+    m.searchsorted = lambda a, v, side="left": dev_array(
+        np.searchsorted(np.asarray(a), np.asarray(v), side=side))
     m.any = lambda a: np.any(a)
     m.stack = lambda xs: dev_array(np.stack([np.asarray(x) for x in xs]))
 

@@ -93,13 +93,10 @@ def test_every_backend_buckets_alike(any_backend):  # noqa: F811
         out = tok(texts, max_length=max_length, stride=stride, padding="bucket",
                   bucket_widths=widths, return_tensors="np")
         check_buckets(TOK, texts, _host(out), max_length, stride, widths)
-        # array for array against the CPU's native fill; every per-position output too,
-        # but on the NumPy stand-in of CuPy, which has no searchsorted (their ragged form)
-        on = dict(mask_dtype="int8")
-        if getattr(any_backend, "name", "") != "emulated-cuda":
-            on.update(return_offsets_mapping=True, return_word_ids=True,
-                      return_special_tokens_mask=True, return_token_type_ids=True,
-                      return_sequence_ids=True)
+        # array for array against the CPU's native fill, every per-position output too
+        on = dict(mask_dtype="int8", return_offsets_mapping=True, return_word_ids=True,
+                  return_special_tokens_mask=True, return_token_type_ids=True,
+                  return_sequence_ids=True)
         got = tok(texts, max_length=max_length, stride=stride, padding="bucket",
                   bucket_widths=widths, return_tensors="np", **on)
         want = TOK(texts, max_length=max_length, stride=stride, padding="bucket",
