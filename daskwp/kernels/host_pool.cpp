@@ -1,4 +1,5 @@
 // daskwp — the host memory pool behind host_alloc / host_free (see host_pool.hpp).
+#include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -54,11 +55,23 @@ struct Pool {
   }
 };
 
-// Never destroyed: NumPy arrays may free their blocks during interpreter shutdown.
+void pool_prepare_fork();
+void pool_after_fork();
+
+// Never destroyed: NumPy arrays may free their blocks during interpreter shutdown. The lock
+// is held across fork() (pthread_atfork), so a child never inherits it locked by a thread
+// that does not exist there (a forked Dask worker or multiprocessing child would block on
+// its first output array).
 Pool& pool() {
-  static Pool* p = new Pool();
+  static Pool* p = [] {
+    Pool* q = new Pool();
+    pthread_atfork(pool_prepare_fork, pool_after_fork, pool_after_fork);
+    return q;
+  }();
   return *p;
 }
+void pool_prepare_fork() { pool().mu.lock(); }
+void pool_after_fork() { pool().mu.unlock(); }
 
 void free_all(const std::vector<void*>& blocks) {
   for (void* q : blocks) std::free(q);
