@@ -207,3 +207,16 @@ def test_dask_and_dataset_readers(tmp_path):
     got = ds.dataset(str(d)).to_table(filter=ds.field("logID") < 10)
     want = table.filter(pa.compute.less(table.column("logID"), 10))
     assert got.num_rows == 2 * want.num_rows
+
+
+def test_plain_list_values_where_readers_lack_byte_stream_split(tmp_path, monkeypatch):
+    """With pyarrow < 17 the stored layout writes PLAIN id values; daskwp's writer follows
+    the same setting (partition.LIST_ENCODING), so both writers still give the same file."""
+    import daskwp.frames.partition as partition
+    monkeypatch.setattr(partition, "LIST_ENCODING", "PLAIN")
+    table = table_from_output(TOK(CORPUS[:4000], max_length=48, stride=12, padding=False))
+    a = _write(tmp_path / "a.parquet", [table], native=False)
+    n = _write(tmp_path / "n.parquet", [table], native=True)
+    _assert_same_files(a, n)
+    enc = pq.read_metadata(n).row_group(0).column(3).encodings
+    assert "BYTE_STREAM_SPLIT" not in enc and "PLAIN" in enc

@@ -151,14 +151,16 @@ def _schema_element(name, *, phys=None, repetition=None, children=None, converte
 class _Column:
     """One leaf column: its path, physical type, encodings and how to encode a chunk."""
 
-    def __init__(self, field: pa.Field):
+    def __init__(self, field: pa.Field, byte_stream_split: bool):
         self.name = field.name
         self.is_list = pa.types.is_list(field.type)
         leaf = field.type.value_type if self.is_list else field.type
         self.ann = _leaf_annotations(leaf)
         self.path = [self.name, "list", "element"] if self.is_list else [self.name]
-        # the encodings of parquet_write_options: BYTE_STREAM_SPLIT list values, delta scalars
-        self.encoding = _BSS if self.is_list else _DELTA
+        # the encodings of parquet_write_options: delta scalars; list values BYTE_STREAM_SPLIT
+        # where the readers take it (partition.LIST_ENCODING), else PLAIN
+        self.split = byte_stream_split
+        self.encoding = (_BSS if byte_stream_split else _PLAIN) if self.is_list else _DELTA
         self.elements = self._elements(field, leaf)
 
     def _elements(self, field, leaf) -> list:
@@ -178,14 +180,14 @@ class _Column:
             raise ValueError(f"column {self.name!r} holds nulls: daskwp's parts have none")
         if not self.is_list:
             values = arr.to_numpy(zero_copy_only=True)
-            return _ext.parquet_scalar_pages(values, True, PAGE_VALUES)
+            return _ext.parquet_scalar_pages(values, PAGE_VALUES)
         offsets = np.asarray(arr.offsets.to_numpy(zero_copy_only=True))
         child = arr.values
         if child.null_count:
             raise ValueError(f"column {self.name!r} holds null items: daskwp's parts have none")
         values = child.to_numpy(zero_copy_only=True)
         return [(body, n) for body, n, _ in
-                _ext.parquet_list_pages(values, offsets, PAGE_BYTES, True)]
+                _ext.parquet_list_pages(values, offsets, PAGE_BYTES, self.split)]
 
 
 def _arrow_schema_value(schema: pa.Schema) -> bytes:
@@ -200,7 +202,8 @@ class NativeParquetWriter:
     metadata, :meth:`close` writes the footer (``sink`` is not closed). The interface of
     ``pyarrow.parquet.ParquetWriter`` that the part writer uses."""
 
-    def __init__(self, sink, schema: pa.Schema, compression="zstd", compression_level=1):
+    def __init__(self, sink, schema: pa.Schema, compression="zstd", compression_level=1,
+                 byte_stream_split: bool = True):
         if not supports(schema, compression):
             raise ValueError(f"NativeParquetWriter: unsupported schema or compression "
                              f"{compression!r}: {schema}")
@@ -211,7 +214,7 @@ class NativeParquetWriter:
         if compression is not None:
             codec = pa.Codec(compression, compression_level=compression_level)
             self._compress = lambda body: codec.compress(body, asbytes=True)
-        self._columns = [_Column(f) for f in schema]
+        self._columns = [_Column(f, byte_stream_split) for f in schema]
         self._row_groups: list[bytes] = []
         self._rows = 0
         kv = dict(schema.metadata or {})

@@ -604,15 +604,16 @@ class PartWriter:
         from . import parquet_writer
         schema = schema.with_metadata(_portable_pandas_schema_metadata(schema))
         self._file = _HashingFile(self.tmp_path)
-        codec = parquet_write_options(schema, self.compression)["compression"]
+        options = parquet_write_options(schema, self.compression)
         native = self.native if self.native is not None else \
-            parquet_writer.supports(schema, codec)
+            parquet_writer.supports(schema, options["compression"])
         try:
             if native:
-                self._writer = parquet_writer.NativeParquetWriter(self._file, schema, codec)
+                self._writer = parquet_writer.NativeParquetWriter(
+                    self._file, schema, options["compression"],
+                    byte_stream_split=LIST_ENCODING == "BYTE_STREAM_SPLIT")
             else:
-                self._writer = pq.ParquetWriter(
-                    self._file, schema, **parquet_write_options(schema, self.compression))
+                self._writer = pq.ParquetWriter(self._file, schema, **options)
         except BaseException:
             self.abort()
             raise

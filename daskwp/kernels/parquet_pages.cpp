@@ -168,12 +168,6 @@ void put_values(char* p, const Values& v, size_t b, size_t e, bool split) {
   }
 }
 
-void put_values(std::string& out, const Values& v, size_t b, size_t e, bool split) {
-  const size_t at = out.size();
-  out.resize(at + (e - b) * static_cast<size_t>(v.phys()));
-  put_values(&out[at], v, b, e, split);
-}
-
 // 32 values of `width` bits, least significant bit first.
 template <typename U>
 void pack32(std::string& out, const U* v, int width) {
@@ -250,8 +244,9 @@ void put_delta(std::string& out, const Values& v, size_t b, size_t e) {
   }
 }
 
-// Pages of an optional scalar column without nulls: (body, number of values).
-nb::list scalar_pages(AnyInts values, bool delta, int64_t page_values) {
+// Pages of an optional scalar column without nulls, DELTA_BINARY_PACKED: (body, number of
+// values).
+nb::list scalar_pages(AnyInts values, int64_t page_values) {
   const Values v = values_of(values, "values");
   if (page_values < 1) throw std::invalid_argument("page_values must be >= 1");
   std::vector<std::pair<std::string, int64_t>> pages;
@@ -263,9 +258,7 @@ nb::list scalar_pages(AnyInts values, bool delta, int64_t page_values) {
       LevelRuns def(body);  // max definition level 1: one bit; every value present
       def.add(1, e - b);
       def.finish();
-      if (!delta)
-        put_values(body, v, b, e, false);
-      else if (v.phys() == 8)
+      if (v.phys() == 8)
         put_delta<uint64_t>(body, v, b, e);
       else
         put_delta<uint32_t>(body, v, b, e);
@@ -361,10 +354,9 @@ nb::list list_pages(AnyInts values, I32 offsets, int64_t page_bytes, bool split)
 }  // namespace
 
 void bind_parquet(nb::module_& m) {
-  m.def("parquet_scalar_pages", &scalar_pages, nb::arg("values"), nb::arg("delta"),
-        nb::arg("page_values"),
+  m.def("parquet_scalar_pages", &scalar_pages, nb::arg("values"), nb::arg("page_values"),
         "Uncompressed v1 data pages of an optional integer column without nulls: a list of "
-        "(body, num_values); DELTA_BINARY_PACKED (delta) or PLAIN values.");
+        "(body, num_values); DELTA_BINARY_PACKED values.");
   m.def("parquet_list_pages", &list_pages, nb::arg("values"), nb::arg("offsets"),
         nb::arg("page_bytes"), nb::arg("byte_stream_split"),
         "Uncompressed v1 data pages of an optional list<integer> column without nulls: a "
