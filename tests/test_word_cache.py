@@ -143,6 +143,11 @@ def test_models_never_share_entries():
     docs = _docs()
     toks = {name: _tok(v, **o) for name, v, o in CONFIGS}
     expected = _fresh_process_ids([name for name, _, _ in CONFIGS])
+    with dask.config.set({"daskwp.word_cache_mb": 512}):
+        _models_never_share_entries(docs, toks, expected)
+
+
+def _models_never_share_entries(docs, toks, expected):
     for rnd in range(2):
         for name, tok in toks.items():
             # Halves in turn, so that the memos of the other configurations were used
@@ -155,7 +160,7 @@ def test_models_never_share_entries():
             np.testing.assert_array_equal(lengths, expected[name][1], err_msg=f"{name} {rnd}")
             np.testing.assert_array_equal(ids, expected[name][0], err_msg=f"{name} {rnd}")
     info = daskwp.word_cache_info()
-    # One memo per configuration (the default limit holds them all: 10 x 14 MB < 256 MB).
+    # One memo per configuration (the 512 MB limit holds them all: 10 x 28 MB).
     assert info["keys"] == len(CONFIGS), info
     # Two tokenizer objects of one configuration share a memo (same key).
     again = _tok(UNCASED, lowercase=True)
