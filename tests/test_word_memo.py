@@ -237,7 +237,11 @@ def test_memo_with_a_special_token_that_holds_a_space(tmp_path):
     h.no_truncation()
     h.save(str(tmp_path / "tokenizer.json"))
     tok = daskwp.WordPieceTokenizer.from_pretrained(tmp_path)
-    docs = ["tok y tok x tok, tokx", "a tok x b", "tok y", "tok x"] * 500
+    # (and in chunks of more than 16 bytes, scanned 16 bytes at a time: the refused "t"
+    # past the first 16)
+    long_a, long_b = "a" * 21 + "tok", "b" * 30 + "tok"
+    docs = ["tok y tok x tok, tokx", "a tok x b", "tok y", "tok x", f"{long_a} x",
+            f"{long_a} y", f"{long_b} y {long_b} x", f"{long_a}"] * 500
     want = [e.ids for e in h.encode_batch(docs, add_special_tokens=False)]
     for _ in range(2):
         assert tok.encode(docs, num_threads=1).to_list() == want

@@ -164,6 +164,10 @@ struct WordCache {
   // 1 where a chunk holding the byte is not memoized: the bytes special tokens start with,
   // unless special_probe (then none).
   uint8_t chunk_refuse[256];
+  // The bytes chunk_refuse holds (refuse_bytes[0, n_refuse)), or n_refuse -1 when more
+  // than 4: then chunk_slow scans a chunk a byte at a time, else 16 bytes at a time.
+  int32_t n_refuse;
+  uint8_t refuse_bytes[4];
   // The word bytes of the fast path are exactly ASCII letters and digits (every BERT
   // vocabulary with its default flags): word ends may be found 16 bytes at a time.
   bool alnum_feed;
@@ -254,6 +258,7 @@ struct WordCache {
     std::memset(punct_token, 0xFF, sizeof(punct_token));
     std::memset(word_end, 0, sizeof(word_end));
     std::memset(chunk_refuse, 0, sizeof(chunk_refuse));
+    n_refuse = 0;
   }
   ~WordCache() {
 #if defined(__linux__)
@@ -765,6 +770,38 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
   }
 
   // Writes the tokens of a short entry at out[n] (none at or past cap); returns their count.
+  // out[n, n + nt) = t[0, nt) (only what is below cap when it does not fit) in whole
+  // 16- and 8-byte moves, the last one overlapping: the branches follow nt / 4, not nt (a
+  // token-by-token loop mispredicted its exit on most long records of logs).
+  DWP_FORCEINLINE static void put_tokens(int32_t* out, int64_t n, int64_t cap,
+                                         const int32_t* t, int64_t nt) {
+    if (__builtin_expect(n + nt <= cap, 1)) {
+      int32_t* o = out + n;
+      if (nt >= 4) {
+#if defined(DWP_SSE2)
+        for (int64_t k = 0; k + 4 < nt; k += 4)
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(o + k),
+                           _mm_loadu_si128(reinterpret_cast<const __m128i*>(t + k)));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(o + nt - 4),
+                         _mm_loadu_si128(reinterpret_cast<const __m128i*>(t + nt - 4)));
+#else
+        __builtin_memcpy(o, t, (size_t)nt * 4);
+#endif
+      } else if (nt >= 2) {
+        uint64_t a, b;
+        __builtin_memcpy(&a, t, 8);
+        __builtin_memcpy(&b, t + nt - 2, 8);
+        __builtin_memcpy(o, &a, 8);
+        __builtin_memcpy(o + nt - 2, &b, 8);
+      } else if (nt == 1) {
+        o[0] = t[0];
+      }
+      return;
+    }
+    for (int64_t k = 0; k < nt; ++k)
+      if (n + k < cap) out[n + k] = t[k];
+  }
+
   DWP_FORCEINLINE static int64_t emit_entry(const WordCacheEntry* en, int32_t* out, int64_t n,
                                             int64_t cap) {
     const int64_t nt = en->n_tokens;
@@ -778,8 +815,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
     } else {
       for (int64_t k = 0; k < nt; ++k) t[k] = en->tokens[k];
     }
-    for (int64_t k = 0; k < nt; ++k)
-      if (n + k < cap) out[n + k] = t[k];
+    put_tokens(out, n, cap, t, nt);
     return nt;
   }
 
@@ -793,8 +829,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
     int32_t nt;
     const int32_t* t = long_get(wc, short_hash(k0, k1) | 1, p, len, &nt);
     if (!t) return -1;
-    for (int32_t k = 0; k < nt; ++k)
-      if (n + k < cap) out[n + k] = t[k];
+    put_tokens(out, n, cap, t, nt);
     return nt;
   }
 
@@ -832,6 +867,29 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
     if (wc.chunk_ok) {
       const int64_t lim = len - i <= kLongMaxBytes ? len : i + kLongMaxBytes + 1;
       uint8_t special = 0;
+#if defined(DWP_SSE2)
+      // 16 bytes at a time (logs and multilingual text: a third of their bytes are in
+      // chunks of more than 16): the first byte <= 0x20 or lim ends it, and special notes
+      // a refused byte before that end.
+      if (wc.n_refuse >= 0) {
+        const __m128i space = _mm_set1_epi8(0x20);
+        while (e + 16 <= readable && e < lim) {
+          const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + e));
+          uint32_t refused = 0;
+          for (int32_t k = 0; k < wc.n_refuse; ++k)
+            refused |= (uint32_t)_mm_movemask_epi8(
+                _mm_cmpeq_epi8(x, _mm_set1_epi8((char)wc.refuse_bytes[k])));
+          const int64_t room = lim - e;
+          const uint32_t stop =
+              (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_min_epu8(x, space), x)) |
+              (1u << 16) | (1u << (room < 16 ? room : 16));
+          const int32_t w = __builtin_ctz(stop);
+          special |= (refused & ((1u << w) - 1u)) != 0;
+          e += w;
+          if (w < 16) break;
+        }
+      }
+#endif
       while (e < lim && s[e] > 0x20u) special |= wc.chunk_refuse[s[e++]];
       ok = !special && e - i <= kLongMaxBytes && (e == len || feed[s[e]] == kFeedSpace);
     }
@@ -860,8 +918,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
           if constexpr (kOff) {
             emit_off(nullptr, t, nt, s + i, clen, 0, 0, n, i - cd0, word0);
           } else {
-            for (int32_t k = 0; k < nt; ++k)
-              if (n + k < cap) out[n + k] = t[k];
+            put_tokens(out, n, cap, t, nt);
           }
           sink.n = n + nt;
           ++wc.stats.hits;
@@ -922,8 +979,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
               if constexpr (kOff) {
                 emit_off(nullptr, t, nt, s + i, wlen, 0, 0, n, i - os.cdelta, os.word);
               } else {
-                for (int32_t k = 0; k < nt; ++k)
-                  if (n + k < cap) out[n + k] = t[k];
+                put_tokens(out, n, cap, t, nt);
               }
               n += nt;
               ++wc.stats.hits;
@@ -1216,8 +1272,17 @@ inline void reset_word_cache(const CoreContext& ctx, WordCache* cache, int32_t o
   for (int32_t k = ctx.v.special_offsets[0]; k < ctx.v.special_offsets[n_sp]; ++k)
     if (ctx.v.special_bytes[k] <= 0x20u) low_in_special = true;
   cache->special_probe = !low_in_special;
-  for (int c = 0; c < 256; ++c)
+  cache->n_refuse = 0;
+  for (int c = 0; c < 256; ++c) {
     cache->chunk_refuse[c] = cache->special_probe ? 0 : ctx.v.special_first[c];
+    if (cache->chunk_refuse[c] && cache->n_refuse >= 0) {
+      if (cache->n_refuse == 4) {
+        cache->n_refuse = -1;
+      } else {
+        cache->refuse_bytes[cache->n_refuse++] = (uint8_t)c;
+      }
+    }
+  }
   cache->zero_in_words = ctx.feed[0] < 0x80u;
   cache->alnum_feed = true;
   for (int c = 0; c < 256; ++c) {
