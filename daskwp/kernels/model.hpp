@@ -36,7 +36,7 @@ struct VocabHeader {
   uint64_t off_bitmaps;          // uint64[kBitmapWords * n]: child bitmaps (> 4 children)
   uint64_t off_hot;              // HotNode[n_nodes]: child lookup data
   uint32_t n_special_nodes;      // nodes of the special-token trie (>= 1: the root)
-  uint32_t reserved;
+  uint32_t id_limit;             // 1 + the largest id it emits (0: not recorded)
   uint64_t off_special_nodes;    // SpecialNode[n_special_nodes]: the special-token trie
   uint64_t off_special_labels;   // uint8[n_special_nodes]: byte on the edge into the node
   uint64_t off_pops_bytes;       // int32[n_pops]: bytes of the word each failure pop covers

@@ -197,6 +197,12 @@ std::vector<uint8_t> build_vocab_blob(const VocabBuildInput& in) {
   h.n_specials = static_cast<int32_t>(sp.size());
   h.n_pops = static_cast<uint32_t>(pool.size());
   h.max_special_bytes = static_cast<uint32_t>(max_special);
+  // Every id the core emits is a token's, the unknown token's or a special token's (the
+  // word memo stores ids in 16 bits below 2^16).
+  int64_t max_id = in.unk_id;
+  for (const int32_t id : in.ids) max_id = std::max<int64_t>(max_id, id);
+  for (const int32_t id : in.special_ids) max_id = std::max<int64_t>(max_id, id);
+  h.id_limit = static_cast<uint32_t>(std::min<int64_t>(max_id + 1, UINT32_MAX));
   size_t off = align8(sizeof(VocabHeader));
   h.off_nodes = off; off = align8(off + n * sizeof(TrieNode));
   h.off_labels = off; off = align8(off + n);

@@ -185,6 +185,10 @@ struct WordCache {
   // layout below; such a memo serves MemoWordPieceE2ET<true> only, and the pool keys it
   // apart).
   int32_t offsets_unit;
+  // The ids layout with every id below 2^16 (the vocabulary's id_limit): a short entry
+  // holds 1-6 ids as uint16 in bytes 20-31 (then a hit is one 16-byte load and two
+  // widenings, whatever the count), else 1-3 int32 or 4-6 packed in 20 bits.
+  bool u16;
   int32_t bits;       // 2^bits short entries
   int32_t long_bits;  // 2^long_bits long slots
   uint64_t arena_cap, arena_used;
@@ -253,7 +257,7 @@ struct WordCache {
     arena = p;
     arena_cap = block_bytes - static_cast<size_t>(p - static_cast<uint8_t*>(block));
     arena_used = 0;
-    alnum_feed = chunk_ok = zero_in_words = special_probe = false;
+    alnum_feed = chunk_ok = zero_in_words = special_probe = u16 = false;
     offsets_unit = 0;
     std::memset(punct_token, 0xFF, sizeof(punct_token));
     std::memset(word_end, 0, sizeof(word_end));
@@ -412,7 +416,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
     WordCache& wc = *cache;
     const int64_t len = e - i;
     bool fits_short = len <= kWordCacheMaxBytes && nt <= kWordCachePackedTokens;
-    if (fits_short && nt > kWordCacheMaxTokens)
+    if (fits_short && nt > kWordCacheMaxTokens && !wc.u16)
       for (int64_t k = 0; k < nt; ++k)
         if ((uint32_t)t[k] > kWordCachePackMask) fits_short = false;  // too large to pack
     if (!fits_short && len > kWordCacheMaxBytes) {
@@ -431,7 +435,11 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
     en.key[1] = k1;
     en.n_tokens = fits_short ? (uint8_t)nt : kInLong;
     if (!fits_short) return;
-    if (nt > kWordCacheMaxTokens) {
+    if (wc.u16) {
+      uint16_t u[kWordCachePackedTokens] = {};
+      for (int64_t k = 0; k < nt; ++k) u[k] = (uint16_t)t[k];
+      __builtin_memcpy(en.tokens, u, sizeof(u));
+    } else if (nt > kWordCacheMaxTokens) {
       memo_pack(en, t, (int32_t)nt);
     } else {
       for (int64_t k = 0; k < nt; ++k) en.tokens[k] = t[k];
@@ -802,9 +810,34 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
       if (n + k < cap) out[n + k] = t[k];
   }
 
+  // The 1-6 ids of a short entry of the u16 layout at out[n, n + 6) (slots past its
+  // n_tokens get junk; the caller has room for 6).
+  DWP_FORCEINLINE static void put_u16(const WordCacheEntry* en, int32_t* out) {
+#if defined(DWP_SSE41)
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(en->tokens - 1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_cvtepu16_epi32(_mm_srli_si128(v, 4)));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out + 4),
+                     _mm_cvtepu16_epi32(_mm_srli_si128(v, 12)));
+#else
+    uint16_t u[kWordCachePackedTokens];
+    __builtin_memcpy(u, en->tokens, sizeof(u));
+    for (int k = 0; k < kWordCachePackedTokens; ++k) out[k] = u[k];
+#endif
+  }
+
   DWP_FORCEINLINE static int64_t emit_entry(const WordCacheEntry* en, int32_t* out, int64_t n,
-                                            int64_t cap) {
+                                            int64_t cap, bool u16) {
     const int64_t nt = en->n_tokens;
+    if (u16) {
+      if (n + kWordCachePackedTokens <= cap) {
+        put_u16(en, out + n);
+      } else {
+        int32_t t[kWordCachePackedTokens];
+        put_u16(en, t);
+        put_tokens(out, n, cap, t, nt);
+      }
+      return nt;
+    }
     if (nt <= kWordCacheMaxTokens && n + kWordCacheMaxTokens <= cap) {
       __builtin_memcpy(out + n, en->tokens, sizeof(en->tokens));
       return nt;
@@ -825,7 +858,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
   DWP_NOINLINE static int64_t emit_short(const WordCache& wc, const WordCacheEntry* en,
                                          const uint8_t* p, int64_t len, uint64_t k0,
                                          uint64_t k1, int32_t* out, int64_t n, int64_t cap) {
-    if (en->n_tokens != kInLong) return emit_entry(en, out, n, cap);
+    if (en->n_tokens != kInLong) return emit_entry(en, out, n, cap, wc.u16);
     int32_t nt;
     const int32_t* t = long_get(wc, short_hash(k0, k1) | 1, p, len, &nt);
     if (!t) return -1;
@@ -1067,6 +1100,8 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
     const int32_t shift = 64 - wc.bits - 5;  // the set's byte offset: 64 bytes a set
     const int64_t readable16 = readable - 16;
     const int64_t cap3 = cap - kWordCacheMaxTokens;
+    const int64_t cap6 = cap - kWordCachePackedTokens;
+    const bool u16 = wc.u16;
     const __m128i space = _mm_set1_epi8(0x20);
 #endif
 #if defined(DWP_SSE2)
@@ -1175,6 +1210,13 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
                 cd = os.cdelta;
                 wd = os.word;
               }
+            } else if (u16) {
+              // (n_tokens 1-6; kInLong is more)
+              if (__builtin_expect(nt <= kWordCachePackedTokens && n <= cap6, 1)) {
+                put_u16(en, out + n);
+              } else {
+                got = emit_short(wc, en, s + i, w, k0, k1, out, n, cap);
+              }
             } else if (__builtin_expect(nt <= kWordCacheMaxTokens && n <= cap3, 1)) {
               __builtin_memcpy(out + n, en->tokens, sizeof(en->tokens));
             } else {
@@ -1253,6 +1295,7 @@ inline int64_t tokenize_document_with_memo(const CoreContext& ctx, const uint8_t
 inline void reset_word_cache(const CoreContext& ctx, WordCache* cache, int32_t offsets_unit = 0) {
   cache->clear_tables();
   cache->offsets_unit = offsets_unit;
+  cache->u16 = offsets_unit == 0 && ctx.v.h->id_limit != 0 && ctx.v.h->id_limit <= 65536u;
   bool space_low = true;
   for (int c = 0; c < 256; ++c) {
     const uint8_t kind = c < 0x80 ? ctx.nm.ascii_kind[c] : kAsciiSlow;
