@@ -96,6 +96,14 @@ def test_threads_equal_one_thread(threads):
     many = tok.encode(docs, num_threads=threads)
     np.testing.assert_array_equal(many.lengths, one.lengths)
     np.testing.assert_array_equal(many.token_ids, one.token_ids)
+    # (over 1M tokens: the threads copy their chunks into the arrays, spans and word ids too)
+    assert len(one.token_ids) > 1 << 20
+    extras = dict(return_offsets_mapping=True, return_word_ids=True)
+    one = tok.encode(docs, num_threads=1, **extras)
+    many = tok.encode(docs, num_threads=threads, **extras)
+    np.testing.assert_array_equal(many.token_ids, one.token_ids)
+    np.testing.assert_array_equal(many.offset_mapping, one.offset_mapping)
+    np.testing.assert_array_equal(many.word_ids, one.word_ids)
 
 
 # --- Offsets and word ids through the memo (memos of the offsets layout, word_memo.hpp) ----

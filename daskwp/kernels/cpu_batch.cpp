@@ -501,15 +501,28 @@ EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
     out.ids = host_array<int32_t>(static_cast<size_t>(std::max<int64_t>(total, 1)));
     if (extras.offsets) out.spans = host_array<int64_t>(static_cast<size_t>(2 * total + 2));
     if (extras.word_ids) out.words = host_array<int32_t>(static_cast<size_t>(total + 1));
-    int64_t at = 0;
-    for (int c = 0; c < chunks; ++c) {
-      const int64_t k = bufs[c].size;
-      if (k) {
-        std::memcpy(out.ids.get() + at, bufs[c].data.get(), k * 4);
-        if (extras.offsets) std::memcpy(out.spans.get() + 2 * at, bufs[c].spans.get(), k * 16);
-        if (extras.word_ids) std::memcpy(out.words.get() + at, bufs[c].words.get(), k * 4);
+    std::vector<int64_t> at(chunks + 1, 0);
+    for (int c = 0; c < chunks; ++c) at[c + 1] = at[c] + bufs[c].size;
+    auto copy = [&](int c0, int c1) {
+      for (int c = c0; c < c1; ++c) {
+        const int64_t k = bufs[c].size, a = at[c];
+        if (!k) continue;
+        std::memcpy(out.ids.get() + a, bufs[c].data.get(), k * 4);
+        if (extras.offsets) std::memcpy(out.spans.get() + 2 * a, bufs[c].spans.get(), k * 16);
+        if (extras.word_ids) std::memcpy(out.words.get() + a, bufs[c].words.get(), k * 4);
       }
-      at += k;
+    };
+    // The chunks' buffers into the arrays: by the call's threads from 1M tokens on (a
+    // serial copy of 20 MB of text's ids cost 5% of a 2-thread call; its chunks are byte-
+    // balanced, so are the threads' shares).
+    if (total >= (int64_t(1) << 20)) {
+      std::vector<std::thread> copiers;
+      for (int t = 1; t < threads; ++t)
+        copiers.emplace_back(copy, chunks * t / threads, chunks * (t + 1) / threads);
+      copy(0, chunks / threads);
+      for (auto& th : copiers) th.join();
+    } else {
+      copy(0, chunks);
     }
   }
   if (!out.ids) out.ids = host_array<int32_t>(1);
