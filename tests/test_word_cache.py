@@ -378,32 +378,3 @@ def test_many_token_short_strings_and_long_table_resets():
         after = daskwp.word_cache_info()
     assert after["long_resets"] > before["long_resets"], (before, after)
     assert after["hits"] > before["hits"]
-
-
-def test_a_memo_grows_with_the_calls():
-    # A call of under 4 MB of text per thread gets a half-size memo (a cold call faults in
-    # half as much); a larger call of the same model drops it for a default-size one, which
-    # smaller calls then keep using (docs/design.md §3.5, "Word memo").
-    tok = _tok(UNCASED, lowercase=True)
-    docs = _docs()
-    before = daskwp.word_cache_info()  # (the counts are the process's)
-
-    def since():
-        info = daskwp.word_cache_info()
-        return {k: info[k] - before[k] if k in ("created", "evictions", "reused") else info[k]
-                for k in info}
-    small = tok.encode(docs[:2000], num_threads=1)
-    info = since()
-    assert info["memos"] == 1 and info["created"] == 1, info
-    half = info["bytes"]
-    big_docs = docs * (1 + (5 << 20) // sum(len(d) for d in docs))
-    assert sum(len(d) for d in big_docs) >= 4 << 20
-    big = tok.encode(big_docs, num_threads=1)
-    info = since()
-    assert info["memos"] == 1 and info["created"] == 2 and info["evictions"] == 1, info
-    assert info["bytes"] >= 2 * half - (2 << 20), (info, half)
-    again = tok.encode(docs[:2000], num_threads=1)
-    info = since()
-    assert info["created"] == 2 and info["reused"] >= 1 and info["bytes"] > half, info
-    np.testing.assert_array_equal(again.token_ids, small.token_ids)
-    np.testing.assert_array_equal(big.token_ids[:len(small.token_ids)], small.token_ids)

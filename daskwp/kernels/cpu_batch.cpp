@@ -152,14 +152,10 @@ void free_memos(const std::vector<WordCache*>& drop) {
 // that each may get one.
 // offsets_unit: the layout of its entries (reset_word_cache; part of the key, pool_key).
 WordCache* pool_acquire(const CoreContext& ctx, uint64_t key, int threads, int32_t offsets_unit,
-                        bool large, bool* kept_nothing) {
+                        bool* kept_nothing) {
   MemoPool& P = memo_pool();
   std::vector<WordCache*> drop;
-  // The size of a new memo: the default for calls of 4 MB of text per thread and more,
-  // half of it below (a cold call faults in and zeroes the tables it touches: the 28 MB
-  // of a default memo cost a 1 MB cold call ~20%), within what the limit allows for
-  // every thread. An idle memo smaller than a call would get is dropped for a new one.
-  int bits = large ? kWordCacheDefaultBits : kWordCacheDefaultBits - 1;
+  int bits = kWordCacheDefaultBits;
   bool made = false;
   WordCache* found = nullptr;
   {
@@ -167,29 +163,20 @@ WordCache* pool_acquire(const CoreContext& ctx, uint64_t key, int threads, int32
     pool_check_pid(P, drop);
     *kept_nothing = P.limit == 0;
     if (!*kept_nothing) {
-      const size_t share = P.limit / static_cast<size_t>(threads > 0 ? threads : 1);
-      while (bits > kWordCacheMinBits && WordCache::bytes_for(bits) > share) --bits;
-      size_t best = P.idle.size(), small = P.idle.size();
-      for (size_t k = 0; k < P.idle.size(); ++k) {
-        if (P.idle[k].key != key) continue;
-        size_t& pick = P.idle[k].memo->bits >= bits ? best : small;
-        if (pick == P.idle.size() || P.idle[k].last_use > P.idle[pick].last_use) pick = k;
-      }
-      if (best == P.idle.size() && small < P.idle.size()) {
-        WordCache* m = P.idle[small].memo;  // outgrown: a new one of the call's size
-        P.idle.erase(P.idle.begin() + static_cast<std::ptrdiff_t>(small));
-        P.bytes -= m->block_bytes;
-        add_stats(P.totals, m->stats);
-        ++P.totals.evictions;
-        drop.push_back(m);
-        best = P.idle.size();
-      }
+      size_t best = P.idle.size();
+      for (size_t k = 0; k < P.idle.size(); ++k)
+        if (P.idle[k].key == key &&
+            (best == P.idle.size() || P.idle[k].last_use > P.idle[best].last_use))
+          best = k;
       if (best < P.idle.size()) {
         found = P.idle[best].memo;
         P.idle.erase(P.idle.begin() + static_cast<std::ptrdiff_t>(best));
         P.busy.push_back(found);
         ++P.totals.reused;
       } else {
+        // A new memo: as large as the default, or as the limit allows for every thread.
+        const size_t share = P.limit / static_cast<size_t>(threads > 0 ? threads : 1);
+        while (bits > kWordCacheMinBits && WordCache::bytes_for(bits) > share) --bits;
         const size_t need = WordCache::bytes_for(bits);
         if (need <= P.limit) pool_trim(P, P.limit - need, drop);
         if (need <= P.limit && P.bytes + need <= P.limit) {
@@ -268,10 +255,10 @@ struct ThreadMemo {
   std::unique_ptr<WordCache> own;
   uint64_t key = 0, generation = 0;
   ThreadMemo(const CoreContext& ctx, uint64_t k, uint64_t gen, int threads, bool big,
-             bool large, int32_t offsets_unit = 0)
+             int32_t offsets_unit = 0)
       : key(k), generation(gen) {
     bool kept_nothing = true;
-    if (k) memo = pool_acquire(ctx, k, threads, offsets_unit, large, &kept_nothing);
+    if (k) memo = pool_acquire(ctx, k, threads, offsets_unit, &kept_nothing);
     if (!memo && big && kept_nothing) {
       own.reset(new WordCache(16));  // 2^16 short entries, as before the pool
       reset_word_cache(ctx, own.get(), offsets_unit);
@@ -445,7 +432,6 @@ EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
   // A memo from the pool (cache_key != 0) pays off on any batch, as the pool keeps it;
   // one of the call's own only from ~1 MB of text per thread.
   const bool big = total_bytes / threads >= (int64_t(1) << 20);
-  const bool large = total_bytes / threads >= (int64_t(4) << 20);  // a memo of the default size
   const uint64_t generation = cache_key && total_bytes ? pool_generation() : 0;
   const uint64_t key = total_bytes ? cache_key : 0;
   std::vector<IdBuffer> bufs(chunks);
@@ -463,7 +449,7 @@ EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
     std::vector<std::exception_ptr> errors(threads);
     auto work = [&](int t) {
       try {
-        ThreadMemo memo(ctx, ukey, generation, threads, big, large, unit);
+        ThreadMemo memo(ctx, ukey, generation, threads, big, unit);
         for (int c = next++; c < chunks; c = next++)
           encode_range_extras(ctx, offsets, data, validity, validity_offset, cut[c],
                               cut[c + 1], data_end, chars, memo.memo, bufs[c], counts);
@@ -481,7 +467,7 @@ EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
     for (auto& e : errors)
       if (e) std::rethrow_exception(e);
   } else if (threads == 1) {
-    ThreadMemo memo(ctx, key, generation, 1, big, large);
+    ThreadMemo memo(ctx, key, generation, 1, big);
     encode_range(ctx, offsets, data, validity, validity_offset, 0, n_docs, data_end,
                  memo.memo, bufs[0], counts);
   } else {
@@ -491,7 +477,7 @@ EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
     for (int t = 0; t < threads; ++t) {
       pool.emplace_back([&, t] {
         try {
-          ThreadMemo memo(ctx, key, generation, threads, big, large);
+          ThreadMemo memo(ctx, key, generation, threads, big);
           for (int c = next++; c < chunks; c = next++)
             encode_range(ctx, offsets, data, validity, validity_offset, cut[c], cut[c + 1],
                          data_end, memo.memo, bufs[c], counts);
