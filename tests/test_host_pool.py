@@ -101,3 +101,41 @@ def test_limit_from_the_environment(value, expected):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True).stdout
     assert int(out) == expected
+
+
+_REFAULT = r"""
+import resource, sys, numpy as np
+from daskwp.backends.memory import tune_worker_malloc
+tuned = tune_worker_malloc() if sys.argv[1] == "tune" else False
+a = np.ones(2 << 20)  # 16 MB: an allocation above glibc's fixed 128 KB mmap threshold
+del a
+f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(5):
+    a = np.ones(2 << 20)
+    del a
+print(tuned, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_worker_malloc_tuning_keeps_temporaries_mapped():
+    # A Dask nanny starts workers with MALLOC_TRIM_THRESHOLD_=65536: then every 16 MB
+    # temporary is mapped and faulted in afresh; after
+    # tune_worker_malloc (the plugin's setup, the partition tasks) it is reused from the
+    # heap (docs/design.md §3.5).
+    env = dict(os.environ, MALLOC_TRIM_THRESHOLD_="65536")
+    env.pop("DASKWP_WORKER_MALLOC", None)
+    runs = {}
+    for mode in ("plain", "tune"):
+        out = subprocess.run([sys.executable, "-c", _REFAULT, mode], env=env, check=True,
+                             capture_output=True, text=True, timeout=120).stdout.split()
+        runs[mode] = (out[0] == "True", int(out[1]))
+    # 5 x 16 MB faulted in again: 4 KB pages, or 2 MB ones where NumPy asks for huge pages
+    assert runs["plain"][1] >= 5 * 8, runs
+    assert runs["tune"][0] and runs["tune"][1] * 10 <= runs["plain"][1], runs
+    # Opted out, or outside a nanny's environment: nothing changes.
+    for extra in ({"DASKWP_WORKER_MALLOC": "0"}, {"MALLOC_TRIM_THRESHOLD_": None}):
+        e = {k: v for k, v in {**env, **extra}.items() if v is not None}
+        out = subprocess.run([sys.executable, "-c", _REFAULT, "tune"], env=e, check=True,
+                             capture_output=True, text=True, timeout=120).stdout.split()
+        assert out[0] == "False", (extra, out)

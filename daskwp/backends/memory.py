@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from .. import _ext
 
-__all__ = ["host_pool_info", "release_host_memory", "set_host_pool_limit"]
+__all__ = ["host_pool_info", "release_host_memory", "set_host_pool_limit", "tune_worker_malloc"]
 
 
 def host_pool_info() -> dict:
@@ -39,3 +39,47 @@ def release_host_memory() -> int:
     """Free every cached block (e.g. on Dask workers: ``client.run(release_host_memory)``);
     returns the bytes freed."""
     return int(_ext.host_pool_release())
+
+
+#: glibc's mallopt parameters (malloc.h) and the values :func:`tune_worker_malloc` sets.
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+WORKER_MMAP_THRESHOLD = 32 << 20
+WORKER_TRIM_THRESHOLD = 128 << 20
+_tuned = None
+
+
+def tune_worker_malloc() -> bool:
+    """In a Dask worker process whose nanny set ``MALLOC_TRIM_THRESHOLD_`` below 128 MB (its
+    default is 64 KB, so that freed memory goes back to the system at once), raise glibc's
+    mmap threshold to 32 MB and its trim threshold to 128 MB, once per process.
+
+    Why: setting ``MALLOC_TRIM_THRESHOLD_`` also fixes glibc's mmap threshold at 128 KB, so
+    every NumPy and Arrow temporary of a partition of 128 KB and more is mapped, faulted in
+    and unmapped again; a 64 MB text partition's tables and writer then cost 3.6x and 1.5x
+    their CPU (docs/design.md §3.5). With the thresholds raised, such temporaries are
+    reused from the heap, and up to 128 MB of freed heap stays with the process.
+    ``DASKWP_WORKER_MALLOC=0`` leaves malloc alone. Returns whether it tuned (glibc only).
+    """
+    global _tuned
+    if _tuned is not None:
+        return _tuned
+    import os
+    _tuned = False
+    env = os.environ.get("MALLOC_TRIM_THRESHOLD_")
+    if os.environ.get("DASKWP_WORKER_MALLOC", "1") == "0" or env is None:
+        return False
+    try:
+        if int(env) >= WORKER_TRIM_THRESHOLD:
+            return False
+    except ValueError:
+        pass
+    try:
+        import ctypes
+        import ctypes.util
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # not glibc
+        return False
+    _tuned = bool(mallopt(_M_MMAP_THRESHOLD, WORKER_MMAP_THRESHOLD)) and \
+        bool(mallopt(_M_TRIM_THRESHOLD, WORKER_TRIM_THRESHOLD))
+    return _tuned
