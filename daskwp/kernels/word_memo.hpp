@@ -237,16 +237,13 @@ struct WordCache {
       map_base = m;
       block = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(m) + huge - 1) &
                                       ~static_cast<uintptr_t>(huge - 1));
+      // Huge pages keep the random lookups off the TLB's back (and fault in 2 MB at once).
       madvise(block, block_bytes, MADV_HUGEPAGE);
       zeroed = true;
 #endif
     } else {
       const size_t align = block_bytes >= (size_t(4) << 20) ? (size_t(2) << 20) : 64;
       block = std::aligned_alloc(align, (block_bytes + align - 1) / align * align);
-#if defined(MADV_HUGEPAGE)
-      // Huge pages keep the random lookups off the TLB's back (and fault in 2 MB at once).
-      if (block && align > 64) madvise(block, block_bytes, MADV_HUGEPAGE);
-#endif
     }
     if (!block) throw std::bad_alloc();
     uint8_t* p = static_cast<uint8_t*>(block);
@@ -295,6 +292,13 @@ struct WordCache {
     arena_used = 0;
   }
 };
+
+#if defined(DWP_SSE2)
+// Bit k set where byte k of x is <= 0x20 (a chunk's end: plain whitespace or a control byte).
+DWP_FORCEINLINE uint32_t chunk_end_mask(__m128i x) {
+  return (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_min_epu8(x, _mm_set1_epi8(0x20)), x));
+}
+#endif
 
 // 16 bytes of 0xFF then 16 of 0: the 16 bytes from kPrefixMask + 16 - w keep w bytes.
 alignas(64) inline constexpr uint8_t kPrefixMask[32] = {
@@ -554,12 +558,9 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
   DWP_FORCEINLINE static void put_long(const int32_t* rec, const uint8_t* meta, int32_t nt,
                                        int32_t* out, int64_t* offs, int32_t* wids, int64_t u,
                                        int32_t w) {
+    put_tokens(out, 0, nt, rec, nt);
     const uint8_t* wd = meta + 2 * nt;
 #if defined(DWP_SSE41)
-    // The ids 4 at a time (a record's ids are followed by its bytes: readable).
-    for (int32_t k = 0; k < nt; k += 4)
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + k),
-                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + k)));
     // Two tokens' spans (4 bytes of be) widen to 4 int64; four word deltas to 4 int32.
     const __m128i uu = _mm_set1_epi64x(u);
     for (int32_t k = 0; k < nt; k += 2) {
@@ -579,7 +580,6 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
                        _mm_add_epi32(_mm_cvtepu8_epi32(_mm_cvtsi32_si128((int)w4)), ww));
     }
 #else
-    __builtin_memcpy(out, rec, (size_t)nt * 4);
     for (int32_t k = 0; k < nt; ++k) {
       offs[2 * k] = u + meta[2 * k];
       offs[2 * k + 1] = u + meta[2 * k + 1];
@@ -777,7 +777,6 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
     *k1 = b;
   }
 
-  // Writes the tokens of a short entry at out[n] (none at or past cap); returns their count.
   // out[n, n + nt) = t[0, nt) (only what is below cap when it does not fit) in whole
   // 16- and 8-byte moves, the last one overlapping: the branches follow nt / 4, not nt (a
   // token-by-token loop mispredicted its exit on most long records of logs).
@@ -814,7 +813,8 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
   // n_tokens get junk; the caller has room for 6).
   DWP_FORCEINLINE static void put_u16(const WordCacheEntry* en, int32_t* out) {
 #if defined(DWP_SSE41)
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(en->tokens - 1));
+    const __m128i v =  // bytes 16-31: n_tokens, pack, then the 6 ids at 20-31
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const uint8_t*>(en) + 16));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_cvtepu16_epi32(_mm_srli_si128(v, 4)));
     _mm_storel_epi64(reinterpret_cast<__m128i*>(out + 4),
                      _mm_cvtepu16_epi32(_mm_srli_si128(v, 12)));
@@ -825,6 +825,8 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
 #endif
   }
 
+  // Writes the tokens of a short entry at out[n] (none at or past cap); returns their count.
+  // u16: the entry has the u16 layout (WordCache::u16).
   DWP_FORCEINLINE static int64_t emit_entry(const WordCacheEntry* en, int32_t* out, int64_t n,
                                             int64_t cap, bool u16) {
     const int64_t nt = en->n_tokens;
@@ -905,7 +907,6 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
       // chunks of more than 16): the first byte <= 0x20 or lim ends it, and special notes
       // a refused byte before that end.
       if (wc.n_refuse >= 0) {
-        const __m128i space = _mm_set1_epi8(0x20);
         while (e + 16 <= readable && e < lim) {
           const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + e));
           uint32_t refused = 0;
@@ -913,9 +914,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
             refused |= (uint32_t)_mm_movemask_epi8(
                 _mm_cmpeq_epi8(x, _mm_set1_epi8((char)wc.refuse_bytes[k])));
           const int64_t room = lim - e;
-          const uint32_t stop =
-              (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_min_epu8(x, space), x)) |
-              (1u << 16) | (1u << (room < 16 ? room : 16));
+          const uint32_t stop = chunk_end_mask(x) | (1u << 16) | (1u << (room < 16 ? room : 16));
           const int32_t w = __builtin_ctz(stop);
           special |= (refused & ((1u << w) - 1u)) != 0;
           e += w;
@@ -1102,7 +1101,6 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
     const int64_t cap3 = cap - kWordCacheMaxTokens;
     const int64_t cap6 = cap - kWordCachePackedTokens;
     const bool u16 = wc.u16;
-    const __m128i space = _mm_set1_epi8(0x20);
 #endif
 #if defined(DWP_SSE2)
     // A prefetcher runs ahead of the loop, kAhead chunks or so: it finds the chunks as the
@@ -1121,9 +1119,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
         return;
       }
       const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + p));
-      const uint32_t m =
-          (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_min_epu8(x, space), x)) | (1u << 16);
-      const int64_t w = __builtin_ctz(m);
+      const int64_t w = __builtin_ctz(chunk_end_mask(x) | (1u << 16));
       const __m128i key = _mm_and_si128(
           x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(kPrefixMask + 16 - w)));
       const uint64_t k0 = (uint64_t)_mm_cvtsi128_si64(key);
@@ -1156,9 +1152,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
         // the chunk read at e - 1 when the chunk ends the document (s[len] may be past the
         // readable bytes), folded into one test (as a || or |, GCC branches twice).
         const int64_t left = len - i;
-        const uint32_t m =
-            (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_min_epu8(x, space), x)) |
-            (1u << 16) | (1u << (left < 16 ? left : 16));
+        const uint32_t m = chunk_end_mask(x) | (1u << 16) | (1u << (left < 16 ? left : 16));
         const int64_t w = __builtin_ctz(m);
         const int64_t e = i + w;
         const uint32_t at_end = e == len;
