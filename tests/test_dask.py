@@ -289,6 +289,22 @@ def test_matches_single_machine_output(client, partitioning):
     assert np.array_equal(np.unique(meta["logID"]), np.arange(len(docs)))
 
 
+def _malloc_tuned():
+    from daskwp.backends import memory
+    return memory._tuned
+
+
+def test_nanny_workers_get_malloc_tuned_by_their_tasks(client):
+    # The nanny starts the workers with MALLOC_TRIM_THRESHOLD_ (distributed's default
+    # 65536); the first partition task, through the per-worker state, raises glibc's
+    # thresholds (docs/design.md §3.5 "Worker malloc").
+    envs = client.run(lambda: __import__("os").environ.get("MALLOC_TRIM_THRESHOLD_"))
+    assert all(v is not None and int(v) < 128 << 20 for v in envs.values()), envs
+    ds = dd.from_pandas(pd.Series(["hello world"] * 40), npartitions=4)
+    ds.wordpiece.tokenize(**OPTIONS).metadata.compute()
+    assert set(client.run(_malloc_tuned).values()) == {True}
+
+
 def test_to_frame_matches_single_machine_output(client):
     ds = _concat(_split(DOCS, [5, 0, 1, 37, 2, 0, 60]))
     expected = _expected(_docs_of(ds)).to_frame()

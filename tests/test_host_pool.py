@@ -121,7 +121,7 @@ print(tuned, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
 def test_worker_malloc_tuning_keeps_temporaries_mapped():
     # A Dask nanny starts workers with MALLOC_TRIM_THRESHOLD_=65536: then every 16 MB
     # temporary is mapped and faulted in afresh; after
-    # tune_worker_malloc (the plugin's setup, the partition tasks) it is reused from the
+    # tune_worker_malloc (run by the per-worker state, test_dask.py) it is reused from the
     # heap (docs/design.md §3.5).
     env = dict(os.environ, MALLOC_TRIM_THRESHOLD_="65536")
     env.pop("DASKWP_WORKER_MALLOC", None)

@@ -26,8 +26,6 @@ class DaskwpWorkerPlugin(WorkerPlugin):
         self.state = None
 
     def setup(self, worker) -> None:
-        from ..backends.memory import tune_worker_malloc
-        tune_worker_malloc()  # (the nanny's MALLOC_TRIM_THRESHOLD_: docs/design.md §3.5)
         self.state = WorkerState(name=f"worker_tokenizers[{worker.address}]")
 
     def teardown(self, worker) -> None:

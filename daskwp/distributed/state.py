@@ -16,6 +16,7 @@ from __future__ import annotations
 import sys
 import threading
 
+from ..backends.memory import tune_worker_malloc
 from ..core.cache import BoundedCache, clear_caches
 
 __all__ = ["WorkerState", "cached_tokenizer", "cached_tokenizer_keys", "current_state",
@@ -36,6 +37,9 @@ class WorkerState:
 
     def __init__(self, name: str = "worker_tokenizers"):
         self.tokenizers = BoundedCache(name, TOKENIZERS_PER_WORKER)
+        # Every partition task reaches its tokenizer through a state: under a nanny's
+        # MALLOC_TRIM_THRESHOLD_ the process's malloc is tuned first (docs/design.md §3.5).
+        tune_worker_malloc()
 
     def tokenizer(self, tok):
         """The first instance of a tokenizer equal to ``tok`` this state has seen."""

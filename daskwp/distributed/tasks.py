@@ -13,7 +13,6 @@ import time
 
 import numpy as np
 
-from ..backends.memory import tune_worker_malloc
 from ..core.options import WINDOWS, names
 from ..core.windows import WINDOW_OPTIONS
 from ..frames.partition import (PartWriter, frame_from_output,
@@ -85,7 +84,6 @@ def tokenize_partition(texts, tokenizer, options: dict, partition=None):
     are 0-based within the partition. An empty partition gives an empty frame with the same
     columns and dtypes; an error is raised again naming ``partition``.
     """
-    tune_worker_malloc()
     tok = cached_tokenizer(tokenizer)
     try:
         if is_cudf(texts):  # the tokenizer runs cudf input on the GPU; outputs stay there
@@ -273,7 +271,6 @@ def write_tokenized_part(texts, tokenizer, options: dict, path: str, tmp_path: s
 
     Memory: the partition's text, about two pieces' outputs, the writer's pages.
     """
-    tune_worker_malloc()
     tok = cached_tokenizer(tokenizer)
     clock = {"tokenize": 0.0, "arrow": 0.0, "write": 0.0, "finish": 0.0}
     with_mask = stores_mask(options["padding"])
