@@ -6,8 +6,10 @@
 #   benchmarks/native/callgrind_rows.sh OUT_DIR [DATA_DIR] [ROW...]
 #
 # ROW: en_ewt books latin ruel arhe hith cjk logs (default: all). Writes OUT_DIR/rows.tsv
-# (row, mode, memo, instructions, then the ids / offsets checksums) and prints each row's
-# ratio to its options-off run. Minutes per row (valgrind); never a timing.
+# (row, mode, memo, instructions, conditional-branch mispredictions, then the ids / offsets
+# checksums) and prints each row's ratio to its options-off run and its mispredictions per
+# KB of input (callgrind's branch model, --branch-sim=yes). Minutes per row (valgrind);
+# never a timing.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 OUT="${1:?usage: callgrind_rows.sh OUT_DIR [DATA_DIR] [ROW...]}"
@@ -50,13 +52,18 @@ for row in $ROWS; do
       [ "$mode" != off ] && envs+=("DASKWP_CORE_BENCH_OFFSETS=$mode")
       [ "$memo" = warm ] && envs+=("DASKWP_CORE_BENCH_WARM=1")
       f="$OUT/$row.$mode.$memo.callgrind"
-      env "${envs[@]}" valgrind --tool=callgrind --callgrind-out-file="$f" \
+      env "${envs[@]}" valgrind --tool=callgrind --branch-sim=yes --callgrind-out-file="$f" \
         --toggle-collect='run_pass*' "$OUT/core_bench" "$OUT/$V/vocab.blob" \
         "$OUT/$V/norm.blob" "$OUT/$row.txt" 1 > "$f.log" 2>&1
+      # events Ir Bc Bcm Bi Bim: instructions and conditional mispredictions
       ir=$(awk '/^(summary|totals):/ {print $2; exit}' "$f")
+      bcm=$(awk '/^(summary|totals):/ {print $4; exit}' "$f")
       sums=$(grep -o 'offsets [0-9a-f]*\|ids [0-9a-f]*' "$f.log" | tr '\n' ' ')
-      printf '%s\t%s\t%s\t%s\t%s\n' "$row" "$mode" "$memo" "$ir" "$sums" >> "$OUT/rows.tsv"
+      printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$row" "$mode" "$memo" "$ir" "$bcm" \
+        "$(stat -c %s "$OUT/$row.txt")" "$sums" >> "$OUT/rows.tsv"
     done
   done
 done
-awk -F'\t' '{k=$1" "$3; if ($2=="off") off[k]=$4; printf "%-7s %-5s %-4s %12d  %.2fx\n", $1, $2, $3, $4, $4/off[k]}' "$OUT/rows.tsv"
+awk -F'\t' '{k=$1" "$3; if ($2=="off") off[k]=$4;
+  printf "%-7s %-5s %-4s %12d  %.2fx  %6.1f mispredictions/KB\n", $1, $2, $3, $4, $4/off[k],
+         1000 * $5 / $6}' "$OUT/rows.tsv"
