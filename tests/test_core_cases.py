@@ -505,3 +505,24 @@ def test_from_pretrained_and_default_match_hf_uncased():
     assert pre.encode([long_line]).to_list() == [[7592] * 300]
     default = daskwp.WordPieceTokenizer()
     assert default.encode(lines).to_list() == expected
+
+
+def test_norm_blob_blocks_dedup_equals_numpy_unique():
+    """The blob's distinct 256-entry blocks and their index (a hash dedup, for speed) are
+    exactly ``np.unique(axis=0, return_inverse=True)``: same blocks, same lexicographic
+    order of uint32 values (not of little-endian bytes), same index."""
+    import numpy as np
+
+    from daskwp.core.normalizer import _unique_blocks
+    rng = np.random.default_rng(7)
+    palette = rng.integers(0, 2**32, size=(40, 256), dtype=np.uint32)
+    palette[:8, :3] = [[0, 0, 1], [0, 0, 256], [0, 1, 0], [256, 0, 0],
+                       [1, 0, 0], [0, 0, 0], [2**32 - 1, 0, 0], [0, 2**31, 0]]
+    palette[:8, 3:] = 0
+    blocks = palette[rng.integers(0, 40, size=4352)]
+    blocks[:5] = palette[6]                      # the first block is not the smallest
+    uniq, index = _unique_blocks(blocks)
+    want_u, want_i = np.unique(blocks, axis=0, return_inverse=True)
+    assert np.array_equal(uniq, want_u)
+    assert index.dtype == np.uint16 and np.array_equal(index, want_i.reshape(-1))
+    assert np.array_equal(uniq[index], blocks)

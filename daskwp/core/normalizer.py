@@ -140,6 +140,24 @@ def _build_norm_blob(clean_text: bool, handle_chinese_chars: bool, strip_accents
     return _pack_norm_blob(entry, map_offsets, map_utf8, ccc_cps, ccc_vals, flags)
 
 
+def _unique_blocks(blocks2d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(blocks2d, axis=0, return_inverse=True)`` (the distinct 256-entry blocks in
+    lexicographic order, and each block's index among them as uint16), by hashing each
+    block's bytes: the same result in ~5 ms instead of ~200 ms (``np.unique`` sorts the
+    4,352 rows as 1 KB records), which every new tokenizer and every Dask worker that
+    unpickles one would pay."""
+    rows = np.ascontiguousarray(blocks2d, dtype=np.uint32)
+    first: dict = {}
+    inverse = np.fromiter((first.setdefault(r, len(first)) for r in
+                           rows.view(np.dtype((np.void, rows.shape[1] * 4))).reshape(-1)
+                           .tolist()), dtype=np.int64, count=rows.shape[0])
+    distinct = np.frombuffer(b"".join(first), dtype=np.uint32).reshape(-1, rows.shape[1])
+    order = np.lexsort(distinct.T[::-1])        # column 0 the primary key
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    return distinct[order], rank[inverse].astype(np.uint16)
+
+
 def _pack_norm_blob(entry: np.ndarray, map_offsets: np.ndarray, map_utf8: np.ndarray,
                     ccc_cps: np.ndarray, ccc_vals: np.ndarray, flags: int) -> bytes:
     """The blob (NormHeader + sections, model.hpp) of per-code-point entries."""
@@ -148,10 +166,7 @@ def _pack_norm_blob(entry: np.ndarray, map_offsets: np.ndarray, map_utf8: np.nda
     ccc_cps = ccc_cps.astype(np.uint32)
     ccc_vals = ccc_vals.astype(np.uint8)
     # Surrogates never reach the core (the UTF-8 decoder turns them into U+FFFD).
-    blocks2d = entry.reshape(N_CODEPOINTS // 256, 256)
-    uniq, index = np.unique(blocks2d, axis=0, return_inverse=True)
-    # Keep block 0 (ASCII and Latin-1) first so the hot rows stay together.
-    index = index.reshape(-1).astype(np.uint16)
+    uniq, index = _unique_blocks(entry.reshape(N_CODEPOINTS // 256, 256))
 
     off = _align8(_HEADER.size)
     off_index = off
