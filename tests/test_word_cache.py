@@ -160,7 +160,7 @@ def _models_never_share_entries(docs, toks, expected):
             np.testing.assert_array_equal(lengths, expected[name][1], err_msg=f"{name} {rnd}")
             np.testing.assert_array_equal(ids, expected[name][0], err_msg=f"{name} {rnd}")
     info = daskwp.word_cache_info()
-    # One memo per configuration (the 512 MB limit holds them all: 10 x 28 MB).
+    # One memo per configuration (the 512 MB limit holds them all: 10 x 30 MB).
     assert info["keys"] == len(CONFIGS), info
     # Two tokenizer objects of one configuration share a memo (same key).
     again = _tok(UNCASED, lowercase=True)

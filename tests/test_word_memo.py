@@ -258,3 +258,59 @@ def test_memo_with_a_special_token_that_holds_a_space(tmp_path):
         for _ in range(2):
             _assert_extras(tok.encode(docs, num_threads=1, return_offsets_mapping=True,
                                       return_word_ids=True, offsets_unit=unit), ref)
+
+
+def _chunk_docs(seed: int, n_docs: int) -> list[str]:
+    """Documents of whitespace chunks of 12-36 bytes (most 17-32: the mid table's), of 2
+    to 30+ tokens (letters, digits, punctuation, Cyrillic), drawn from a pool so that they
+    repeat, some at a document's end, some before a tab or a removed control byte."""
+    rng = np.random.default_rng(seed)
+    alphabet = list("abcdefghijklmnopqrstuvwxyz0123456789") + list(".-/_:$#") + list("жзщю")
+    pool = []
+    for k in range(3000):
+        want = int(rng.integers(12, 37))
+        s = ""
+        while len(s.encode()) < want:
+            s += str(rng.choice(alphabet)) if rng.random() < 0.7 or not s else \
+                rng.choice(["data", "node", "packet", "при", "вет", "ing"])
+        pool.append(s)
+    seps = [" ", " ", " ", "  ", "\t", "\x1f ", "\n"]
+    docs = []
+    for _ in range(n_docs):
+        parts = [pool[int(rng.integers(0, len(pool)))] for _ in range(int(rng.integers(1, 12)))]
+        docs.append("".join(p + str(rng.choice(seps)) for p in parts[:-1]) + parts[-1])
+    return docs
+
+
+@pytest.mark.parametrize("vocab_name,lowercase", [("bert-base-uncased", True),
+                                                  ("bert-base-multilingual-cased", False)])
+@pytest.mark.parametrize("memo_mb", [None, 1])
+def test_mid_chunks_and_long_references_equal_walk(vocab_name, lowercase, memo_mb):
+    # Chunks of 17-32 bytes are served from the mid table (ids inline: up to 15 of the
+    # uint16 layout, bert-base-uncased; 7 int32, multilingual) or through a reference to
+    # their long record, as are short chunks of more than 6 tokens. A 1 MB pool makes
+    # 2^14-entry memos whose arena fills and empties many times a call: a reference
+    # from before must then read as a miss, never as the new arena's bytes.
+    tok = daskwp.WordPieceTokenizer(vocab_path(vocab_name), lowercase=lowercase)
+    docs = _chunk_docs(3, 40_000)
+    walked = _walk(tok, docs)
+    ids = np.concatenate([w.token_ids for w in walked])
+    lengths = np.concatenate([w.lengths for w in walked])
+    cfg = {} if memo_mb is None else {"daskwp.word_cache_mb": memo_mb}
+    with dask.config.set(cfg):
+        for _ in range(2):  # cold, then warm
+            memo = tok.encode(docs, num_threads=1)
+            np.testing.assert_array_equal(memo.lengths, lengths)
+            np.testing.assert_array_equal(memo.token_ids, ids)
+        info = daskwp.word_cache_info()
+    assert info["hits"] > len(docs)
+    if memo_mb is not None:
+        assert info["long_resets"] > 10
+    # The offsets layout's mid entries: references to long records with their spans.
+    docs = docs[:15_000]
+    for unit in ("chars", "bytes"):
+        want = _walk_extras(tok, docs, unit)
+        with dask.config.set(cfg):
+            for _ in range(2):
+                _assert_extras(tok.encode(docs, num_threads=1, return_offsets_mapping=True,
+                                          return_word_ids=True, offsets_unit=unit), want)

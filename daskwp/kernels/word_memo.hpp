@@ -72,8 +72,8 @@ constexpr uint8_t kInLong = 0xFF;
 // holds) in an arena; 16-byte slots, four ways to a 64-byte line.
 constexpr int32_t kLongMaxBytes = 160;
 constexpr int32_t kLongMaxTokens = 96;
-// Default size of one memo: 2^19 short entries (16 MB), 2^18 long slots (4 MB), a 6 MB
-// arena: 28 MB. (One long slot per two short entries: with a slot per eight, multilingual
+// Default size of one memo: 2^19 short entries (16 MB), 2^15 mid entries (2 MB), 2^18 long
+// slots (4 MB), a 6 MB arena (8 MB with the rounding to 2 MB): 30 MB. (One long slot per two short entries: with a slot per eight, multilingual
 // and log text, whose words of more than 16 bytes all go to the long table, evicted a
 // long entry for nearly every one it recorded: 3x the misses of a warm pass. 2^19 rather
 // than 2^18 short entries: at 2^18, keys three to a two-way set evicted each other on
@@ -110,6 +110,30 @@ constexpr size_t kWordCachePackAt = __builtin_offsetof(WordCacheEntry, pack);
 static_assert(sizeof(WordCacheEntry) == 32 && kWordCachePackAt == 17 &&
                   __builtin_offsetof(WordCacheEntry, tokens) == 20,
               "the packed tokens use pack and tokens as 15 contiguous bytes");
+
+// The mid table: whole chunks of 17-32 bytes (logs: 11% of their chunks, a quarter of their
+// bytes; Cyrillic and Greek: 17% and a third), which the fast loop serves as it serves
+// short ones, with no byte loop, hash loop or memcmp. An entry is one cache line, two ways
+// to a set; the key is the bytes zero-padded to 32 (unambiguous, as for short keys). The
+// ids: up to 15 as uint16 (the u16 layout) or 7 as int32 from byte 32, n_tokens in byte
+// 63. It is a cache in front of the long table, which records these chunks too: a chunk
+// of more tokens has n_tokens kInLong and its long record's arena offset (uint32 at byte
+// 32), token count (uint16 at 36) and the arena's epoch (uint64 at 40: the record is
+// gone once the arena was emptied since); one whose mid entry was evicted is still served
+// from the long table (and re-enters the mid table). The offsets layout keeps references
+// only (its records hold the spans).
+constexpr int32_t kMidMinBytes = 17;
+constexpr int32_t kMidMaxBytes = 32;
+constexpr int32_t kMidTokensU16 = 15;
+constexpr int32_t kMidTokens = 7;
+constexpr int32_t kMidBitsLess = 4;  // 2^(bits - 4) mid entries: 2 MB beside 16 MB of short
+
+struct alignas(64) MidEntry {
+  uint64_t key[4];  // the bytes, little-endian, zero-padded; all 0: empty
+  uint8_t ids[31];
+  uint8_t n_tokens;
+};
+static_assert(sizeof(MidEntry) == 64, "one mid entry to a cache line");
 
 struct LongSlot {
   uint64_t hash;  // 0: empty
@@ -191,9 +215,12 @@ struct WordCache {
   bool u16;
   int32_t bits;       // 2^bits short entries
   int32_t long_bits;  // 2^long_bits long slots
+  int32_t mid_bits;   // 2^mid_bits mid entries
   uint64_t arena_cap, arena_used;
+  uint64_t arena_epoch = 0;  // times the arena was emptied (mid entries' long references)
   WordCacheStats stats;
   WordCacheEntry* entries;
+  MidEntry* mid;
   LongSlot* long_slots;
   uint8_t* arena;
   void* block;
@@ -210,8 +237,9 @@ struct WordCache {
   // 12 bytes per short entry, rounded up to 2 MB (huge pages) from 4 MB on, the arena
   // taking the rounding.
   static size_t bytes_for(int32_t b) {
-    const size_t entries = size_t(32) << b, slots = size_t(16) << (b - 1),
-                 arena = size_t(12) << b, total = entries + 64 + slots + arena;
+    const size_t entries = size_t(32) << b, mids = size_t(64) << (b - kMidBitsLess),
+                 slots = size_t(16) << (b - 1), arena = size_t(12) << b,
+                 total = entries + 64 + mids + slots + arena;
     const size_t huge = size_t(2) << 20;
     return total >= 2 * huge ? (total + huge - 1) / huge * huge : total;
   }
@@ -223,6 +251,7 @@ struct WordCache {
     if (b < kWordCacheMinBits) b = kWordCacheMinBits;
     bits = b;
     long_bits = b - 1;
+    mid_bits = b - kMidBitsLess;
     block_bytes = bytes_for(b);
     free_block = alloc ? dealloc : nullptr;
     if (alloc) {
@@ -249,6 +278,8 @@ struct WordCache {
     uint8_t* p = static_cast<uint8_t*>(block);
     entries = reinterpret_cast<WordCacheEntry*>(p);
     p += (size_t(32) << b) + 64;  // 64 bytes of slack: a hit may read 16 bytes past an entry
+    mid = reinterpret_cast<MidEntry*>(p);
+    p += size_t(64) << mid_bits;
     long_slots = reinterpret_cast<LongSlot*>(p);
     p += size_t(16) << long_bits;
     arena = p;
@@ -284,12 +315,13 @@ struct WordCache {
       arena_used = 0;
       return;
     }
-    std::memset(entries, 0, (size_t(32) << bits) + 64);
+    std::memset(entries, 0, (size_t(32) << bits) + 64 + (size_t(64) << mid_bits));
     clear_long();
   }
   void clear_long() {
     std::memset(long_slots, 0, size_t(16) << long_bits);
     arena_used = 0;
+    ++arena_epoch;
   }
 };
 
@@ -337,12 +369,13 @@ inline const int32_t* long_get(const WordCache& wc, uint64_t h, const uint8_t* p
   return nullptr;
 }
 
-// Records p[0, len) -> t[0, nt) as the newest way of its long set.
+// Records p[0, len) -> t[0, nt) as the newest way of its long set; returns the record's
+// arena offset, or -1 when it does not fit.
 // `extra`: extra_len bytes more after the (padded) bytes (the offsets layout's metadata).
-inline bool long_put(WordCache& wc, uint64_t h, const uint8_t* p, int64_t len,
+inline int64_t long_put(WordCache& wc, uint64_t h, const uint8_t* p, int64_t len,
                      const int32_t* t, int64_t nt, const uint8_t* extra = nullptr,
                      int64_t extra_len = 0) {
-  if (len > kLongMaxBytes || nt > kLongMaxTokens || nt < 1) return false;
+  if (len > kLongMaxBytes || nt > kLongMaxTokens || nt < 1) return -1;
   const uint64_t need =
       (uint64_t)(4 * nt + ((len + 3) & ~(int64_t)3) + ((extra_len + 3) & ~(int64_t)3));
   if (wc.arena_used + need > wc.arena_cap) {
@@ -360,7 +393,60 @@ inline bool long_put(WordCache& wc, uint64_t h, const uint8_t* p, int64_t len,
   set[2] = set[1];
   set[1] = set[0];
   set[0] = LongSlot{h, (uint32_t)off, (uint16_t)len, (uint16_t)nt};
-  return true;
+  return (int64_t)off;
+}
+
+// Hash of a mid key.
+DWP_FORCEINLINE uint64_t mid_hash(uint64_t k0, uint64_t k1, uint64_t k2, uint64_t k3) {
+  return short_hash(k0 ^ (k2 * 0xC2B2AE3D27D4EB4Full), k1 ^ (k3 * 0x165667B19E3779F9ull));
+}
+
+// The mid set (two entries, the newer first) of a key.
+DWP_FORCEINLINE MidEntry* mid_set(const WordCache& wc, uint64_t h) {
+  return wc.mid + ((h >> (64 - wc.mid_bits)) & ~(uint64_t)1);
+}
+
+// Records the whole chunk p[0, len) -> t[0, nt) (17-32 bytes) as the newer way of its mid
+// set: inline with 1-15 ids of the u16 layout or 1-7 others, else as a reference to its
+// long record (rec, in the arena; null: looked up here), when it has one.
+inline void mid_put(WordCache& wc, const uint8_t* p, int64_t len, const int32_t* t,
+                    int64_t nt, const int32_t* rec = nullptr) {
+  if (len < kMidMinBytes || len > kMidMaxBytes || nt < 1) return;
+  // (the offsets layout: always a reference, as its records hold the spans)
+  const bool inline_ids = !wc.offsets_unit && nt <= (wc.u16 ? kMidTokensU16 : kMidTokens);
+  if (!inline_ids && !rec) {
+    if (wc.offsets_unit) return;
+    int32_t got;
+    rec = long_get(wc, long_hash(p, len), p, len, &got);
+    if (!rec || got != nt) return;
+  }
+  uint64_t k[4] = {0, 0, 0, 0};
+  std::memcpy(k, p, (size_t)len);
+  MidEntry* set = mid_set(wc, mid_hash(k[0], k[1], k[2], k[3]));
+  if (!(set[0].key[0] == k[0] && set[0].key[1] == k[1] && set[0].key[2] == k[2] &&
+        set[0].key[3] == k[3]))
+    set[1] = set[0];
+  MidEntry& en = set[0];
+  std::memcpy(en.key, k, sizeof(k));
+  std::memset(en.ids, 0, sizeof(en.ids));
+  if (!inline_ids) {
+    const uint32_t off = (uint32_t)(reinterpret_cast<const uint8_t*>(rec) - wc.arena);
+    const uint16_t cnt = (uint16_t)nt;
+    std::memcpy(en.ids, &off, 4);
+    std::memcpy(en.ids + 4, &cnt, 2);
+    std::memcpy(en.ids + 8, &wc.arena_epoch, 8);
+    en.n_tokens = kInLong;
+    return;
+  }
+  if (wc.u16) {
+    for (int64_t j = 0; j < nt; ++j) {
+      const uint16_t u = (uint16_t)t[j];
+      std::memcpy(en.ids + 2 * j, &u, 2);
+    }
+  } else {
+    std::memcpy(en.ids, t, (size_t)nt * 4);
+  }
+  en.n_tokens = (uint8_t)nt;
 }
 
 // The E2E tokenizer state for one byte range, with the memo. Use as WordPieceE2E:
@@ -415,30 +501,36 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
 
   // Records the tokens t[0, nt) of the string s[i, e) (validated by the caller) in the
   // short table (as the newer way of its set; the older one is dropped) or the long one.
-  DWP_NOINLINE void record(const uint8_t* s, int64_t i, int64_t e, uint64_t k0, uint64_t k1,
-                           const int32_t* t, int64_t nt) {
+  // Returns the arena offset of the long record it made, or -1.
+  DWP_NOINLINE int64_t record(const uint8_t* s, int64_t i, int64_t e, uint64_t k0,
+                              uint64_t k1, const int32_t* t, int64_t nt) {
     WordCache& wc = *cache;
     const int64_t len = e - i;
     bool fits_short = len <= kWordCacheMaxBytes && nt <= kWordCachePackedTokens;
     if (fits_short && nt > kWordCacheMaxTokens && !wc.u16)
       for (int64_t k = 0; k < nt; ++k)
         if ((uint32_t)t[k] > kWordCachePackMask) fits_short = false;  // too large to pack
-    if (!fits_short && len > kWordCacheMaxBytes) {
-      long_put(wc, long_hash(s + i, len), s + i, len, t, nt);
-      return;
-    }
+    if (!fits_short && len > kWordCacheMaxBytes)
+      return long_put(wc, long_hash(s + i, len), s + i, len, t, nt);
     // Up to 16 bytes the lookups go through the short table: the tokens of a string that
-    // does not fit there go to the long table, and its short entry says so (kInLong).
-    if (!fits_short && !long_put(wc, short_hash(k0, k1) | 1, s + i, len, t, nt)) return;
+    // does not fit there go to the long table, and its short entry says so (kInLong) and
+    // where its record is (short_long_ref).
+    int64_t off = -1;
+    if (!fits_short) {
+      off = long_put(wc, short_hash(k0, k1) | 1, s + i, len, t, nt);
+      if (off < 0) return -1;
+    }
     WordCacheEntry* set = wc.entries + ((short_hash(k0, k1) >> (64 - wc.bits)) & ~(uint64_t)1);
     const bool in0 = set[0].key[0] == k0 && set[0].key[1] == k1;
-    if (in0 && (set[0].n_tokens == kInLong) == !fits_short) return;  // the newer way already
     if (!in0) set[1] = set[0];  // (set[0] is rewritten in place when it holds the key)
     WordCacheEntry& en = set[0];
     en.key[0] = k0;
     en.key[1] = k1;
     en.n_tokens = fits_short ? (uint8_t)nt : kInLong;
-    if (!fits_short) return;
+    if (!fits_short) {
+      set_long_ref(wc, en, off, nt);
+      return off;
+    }
     if (wc.u16) {
       uint16_t u[kWordCachePackedTokens] = {};
       for (int64_t k = 0; k < nt; ++k) u[k] = (uint16_t)t[k];
@@ -448,6 +540,20 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
     } else {
       for (int64_t k = 0; k < nt; ++k) en.tokens[k] = t[k];
     }
+    return -1;
+  }
+
+  // A short entry of the ids layout with n_tokens kInLong holds where its long record is:
+  // the arena offset (uint32 at byte 20), the token count (uint16 at 18) and the arena's
+  // epoch (uint64 at 24), so that a hit reads the record without the long table's lookup.
+  DWP_FORCEINLINE static void set_long_ref(const WordCache& wc, WordCacheEntry& en,
+                                           int64_t off, int64_t nt) {
+    uint8_t* b = reinterpret_cast<uint8_t*>(&en);
+    const uint32_t o = (uint32_t)off;
+    const uint16_t c = (uint16_t)nt;
+    __builtin_memcpy(b + 18, &c, 2);
+    __builtin_memcpy(b + 20, &o, 4);
+    __builtin_memcpy(b + 24, &wc.arena_epoch, 8);
   }
 
   // -- the offsets layout (kOff) ------------------------------------------------------
@@ -475,11 +581,13 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
   // Records the tokens out[n0, n) of the string s[i, e) (validated by the caller) with
   // their spans and word ids, relative to the unit u0 and the word w0 where it starts;
   // `units` and `words`: its length in units and its number of words.
-  DWP_NOINLINE void record_off(const uint8_t* s, int64_t i, int64_t e, uint64_t k0,
-                               uint64_t k1, int64_t n0, int64_t n, int64_t u0, int32_t w0,
-                               int64_t units, int64_t words) {
+  // Returns the arena offset of the long record it made, or -1.
+  DWP_NOINLINE int64_t record_off(const uint8_t* s, int64_t i, int64_t e, uint64_t k0,
+                                  uint64_t k1, int64_t n0, int64_t n, int64_t u0, int32_t w0,
+                                  int64_t units, int64_t words) {
     const int64_t nt = n - n0;
-    if (nt < 1 || nt > kLongMaxTokens || (uint64_t)units > 255 || (uint64_t)words > 255) return;
+    if (nt < 1 || nt > kLongMaxTokens || (uint64_t)units > 255 || (uint64_t)words > 255)
+      return -1;
     const int64_t* o = os.offs + 2 * n0;
     const int32_t* wi = os.wids + n0;
     uint8_t meta[3 * kLongMaxTokens + 4];
@@ -487,20 +595,21 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
       // (within the string by construction: checked all the same)
       const uint64_t b = (uint64_t)(o[2 * k] - u0), en = (uint64_t)(o[2 * k + 1] - u0),
                      wd = (uint64_t)(int64_t)(wi[k] - w0);
-      if (b > (uint64_t)units || en > (uint64_t)units || wd >= (uint64_t)words) return;
+      if (b > (uint64_t)units || en > (uint64_t)units || wd >= (uint64_t)words) return -1;
       meta[2 * k] = (uint8_t)b;
       meta[2 * k + 1] = (uint8_t)en;
       meta[2 * nt + k] = (uint8_t)wd;
     }
-    store_off(s, i, e, k0, k1, sink.out + n0, nt, meta, units, words);
+    return store_off(s, i, e, k0, k1, sink.out + n0, nt, meta, units, words);
   }
 
   // Records t[0, nt) for s[i, e) with their metadata (the long record's: be[2 nt],
   // wd[nt]; units, words and the 2 zero bytes are added here; meta has room for them): inline in the short table when the
   // spans tile the string and the packed form reads back exactly, else in the long table.
-  DWP_NOINLINE void store_off(const uint8_t* s, int64_t i, int64_t e, uint64_t k0, uint64_t k1,
-                              const int32_t* t, int64_t nt, uint8_t* meta, int64_t units,
-                              int64_t words) {
+  // Returns the arena offset of the long record it made, or -1.
+  DWP_NOINLINE int64_t store_off(const uint8_t* s, int64_t i, int64_t e, uint64_t k0,
+                                 uint64_t k1, const int32_t* t, int64_t nt, uint8_t* meta,
+                                 int64_t units, int64_t words) {
     const int64_t len = e - i;
     meta[3 * nt] = (uint8_t)units;
     meta[3 * nt + 1] = (uint8_t)words;
@@ -525,14 +634,15 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
           cb[19] = (uint8_t)((e0 - 1) | ((e1 - 1) << 4));
           for (int64_t k = 0; k < nt; ++k) slot->tokens[k] = t[k];
         }
-        return;
+        return -1;
       }
     }
     const uint64_t h =
         len <= kWordCacheMaxBytes ? short_hash(k0, k1) | 1 : long_hash(s + i, len);
-    if (!long_put(*cache, h, s + i, len, t, nt, meta, 3 * nt + 4)) return;
-    if (len <= kWordCacheMaxBytes)
+    const int64_t off = long_put(*cache, h, s + i, len, t, nt, meta, 3 * nt + 4);
+    if (off >= 0 && len <= kWordCacheMaxBytes)
       if (WordCacheEntry* en = short_slot(k0, k1, true)) en->n_tokens = kInLong;
+    return off;
   }
 
   // The spans (relative to u) and word ids (relative to w) of an inline entry's 3 token
@@ -854,18 +964,72 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
     return nt;
   }
 
-  // The tokens of a short entry for the string p[0, len) with its key, at out[n] (none at
-  // or past cap): their count, or -1 when they were in the long table and are gone (its
-  // arena filled up since): a miss.
+  // The tokens of a short entry at out[n] (none at or past cap): their count, or -1 when
+  // they were in the long table and are gone (its arena was emptied since): a miss.
   DWP_NOINLINE static int64_t emit_short(const WordCache& wc, const WordCacheEntry* en,
-                                         const uint8_t* p, int64_t len, uint64_t k0,
-                                         uint64_t k1, int32_t* out, int64_t n, int64_t cap) {
+                                         int32_t* out, int64_t n, int64_t cap) {
     if (en->n_tokens != kInLong) return emit_entry(en, out, n, cap, wc.u16);
-    int32_t nt;
-    const int32_t* t = long_get(wc, short_hash(k0, k1) | 1, p, len, &nt);
-    if (!t) return -1;
+    const uint8_t* b = reinterpret_cast<const uint8_t*>(en);
+    uint16_t nt;
+    uint32_t off;
+    uint64_t epoch;
+    __builtin_memcpy(&nt, b + 18, 2);
+    __builtin_memcpy(&off, b + 20, 4);
+    __builtin_memcpy(&epoch, b + 24, 8);
+    if (epoch != wc.arena_epoch) return -1;  // the arena was emptied since: gone
+    put_tokens(out, n, cap, reinterpret_cast<const int32_t*>(wc.arena + off), nt);
+    return nt;
+  }
+
+  // The ids of a mid entry at out[n] (none at or past cap); returns their count, or -1 when
+  // they were in the long table and are gone: a miss. With room for 16 (u16) or 8 slots
+  // it writes that many (those past n_tokens get junk).
+  DWP_FORCEINLINE static int64_t put_mid(const WordCache& wc, const MidEntry* en, int32_t* out,
+                                         int64_t n, int64_t cap, bool u16) {
+    const int64_t nt = en->n_tokens;
+    if (__builtin_expect(nt == kInLong, 0)) return put_mid_long(wc, en, out, n, cap);
+#if defined(DWP_SSE41)
+    if (__builtin_expect(n + 16 <= cap, 1)) {
+      const __m128i a = _mm_load_si128(reinterpret_cast<const __m128i*>(en->ids));
+      const __m128i b = _mm_load_si128(reinterpret_cast<const __m128i*>(en->ids + 16));
+      __m128i* o = reinterpret_cast<__m128i*>(out + n);
+      if (u16) {
+        _mm_storeu_si128(o, _mm_cvtepu16_epi32(a));
+        _mm_storeu_si128(o + 1, _mm_cvtepu16_epi32(_mm_srli_si128(a, 8)));
+        _mm_storeu_si128(o + 2, _mm_cvtepu16_epi32(b));
+        _mm_storeu_si128(o + 3, _mm_cvtepu16_epi32(_mm_srli_si128(b, 8)));
+      } else {
+        _mm_storeu_si128(o, a);
+        _mm_storeu_si128(o + 1, b);
+      }
+      return nt;
+    }
+#endif
+    int32_t t[kMidTokensU16];
+    for (int64_t j = 0; j < nt; ++j) {
+      if (u16) {
+        uint16_t u;
+        __builtin_memcpy(&u, en->ids + 2 * j, 2);
+        t[j] = u;
+      } else {
+        __builtin_memcpy(t + j, en->ids + 4 * j, 4);
+      }
+    }
     put_tokens(out, n, cap, t, nt);
     return nt;
+  }
+
+  DWP_NOINLINE static int64_t put_mid_long(const WordCache& wc, const MidEntry* en,
+                                           int32_t* out, int64_t n, int64_t cap) {
+    uint32_t off;
+    uint16_t cnt;
+    uint64_t epoch;
+    __builtin_memcpy(&off, en->ids, 4);
+    __builtin_memcpy(&cnt, en->ids + 4, 2);
+    __builtin_memcpy(&epoch, en->ids + 8, 8);
+    if (epoch != wc.arena_epoch) return -1;
+    put_tokens(out, n, cap, reinterpret_cast<const int32_t*>(wc.arena + off), cnt);
+    return cnt;
   }
 
   // The short entry of the key, or null (both ways of a set share one cache line; the
@@ -935,7 +1099,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
             if constexpr (kOff) {
               got = emit_off(en, nullptr, 0, s + i, clen, k0, k1, n, i - cd0, word0);
             } else {
-              got = emit_short(wc, en, s + i, clen, k0, k1, out, n, cap);
+              got = emit_short(wc, en, out, n, cap);
             }
             if (got >= 0) {
               sink.n = n + got;
@@ -952,6 +1116,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
           } else {
             put_tokens(out, n, cap, t, nt);
           }
+          if (clen <= kMidMaxBytes) mid_put(wc, s + i, clen, t, nt, t);  // (evicted there)
           sink.n = n + nt;
           ++wc.stats.hits;
           return e + (e < len);
@@ -995,7 +1160,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
                   got = emit_off(en, nullptr, 0, s + i, wlen, w0, w1, n, i - os.cdelta,
                                  os.word);
                 } else {
-                  got = emit_short(wc, en, s + i, wlen, w0, w1, out, n, cap);
+                  got = emit_short(wc, en, out, n, cap);
                 }
                 if (got >= 0) {
                   n += got;
@@ -1057,10 +1222,16 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
     if (ok && n <= cap && n > n0) {
       sink.n = n;
       if constexpr (kOff) {
-        record_off(s, start, e, k0, k1, n0, n, start - cd0, word0,
-                   (e - start) - (os.cdelta - cd0), os.word - word0);
+        const int64_t off = record_off(s, start, e, k0, k1, n0, n, start - cd0, word0,
+                                       (e - start) - (os.cdelta - cd0), os.word - word0);
+        if (off >= 0 && e - start >= kMidMinBytes)
+          mid_put(wc, s + start, e - start, out + n0, n - n0,
+                  reinterpret_cast<const int32_t*>(wc.arena + off));
       } else {
-        record(s, start, e, k0, k1, out + n0, n - n0);
+        const int64_t off = record(s, start, e, k0, k1, out + n0, n - n0);
+        if (e - start >= kMidMinBytes)
+          mid_put(wc, s + start, e - start, out + n0, n - n0,
+                  off < 0 ? nullptr : reinterpret_cast<const int32_t*>(wc.arena + off));
       }
     }
     sink.n = n;
@@ -1101,6 +1272,8 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
     const int64_t cap3 = cap - kWordCacheMaxTokens;
     const int64_t cap6 = cap - kWordCachePackedTokens;
     const bool u16 = wc.u16;
+    const MidEntry* const mids = wc.mid;
+    const int32_t mid_shift = 64 - wc.mid_bits;
 #endif
 #if defined(DWP_SSE2)
     // A prefetcher runs ahead of the loop, kAhead chunks or so: it finds the chunks as the
@@ -1209,12 +1382,12 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
               if (__builtin_expect(nt <= kWordCachePackedTokens && n <= cap6, 1)) {
                 put_u16(en, out + n);
               } else {
-                got = emit_short(wc, en, s + i, w, k0, k1, out, n, cap);
+                got = emit_short(wc, en, out, n, cap);
               }
             } else if (__builtin_expect(nt <= kWordCacheMaxTokens && n <= cap3, 1)) {
               __builtin_memcpy(out + n, en->tokens, sizeof(en->tokens));
             } else {
-              got = emit_short(wc, en, s + i, w, k0, k1, out, n, cap);
+              got = emit_short(wc, en, out, n, cap);
             }
             if (got >= 0) {
               n += got;
@@ -1224,6 +1397,64 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
             }
           }
           missed = true;
+        } else if (w == 16 && i + 32 <= readable) {
+          {
+            // A chunk of more than 16 bytes (s[i + 16] is not plain whitespace, and the
+            // document goes on past it): 17-32 bytes that end at plain whitespace or the
+            // document's end are looked up in the mid table, as above.
+            const __m128i x2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
+            const int64_t left2 = left - 16;
+            const uint32_t m2 =
+                chunk_end_mask(x2) | (1u << 16) | (1u << (left2 < 16 ? left2 : 16));
+            const int64_t w2 = __builtin_ctz(m2);
+            const int64_t e2 = e + w2;
+            const uint32_t at_end2 = e2 == len;
+            if (w2 != 0 &&
+                (((uint32_t)fd[s[e2 - at_end2]] ^ kFeedSpace) & (at_end2 - 1u)) == 0) {
+              const __m128i hi = _mm_and_si128(
+                  x2, _mm_loadu_si128(reinterpret_cast<const __m128i*>(kPrefixMask + 16 - w2)));
+              const uint64_t h = mid_hash(
+                  (uint64_t)_mm_cvtsi128_si64(x),
+                  (uint64_t)_mm_cvtsi128_si64(_mm_unpackhi_epi64(x, x)),
+                  (uint64_t)_mm_cvtsi128_si64(hi),
+                  (uint64_t)_mm_cvtsi128_si64(_mm_unpackhi_epi64(hi, hi)));
+              const MidEntry* set = mids + ((h >> mid_shift) & ~(uint64_t)1);
+              const __m128i* q = reinterpret_cast<const __m128i*>(set);
+              const uint32_t m0 = (uint32_t)_mm_movemask_epi8(_mm_and_si128(
+                  _mm_cmpeq_epi8(_mm_load_si128(q), x), _mm_cmpeq_epi8(_mm_load_si128(q + 1), hi)));
+              const uint32_t m1 = (uint32_t)_mm_movemask_epi8(_mm_and_si128(
+                  _mm_cmpeq_epi8(_mm_load_si128(q + 4), x), _mm_cmpeq_epi8(_mm_load_si128(q + 5), hi)));
+              if ((((m0 + 1u) | (m1 + 1u)) >> 16) != 0) {
+                const MidEntry* en = set + (m0 != 0xFFFFu);
+                int64_t got;
+                if constexpr (kOff) {  // a reference to the long record, with the spans
+                  got = -1;
+                  uint32_t off;
+                  uint16_t cnt;
+                  uint64_t epoch;
+                  __builtin_memcpy(&off, en->ids, 4);
+                  __builtin_memcpy(&cnt, en->ids + 4, 2);
+                  __builtin_memcpy(&epoch, en->ids + 8, 8);
+                  if (epoch == wc.arena_epoch) {
+                    os.cdelta = cd;
+                    os.word = wd;
+                    got = emit_off(nullptr, reinterpret_cast<const int32_t*>(wc.arena + off),
+                                   cnt, s + i, e2 - i, 0, 0, n, i - cd, wd);
+                    cd = os.cdelta;
+                    wd = os.word;
+                  }
+                } else {
+                  got = put_mid(wc, en, out, n, cap, u16);
+                }
+                if (got >= 0) {
+                  n += got;
+                  ++hits;
+                  i = e2 + 1;
+                  continue;
+                }
+              }
+            }
+          }
         }
       }
 #endif
