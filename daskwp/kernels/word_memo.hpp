@@ -566,12 +566,13 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
     return 0;
   }
   // The entry of the key to (re)write as the newer way of its set (the older one is
-  // dropped), or null when it is the newer way already with the same kind (in_long).
+  // dropped), or null when it is the newer way already inline (in_long false; an in-long
+  // entry is rewritten: its reference to the new record).
   DWP_FORCEINLINE WordCacheEntry* short_slot(uint64_t k0, uint64_t k1, bool in_long) {
     WordCache& wc = *cache;
     WordCacheEntry* set = wc.entries + ((short_hash(k0, k1) >> (64 - wc.bits)) & ~(uint64_t)1);
     const bool in0 = set[0].key[0] == k0 && set[0].key[1] == k1;
-    if (in0 && (set[0].n_tokens == kInLong) == in_long) return nullptr;
+    if (in0 && !in_long && set[0].n_tokens != kInLong) return nullptr;
     if (!in0) set[1] = set[0];
     set[0].key[0] = k0;
     set[0].key[1] = k1;
@@ -641,7 +642,10 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
         len <= kWordCacheMaxBytes ? short_hash(k0, k1) | 1 : long_hash(s + i, len);
     const int64_t off = long_put(*cache, h, s + i, len, t, nt, meta, 3 * nt + 4);
     if (off >= 0 && len <= kWordCacheMaxBytes)
-      if (WordCacheEntry* en = short_slot(k0, k1, true)) en->n_tokens = kInLong;
+      if (WordCacheEntry* en = short_slot(k0, k1, true)) {
+        en->n_tokens = kInLong;
+        set_long_ref(*cache, *en, off, nt);
+      }
     return off;
   }
 
@@ -698,14 +702,13 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
 #endif
   }
 
-  // The tokens of an entry of the offsets layout for the string p[0, len) (a short entry
-  // en with its key, or the long record rec of nt tokens when en is null) at out[n] (none
-  // at or past cap), spans from unit u, word ids from w; os.cdelta and os.word move past
-  // the string. Returns the tokens' count, or -1 when they were in the long table and are
-  // gone: a miss.
+  // The tokens of an entry of the offsets layout for a string of len bytes (a short entry
+  // en, or the long record rec of nt tokens when en is null) at out[n] (none at or past
+  // cap), spans from unit u, word ids from w; os.cdelta and os.word move past the string.
+  // Returns the tokens' count, or -1 when they were in the long table and are gone: a
+  // miss.
   DWP_NOINLINE int64_t emit_off(const WordCacheEntry* en, const int32_t* rec, int32_t nt,
-                                const uint8_t* p, int64_t len, uint64_t k0, uint64_t k1,
-                                int64_t n, int64_t u, int32_t w) {
+                                int64_t len, int64_t n, int64_t u, int32_t w) {
     int32_t* const out = sink.out;
     const int64_t cap = sink.cap;
     if (en && en->n_tokens != kInLong) {
@@ -725,9 +728,17 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
       os.word += eb[18] & 15u;
       return m;
     }
-    if (en) {
-      rec = long_get(*cache, short_hash(k0, k1) | 1, p, len, &nt);
-      if (!rec) return -1;
+    if (en) {  // its reference (set_long_ref), unless the arena was emptied since
+      const uint8_t* b = reinterpret_cast<const uint8_t*>(en);
+      uint16_t cnt;
+      uint32_t off;
+      uint64_t epoch;
+      __builtin_memcpy(&cnt, b + 18, 2);
+      __builtin_memcpy(&off, b + 20, 4);
+      __builtin_memcpy(&epoch, b + 24, 8);
+      if (epoch != cache->arena_epoch) return -1;
+      rec = reinterpret_cast<const int32_t*>(cache->arena + off);
+      nt = cnt;
     }
     const uint8_t* meta = reinterpret_cast<const uint8_t*>(rec) + 4 * nt + ((len + 3) & ~(int64_t)3);
     // (locals: the stores could alias the members, and the byte loads anything)
@@ -1097,7 +1108,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
           if (const WordCacheEntry* en = short_get(wc, k0, k1)) {
             int64_t got;
             if constexpr (kOff) {
-              got = emit_off(en, nullptr, 0, s + i, clen, k0, k1, n, i - cd0, word0);
+              got = emit_off(en, nullptr, 0, clen, n, i - cd0, word0);
             } else {
               got = emit_short(wc, en, out, n, cap);
             }
@@ -1112,7 +1123,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
         int32_t nt;
         if (const int32_t* t = long_get(wc, long_hash(s + i, clen), s + i, clen, &nt)) {
           if constexpr (kOff) {
-            emit_off(nullptr, t, nt, s + i, clen, 0, 0, n, i - cd0, word0);
+            emit_off(nullptr, t, nt, clen, n, i - cd0, word0);
           } else {
             put_tokens(out, n, cap, t, nt);
           }
@@ -1157,8 +1168,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
               if (const WordCacheEntry* en = short_get(wc, w0, w1)) {
                 int64_t got;
                 if constexpr (kOff) {
-                  got = emit_off(en, nullptr, 0, s + i, wlen, w0, w1, n, i - os.cdelta,
-                                 os.word);
+                  got = emit_off(en, nullptr, 0, wlen, n, i - os.cdelta, os.word);
                 } else {
                   got = emit_short(wc, en, out, n, cap);
                 }
@@ -1174,7 +1184,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
             int32_t nt;
             if (const int32_t* t = long_get(wc, long_hash(s + i, wlen), s + i, wlen, &nt)) {
               if constexpr (kOff) {
-                emit_off(nullptr, t, nt, s + i, wlen, 0, 0, n, i - os.cdelta, os.word);
+                emit_off(nullptr, t, nt, wlen, n, i - os.cdelta, os.word);
               } else {
                 put_tokens(out, n, cap, t, nt);
               }
@@ -1373,7 +1383,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
               } else {
                 os.cdelta = cd;
                 os.word = wd;
-                got = emit_off(en, nullptr, 0, s + i, w, k0, k1, n, i - cd, wd);
+                got = emit_off(en, nullptr, 0, w, n, i - cd, wd);
                 cd = os.cdelta;
                 wd = os.word;
               }
@@ -1439,7 +1449,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
                     os.cdelta = cd;
                     os.word = wd;
                     got = emit_off(nullptr, reinterpret_cast<const int32_t*>(wc.arena + off),
-                                   cnt, s + i, e2 - i, 0, 0, n, i - cd, wd);
+                                   cnt, e2 - i, n, i - cd, wd);
                     cd = os.cdelta;
                     wd = os.word;
                   }
