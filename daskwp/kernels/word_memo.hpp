@@ -117,9 +117,9 @@ static_assert(sizeof(WordCacheEntry) == 32 && kWordCachePackAt == 17 &&
 // to a set; the key is the bytes zero-padded to 32 (unambiguous, as for short keys). The
 // ids: up to 15 as uint16 (the u16 layout) or 7 as int32 from byte 32, n_tokens in byte
 // 63. It is a cache in front of the long table, which records these chunks too: a chunk
-// of more tokens has n_tokens kInLong and its long record's arena offset (uint32 at byte
-// 32), token count (uint16 at 36) and the arena's epoch (uint64 at 40: the record is
-// gone once the arena was emptied since); one whose mid entry was evicted is still served
+// of more tokens has n_tokens kInLong and a reference to its long record at byte 32
+// (put_long_ref: gone once the arena was emptied since); one whose mid entry was evicted
+// is still served
 // from the long table (and re-enters the mid table). The offsets layout keeps references
 // only (its records hold the spans).
 constexpr int32_t kMidMinBytes = 17;
@@ -444,6 +444,28 @@ inline int64_t long_put(WordCache& wc, uint64_t h, const uint8_t* p, int64_t len
   return (int64_t)off;
 }
 
+// A reference to a long record, 14 bytes at p: its token count (uint16), arena offset
+// (uint32) and the arena's epoch then (uint64). get_long_ref: the record's ids and count,
+// or null once the arena was emptied since (the record is gone).
+inline void put_long_ref(const WordCache& wc, uint8_t* p, int64_t off, int64_t nt) {
+  const uint16_t c = (uint16_t)nt;
+  const uint32_t o = (uint32_t)off;
+  std::memcpy(p, &c, 2);
+  std::memcpy(p + 2, &o, 4);
+  std::memcpy(p + 6, &wc.arena_epoch, 8);
+}
+DWP_FORCEINLINE const int32_t* get_long_ref(const WordCache& wc, const uint8_t* p,
+                                            int32_t* nt) {
+  uint16_t c;
+  uint32_t o;
+  uint64_t epoch;
+  __builtin_memcpy(&c, p, 2);
+  __builtin_memcpy(&o, p + 2, 4);
+  __builtin_memcpy(&epoch, p + 6, 8);
+  *nt = c;
+  return epoch == wc.arena_epoch ? reinterpret_cast<const int32_t*>(wc.arena + o) : nullptr;
+}
+
 // Hash of a mid key.
 DWP_FORCEINLINE uint64_t mid_hash(uint64_t k0, uint64_t k1, uint64_t k2, uint64_t k3) {
   return short_hash(k0 ^ (k2 * 0xC2B2AE3D27D4EB4Full), k1 ^ (k3 * 0x165667B19E3779F9ull));
@@ -478,11 +500,7 @@ inline void mid_put(WordCache& wc, const uint8_t* p, int64_t len, const int32_t*
   std::memcpy(en.key, k, sizeof(k));
   std::memset(en.ids, 0, sizeof(en.ids));
   if (!inline_ids) {
-    const uint32_t off = (uint32_t)(reinterpret_cast<const uint8_t*>(rec) - wc.arena);
-    const uint16_t cnt = (uint16_t)nt;
-    std::memcpy(en.ids, &off, 4);
-    std::memcpy(en.ids + 4, &cnt, 2);
-    std::memcpy(en.ids + 8, &wc.arena_epoch, 8);
+    put_long_ref(wc, en.ids, reinterpret_cast<const uint8_t*>(rec) - wc.arena, nt);
     en.n_tokens = kInLong;
     return;
   }
@@ -596,12 +614,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
   // epoch (uint64 at 24), so that a hit reads the record without the long table's lookup.
   DWP_FORCEINLINE static void set_long_ref(const WordCache& wc, WordCacheEntry& en,
                                            int64_t off, int64_t nt) {
-    uint8_t* b = reinterpret_cast<uint8_t*>(&en);
-    const uint32_t o = (uint32_t)off;
-    const uint16_t c = (uint16_t)nt;
-    __builtin_memcpy(b + 18, &c, 2);
-    __builtin_memcpy(b + 20, &o, 4);
-    __builtin_memcpy(b + 24, &wc.arena_epoch, 8);
+    put_long_ref(wc, reinterpret_cast<uint8_t*>(&en) + 18, off, nt);
   }
 
   // -- the offsets layout (kOff) ------------------------------------------------------
@@ -777,16 +790,8 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
       return m;
     }
     if (en) {  // its reference (set_long_ref), unless the arena was emptied since
-      const uint8_t* b = reinterpret_cast<const uint8_t*>(en);
-      uint16_t cnt;
-      uint32_t off;
-      uint64_t epoch;
-      __builtin_memcpy(&cnt, b + 18, 2);
-      __builtin_memcpy(&off, b + 20, 4);
-      __builtin_memcpy(&epoch, b + 24, 8);
-      if (epoch != cache->arena_epoch) return -1;
-      rec = reinterpret_cast<const int32_t*>(cache->arena + off);
-      nt = cnt;
+      rec = get_long_ref(*cache, reinterpret_cast<const uint8_t*>(en) + 18, &nt);
+      if (!rec) return -1;
     }
     const uint8_t* meta = reinterpret_cast<const uint8_t*>(rec) + 4 * nt + ((len + 3) & ~(int64_t)3);
     // (locals: the stores could alias the members, and the byte loads anything)
@@ -1028,15 +1033,10 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
   DWP_NOINLINE static int64_t emit_short(const WordCache& wc, const WordCacheEntry* en,
                                          int32_t* out, int64_t n, int64_t cap) {
     if (en->n_tokens != kInLong) return emit_entry(en, out, n, cap, wc.u16);
-    const uint8_t* b = reinterpret_cast<const uint8_t*>(en);
-    uint16_t nt;
-    uint32_t off;
-    uint64_t epoch;
-    __builtin_memcpy(&nt, b + 18, 2);
-    __builtin_memcpy(&off, b + 20, 4);
-    __builtin_memcpy(&epoch, b + 24, 8);
-    if (epoch != wc.arena_epoch) return -1;  // the arena was emptied since: gone
-    put_tokens(out, n, cap, reinterpret_cast<const int32_t*>(wc.arena + off), nt);
+    int32_t nt;
+    const int32_t* rec = get_long_ref(wc, reinterpret_cast<const uint8_t*>(en) + 18, &nt);
+    if (!rec) return -1;  // the arena was emptied since: gone
+    put_tokens(out, n, cap, rec, nt);
     return nt;
   }
 
@@ -1080,14 +1080,10 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
 
   DWP_NOINLINE static int64_t put_mid_long(const WordCache& wc, const MidEntry* en,
                                            int32_t* out, int64_t n, int64_t cap) {
-    uint32_t off;
-    uint16_t cnt;
-    uint64_t epoch;
-    __builtin_memcpy(&off, en->ids, 4);
-    __builtin_memcpy(&cnt, en->ids + 4, 2);
-    __builtin_memcpy(&epoch, en->ids + 8, 8);
-    if (epoch != wc.arena_epoch) return -1;
-    put_tokens(out, n, cap, reinterpret_cast<const int32_t*>(wc.arena + off), cnt);
+    int32_t cnt;
+    const int32_t* rec = get_long_ref(wc, en->ids, &cnt);
+    if (!rec) return -1;
+    put_tokens(out, n, cap, rec, cnt);
     return cnt;
   }
 
@@ -1504,17 +1500,11 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
                 int64_t got;
                 if constexpr (kOff) {  // a reference to the long record, with the spans
                   got = -1;
-                  uint32_t off;
-                  uint16_t cnt;
-                  uint64_t epoch;
-                  __builtin_memcpy(&off, en->ids, 4);
-                  __builtin_memcpy(&cnt, en->ids + 4, 2);
-                  __builtin_memcpy(&epoch, en->ids + 8, 8);
-                  if (epoch == wc.arena_epoch) {
+                  int32_t cnt;
+                  if (const int32_t* rec = get_long_ref(wc, en->ids, &cnt)) {
                     os.cdelta = cd;
                     os.word = wd;
-                    got = emit_off(nullptr, reinterpret_cast<const int32_t*>(wc.arena + off),
-                                   cnt, e2 - i, n, i - cd, wd);
+                    got = emit_off(nullptr, rec, cnt, e2 - i, n, i - cd, wd);
                     cd = os.cdelta;
                     wd = os.word;
                   }
