@@ -323,6 +323,33 @@ def test_windows_equal_hf_overflow_rows(vocab_name):
             np.testing.assert_array_equal(r.values, out[name][real], err_msg=name)
 
 
+@pytest.mark.parametrize("padding", ["max_length", False])
+def test_window_extras_on_threads_equal_one_thread(padding):
+    # The extras fill takes ranges of rows on threads from 256K cells on: a range that
+    # starts inside a document, empty documents and nulls between; every array equal to
+    # one thread's.
+    docs = [d for f in corpus_files()[:3] for d in read_documents(f)][:12000]
+    docs = [None if k % 97 == 5 else "" if k % 89 == 3 else d for k, d in enumerate(docs)]
+    docs += [" ".join(f"w{i % 50}é," for i in range(k, k + 2000)) for k in range(300)]
+    out = {}
+    for threads in (1, 3):
+        tok = daskwp.WordPieceTokenizer(vocab_path("bert-base-uncased"), lowercase=True,
+                                        num_threads=threads)
+        out[threads] = tok(docs, max_length=64, stride=16, padding=padding,
+                           return_offsets_mapping=True, return_word_ids=True,
+                           return_special_tokens_mask=True)
+    cells = out[1]["offset_mapping"]
+    cells = cells.values.shape[0] if hasattr(cells, "values") else cells.shape[0] * 64
+    assert cells >= 3 << 18  # three threads' worth
+    for name in ("offset_mapping", "word_ids", "special_tokens_mask", "input_ids"):
+        a, b = out[1][name], out[3][name]
+        if hasattr(a, "values"):
+            np.testing.assert_array_equal(a.offsets, b.offsets, err_msg=name)
+            a, b = a.values, b.values
+        np.testing.assert_array_equal(a, b, err_msg=name)
+
+
+
 @pytest.mark.parametrize("unit", ["chars", "bytes"])
 @pytest.mark.parametrize("padding", ["max_length", False, "bucket"])
 @pytest.mark.parametrize("stride", [0, 3, 4])

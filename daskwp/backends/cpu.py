@@ -167,7 +167,7 @@ class CPUBackend:
             token_ids, offsets, p.max_length, p.stride, bool(p.truncation),
             p.add_special_tokens, cls_id, sep_id, pad_id, p.logid_offset, padded, p.mask_int8,
             width, num_threads)
-        return finish_windows(out, encoding, p, seq, extras, convert, np, vocab)
+        return finish_windows(out, encoding, p, seq, extras, convert, np, vocab, num_threads)
 
     def build_pair_windows(self, enc_a: Encoding, enc_b: Encoding, vocab, p: WindowParams,
                            seq: dict, extras: dict | None = None) -> BatchWindows:

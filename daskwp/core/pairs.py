@@ -329,16 +329,18 @@ def extras_options(return_offsets_mapping=None, return_word_ids=None,
                                   "chars" if offsets_unit is None else offsets_unit)}
 
 
-def window_extras(bw: BatchWindows, enc, p, extras: dict, xp) -> BatchWindows:
+def window_extras(bw: BatchWindows, enc, p, extras: dict, xp,
+                  num_threads: int = 1) -> BatchWindows:
     """``offset_mapping``, ``word_ids`` and ``special_tokens_mask`` of single-text windows
     (docs/design.md §2.9), gathered from ``enc`` (its ``offset_mapping`` / ``word_ids``)
     by each cell's document token: ``(0, 0)``, -1 and 1 on [CLS], [SEP] and padding (as
-    HF's overflow encodings). ``bw``: the fill's rows of ``enc`` (padded or ragged)."""
+    HF's overflow encodings). ``bw``: the fill's rows of ``enc`` (padded or ragged).
+    ``num_threads``: the host fill's threads (<= 0: all cores)."""
     if not any(extras.get(k) for k in EXTRA_OUTPUTS):
         return bw
     mask = bw["attention_mask"]
     if xp is np:
-        return _window_extras_native(bw, enc, p, extras, mask)
+        return _window_extras_native(bw, enc, p, extras, mask, num_threads)
     tok_off = xp.asarray(enc.offsets).astype(np.int64)
     doc_rows = xp.asarray(bw.doc_row_offsets).astype(np.int64)
     rows = int(doc_rows[-1]) if doc_rows.shape[0] else 0
@@ -373,7 +375,8 @@ def window_extras(bw: BatchWindows, enc, p, extras: dict, xp) -> BatchWindows:
         bw["special_tokens_mask"] = wrap((~in_body).astype(like.dtype))
     return bw
 
-def _window_extras_native(bw: BatchWindows, enc, p, extras: dict, mask) -> BatchWindows:
+def _window_extras_native(bw: BatchWindows, enc, p, extras: dict, mask,
+                          num_threads: int = 1) -> BatchWindows:
     """:func:`window_extras` on the host: the extension's one-pass fill."""
     ragged = isinstance(mask, RaggedRows)
     like = mask.values if ragged else mask
@@ -386,7 +389,7 @@ def _window_extras_native(bw: BatchWindows, enc, p, extras: dict, mask) -> Batch
         0 if ragged else int(mask.shape[1]), p.body_length, p.stride, p.add_special_tokens,
         None if spans is None else np.ascontiguousarray(spans, dtype=np.int64),
         None if words is None else np.ascontiguousarray(words, dtype=np.int32),
-        bool(extras.get("special_tokens_mask")), like.dtype == np.int8)
+        bool(extras.get("special_tokens_mask")), like.dtype == np.int8, int(num_threads))
     for key, v in (("offset_mapping", om), ("word_ids", wid), ("special_tokens_mask", stm)):
         if v is not None:
             bw[key] = RaggedRows(v, mask.offsets) if ragged else v
@@ -425,12 +428,14 @@ def sequence_options(p, paired: bool, return_overflowing_tokens=None,
     return p, seq
 
 
-def finish_windows(out, enc, p, seq: dict | None, extras: dict | None, convert, xp, vocab):
+def finish_windows(out, enc, p, seq: dict | None, extras: dict | None, convert, xp, vocab,
+                   num_threads: int = 1):
     """The windows result of a fill's raw ``out`` (:func:`~daskwp.core.windows.pack_windows`'s
     arguments) of ``enc``: with ``token_type_ids`` / ``sequence_ids`` (``seq``) and the
     offsets outputs (``extras``) when asked, bucketed with ``padding="bucket"`` (the fill's
     rows are then ragged; the buckets pad with ``vocab.pad_id``), each array converted with
-    ``convert``. The one composition both backends use (docs/design.md §2.8, §2.9)."""
+    ``convert``. The one composition both backends use (docs/design.md §2.8, §2.9);
+    ``num_threads``: the host extras fill's."""
     extras = extras or {}
     sequence = bool(seq) and (seq["return_token_type_ids"] or seq["return_sequence_ids"])
     more = any(extras.get(k) for k in EXTRA_OUTPUTS)
@@ -442,7 +447,7 @@ def finish_windows(out, enc, p, seq: dict | None, extras: dict | None, convert, 
         bw = sequence_extras(bw, p.add_special_tokens, seq["return_token_type_ids"],
                              seq["return_sequence_ids"], xp)
     if more:
-        bw = window_extras(bw, enc, p, extras, xp)
+        bw = window_extras(bw, enc, p, extras, xp, num_threads)
     if bucketed:
         return bucket_windows(bw, p.bucket_widths, vocab.pad_id, p.max_length, convert)
     return convert_batch(bw, lambda a: convert(xp.ascontiguousarray(a)))

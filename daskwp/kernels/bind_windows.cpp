@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "bindings.hpp"
+#include "cpu_batch.hpp"
 #include "windows_cpu.hpp"
 
 namespace {
@@ -166,32 +167,35 @@ nb::tuple pad_rows(I32 values, I64 offsets, I64 rows, int64_t width, int32_t pad
 // is its window k = r - doc_rows[d], holding tokens first = k * (L - stride) ... of the
 // document in columns b .. b + body - 1 (b = 1 with [CLS]); other cells get (0, 0), -1 and
 // special mask 1. Padded rows are `width` wide; ragged rows (row_offsets given) their own
-// length. One pass, no temporaries (the NumPy form of this fill made 15 passes).
+// length. One pass, no temporaries (the NumPy form of this fill made 15 passes); rows
+// [r0, r1) of the batch, so that threads can take ranges of rows.
 template <typename M>
-void fill_extras(const int64_t* tok_off, const int64_t* doc_rows, int64_t n_docs,
-                 const int64_t* row_off, int64_t width, int64_t L, int64_t stride, int64_t b,
-                 const int64_t* spans, const int32_t* words, int64_t* out_spans,
+void fill_extras(const int64_t* tok_off, const int64_t* doc_rows, int64_t n_docs, int64_t r0,
+                 int64_t r1, const int64_t* row_off, int64_t width, int64_t L, int64_t stride,
+                 int64_t b, const int64_t* spans, const int32_t* words, int64_t* out_spans,
                  int32_t* out_words, M* out_special) {
+  if (r0 >= r1) return;
   const int64_t step = L - stride;
-  for (int64_t d = 0; d < n_docs; ++d) {
+  // the document of row r0: doc_rows[d] <= r0 < doc_rows[d + 1]
+  int64_t d = std::upper_bound(doc_rows, doc_rows + n_docs + 1, r0) - doc_rows - 1;
+  for (int64_t r = r0; r < r1; ++r) {
+    while (doc_rows[d + 1] <= r) ++d;
     const int64_t n = tok_off[d + 1] - tok_off[d];
-    for (int64_t r = doc_rows[d]; r < doc_rows[d + 1]; ++r) {
-      const int64_t k = r - doc_rows[d];
-      const int64_t first = k * step;
-      const int64_t body = std::min(std::max<int64_t>(n - first, 0), L);
-      const int64_t base = row_off ? row_off[r] : r * width;
-      const int64_t w = row_off ? row_off[r + 1] - row_off[r] : width;
-      const int64_t src0 = tok_off[d] + first - b;
-      for (int64_t c = 0; c < w; ++c) {
-        const bool in = c >= b && c < b + body;
-        const int64_t cell = base + c;
-        if (out_spans) {
-          out_spans[2 * cell] = in ? spans[2 * (src0 + c)] : 0;
-          out_spans[2 * cell + 1] = in ? spans[2 * (src0 + c) + 1] : 0;
-        }
-        if (out_words) out_words[cell] = in ? words[src0 + c] : -1;
-        if (out_special) out_special[cell] = in ? 0 : 1;
+    const int64_t k = r - doc_rows[d];
+    const int64_t first = k * step;
+    const int64_t body = std::min(std::max<int64_t>(n - first, 0), L);
+    const int64_t base = row_off ? row_off[r] : r * width;
+    const int64_t w = row_off ? row_off[r + 1] - row_off[r] : width;
+    const int64_t src0 = tok_off[d] + first - b;
+    for (int64_t c = 0; c < w; ++c) {
+      const bool in = c >= b && c < b + body;
+      const int64_t cell = base + c;
+      if (out_spans) {
+        out_spans[2 * cell] = in ? spans[2 * (src0 + c)] : 0;
+        out_spans[2 * cell + 1] = in ? spans[2 * (src0 + c) + 1] : 0;
       }
+      if (out_words) out_words[cell] = in ? words[src0 + c] : -1;
+      if (out_special) out_special[cell] = in ? 0 : 1;
     }
   }
 }
@@ -199,7 +203,7 @@ void fill_extras(const int64_t* tok_off, const int64_t* doc_rows, int64_t n_docs
 nb::tuple window_extras(I64 tok_offsets, I64 doc_row_offsets, nb::object row_offsets_obj,
                         int64_t width, int64_t body_length, int64_t stride,
                         bool add_special_tokens, nb::object spans_obj, nb::object words_obj,
-                        bool special_mask, bool mask_int8) {
+                        bool special_mask, bool mask_int8, int num_threads) {
   if (tok_offsets.shape(0) < 1 || doc_row_offsets.shape(0) != tok_offsets.shape(0))
     throw std::invalid_argument("tok_offsets and doc_row_offsets must both hold documents + 1 "
                                 "entries");
@@ -270,14 +274,21 @@ nb::tuple window_extras(I64 tok_offsets, I64 doc_row_offsets, nb::object row_off
   if (special_mask) o_sm = daskwp::host_array<uint8_t>(nc * (mask_int8 ? 1 : 4));
   {
     nb::gil_scoped_release release;
-    if (mask_int8)
-      fill_extras(tok_off, doc_rows, n_docs, row_off, width, body_length, stride, b, sp, wd,
-                  sp ? o_sp.get() : nullptr, wd ? o_wd.get() : nullptr,
-                  special_mask ? reinterpret_cast<int8_t*>(o_sm.get()) : nullptr);
-    else
-      fill_extras(tok_off, doc_rows, n_docs, row_off, width, body_length, stride, b, sp, wd,
-                  sp ? o_sp.get() : nullptr, wd ? o_wd.get() : nullptr,
-                  special_mask ? reinterpret_cast<int32_t*>(o_sm.get()) : nullptr);
+    // Threads from 256K cells each (the fill writes up to 20 bytes a cell).
+    const int threads = static_cast<int>(std::max<int64_t>(
+        1, std::min<int64_t>(daskwp::resolve_threads(num_threads), cells >> 18)));
+    int64_t* osp = sp ? o_sp.get() : nullptr;
+    int32_t* owd = wd ? o_wd.get() : nullptr;
+    daskwp::parallel_rows(rows, threads, [&](int64_t r0, int64_t r1) {
+      if (mask_int8)
+        fill_extras(tok_off, doc_rows, n_docs, r0, r1, row_off, width, body_length, stride, b,
+                    sp, wd, osp, owd,
+                    special_mask ? reinterpret_cast<int8_t*>(o_sm.get()) : nullptr);
+      else
+        fill_extras(tok_off, doc_rows, n_docs, r0, r1, row_off, width, body_length, stride, b,
+                    sp, wd, osp, owd,
+                    special_mask ? reinterpret_cast<int32_t*>(o_sm.get()) : nullptr);
+    });
   }
   nb::object r_sp = nb::none(), r_wd = nb::none(), r_sm = nb::none();
   if (row_off) {
@@ -407,10 +418,12 @@ void bind_windows(nb::module_& m) {
         nb::arg("row_offsets").none(), nb::arg("width"), nb::arg("body_length"),
         nb::arg("stride"), nb::arg("add_special_tokens"), nb::arg("spans").none(),
         nb::arg("words").none(), nb::arg("special_mask"), nb::arg("mask_int8") = false,
+        nb::arg("num_threads") = 1,
         "offset_mapping / word_ids / special_tokens_mask of single-text windows, gathered\n"
         "from the encoding's flat spans (2 per token) and word ids by each cell's document\n"
         "token (docs/design.md §2.9): (0, 0), -1 and 1 on [CLS], [SEP] and padding.\n"
-        "Padded rows x width, or flat cells of ragged rows (row_offsets given).");
+        "Padded rows x width, or flat cells of ragged rows (row_offsets given); on up to\n"
+        "num_threads threads (<= 0: all cores).");
   m.def("pad_rows", &pad_rows, nb::arg("values"), nb::arg("offsets"), nb::arg("rows"),
         nb::arg("width"), nb::arg("pad_id"), nb::arg("mask_int8") = false,
         "The selected rows of a ragged batch (values, offsets) padded to width: (input_ids,\n"
