@@ -503,8 +503,8 @@ EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
     if (extras.word_ids) out.words = host_array<int32_t>(static_cast<size_t>(total + 1));
     std::vector<int64_t> at(chunks + 1, 0);
     for (int c = 0; c < chunks; ++c) at[c + 1] = at[c] + bufs[c].size;
-    auto copy = [&](int c0, int c1) {
-      for (int c = c0; c < c1; ++c) {
+    auto copy = [&](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c) {
         const int64_t k = bufs[c].size, a = at[c];
         if (!k) continue;
         std::memcpy(out.ids.get() + a, bufs[c].data.get(), k * 4);
@@ -515,15 +515,7 @@ EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
     // The chunks' buffers into the arrays: by the call's threads from 1M tokens on (a
     // serial copy of 20 MB of text's ids cost 5% of a 2-thread call; its chunks are byte-
     // balanced, so are the threads' shares).
-    if (total >= (int64_t(1) << 20)) {
-      std::vector<std::thread> copiers;
-      for (int t = 1; t < threads; ++t)
-        copiers.emplace_back(copy, chunks * t / threads, chunks * (t + 1) / threads);
-      copy(0, chunks / threads);
-      for (auto& th : copiers) th.join();
-    } else {
-      copy(0, chunks);
-    }
+    parallel_rows(chunks, total >= (int64_t(1) << 20) ? threads : 1, copy);
   }
   if (!out.ids) out.ids = host_array<int32_t>(1);
   if (extras.offsets && !out.spans) out.spans = host_array<int64_t>(2);

@@ -2,8 +2,12 @@
 // shared core on several threads, and the checks of the blobs it reads.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
+#include <thread>
+#include <vector>
 
 #include "host_pool.hpp"
 #include "model.hpp"
@@ -28,6 +32,31 @@ constexpr int32_t kOffsetsChars = 2;
 
 // Number of worker threads for `requested` (<= 0: all hardware threads).
 int resolve_threads(int requested);
+
+// Runs fn(r0, r1) over [0, rows) on up to `threads` threads, contiguous ranges.
+template <typename Fn>
+void parallel_rows(int64_t rows, int threads, Fn fn) {
+  if (threads <= 1 || rows < 2) {
+    fn(int64_t{0}, rows);
+    return;
+  }
+  threads = static_cast<int>(std::min<int64_t>(threads, rows));
+  std::vector<std::thread> pool;
+  std::vector<std::exception_ptr> errors(threads);
+  for (int t = 0; t < threads; ++t) {
+    const int64_t r0 = rows * t / threads, r1 = rows * (t + 1) / threads;
+    pool.emplace_back([&, t, r0, r1] {
+      try {
+        fn(r0, r1);
+      } catch (...) {
+        errors[t] = std::current_exception();
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
 
 // Tokenizes n_docs documents data[offsets[d], offsets[d+1]). A null validity bitmap means
 // all valid; null documents are empty. Runs on `num_threads` threads (<= 0: all).

@@ -2,41 +2,14 @@
 // (windows_cpu.cpp; its binding is bind_windows.cpp).
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
-#include <exception>
-#include <thread>
 #include <vector>
 
+#include "cpu_batch.hpp"
 #include "host_pool.hpp"
 #include "windows.hpp"
 
 namespace daskwp {
-
-// Runs fn(r0, r1) over [0, rows) on up to `threads` threads, contiguous ranges.
-template <typename Fn>
-void parallel_rows(int64_t rows, int threads, Fn fn) {
-  if (threads <= 1 || rows < 2) {
-    fn(int64_t{0}, rows);
-    return;
-  }
-  threads = static_cast<int>(std::min<int64_t>(threads, rows));
-  std::vector<std::thread> pool;
-  std::vector<std::exception_ptr> errors(threads);
-  for (int t = 0; t < threads; ++t) {
-    const int64_t r0 = rows * t / threads, r1 = rows * (t + 1) / threads;
-    pool.emplace_back([&, t, r0, r1] {
-      try {
-        fn(r0, r1);
-      } catch (...) {
-        errors[t] = std::current_exception();
-      }
-    });
-  }
-  for (auto& th : pool) th.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-}
 
 struct WindowBatch {
   HostArray<int32_t> ids;
