@@ -73,12 +73,13 @@ constexpr uint8_t kInLong = 0xFF;
 constexpr int32_t kLongMaxBytes = 160;
 constexpr int32_t kLongMaxTokens = 96;
 // Default size of one memo: 2^19 short entries (16 MB), 2^15 mid entries (2 MB), 2^18 long
-// slots (4 MB), a 6 MB arena (8 MB with the rounding to 2 MB): 30 MB. (One long slot per two short entries: with a slot per eight, multilingual
-// and log text, whose words of more than 16 bytes all go to the long table, evicted a
-// long entry for nearly every one it recorded: 3x the misses of a warm pass. 2^19 rather
-// than 2^18 short entries: at 2^18, keys three to a two-way set evicted each other on
-// every pass, 3% of a warm pass's lookups on the 1.1 MB Latin file, 0.8% at 2^19; the
-// sets a corpus touches, not the table's size, are what the CPU caches hold.)
+// slots (4 MB), a 6 MB arena (8 MB with the rounding to 2 MB): 30 MB. (One long slot per
+// two short entries: with a slot per eight, multilingual and log text, whose words of more
+// than 16 bytes all go to the long table, evicted a long entry for nearly every one it
+// recorded: 3x the misses of a warm pass. 2^19 rather than 2^18 short entries: at 2^18,
+// keys three to a two-way set evicted each other on every pass, 3% of a warm pass's
+// lookups on the 1.1 MB Latin file, 0.8% at 2^19; the sets a corpus touches, not the
+// table's size, are what the CPU caches hold.)
 constexpr int32_t kWordCacheDefaultBits = 19;
 constexpr int32_t kWordCacheMinBits = 10;
 
@@ -119,9 +120,8 @@ static_assert(sizeof(WordCacheEntry) == 32 && kWordCachePackAt == 17 &&
 // 63. It is a cache in front of the long table, which records these chunks too: a chunk
 // of more tokens has n_tokens kInLong and a reference to its long record at byte 32
 // (put_long_ref: gone once the arena was emptied since); one whose mid entry was evicted
-// is still served
-// from the long table (and re-enters the mid table). The offsets layout keeps references
-// only (its records hold the spans).
+// is still served from the long table (and re-enters the mid table). The offsets layout
+// keeps references only (its records hold the spans).
 constexpr int32_t kMidMinBytes = 17;
 constexpr int32_t kMidMaxBytes = 32;
 constexpr int32_t kMidTokensU16 = 15;
@@ -329,7 +329,8 @@ struct WordCache {
       arena_used = 0;
       return;
     }
-    std::memset(entries, 0, (size_t(32) << bits) + 64 + (size_t(64) << mid_bits));
+    std::memset(entries, 0, (size_t(32) << bits) + 64);
+    std::memset(mid, 0, size_t(64) << mid_bits);
     clear_long();
   }
   void clear_long() {
@@ -368,7 +369,7 @@ DWP_FORCEINLINE WordCacheEntry* short_set(const WordCache& wc, uint64_t k0, uint
 DWP_FORCEINLINE WordCacheEntry* short_alt_set(const WordCache& wc, uint64_t k0, uint64_t k1) {
   const uint64_t h = short_hash(k0, k1);
   const uint64_t a = (h ^ (h >> 29)) * 0xBF58476D1CE4E5B9ull;
-  WordCacheEntry* own = wc.entries + ((h >> (64 - wc.bits)) & ~(uint64_t)1);
+  WordCacheEntry* own = short_set(wc, k0, k1);
   WordCacheEntry* alt = wc.entries + ((a >> (64 - wc.bits)) & ~(uint64_t)1);
   return alt == own ? wc.entries + (((a >> (64 - wc.bits)) ^ 2) & ~(uint64_t)1) : alt;
 }
@@ -580,18 +581,15 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
       return long_put(wc, long_hash(s + i, len), s + i, len, t, nt);
     // Up to 16 bytes the lookups go through the short table: the tokens of a string that
     // does not fit there go to the long table, and its short entry says so (kInLong) and
-    // where its record is (short_long_ref).
+    // where its record is (set_long_ref).
     int64_t off = -1;
     if (!fits_short) {
       off = long_put(wc, short_hash(k0, k1) | 1, s + i, len, t, nt);
       if (off < 0) return -1;
     }
-    WordCacheEntry* set = short_set(wc, k0, k1);
-    const bool in0 = set[0].key[0] == k0 && set[0].key[1] == k1;
-    if (!in0) short_make_room(wc, set);  // (set[0] is rewritten in place when it holds the key)
-    WordCacheEntry& en = set[0];
-    en.key[0] = k0;
-    en.key[1] = k1;
+    WordCacheEntry* slot = short_slot(k0, k1, !fits_short);
+    if (!slot) return -1;  // the newer way holds these tokens already
+    WordCacheEntry& en = *slot;
     en.n_tokens = fits_short ? (uint8_t)nt : kInLong;
     if (!fits_short) {
       set_long_ref(wc, en, off, nt);
@@ -1094,11 +1092,17 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
     const WordCacheEntry* set = short_set(wc, k0, k1);
     if ((set[0].key[0] == k0) & (set[0].key[1] == k1)) return set;
     if ((set[1].key[0] == k0) & (set[1].key[1] == k1)) return set + 1;
-    return short_set_full(set) ? short_get_second(wc, k0, k1) : nullptr;
+    return short_get_second(wc, set, k0, k1);
   }
-  // The key in its second set (short_alt_set), or null. (Its own set was looked at.)
-  DWP_NOINLINE static const WordCacheEntry* short_get_second(const WordCache& wc, uint64_t k0,
-                                                             uint64_t k1) {
+  // After a miss in the key's own set `own`: the key in its second set (short_alt_set), or
+  // null; only a full own set sends keys there.
+  DWP_FORCEINLINE static const WordCacheEntry* short_get_second(const WordCache& wc,
+                                                                const WordCacheEntry* own,
+                                                                uint64_t k0, uint64_t k1) {
+    return short_set_full(own) ? short_get_in_second(wc, k0, k1) : nullptr;
+  }
+  DWP_NOINLINE static const WordCacheEntry* short_get_in_second(const WordCache& wc,
+                                                                uint64_t k0, uint64_t k1) {
     const WordCacheEntry* set = short_alt_set(wc, k0, k1);
     if ((set[0].key[0] == k0) & (set[0].key[1] == k1)) return set;
     if ((set[1].key[0] == k0) & (set[1].key[1] == k1)) return set + 1;
@@ -1155,23 +1159,20 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
       const int64_t clen = e - i;
       if (clen <= kWordCacheMaxBytes) {
         if (!missed) short_key(s, i, e, readable, &k0, &k1);
-        {
-          const WordCacheEntry* en =
-              !missed ? short_get(wc, k0, k1)
-                      : short_set_full(short_set(wc, k0, k1)) ? short_get_second(wc, k0, k1)
-                                                              : nullptr;
-          if (en) {
-            int64_t got;
-            if constexpr (kOff) {
-              got = emit_off(en, nullptr, 0, clen, n, i - cd0, word0);
-            } else {
-              got = emit_short(wc, en, out, n, cap);
-            }
-            if (got >= 0) {
-              sink.n = n + got;
-              ++wc.stats.hits;
-              return e + (e < len);
-            }
+        // (missed: the fast loop looked in the key's own set already)
+        const WordCacheEntry* en = missed ? short_get_second(wc, short_set(wc, k0, k1), k0, k1)
+                                          : short_get(wc, k0, k1);
+        if (en) {
+          int64_t got;
+          if constexpr (kOff) {
+            got = emit_off(en, nullptr, 0, clen, n, i - cd0, word0);
+          } else {
+            got = emit_short(wc, en, out, n, cap);
+          }
+          if (got >= 0) {
+            sink.n = n + got;
+            ++wc.stats.hits;
+            return e + (e < len);
           }
         }
       } else {
@@ -1469,54 +1470,52 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
           }
           missed = true;
         } else if (w == 16 && i + 32 <= readable) {
-          {
-            // A chunk of more than 16 bytes (s[i + 16] is not plain whitespace, and the
-            // document goes on past it): 17-32 bytes that end at plain whitespace or the
-            // document's end are looked up in the mid table, as above.
-            const __m128i x2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
-            const int64_t left2 = left - 16;
-            const uint32_t m2 =
-                chunk_end_mask(x2) | (1u << 16) | (1u << (left2 < 16 ? left2 : 16));
-            const int64_t w2 = __builtin_ctz(m2);
-            const int64_t e2 = e + w2;
-            const uint32_t at_end2 = e2 == len;
-            if (w2 != 0 &&
-                (((uint32_t)fd[s[e2 - at_end2]] ^ kFeedSpace) & (at_end2 - 1u)) == 0) {
-              const __m128i hi = _mm_and_si128(
-                  x2, _mm_loadu_si128(reinterpret_cast<const __m128i*>(kPrefixMask + 16 - w2)));
-              const uint64_t h = mid_hash(
-                  (uint64_t)_mm_cvtsi128_si64(x),
-                  (uint64_t)_mm_cvtsi128_si64(_mm_unpackhi_epi64(x, x)),
-                  (uint64_t)_mm_cvtsi128_si64(hi),
-                  (uint64_t)_mm_cvtsi128_si64(_mm_unpackhi_epi64(hi, hi)));
-              const MidEntry* set = mids + ((h >> mid_shift) & ~(uint64_t)1);
-              const __m128i* q = reinterpret_cast<const __m128i*>(set);
-              const uint32_t m0 = (uint32_t)_mm_movemask_epi8(_mm_and_si128(
-                  _mm_cmpeq_epi8(_mm_load_si128(q), x), _mm_cmpeq_epi8(_mm_load_si128(q + 1), hi)));
-              const uint32_t m1 = (uint32_t)_mm_movemask_epi8(_mm_and_si128(
-                  _mm_cmpeq_epi8(_mm_load_si128(q + 4), x), _mm_cmpeq_epi8(_mm_load_si128(q + 5), hi)));
-              if ((((m0 + 1u) | (m1 + 1u)) >> 16) != 0) {
-                const MidEntry* en = set + (m0 != 0xFFFFu);
-                int64_t got;
-                if constexpr (kOff) {  // a reference to the long record, with the spans
-                  got = -1;
-                  int32_t cnt;
-                  if (const int32_t* rec = get_long_ref(wc, en->ids, &cnt)) {
-                    os.cdelta = cd;
-                    os.word = wd;
-                    got = emit_off(nullptr, rec, cnt, e2 - i, n, i - cd, wd);
-                    cd = os.cdelta;
-                    wd = os.word;
-                  }
-                } else {
-                  got = put_mid(wc, en, out, n, cap, u16);
+          // A chunk of more than 16 bytes (s[i + 16] is not plain whitespace, and the
+          // document goes on past it): 17-32 bytes that end at plain whitespace or the
+          // document's end are looked up in the mid table, as above.
+          const __m128i x2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
+          const int64_t left2 = left - 16;
+          const uint32_t m2 =
+              chunk_end_mask(x2) | (1u << 16) | (1u << (left2 < 16 ? left2 : 16));
+          const int64_t w2 = __builtin_ctz(m2);
+          const int64_t e2 = e + w2;
+          const uint32_t at_end2 = e2 == len;
+          if (w2 != 0 &&
+              (((uint32_t)fd[s[e2 - at_end2]] ^ kFeedSpace) & (at_end2 - 1u)) == 0) {
+            const __m128i hi = _mm_and_si128(
+                x2, _mm_loadu_si128(reinterpret_cast<const __m128i*>(kPrefixMask + 16 - w2)));
+            const uint64_t h = mid_hash(
+                (uint64_t)_mm_cvtsi128_si64(x),
+                (uint64_t)_mm_cvtsi128_si64(_mm_unpackhi_epi64(x, x)),
+                (uint64_t)_mm_cvtsi128_si64(hi),
+                (uint64_t)_mm_cvtsi128_si64(_mm_unpackhi_epi64(hi, hi)));
+            const MidEntry* set = mids + ((h >> mid_shift) & ~(uint64_t)1);
+            const __m128i* q = reinterpret_cast<const __m128i*>(set);
+            const uint32_t m0 = (uint32_t)_mm_movemask_epi8(_mm_and_si128(
+                _mm_cmpeq_epi8(_mm_load_si128(q), x), _mm_cmpeq_epi8(_mm_load_si128(q + 1), hi)));
+            const uint32_t m1 = (uint32_t)_mm_movemask_epi8(_mm_and_si128(
+                _mm_cmpeq_epi8(_mm_load_si128(q + 4), x), _mm_cmpeq_epi8(_mm_load_si128(q + 5), hi)));
+            if ((((m0 + 1u) | (m1 + 1u)) >> 16) != 0) {
+              const MidEntry* en = set + (m0 != 0xFFFFu);
+              int64_t got;
+              if constexpr (kOff) {  // a reference to the long record, with the spans
+                got = -1;
+                int32_t cnt;
+                if (const int32_t* rec = get_long_ref(wc, en->ids, &cnt)) {
+                  os.cdelta = cd;
+                  os.word = wd;
+                  got = emit_off(nullptr, rec, cnt, e2 - i, n, i - cd, wd);
+                  cd = os.cdelta;
+                  wd = os.word;
                 }
-                if (got >= 0) {
-                  n += got;
-                  ++hits;
-                  i = e2 + 1;
-                  continue;
-                }
+              } else {
+                got = put_mid(wc, en, out, n, cap, u16);
+              }
+              if (got >= 0) {
+                n += got;
+                ++hits;
+                i = e2 + 1;
+                continue;
               }
             }
           }
