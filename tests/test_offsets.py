@@ -349,7 +349,6 @@ def test_window_extras_on_threads_equal_one_thread(padding):
         np.testing.assert_array_equal(a, b, err_msg=name)
 
 
-
 @pytest.mark.parametrize("unit", ["chars", "bytes"])
 @pytest.mark.parametrize("padding", ["max_length", False, "bucket"])
 @pytest.mark.parametrize("stride", [0, 3, 4])
