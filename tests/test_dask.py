@@ -535,3 +535,30 @@ def test_dask_cudf_matches_pandas():
     np.testing.assert_array_equal(meta.to_numpy(), expected.metadata.to_numpy())
     np.testing.assert_array_equal(ids.get() if hasattr(ids, "get") else ids,
                                   expected.input_ids)
+
+
+def test_to_parquet_reads_each_partition_in_its_write_task(client, tmp_path):
+    # Parquet row counts give every offset before anything runs: each partition is then
+    # read, tokenized and written by one task (the read fused into the write), no text
+    # partition is a task result held or moved between workers; the offsets still follow
+    # dask-expr's fusion of small Parquet partitions.
+    chunks = _split(DOCS, [20, 0, 31, 3, 40, 1])
+    for i, chunk in enumerate(chunks):
+        pd.DataFrame({"id": np.arange(len(chunk)), "text": _series(chunk),
+                      "a": 1.0, "b": 2.0, "c": "x"}).to_parquet(tmp_path / f"part.{i}.parquet")
+    expected = _expected(DOCS)
+    for columns, name in ((None, "wide"), (["text"], "narrow")):
+        ds = dd.read_parquet(tmp_path / "part.*.parquet", columns=columns)["text"]
+        out = ds.wordpiece.tokenize(**OPTIONS).to_parquet(tmp_path / name, compute=False)
+        if columns is not None:   # the wide read's partitions are fused at compute time
+            graph = out.__dask_graph__()   # a write per partition, the tokenizer, the end
+            assert len(graph) == ds.npartitions + 2, sorted(map(str, graph))
+        stats = out.compute()
+        assert stats["documents"] == len(DOCS)
+        back = daskwp.read_tokenized(tmp_path / name).to_dask().compute()
+        back = back.sort_values(["logID", "window"]).reset_index(drop=True)
+        np.testing.assert_array_equal(
+            back[["logID", "start", "stop"]].to_numpy(dtype=np.int64),
+            expected.metadata.to_numpy())
+        np.testing.assert_array_equal(frames.matrix_from_frame(back, "input_ids", MAX_LENGTH),
+                                      expected.input_ids)

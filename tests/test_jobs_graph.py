@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 from dask._task_spec import DataNode, Task
 from dask.local import get_sync
+from distributed.diagnostics.plugin import SchedulerPlugin
 
 import daskwp
 from daskwp import jobs
@@ -162,3 +163,44 @@ def test_run_job_registers_the_worker_plugin_and_one_tokenizer_per_worker(tmp_pa
 
 def _has_daskwp_plugin(dask_worker) -> bool:
     return worker_state.PLUGIN_NAME in dask_worker.plugins
+
+
+class _Priorities(SchedulerPlugin):
+    """A scheduler plugin that records the priority of every task it sees."""
+
+    name = "daskwp-test-priorities"
+
+    def __init__(self):
+        self.seen: dict = {}
+
+    def transition(self, key, start, finish, *args, **kwargs):
+        ts = self.scheduler.tasks.get(key)
+        if ts is not None and ts.priority is not None:
+            self.seen.setdefault(key, ts.priority)
+
+    async def start(self, scheduler):
+        self.scheduler = scheduler
+
+
+def test_the_offset_pass_runs_before_any_write(tmp_path):
+    """Every count, partial sum and offset task sorts before every write task: with equal
+    priorities dask.order interleaves them, and a worker that finished a write waits
+    for a sum queued behind a write on the other worker."""
+    from distributed import Client, LocalCluster
+    inp = tmp_path / "in.txt"
+    inp.write_text("\n".join(_lines(800)) + "\n")
+    cfg = jobs.make_config({"input": str(inp), "output": str(tmp_path / "out"),
+                            "partition_size": "4KB", "quiet": True, "device": "cpu"})
+    plugin = _Priorities()
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=":0") as cluster, Client(cluster) as client:
+        client.register_plugin(plugin)
+        summary = jobs.run_job(cfg, client=client)
+        seen = client.run_on_scheduler(lambda dask_scheduler: dict(
+            dask_scheduler.plugins[_Priorities.name].seen))
+    assert summary["partitions"] >= 8
+    writes = [p for k, p in seen.items() if _name(k).startswith("daskwp-write-")]
+    passes = [p for k, p in seen.items()
+              if _name(k).startswith(("daskwp-count-", "daskwp-offset-"))]
+    assert len(writes) == summary["partitions"] and len(passes) > summary["partitions"]
+    assert max(passes) < min(writes)

@@ -50,7 +50,7 @@ from .tasks import add_counts, add_logid_offset, count_documents, finish_parts, 
     tokenize_global, tokenize_partition, write_partition_part
 
 __all__ = ["GlobalLogID", "GlobalTokenize", "PartitionCounts", "SelectedLogID", "Tokenize",
-           "WriteParts", "partition_local", "prefix_count_refs", "static_offsets",
+           "TokenizerNode", "WriteParts", "WritePartitions", "partition_local", "prefix_count_refs", "static_offsets",
            "tokenizer_graph_key", "tokenizer_layer"]
 
 
@@ -304,6 +304,17 @@ class GlobalTokenize(Expr):
                 tokenized = tokenized[self.operand("columns")]
             return GlobalLogID(tokenized, self.frame)._simplify_up(parent, dependents)
 
+    def _lower(self):
+        write = self.operand("write")
+        if write is None or self.operand("positions") is not None:
+            return None
+        frame = self.frame.lower_completely()
+        offsets = static_offsets(frame)
+        if offsets is None:
+            return None
+        return WritePartitions(frame, TokenizerNode(self.tokenizer), dict(self.options),
+                               write, offsets)
+
     def _layer(self) -> dict:
         tok_key, dsk = tokenizer_layer(self.tokenizer)
         opts = dict(self.options)
@@ -326,6 +337,60 @@ class GlobalTokenize(Expr):
         return dsk
 
 
+class TokenizerNode(Expr):
+    """The tokenizer as a one-partition expression (its one key holds the tokenizer's
+    DataNode): the broadcast dependency of :class:`WritePartitions`, which a blockwise
+    expression needs, since a fused task carries only the keys of expressions."""
+
+    _parameters = ["tokenizer"]
+
+    @functools.cached_property
+    def _name(self):
+        return tokenizer_graph_key(self.tokenizer)
+
+    @property
+    def _meta(self):
+        return 0
+
+    def _divisions(self):
+        return (None, None)
+
+    def _layer(self) -> dict:
+        key = (self._name, 0)
+        return {key: DataNode(key, self.tokenizer)}
+
+
+class WritePartitions(Blockwise):
+    """What a ``to_parquet``'s :class:`GlobalTokenize` becomes at lowering when the
+    offset of every partition of its (lowered) frame is known without computing anything
+    (:func:`static_offsets`): one ``write_partition_part`` per partition as a blockwise
+    expression, so dask-expr fuses it with the blockwise tasks that produce the partition
+    (a Parquet read and its projection). Each partition is then read, tokenized and written
+    in one task: no partition of text waits in a worker's memory for its write, or moves
+    to another worker for it (docs/design.md §8.5)."""
+
+    _parameters = ["frame", "tokenizer_node", "options", "write", "offsets"]
+
+    @functools.cached_property
+    def _name(self):
+        return f"daskwp-tokenize-{self.deterministic_token}"
+
+    @property
+    def _meta(self):
+        return 0
+
+    def _divisions(self):
+        return (None,) * (self.frame.npartitions + 1)
+
+    def _broadcast_dep(self, dep) -> bool:
+        return isinstance(dep, TokenizerNode)
+
+    def _task(self, name, index: int) -> Task:
+        return Task(name, write_partition_part, TaskRef((self.frame._name, index)),
+                    TaskRef((self.tokenizer_node._name, 0)), self.options,
+                    self.operand("write"), index, self.offsets[index])
+
+
 class WriteParts(Expr):
     """The one-task end of a ``to_parquet``: waits for every part of ``parts`` (a
     ``GlobalTokenize`` with ``write``), removes the temporary files of attempts that did
@@ -344,10 +409,24 @@ class WriteParts(Expr):
     def _divisions(self):
         return (None, None)
 
+    def _lower(self):
+        # The parts lowered and fused here: ``compute`` of this (scalar) collection runs
+        # dask's optimizer without its blockwise fusion, which would leave every partition's
+        # read a task of its own (held in memory, and moved between workers, until its write).
+        from dask.dataframe.dask_expr._expr import Fused, optimize_blockwise_fusion
+        if isinstance(self.parts, Fused):
+            return None
+        parts = self.parts.lower_completely()
+        if not isinstance(parts, WritePartitions):
+            return None if parts._name == self.parts._name else WriteParts(parts)
+        return WriteParts(optimize_blockwise_fusion(parts))
+
     def _layer(self) -> dict:
+        from dask.dataframe.dask_expr._expr import Fused
         parts = self.parts
+        top = parts.exprs[0] if isinstance(parts, Fused) else parts
         key = (self._name, 0)
-        return {key: Task(key, finish_parts, parts.operand("write"),
+        return {key: Task(key, finish_parts, top.operand("write"),
                           *[TaskRef((parts._name, k)) for k in range(parts.npartitions)])}
 
 

@@ -379,7 +379,18 @@ def run_graph(graph: JobGraph, client, on_write: Callable[[int, dict], None]) ->
         return values
 
     from distributed import as_completed
-    futures = client.get(graph.dsk, keys, sync=False)
+    # The global-offset pass goes first, at a higher priority than the writes: in one graph
+    # of equal priorities, dask.order puts a partition's count (and the pass's small sums)
+    # behind other partitions' writes, and a worker that has finished a write waits for a
+    # sum queued behind a write on the other worker (docs/design.md §8.5).
+    writes = set(graph.write_keys.values())
+    pass_dsk = {k: v for k, v in graph.dsk.items() if k not in writes}
+    pass_keys = graph.offset_keys + graph.count_keys
+    *futures, tok_future = client.get(pass_dsk, [*pass_keys, graph.tokenizer_key],
+                                      sync=False, priority=1)
+    if writes:
+        futures += client.get({k: graph.dsk[k] for k in graph.write_keys.values()},
+                              list(graph.write_keys.values()), sync=False, priority=0)
     try:
         # Results come with the completions, fetched in batches: one slow host does not
         # make every small offset and count result a round trip of its own.
@@ -402,7 +413,7 @@ def run_graph(graph: JobGraph, client, on_write: Callable[[int, dict], None]) ->
                        f"scheduler) to resume") from e
     finally:
         try:
-            client.cancel([f for f in futures if not f.done()])
+            client.cancel([f for f in (*futures, tok_future) if not f.done()])
         except OSError:
             pass
     return values
