@@ -204,3 +204,29 @@ def test_the_offset_pass_runs_before_any_write(tmp_path):
               if _name(k).startswith(("daskwp-count-", "daskwp-offset-"))]
     assert len(writes) == summary["partitions"] and len(passes) > summary["partitions"]
     assert max(passes) < min(writes)
+
+
+def test_the_jobs_own_cluster_runs_without_the_worker_profiler(tmp_path, monkeypatch):
+    import dask
+
+    from daskwp.distributed import cluster
+    seen = {}
+
+    def fake_connect(**kwargs):
+        seen["profile"] = dask.config.get("distributed.worker.profile.enabled")
+        seen["kwargs"] = kwargs
+        return "client"
+
+    monkeypatch.setattr(cluster, "connect", fake_connect)
+    cfg = jobs.make_config({"input": str(SAMPLE), "output": str(tmp_path / "out"),
+                            "quiet": True, "device": "cpu", "n_workers": 2})
+    before = dask.config.get("distributed.worker.profile.enabled")
+    assert driver.connect_cluster(cfg, "cpu") == "client"
+    assert seen["profile"] is False and seen["kwargs"]["n_workers"] == 2
+    assert dask.config.get("distributed.worker.profile.enabled") == before
+    # a running scheduler is the user's: its workers' settings are left alone
+    cfg = jobs.make_config({"input": str(SAMPLE), "output": str(tmp_path / "out"),
+                            "quiet": True, "device": "cpu",
+                            "scheduler_address": "tcp://127.0.0.1:1"})
+    assert driver.connect_cluster(cfg, "cpu") == "client"
+    assert seen["profile"] == before

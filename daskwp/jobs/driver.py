@@ -92,8 +92,13 @@ def connect_cluster(cfg: JobConfig, device: str):
         except OSError as e:
             raise JobError(f"cannot reach the scheduler at {cfg.scheduler_address!r}: "
                            f"{e}") from None
-    return connect(device=device, n_workers=cfg.n_workers,
-                   threads_per_worker=cfg.threads_per_worker, dashboard_address=":0")
+    import dask
+    # The job's own workers run without distributed's statistical profiler: it samples
+    # every task thread's stack each 10 ms, 3.5% of a 2-worker job's CPU in perf samples of
+    # the workers (docs/batch-jobs.md "Clusters").
+    with dask.config.set({"distributed.worker.profile.enabled": False}):
+        return connect(device=device, n_workers=cfg.n_workers,
+                       threads_per_worker=cfg.threads_per_worker, dashboard_address=":0")
 
 
 # ---------------------------------------------------------------------------------------
