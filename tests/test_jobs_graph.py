@@ -230,3 +230,28 @@ def test_the_jobs_own_cluster_runs_without_the_worker_profiler(tmp_path, monkeyp
                             "scheduler_address": "tcp://127.0.0.1:1"})
     assert driver.connect_cluster(cfg, "cpu") == "client"
     assert seen["profile"] == before
+
+
+def test_turning_the_profiler_off_keeps_distributeds_config_in_a_fresh_process(tmp_path):
+    # dask.config.set restores what it changed by deleting keys it created: done before
+    # distributed is imported, it would delete distributed's whole config section.
+    import subprocess
+    import sys
+    code = f"""
+import sys
+from daskwp.distributed import cluster
+from daskwp.jobs import driver, make_config
+assert "distributed" not in sys.modules
+def connect(**kwargs):
+    import distributed
+    return "client"
+cluster.connect = connect
+cfg = make_config({{"input": {str(SAMPLE)!r}, "output": {str(tmp_path / "o")!r},
+                   "quiet": True, "device": "cpu"}})
+assert driver.connect_cluster(cfg, "cpu") == "client"
+import dask
+print(dask.config.get("distributed.dashboard.link"))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "{port}" in out.stdout

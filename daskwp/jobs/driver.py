@@ -93,6 +93,7 @@ def connect_cluster(cfg: JobConfig, device: str):
             raise JobError(f"cannot reach the scheduler at {cfg.scheduler_address!r}: "
                            f"{e}") from None
     import dask
+    import distributed  # noqa: F401  its config defaults first: the set below restores them
     # The job's own workers run without distributed's statistical profiler: it samples
     # every task thread's stack each 10 ms, 3.5% of a 2-worker job's CPU in perf samples of
     # the workers (docs/batch-jobs.md "Clusters").
