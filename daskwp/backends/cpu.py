@@ -120,16 +120,26 @@ class CPUBackend:
         key = _cache_key(model)
         unit = {None: 0, "bytes": 1, "chars": 2}[offsets_unit]
         extras = bool(unit or word_ids)
+        chunks = [c for c in arr.chunks if len(c)]
+        if len(chunks) == 1:
+            # One chunk (most calls): the kernel's arrays as they are. A short call's cost is
+            # mostly this layer's code and numpy's, which a caller's other work evicts from
+            # the CPU caches between calls (docs/design.md §3.5).
+            b = chunk_buffers(chunks[0])
+            fn = _ext.encode64 if b.offsets.dtype == np.int64 else _ext.encode32
+            out = fn(model.vocab_blob, model.norm_blob, model.max_input_chars_per_word,
+                     b.offsets, b.data, b.validity, b.validity_offset, int(num_threads), key,
+                     unit, bool(word_ids))
+            return Encoding(out[0], out[1], out[2] if unit else None,
+                            out[3] if word_ids else None, offsets_unit)
         ids_parts, off_parts, base = [], [np.zeros(1, dtype=np.int64)], 0
         span_parts, word_parts = [], []
-        for chunk in arr.chunks:
-            if len(chunk) == 0:
-                continue
+        for chunk in chunks:
             b = chunk_buffers(chunk)
             fn = _ext.encode64 if b.offsets.dtype == np.int64 else _ext.encode32
             out = fn(model.vocab_blob, model.norm_blob, model.max_input_chars_per_word,
-                     np.ascontiguousarray(b.offsets), b.data, b.validity,
-                     b.validity_offset, int(num_threads), key, unit, bool(word_ids))
+                     b.offsets, b.data, b.validity, b.validity_offset, int(num_threads), key,
+                     unit, bool(word_ids))
             ids, off = out[0], out[1]
             if extras:
                 span_parts.append(out[2])
