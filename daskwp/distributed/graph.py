@@ -213,7 +213,7 @@ def static_offsets(expr) -> tuple | None:
     except Exception:
         return None
     if not isinstance(lengths, Literal):
-        return None
+        return _fused_io_offsets(expr)
     values = lengths.operand("value")
     if not isinstance(values, tuple) or len(values) != expr.npartitions:
         return None
@@ -222,6 +222,26 @@ def static_offsets(expr) -> tuple | None:
         total += int(n)
         out.append(total)
     return tuple(out)
+
+
+def _fused_io_offsets(expr) -> tuple | None:
+    """``static_offsets`` of dask-expr's IO fusion, which ``Lengths`` does not see through: a
+    read whose small partitions (a wide Parquet dataset read for one column) are fused in
+    consecutive groups (``FusedIO``), or a column of one. The offsets are those of the
+    unfused read at each group's first partition."""
+    from dask.dataframe.dask_expr.io.io import FusedIO
+    if isinstance(expr, Projection):   # a column selection keeps every partition's length
+        return static_offsets(expr.frame)
+    if not isinstance(expr, FusedIO):
+        return None
+    inner = expr.operand("_expr")
+    if "_partitions" not in inner._parameters or inner.operand("_partitions") is not None:
+        return None
+    offsets = static_offsets(inner)
+    buckets = expr._fusion_buckets
+    if offsets is None or [p for b in buckets for p in b] != list(range(inner.npartitions)):
+        return None
+    return tuple(offsets[b[0]] for b in buckets) + (offsets[-1],)
 
 
 def _unfused_name(expr) -> str:
