@@ -119,3 +119,51 @@ def test_to_torch_shards_files_over_workers(tmp_path):
     ids = torch.cat([b["input_ids"] for b in loader]).numpy()
     want = TOK(TEXTS, **OPTS).input_ids
     assert sorted(map(tuple, ids.tolist())) == sorted(map(tuple, want.tolist()))
+
+
+def _numpy_pad(values, offsets, width, pad_id):
+    """The padded rows by NumPy alone: the oracle of the extension's fill."""
+    lengths = np.diff(offsets)
+    ids = np.full((len(lengths), width), pad_id, dtype=np.int32)
+    real = np.arange(width)[None, :] < lengths[:, None]
+    ids[real] = values[offsets[0]:offsets[-1]]
+    return ids, real.astype(np.int32)
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_native_padding_equals_numpy(threads):
+    from daskwp.io.tokenized import pad_rows
+    rng = np.random.default_rng(threads)
+    lengths = rng.integers(0, 41, 200_000)          # > 64K rows a thread: threads split
+    offsets = np.concatenate([[7], 7 + np.cumsum(lengths)]).astype(np.int64)  # not from 0
+    values = rng.integers(0, 30522, int(offsets[-1]) + 5, dtype=np.int32)
+    ids, mask = pad_rows(values, offsets, 40, 0, num_threads=threads)
+    want_ids, want_mask = _numpy_pad(values, offsets, 40, 0)
+    assert ids.dtype == np.int32 and mask.dtype == np.int32
+    assert np.array_equal(ids, want_ids) and np.array_equal(mask, want_mask)
+    with pytest.raises(ValueError, match="more than max_length=39"):
+        pad_rows(values, offsets, 39, 0)
+
+
+def test_read_ahead_gives_each_file_in_order_and_stops_cleanly(tmp_path):
+    ddf = dd.from_pandas(pd.DataFrame({"text": TEXTS}), npartitions=5)
+    ddf["text"].wordpiece.tokenize(**OPTS, padding=False).to_parquet(str(tmp_path / "d"))
+    ds = daskwp.read_tokenized(tmp_path / "d", tokenizer=TOK)
+    assert len(ds.files) == 5
+    want = _expected()
+    for threads in (1, 0):
+        got = _concat(ds.batches(max_length=32, num_threads=threads))
+        assert np.array_equal(got["input_ids"], want.input_ids)
+        assert np.array_equal(got["metadata"], want.metadata)
+    one_by_one = [next(ds.batches(max_length=32, files=[f]))["metadata"] for f in ds.files]
+    assert np.array_equal(np.concatenate(one_by_one), want.metadata)
+    it = ds.batches(max_length=32)
+    next(it)
+    it.close()    # the file being read ahead is awaited, nothing is left running
+    # a file that is no tokenized part is refused when its turn comes, by name
+    pd.DataFrame({"x": [1]}).to_parquet(tmp_path / "d" / "part.9.parquet")
+    bad = daskwp.read_tokenized(tmp_path / "d", tokenizer=TOK)
+    it = bad.batches(max_length=32)
+    assert len(next(it)["input_ids"])
+    with pytest.raises(ValueError, match="part.9.parquet.*not a tokenized dataset"):
+        list(it)

@@ -30,6 +30,7 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 
+from .. import _ext
 from ..core.options import check_int, check_tensors
 from ..core.ragged import BatchWindows
 from ..core.windows import convert_tensors
@@ -63,10 +64,11 @@ def _data_files(path) -> list[str]:
 
 
 def pad_rows(values: np.ndarray, offsets: np.ndarray, width: int, pad_id: int,
-             mask_values: np.ndarray | None = None):
+             mask_values: np.ndarray | None = None, num_threads: int = 1):
     """Ragged rows (flat ``values`` + ``rows + 1`` ``offsets``) as a ``rows x width`` matrix
     padded with ``pad_id``, and its attention mask (the stored mask's values when given, else
-    1 on every stored token). A row longer than ``width`` is an error, never cut."""
+    1 on every stored token). A row longer than ``width`` is an error, never cut.
+    ``num_threads``: of the extension's fill (<= 0: all cores)."""
     offsets = np.asarray(offsets, dtype=np.int64)
     lengths = np.diff(offsets)
     n = len(lengths)
@@ -74,6 +76,13 @@ def pad_rows(values: np.ndarray, offsets: np.ndarray, width: int, pad_id: int,
         r = int(np.argmax(lengths))
         raise ValueError(f"row {r} holds {int(lengths[r])} tokens, more than max_length="
                          f"{width}; read with a larger max_length (nothing is cut)")
+    if mask_values is None and n and values.dtype == np.int32:
+        # The extension's fill (the padding='bucket' fill of ragged rows): ids and mask in
+        # one pass, into blocks of the host memory pool, which the next batch reuses once
+        # this one is dropped (NumPy's full and astype fault in fresh memory every batch).
+        return _ext.pad_rows(np.ascontiguousarray(values), offsets,
+                             np.arange(n, dtype=np.int64), int(width), int(pad_id), False,
+                             int(num_threads))
     ids = np.full((n, width), pad_id, dtype=np.int32)
     # Row-major boolean assignment fills the real cells in row order: exactly the values.
     real = np.arange(width, dtype=np.int64)[None, :] < lengths[:, None]
@@ -281,7 +290,8 @@ class TokenizedDataset:
         values, offsets = _list_buffers(table.column("input_ids"))
         return int(np.diff(offsets).max()) if len(offsets) > 1 else 0
 
-    def _batch(self, table: pa.Table, width: int, return_tensors: str) -> BatchWindows:
+    def _batch(self, table: pa.Table, width: int, return_tensors: str,
+               num_threads: int = 1) -> BatchWindows:
         values, offsets = _list_buffers(table.column("input_ids"))
         lengths = np.diff(offsets)
         mask_values = None
@@ -323,7 +333,7 @@ class TokenizedDataset:
                 ids, mask = pad_rows(flat, new_off, width, pad)
                 cells = {n: c[sel] for n, c in cells.items()}
             else:
-                ids, mask = pad_rows(values, offsets, width, pad, mask_values)
+                ids, mask = pad_rows(values, offsets, width, pad, mask_values, num_threads)
                 new_off = offsets - offsets[0]
             extras = {n: _pad_cells(c, new_off, width, position_output(n).pad)
                       for n, c in cells.items()}
@@ -343,7 +353,8 @@ class TokenizedDataset:
         return BatchWindows(data)
 
     def batches(self, batch_size: int | None = None, *, max_length: int | None = None,
-                return_tensors: str = "np", files=None) -> Iterator[BatchWindows]:
+                return_tensors: str = "np", files=None,
+                num_threads: int | None = None) -> Iterator[BatchWindows]:
         """Model-ready batches: ``input_ids`` and ``attention_mask`` padded to
         ``max_length`` (default: each batch's longest row; stored padded rows keep their
         width; a bucketed dataset gives one batch per bucket width), every stored
@@ -353,22 +364,22 @@ class TokenizedDataset:
         ``batch_size`` rows per batch (default: one batch per file); the last batch of a
         file may be smaller. ``return_tensors``: "np" or "pt" (torch, zero-copy).
         ``files``: read only these of :attr:`files` (what a DataLoader worker shards).
+        ``num_threads``: of the padding fill (default: all cores, one inside a Dask worker).
+        Without ``batch_size``, the next file is read (a thread) while a batch is in use.
 
-        Memory: one batch (or one file) of rows at a time.
+        Memory: one batch (or one file) of rows at a time, and the next file's table.
         """
-        import pyarrow.parquet as pq
+        from ..backends.cpu import default_num_threads
         return_tensors = check_tensors("return_tensors", return_tensors)
         if batch_size is not None:
             batch_size = check_int("batch_size", batch_size, lo=1, allowed=">= 1")
-        for f in (self.files if files is None else files):
-            pf = pq.ParquetFile(f)
-            padded = recorded_padding(pf)
-            cols = [c for c in (*_REQUIRED, "attention_mask", "window", "bucket",
-                                *self.position_outputs) if c in pf.schema_arrow.names]
-            missing = [c for c in _REQUIRED if c not in cols]
-            if missing:
-                raise ValueError(f"{f!r} is not a tokenized dataset: no column(s) {missing}")
-            tables = [pf.read(columns=cols)] if batch_size is None else \
+        threads = default_num_threads() if num_threads is None else \
+            check_int("num_threads", num_threads, allowed="an integer (<= 0: all cores)")
+        paths = list(self.files if files is None else files)
+        opened = (self._open(f) for f in paths) if batch_size is not None else \
+            _read_ahead(paths, lambda f: self._open(f, read=True))
+        for pf, padded, cols, whole in opened:
+            tables = [whole] if batch_size is None else \
                 (pa.Table.from_batches([rb])
                  for rb in pf.iter_batches(batch_size=batch_size, columns=cols))
             for table in tables:
@@ -382,7 +393,19 @@ class TokenizedDataset:
                         yield self._batch(sub, int(w), return_tensors)
                     continue
                 yield self._batch(table, self._width(table, max_length, padded),
-                                  return_tensors)
+                                  return_tensors, threads)
+
+    def _open(self, f: str, read: bool = False):
+        """(ParquetFile, its recorded padding, the columns to read, the whole table when
+        ``read``) of a part; a file without the tokenized columns is refused by name."""
+        import pyarrow.parquet as pq
+        pf = pq.ParquetFile(f)
+        cols = [c for c in (*_REQUIRED, "attention_mask", "window", "bucket",
+                            *self.position_outputs) if c in pf.schema_arrow.names]
+        missing = [c for c in _REQUIRED if c not in cols]
+        if missing:
+            raise ValueError(f"{f!r} is not a tokenized dataset: no column(s) {missing}")
+        return pf, recorded_padding(pf), cols, pf.read(columns=cols) if read else None
 
     def to_torch(self, batch_size: int, *, max_length: int | None = None):
         """A ``torch.utils.data.IterableDataset`` of :meth:`batches` (torch tensors), its
@@ -404,6 +427,21 @@ class TokenizedDataset:
                                        return_tensors="pt", files=files)
 
         return _Batches()
+
+
+def _read_ahead(paths: list, read) -> Iterator:
+    """``read(p)`` of each path in order, the next one running in a thread (Arrow's Parquet
+    read releases the GIL) while the caller uses the current one."""
+    if len(paths) <= 1:
+        yield from (read(p) for p in paths)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="daskwp-read") as pool:
+        pending = pool.submit(read, paths[0])
+        for k in range(len(paths)):
+            current = pending.result()
+            pending = pool.submit(read, paths[k + 1]) if k + 1 < len(paths) else None
+            yield current
 
 
 def _first_metadata(files: list[str]):

@@ -121,7 +121,7 @@ void pad_selected(const int32_t* values, const int64_t* off, const int64_t* rows
 }
 
 nb::tuple pad_rows(I32 values, I64 offsets, I64 rows, int64_t width, int32_t pad_id,
-                   bool mask_int8) {
+                   bool mask_int8, int num_threads) {
   if (offsets.shape(0) < 1) throw std::invalid_argument("offsets must not be empty");
   if (width < 0 || width > std::numeric_limits<int32_t>::max())
     throw std::invalid_argument("width must be in [0, 2**31-1], got " + std::to_string(width));
@@ -148,12 +148,20 @@ nb::tuple pad_rows(I32 values, I64 offsets, I64 rows, int64_t width, int32_t pad
   auto mask = daskwp::host_array<uint8_t>(cells * (mask_int8 ? 1 : 4));
   {
     nb::gil_scoped_release release;
-    if (mask_int8)
-      pad_selected(values.data(), off, sel, n, width, pad_id, ids.get(),
-                   reinterpret_cast<int8_t*>(mask.get()));
-    else
-      pad_selected(values.data(), off, sel, n, width, pad_id, ids.get(),
-                   reinterpret_cast<int32_t*>(mask.get()));
+    // Memory-bound (and, on fresh blocks, bound by the page faults): threads from 64K
+    // rows each (8 MB of 128-wide ids).
+    const int threads = std::max<int>(
+        1, std::min<int64_t>(daskwp::resolve_threads(num_threads), n / 65536));
+    int32_t* const out = ids.get();
+    uint8_t* const m8 = mask.get();
+    daskwp::parallel_rows(n, threads, [&](int64_t r0, int64_t r1) {
+      if (mask_int8)
+        pad_selected(values.data(), off, sel + r0, r1 - r0, width, pad_id, out + r0 * width,
+                     reinterpret_cast<int8_t*>(m8) + r0 * width);
+      else
+        pad_selected(values.data(), off, sel + r0, r1 - r0, width, pad_id, out + r0 * width,
+                     reinterpret_cast<int32_t*>(m8) + r0 * width);
+    });
   }
   const size_t nr = static_cast<size_t>(n), w = static_cast<size_t>(width);
   nb::object out_ids = numpy_owning<int32_t, 2>(ids.release(), {nr, w});
@@ -426,9 +434,11 @@ void bind_windows(nb::module_& m) {
         "num_threads threads (<= 0: all cores).");
   m.def("pad_rows", &pad_rows, nb::arg("values"), nb::arg("offsets"), nb::arg("rows"),
         nb::arg("width"), nb::arg("pad_id"), nb::arg("mask_int8") = false,
+        nb::arg("num_threads") = 1,
         "The selected rows of a ragged batch (values, offsets) padded to width: (input_ids,\n"
         "attention_mask), rows x width; the mask is 1 on each row's tokens. The fill of the\n"
-        "padding='bucket' buckets of ragged rows (pairs; single texts use build_buckets).");
+        "padding='bucket' buckets of ragged rows (pairs; single texts use build_buckets)\n"
+        "and of read_tokenized's batches; on up to num_threads threads (<= 0: all cores).");
   m.def("build_buckets", &build_buckets, nb::arg("token_ids"), nb::arg("offsets"),
         nb::arg("max_length"), nb::arg("stride"), nb::arg("truncation"),
         nb::arg("add_special_tokens"), nb::arg("cls_id"), nb::arg("sep_id"), nb::arg("pad_id"),
