@@ -366,9 +366,10 @@ from daskwp.jobs.inputs import PartitionSpec
 from daskwp.jobs.parts import write_partition
 path, out, padding = sys.argv[1:4]
 size = os.path.getsize(path)
+from daskwp.core.options import DEFAULT_COMPRESSION
 tok = daskwp.WordPieceTokenizer(num_threads=1)
 opts = dict(max_length=128, stride=32, truncation=False, add_special_tokens=True,
-            padding=padding, bucket_widths="auto", compression="zstd")
+            padding=padding, bucket_widths="auto", compression=DEFAULT_COMPRESSION)
 os.makedirs(out, exist_ok=True)
 spec = PartitionSpec(index=0, path=path, format="text", column="text", byte_start=0,
                      byte_end=size)
@@ -385,7 +386,8 @@ CALLGRIND_STAGES = [
     ("write: Parquet pages (native: levels, BYTE_STREAM_SPLIT, delta)",
      ["namespace)::list_pages(", "parquet::arrow::FileWriterImpl::WriteTable"]),
     ("write: Parquet scalar pages (native delta)", ["namespace)::scalar_pages("]),
-    ("write: zstd", ["ZSTD_compress2"]),
+    ("write: compression (lz4, the default; zstd level 1 with compression='zstd')",
+     ["LZ4_compress_default", "LZ4_compress_fast", "ZSTD_compress2"]),
     ("write: SHA-256 part checksum (as pages are written)", ["EVP_DigestUpdate"]),
 ]
 
@@ -574,7 +576,8 @@ def report(args, info, inp, kernel, cli, acc, back, nano, ovh, graph, cg, elapse
              "in place with the invalid UTF-8 counted (`_ext.split_lines`, one native pass); "
              "*tokenize* = the kernel's encode and window fill; *arrow* = the Arrow table "
              "from its buffers, statistics; *write* = Parquet pages (daskwp's own writer, "
-             "`frames/parquet_writer.py`) and zstd (writer thread); *finish* = footer, "
+             "`frames/parquet_writer.py`) and their compression (lz4, the default; writer "
+             "thread); *finish* = footer, "
              "checksum, fsync, rename.\n")
     if cg:
         L.append("## Instructions per stage (callgrind, one partition, one thread)\n")

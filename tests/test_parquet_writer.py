@@ -132,7 +132,7 @@ def _edge_table(rng) -> pa.Table:
     })
 
 
-@pytest.mark.parametrize("compression", ["zstd", "none"])
+@pytest.mark.parametrize("compression", ["zstd", "lz4", "none"])
 @pytest.mark.parametrize("row_group_rows", [1, 129, 100_000])
 def test_encoders_on_extreme_integers_and_empty_lists(tmp_path, monkeypatch, compression,
                                                       row_group_rows):
@@ -220,3 +220,19 @@ def test_plain_list_values_where_readers_lack_byte_stream_split(tmp_path, monkey
     _assert_same_files(a, n)
     enc = pq.read_metadata(n).row_group(0).column(3).encodings
     assert "BYTE_STREAM_SPLIT" not in enc and "PLAIN" in enc
+
+
+def test_parts_are_lz4_from_daskwps_writer_by_default(tmp_path):
+    # the default compression (core.options.DEFAULT_COMPRESSION) goes through the native
+    # writer as Parquet's LZ4_RAW, which Arrow reads back; zstd stays one option away
+    table = table_from_output(TOK(CORPUS[:500], max_length=32, stride=8, padding=False))
+    w = PartWriter(str(tmp_path / "d.parquet"), str(tmp_path / ".d.tmp"))
+    w.write(table)
+    w.close({"partition": 0})
+    md = pq.read_metadata(tmp_path / "d.parquet")
+    assert md.created_by == "daskwp parquet writer"
+    assert {md.row_group(0).column(c).compression for c in range(md.num_columns)} == {"LZ4"}
+    back = pq.read_table(tmp_path / "d.parquet")
+    assert back.equals(table.replace_schema_metadata(back.schema.metadata))
+    z = _write(tmp_path / "z.parquet", [table], native=None, compression="zstd")
+    assert pq.read_metadata(z).row_group(0).column(0).compression == "ZSTD"

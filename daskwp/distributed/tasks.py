@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from ..core.options import WINDOWS, names
+from ..core.options import DEFAULT_COMPRESSION, WINDOWS, names
 from ..core.windows import WINDOW_OPTIONS
 from ..frames.partition import (PartWriter, frame_from_output,
                                 frame_to_table, is_cudf, stores_mask, table_from_output)
@@ -249,7 +249,7 @@ def _timed_write(writer, table, clock: dict) -> None:
 
 
 def write_tokenized_part(texts, tokenizer, options: dict, path: str, tmp_path: str, *,
-                         logid_offset: int = 0, compression="zstd", metadata=None,
+                         logid_offset: int = 0, compression=DEFAULT_COMPRESSION, metadata=None,
                          partition=None, piece_bytes: int = PIECE_BYTES,
                          table_hook=None) -> dict:
     """Tokenize one partition and write it as one Parquet part, atomically: the stored

@@ -1,5 +1,5 @@
 """daskwp's own Parquet writer for the tables it writes (docs/design.md §3.3, "The part
-writer"): integer columns and lists of integers, no nulls, zstd or no compression.
+writer"): integer columns and lists of integers, no nulls, zstd, lz4 or no compression.
 
 The data pages come from the native core (``_ext.parquet_scalar_pages`` /
 ``_ext.parquet_list_pages``: levels as RLE runs, values BYTE_STREAM_SPLIT or
@@ -32,7 +32,11 @@ __all__ = ["NativeParquetWriter", "supports"]
 PAGE_BYTES = 1 << 20
 #: Most values of a scalar column's page.
 PAGE_VALUES = 1 << 20
-CODECS = {None: 0, "zstd": 6}
+#: Parquet codec numbers (parquet.thrift CompressionCodec) of the compressions it writes, and
+#: Arrow's codec for each: ``lz4`` is Parquet's LZ4_RAW (a bare LZ4 block per page), as
+#: Arrow's own writer writes it.
+CODECS = {None: 0, "zstd": 6, "lz4": 7}
+_ARROW_CODECS = {"zstd": "zstd", "lz4": "lz4_raw"}
 _CREATED_BY = "daskwp parquet writer"
 
 # Parquet enums (parquet.thrift)
@@ -53,7 +57,7 @@ def _int_type(t: pa.DataType) -> bool:
 
 def supports(schema: pa.Schema, compression) -> bool:
     """Whether :class:`NativeParquetWriter` writes tables of ``schema``: every field a signed
-    integer or a list of signed integers, compression zstd or none."""
+    integer or a list of signed integers, compression zstd, lz4 or none."""
     if compression not in CODECS:
         return False
     for f in schema:
@@ -212,7 +216,8 @@ class NativeParquetWriter:
         self._codec = CODECS[compression]
         self._compress = None
         if compression is not None:
-            codec = pa.Codec(compression, compression_level=compression_level)
+            codec = pa.Codec(_ARROW_CODECS[compression], compression_level=compression_level
+                             if compression == "zstd" else None)
             self._compress = lambda body: codec.compress(body, asbytes=True)
         self._columns = [_Column(f, byte_stream_split) for f in schema]
         self._row_groups: list[bytes] = []

@@ -28,6 +28,7 @@ import pandas as pd
 import pyarrow as pa
 
 from ..core.buckets import BucketedWindows
+from ..core.options import DEFAULT_COMPRESSION
 from ..core.ragged import RaggedRows
 from ..core.stitch import stitch_flat
 from .schema import (FRAME_COLUMNS, MAX_LIST_VALUES, METADATA_COLUMNS, is_cudf,
@@ -458,7 +459,7 @@ SCALAR_ENCODING = "DELTA_BINARY_PACKED"
 LIST_ENCODING = "BYTE_STREAM_SPLIT" if int(pa.__version__.split(".")[0]) >= 17 else "PLAIN"
 
 
-def parquet_write_options(schema: pa.Schema, compression="zstd") -> dict:
+def parquet_write_options(schema: pa.Schema, compression=DEFAULT_COMPRESSION) -> dict:
     """``pyarrow.parquet.ParquetWriter`` keywords of the stored layout for ``schema``
     (measured in benchmarks/results/pipeline_bench.md)."""
     codec = None if compression in (None, "none", False) else str(compression)
@@ -579,7 +580,7 @@ class PartWriter:
     ``daskwp`` object as ``padded`` (docs/design.md §3.3).
     """
 
-    def __init__(self, path: str, tmp_path: str, compression="zstd",
+    def __init__(self, path: str, tmp_path: str, compression=DEFAULT_COMPRESSION,
                  row_group_rows: int = ROW_GROUP_ROWS, native: bool | None = None):
         self.path, self.tmp_path = str(path), str(tmp_path)
         self.compression = compression
