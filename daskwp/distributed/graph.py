@@ -413,8 +413,9 @@ class WritePartitions(Blockwise):
 
 class WriteParts(Expr):
     """The one-task end of a ``to_parquet``: waits for every part of ``parts`` (a
-    ``GlobalTokenize`` with ``write``), removes the temporary files of attempts that did
-    not finish (a killed worker), and returns the parts' summed statistics."""
+    ``GlobalTokenize`` with ``write``; after lowering, when every offset is static, its
+    ``WritePartitions`` fused with the reads), removes the temporary files of attempts that
+    did not finish (a killed worker), and returns the parts' summed statistics."""
 
     _parameters = ["parts"]
 
