@@ -128,3 +128,27 @@ def test_the_device_is_part_of_a_tokenizers_identity():
     assert state.tokenizer(gpu) is gpu
     assert state.tokenizer(cpu) is cpu           # not the GPU instance seen first
     assert state.tokenizer(daskwp.WordPieceTokenizer(device="cpu")) is cpu
+
+
+def test_text_chunks_of_plain_chunked_and_cast_arrays():
+    import pyarrow as pa
+
+    from daskwp.core.strings import text_chunks
+    tok = daskwp.WordPieceTokenizer()
+    texts = ["Hello there", None, "naïve café", ""]
+    want = tok.encode(texts)
+    for t in (pa.string(), pa.large_string(), pa.binary(), pa.large_binary()):
+        arr = pa.array([None if x is None else x.encode() if "binary" in str(t) else x
+                        for x in texts], type=t)
+        assert text_chunks(arr) == [arr]           # a plain array is its own chunk
+        assert np.array_equal(tok.encode(arr).token_ids, want.token_ids)
+        sliced = arr.slice(2)                      # an offset into the buffers
+        assert np.array_equal(tok.encode(sliced).token_ids, tok.encode(texts[2:]).token_ids)
+    assert text_chunks(pa.array([], pa.string())) == []
+    chunked = pa.chunked_array([pa.array([], pa.string()), pa.array(texts[:2]),
+                                pa.array([], pa.string()), pa.array(texts[2:])])
+    assert [len(c) for c in text_chunks(chunked)] == [2, 2]
+    assert np.array_equal(tok.encode(chunked).token_ids, want.token_ids)
+    dictionary = pa.array(texts).dictionary_encode()   # cast by to_arrow, not passed as is
+    assert text_chunks(dictionary)[0].type == pa.string()
+    assert np.array_equal(tok.encode(dictionary).token_ids, want.token_ids)

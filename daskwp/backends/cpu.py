@@ -31,7 +31,7 @@ from ..core.cache import register_cache
 from ..core.options import check_int
 from ..core.pairs import build_pair_windows, finish_windows
 from ..core.ragged import BatchWindows, Encoding
-from ..core.strings import chunk_buffers, to_arrow
+from ..core.strings import chunk_buffers, text_chunks
 from ..core.windows import WindowParams, convert_tensors, fill_plan, \
     window_params
 from .protocol import KernelModel
@@ -115,12 +115,11 @@ class CPUBackend:
                word_ids: bool = False) -> Encoding:
         """Ragged ids of ``texts``; ``offsets_unit`` ("chars" / "bytes", None: none) and
         ``word_ids`` add the offsets and word ids (docs/design.md §2.9)."""
-        arr = to_arrow(texts)
+        chunks = text_chunks(texts)
         _apply_word_cache_limit()
         key = _cache_key(model)
         unit = {None: 0, "bytes": 1, "chars": 2}[offsets_unit]
         extras = bool(unit or word_ids)
-        chunks = [c for c in arr.chunks if len(c)]
         if len(chunks) == 1:
             # One chunk (most calls): the kernel's arrays as they are. A short call's cost is
             # mostly this layer's code and numpy's, which a caller's other work evicts from

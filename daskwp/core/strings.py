@@ -24,6 +24,7 @@ class StringBuffers:
 
 
 _STRING_TYPES = (pa.string(), pa.large_string(), pa.binary(), pa.large_binary())
+_LARGE_TYPES = (pa.large_string(), pa.large_binary())
 
 
 def _describe(obj) -> str:
@@ -112,10 +113,19 @@ def to_arrow(texts) -> pa.ChunkedArray:
     return arr
 
 
+def text_chunks(texts) -> list:
+    """The non-empty chunks of ``texts`` as :func:`to_arrow` reads it. A plain Arrow string
+    or binary array is its own one chunk, without the chunked wrapper (a short call's cost
+    is mostly such code run cold: docs/design.md §3.5)."""
+    if isinstance(texts, pa.Array) and texts.type in _STRING_TYPES:
+        return [texts] if len(texts) else []
+    return [c for c in to_arrow(texts).chunks if len(c)]
+
+
 def chunk_buffers(chunk: pa.Array) -> StringBuffers:
     """The raw buffers of one Arrow string/binary chunk (zero copy)."""
     validity_buf, offsets_buf, data_buf = chunk.buffers()[:3]
-    large = chunk.type in (pa.large_string(), pa.large_binary())
+    large = chunk.type in _LARGE_TYPES
     odt = np.int64 if large else np.int32
     n = len(chunk)
     offsets = np.frombuffer(offsets_buf, dtype=odt)[chunk.offset:chunk.offset + n + 1] \
