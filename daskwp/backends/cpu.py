@@ -119,43 +119,32 @@ class CPUBackend:
         _apply_word_cache_limit()
         key = _cache_key(model)
         unit = {None: 0, "bytes": 1, "chars": 2}[offsets_unit]
-        extras = bool(unit or word_ids)
+
+        def run(chunk):   # (ids, offsets from 0, spans, word ids) of one chunk
+            b = chunk_buffers(chunk)
+            fn = _ext.encode64 if b.offsets.dtype == np.int64 else _ext.encode32
+            return fn(model.vocab_blob, model.norm_blob, model.max_input_chars_per_word,
+                      b.offsets, b.data, b.validity, b.validity_offset, int(num_threads), key,
+                      unit, bool(word_ids))
+
         if len(chunks) == 1:
             # One chunk (most calls): the kernel's arrays as they are. A short call's cost is
             # mostly this layer's code and numpy's, which a caller's other work evicts from
             # the CPU caches between calls (docs/design.md §3.5).
-            b = chunk_buffers(chunks[0])
-            fn = _ext.encode64 if b.offsets.dtype == np.int64 else _ext.encode32
-            out = fn(model.vocab_blob, model.norm_blob, model.max_input_chars_per_word,
-                     b.offsets, b.data, b.validity, b.validity_offset, int(num_threads), key,
-                     unit, bool(word_ids))
+            out = run(chunks[0])
             return Encoding(out[0], out[1], out[2] if unit else None,
                             out[3] if word_ids else None, offsets_unit)
-        ids_parts, off_parts, base = [], [np.zeros(1, dtype=np.int64)], 0
-        span_parts, word_parts = [], []
-        for chunk in chunks:
-            b = chunk_buffers(chunk)
-            fn = _ext.encode64 if b.offsets.dtype == np.int64 else _ext.encode32
-            out = fn(model.vocab_blob, model.norm_blob, model.max_input_chars_per_word,
-                     b.offsets, b.data, b.validity, b.validity_offset, int(num_threads), key,
-                     unit, bool(word_ids))
-            ids, off = out[0], out[1]
-            if extras:
-                span_parts.append(out[2])
-                word_parts.append(out[3])
-            ids_parts.append(ids)
-            off_parts.append(off[1:] + base)
-            base += len(ids)
-        spans = words = None
-        if unit:
-            spans = span_parts[0] if len(span_parts) == 1 else (
-                np.concatenate(span_parts) if span_parts else np.zeros((0, 2), dtype=np.int64))
-        if word_ids:
-            words = word_parts[0] if len(word_parts) == 1 else (
-                np.concatenate(word_parts) if word_parts else np.zeros(0, dtype=np.int32))
-        if len(ids_parts) == 1:
-            return Encoding(ids_parts[0], np.concatenate(off_parts), spans, words, offsets_unit)
-        token_ids = np.concatenate(ids_parts) if ids_parts else np.zeros(0, dtype=np.int32)
+        # None or several chunks: their arrays joined, each chunk's offsets after the last
+        outs = [run(c) for c in chunks]
+        off_parts, base = [np.zeros(1, dtype=np.int64)], 0
+        for out in outs:
+            off_parts.append(out[1][1:] + base)
+            base += len(out[0])
+        token_ids = np.concatenate([o[0] for o in outs] or [np.zeros(0, dtype=np.int32)])
+        spans = np.concatenate([o[2] for o in outs] or [np.zeros((0, 2), dtype=np.int64)]) \
+            if unit else None
+        words = np.concatenate([o[3] for o in outs] or [np.zeros(0, dtype=np.int32)]) \
+            if word_ids else None
         return Encoding(token_ids.astype(np.int32, copy=False), np.concatenate(off_parts),
                         spans, words, offsets_unit)
 

@@ -434,8 +434,7 @@ class TokenizedDataset:
 def _read_ahead(paths: list, read) -> Iterator:
     """``read(p)`` of each path in order, the next one running in a thread (Arrow's Parquet
     read releases the GIL) while the caller uses the current one."""
-    if len(paths) <= 1:
-        yield from (read(p) for p in paths)
+    if not paths:
         return
     from concurrent.futures import ThreadPoolExecutor
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="daskwp-read") as pool:

@@ -395,8 +395,8 @@ def run_graph(graph: JobGraph, client, on_write: Callable[[int, dict], None]) ->
     *futures, tok_future = client.get(pass_dsk, [*pass_keys, graph.tokenizer_key],
                                       sync=False, priority=1)
     if writes:
-        futures += client.get({k: graph.dsk[k] for k in graph.write_keys.values()},
-                              list(graph.write_keys.values()), sync=False, priority=0)
+        futures += client.get({k: graph.dsk[k] for k in writes}, list(writes), sync=False,
+                              priority=0)
     try:
         # Results come with the completions, fetched in batches: one slow host does not
         # make every small offset and count result a round trip of its own.
