@@ -80,9 +80,8 @@ def pad_rows(values: np.ndarray, offsets: np.ndarray, width: int, pad_id: int,
         # The extension's fill (the padding='bucket' fill of ragged rows): ids and mask in
         # one pass, into blocks of the host memory pool, which the next batch reuses once
         # this one is dropped (NumPy's full and astype fault in fresh memory every batch).
-        return _ext.pad_rows(np.ascontiguousarray(values), offsets,
-                             np.arange(n, dtype=np.int64), int(width), int(pad_id), False,
-                             int(num_threads))
+        return _ext.pad_rows(np.ascontiguousarray(values), offsets, None, int(width),
+                             int(pad_id), False, int(num_threads))
     ids = np.full((n, width), pad_id, dtype=np.int32)
     # Row-major boolean assignment fills the real cells in row order: exactly the values.
     real = np.arange(width, dtype=np.int64)[None, :] < lengths[:, None]

@@ -5,9 +5,12 @@
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include <nanobind/stl/optional.h>
 
 #include "bindings.hpp"
 #include "cpu_batch.hpp"
@@ -109,7 +112,7 @@ template <typename MaskT>
 void pad_selected(const int32_t* values, const int64_t* off, const int64_t* rows, int64_t n,
                   int64_t width, int32_t pad_id, int32_t* ids, MaskT* mask) {
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t r = rows[i];
+    const int64_t r = rows ? rows[i] : i;
     const int64_t len = off[r + 1] - off[r];
     int32_t* row = ids + i * width;
     MaskT* mrow = mask + i * width;
@@ -120,8 +123,8 @@ void pad_selected(const int32_t* values, const int64_t* off, const int64_t* rows
   }
 }
 
-nb::tuple pad_rows(I32 values, I64 offsets, I64 rows, int64_t width, int32_t pad_id,
-                   bool mask_int8, int num_threads) {
+nb::tuple pad_rows(I32 values, I64 offsets, std::optional<I64> rows, int64_t width,
+                   int32_t pad_id, bool mask_int8, int num_threads) {
   if (offsets.shape(0) < 1) throw std::invalid_argument("offsets must not be empty");
   if (width < 0 || width > std::numeric_limits<int32_t>::max())
     throw std::invalid_argument("width must be in [0, 2**31-1], got " + std::to_string(width));
@@ -132,15 +135,17 @@ nb::tuple pad_rows(I32 values, I64 offsets, I64 rows, int64_t width, int32_t pad
     throw std::invalid_argument("offsets point outside values");
   for (int64_t r = 0; r < n_rows; ++r)
     if (off[r] > off[r + 1]) throw std::invalid_argument("offsets are not non-decreasing");
-  const int64_t n = static_cast<int64_t>(rows.shape(0));
-  const int64_t* sel = rows.data();
+  // rows: the selected rows, in order; none: every row
+  const int64_t n = rows ? static_cast<int64_t>(rows->shape(0)) : n_rows;
+  const int64_t* sel = rows ? rows->data() : nullptr;
   for (int64_t i = 0; i < n; ++i) {
-    if (sel[i] < 0 || sel[i] >= n_rows)
-      throw std::invalid_argument("row " + std::to_string(sel[i]) + " out of range for " +
+    const int64_t r = sel ? sel[i] : i;
+    if (r < 0 || r >= n_rows)
+      throw std::invalid_argument("row " + std::to_string(r) + " out of range for " +
                                   std::to_string(n_rows) + " rows");
-    if (off[sel[i] + 1] - off[sel[i]] > width)
-      throw std::invalid_argument("row " + std::to_string(sel[i]) + " holds " +
-                                  std::to_string(off[sel[i] + 1] - off[sel[i]]) +
+    if (off[r + 1] - off[r] > width)
+      throw std::invalid_argument("row " + std::to_string(r) + " holds " +
+                                  std::to_string(off[r + 1] - off[r]) +
                                   " tokens, more than width " + std::to_string(width));
   }
   const size_t cells = static_cast<size_t>(n) * static_cast<size_t>(width);
@@ -156,10 +161,11 @@ nb::tuple pad_rows(I32 values, I64 offsets, I64 rows, int64_t width, int32_t pad
     uint8_t* const m8 = mask.get();
     daskwp::parallel_rows(n, threads, [&](int64_t r0, int64_t r1) {
       if (mask_int8)
-        pad_selected(values.data(), off, sel + r0, r1 - r0, width, pad_id, out + r0 * width,
-                     reinterpret_cast<int8_t*>(m8) + r0 * width);
+        pad_selected(values.data(), off + (sel ? 0 : r0), sel ? sel + r0 : nullptr, r1 - r0,
+                     width, pad_id, out + r0 * width, reinterpret_cast<int8_t*>(m8) + r0 * width);
       else
-        pad_selected(values.data(), off, sel + r0, r1 - r0, width, pad_id, out + r0 * width,
+        pad_selected(values.data(), off + (sel ? 0 : r0), sel ? sel + r0 : nullptr, r1 - r0,
+                     width, pad_id, out + r0 * width,
                      reinterpret_cast<int32_t*>(m8) + r0 * width);
     });
   }
@@ -432,11 +438,11 @@ void bind_windows(nb::module_& m) {
         "token (docs/design.md §2.9): (0, 0), -1 and 1 on [CLS], [SEP] and padding.\n"
         "Padded rows x width, or flat cells of ragged rows (row_offsets given); on up to\n"
         "num_threads threads (<= 0: all cores).");
-  m.def("pad_rows", &pad_rows, nb::arg("values"), nb::arg("offsets"), nb::arg("rows"),
+  m.def("pad_rows", &pad_rows, nb::arg("values"), nb::arg("offsets"), nb::arg("rows").none(),
         nb::arg("width"), nb::arg("pad_id"), nb::arg("mask_int8") = false,
         nb::arg("num_threads") = 1,
-        "The selected rows of a ragged batch (values, offsets) padded to width: (input_ids,\n"
-        "attention_mask), rows x width; the mask is 1 on each row's tokens. The fill of the\n"
+        "The selected rows (None: all) of a ragged batch (values, offsets) padded to width:\n"
+        "(input_ids, attention_mask), rows x width; the mask is 1 on each row's tokens. The fill of the\n"
         "padding='bucket' buckets of ragged rows (pairs; single texts use build_buckets)\n"
         "and of read_tokenized's batches; on up to num_threads threads (<= 0: all cores).");
   m.def("build_buckets", &build_buckets, nb::arg("token_ids"), nb::arg("offsets"),
