@@ -47,9 +47,10 @@ TENSOR_TYPES = ("np", "pt", "cp")
 OFFSETS_UNITS = ("chars", "bytes")
 #: Parquet compressions of batch jobs.
 COMPRESSIONS = ("zstd", "snappy", "gzip", "brotli", "lz4", "none")
-#: The compression of tokenized parts: lz4 (Parquet's LZ4_RAW) writes with 32% less of a
-#: part's CPU than zstd level 1 and reads back 2.4x faster, for 33% more bytes (README
-#: "Pipeline", docs/batch-jobs.md "Output"); ``compression="zstd"`` for the smaller files.
+#: The compression of tokenized parts: lz4 (Parquet's LZ4_RAW) writes with 21% less of a
+#: part's write stage than zstd level 1 and reads back 1.26x faster, for 33% more bytes
+#: (benchmarks/results/codec_bench.md, docs/batch-jobs.md "Output");
+#: ``compression="zstd"`` for the smaller files.
 DEFAULT_COMPRESSION = "lz4"
 
 

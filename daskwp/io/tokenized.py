@@ -405,7 +405,7 @@ class TokenizedDataset:
         if missing:
             raise ValueError(f"{f!r} is not a tokenized dataset: no column(s) {missing}")
         # pq.read_table decodes the row groups on Arrow's threads (ParquetFile.read: one
-        # after another, 2.3x slower on the pipeline benchmark's parts)
+        # after another, 1.86x slower: benchmarks/results/codec_bench.md)
         return pf, recorded_padding(pf), cols, pq.read_table(f, columns=cols) if read else None
 
     def to_torch(self, batch_size: int, *, max_length: int | None = None):
