@@ -130,17 +130,27 @@ def _numpy_pad(values, offsets, width, pad_id):
     return ids, real.astype(np.int32)
 
 
-@pytest.mark.parametrize("threads", [1, 3])
-def test_native_padding_equals_numpy(threads):
+@pytest.mark.parametrize("threads,width", [(1, 40), (3, 40), (2, 42)])
+def test_native_padding_equals_numpy(threads, width):
+    # 200K rows: > 64K rows a thread (threads split) and over 32 MB of output, which the fill
+    # writes with streaming stores when a row is a whole number of 16-byte vectors (width
+    # 40; 42 takes the plain stores)
+    from daskwp import _ext
     from daskwp.io.tokenized import pad_rows
     rng = np.random.default_rng(threads)
-    lengths = rng.integers(0, 41, 200_000)          # > 64K rows a thread: threads split
+    lengths = rng.integers(0, 41, 200_000)
     offsets = np.concatenate([[7], 7 + np.cumsum(lengths)]).astype(np.int64)  # not from 0
     values = rng.integers(0, 30522, int(offsets[-1]) + 5, dtype=np.int32)
-    ids, mask = pad_rows(values, offsets, 40, 0, num_threads=threads)
-    want_ids, want_mask = _numpy_pad(values, offsets, 40, 0)
+    ids, mask = pad_rows(values, offsets, width, 3, num_threads=threads)
+    want_ids, want_mask = _numpy_pad(values, offsets, width, 3)
     assert ids.dtype == np.int32 and mask.dtype == np.int32
     assert np.array_equal(ids, want_ids) and np.array_equal(mask, want_mask)
+    # the int8 mask of the bucket fill, through the same two paths (48: 16-byte int8 rows)
+    w8 = width + 8
+    ids8, mask8 = _ext.pad_rows(values, offsets, None, w8, 3, True, threads)
+    want_ids8, want_mask8 = _numpy_pad(values, offsets, w8, 3)
+    assert mask8.dtype == np.int8
+    assert np.array_equal(ids8, want_ids8) and np.array_equal(mask8, want_mask8)
     with pytest.raises(ValueError, match="more than max_length=39"):
         pad_rows(values, offsets, 39, 0)
 

@@ -12,6 +12,10 @@
 
 #include <nanobind/stl/optional.h>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "bindings.hpp"
 #include "cpu_batch.hpp"
 #include "windows_cpu.hpp"
@@ -108,9 +112,42 @@ nb::tuple build_windows(I32 token_ids, I64 offsets, int64_t max_length, int64_t 
 
 // Selected ragged rows padded into one rows x width matrix: ids (pad_id after each row's
 // tokens) and the mask (1 on the row's tokens, 0 after). A row longer than width is refused.
+// `stream`: each row is built in a buffer that stays in L1 and written out with non-temporal
+// stores (rows 16-byte aligned, width <= kStreamWidth), so that the output's cache lines are
+// not read from memory before they are overwritten: for an output larger than the caches
+// (a read_tokenized batch of a 64 MB part: 780 MB) that read is half the memory traffic.
+constexpr int64_t kStreamWidth = 1024;
+
 template <typename MaskT>
 void pad_selected(const int32_t* values, const int64_t* off, const int64_t* rows, int64_t n,
-                  int64_t width, int32_t pad_id, int32_t* ids, MaskT* mask) {
+                  int64_t width, int32_t pad_id, int32_t* ids, MaskT* mask, bool stream) {
+#if defined(__SSE2__)
+  if (stream) {
+    alignas(64) int32_t row[kStreamWidth];
+    alignas(64) MaskT mrow[kStreamWidth];
+    std::fill(mrow, mrow + width, MaskT{0});
+    int64_t ones = 0;  // mrow holds 1 in [0, ones)
+    const int64_t v_ids = width * 4 / 16, v_mask = width * int64_t(sizeof(MaskT)) / 16;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t r = rows ? rows[i] : i;
+      const int64_t len = off[r + 1] - off[r];
+      std::copy(values + off[r], values + off[r] + len, row);
+      std::fill(row + len, row + width, pad_id);
+      if (len > ones) std::fill(mrow + ones, mrow + len, MaskT{1});
+      if (len < ones) std::fill(mrow + len, mrow + ones, MaskT{0});
+      ones = len;
+      __m128i* d = reinterpret_cast<__m128i*>(ids + i * width);
+      const __m128i* src = reinterpret_cast<const __m128i*>(row);
+      for (int64_t k = 0; k < v_ids; ++k) _mm_stream_si128(d + k, _mm_load_si128(src + k));
+      __m128i* dm = reinterpret_cast<__m128i*>(mask + i * width);
+      const __m128i* srcm = reinterpret_cast<const __m128i*>(mrow);
+      for (int64_t k = 0; k < v_mask; ++k) _mm_stream_si128(dm + k, _mm_load_si128(srcm + k));
+    }
+    _mm_sfence();  // the streamed rows are visible before the caller (another thread) reads
+    return;
+  }
+#endif
+  (void)stream;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t r = rows ? rows[i] : i;
     const int64_t len = off[r + 1] - off[r];
@@ -121,6 +158,21 @@ void pad_selected(const int32_t* values, const int64_t* off, const int64_t* rows
     std::fill(mrow, mrow + len, MaskT{1});
     std::fill(mrow + len, mrow + width, MaskT{0});
   }
+}
+
+// Whether pad_selected streams rows of `width` into ids / mask (cells of them in all):
+// outputs of more than 32 MB (beyond the caches; a smaller one is read soon, from cache),
+// 16-byte rows and blocks.
+bool stream_rows(const void* ids, const void* mask, size_t cells, int64_t width,
+                 size_t mask_bytes) {
+#if defined(__SSE2__)
+  return cells * (4 + mask_bytes) > (size_t(32) << 20) && width <= kStreamWidth &&
+         (width * 4) % 16 == 0 && (width * static_cast<int64_t>(mask_bytes)) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(ids) % 16 == 0 && reinterpret_cast<uintptr_t>(mask) % 16 == 0;
+#else
+  (void)ids, (void)mask, (void)cells, (void)width, (void)mask_bytes;
+  return false;
+#endif
 }
 
 nb::tuple pad_rows(I32 values, I64 offsets, std::optional<I64> rows, int64_t width,
@@ -159,14 +211,16 @@ nb::tuple pad_rows(I32 values, I64 offsets, std::optional<I64> rows, int64_t wid
         1, std::min<int64_t>(daskwp::resolve_threads(num_threads), n / 65536));
     int32_t* const out = ids.get();
     uint8_t* const m8 = mask.get();
+    const bool stream = stream_rows(out, m8, cells, width, mask_int8 ? 1 : 4);
     daskwp::parallel_rows(n, threads, [&](int64_t r0, int64_t r1) {
       if (mask_int8)
         pad_selected(values.data(), off + (sel ? 0 : r0), sel ? sel + r0 : nullptr, r1 - r0,
-                     width, pad_id, out + r0 * width, reinterpret_cast<int8_t*>(m8) + r0 * width);
+                     width, pad_id, out + r0 * width, reinterpret_cast<int8_t*>(m8) + r0 * width,
+                     stream);
       else
         pad_selected(values.data(), off + (sel ? 0 : r0), sel ? sel + r0 : nullptr, r1 - r0,
                      width, pad_id, out + r0 * width,
-                     reinterpret_cast<int32_t*>(m8) + r0 * width);
+                     reinterpret_cast<int32_t*>(m8) + r0 * width, stream);
     });
   }
   const size_t nr = static_cast<size_t>(n), w = static_cast<size_t>(width);
