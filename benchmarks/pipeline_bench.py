@@ -12,7 +12,10 @@ text file (the CLI's input) and as 8 Parquet files of a ``text`` column (the acc
 input: ``dd.read_parquet``). Every figure is MB/s of that text (input bytes / wall time).
 The report (``--out``, default benchmarks/results/pipeline_bench.md) gives every command,
 the ratios the pipeline issue asks for, the per-stage CPU breakdown of the job's parts, the
-peak RSS of every worker, and (``--callgrind-mb``) instruction counts per stage.
+peak RSS of every worker, and (``--callgrind-mb``) instruction counts per stage. The
+kernel, CLI and read-back rows (the CLI's ragged and padded parts read back as padded
+tensors, against the fastest write of the run) are measured in each of ``--rounds``
+interleaved rounds and the best kept; the read-back's first round is reported beside it.
 """
 
 from __future__ import annotations
