@@ -101,6 +101,10 @@ constexpr int32_t kWordCacheMinBits = 10;
 constexpr int32_t kMemoOffsetsBytes = 1;
 constexpr int32_t kMemoOffsetsChars = 2;
 
+// Bytes the long table's arena keeps unused after its last record, which the offsets
+// layout's fast emit of up to 8 tokens may read (put_long_here).
+constexpr size_t kArenaSlack = 64;
+
 struct alignas(32) WordCacheEntry {
   uint64_t key[2];  // the bytes, little-endian, zero-padded; {0, 0}: empty
   uint8_t n_tokens;
@@ -294,7 +298,8 @@ struct WordCache {
     long_slots = reinterpret_cast<LongSlot*>(p);
     p += size_t(16) << long_bits;
     arena = p;
-    arena_cap = block_bytes - static_cast<size_t>(p - static_cast<uint8_t*>(block));
+    // (kArenaSlack bytes after the last record: the fast loop's reads of up to 8 tokens)
+    arena_cap = block_bytes - static_cast<size_t>(p - static_cast<uint8_t*>(block)) - kArenaSlack;
     arena_used = 0;
     alnum_feed = chunk_ok = zero_in_words = special_probe = u16 = false;
     offsets_unit = 0;
@@ -780,7 +785,40 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
       return got;
     }
     const uint8_t* meta = reinterpret_cast<const uint8_t*>(rec) + 4 * nt + ((len + 3) & ~(int64_t)3);
+#if defined(DWP_SSE41)
+    if (nt <= 8 && n + 12 <= cap) {
+      // Up to 8 tokens without a loop (a loop's exit on a varying count mispredicts): 8
+      // ids, 8 spans and 8 word ids written, what lies past the record's nt read and then
+      // overwritten by the next emit (the arena keeps kArenaSlack bytes after its last
+      // record for these reads).
+      int32_t* o = out + n;
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(o),
+                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(rec)));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 4),
+                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + 4)));
+      const __m128i uu = _mm_set1_epi64x(i - cd);
+      const __m128i be = _mm_loadu_si128(reinterpret_cast<const __m128i*>(meta));
+      __m128i* sp = reinterpret_cast<__m128i*>(offs + 2 * n);
+      _mm_storeu_si128(sp + 0, _mm_add_epi64(_mm_cvtepu8_epi64(be), uu));
+      _mm_storeu_si128(sp + 1, _mm_add_epi64(_mm_cvtepu8_epi64(_mm_srli_si128(be, 2)), uu));
+      _mm_storeu_si128(sp + 2, _mm_add_epi64(_mm_cvtepu8_epi64(_mm_srli_si128(be, 4)), uu));
+      _mm_storeu_si128(sp + 3, _mm_add_epi64(_mm_cvtepu8_epi64(_mm_srli_si128(be, 6)), uu));
+      _mm_storeu_si128(sp + 4, _mm_add_epi64(_mm_cvtepu8_epi64(_mm_srli_si128(be, 8)), uu));
+      _mm_storeu_si128(sp + 5, _mm_add_epi64(_mm_cvtepu8_epi64(_mm_srli_si128(be, 10)), uu));
+      _mm_storeu_si128(sp + 6, _mm_add_epi64(_mm_cvtepu8_epi64(_mm_srli_si128(be, 12)), uu));
+      _mm_storeu_si128(sp + 7, _mm_add_epi64(_mm_cvtepu8_epi64(_mm_srli_si128(be, 14)), uu));
+      const __m128i ww = _mm_set1_epi32(wd);
+      const __m128i wv = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(meta + 2 * nt));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(wids + n),
+                       _mm_add_epi32(_mm_cvtepu8_epi32(wv), ww));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(wids + n + 4),
+                       _mm_add_epi32(_mm_cvtepu8_epi32(_mm_srli_si128(wv, 4)), ww));
+    } else {
+      put_long(rec, meta, nt, out + n, offs + 2 * n, wids + n, i - cd, wd);
+    }
+#else
     put_long(rec, meta, nt, out + n, offs + 2 * n, wids + n, i - cd, wd);
+#endif
     cd += len - meta[3 * nt];
     wd += (int32_t)meta[3 * nt + 1];
     return nt;
