@@ -102,7 +102,7 @@ constexpr int32_t kMemoOffsetsBytes = 1;
 constexpr int32_t kMemoOffsetsChars = 2;
 
 // Bytes the long table's arena keeps unused after its last record, which the offsets
-// layout's fast emit of up to 8 tokens may read (put_long_here).
+// layout's loop-free emit of up to 8 tokens may read (put_long).
 constexpr size_t kArenaSlack = 64;
 
 struct alignas(32) WordCacheEntry {
@@ -732,12 +732,42 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
   }
 
   // The nt tokens of a long record (ids rec, metadata meta) at out / offs / wids, spans from
-  // unit u, word ids from w; writes up to 4 slots past nt (the caller has room for them).
+  // unit u, word ids from w; `room` (>= nt + 4) slots are free there, and it writes up to 4
+  // past nt, or all 8 of a record of up to 8 tokens when there are 12: then without a loop
+  // (a loop's exit on a varying count mispredicts), reading what follows the record's
+  // ids and metadata in the arena (kArenaSlack bytes after its last record) for the slots
+  // the next emit overwrites.
   DWP_FORCEINLINE static void put_long(const int32_t* rec, const uint8_t* meta, int32_t nt,
-                                       int32_t* out, int64_t* offs, int32_t* wids, int64_t u,
-                                       int32_t w) {
-    put_tokens(out, 0, nt, rec, nt);
+                                       int64_t room, int32_t* out, int64_t* offs,
+                                       int32_t* wids, int64_t u, int32_t w) {
     const uint8_t* wd = meta + 2 * nt;
+#if defined(DWP_SSE41)
+    if (nt <= 8 && room >= 12) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out),
+                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(rec)));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 4),
+                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + 4)));
+      const __m128i uu = _mm_set1_epi64x(u);
+      const __m128i be = _mm_loadu_si128(reinterpret_cast<const __m128i*>(meta));
+      __m128i* sp = reinterpret_cast<__m128i*>(offs);
+      _mm_storeu_si128(sp + 0, _mm_add_epi64(_mm_cvtepu8_epi64(be), uu));
+      _mm_storeu_si128(sp + 1, _mm_add_epi64(_mm_cvtepu8_epi64(_mm_srli_si128(be, 2)), uu));
+      _mm_storeu_si128(sp + 2, _mm_add_epi64(_mm_cvtepu8_epi64(_mm_srli_si128(be, 4)), uu));
+      _mm_storeu_si128(sp + 3, _mm_add_epi64(_mm_cvtepu8_epi64(_mm_srli_si128(be, 6)), uu));
+      _mm_storeu_si128(sp + 4, _mm_add_epi64(_mm_cvtepu8_epi64(_mm_srli_si128(be, 8)), uu));
+      _mm_storeu_si128(sp + 5, _mm_add_epi64(_mm_cvtepu8_epi64(_mm_srli_si128(be, 10)), uu));
+      _mm_storeu_si128(sp + 6, _mm_add_epi64(_mm_cvtepu8_epi64(_mm_srli_si128(be, 12)), uu));
+      _mm_storeu_si128(sp + 7, _mm_add_epi64(_mm_cvtepu8_epi64(_mm_srli_si128(be, 14)), uu));
+      const __m128i ww = _mm_set1_epi32(w);
+      const __m128i wv = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(wd));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(wids),
+                       _mm_add_epi32(_mm_cvtepu8_epi32(wv), ww));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(wids + 4),
+                       _mm_add_epi32(_mm_cvtepu8_epi32(_mm_srli_si128(wv, 4)), ww));
+      return;
+    }
+#endif
+    put_tokens(out, 0, nt, rec, nt);
 #if defined(DWP_SSE41)
     // Two tokens' spans (4 bytes of be) widen to 4 int64; four word deltas to 4 int32.
     const __m128i uu = _mm_set1_epi64x(u);
@@ -772,7 +802,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
   // string. The offsets layout serves its mid-table hits and its short entries of more
   // than 3 tokens from long records, which the call to emit_off and the members' updates
   // around it made 63 instructions a hit (warm logs, callgrind: 52.5M -> 49.2M
-  // instructions with this, 34.9M without offsets).
+  // instructions with this, 34.9M without offsets; benchmarks/native/callgrind_rows.sh).
   DWP_FORCEINLINE int64_t put_long_here(const int32_t* rec, int32_t nt, int64_t len, int64_t n,
                                         int64_t cap, int64_t* offs, int32_t* wids,
                                         int32_t* out, int64_t i, int64_t& cd, int32_t& wd) {
@@ -785,40 +815,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
       return got;
     }
     const uint8_t* meta = reinterpret_cast<const uint8_t*>(rec) + 4 * nt + ((len + 3) & ~(int64_t)3);
-#if defined(DWP_SSE41)
-    if (nt <= 8 && n + 12 <= cap) {
-      // Up to 8 tokens without a loop (a loop's exit on a varying count mispredicts): 8
-      // ids, 8 spans and 8 word ids written, what lies past the record's nt read and then
-      // overwritten by the next emit (the arena keeps kArenaSlack bytes after its last
-      // record for these reads).
-      int32_t* o = out + n;
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(o),
-                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(rec)));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 4),
-                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + 4)));
-      const __m128i uu = _mm_set1_epi64x(i - cd);
-      const __m128i be = _mm_loadu_si128(reinterpret_cast<const __m128i*>(meta));
-      __m128i* sp = reinterpret_cast<__m128i*>(offs + 2 * n);
-      _mm_storeu_si128(sp + 0, _mm_add_epi64(_mm_cvtepu8_epi64(be), uu));
-      _mm_storeu_si128(sp + 1, _mm_add_epi64(_mm_cvtepu8_epi64(_mm_srli_si128(be, 2)), uu));
-      _mm_storeu_si128(sp + 2, _mm_add_epi64(_mm_cvtepu8_epi64(_mm_srli_si128(be, 4)), uu));
-      _mm_storeu_si128(sp + 3, _mm_add_epi64(_mm_cvtepu8_epi64(_mm_srli_si128(be, 6)), uu));
-      _mm_storeu_si128(sp + 4, _mm_add_epi64(_mm_cvtepu8_epi64(_mm_srli_si128(be, 8)), uu));
-      _mm_storeu_si128(sp + 5, _mm_add_epi64(_mm_cvtepu8_epi64(_mm_srli_si128(be, 10)), uu));
-      _mm_storeu_si128(sp + 6, _mm_add_epi64(_mm_cvtepu8_epi64(_mm_srli_si128(be, 12)), uu));
-      _mm_storeu_si128(sp + 7, _mm_add_epi64(_mm_cvtepu8_epi64(_mm_srli_si128(be, 14)), uu));
-      const __m128i ww = _mm_set1_epi32(wd);
-      const __m128i wv = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(meta + 2 * nt));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(wids + n),
-                       _mm_add_epi32(_mm_cvtepu8_epi32(wv), ww));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(wids + n + 4),
-                       _mm_add_epi32(_mm_cvtepu8_epi32(_mm_srli_si128(wv, 4)), ww));
-    } else {
-      put_long(rec, meta, nt, out + n, offs + 2 * n, wids + n, i - cd, wd);
-    }
-#else
-    put_long(rec, meta, nt, out + n, offs + 2 * n, wids + n, i - cd, wd);
-#endif
+    put_long(rec, meta, nt, cap - n, out + n, offs + 2 * n, wids + n, i - cd, wd);
     cd += len - meta[3 * nt];
     wd += (int32_t)meta[3 * nt + 1];
     return nt;
@@ -860,7 +857,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
     int32_t* const wids = os.wids;
     const int64_t units = meta[3 * nt], words = meta[3 * nt + 1];
     if (n + nt + 4 <= cap) {
-      put_long(rec, meta, nt, out + n, offs + 2 * n, wids + n, u, w);
+      put_long(rec, meta, nt, cap - n, out + n, offs + 2 * n, wids + n, u, w);
     } else {
       for (int32_t k = 0; k < nt; ++k)
         if (n + k < cap) {
