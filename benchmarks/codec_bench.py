@@ -41,20 +41,15 @@ def main(argv=None) -> int:
 
     import daskwp
     import pipeline_bench as pb
-    from daskwp.jobs.inputs import PartitionSpec
+    from daskwp.jobs.inputs import list_input_files, plan_partitions
     from daskwp.jobs.parts import write_partition
 
     tmp = Path(tempfile.mkdtemp(prefix="daskwp-codec-"))
     try:
         inp = pb.build_input(pb.default_data_dir(), args.mb, tmp, n_parquet=1)
-        path = str(inp["text"])
-        data = inp["text"].read_bytes()
-        specs, b, step = [], 0, 64_000_000
-        while b < len(data):
-            e = len(data) if b + step >= len(data) else data.rfind(b"\n", b, b + step) + 1
-            specs.append(PartitionSpec(index=len(specs), path=path, format="text",
-                                       column="text", byte_start=b, byte_end=e))
-            b = e
+        # the batch jobs' own plan: 64 MB partitions split at line ends
+        specs = plan_partitions(list_input_files([str(inp["text"])], "text"), "text",
+                                64_000_000)
         tok = daskwp.WordPieceTokenizer(num_threads=1)
         best: dict = {c: {} for c in CODECS}
 
