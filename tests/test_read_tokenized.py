@@ -3,6 +3,8 @@ and metadata as single-machine tokenization."""
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -169,7 +171,9 @@ def test_read_ahead_gives_each_file_in_order_and_stops_cleanly(tmp_path):
     assert np.array_equal(np.concatenate(one_by_one), want.metadata)
     it = ds.batches(max_length=32)
     next(it)
+    assert any(t.name.startswith("daskwp-read") for t in threading.enumerate())
     it.close()    # the file being read ahead is awaited, nothing is left running
+    assert not any(t.name.startswith("daskwp-read") for t in threading.enumerate())
     # a file that is no tokenized part is refused when its turn comes, by name
     pd.DataFrame({"x": [1]}).to_parquet(tmp_path / "d" / "part.9.parquet")
     bad = daskwp.read_tokenized(tmp_path / "d", tokenizer=TOK)
