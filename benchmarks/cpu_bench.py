@@ -151,12 +151,14 @@ def measure(fn, repeats: int) -> dict:
     return {"wall": wall, "cpu": cpu, "share": share}
 
 
-def best_times(fns: dict, repeats: int, samples: dict | None = None) -> dict:
+def best_times(fns: dict, repeats: int, samples: dict | None = None,
+               warmup: bool = False) -> dict:
     """Minimum wall time of each function over ``repeats`` rounds that call them in turn
-    (in the dict's order); ``samples``, if given, receives each function's list of times,
-    after an untimed round (caches filled, such as the word memos of each layout)."""
+    (in the dict's order); ``samples``, if given, receives each function's list of times;
+    ``warmup``: one untimed round first (caches filled, such as the word memos of each
+    layout, so that no timed round is a cold one)."""
     best = dict.fromkeys(fns, math.inf)
-    if samples is not None:
+    if warmup:
         for fn in fns.values():
             fn()
     for _ in range(max(1, repeats)):
@@ -172,9 +174,10 @@ def best_times(fns: dict, repeats: int, samples: dict | None = None) -> dict:
     return best
 
 
-def paired_median(samples: dict, num: str, den: str) -> float:
-    """Median over the rounds of ``num``'s time over ``den``'s in the same round."""
-    return float(np.median([a / b for a, b in zip(samples[num], samples[den])]))
+def paired_median(num: list, den: list) -> float:
+    """Median over the rounds of ``num[r] / den[r]``: two times of the same round, whose
+    calls ran back to back, so that a slow phase of the shared machine hits both."""
+    return float(np.median([a / b for a, b in zip(num, den)]))
 
 
 def best_time(fn, repeats: int) -> float:
@@ -592,14 +595,14 @@ def bench_corpora(args, tmp: Path) -> list[dict]:
         fns["fill"] = lambda: windows_from_encoding(enc, tok_w.vocab, max_length=WIN_MAX_LENGTH,
                                                     stride=WIN_STRIDE, num_threads=1)
         samples: dict = {}
-        w = best_times(fns, args.repeats, samples)
+        w = best_times(fns, args.repeats, samples, warmup=True)
         del enc
         row["win_enc1"], row["win1"], row["win1_ragged"], row["win_fill"] = (
             w["encode"], w["padded"], w["ragged"], w["fill"])
         for k in ("offsets", "offsets_bytes", "win_offsets"):
             row[k] = w.get(k)
         if has_offsets:
-            row["offsets_ratio"] = {k: paired_median(samples, k, base) for k, base in
+            row["offsets_ratio"] = {k: paired_median(samples[k], samples[base]) for k, base in
                                     (("offsets", "encode"), ("offsets_bytes", "encode"),
                                      ("win_offsets", "padded"))}
         row["ceiling"] = best_time(lambda: ceil(data), args.repeats)
@@ -1023,10 +1026,7 @@ def report(args, info: dict, rows, mem, pair, dsk, elapsed: float, peers=None) -
                  "bytes | windows padded + offsets MB/s | time ratio to windows padded |")
         L.append("|---|---|---|---|---|---|")
         for r in rows:
-            q = r.get("offsets_ratio") or {
-                "offsets": r["offsets"] / r["win_enc1"],
-                "offsets_bytes": r["offsets_bytes"] / r["win_enc1"],
-                "win_offsets": r["win_offsets"] / r["win1"]}
+            q = r["offsets_ratio"]
             L.append(f"| {r['name']} | {fmt(mbps(r['bytes'], r['win_enc1']))} | "
                      f"{fmt(mbps(r['bytes'], r['offsets']))} | "
                      f"{q['offsets']:.2f} / {q['offsets_bytes']:.2f} | "
@@ -1170,18 +1170,6 @@ def report(args, info: dict, rows, mem, pair, dsk, elapsed: float, peers=None) -
     return "\n".join(L)
 
 
-def paired_ratio(res: dict, kind: str, mode: str, peer: str = "nanotoken") -> float:
-    """daskwp's speed over the peer's on one input and mode: the median over the rounds of
-    the ratio within each round (their calls of a round run back to back, so a slow phase
-    of the shared machine hits both). Results without per-round samples (an older worker):
-    the ratio of the medians."""
-    s = res.get("samples")
-    if not s:
-        return res["times"][(peer, kind, mode)] / res["times"][("daskwp", kind, mode)]
-    return float(np.median([p / d for d, p in zip(s[("daskwp", kind, mode)],
-                                                   s[(peer, kind, mode)])]))
-
-
 def peers_report(args, rows, peers) -> list[str]:
     """The daskwp vs nanotoken / tokie section of the report."""
     L = []
@@ -1221,8 +1209,10 @@ def peers_report(args, rows, peers) -> list[str]:
                         cells.append("n/a")
                 rw = rc = "n/a"
                 if "nanotoken" in mbs:
-                    w = paired_ratio(res, kind, "warm")
-                    c = paired_ratio(res, kind, "cold")
+                    # daskwp's speed over nanotoken's: nanotoken's time over daskwp's
+                    s = res["samples"]
+                    w, c = (paired_median(s[("nanotoken", kind, m)], s[("daskwp", kind, m)])
+                            for m in ("warm", "cold"))
                     worst["warm"], worst["cold"] = min(worst["warm"], w), min(worst["cold"], c)
                     rw, rc = f"**{w:.2f}×**", f"{c:.2f}×"
                 hf = mbps(r["hf_bytes"], r["hf1"]) if r.get("hf1") else float("nan")
