@@ -8,7 +8,9 @@ One command, same inputs for every tokenizer::
         [--dask-mb 200] [--partition-mb 64] [--scaling-partitions 16]
 
 Figures are MB/s of input UTF-8 bytes (MB = 10**6 bytes; lines without their newline), the
-best (minimum time) of ``--repeats`` runs. See benchmarks/README.md for what each figure means.
+best (minimum time) of ``--repeats`` runs; the peers table and the offsets ratios take
+medians and paired ratios over interleaved rounds instead. See benchmarks/README.md for what
+each figure means.
 
 Subprocesses: HuggingFace runs in a child process whose environment sets ``RAYON_NUM_THREADS``
 before its thread pool starts (1 for the single-core figures, unset for all cores); the
@@ -926,8 +928,9 @@ def report(args, info: dict, rows, mem, pair, dsk, elapsed: float, peers=None) -
     L.append("# daskwp CPU benchmark")
     L.append("")
     L.append(f"- machine: {info['model']}, {info['cores']} cores "
-             f"({info['affinity']} usable by this process); shared and noisy, so every figure is "
-             f"the best (minimum time) of several runs")
+             f"({info['affinity']} usable by this process); shared and noisy, so each figure is "
+             f"the best (minimum time) of several runs, or the median of interleaved rounds "
+             f"where its table says so")
     L.append(f"- python {info['python']}, tokenizers {info['tokenizers']}, daskwp "
              f"{info['daskwp']} (git {info['commit']}), numpy {info['numpy']}, pyarrow "
              f"{info['pyarrow']}; {info['date']}")
