@@ -251,6 +251,36 @@ def test_threads_equal_one_thread_cold_and_warm(vocab_name, lowercase, threads):
     assert daskwp.word_cache_info()["memos"] >= 2
 
 
+@pytest.mark.parametrize("unit", [None, "chars"])
+def test_other_threads_start_with_copies_of_the_warm_memo(unit):
+    # A call on one thread leaves one memo; a later call on three threads copies it for the
+    # other two (docs/design.md §3.5) instead of walking every word afresh on them, and its
+    # ids (spans, word ids) equal the one thread's.
+    tok = _tok(UNCASED, lowercase=True)
+    docs = _english() * 2  # (all corpora overflow the offsets layout's arena: misses anyway)
+    assert sum(len(d.encode("utf-8", "surrogatepass")) for d in docs) > 3 << 20
+    kw = {} if unit is None else {"return_offsets_mapping": True, "return_word_ids": True,
+                                  "offsets_unit": unit}
+    i0 = daskwp.word_cache_info()  # (its counters outlive clear_caches)
+    one = tok.encode(docs, num_threads=1, **kw)
+    i1 = daskwp.word_cache_info()
+    assert i1["memos"] == 1
+    cold_misses = i1["misses"] - i0["misses"]
+    many = tok.encode(docs, num_threads=3, **kw)
+    i2 = daskwp.word_cache_info()
+    assert i2["copied"] == i1["copied"] + 2 and i2["created"] == i1["created"] + 2 and i2["memos"] == 3
+    # Without the copies two threads walked about two thirds of the distinct words again.
+    assert i2["misses"] - i1["misses"] < cold_misses // 50, (i2["misses"] - i1["misses"],
+                                                             cold_misses)
+    _same(many, one)
+    if unit is not None:
+        np.testing.assert_array_equal(many.offset_mapping, one.offset_mapping)
+        np.testing.assert_array_equal(many.word_ids, one.word_ids)
+    # Three idle memos of the key now: the next call copies nothing.
+    tok.encode(docs, num_threads=3, **kw)
+    assert daskwp.word_cache_info()["copied"] == i2["copied"]
+
+
 def test_python_threads_with_different_models_at_once():
     # Dask worker threads: several encodes of different models at the same moment.
     docs = _docs()

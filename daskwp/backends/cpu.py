@@ -79,8 +79,9 @@ def word_cache_info() -> dict:
     counts: ``limit`` and ``bytes`` (memos idle and in use), ``memos``, ``idle``, ``keys``
     (distinct models among the idle memos), ``hits`` and ``misses`` (chunks and words served
     from a memo / walked and offered to it, counted when a memo is given back),
-    ``long_resets``, ``created``, ``reused``, ``evictions`` and ``refused`` (threads that ran
-    without a memo for lack of room)."""
+    ``long_resets``, ``created``, ``copied`` (of those, copies of a warm memo made for a
+    call's other threads, docs/design.md §3.5), ``reused``, ``evictions`` and ``refused``
+    (threads that ran without a memo for lack of room)."""
     _apply_word_cache_limit()
     return {k: int(v) for k, v in _ext.word_cache_info().items()}
 

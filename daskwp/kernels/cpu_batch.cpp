@@ -232,6 +232,66 @@ void pool_release(WordCache* m, uint64_t key, uint64_t generation) {
   free_memos(drop);
 }
 
+// Before the threads of a call start: when the pool holds some idle memos of `key` but
+// fewer than the call's `threads`, copies of the newest one join them (as far as the limit
+// allows), so that no thread of the call starts with an empty memo while another has the
+// words. (A small call runs on one thread and leaves one memo; the next large call's
+// second thread then walked every word afresh: Arabic+Hebrew, 20 MB on 2 threads after a
+// 0.2 MB call, 23,105 misses and 210 MB/s against 700 with two warm memos.) The copy is
+// made from a memo no thread writes (taken from the idle list meanwhile) and costs about a
+// fault-in and a copy of its tables (~20 MB), less than a few thousand misses.
+void pool_seed(const CoreContext& ctx, uint64_t key, int threads, int32_t offsets_unit,
+               uint64_t generation) {
+  MemoPool& P = memo_pool();
+  std::vector<WordCache*> drop;
+  WordCache* src = nullptr;
+  int copies = 0;
+  {
+    std::lock_guard<std::mutex> lock(P.mu);
+    pool_check_pid(P, drop);
+    size_t best = P.idle.size();
+    int have = 0;
+    for (size_t k = 0; k < P.idle.size(); ++k)
+      if (P.idle[k].key == key) {
+        ++have;
+        if (best == P.idle.size() || P.idle[k].last_use > P.idle[best].last_use) best = k;
+      }
+    if (P.limit && have > 0 && have < threads && generation == P.generation) {
+      src = P.idle[best].memo;
+      P.idle.erase(P.idle.begin() + static_cast<std::ptrdiff_t>(best));
+      P.busy.push_back(src);
+      const size_t need = src->block_bytes;
+      for (int k = have; k < threads; ++k) {
+        if (need > P.limit) break;
+        pool_trim(P, P.limit - need, drop);
+        if (P.bytes + need > P.limit) break;
+        P.bytes += need;  // reserved; the copies are made outside the lock
+        ++P.totals.created;
+        ++P.totals.copied;
+        ++copies;
+      }
+    }
+  }
+  free_memos(drop);
+  if (!src) return;
+  std::vector<WordCache*> made;
+  try {
+    for (; copies > 0; --copies) {
+      std::unique_ptr<WordCache> m(new WordCache(src->bits));
+      reset_word_cache(ctx, m.get(), offsets_unit);
+      m->copy_tables_from(*src);
+      made.push_back(m.release());
+      std::lock_guard<std::mutex> lock(P.mu);
+      P.busy.push_back(made.back());
+    }
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(P.mu);
+    P.bytes -= static_cast<size_t>(copies) * src->block_bytes;  // the ones not made
+  }
+  pool_release(src, key, generation);
+  for (WordCache* m : made) pool_release(m, key, generation);
+}
+
 uint64_t pool_generation() {
   MemoPool& P = memo_pool();
   std::lock_guard<std::mutex> lock(P.mu);
@@ -444,6 +504,7 @@ EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
     // Through memos of the offsets layout in the unit (their own pool key).
     const int32_t unit = chars ? kMemoOffsetsChars : kMemoOffsetsBytes;
     const uint64_t ukey = pool_key(key, unit);
+    if (threads > 1 && ukey && big) pool_seed(ctx, ukey, threads, unit, generation);
     std::atomic<int> next{0};
     std::vector<std::thread> pool;
     std::vector<std::exception_ptr> errors(threads);
@@ -471,6 +532,7 @@ EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
     encode_range(ctx, offsets, data, validity, validity_offset, 0, n_docs, data_end,
                  memo.memo, bufs[0], counts);
   } else {
+    if (key && big) pool_seed(ctx, key, threads, 0, generation);
     std::atomic<int> next{0};
     std::vector<std::thread> pool;
     std::vector<std::exception_ptr> errors(threads);

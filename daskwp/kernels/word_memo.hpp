@@ -324,6 +324,23 @@ struct WordCache {
   WordCache(const WordCache&) = delete;
   WordCache& operator=(const WordCache&) = delete;
 
+  // Makes this memo hold what `src` holds: its tables, its arena's records and epoch (the
+  // entries' references stay valid: they are arena offsets). Both memos are of the same
+  // size and had their byte tables filled for the same context and layout
+  // (reset_word_cache); its statistics stay its own.
+  void copy_tables_from(const WordCache& src) {
+    std::memcpy(entries, src.entries, (size_t(32) << bits) + 64);
+    std::memcpy(mid, src.mid, size_t(64) << mid_bits);
+    std::memcpy(long_slots, src.long_slots, size_t(16) << long_bits);
+    std::memcpy(arena, src.arena, static_cast<size_t>(src.arena_used));
+    arena_used = src.arena_used;
+    arena_epoch = src.arena_epoch;
+    displace = src.displace;
+    zeroed = false;
+    window_hits = stats.hits;
+    window_misses = stats.misses;
+  }
+
   // Empties both tables (keeps the byte tables and the statistics).
   void clear_tables() {
     displace = false;
