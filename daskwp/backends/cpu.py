@@ -80,7 +80,8 @@ def word_cache_info() -> dict:
     (distinct models among the idle memos), ``hits`` and ``misses`` (chunks and words served
     from a memo / walked and offered to it, counted when a memo is given back),
     ``long_resets``, ``created``, ``copied`` (of those, copies of a warm memo made for a
-    call's other threads, docs/design.md §3.5), ``reused``, ``evictions`` and ``refused``
+    call's other threads, docs/design.md §3.5), ``merged`` (memos merged with the others one
+    call made with them, §3.5), ``reused``, ``evictions`` and ``refused``
     (threads that ran without a memo for lack of room)."""
     _apply_word_cache_limit()
     return {k: int(v) for k, v in _ext.word_cache_info().items()}

@@ -28,12 +28,13 @@ void bind_memory(nb::module_& m) {
     d["long_resets"] = i.long_resets;
     d["created"] = i.created;
     d["copied"] = i.copied;
+    d["merged"] = i.merged;
     d["reused"] = i.reused;
     d["evictions"] = i.evictions;
     d["refused"] = i.refused;
     return d;
   }, "Statistics of the word-memo pool: limit, bytes, memos, idle, keys, hits, misses, "
-     "long_resets, created, copied, reused, evictions, refused.");
+     "long_resets, created, copied, merged, reused, evictions, refused.");
   m.def("word_cache_set_limit", &daskwp::word_cache_set_limit, nb::arg("nbytes"),
         "Most bytes of word memos (idle and in use) the pool keeps (0: none kept between "
         "calls); idle memos above it are freed.");

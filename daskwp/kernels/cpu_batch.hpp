@@ -83,6 +83,7 @@ struct WordCacheInfo {
   uint64_t long_resets = 0;  // long-table arenas emptied when full
   uint64_t created = 0;      // memos made
   uint64_t copied = 0;       // of those, copies of a warm memo for a call's other threads
+  uint64_t merged = 0;       // memos merged with those one call made with them (pool_merge)
   uint64_t reused = 0;       // memos a call took from the pool
   uint64_t evictions = 0;    // idle memos freed to make room (least recently used first)
   uint64_t refused = 0;      // threads that ran without a memo: no room under the limit

@@ -247,6 +247,10 @@ struct WordCache {
   void* map_base = nullptr;
   size_t map_bytes = 0;
   bool zeroed = false;
+  // The multi-threaded call that made it (0: none, or merged since): memos made by one
+  // call hold the words of the chunks each thread got, and a later large call first merges
+  // them (merge_memos).
+  uint64_t fill_call = 0;
 
   // Bytes of the block for a memo of 2^bits short entries: the tables and an arena of
   // 12 bytes per short entry, rounded up to 2 MB (huge pages) from 4 MB on, the arena
@@ -413,6 +417,25 @@ inline void short_make_room(const WordCache& wc, WordCacheEntry* set) {
   alt[0] = old;
 }
 
+// Fills the empty ways of the short set d of memo `into` with the inline entries of the
+// other memo's same set `from` that are in their own set there (not moved to a second set)
+// and not in d yet. References into an arena (n_tokens kInLong) stay behind.
+inline void merge_short_set(const WordCache& into, WordCacheEntry* d, const WordCacheEntry* from) {
+  for (int w = 0; w < 2; ++w) {
+    const WordCacheEntry& e = from[w];
+    if (!(e.key[0] | e.key[1]) || e.n_tokens == kInLong) continue;
+    if ((d[0].key[0] == e.key[0] && d[0].key[1] == e.key[1]) ||
+        (d[1].key[0] == e.key[0] && d[1].key[1] == e.key[1]))
+      continue;
+    if (short_set(into, e.key[0], e.key[1]) != d) continue;
+    if (!(d[0].key[0] | d[0].key[1])) {
+      d[0] = e;
+    } else if (!(d[1].key[0] | d[1].key[1])) {
+      d[1] = e;
+    }
+  }
+}
+
 // Hash of a long string (len >= 8), never 0.
 DWP_FORCEINLINE uint64_t long_hash(const uint8_t* p, int64_t len) {
   uint64_t h = (uint64_t)len * 0x9E3779B97F4A7C15ull;
@@ -536,6 +559,45 @@ inline void mid_put(WordCache& wc, const uint8_t* p, int64_t len, const int32_t*
     std::memcpy(en.ids, t, (size_t)nt * 4);
   }
   en.n_tokens = (uint8_t)nt;
+}
+
+// Two memos of one key and layout that the threads of one call filled, each with the
+// words of the chunks its thread happened to get: after merge_memos each also holds the
+// other's inline short and mid entries where its sets have room (what it already holds
+// stays; arena references stay in their own memo, as do entries moved to a second set).
+// One pass over both tables.
+inline void merge_memos(WordCache& a, WordCache& b) {
+  if (a.bits != b.bits || a.offsets_unit != b.offsets_unit) return;
+  const uint64_t sets = uint64_t(1) << (a.bits - 1);
+  for (uint64_t s = 0; s < sets; ++s) {
+    WordCacheEntry* x = a.entries + 2 * s;
+    WordCacheEntry* y = b.entries + 2 * s;
+    merge_short_set(a, x, y);
+    merge_short_set(b, y, x);
+  }
+  if (a.offsets_unit) return;  // (its mid entries are all arena references)
+  auto same = [](const MidEntry& p, const MidEntry& q) {
+    return p.key[0] == q.key[0] && p.key[1] == q.key[1] && p.key[2] == q.key[2] &&
+           p.key[3] == q.key[3];
+  };
+  auto fill = [&](const WordCache& into, MidEntry* d, const MidEntry* from) {
+    for (int w = 0; w < 2; ++w) {
+      const MidEntry& e = from[w];
+      if (!(e.key[0] | e.key[1]) || e.n_tokens == kInLong) continue;
+      if (same(d[0], e) || same(d[1], e)) continue;
+      if (mid_set(into, mid_hash(e.key[0], e.key[1], e.key[2], e.key[3])) != d) continue;
+      if (!(d[0].key[0] | d[0].key[1])) {
+        d[0] = e;
+      } else if (!(d[1].key[0] | d[1].key[1])) {
+        d[1] = e;
+      }
+    }
+  };
+  const uint64_t mid_sets = uint64_t(1) << (a.mid_bits - 1);
+  for (uint64_t s = 0; s < mid_sets; ++s) {
+    fill(a, a.mid + 2 * s, b.mid + 2 * s);
+    fill(b, b.mid + 2 * s, a.mid + 2 * s);
+  }
 }
 
 // The E2E tokenizer state for one byte range, with the memo. Use as WordPieceE2E:
