@@ -339,6 +339,14 @@ void pool_seed(const CoreContext& ctx, uint64_t key, int threads, int32_t offset
   for (WordCache* m : made) pool_release(m, key, generation);
 }
 
+// Ids of multi-threaded calls, never 0, one sequence for every instantiation of
+// encode_batch. (Which memos pool_merge merges is a matter of worth only: any two memos of
+// one key hold the same tokens for the same strings.)
+uint64_t next_call_id() {
+  static std::atomic<uint64_t> calls{0};
+  return ++calls;
+}
+
 uint64_t pool_generation() {
   MemoPool& P = memo_pool();
   std::lock_guard<std::mutex> lock(P.mu);
@@ -543,8 +551,7 @@ EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
   const uint64_t key = total_bytes ? cache_key : 0;
   // A multi-threaded call's id (the memos it makes: pool_merge), and whether it is large
   // enough to merge such memos first.
-  static std::atomic<uint64_t> calls{0};
-  const uint64_t call = threads > 1 ? ++calls : 0;
+  const uint64_t call = threads > 1 ? next_call_id() : 0;
   const bool merge = total_bytes / threads >= (int64_t(4) << 20);
   std::vector<IdBuffer> bufs(chunks);
   const bool with_extras = extras.offsets != 0 || extras.word_ids;
