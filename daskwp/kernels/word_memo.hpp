@@ -417,20 +417,22 @@ inline void short_make_room(const WordCache& wc, WordCacheEntry* set) {
   alt[0] = old;
 }
 
-// Fills the empty ways of the short set d of memo `into` with the inline entries of the
-// other memo's same set `from` that are in their own set there (not moved to a second set)
-// and not in d yet. References into an arena (n_tokens kInLong) stay behind.
-inline void merge_short_set(const WordCache& into, WordCacheEntry* d, const WordCacheEntry* from) {
+// Fills the empty ways of the two-way set d (short or mid) with the inline entries of the
+// other memo's same set `from` that d lacks and whose own set d is (`home(e)`: not ones
+// moved to a second set). References into an arena (n_tokens kInLong) stay behind.
+template <typename Entry, typename Home>
+inline void fill_empty_ways(Entry* d, const Entry* from, Home home) {
+  auto empty = [](const Entry& e) { return (e.key[0] | e.key[1]) == 0; };
+  auto same = [](const Entry& p, const Entry& q) {
+    return std::memcmp(p.key, q.key, sizeof(p.key)) == 0;
+  };
   for (int w = 0; w < 2; ++w) {
-    const WordCacheEntry& e = from[w];
-    if (!(e.key[0] | e.key[1]) || e.n_tokens == kInLong) continue;
-    if ((d[0].key[0] == e.key[0] && d[0].key[1] == e.key[1]) ||
-        (d[1].key[0] == e.key[0] && d[1].key[1] == e.key[1]))
+    const Entry& e = from[w];
+    if (empty(e) || e.n_tokens == kInLong || same(d[0], e) || same(d[1], e) || home(e) != d)
       continue;
-    if (short_set(into, e.key[0], e.key[1]) != d) continue;
-    if (!(d[0].key[0] | d[0].key[1])) {
+    if (empty(d[0])) {
       d[0] = e;
-    } else if (!(d[1].key[0] | d[1].key[1])) {
+    } else if (empty(d[1])) {
       d[1] = e;
     }
   }
@@ -568,35 +570,24 @@ inline void mid_put(WordCache& wc, const uint8_t* p, int64_t len, const int32_t*
 // One pass over both tables.
 inline void merge_memos(WordCache& a, WordCache& b) {
   if (a.bits != b.bits || a.offsets_unit != b.offsets_unit) return;
+  auto short_home = [](const WordCache& m) {
+    return [&m](const WordCacheEntry& e) { return short_set(m, e.key[0], e.key[1]); };
+  };
+  auto mid_home = [](const WordCache& m) {
+    return [&m](const MidEntry& e) {
+      return mid_set(m, mid_hash(e.key[0], e.key[1], e.key[2], e.key[3]));
+    };
+  };
   const uint64_t sets = uint64_t(1) << (a.bits - 1);
   for (uint64_t s = 0; s < sets; ++s) {
-    WordCacheEntry* x = a.entries + 2 * s;
-    WordCacheEntry* y = b.entries + 2 * s;
-    merge_short_set(a, x, y);
-    merge_short_set(b, y, x);
+    fill_empty_ways(a.entries + 2 * s, b.entries + 2 * s, short_home(a));
+    fill_empty_ways(b.entries + 2 * s, a.entries + 2 * s, short_home(b));
   }
   if (a.offsets_unit) return;  // (its mid entries are all arena references)
-  auto same = [](const MidEntry& p, const MidEntry& q) {
-    return p.key[0] == q.key[0] && p.key[1] == q.key[1] && p.key[2] == q.key[2] &&
-           p.key[3] == q.key[3];
-  };
-  auto fill = [&](const WordCache& into, MidEntry* d, const MidEntry* from) {
-    for (int w = 0; w < 2; ++w) {
-      const MidEntry& e = from[w];
-      if (!(e.key[0] | e.key[1]) || e.n_tokens == kInLong) continue;
-      if (same(d[0], e) || same(d[1], e)) continue;
-      if (mid_set(into, mid_hash(e.key[0], e.key[1], e.key[2], e.key[3])) != d) continue;
-      if (!(d[0].key[0] | d[0].key[1])) {
-        d[0] = e;
-      } else if (!(d[1].key[0] | d[1].key[1])) {
-        d[1] = e;
-      }
-    }
-  };
   const uint64_t mid_sets = uint64_t(1) << (a.mid_bits - 1);
   for (uint64_t s = 0; s < mid_sets; ++s) {
-    fill(a, a.mid + 2 * s, b.mid + 2 * s);
-    fill(b, b.mid + 2 * s, a.mid + 2 * s);
+    fill_empty_ways(a.mid + 2 * s, b.mid + 2 * s, mid_home(a));
+    fill_empty_ways(b.mid + 2 * s, a.mid + 2 * s, mid_home(b));
   }
 }
 
@@ -1481,6 +1472,17 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
     const int32_t mid_shift = 64 - wc.mid_bits;
 #endif
 #if defined(DWP_SSE2)
+    // The mid set of a chunk of 16 + w2 bytes (17-32) whose first 16 are x and the rest the
+    // first w2 bytes of x2, and in *hi those bytes zero-padded (the key's second half).
+    auto mid_key = [&](__m128i x, __m128i x2, int64_t w2, __m128i* hi) -> const MidEntry* {
+      *hi = _mm_and_si128(
+          x2, _mm_loadu_si128(reinterpret_cast<const __m128i*>(kPrefixMask + 16 - w2)));
+      const uint64_t h = mid_hash((uint64_t)_mm_cvtsi128_si64(x),
+                                  (uint64_t)_mm_cvtsi128_si64(_mm_unpackhi_epi64(x, x)),
+                                  (uint64_t)_mm_cvtsi128_si64(*hi),
+                                  (uint64_t)_mm_cvtsi128_si64(_mm_unpackhi_epi64(*hi, *hi)));
+      return mids + ((h >> mid_shift) & ~(uint64_t)1);
+    };
     // A prefetcher runs ahead of the loop, kAhead chunks or so: it finds the chunks as the
     // loop does and prefetches their sets, so that the lookups' cache misses overlap (the
     // table is much larger than L2). It only reads; when the loop gets past it (after
@@ -1518,13 +1520,8 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
           return;
         }
         if (w2 != 0) {
-          const __m128i hi = _mm_and_si128(
-              x2, _mm_loadu_si128(reinterpret_cast<const __m128i*>(kPrefixMask + 16 - w2)));
-          const uint64_t h = mid_hash((uint64_t)_mm_cvtsi128_si64(x),
-                                      (uint64_t)_mm_cvtsi128_si64(_mm_unpackhi_epi64(x, x)),
-                                      (uint64_t)_mm_cvtsi128_si64(hi),
-                                      (uint64_t)_mm_cvtsi128_si64(_mm_unpackhi_epi64(hi, hi)));
-          const MidEntry* set = mids + ((h >> mid_shift) & ~(uint64_t)1);
+          __m128i hi;
+          const MidEntry* set = mid_key(x, x2, w2, &hi);
           _mm_prefetch(reinterpret_cast<const char*>(set), _MM_HINT_T0);
           _mm_prefetch(reinterpret_cast<const char*>(set + 1), _MM_HINT_T0);
           ahead = p + 17 + w2;
@@ -1653,14 +1650,8 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
           const uint32_t at_end2 = e2 == len;
           if (w2 != 0 &&
               (((uint32_t)fd[s[e2 - at_end2]] ^ kFeedSpace) & (at_end2 - 1u)) == 0) {
-            const __m128i hi = _mm_and_si128(
-                x2, _mm_loadu_si128(reinterpret_cast<const __m128i*>(kPrefixMask + 16 - w2)));
-            const uint64_t h = mid_hash(
-                (uint64_t)_mm_cvtsi128_si64(x),
-                (uint64_t)_mm_cvtsi128_si64(_mm_unpackhi_epi64(x, x)),
-                (uint64_t)_mm_cvtsi128_si64(hi),
-                (uint64_t)_mm_cvtsi128_si64(_mm_unpackhi_epi64(hi, hi)));
-            const MidEntry* set = mids + ((h >> mid_shift) & ~(uint64_t)1);
+            __m128i hi;
+            const MidEntry* set = mid_key(x, x2, w2, &hi);
             const __m128i* q = reinterpret_cast<const __m128i*>(set);
             const uint32_t m0 = (uint32_t)_mm_movemask_epi8(_mm_and_si128(
                 _mm_cmpeq_epi8(_mm_load_si128(q), x), _mm_cmpeq_epi8(_mm_load_si128(q + 1), hi)));
