@@ -283,7 +283,7 @@ void pool_merge(uint64_t key, uint64_t generation) {
 // allows), so that no thread of the call starts with an empty memo while another has the
 // words. (A small call runs on one thread and leaves one memo; the next large call's
 // second thread then walked every word afresh: Arabic+Hebrew, 20 MB on 2 threads after a
-// 0.2 MB call, 23,105 misses and 210 MB/s against 700 with two warm memos.) The copy is
+// 0.2 MB call, 23,105 misses, 307 with the copy; docs/design.md §3.5.) The copy is
 // made from a memo no thread writes (taken from the idle list meanwhile) and costs about a
 // fault-in and a copy of its tables (~20 MB), less than a few thousand misses.
 void pool_seed(const CoreContext& ctx, uint64_t key, int threads, int32_t offsets_unit,
