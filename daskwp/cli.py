@@ -22,7 +22,8 @@ import time
 from .core.options import OPTIONS, check_bool, check_opt_bool, check_truncation
 from .core.version import __version__
 from .jobs import (CONFIG_KEYS, ConfigError, InputError, JobError, OutputConflictError,
-                   format_summary, load_config, make_config, parse_override, run_job)
+                   format_summary, load_config, make_config, parse_override, remove_spool_dir,
+                   run_job)
 
 
 #: The values ``--truncation VALUE`` takes besides the plain flag (HF's strategy names and
@@ -300,5 +301,22 @@ def main(argv=None) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
+def console_main() -> None:
+    """The ``daskwp`` console script and ``python -m daskwp``: :func:`main`, then exit.
+
+    After an interrupt the job has already cleaned up (temporary parts removed, a cluster it
+    started closed) and printed its message; the process then exits at once with 130. A
+    signal can land while another thread's pool holds a lock that the interpreter's shutdown
+    waits for, and such a process would print the message and never exit.
+    """
+    rc = main()
+    if rc == 130:
+        remove_spool_dir()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
+    sys.exit(rc)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    console_main()

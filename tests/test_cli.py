@@ -186,7 +186,7 @@ def test_console_script_and_version():
     assert proc.returncode == 0 and daskwp.__version__ in proc.stdout
     from importlib.metadata import entry_points
     eps = [e for e in entry_points(group="console_scripts") if e.name == "daskwp"]
-    assert not eps or eps[0].value == "daskwp.cli:main"
+    assert not eps or eps[0].value == "daskwp.cli:console_main"
 
 
 def test_ragged_truncated_glob_input(tmp_path, tok, capsys):

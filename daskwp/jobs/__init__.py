@@ -7,7 +7,8 @@ from .driver import (build_tokenizer, check_window_parameters, format_summary, j
                      prepare_output, resolve_device, run_job, validate_job)
 from .errors import ConfigError, InputError, JobError, OutputConflictError
 from .inputs import (INPUT_FORMATS, InputFile, PartitionSpec, count_partition,
-                     lines_to_arrow, list_input_files, plan_partitions, read_partition)
+                     lines_to_arrow, list_input_files, plan_partitions, read_partition,
+                     remove_spool_dir)
 from .parts import (JOB_FILE, SUMMARY_FILE, TMP_PREFIX, check_part, part_name,
                     partition_statistics, verify_output, write_partition)
 
@@ -18,6 +19,6 @@ __all__ = [
     "count_partition", "default_value", "format_summary", "job_parameters", "lines_to_arrow",
     "list_input_files", "load_config", "make_config", "parse_override", "part_name",
     "partition_statistics", "plan_partitions", "prepare_output", "read_partition",
-    "resolve_device", "resolve_path", "run_job", "validate_job", "verify_output",
+    "remove_spool_dir", "resolve_device", "resolve_path", "run_job", "validate_job", "verify_output",
     "write_partition",
 ]

@@ -321,9 +321,17 @@ def _default_spool_dir() -> str:
     """A private temporary folder for this process, removed when it exits."""
     if not _SPOOL_DIR or not os.path.isdir(_SPOOL_DIR[0]):
         d = tempfile.mkdtemp(prefix="daskwp-spool-")
-        atexit.register(shutil.rmtree, d, True)
+        atexit.register(remove_spool_dir)
         _SPOOL_DIR[:] = [d]
     return _SPOOL_DIR[0]
+
+
+def remove_spool_dir() -> None:
+    """Remove this process's spool folder of standard-input streams, if it made one (at
+    exit; the console command calls it itself when it exits without the interpreter's
+    shutdown)."""
+    if _SPOOL_DIR:
+        shutil.rmtree(_SPOOL_DIR.pop(), True)
 
 
 def _suffixes(name: str) -> str:
