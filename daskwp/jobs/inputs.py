@@ -321,6 +321,7 @@ def _default_spool_dir() -> str:
     """A private temporary folder for this process, removed when it exits."""
     if not _SPOOL_DIR or not os.path.isdir(_SPOOL_DIR[0]):
         d = tempfile.mkdtemp(prefix="daskwp-spool-")
+        atexit.unregister(remove_spool_dir)  # registered once, however many folders
         atexit.register(remove_spool_dir)
         _SPOOL_DIR[:] = [d]
     return _SPOOL_DIR[0]
