@@ -13,6 +13,8 @@
 // DASKWP_CORE_BENCH_OFFSETS=chars|bytes: the core with offsets and word ids, through a memo
 // of the offsets layout in that unit (the CPU loop's path with return_offsets_mapping /
 // return_word_ids, docs/design.md §2.9); it also prints an FNV-1a of the spans and word ids.
+// DASKWP_CORE_BENCH_PACKED=1: the documents back to back without their newlines, as the
+// CPU loop reads an Arrow string column.
 #include <chrono>
 #include <cstdlib>
 #include <memory>
@@ -36,11 +38,16 @@ static std::vector<uint64_t> read_aligned(const char* path) {
 struct Corpus {
   std::string text;
   std::vector<int64_t> starts;
+  int64_t sep = 1;  // bytes between documents: the newline, or none when packed
 };
 
 // One pass over every line; returns the tokens written.
 static std::vector<int64_t> g_spans;  // the offsets mode's outputs, sized in main
 static std::vector<int32_t> g_words;
+
+// DASKWP_CORE_BENCH_NO_ENDS=1 (with PACKED): the tokenizer is not told where the documents
+// end (set_batch), as before the prefetcher knew them.
+static bool no_ends() { return std::getenv("DASKWP_CORE_BENCH_NO_ENDS") != nullptr; }
 
 static int offsets_mode() {
   const char* m = std::getenv("DASKWP_CORE_BENCH_OFFSETS");
@@ -55,8 +62,10 @@ __attribute__((noinline)) int64_t run_pass(const daskwp::CoreContext& ctx, const
     int64_t at = 0;
     const uint8_t* base = reinterpret_cast<const uint8_t*>(c.text.data());
     daskwp::MemoWordPieceE2ET<true> t(ctx, nullptr, 0);
+    if (!c.sep && !no_ends()) t.set_batch(base, c.starts.data(), int64_t(c.starts.size()) - 1);
     for (size_t d = 0; d + 1 < c.starts.size(); ++d) {
-      const int64_t b = c.starts[d], e = c.starts[d + 1] - 1;
+      const int64_t b = c.starts[d], e = c.starts[d + 1] - c.sep;
+      t.set_doc(int64_t(d));
       t.reset(out.data() + at, static_cast<int64_t>(out.size()) - at, cache);
       t.set_offsets(spans.data() + 2 * at, words.data() + at, mode == 2);
       at += t.run(base + b, e - b, static_cast<int64_t>(c.text.size()) - b);
@@ -67,8 +76,10 @@ __attribute__((noinline)) int64_t run_pass(const daskwp::CoreContext& ctx, const
   int64_t at = 0;
   const uint8_t* base = reinterpret_cast<const uint8_t*>(c.text.data());
   daskwp::MemoWordPieceE2E t(ctx, nullptr, 0);
+  if (!c.sep && !no_ends()) t.set_batch(base, c.starts.data(), int64_t(c.starts.size()) - 1);
   for (size_t d = 0; d + 1 < c.starts.size(); ++d) {
-    const int64_t b = c.starts[d], e = c.starts[d + 1] - 1;
+    const int64_t b = c.starts[d], e = c.starts[d + 1] - c.sep;
+    t.set_doc(int64_t(d));
     t.reset(out.data() + at, static_cast<int64_t>(out.size()) - at, cache);
     at += t.run(base + b, e - b, static_cast<int64_t>(c.text.size()) - b);
   }
@@ -92,6 +103,16 @@ int main(int argc, char** argv) {
   c.starts.push_back(0);
   for (size_t i = 0; i < c.text.size(); ++i)
     if (c.text[i] == '\n') c.starts.push_back(static_cast<int64_t>(i) + 1);
+  if (std::getenv("DASKWP_CORE_BENCH_PACKED")) {
+    // The documents back to back, without the newlines, as in an Arrow string column.
+    std::string packed;
+    packed.reserve(c.text.size());
+    for (char ch : c.text)
+      if (ch != '\n') packed.push_back(ch);
+    for (size_t k = 0; k < c.starts.size(); ++k) c.starts[k] -= static_cast<int64_t>(k);
+    c.text.swap(packed);
+    c.sep = 0;
+  }
   daskwp::CoreContext ctx;
   daskwp::init_context(ctx, reinterpret_cast<const uint8_t*>(vb.data()),
                        reinterpret_cast<const uint8_t*>(nb.data()), daskwp::TokenizeParams{100});
@@ -115,7 +136,7 @@ int main(int argc, char** argv) {
     const uint8_t* base = reinterpret_cast<const uint8_t*>(c.text.data());
     int64_t at = 0;
     for (size_t d = 0; d + 1 < c.starts.size(); ++d) {
-      const int64_t b = c.starts[d], e = c.starts[d + 1] - 1;
+      const int64_t b = c.starts[d], e = c.starts[d + 1] - c.sep;
       if (unit) {
         daskwp::MemoWordPieceE2ET<true> t(ctx, out.data() + at, out.size() - at, cache.get());
         t.set_offsets(g_spans.data() + 2 * at, g_words.data() + at, unit == 2);
@@ -154,7 +175,7 @@ int main(int argc, char** argv) {
     std::printf("offsets %016llx\n", static_cast<unsigned long long>(osum));
   }
   std::printf("%.1f MB/s  (%zu bytes, %lld tokens, ids %016llx, best of %d, %s)\n",
-              (c.text.size() - (c.starts.size() - 1)) / best / 1e6, c.text.size(),
+              (c.text.size() - c.sep * (c.starts.size() - 1)) / best / 1e6, c.text.size(),
               static_cast<long long>(tokens), static_cast<unsigned long long>(sum), repeats,
               !use_cache ? "no memo" : warm ? "warm" : "cold");
   if (use_cache)

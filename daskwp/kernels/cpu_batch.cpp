@@ -451,6 +451,7 @@ void encode_range(const CoreContext& ctx, const Off* offsets, const uint8_t* dat
   // Pages that stay untouched cost no memory.
   if (d1 > d0) buf.reserve(static_cast<int64_t>(offsets[d1] - offsets[d0]) + 64);
   MemoWordPieceE2E t(ctx, nullptr, 0);  // one tokenizer state for the range, reset per document
+  t.set_batch(data, offsets, d1);  // where documents end, for the memo's prefetcher
   for (int64_t d = d0; d < d1; ++d) {
     const int64_t b = static_cast<int64_t>(offsets[d]), e = static_cast<int64_t>(offsets[d + 1]);
     const int64_t vb = d + validity_offset;
@@ -460,6 +461,7 @@ void encode_range(const CoreContext& ctx, const Off* offsets, const uint8_t* dat
     }
     const int64_t len = e - b;
     buf.reserve(buf.size + len + 64);
+    t.set_doc(d);
     t.reset(buf.data.get() + buf.size, buf.cap - buf.size, cache);
     int64_t got = t.run(data + b, len, data_end - b);
     if (got > buf.cap - buf.size) {  // rare: more tokens than the guess, run again
@@ -482,6 +484,7 @@ void encode_range_extras(const CoreContext& ctx, const Off* offsets, const uint8
                          IdBuffer& buf, int64_t* counts) {
   if (d1 > d0) buf.reserve(static_cast<int64_t>(offsets[d1] - offsets[d0]) + 64);
   MemoWordPieceE2ET<true> t(ctx, nullptr, 0);
+  t.set_batch(data, offsets, d1);
   for (int64_t d = d0; d < d1; ++d) {
     const int64_t b = static_cast<int64_t>(offsets[d]), e = static_cast<int64_t>(offsets[d + 1]);
     const int64_t vb = d + validity_offset;
@@ -491,6 +494,7 @@ void encode_range_extras(const CoreContext& ctx, const Off* offsets, const uint8
     }
     const int64_t len = e - b;
     buf.reserve(buf.size + len + 64);
+    t.set_doc(d);
     for (int pass = 0; pass < 2; ++pass) {
       t.reset(buf.data.get() + buf.size, buf.cap - buf.size, cache);
       t.set_offsets(buf.with_spans ? buf.spans.get() + 2 * buf.size : nullptr,

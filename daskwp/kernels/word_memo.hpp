@@ -618,8 +618,35 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
 
   WordCache* cache;  // null: no memo (counting passes, one-off calls)
   bool alnum_feed;   // cache->alnum_feed, read once per document
-  // Where run_memo's prefetcher stopped, kept across the documents of a range.
+  // Where run_memo's prefetcher stopped, kept across the documents of a range, and the
+  // document it was in.
   const uint8_t* prefetch_at = nullptr;
+  int64_t prefetch_doc = 0;
+  // The batch's documents (set_batch; none: the prefetcher knows only the current one's
+  // end), and the one run() is given (set_doc). In an Arrow string column documents abut:
+  // without their ends the prefetcher took a document's last chunk and the next one's
+  // first for one chunk, and both lookups waited on memory (docs/design.md §3.5).
+  const uint8_t* batch_data = nullptr;
+  const int32_t* batch_off32 = nullptr;
+  const int64_t* batch_off64 = nullptr;
+  int64_t batch_docs = 0;
+  int64_t doc = 0;
+
+  void set_batch(const uint8_t* data, const int32_t* offsets, int64_t n_docs) {
+    batch_data = data, batch_off32 = offsets, batch_off64 = nullptr, batch_docs = n_docs;
+  }
+  void set_batch(const uint8_t* data, const int64_t* offsets, int64_t n_docs) {
+    batch_data = data, batch_off32 = nullptr, batch_off64 = offsets, batch_docs = n_docs;
+  }
+  DWP_FORCEINLINE void set_doc(int64_t d) { doc = d; }
+
+  // Where document d ends, relative to s (no batch, or past its documents: far away).
+  static constexpr int64_t kFarEnd = int64_t(1) << 62;
+  DWP_FORCEINLINE int64_t doc_end_from(const uint8_t* s, int64_t d) const {
+    if (!batch_data || d >= batch_docs) return kFarEnd;
+    const int64_t at = batch_off64 ? batch_off64[d + 1] : (int64_t)batch_off32[d + 1];
+    return (batch_data + at) - s;
+  }
 
   MemoWordPieceE2ET(const CoreContext& ctx, int32_t* out, int64_t cap,
                     WordCache* word_cache = nullptr)
@@ -1497,6 +1524,10 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
     // instructions (callgrind, warm EWT).
     constexpr int kAhead = 64;
     int64_t ahead = prefetch_at > s && prefetch_at - s <= readable16 ? prefetch_at - s : 0;
+    // The document the prefetcher is in and where it ends (relative to s): a chunk ends
+    // there, as the loop's chunks end at len.
+    int64_t pf_doc = ahead ? prefetch_doc : doc;
+    int64_t pf_end = doc_end_from(s, pf_doc);
     auto prefetch_one = [&]() {
       int64_t p = ahead;
       if (fd[s[p]] == kFeedSpace) ++p;  // (one space between chunks, mostly)
@@ -1504,9 +1535,12 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
         ahead = readable;
         return;
       }
+      while (__builtin_expect(p >= pf_end, 0)) pf_end = doc_end_from(s, ++pf_doc);
+      const int64_t room = pf_end - p;
       const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + p));
-      const int64_t w = __builtin_ctz(chunk_end_mask(x) | (1u << 16));
-      if (w == 16 && p + 16 <= readable16) {
+      const int64_t w =
+          __builtin_ctz(chunk_end_mask(x) | (1u << 16) | (1u << (room < 16 ? room : 16)));
+      if (w == 16 && room > 16 && p + 16 <= readable16) {
         // A chunk of 17-32 bytes: its mid set (both ways, a line each), keyed as the loop
         // keys it; one of more than 32 bytes (the long table): nothing, and on past it.
         // (Before, such a chunk got the short sets of its first 16 bytes and of its tail,
@@ -1514,7 +1548,9 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
         // DASKWP_CORE_BENCH_THRASH=64, Cyrillic+Greek, a third of whose bytes are in mid
         // chunks, ran at 44% of its in-cache speed.)
         const __m128i x2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + p + 16));
-        const int64_t w2 = __builtin_ctz(chunk_end_mask(x2) | (1u << 16));
+        const int64_t room2 = room - 16;
+        const int64_t w2 = __builtin_ctz(chunk_end_mask(x2) | (1u << 16) |
+                                         (1u << (room2 < 16 ? room2 : 16)));
         if (w2 == 16) {
           ahead = p + 32;
           return;
@@ -1524,7 +1560,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
           const MidEntry* set = mid_key(x, x2, w2, &hi);
           _mm_prefetch(reinterpret_cast<const char*>(set), _MM_HINT_T0);
           _mm_prefetch(reinterpret_cast<const char*>(set + 1), _MM_HINT_T0);
-          ahead = p + 17 + w2;
+          ahead = p + 16 + w2 + (w2 < room2);  // and the space after it, not a document
           return;
         }
       }
@@ -1535,7 +1571,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
       _mm_prefetch(reinterpret_cast<const char*>(entries) +
                        ((short_hash(k0, k1) >> shift) & ~(uint64_t)63),
                    _MM_HINT_T0);
-      ahead = p + w + (w < 16);
+      ahead = p + w + (w < 16 && w < room);
     };
 #endif
     while (i < len) {
@@ -1549,6 +1585,8 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
       if (i <= readable16) {
         if (ahead <= i) {
           ahead = i;
+          pf_doc = doc;
+          pf_end = doc_end_from(s, doc);
           for (int k = 0; k < kAhead && ahead <= readable16; ++k) prefetch_one();
         } else if (ahead <= readable16) {
           prefetch_one();
@@ -1694,6 +1732,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
     }
 #if defined(DWP_SSE2)
     prefetch_at = s + ahead;
+    prefetch_doc = pf_doc;
 #endif
     sink.n = n;
     if constexpr (kOff) {
