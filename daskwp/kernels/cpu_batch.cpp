@@ -342,6 +342,16 @@ void pool_seed(const CoreContext& ctx, uint64_t key, int threads, int32_t offset
 // Ids of multi-threaded calls, never 0, one sequence for every instantiation of
 // encode_batch. (Which memos pool_merge merges is a matter of worth only: any two memos of
 // one key hold the same tokens for the same strings.)
+// How many idle memos of `key` the pool holds; -1 when it keeps nothing (limit 0).
+int pool_idle(uint64_t key) {
+  MemoPool& P = memo_pool();
+  std::lock_guard<std::mutex> lock(P.mu);
+  if (P.limit == 0) return -1;
+  int n = 0;
+  for (const IdleMemo& m : P.idle) n += m.key == key;
+  return n;
+}
+
 uint64_t next_call_id() {
   static std::atomic<uint64_t> calls{0};
   return ++calls;
@@ -533,6 +543,19 @@ EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
   // pool's warm memos a thread's start costs less than tokenizing that much).
   threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, total_bytes >> 18)));
   threads = static_cast<int>(std::min<int64_t>(threads, std::max<int64_t>(n_docs, 1)));
+  const bool with_extras = extras.offsets != 0 || extras.word_ids;
+  const bool chars = extras.offsets == kOffsetsChars;
+  const int32_t unit = !with_extras ? 0 : chars ? kMemoOffsetsChars : kMemoOffsetsBytes;
+  const uint64_t key = total_bytes ? pool_key(cache_key, unit) : 0;
+  // A call of under 1 MB a thread takes at most one thread more than the pool has idle
+  // memos of its key: a thread without one maps a new memo (tens of MB faulted in) and
+  // misses every word, which costs more than its share of so short a call saves. So the
+  // first call after clear_caches() runs on one thread, the next on two, and so on
+  // (docs/design.md §3.5).
+  if (key && threads > 1 && total_bytes / threads < (int64_t(1) << 20)) {
+    const int idle = pool_idle(key);
+    if (idle >= 0) threads = std::max(1, std::min(threads, idle + 1));
+  }
 
   // Byte-balanced contiguous document chunks: one per thread, or 8 per thread handed out as
   // threads come free, so that a thread slowed down by its core's other work does not hold
@@ -552,21 +575,17 @@ EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
   // one of the call's own only from ~1 MB of text per thread.
   const bool big = total_bytes / threads >= (int64_t(1) << 20);
   const uint64_t generation = cache_key && total_bytes ? pool_generation() : 0;
-  const uint64_t key = total_bytes ? cache_key : 0;
   // A multi-threaded call's id (the memos it makes: pool_merge), and whether it is large
   // enough to merge such memos first.
   const uint64_t call = threads > 1 ? next_call_id() : 0;
   const bool merge = total_bytes / threads >= (int64_t(4) << 20);
   std::vector<IdBuffer> bufs(chunks);
-  const bool with_extras = extras.offsets != 0 || extras.word_ids;
-  const bool chars = extras.offsets == kOffsetsChars;
   // With extras both arrays are kept (the memo's hits need them), only those asked for
   // are returned.
   for (IdBuffer& b : bufs) b.with_spans = b.with_words = with_extras;
   if (with_extras) {
     // Through memos of the offsets layout in the unit (their own pool key).
-    const int32_t unit = chars ? kMemoOffsetsChars : kMemoOffsetsBytes;
-    const uint64_t ukey = pool_key(key, unit);
+    const uint64_t ukey = key;
     if (threads > 1 && ukey && big) pool_seed(ctx, ukey, threads, unit, generation, merge);
     std::atomic<int> next{0};
     std::vector<std::thread> pool;
