@@ -281,6 +281,41 @@ def test_other_threads_start_with_copies_of_the_warm_memo(unit):
     assert daskwp.word_cache_info()["copied"] == i2["copied"]
 
 
+@pytest.mark.parametrize("unit", [None, "chars"])
+def test_small_calls_take_one_thread_more_than_the_idle_memos(unit):
+    # A call of under 1 MB a thread maps no more than one new memo (docs/design.md §3.5):
+    # after clear_caches() a call on three threads runs on one and makes one memo, the next
+    # on two (one new), the next on three; ids (spans, word ids) equal one thread's.
+    tok = _tok(UNCASED, lowercase=True)
+    docs = _english()
+    small, n = [], 0
+    for d in docs:  # about 1.5 MB: under 1 MB a thread on two and on three threads
+        if n > 3 << 19:
+            break
+        small.append(d)
+        n += len(d.encode("utf-8", "surrogatepass"))
+    kw = {} if unit is None else {"return_offsets_mapping": True, "return_word_ids": True,
+                                  "offsets_unit": unit}
+    one = tok.encode(small, num_threads=1, **kw)
+    daskwp.clear_caches()
+    made = []
+    for _ in range(4):
+        before = daskwp.word_cache_info()["created"]
+        many = tok.encode(small, num_threads=3, **kw)
+        made.append(daskwp.word_cache_info()["created"] - before)
+        _same(many, one)
+        if unit is not None:
+            np.testing.assert_array_equal(many.offset_mapping, one.offset_mapping)
+            np.testing.assert_array_equal(many.word_ids, one.word_ids)
+    assert made == [1, 1, 1, 0], made
+    assert daskwp.word_cache_info()["memos"] == 3
+    # A call of 1 MB a thread or more takes its threads whatever the pool holds.
+    daskwp.clear_caches()
+    before = daskwp.word_cache_info()["created"]
+    tok.encode(small * 2, num_threads=2, **kw)
+    assert daskwp.word_cache_info()["created"] - before == 2
+
+
 @pytest.mark.parametrize("unit", [None, "bytes"])
 def test_memos_one_call_made_are_merged_before_a_large_call(unit):
     # A cold call on two threads fills each memo with the words of the chunks its thread
