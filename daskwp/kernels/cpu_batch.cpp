@@ -339,9 +339,6 @@ void pool_seed(const CoreContext& ctx, uint64_t key, int threads, int32_t offset
   for (WordCache* m : made) pool_release(m, key, generation);
 }
 
-// Ids of multi-threaded calls, never 0, one sequence for every instantiation of
-// encode_batch. (Which memos pool_merge merges is a matter of worth only: any two memos of
-// one key hold the same tokens for the same strings.)
 // How many idle memos of `key` the pool holds; -1 when it keeps nothing (limit 0).
 int pool_idle(uint64_t key) {
   MemoPool& P = memo_pool();
@@ -352,6 +349,9 @@ int pool_idle(uint64_t key) {
   return n;
 }
 
+// Ids of multi-threaded calls, never 0, one sequence for every instantiation of
+// encode_batch. (Which memos pool_merge merges is a matter of worth only: any two memos of
+// one key hold the same tokens for the same strings.)
 uint64_t next_call_id() {
   static std::atomic<uint64_t> calls{0};
   return ++calls;
