@@ -282,11 +282,10 @@ def test_other_threads_start_with_copies_of_the_warm_memo(unit):
 
 
 @pytest.mark.parametrize("unit", [None, "chars"])
-def test_small_calls_make_at_most_one_new_memo(unit):
+def test_small_calls_take_one_thread_more_than_the_idle_memos(unit):
     # A call of under 1 MB a thread maps no more than one new memo (docs/design.md §3.5):
-    # after clear_caches() a call on three threads makes one memo (its other two threads run
-    # without one), the next one more, the next one more; ids (spans, word ids) equal one
-    # thread's.
+    # after clear_caches() a call on three threads runs on one and makes one memo, the next
+    # on two (one new), the next on three; ids (spans, word ids) equal one thread's.
     tok = _tok(UNCASED, lowercase=True)
     docs = _english()
     small, n = [], 0

@@ -151,10 +151,8 @@ void free_memos(const std::vector<WordCache*>& drop) {
 // (*kept_nothing set) or no memo fits the limit. `threads`: how many the call takes, so
 // that each may get one.
 // offsets_unit: the layout of its entries (reset_word_cache; part of the key, pool_key).
-// may_make (null: no bound): how many new memos the call's threads may still make; a thread
-// that finds none idle once it is 0 gets nullptr (and runs without a memo).
 WordCache* pool_acquire(const CoreContext& ctx, uint64_t key, int threads, int32_t offsets_unit,
-                        bool* kept_nothing, uint64_t call, std::atomic<int>* may_make) {
+                        bool* kept_nothing, uint64_t call) {
   MemoPool& P = memo_pool();
   std::vector<WordCache*> drop;
   int bits = kWordCacheDefaultBits;
@@ -175,8 +173,6 @@ WordCache* pool_acquire(const CoreContext& ctx, uint64_t key, int threads, int32
         P.idle.erase(P.idle.begin() + static_cast<std::ptrdiff_t>(best));
         P.busy.push_back(found);
         ++P.totals.reused;
-      } else if (may_make && may_make->fetch_sub(1) <= 0) {
-        // (the call's new memos are made: this thread runs without one)
       } else {
         // A new memo: as large as the default, or as the limit allows for every thread.
         const size_t share = P.limit / static_cast<size_t>(threads > 0 ? threads : 1);
@@ -343,6 +339,16 @@ void pool_seed(const CoreContext& ctx, uint64_t key, int threads, int32_t offset
   for (WordCache* m : made) pool_release(m, key, generation);
 }
 
+// How many idle memos of `key` the pool holds; -1 when it keeps nothing (limit 0).
+int pool_idle(uint64_t key) {
+  MemoPool& P = memo_pool();
+  std::lock_guard<std::mutex> lock(P.mu);
+  if (P.limit == 0) return -1;
+  int n = 0;
+  for (const IdleMemo& m : P.idle) n += m.key == key;
+  return n;
+}
+
 // Ids of multi-threaded calls, never 0, one sequence for every instantiation of
 // encode_batch. (Which memos pool_merge merges is a matter of worth only: any two memos of
 // one key hold the same tokens for the same strings.)
@@ -374,10 +380,10 @@ struct ThreadMemo {
   std::unique_ptr<WordCache> own;
   uint64_t key = 0, generation = 0;
   ThreadMemo(const CoreContext& ctx, uint64_t k, uint64_t gen, int threads, bool big,
-             int32_t offsets_unit = 0, uint64_t call = 0, std::atomic<int>* may_make = nullptr)
+             int32_t offsets_unit = 0, uint64_t call = 0)
       : key(k), generation(gen) {
     bool kept_nothing = true;
-    if (k) memo = pool_acquire(ctx, k, threads, offsets_unit, &kept_nothing, call, may_make);
+    if (k) memo = pool_acquire(ctx, k, threads, offsets_unit, &kept_nothing, call);
     if (!memo && big && kept_nothing) {
       own.reset(new WordCache(16));  // 2^16 short entries, as before the pool
       reset_word_cache(ctx, own.get(), offsets_unit);
@@ -541,14 +547,15 @@ EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
   const bool chars = extras.offsets == kOffsetsChars;
   const int32_t unit = !with_extras ? 0 : chars ? kMemoOffsetsChars : kMemoOffsetsBytes;
   const uint64_t key = total_bytes ? pool_key(cache_key, unit) : 0;
-  // Of the threads of a call of under 1 MB a thread that find no idle memo of its key, one
-  // makes a new memo and the others run without one: a new memo is tens of MB faulted in
-  // and every word missed and recorded, which costs more than walking the words of so
-  // short a call without a memo. So the first call after clear_caches() makes one memo,
-  // the next one more, and so on (docs/design.md §3.5).
-  std::atomic<int> may_make{1};
-  std::atomic<int>* make_bound =
-      key && threads > 1 && total_bytes / threads < (int64_t(1) << 20) ? &may_make : nullptr;
+  // A call of under 1 MB a thread takes at most one thread more than the pool has idle
+  // memos of its key: a thread without one maps a new memo (tens of MB faulted in) and
+  // misses every word, which costs more than its share of so short a call saves. So the
+  // first call after clear_caches() runs on one thread, the next on two, and so on
+  // (docs/design.md §3.5).
+  if (key && threads > 1 && total_bytes / threads < (int64_t(1) << 20)) {
+    const int idle = pool_idle(key);
+    if (idle >= 0) threads = std::max(1, std::min(threads, idle + 1));
+  }
 
   // Byte-balanced contiguous document chunks: one per thread, or 8 per thread handed out as
   // threads come free, so that a thread slowed down by its core's other work does not hold
@@ -585,7 +592,7 @@ EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
     std::vector<std::exception_ptr> errors(threads);
     auto work = [&](int t) {
       try {
-        ThreadMemo memo(ctx, ukey, generation, threads, big, unit, call, make_bound);
+        ThreadMemo memo(ctx, ukey, generation, threads, big, unit, call);
         for (int c = next++; c < chunks; c = next++)
           encode_range_extras(ctx, offsets, data, validity, validity_offset, cut[c],
                               cut[c + 1], data_end, chars, memo.memo, bufs[c], counts);
@@ -614,7 +621,7 @@ EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
     for (int t = 0; t < threads; ++t) {
       pool.emplace_back([&, t] {
         try {
-          ThreadMemo memo(ctx, key, generation, threads, big, 0, call, make_bound);
+          ThreadMemo memo(ctx, key, generation, threads, big, 0, call);
           for (int c = next++; c < chunks; c = next++)
             encode_range(ctx, offsets, data, validity, validity_offset, cut[c], cut[c + 1],
                          data_end, memo.memo, bufs[c], counts);
