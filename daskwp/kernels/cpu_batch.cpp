@@ -585,14 +585,13 @@ EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
   for (IdBuffer& b : bufs) b.with_spans = b.with_words = with_extras;
   if (with_extras) {
     // Through memos of the offsets layout in the unit (their own pool key).
-    const uint64_t ukey = key;
-    if (threads > 1 && ukey && big) pool_seed(ctx, ukey, threads, unit, generation, merge);
+    if (threads > 1 && key && big) pool_seed(ctx, key, threads, unit, generation, merge);
     std::atomic<int> next{0};
     std::vector<std::thread> pool;
     std::vector<std::exception_ptr> errors(threads);
     auto work = [&](int t) {
       try {
-        ThreadMemo memo(ctx, ukey, generation, threads, big, unit, call);
+        ThreadMemo memo(ctx, key, generation, threads, big, unit, call);
         for (int c = next++; c < chunks; c = next++)
           encode_range_extras(ctx, offsets, data, validity, validity_offset, cut[c],
                               cut[c + 1], data_end, chars, memo.memo, bufs[c], counts);

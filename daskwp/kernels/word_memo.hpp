@@ -371,6 +371,11 @@ struct WordCache {
 DWP_FORCEINLINE uint32_t chunk_end_mask(__m128i x) {
   return (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_min_epu8(x, _mm_set1_epi8(0x20)), x));
 }
+// Bytes of x before a chunk's end, at most 16 and at most room (>= 0: where the document,
+// or the scan, ends), without a branch on either.
+DWP_FORCEINLINE int64_t chunk_width(__m128i x, int64_t room) {
+  return __builtin_ctz(chunk_end_mask(x) | (1u << 16) | (1u << (room < 16 ? room : 16)));
+}
 #endif
 
 // 16 bytes of 0xFF then 16 of 0: the 16 bytes from kPrefixMask + 16 - w keep w bytes.
@@ -1301,8 +1306,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
             refused |= (uint32_t)_mm_movemask_epi8(
                 _mm_cmpeq_epi8(x, _mm_set1_epi8((char)wc.refuse_bytes[k])));
           const int64_t room = lim - e;
-          const uint32_t stop = chunk_end_mask(x) | (1u << 16) | (1u << (room < 16 ? room : 16));
-          const int32_t w = __builtin_ctz(stop);
+          const int32_t w = (int32_t)chunk_width(x, room);
           special |= (refused & ((1u << w) - 1u)) != 0;
           e += w;
           if (w < 16) break;
@@ -1538,8 +1542,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
       while (__builtin_expect(p >= pf_end, 0)) pf_end = doc_end_from(s, ++pf_doc);
       const int64_t room = pf_end - p;
       const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + p));
-      const int64_t w =
-          __builtin_ctz(chunk_end_mask(x) | (1u << 16) | (1u << (room < 16 ? room : 16)));
+      const int64_t w = chunk_width(x, room);
       if (w == 16 && room > 16 && p + 16 <= readable16) {
         // A chunk of 17-32 bytes: its mid set (both ways, a line each), keyed as the loop
         // keys it; one of more than 32 bytes (the long table): nothing, and on past it.
@@ -1549,8 +1552,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
         // chunks, ran at 44% of its in-cache speed.)
         const __m128i x2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + p + 16));
         const int64_t room2 = room - 16;
-        const int64_t w2 = __builtin_ctz(chunk_end_mask(x2) | (1u << 16) |
-                                         (1u << (room2 < 16 ? room2 : 16)));
+        const int64_t w2 = chunk_width(x2, room2);
         if (w2 == 16) {
           ahead = p + 32;
           return;
@@ -1593,13 +1595,12 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
         }
         // The chunk: bytes up to the next one <= 0x20 (or the document's end).
         const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
-        // Without branches on the document's end, which comes every few chunks: bit
-        // len - i (bit 16 is set already when the end is further), and the byte after
+        // Without branches on the document's end, which comes every few chunks: the
+        // width stops at len - i (chunk_width), and the byte after
         // the chunk read at e - 1 when the chunk ends the document (s[len] may be past the
         // readable bytes), folded into one test (as a || or |, GCC branches twice).
         const int64_t left = len - i;
-        const uint32_t m = chunk_end_mask(x) | (1u << 16) | (1u << (left < 16 ? left : 16));
-        const int64_t w = __builtin_ctz(m);
+        const int64_t w = chunk_width(x, left);
         const int64_t e = i + w;
         const uint32_t at_end = e == len;
         if ((((uint32_t)fd[s[e - at_end]] ^ kFeedSpace) & (at_end - 1u)) == 0) {
@@ -1681,9 +1682,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
           // document's end are looked up in the mid table, as above.
           const __m128i x2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
           const int64_t left2 = left - 16;
-          const uint32_t m2 =
-              chunk_end_mask(x2) | (1u << 16) | (1u << (left2 < 16 ? left2 : 16));
-          const int64_t w2 = __builtin_ctz(m2);
+          const int64_t w2 = chunk_width(x2, left2);
           const int64_t e2 = e + w2;
           const uint32_t at_end2 = e2 == len;
           if (w2 != 0 &&
