@@ -349,6 +349,32 @@ def test_window_extras_on_threads_equal_one_thread(padding):
         np.testing.assert_array_equal(a, b, err_msg=name)
 
 
+@requires_data
+@pytest.mark.parametrize("max_length,mask_dtype", [(128, "int8"), (128, "int32"), (63, "int8")])
+def test_streamed_padded_extras_equal_ragged(max_length, mask_dtype):
+    # Padded extras of more than 32 MB are built a row at a time in L1 and written with
+    # non-temporal stores (bind_windows.cpp fill_extras) when every output's rows are
+    # multiples of 16 bytes (128 wide: yes; 63 wide: its word ids are not, so no stream);
+    # ragged rows never stream. The padded cells of real tokens equal the ragged values,
+    # padding cells are (0, 0) / -1 / 1.
+    docs = [d for f in corpus_files() for d in read_documents(f)][:40000]
+    tok = daskwp.WordPieceTokenizer(vocab_path("bert-base-uncased"), lowercase=True,
+                                    num_threads=1)
+    kw = dict(max_length=max_length, stride=16, return_offsets_mapping=True,
+              return_word_ids=True, return_special_tokens_mask=True, mask_dtype=mask_dtype)
+    pad = tok(docs, **kw)
+    rag = tok(docs, padding=False, **kw)
+    assert pad["offset_mapping"].nbytes + pad["word_ids"].nbytes > 32 << 20
+    real = pad.attention_mask.astype(bool)
+    body = real & (pad["special_tokens_mask"] == 0)
+    for name in ("offset_mapping", "word_ids", "special_tokens_mask"):
+        np.testing.assert_array_equal(pad[name][real], rag[name].values, err_msg=name)
+    assert not pad["offset_mapping"][~body].any()
+    assert (pad["word_ids"][~body] == -1).all()
+    assert (pad["special_tokens_mask"][~body] == 1).all()
+    assert pad["special_tokens_mask"].dtype == np.dtype(mask_dtype)
+
+
 @pytest.mark.parametrize("unit", ["chars", "bytes"])
 @pytest.mark.parametrize("padding", ["max_length", False, "bucket"])
 @pytest.mark.parametrize("stride", [0, 3, 4])
