@@ -224,6 +224,59 @@ def test_clear_caches_empties_it():
     assert info["created"] == created + 1 and info["misses"] - m0 > 1000  # cold again
 
 
+@pytest.mark.parametrize("unit", [None, "chars"])
+def test_freed_memos_mappings_make_the_next_memos(unit):
+    # clear_caches() frees the memos; their mappings stay (within the limit) and the next
+    # memos are made in them, tables written empty: a cold call again, with the same ids
+    # (and spans), and no fresh pages to fault in (docs/design.md §3.5).
+    tok = _tok(MULTI, lowercase=False)
+    docs = _docs()
+    kw = {} if unit is None else {"return_offsets_mapping": True, "return_word_ids": True,
+                                  "offsets_unit": unit}
+    with dask.config.set({"daskwp.word_cache_mb": 256}):
+        daskwp.clear_caches(["word_cache"])
+        _ext.word_cache_set_limit(0)  # (gives every kept mapping back)
+        assert daskwp.word_cache_info()["spare_bytes"] == 0
+        _ext.word_cache_set_limit(256 << 20)
+        i0 = daskwp.word_cache_info()
+        first = tok.encode(docs, num_threads=1, **kw)
+        i1 = daskwp.word_cache_info()
+        assert i1["memos"] == 1 and i1["spare_bytes"] == 0
+        daskwp.clear_caches(["word_cache"])
+        i2 = daskwp.word_cache_info()
+        assert i2["memos"] == 0 and i2["bytes"] == 0 and i2["spare_bytes"] == i1["bytes"]
+        second = tok.encode(docs, num_threads=1, **kw)
+        i3 = daskwp.word_cache_info()
+        assert i3["recycled"] == i2["recycled"] + 1 and i3["created"] == i2["created"] + 1
+        assert i3["spare_bytes"] == 0 and i3["bytes"] == i1["bytes"]
+        # cold: every word walked again, as in the first call (the old tables are gone)
+        assert i3["misses"] - i2["misses"] == i1["misses"] - i0["misses"] > 1000
+        _same(first, second)
+        if unit is not None:
+            np.testing.assert_array_equal(first.offset_mapping, second.offset_mapping)
+            np.testing.assert_array_equal(first.word_ids, second.word_ids)
+        # A warm memo copied for a second thread is made in a kept mapping too.
+        tok.encode(docs, num_threads=2, **kw)  # a second memo
+        daskwp.clear_caches(["word_cache"])
+        assert daskwp.word_cache_info()["spare_bytes"] == 2 * i1["bytes"]
+        tok.encode(docs[:50], num_threads=1, **kw)  # a memo in one of the two mappings
+        i4 = daskwp.word_cache_info()
+        many = tok.encode(docs, num_threads=2, **kw)  # ~4 MB a thread
+        i5 = daskwp.word_cache_info()
+        assert i5["copied"] == i4["copied"] + 1 and i5["recycled"] == i4["recycled"] + 1
+        _same(many, first)
+        if unit is not None:
+            np.testing.assert_array_equal(many.offset_mapping, first.offset_mapping)
+        # A lower limit gives back the mappings that no longer fit; 0 gives back all.
+        daskwp.clear_caches(["word_cache"])
+        assert daskwp.word_cache_info()["spare_bytes"] == 2 * i1["bytes"]
+        _ext.word_cache_set_limit(i1["bytes"])
+        assert daskwp.word_cache_info()["spare_bytes"] == i1["bytes"]
+        _ext.word_cache_set_limit(0)
+        assert daskwp.word_cache_info()["spare_bytes"] == 0
+        _ext.word_cache_set_limit(256 << 20)
+
+
 def test_environment_variable_sets_the_limit():
     code = ("import daskwp, json; t = daskwp.WordPieceTokenizer(); "
             "t.encode(['hello world'] * 10, num_threads=1); "

@@ -81,8 +81,10 @@ def word_cache_info() -> dict:
     from a memo / walked and offered to it, counted when a memo is given back),
     ``long_resets``, ``created``, ``copied`` (of those, copies of a warm memo made for a
     call's other threads, docs/design.md §3.5), ``merged`` (memos merged with the others one
-    call made with them, §3.5), ``reused``, ``evictions`` and ``refused``
-    (threads that ran without a memo for lack of room)."""
+    call made with them, §3.5), ``reused``, ``evictions``, ``refused``
+    (threads that ran without a memo for lack of room), ``spare_bytes`` (mappings of freed
+    memos kept, within ``limit``, for the next memos; ``word_cache_mb=0`` gives them back)
+    and ``recycled`` (memos made in such a mapping)."""
     _apply_word_cache_limit()
     return {k: int(v) for k, v in _ext.word_cache_info().items()}
 

@@ -32,9 +32,12 @@ void bind_memory(nb::module_& m) {
     d["reused"] = i.reused;
     d["evictions"] = i.evictions;
     d["refused"] = i.refused;
+    d["spare_bytes"] = i.spare_bytes;
+    d["recycled"] = i.recycled;
     return d;
   }, "Statistics of the word-memo pool: limit, bytes, memos, idle, keys, hits, misses, "
-     "long_resets, created, copied, merged, reused, evictions, refused.");
+     "long_resets, created, copied, merged, reused, evictions, refused, spare_bytes, "
+     "recycled.");
   m.def("word_cache_set_limit", &daskwp::word_cache_set_limit, nb::arg("nbytes"),
         "Most bytes of word memos (idle and in use) the pool keeps (0: none kept between "
         "calls); idle memos above it are freed.");

@@ -87,6 +87,8 @@ struct WordCacheInfo {
   uint64_t reused = 0;       // memos a call took from the pool
   uint64_t evictions = 0;    // idle memos freed to make room (least recently used first)
   uint64_t refused = 0;      // threads that ran without a memo: no room under the limit
+  uint64_t spare_bytes = 0;  // mappings of freed memos kept for the next ones (in the limit)
+  uint64_t recycled = 0;     // memos made in such a mapping
 };
 WordCacheInfo word_cache_info();
 void word_cache_set_limit(size_t bytes);  // frees idle memos above the new limit

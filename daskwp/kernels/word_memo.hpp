@@ -247,6 +247,7 @@ struct WordCache {
   void* map_base = nullptr;
   size_t map_bytes = 0;
   bool zeroed = false;
+  bool released = false;  // release_mapping took the mapping: the destructor frees nothing
   // The multi-threaded call that made it (0: none, or merged since): memos made by one
   // call hold the words of the chunks each thread got, and a later large call first merges
   // them (merge_memos).
@@ -265,8 +266,17 @@ struct WordCache {
 
   // `alloc` / `dealloc`: where the block comes from (default: aligned_alloc / free); the
   // block must be 64-byte aligned.
+  // A mapping of a memo that was freed, kept to make a later memo of the same size in
+  // (release_mapping; `adopt` of the constructor).
+  struct Mapping {
+    void* base = nullptr;
+    size_t bytes = 0;
+  };
+
+  // `adopt`: the mapping of an earlier memo of these bits (release_mapping), whose pages
+  // are in memory already: the tables are cleared by writing them, not by fresh zero pages.
   explicit WordCache(int32_t b = kWordCacheDefaultBits, void* (*alloc)(size_t) = nullptr,
-                     void (*dealloc)(void*) = nullptr) {
+                     void (*dealloc)(void*) = nullptr, const Mapping* adopt = nullptr) {
     if (b < kWordCacheMinBits) b = kWordCacheMinBits;
     bits = b;
     long_bits = b - 1;
@@ -279,15 +289,17 @@ struct WordCache {
     } else if (block_bytes >= (size_t(4) << 20)) {
       const size_t huge = size_t(2) << 20;
       map_bytes = block_bytes + huge;  // room to start the block on a 2 MB boundary
-      void* m = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                     -1, 0);
+      const bool kept = adopt && adopt->base && adopt->bytes == map_bytes;
+      void* m = kept ? adopt->base
+                     : mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       if (m == MAP_FAILED) throw std::bad_alloc();
       map_base = m;
       block = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(m) + huge - 1) &
                                       ~static_cast<uintptr_t>(huge - 1));
       // Huge pages keep the random lookups off the TLB's back (and fault in 2 MB at once).
-      madvise(block, block_bytes, MADV_HUGEPAGE);
-      zeroed = true;
+      if (!kept) madvise(block, block_bytes, MADV_HUGEPAGE);
+      zeroed = !kept;
 #endif
     } else {
       const size_t align = block_bytes >= (size_t(4) << 20) ? (size_t(2) << 20) : 64;
@@ -318,6 +330,7 @@ struct WordCache {
       munmap(map_base, map_bytes);
       return;
     }
+    if (released) return;
 #endif
     if (free_block) {
       free_block(block);
@@ -327,6 +340,25 @@ struct WordCache {
   }
   WordCache(const WordCache&) = delete;
   WordCache& operator=(const WordCache&) = delete;
+
+  // Its own mapping, handed to the caller instead of unmapped when it is destroyed (none:
+  // a block of another allocation, kept as it is).
+  Mapping release_mapping() {
+    Mapping m;
+#if defined(__linux__)
+    if (map_base) {
+      m.base = map_base;
+      m.bytes = map_bytes;
+      map_base = nullptr;
+      released = true;
+    }
+#endif
+    return m;
+  }
+
+  // The next clear_tables writes nothing: the caller overwrites every table before the
+  // memo is used (copy_tables_from), so clearing an adopted mapping first would be wasted.
+  void skip_next_clear() { zeroed = true; }
 
   // Makes this memo hold what `src` holds: its tables, its arena's records and epoch (the
   // entries' references stay valid: they are arena offsets). Both memos are of the same
