@@ -277,6 +277,27 @@ def test_freed_memos_mappings_make_the_next_memos(unit):
         _ext.word_cache_set_limit(256 << 20)
 
 
+def test_worker_state_close_gives_the_kept_memory_back():
+    # clear_caches() keeps freed memos' mappings; a worker's state, closing, gives them
+    # back too (word_cache_release).
+    from daskwp.backends.cpu import word_cache_release
+    from daskwp.distributed.state import WorkerState
+
+    tok = _tok(UNCASED, lowercase=True)
+    docs = _docs()[:2000]
+    with dask.config.set({"daskwp.word_cache_mb": 256}):
+        tok.encode(docs, num_threads=1)
+        daskwp.clear_caches(["word_cache"])
+        kept = daskwp.word_cache_info()["spare_bytes"]
+        assert kept > 0
+        WorkerState("test_worker_state_close").close()
+        assert daskwp.word_cache_info()["spare_bytes"] == 0
+        tok.encode(docs, num_threads=1)
+        daskwp.clear_caches(["word_cache"])
+        assert word_cache_release() == kept
+        assert daskwp.word_cache_info()["spare_bytes"] == 0
+
+
 def test_environment_variable_sets_the_limit():
     code = ("import daskwp, json; t = daskwp.WordPieceTokenizer(); "
             "t.encode(['hello world'] * 10, num_threads=1); "

@@ -36,7 +36,8 @@ from ..core.windows import WindowParams, convert_tensors, fill_plan, \
     window_params
 from .protocol import KernelModel
 
-__all__ = ["CPUBackend", "default_num_threads", "windows_from_encoding", "word_cache_info"]
+__all__ = ["CPUBackend", "default_num_threads", "windows_from_encoding", "word_cache_info",
+           "word_cache_release"]
 
 #: The pool's limit when the extension loaded (DASKWP_WORD_CACHE_MB, else 256 MB).
 _INITIAL_LIMIT = int(_ext.word_cache_info()["limit"])
@@ -87,6 +88,13 @@ def word_cache_info() -> dict:
     and ``recycled`` (memos made in such a mapping)."""
     _apply_word_cache_limit()
     return {k: int(v) for k, v in _ext.word_cache_info().items()}
+
+
+def word_cache_release() -> int:
+    """Give back the memory the word-memo pool keeps from freed memos (``spare_bytes`` of
+    :func:`word_cache_info`: the next memos are made in it, docs/design.md §3.5); returns
+    its bytes. :func:`daskwp.clear_caches` empties the memos but keeps this memory."""
+    return int(_ext.word_cache_release())
 
 
 def _word_cache_info_for_registry() -> dict:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import sys
 import threading
 
+from ..backends.cpu import word_cache_release
 from ..backends.memory import tune_worker_malloc
 from ..core.cache import BoundedCache, clear_caches
 
@@ -47,9 +48,10 @@ class WorkerState:
 
     def close(self) -> None:
         """Drop the tokenizers and every daskwp cache of the process (device blobs
-        included)."""
+        included), and give back the memory the word memos kept."""
         self.tokenizers.clear()
         clear_caches()
+        word_cache_release()
 
 
 _PROCESS_STATE: WorkerState | None = None

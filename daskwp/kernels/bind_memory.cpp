@@ -41,6 +41,9 @@ void bind_memory(nb::module_& m) {
   m.def("word_cache_set_limit", &daskwp::word_cache_set_limit, nb::arg("nbytes"),
         "Most bytes of word memos (idle and in use) the pool keeps (0: none kept between "
         "calls); idle memos above it are freed.");
+  m.def("word_cache_release", &daskwp::word_cache_release,
+        "Give back the mappings of freed word memos that the pool keeps for its next memos; "
+        "returns their bytes.");
   m.def("word_cache_clear", &daskwp::word_cache_clear,
         "Free the pool's idle word memos (those in use are freed when their call ends); "
         "returns how many memos there were.");

@@ -528,6 +528,21 @@ size_t word_cache_clear() {
   return n;
 }
 
+size_t word_cache_release() {
+  MemoPool& P = memo_pool();
+  std::vector<WordCache::Mapping> unmap;
+  size_t bytes;
+  {
+    std::lock_guard<std::mutex> lock(P.mu);
+    bytes = P.spare_bytes;
+    for (const SpareMapping& m : P.spare) unmap.push_back(m.map);
+    P.spare.clear();
+    P.spare_bytes = 0;
+  }
+  unmap_spares(unmap);
+  return bytes;
+}
+
 namespace {
 
 template <typename Off>

@@ -93,6 +93,7 @@ struct WordCacheInfo {
 WordCacheInfo word_cache_info();
 void word_cache_set_limit(size_t bytes);  // frees idle memos above the new limit
 size_t word_cache_clear();  // frees the idle memos, drops the busy ones when returned
+size_t word_cache_release();  // gives back the kept mappings of freed memos (their bytes)
 
 void check_vocab_blob(const uint8_t* p, size_t size);
 void check_norm_blob(const uint8_t* p, size_t size);
