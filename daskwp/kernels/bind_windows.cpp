@@ -122,7 +122,7 @@ inline void stream_row(void* dst, const void* src, size_t bytes) {
 
 // Selected ragged rows padded into one rows x width matrix: ids (pad_id after each row's
 // tokens) and the mask (1 on the row's tokens, 0 after). A row longer than width is refused.
-// `stream` (stream_rows): each row is built in a buffer that stays in L1 and written out
+// `stream` (stream_outputs): each row is built in a buffer that stays in L1 and written out
 // with non-temporal stores, so that the output's cache lines are not read from memory
 // before they are overwritten (760K rows x 128 on reused pool blocks, 2 threads: 31-33 ->
 // 27-29 ms in a one-off A/B, not a script of benchmarks/).
@@ -163,17 +163,26 @@ void pad_selected(const int32_t* values, const int64_t* off, const int64_t* rows
 #endif
 }
 
-// Whether pad_selected streams rows of `width` into ids / mask (cells of them in all):
-// outputs of more than 32 MB (beyond the caches; a smaller one is read soon, from cache),
-// 16-byte rows and blocks.
-bool stream_rows(const void* ids, const void* mask, size_t cells, int64_t width,
-                 size_t mask_bytes) {
+// Whether rows of `width` (cells of them in all) are streamed into the outputs (block,
+// bytes a cell; a null block is not written): outputs of more than 32 MB (beyond the
+// caches; a smaller one is read soon, from cache), 16-byte rows and blocks.
+struct StreamOut {
+  const void* block;
+  size_t cell_bytes;
+};
+bool stream_outputs(std::initializer_list<StreamOut> outs, size_t cells, int64_t width) {
 #if defined(__SSE2__)
-  return cells * (4 + mask_bytes) > (size_t(32) << 20) && width <= kStreamWidth &&
-         (width * 4) % 16 == 0 && (width * static_cast<int64_t>(mask_bytes)) % 16 == 0 &&
-         reinterpret_cast<uintptr_t>(ids) % 16 == 0 && reinterpret_cast<uintptr_t>(mask) % 16 == 0;
+  size_t per_cell = 0;
+  bool fits = width <= kStreamWidth;
+  for (const StreamOut& o : outs) {
+    if (!o.block) continue;
+    per_cell += o.cell_bytes;
+    fits = fits && reinterpret_cast<uintptr_t>(o.block) % 16 == 0 &&
+           (static_cast<size_t>(width) * o.cell_bytes) % 16 == 0;
+  }
+  return fits && cells * per_cell > (size_t(32) << 20);
 #else
-  (void)ids, (void)mask, (void)cells, (void)width, (void)mask_bytes;
+  (void)outs, (void)cells, (void)width;
   return false;
 #endif
 }
@@ -214,7 +223,7 @@ nb::tuple pad_rows(I32 values, I64 offsets, std::optional<I64> rows, int64_t wid
         1, std::min<int64_t>(daskwp::resolve_threads(num_threads), n / 65536));
     int32_t* const out = ids.get();
     uint8_t* const m8 = mask.get();
-    const bool stream = stream_rows(out, m8, cells, width, mask_int8 ? 1 : 4);
+    const bool stream = stream_outputs({{out, 4}, {m8, mask_int8 ? 1u : 4u}}, cells, width);
     daskwp::parallel_rows(n, threads, [&](int64_t r0, int64_t r1) {
       if (mask_int8)
         pad_selected(values.data(), off + (sel ? 0 : r0), sel ? sel + r0 : nullptr, r1 - r0,
@@ -241,7 +250,7 @@ nb::tuple pad_rows(I32 values, I64 offsets, std::optional<I64> rows, int64_t wid
 // length. One pass, no temporaries (the NumPy form of this fill made 15 passes); rows
 // [r0, r1) of the batch, so that threads can take ranges of rows.
 // Each row is three runs (special cells, the tokens, padding) of fills and one copy.
-// `stream` (stream_extras): padded rows are built in L1 buffers and written out with
+// `stream` (stream_outputs): padded rows are built in L1 buffers and written out with
 // non-temporal stores, as pad_selected's: the offsets are 16 bytes a cell, and the
 // output's lines were read from memory before being overwritten. EWT 20 MB (260K rows x
 // 128: 507 MB of spans, 127 MB of word ids), one thread: this fill 39.1 -> 20.6 ms
@@ -253,13 +262,9 @@ void fill_extras(const int64_t* tok_off, const int64_t* doc_rows, int64_t n_docs
                  int64_t b, const int64_t* spans, const int32_t* words, int64_t* out_spans,
                  int32_t* out_words, M* out_special, bool stream) {
   if (r0 >= r1) return;
-#if defined(__SSE2__)
   alignas(64) int64_t span_buf[2 * kStreamWidth];
   alignas(64) int32_t word_buf[kStreamWidth];
   alignas(64) M special_buf[kStreamWidth];
-#else
-  stream = false;
-#endif
   const int64_t step = L - stride;
   // the document of row r0: doc_rows[d] <= r0 < doc_rows[d + 1]
   int64_t d = std::upper_bound(doc_rows, doc_rows + n_docs + 1, r0) - doc_rows - 1;
@@ -272,15 +277,10 @@ void fill_extras(const int64_t* tok_off, const int64_t* doc_rows, int64_t n_docs
     const int64_t base = row_off ? row_off[r] : r * width;
     const int64_t w = row_off ? row_off[r + 1] - row_off[r] : width;
     const int64_t src0 = tok_off[d] + first - b;
-#if defined(__SSE2__)
+    // (stream is false without SSE2: stream_outputs)
     int64_t* const os = !out_spans ? nullptr : stream ? span_buf : out_spans + 2 * base;
     int32_t* const ow = !out_words ? nullptr : stream ? word_buf : out_words + base;
     M* const om = !out_special ? nullptr : stream ? special_buf : out_special + base;
-#else
-    int64_t* const os = out_spans ? out_spans + 2 * base : nullptr;
-    int32_t* const ow = out_words ? out_words + base : nullptr;
-    M* const om = out_special ? out_special + base : nullptr;
-#endif
     // the row's tokens in columns [lo, hi), the rest (0, 0) / -1 / 1
     const int64_t lo = std::min(b, w), hi = body > 0 ? std::min(b + body, w) : lo;
     if (os) {
@@ -308,23 +308,6 @@ void fill_extras(const int64_t* tok_off, const int64_t* doc_rows, int64_t n_docs
   }
 #if defined(__SSE2__)
   if (stream) _mm_sfence();  // the streamed rows are visible before another thread reads
-#endif
-}
-
-// Whether fill_extras streams its padded rows of `width` (cells of them in all): outputs
-// of more than 32 MB (as stream_rows), 16-byte rows and blocks for every output asked for.
-bool stream_extras(const int64_t* spans, const int32_t* words, const void* special,
-                   size_t special_bytes, size_t cells, int64_t width) {
-#if defined(__SSE2__)
-  auto fits = [&](const void* a, size_t bytes) {
-    return !a || (reinterpret_cast<uintptr_t>(a) % 16 == 0 && (width * bytes) % 16 == 0);
-  };
-  const size_t per_cell = (spans ? 16 : 0) + (words ? 4 : 0) + (special ? special_bytes : 0);
-  return cells * per_cell > (size_t(32) << 20) && width <= kStreamWidth && fits(spans, 16) &&
-         fits(words, 4) && fits(special, special_bytes);
-#else
-  (void)spans, (void)words, (void)special, (void)special_bytes, (void)cells, (void)width;
-  return false;
 #endif
 }
 
@@ -408,7 +391,8 @@ nb::tuple window_extras(I64 tok_offsets, I64 doc_row_offsets, nb::object row_off
     int64_t* osp = sp ? o_sp.get() : nullptr;
     int32_t* owd = wd ? o_wd.get() : nullptr;
     void* osm = special_mask ? o_sm.get() : nullptr;
-    const bool stream = !row_off && stream_extras(osp, owd, osm, mask_int8 ? 1 : 4, nc, width);
+    const bool stream =
+        !row_off && stream_outputs({{osp, 16}, {owd, 4}, {osm, mask_int8 ? 1u : 4u}}, nc, width);
     daskwp::parallel_rows(rows, threads, [&](int64_t r0, int64_t r1) {
       if (mask_int8)
         fill_extras(tok_off, doc_rows, n_docs, r0, r1, row_off, width, body_length, stride, b,

@@ -156,6 +156,9 @@ void pool_trim(MemoPool& P, size_t keep, std::vector<WordCache*>& drop) {
   }
 }
 
+// Under the lock: how many bytes of kept mappings fit beside the memos under the limit.
+size_t spare_room(const MemoPool& P) { return P.limit > P.bytes ? P.limit - P.bytes : 0; }
+
 // Frees the memos of `drop` (outside the lock), keeping the mapping of each while the
 // pool's memos and kept mappings fit its limit.
 void free_memos(const std::vector<WordCache*>& drop) {
@@ -164,7 +167,7 @@ void free_memos(const std::vector<WordCache*>& drop) {
   for (WordCache* m : drop) {
     if (m->map_base) {
       std::lock_guard<std::mutex> lock(P.mu);
-      if (P.bytes + P.spare_bytes + m->block_bytes <= P.limit) {
+      if (P.spare_bytes + m->block_bytes <= spare_room(P)) {
         P.spare.push_back(SpareMapping{m->release_mapping(), m->block_bytes});
         P.spare_bytes += m->block_bytes;
       }
@@ -173,17 +176,19 @@ void free_memos(const std::vector<WordCache*>& drop) {
   }
 }
 
+// (Outside the lock; null ones are skipped: a memo took them.)
 void unmap_spares(const std::vector<WordCache::Mapping>& maps) {
 #if defined(__linux__)
-  for (const WordCache::Mapping& m : maps) munmap(m.base, m.bytes);
+  for (const WordCache::Mapping& m : maps)
+    if (m.base) munmap(m.base, m.bytes);
 #else
   (void)maps;
 #endif
 }
 
-// Under the lock: kept mappings into `unmap` until they and the memos fit the limit.
-void shed_spares(MemoPool& P, std::vector<WordCache::Mapping>& unmap) {
-  while (!P.spare.empty() && P.bytes + P.spare_bytes > P.limit) {
+// Under the lock: kept mappings into `unmap` until at most `keep` bytes of them are left.
+void shed_spares(MemoPool& P, size_t keep, std::vector<WordCache::Mapping>& unmap) {
+  while (!P.spare.empty() && P.spare_bytes > keep) {
     unmap.push_back(P.spare.back().map);
     P.spare_bytes -= P.spare.back().block_bytes;
     P.spare.pop_back();
@@ -203,7 +208,7 @@ WordCache::Mapping take_spare(MemoPool& P, size_t need, std::vector<WordCache::M
       ++P.totals.recycled;
       break;
     }
-  shed_spares(P, unmap);
+  shed_spares(P, spare_room(P), unmap);
   return got;
 }
 
@@ -259,10 +264,11 @@ WordCache* pool_acquire(const CoreContext& ctx, uint64_t key, int threads, int32
   try {
     // (its own memory, huge-page backed: not the output pool's)
     m = new WordCache(bits, nullptr, nullptr, &adopt);
+    adopt.base = nullptr;  // the memo holds it now
     reset_word_cache(ctx, m, offsets_unit);
     m->fill_call = call;
   } catch (...) {
-    if (!m && adopt.base) unmap_spares({adopt});  // (else the memo holds it)
+    unmap_spares({adopt});
     delete m;
     std::lock_guard<std::mutex> lock(P.mu);
     P.bytes -= WordCache::bytes_for(bits);
@@ -404,8 +410,7 @@ void pool_seed(const CoreContext& ctx, uint64_t key, int threads, int32_t offset
       P.busy.push_back(made.back());
     }
   } catch (...) {
-    for (WordCache::Mapping& a : adopt)
-      if (a.base) unmap_spares({a});
+    unmap_spares(adopt);  // the ones no memo took
     std::lock_guard<std::mutex> lock(P.mu);
     P.bytes -= static_cast<size_t>(copies) * src->block_bytes;  // the ones not made
   }
@@ -505,7 +510,7 @@ void word_cache_set_limit(size_t bytes) {
     pool_check_pid(P, drop);
     P.limit = bytes;
     pool_trim(P, bytes, drop);
-    shed_spares(P, unmap);
+    shed_spares(P, spare_room(P), unmap);
   }
   free_memos(drop);
   unmap_spares(unmap);
@@ -535,9 +540,7 @@ size_t word_cache_release() {
   {
     std::lock_guard<std::mutex> lock(P.mu);
     bytes = P.spare_bytes;
-    for (const SpareMapping& m : P.spare) unmap.push_back(m.map);
-    P.spare.clear();
-    P.spare_bytes = 0;
+    shed_spares(P, 0, unmap);
   }
   unmap_spares(unmap);
   return bytes;

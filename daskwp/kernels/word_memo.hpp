@@ -247,7 +247,6 @@ struct WordCache {
   void* map_base = nullptr;
   size_t map_bytes = 0;
   bool zeroed = false;
-  bool released = false;  // release_mapping took the mapping: the destructor frees nothing
   // The multi-threaded call that made it (0: none, or merged since): memos made by one
   // call hold the words of the chunks each thread got, and a later large call first merges
   // them (merge_memos).
@@ -330,7 +329,6 @@ struct WordCache {
       munmap(map_base, map_bytes);
       return;
     }
-    if (released) return;
 #endif
     if (free_block) {
       free_block(block);
@@ -350,7 +348,7 @@ struct WordCache {
       m.base = map_base;
       m.bytes = map_bytes;
       map_base = nullptr;
-      released = true;
+      block = nullptr;  // (the destructor's std::free(nullptr) then frees nothing)
     }
 #endif
     return m;
@@ -865,18 +863,25 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
     ow[2] = w + (int32_t)(wb & 15u) - 1;
   }
 
-#if defined(DWP_SSE41)
-  // put_inline for the fast loop, all in SSE registers from one 16-byte load of the
-  // entry's bytes 16-31 (n_tokens, units, words | word 1 << 4, (end 0 - 1) | (end 1 - 1)
-  // << 4, the 3 ids): 4 ids (the 4th junk) at out, the 3 slots' spans at offs and 4 word
-  // ids at wids, so 4 slots must be free. Five 16-byte stores in place of twelve scalar
-  // ones, and the nibbles unpacked once for all of them. Through tok.encode (20 MB, one
+  // An inline entry's ids, spans (from unit u) and word ids (from w) at out / offs / wids
+  // for the fast loop, which needs kInlineSlots free slots there (the slots past n_tokens
+  // get junk, overwritten by the next emit).
+  // With SSE4.1 all in SSE registers from one 16-byte load of the entry's bytes 16-31
+  // (n_tokens, units, words | word 1 << 4, (end 0 - 1) | (end 1 - 1) << 4, the 3 ids): 4
+  // ids (the 4th junk), the 3 slots' spans and 4 word ids. Five 16-byte stores in place of
+  // twelve scalar ones, and the nibbles unpacked once for all of them. Through tok.encode (20 MB, one
   // thread, two builds run in turn): offsets min 49.0-50.7 -> 48.3-48.5 ms on EWT, 52.2
   // -> 50.3 on books; the time against the encode 1.48-1.52 -> 1.42-1.45. (Callgrind
   // counts 1.9% more instructions: the stores, not the instructions, were the cost.)
-  DWP_FORCEINLINE static void inline_simd(const WordCacheEntry* en, int32_t* out,
-                                          int64_t* offs, int32_t* wids, int64_t u,
-                                          int32_t w) {
+#if defined(DWP_SSE41)
+  static constexpr int64_t kInlineSlots = 4;
+#else
+  static constexpr int64_t kInlineSlots = kWordCacheMaxTokens;
+#endif
+  DWP_FORCEINLINE static void put_inline_hit(const WordCacheEntry* en, int32_t* out,
+                                             int64_t* offs, int32_t* wids, int64_t u,
+                                             int32_t w) {
+#if defined(DWP_SSE41)
     const __m128i v =
         _mm_load_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const uint8_t*>(en) + 16));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_srli_si128(v, 4));
@@ -904,8 +909,13 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
         nib, _mm_setr_epi8(z, z, z, z, 5, z, z, z, 4, z, z, z, z, z, z, z));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(wids),
                      _mm_add_epi32(wv, _mm_add_epi32(_mm_set1_epi32(w), _mm_setr_epi32(0, 0, -1, 0))));
-  }
+#else
+    __builtin_memcpy(out, en->tokens, sizeof(en->tokens));
+    int64_t ob[3], oe[3];
+    put_inline(reinterpret_cast<const uint8_t*>(en), ob, oe, wids, u, w);
+    for (int k = 0; k < 3; ++k) offs[2 * k] = ob[k], offs[2 * k + 1] = oe[k];
 #endif
+  }
 
   // The nt tokens of a long record (ids rec, metadata meta) at out / offs / wids, spans from
   // unit u, word ids from w; `room` (>= nt + 4) slots are free there, and it writes up to 4
@@ -1571,6 +1581,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
     const int32_t shift = 64 - wc.bits - 5;  // the set's byte offset: 64 bytes a set
     const int64_t readable16 = readable - 16;
     const int64_t cap3 = cap - kWordCacheMaxTokens;
+    const int64_t cap_inline = cap - kInlineSlots;  // (kOff)
     const int64_t cap6 = cap - kWordCachePackedTokens;
     const bool u16 = wc.u16;
     const MidEntry* const mids = wc.mid;
@@ -1697,38 +1708,12 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
             const int64_t nt = en->n_tokens;
             int64_t got = nt;
             if constexpr (kOff) {
-#if defined(DWP_SSE41)
-              if (__builtin_expect(nt <= kWordCacheMaxTokens && n < cap3, 1)) {
-                // put_inline's spans and word ids, from the entry's last 16 bytes in one
-                // load (inline_simd).
-                uint32_t mt;
+              if (__builtin_expect(nt <= kWordCacheMaxTokens && n <= cap_inline, 1)) {
+                uint32_t mt;  // (n_tokens, units, words | word 1 << 4, the ends' nibbles)
                 __builtin_memcpy(&mt, reinterpret_cast<const uint8_t*>(en) + 16, 4);
-                inline_simd(en, out + n, offs + 2 * n, wids + n, i - cd, wd);
+                put_inline_hit(en, out + n, offs + 2 * n, wids + n, i - cd, wd);
                 cd += w - ((mt >> 8) & 0xFFu);
                 wd += (mt >> 16) & 15u;
-              } else
-#endif
-              if (__builtin_expect(nt <= kWordCacheMaxTokens && n <= cap3, 1)) {
-                __builtin_memcpy(out + n, en->tokens, sizeof(en->tokens));
-                // put_inline's spans and word ids, from the 4 bytes at 16 in one load.
-                uint32_t mt;
-                __builtin_memcpy(&mt, reinterpret_cast<const uint8_t*>(en) + 16, 4);
-                const int64_t u = i - cd, units = (mt >> 8) & 0xFFu;
-                const int64_t e0 = u + ((mt >> 24) & 15u) + 1, e1 = u + (mt >> 28) + 1;
-                int64_t* o = offs + 2 * n;
-                o[0] = u;
-                o[1] = e0;
-                o[2] = e0;
-                o[3] = e1;
-                o[4] = e1;
-                o[5] = u + units;
-                const int32_t wb = (int32_t)((mt >> 16) & 0xFFu);
-                int32_t* wi = wids + n;
-                wi[0] = wd;
-                wi[1] = wd + (wb >> 4);
-                wi[2] = wd + (wb & 15) - 1;
-                cd += w - units;
-                wd += wb & 15;
               } else if (nt == kInLong) {  // its reference to the long record
                 int32_t cnt;
                 const int32_t* rec =
