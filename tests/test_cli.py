@@ -554,3 +554,22 @@ def test_pair_keys_from_yaml_and_flags(tmp_path):
                                     "--no-return-sequence-ids", "--return-token-type-ids"])
     assert (ns.column_pair, ns.return_sequence_ids, ns.return_token_type_ids) == \
         ("ctx", False, True)
+
+
+def test_failed_job_without_parts_does_not_block_its_rerun(tmp_path, capsys):
+    """A job that fails before writing any part (bad JSON while counting) leaves _job.json;
+    the rerun after fixing the input is not another job's data (issue 37, item 6)."""
+    inp = tmp_path / "docs.jsonl"
+    inp.write_text('{"text": "one"}\n{"text": "tw\n', encoding="utf-8")
+    out = tmp_path / "out"
+    rc, _, err = run_cli(*sync_job(inp, out, "-q"), capsys=capsys)
+    assert rc == 2 and "docs.jsonl" in err, err
+    assert (out / "_job.json").exists() and not list(out.glob("part-*"))
+    inp.write_text('{"text": "one"}\n{"text": "two"}\n', encoding="utf-8")
+    rc, _, err = run_cli(*sync_job(inp, out, "-q"), capsys=capsys)
+    assert rc == 0, err
+    summary = json.loads((out / "_summary.json").read_text())
+    assert summary["documents"] == 2 and summary["partitions_written"] == 1
+    # a folder holding parts of a job with other parameters is still refused
+    rc, _, err = run_cli(*sync_job(inp, out, "-q", "--max-length", "64"), capsys=capsys)
+    assert rc == 2 and "holds another job's data" in err

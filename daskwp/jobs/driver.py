@@ -254,6 +254,15 @@ def prepare_output(cfg: JobConfig, header: dict, plan: list | None = None) -> di
             f"new or empty directory")
     previous = None
     job_path = os.path.join(out, JOB_FILE)
+    if not any(n.startswith(PART_PREFIX) and n.endswith(PART_SUFFIX) for n in ours):
+        # No part of any job: a job that failed before writing one (bad input while
+        # counting) left only its _job.json. That is no data to protect: start afresh.
+        for n in ours:
+            try:
+                os.unlink(os.path.join(out, n))
+            except FileNotFoundError:
+                pass
+        return None
     if os.path.exists(job_path):
         try:
             with open(job_path, encoding="utf-8") as fh:
