@@ -171,6 +171,35 @@ def _print_result(summary: dict, ns, quiet: bool) -> None:
         print(format_summary(summary))
 
 
+class _QuietLog:
+    """Quiet mode's standard error: while a job runs, file descriptor 2 of this process
+    (and so of the worker processes it starts) goes to a log file in the temporary folder,
+    so that distributed's ``Compute Failed`` blocks, tracebacks and warnings stay out of
+    the terminal. The job's one error line names the file (``log_note``); a job that ends
+    without one removes it."""
+
+    def __init__(self):
+        import tempfile
+        fd, self.path = tempfile.mkstemp(prefix="daskwp-", suffix=".log")
+        sys.stderr.flush()
+        self._saved = os.dup(2)
+        os.dup2(fd, 2)
+        os.close(fd)
+
+    def close(self, keep: bool) -> str:
+        """Give fd 2 back; the note naming the log ('' when it is empty or not kept)."""
+        sys.stderr.flush()
+        os.dup2(self._saved, 2)
+        os.close(self._saved)
+        try:
+            if keep and os.path.getsize(self.path):
+                return f" (details: {self.path})"
+            os.unlink(self.path)
+        except OSError:
+            pass
+        return ""
+
+
 def _cmd_job(ns) -> int:
     values = _job_values(ns)
     if ns.command == "run":
@@ -178,7 +207,19 @@ def _cmd_job(ns) -> int:
     else:
         values.update(input=ns.input, output=ns.output)
         cfg = make_config(values, source="command line")
-    summary = run_job(cfg)
+    quiet_log = _QuietLog() if cfg.quiet and not os.environ.get("DASKWP_DEBUG") else None
+    try:
+        summary = run_job(cfg)
+    except BaseException as e:
+        if quiet_log is not None:
+            import traceback
+            traceback.print_exception(e)   # the details, into the log
+            e.log_note = quiet_log.close(keep=True)
+            quiet_log = None
+        raise
+    finally:
+        if quiet_log is not None:
+            quiet_log.close(keep=False)
     _print_result(summary, ns, cfg.quiet)
     return 0
 
@@ -289,12 +330,12 @@ def main(argv=None) -> int:
     except JobError as e:
         if os.environ.get("DASKWP_DEBUG"):
             raise
-        print(f"daskwp: error: {e}", file=sys.stderr)
+        print(f"daskwp: error: {e}{getattr(e, 'log_note', '')}", file=sys.stderr)
         return 2 if isinstance(e, (ConfigError, InputError, OutputConflictError)) else 1
     except KeyboardInterrupt as e:
         how = " by SIGTERM" if isinstance(e, Terminated) else ""
-        print(f"daskwp: interrupted{how}; run the same command again to resume",
-              file=sys.stderr)
+        print(f"daskwp: interrupted{how}; run the same command again to resume"
+              f"{getattr(e, 'log_note', '')}", file=sys.stderr)
         return 130
     finally:
         if previous is not None:

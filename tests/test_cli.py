@@ -573,3 +573,26 @@ def test_failed_job_without_parts_does_not_block_its_rerun(tmp_path, capsys):
     # a folder holding parts of a job with other parameters is still refused
     rc, _, err = run_cli(*sync_job(inp, out, "-q", "--max-length", "64"), capsys=capsys)
     assert rc == 2 and "holds another job's data" in err
+
+
+def test_quiet_failure_prints_one_error_line_and_logs_the_details(tmp_path):
+    """-q: a job that fails on a local cluster prints exactly the one ``daskwp: error:``
+    line, which names a log file holding distributed's report and the traceback; without
+    -q the report is printed (issue 37, item 7)."""
+    inp = tmp_path / "docs.jsonl"
+    inp.write_text('{"text": "one"}\n{"text": "tw\n', encoding="utf-8")
+    base = [sys.executable, "-m", "daskwp", "tokenize", str(inp), str(tmp_path / "out"),
+            "--n-workers", "1", "--threads-per-worker", "1"]
+    env = {k: v for k, v in os.environ.items() if k != "DASKWP_DEBUG"}
+    loud = subprocess.run(base, capture_output=True, text=True, timeout=120, env=env)
+    assert loud.returncode == 2 and "Compute Failed" in loud.stderr, loud.stderr
+    quiet = subprocess.run([*base, "-q"], capture_output=True, text=True, timeout=120,
+                           env=env)
+    assert quiet.returncode == 2 and quiet.stdout == ""
+    lines = quiet.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("daskwp: error: counting partition 0 "
+                                                   "failed: "), quiet.stderr
+    log = Path(lines[0].rsplit("(details: ", 1)[1].rstrip(")"))
+    details = log.read_text()
+    assert "Compute Failed" in details and "Traceback" in details and "docs.jsonl" in details
+    log.unlink()
