@@ -68,6 +68,11 @@ def offsets_available(tok) -> bool:
 # The result: a BatchEncoding look-alike
 # ---------------------------------------------------------------------------------------
 
+_DETACHED = ("{what} needs the tokenizer, which a BatchEncoding does not carry when it is "
+             "pickled (the inputs, sequence ids and any word ids already asked for do): ask "
+             "for it before pickling, or call the tokenizer again")
+
+
 class BatchEncoding(UserDict):
     """What :class:`TransformersTokenizer` returns: a mapping of the model inputs with
     attribute access (``enc.input_ids``), as transformers' ``BatchEncoding``.
@@ -148,6 +153,8 @@ class BatchEncoding(UserDict):
             self._rows = self._redo()._rows   # the same rows, with word ids
             self._redo = None
             words = self._row(batch_index)[1]
+        if words is None and self._owner is None:
+            raise ValueError(_DETACHED.format(what="word_ids()"))
         if words is None:
             raise NotImplementedError(
                 "word_ids: this daskwp tokenizer does not give word ids yet (tok.encode(..., "
@@ -158,7 +165,7 @@ class BatchEncoding(UserDict):
         """The token strings of row ``batch_index``."""
         ids = self._row(batch_index)[2]
         if self._owner is None:
-            raise ValueError("tokens(): this BatchEncoding has no tokenizer attached")
+            raise ValueError(_DETACHED.format(what="tokens()"))
         return self._owner.convert_ids_to_tokens(list(ids))
 
     def convert_to_tensors(self, tensor_type=None, prepend_batch_axis: bool = False):
@@ -187,19 +194,25 @@ class BatchEncoding(UserDict):
         return repr(self.data)
 
 
-class _LazyRows:
-    """Per-row (sequence ids, word ids, ids) made when asked (the vectorized path)."""
+class _SeqRows:
+    """Per-row (sequence ids, None, ids) of the vectorized path, made when asked from its
+    arrays (a 2-D array or a list of rows each: sequence ids with -1 for None, token ids).
+    Plain data, so a BatchEncoding holding it pickles."""
 
-    def __init__(self, make, n):
-        self._make, self._n = make, n
+    def __init__(self, seq, ids):
+        self._seq, self._ids = seq, ids
 
     def __getitem__(self, i):
-        if not -self._n <= i < self._n:
-            raise IndexError(f"batch index {i} out of range for {self._n} rows")
-        return self._make(i % self._n)
+        n = len(self._ids)
+        if not -n <= i < n:
+            raise IndexError(f"batch index {i} out of range for {n} rows")
+        seq, ids = self._seq[i], self._ids[i]
+        seq = seq.tolist() if isinstance(seq, np.ndarray) else seq
+        ids = ids.tolist() if isinstance(ids, np.ndarray) else list(ids)
+        return [None if v < 0 else v for v in seq], None, ids
 
     def __len__(self):
-        return self._n
+        return len(self._ids)
 
 
 def _tensor_kind(tensor_type) -> str:
@@ -958,8 +971,7 @@ class TransformersTokenizer:
                 data["length"] = [len(r) for r in ids_l]
             if overflow:
                 data["overflow_to_sample_mapping"] = sample.tolist()
-            rows = _LazyRows(lambda i: ([None if v < 0 else v for v in seq_l[i]], None,
-                                        ids_l[i]), n)
+            rows = _SeqRows(seq_l, ids_l)
         else:
             width = ids.shape[1]
             if multiple is not None and multiple > 0 and width % multiple:
@@ -981,8 +993,7 @@ class TransformersTokenizer:
                 data["length"] = np.full(n, width, dtype=np.int64)
             if overflow:
                 data["overflow_to_sample_mapping"] = sample
-            rows = _LazyRows(lambda i: ([None if v < 0 else v for v in seq[i].tolist()],
-                                        None, ids[i].tolist()), n)
+            rows = _SeqRows(seq, ids)
             if return_tensors is None:
                 data = {k: v.tolist() for k, v in data.items()}
             elif return_tensors == "pt" or getattr(return_tensors, "value", None) == "pt":

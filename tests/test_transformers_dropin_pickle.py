@@ -1,0 +1,116 @@
+"""The transformers drop-in's results pickle (issue 37, item 3): every ``BatchEncoding`` the
+drop-in returns, and the drop-in itself, round-trip through ``pickle``, a ``multiprocessing``
+pool and a torch ``DataLoader`` with worker processes (where torch is installed), equal to
+``BertTokenizerFast``'s results for the same calls."""
+
+from __future__ import annotations
+
+import multiprocessing
+import pickle
+
+import pytest
+
+from conftest import corpus_files, read_documents
+from test_transformers_dropin import VOCABS, assert_same, pair_for, torch
+
+# Calls covering the drop-in's paths: the vectorized windows (ragged lists, padded lists,
+# NumPy, torch), overflow, pairs, the general path (offsets, words, left sides).
+CALLS = [
+    {},
+    {"padding": True},
+    {"padding": "max_length", "max_length": 24, "truncation": True, "return_tensors": "np"},
+    {"truncation": True, "max_length": 10, "stride": 3, "return_overflowing_tokens": True},
+    {"return_offsets_mapping": True, "return_special_tokens_mask": True, "padding": True},
+    {"pair": True, "padding": True, "truncation": True, "max_length": 16},
+    {"pair": True, "truncation": "only_second", "max_length": 16, "stride": 2,
+     "return_overflowing_tokens": True, "padding": True},
+    {"words": True, "padding": True},
+    {"padding": True, "padding_side": "left", "return_length": True},
+]
+if torch is not None:
+    CALLS += [{"padding": True, "return_tensors": "pt"},
+              {"pair": True, "padding": "max_length", "max_length": 20, "truncation": True,
+               "return_tensors": "pt", "return_overflowing_tokens": False}]
+
+
+@pytest.fixture(scope="module")
+def texts():
+    docs = [d for d in read_documents(corpus_files()[0]) if d.strip()]
+    return docs[:8]
+
+
+def _call(tok, texts, spec):
+    spec = dict(spec)
+    args = [texts]
+    if spec.pop("pair", False):
+        args.append(texts[::-1])
+    if spec.pop("words", False):
+        args = [[t.split() for t in texts]]
+        spec["is_split_into_words"] = True
+    return tok(*args, **spec)
+
+
+def _same_result(got, want):
+    assert set(got) == set(want)
+    for k in want:
+        assert_same(got[k], want[k], k)
+    n = len(want["input_ids"])
+    for i in range(n):
+        assert got.sequence_ids(i) == want.sequence_ids(i)
+
+
+@pytest.mark.parametrize("spec", CALLS, ids=[str(sorted(c.items())) for c in CALLS])
+def test_batch_encoding_pickles(spec, texts):
+    hf, dt = pair_for(VOCABS[0])
+    got = _call(dt, texts, spec)
+    want = _call(hf, texts, spec)
+    got.word_ids(0)          # word ids asked for before pickling travel with the result
+    again = pickle.loads(pickle.dumps(got))
+    _same_result(again, want)
+    assert again.word_ids(0) == want.word_ids(0)
+    assert again.n_sequences == want.n_sequences
+    # the tokenizer does not travel: what needs it says so
+    with pytest.raises(ValueError, match="pickled"):
+        again.tokens(0)
+
+
+def test_drop_in_pickles(texts):
+    hf, dt = pair_for(VOCABS[0])
+    again = pickle.loads(pickle.dumps(dt))
+    assert again.model_max_length == dt.model_max_length
+    _same_result(again(texts, padding=True), hf(texts, padding=True))
+
+
+def _encode_in_worker(tok, batch):
+    return tok(batch, padding=True, truncation=True, max_length=32)
+
+
+def test_results_through_a_multiprocessing_pool(texts):
+    """The drop-in goes to worker processes and its results come back (pickled both
+    ways)."""
+    hf, dt = pair_for(VOCABS[0])
+    batches = [texts[i:i + 3] for i in range(0, len(texts), 3)]
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        results = pool.starmap_async(_encode_in_worker, [(dt, b) for b in batches]) \
+            .get(timeout=120)
+    for got, batch in zip(results, batches):
+        _same_result(got, hf(batch, padding=True, truncation=True, max_length=32))
+
+
+def test_torch_dataloader_with_workers(texts):
+    """The README's pattern: a collate_fn that tokenizes, in 2 worker processes (it hung
+    when results did not pickle; the timeout turns a hang into a failure)."""
+    if torch is None:
+        pytest.skip("PyTorch is not installed (pip install -e .[torch])")
+    from torch.utils.data import DataLoader
+    hf, dt = pair_for(VOCABS[0])
+    loader = DataLoader(texts, batch_size=3, num_workers=2, timeout=120,
+                        multiprocessing_context="fork",
+                        collate_fn=lambda b: dt(b, padding=True, truncation=True,
+                                                max_length=32, return_tensors="pt"))
+    batches = list(loader)
+    assert len(batches) == 3
+    for k, got in enumerate(batches):
+        want = hf(texts[3 * k:3 * k + 3], padding=True, truncation=True, max_length=32,
+                  return_tensors="pt")
+        _same_result(got, want)
