@@ -506,6 +506,9 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
     _opt("keep_columns", None, check_columns, "a column name or a list of them", True, (JOB,),
          "input columns copied into every output row of their document (e.g. an id to join "
          "the rows back to their source)", metavar="COLUMN", repeatable=True),
+    _opt("parquet_compat", False, check_bool, "true or false", True, (JOB,),
+         "write parts every Parquet reader takes (list values PLAIN, not BYTE_STREAM_SPLIT: "
+         "fastparquet, older Spark/Hive) at some speed and size (default: no)"),
 )}
 
 

@@ -251,7 +251,7 @@ def _timed_write(writer, table, clock: dict) -> None:
 def write_tokenized_part(texts, tokenizer, options: dict, path: str, tmp_path: str, *,
                          logid_offset: int = 0, compression=DEFAULT_COMPRESSION, metadata=None,
                          partition=None, piece_bytes: int = PIECE_BYTES,
-                         table_hook=None) -> dict:
+                         table_hook=None, parquet_compat: bool = False) -> dict:
     """Tokenize one partition and write it as one Parquet part, atomically: the stored
     layout of docs/batch-jobs.md "Output" (global logIDs from ``logid_offset``; the mask
     only for padded rows), the part's statistics and the vocabulary's ``pad_id`` in its
@@ -267,14 +267,15 @@ def write_tokenized_part(texts, tokenizer, options: dict, path: str, tmp_path: s
     (``tokenize``, ``arrow``, ``write``, ``finish``: footer, fsync, rename).
 
     ``table_hook(table) -> table``, when given, adds to every piece's table before it is
-    written (the batch jobs' kept input columns).
+    written (the batch jobs' kept input columns). ``parquet_compat``: list values PLAIN
+    (:func:`~daskwp.frames.partition.parquet_write_options`).
 
     Memory: the partition's text, about two pieces' outputs, the writer's pages.
     """
     tok = cached_tokenizer(tokenizer)
     clock = {"tokenize": 0.0, "arrow": 0.0, "write": 0.0, "finish": 0.0}
     with_mask = stores_mask(options["padding"])
-    writer = PartWriter(path, tmp_path, compression)
+    writer = PartWriter(path, tmp_path, compression, compat=parquet_compat)
     if table_hook is not None:
         write_table = writer.write
         writer.write = lambda table: write_table(table_hook(table))

@@ -459,14 +459,17 @@ SCALAR_ENCODING = "DELTA_BINARY_PACKED"
 LIST_ENCODING = "BYTE_STREAM_SPLIT" if int(pa.__version__.split(".")[0]) >= 17 else "PLAIN"
 
 
-def parquet_write_options(schema: pa.Schema, compression=DEFAULT_COMPRESSION) -> dict:
+def parquet_write_options(schema: pa.Schema, compression=DEFAULT_COMPRESSION,
+                          compat: bool = False) -> dict:
     """``pyarrow.parquet.ParquetWriter`` keywords of the stored layout for ``schema``
-    (measured in benchmarks/results/pipeline_bench.md)."""
+    (measured in benchmarks/results/pipeline_bench.md). ``compat``: list values PLAIN, the
+    layout readers without BYTE_STREAM_SPLIT take (fastparquet; the ``parquet_compat``
+    option, docs/batch-jobs.md "Output")."""
     codec = None if compression in (None, "none", False) else str(compression)
     encodings = {}
     for f in schema:
         if pa.types.is_list(f.type) or pa.types.is_large_list(f.type):
-            if LIST_ENCODING != "PLAIN":
+            if LIST_ENCODING != "PLAIN" and not compat:
                 encodings[f"{f.name}.list.element"] = LIST_ENCODING
         elif pa.types.is_integer(f.type):
             encodings[f.name] = SCALAR_ENCODING
@@ -581,9 +584,12 @@ class PartWriter:
     """
 
     def __init__(self, path: str, tmp_path: str, compression=DEFAULT_COMPRESSION,
-                 row_group_rows: int = ROW_GROUP_ROWS, native: bool | None = None):
+                 row_group_rows: int = ROW_GROUP_ROWS, native: bool | None = None,
+                 compat: bool = False):
         self.path, self.tmp_path = str(path), str(tmp_path)
         self.compression = compression
+        #: the layout of parquet_write_options(compat=True): list values PLAIN
+        self.compat = compat
         #: daskwp's own writer (:mod:`daskwp.frames.parquet_writer`) or Arrow's; None: the
         #: own one wherever it takes the schema and compression
         self.native = native
@@ -605,14 +611,14 @@ class PartWriter:
         from . import parquet_writer
         schema = schema.with_metadata(_portable_pandas_schema_metadata(schema))
         self._file = _HashingFile(self.tmp_path)
-        options = parquet_write_options(schema, self.compression)
+        options = parquet_write_options(schema, self.compression, self.compat)
         native = self.native if self.native is not None else \
             parquet_writer.supports(schema, options["compression"])
         try:
             if native:
                 self._writer = parquet_writer.NativeParquetWriter(
                     self._file, schema, options["compression"],
-                    byte_stream_split=LIST_ENCODING == "BYTE_STREAM_SPLIT")
+                    byte_stream_split=LIST_ENCODING == "BYTE_STREAM_SPLIT" and not self.compat)
             else:
                 self._writer = pq.ParquetWriter(self._file, schema, **options)
         except BaseException:

@@ -107,8 +107,9 @@ def connect_cluster(cfg: JobConfig, device: str):
 # ---------------------------------------------------------------------------------------
 #: What the write tasks get: every option of ``tok(...)`` that is a job key (the window
 #: options, ``return_overflowing_tokens``, the per-position outputs, ...: CALL_OPTIONS of
-#: the partition tasks), and the compression.
-_PARTITION_OPTIONS = (*(k for k in CALL_OPTIONS if k in CONFIG_KEYS), "compression")
+#: the partition tasks), the compression and the layout (``parquet_compat``).
+_PARTITION_OPTIONS = (*(k for k in CALL_OPTIONS if k in CONFIG_KEYS), "compression",
+                      "parquet_compat")
 
 
 def build_tokenizer(cfg: JobConfig):

@@ -242,7 +242,8 @@ def _write_partition(spec, logid_offset, out_dir, tokenizer, options, job_id, n_
     stats = write_tokenized_part(texts, tokenizer, options, os.path.join(out_dir, name), tmp,
                                  logid_offset=int(logid_offset),
                                  compression=options["compression"], metadata=meta,
-                                 table_hook=hook)
+                                 table_hook=hook,
+                                 parquet_compat=bool(options.get("parquet_compat")))
     stats["cpu_seconds"]["read"] = read_cpu
     stats.update(partition=spec.index, logid_offset=int(logid_offset),
                  invalid_utf8_bytes=bad_bytes, invalid_utf8_documents=bad_docs)
