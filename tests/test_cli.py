@@ -545,7 +545,7 @@ def test_pair_keys_from_yaml_and_flags(tmp_path):
     cfg = jobs.load_config(job)
     assert (cfg.column_pair, cfg.truncation, cfg.return_overflowing_tokens,
             cfg.return_sequence_ids, cfg.return_token_type_ids) == ("c", "only_second", True,
-                                                                    True, False)
+                                                                    True, None)
     for key in ("column_pair", "truncation", "return_overflowing_tokens",
                 "return_token_type_ids", "return_sequence_ids"):
         assert key in jobs.JOB_KEYS        # recorded in _job.json: resume refuses a change

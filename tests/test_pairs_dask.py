@@ -155,7 +155,8 @@ def _with_new_outputs(out: BatchWindows, width: int) -> BatchWindows:
 def test_an_output_the_frames_never_saw_needs_no_new_code(tok, tmp_path, padding):
     firsts, seconds = corpus_pairs(tok, 20, 32, 5)
     out = _with_new_outputs(tok(firsts, text_pair=seconds, max_length=32, stride=5,
-                                padding=padding, return_sequence_ids=True), 32)
+                                padding=padding, return_sequence_ids=True,
+                                return_token_type_ids=False), 32)
     table = table_from_output(out)
     names = table.column_names
     assert names[names.index("window") + 1:] == ["sequence_ids", "word_ids",
@@ -174,7 +175,7 @@ def test_an_output_the_frames_never_saw_needs_no_new_code(tok, tmp_path, padding
         {k: np.concatenate([b[k] for b in ds.batches(max_length=32)])
          for k in ("input_ids", "word_ids", "offset_mapping", "sequence_ids")}
     padded = _with_new_outputs(tok(firsts, text_pair=seconds, max_length=32, stride=5,
-                                   return_sequence_ids=True), 32)
+                                   return_sequence_ids=True, return_token_type_ids=False), 32)
     for k in ("input_ids", "sequence_ids", "word_ids", "offset_mapping"):
         np.testing.assert_array_equal(got[k], padded[k], err_msg=k)
     assert got["offset_mapping"].shape == (padded.num_rows, 32, 2)
@@ -501,3 +502,42 @@ def test_bucket_padding_with_pairs_job(tok, tmp_path, capsys):
     assert {b.input_ids.shape[1] for b in batches} <= {16, 32, 48}
     for batch in batches:
         assert set(EXTRAS) <= set(batch)
+
+
+def test_pairs_return_token_type_ids_by_default(tok, tmp_path, capsys):
+    """issue 37.2: a pair gives token_type_ids unless return_token_type_ids=False, in
+    tok(...), the accessor and a --column-pair job (so read_tokenized batches); single texts
+    do not (HF returns them for BERT's pairs)."""
+    from tokenizers import BertWordPieceTokenizer
+
+    firsts = ["who wrote it?", "", "what is the name of the whale"]
+    seconds = ["the book was written by herman melville", "some context", None]
+    hf = BertWordPieceTokenizer(str(daskwp.core.vocab.DEFAULT_VOCAB_PATH), lowercase=True)
+    hf.enable_padding(length=24, pad_id=0)
+    want_types = [e.type_ids for e in hf.encode_batch(list(zip(firsts, [clean(b) for b in
+                                                                        seconds])))]
+    out = tok(firsts, text_pair=[clean(b) for b in seconds], max_length=24)
+    assert out["token_type_ids"].tolist() == want_types
+    assert "token_type_ids" not in tok(firsts, max_length=24)
+    off = tok(firsts, text_pair=[clean(b) for b in seconds], max_length=24,
+              return_token_type_ids=False)
+    assert "token_type_ids" not in off and "token_type_ids" not in off.keys()
+    # the accessor
+    frame = pd.DataFrame({"q": firsts, "c": seconds})
+    res = frame["q"].wordpiece.tokenize(text_pair=frame["c"], max_length=24)
+    assert [list(x) for x in res.to_frame()["token_type_ids"]] == want_types
+    res = frame["q"].wordpiece.tokenize(text_pair=frame["c"], max_length=24,
+                                        return_token_type_ids=False)
+    assert "token_type_ids" not in res.to_frame().columns
+    # a job, read back
+    inp = write_pairs(tmp_path / "in.parquet", "parquet", firsts, seconds)
+    for extra, wanted in (([], True), (["--no-return-token-type-ids"], False)):
+        out_dir = tmp_path / f"out{len(extra)}"
+        rc = main(["tokenize", str(inp), str(out_dir), "--scheduler", "synchronous", "-q",
+                   "--max-length", "24", "--column", "question", "--column-pair", "context",
+                   *extra])
+        assert rc == 0, capsys.readouterr().err
+        got = read_back(out_dir, 24)
+        assert ("token_type_ids" in got) is wanted
+        if wanted:
+            assert got["token_type_ids"].tolist() == want_types

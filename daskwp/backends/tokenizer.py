@@ -346,9 +346,10 @@ class WordPieceTokenizer:
             With a truncation strategy: HF's encoding followed by its overflowing windows
             (``longest_first`` with pairs is refused: HF pairs every window of one side with
             every window of the other).
-        return_token_type_ids, return_sequence_ids : bool, default False
+        return_token_type_ids, return_sequence_ids : bool, default None / False
             Also ``token_type_ids`` (the mask's dtype; 0 on the first segment, its [CLS] and
-            [SEP] included, 1 on the second) and ``sequence_ids`` (int8: 0 / 1 on the
+            [SEP] included, 1 on the second; None: returned for pairs, as HF does for BERT,
+            not for single texts) and ``sequence_ids`` (int8: 0 / 1 on the
             sequences' tokens, -1 on special tokens and padding), as HF's ``Encoding``.
         return_offsets_mapping, return_word_ids, return_special_tokens_mask : bool, default False
             Also ``offset_mapping`` (int64, rows x width x 2: each token's ``[begin, end)`` in

@@ -430,9 +430,11 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
     _opt("return_overflowing_tokens", False, check_bool, "true or false", True, (WINDOWS, JOB),
          "with a truncation strategy: also the overflow windows (HF's encoding followed by its "
          "overflowing); truncation=False always windows"),
-    _opt("return_token_type_ids", False, check_bool, "true or false", True, (WINDOWS, JOB),
-         "also token_type_ids: 0 on the first sequence (its [CLS] and [SEP]), 1 on the "
-         "second; zeros for single texts"),
+    _opt("return_token_type_ids", None, check_opt_bool, "true, false or null (on for "
+         "sentence pairs, off for single texts)", True, (WINDOWS, JOB),
+         "token_type_ids: 0 on the first sequence (its [CLS] and [SEP]), 1 on the second; "
+         "zeros for single texts (default: returned with text_pair / column_pair, as HF does "
+         "for BERT; false turns them off)"),
     _opt("return_sequence_ids", False, check_bool, "true or false", True, (WINDOWS, JOB),
          "also sequence_ids (int8): 0 / 1 on the first / second sequence's tokens, -1 on "
          "special tokens and padding"),

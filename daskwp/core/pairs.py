@@ -409,8 +409,9 @@ def sequence_options(p, paired: bool, return_overflowing_tokens=None,
 
     rot = check("return_overflowing_tokens",
                 False if return_overflowing_tokens is None else return_overflowing_tokens)
+    # None: on for pairs (HF returns them for BERT's pairs), off for single texts.
     rtt = check("return_token_type_ids",
-                False if return_token_type_ids is None else return_token_type_ids)
+                paired if return_token_type_ids is None else return_token_type_ids)
     rsi = check("return_sequence_ids",
                 False if return_sequence_ids is None else return_sequence_ids)
     seq = dict(paired=paired, strategy=None, overflow=None, windowed=None,
