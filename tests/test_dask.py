@@ -496,6 +496,51 @@ def test_stitch_rebuilds_every_document_cluster_wide(client, tok):
         _check_stitched(stitched, docs, tok, "input_ids")
 
 
+def _parquet_files(folder, chunks) -> None:
+    """One Parquet file per chunk, with an id and other columns beside ``text`` (a read
+    of one column fuses small files into fewer partitions)."""
+    start = 0
+    for i, chunk in enumerate(chunks):
+        pd.DataFrame({"id": np.arange(start, start + len(chunk)), "text": _series(chunk),
+                      "a": 1.0, "b": 2.0, "c": "x"}).to_parquet(folder / f"part.{i}.parquet")
+        start += len(chunk)
+
+
+def test_stitch_takes_the_arrays_of_any_partitioning(client, tmp_path, tok):
+    # issue 37 item 4: README's example (res.stitch(res.input_ids)) on dd.read_parquet of
+    # several files failed, the array's blocks being the fused read's partitions
+    _parquet_files(tmp_path, _split(DOCS, [20, 0, 31, 3, 40, 1, 9]))
+    wide = dd.read_parquet(tmp_path)
+    pandas_frame = pd.DataFrame({"id": np.arange(len(DOCS)), "text": _series(DOCS)})
+    many = dd.from_pandas(pandas_frame, npartitions=7)
+    sources = {
+        "read_parquet": wide["text"],
+        "read_parquet_filtered": wide[wide["id"] % 3 != 1]["text"],
+        "from_pandas": many["text"],
+        "from_pandas_filtered": many[many["id"] % 4 != 0]["text"],
+        "repartitioned": many.repartition(npartitions=3)["text"],
+    }
+    for name, ds in sources.items():
+        docs = _docs_of(ds)
+        res = ds.wordpiece.tokenize(**OPTIONS)
+        predictions = res.input_ids
+        stitched = dask.compute(res.stitch(predictions),
+                                res.stitch(res.input_ids * 3, column="pred"),
+                                res.stitch(res.attention_mask * res.input_ids, column="m"))
+        _check_stitched(stitched[0], docs, tok, "values")
+        _check_stitched(stitched[1], docs, tok, "pred", scale=3)
+        _check_stitched(stitched[2], docs, tok, "m")
+    # rows of known sizes in other blocks: aligned with the result's blocks
+    res = sources["read_parquet"].wordpiece.tokenize(**OPTIONS)
+    rechunked = res.input_ids.compute_chunk_sizes().rechunk({0: 50, 1: 8})
+    _check_stitched(res.stitch(rechunked).compute(), _docs_of(sources["read_parquet"]),
+                    tok, "values")
+    # other blocks of unknown sizes: an error that says what to do
+    other = dd.from_pandas(pandas_frame, npartitions=2)["text"].wordpiece.tokenize(**OPTIONS)
+    with pytest.raises(ValueError, match="row blocks of this result's arrays"):
+        res.stitch(other.input_ids)
+
+
 def test_stitch_logits_eagerly(tok):
     s = _series(DOCS[:40])
     res = s.wordpiece.tokenize(**OPTIONS)

@@ -19,7 +19,8 @@ from ..distributed.graph import GlobalLogID, GlobalTokenize, Tokenize, WritePart
     partition_local
 from .eager import WordPieceResult, resolve_call
 from ..frames.partition import (METADATA_COLUMNS, attention_mask_block, check_text_dtype,
-                                input_ids_block, is_cudf, portable_pandas_metadata,
+                                input_ids_block, is_cudf, metadata_block,
+                                portable_pandas_metadata,
                                 position_block, require_fixed_width, select_metadata,
                                 stitch_frame, stitch_rows, value_column)
 from ..frames.schema import position_output, position_outputs_of
@@ -70,14 +71,22 @@ class DaskWordPieceResult:
         cols = list(METADATA_COLUMNS)
         return new_collection(GlobalLogID(self._tokenized[cols], self._source))
 
-    def _block_array(self, func, what: str, dtype=np.int32, tail=()):
-        require_fixed_width(self.options, what)
-        width = self.max_length
+    def _frame_array(self, func, *args, shape=(), dtype=np.int32):
+        """``func(partition, *args)`` of every partition of :meth:`to_frame` as a dask
+        Array with one block per partition. Every array of this result (ids, mask, outputs
+        and the metadata :meth:`stitch` pairs them with) comes from this one frame, so the
+        optimizer partitions them all alike (dask-expr fuses small Parquet partitions when
+        the graph is built)."""
         xp = np
         if is_cudf(self._tokenized._meta):
             import cupy as xp  # blocks stay on the GPU
-        return new_collection(self._tokenized).map_partitions(
-            func, width, meta=xp.empty((0, width) + tuple(tail), dtype=dtype))
+        return self.to_frame().map_partitions(func, *args,
+                                              meta=xp.empty((0,) + shape, dtype=dtype))
+
+    def _block_array(self, func, what: str, dtype=np.int32, tail=()):
+        require_fixed_width(self.options, what)
+        width = self.max_length
+        return self._frame_array(func, width, shape=(width,) + tuple(tail), dtype=dtype)
 
     @property
     def position_outputs(self) -> list[str]:
@@ -188,10 +197,15 @@ class DaskWordPieceResult:
         Parameters
         ----------
         values : dask Array or dask DataFrame
-            An Array of shape (rows, max_length, ...) with the same row blocks as
-            ``input_ids`` (for example a model's per-token output computed block-wise from
-            it), or a DataFrame carrying ``logID, start, stop`` (and ``window``, which orders
-            a document's rows) and a list column of per-token values.
+            An Array of shape (rows, max_length, ...): one of this result's arrays
+            (``input_ids``, ``attention_mask``, a per-position output) or anything computed
+            from them block by block (a model's per-token output, ``map_blocks``,
+            elementwise operations), whatever the input's partitioning (several Parquet
+            files, which dask fuses into fewer partitions; filtered or repartitioned
+            frames); or an Array of known row sizes blocked otherwise (after
+            ``compute_chunk_sizes()``; stitch then computes the metadata's block sizes to
+            align them). Or a DataFrame carrying ``logID, start, stop`` (and ``window``,
+            which orders a document's rows) and a list column of per-token values.
         column : str, optional
             The DataFrame's value column; default: its one column besides the metadata.
             For an Array, the name of the output column (default ``"values"``).
@@ -221,20 +235,41 @@ class DaskWordPieceResult:
         if how == "groupby":
             raise ValueError("how='groupby' needs a DataFrame carrying logID, start, stop; an "
                              "Array is stitched partition by partition")
-        if values.ndim < 2:
-            raise ValueError(f"values must have shape (rows, max_length, ...), got ndim "
-                             f"{values.ndim}")
-        if values.numblocks[0] != self.npartitions or any(n != 1 for n in values.numblocks[1:]):
-            raise ValueError(
-                f"values must have one block per partition ({self.npartitions}) along the "
-                f"rows and one along every other axis; got blocks {values.numblocks} "
-                f"(rechunk with values.rechunk({{1: -1}}), or stitch a DataFrame)")
+        if getattr(values, "ndim", 0) < 2 or not hasattr(values, "numblocks"):
+            raise ValueError(f"values must be a dask Array of shape (rows, max_length, ...) "
+                             f"or a dask DataFrame; got {type(values).__name__} of ndim "
+                             f"{getattr(values, 'ndim', None)}")
+        if any(n != 1 for n in values.numblocks[1:]):
+            values = values.rechunk({axis: -1 for axis in range(1, values.ndim)})
+        # The metadata as an Array made like input_ids: the same blocks as any array of
+        # this result and what is computed from it block by block, however the input is
+        # partitioned (several Parquet files fused, filtered or repartitioned frames).
+        metadata = self._frame_array(metadata_block, shape=(len(METADATA_COLUMNS),),
+                                     dtype=np.int64)
+        if values.numblocks[0] != metadata.numblocks[0]:
+            if any(np.isnan(c) for c in values.chunks[0]):
+                raise ValueError(
+                    f"values must have the row blocks of this result's arrays "
+                    f"(res.input_ids: {metadata.numblocks[0]} blocks); got "
+                    f"{values.numblocks[0]} blocks of unknown sizes. Compute it block by "
+                    f"block from res.input_ids (map_blocks, elementwise operations), call "
+                    f"values.compute_chunk_sizes() to let stitch align its rows, or stitch "
+                    f"a DataFrame")
+            # Rows of known sizes, blocked otherwise (rechunked): aligned with the
+            # metadata's blocks, whose sizes this computes (the metadata only).
+            metadata = metadata.compute_chunk_sizes()
+            if values.shape[0] != metadata.shape[0]:
+                raise ValueError(f"values has {values.shape[0]} rows, this result "
+                                 f"{metadata.shape[0]}")
+            values = values.rechunk({0: metadata.chunks[0]})
         meta = stitch_rows(np.empty((0,) + values.shape[1:], dtype=values.dtype),
-                                select_metadata(self._tokenized._meta), name)
-        blocks = values.to_delayed().reshape(-1)
-        parts = self.metadata.to_delayed()
+                           select_metadata(self._tokenized._meta), name)
+        # Unoptimized: dask's linear fusion of array graphs fails on from_delayed inputs
+        # (an Alias keyed apart from its graph key); the frames are optimized already.
+        blocks = values.to_delayed(optimize_graph=False).reshape(-1)
+        parts = metadata.to_delayed(optimize_graph=False).reshape(-1)
         stitched = [dask.delayed(stitch_rows, pure=True)(b, m, name)
-                    for b, m in zip(blocks, parts)]
+                    for b, m in zip(blocks, parts, strict=True)]
         return dd.from_delayed(stitched, meta=meta, verify_meta=False,
                                prefix="daskwp-stitch")
 

@@ -394,6 +394,15 @@ def select_metadata(frame):
     return frame[list(METADATA_COLUMNS)]
 
 
+def metadata_block(frame):
+    """The ``(logID, start, stop)`` columns of a partition frame as a (rows, 3) int64 array
+    (numpy, or CuPy for cudf)."""
+    meta = frame[list(METADATA_COLUMNS)]
+    if is_cudf(meta):
+        return meta.astype(np.int64).values
+    return meta.to_numpy(dtype=np.int64)
+
+
 
 # -- Parquet ------------------------------------------------------------------------------
 
@@ -737,9 +746,13 @@ def stitch_rows(values, metadata, name: str = "values") -> pd.DataFrame:
     """
     if is_cupy(values):
         values = values.get()
+    if is_cupy(metadata):
+        metadata = metadata.get()
     if is_cudf(metadata):
         metadata = metadata.to_pandas()
-    return _stitched_frame(*stitch_flat(values, metadata[list(METADATA_COLUMNS)]), name)
+    if hasattr(metadata, "columns"):
+        metadata = metadata[list(METADATA_COLUMNS)]
+    return _stitched_frame(*stitch_flat(values, metadata), name)
 
 
 def stitch_frame(frame: pd.DataFrame, column: str, ordered: bool = False) -> pd.DataFrame:
