@@ -47,6 +47,9 @@ TENSOR_TYPES = ("np", "pt", "cp")
 OFFSETS_UNITS = ("chars", "bytes")
 #: Parquet compressions of batch jobs.
 COMPRESSIONS = ("zstd", "snappy", "gzip", "brotli", "lz4", "none")
+#: Output formats of batch jobs: daskwp's Parquet parts, or Megatron indexed datasets
+#: (``.bin`` + ``.idx``, docs/batch-jobs.md "Megatron indexed datasets").
+OUTPUT_FORMATS = ("parquet", "megatron")
 #: The compression of tokenized parts: lz4 (Parquet's LZ4_RAW) writes with 21% less of a
 #: part's write stage than zstd level 1 and reads back 1.26x faster, for 33% more bytes
 #: (benchmarks/results/codec_bench.md, docs/batch-jobs.md "Output");
@@ -511,6 +514,25 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
     _opt("parquet_compat", False, check_bool, "true or false", True, (JOB,),
          "write parts every Parquet reader takes (list values PLAIN, not BYTE_STREAM_SPLIT: "
          "fastparquet, older Spark/Hive) at some speed and size (default: no)"),
+    # Batch jobs: the output format; Megatron indexed datasets (docs/batch-jobs.md)
+    _opt("output_format", "parquet", check_choice(OUTPUT_FORMATS), "'parquet' or 'megatron'",
+         True, (JOB,), "'parquet' (default): windows in Parquet parts; 'megatron': Megatron "
+         "indexed datasets (.bin + .idx), one sequence per document (or per piece, with "
+         "document_separator)", cli_choices=OUTPUT_FORMATS),
+    _opt("append_eod", False, check_bool, "true or false", True, (JOB,),
+         "megatron output: end every document that has tokens with eod_token, as Megatron's "
+         "preprocess_data.py --append-eod"),
+    _opt("eod_token", None, check_opt_str, "a token of the vocabulary or null (sep_token)",
+         True, (JOB,), "megatron output: the end-of-document token of append_eod (default: "
+         "sep_token, [SEP])", metavar="TOKEN"),
+    _opt("document_separator", None, check_opt_str, "a non-empty string or null (one "
+         "sequence per document)", True, (JOB,),
+         "megatron output: split each document on this string into sequences (e.g. \"\\n\" "
+         "for sentence-per-line text in JSON Lines or Parquet); pieces without tokens are "
+         "left out, as preprocess_data.py leaves out empty sentences", metavar="TEXT"),
+    _opt("merge_parts", True, check_bool, "true or false", True, (JOB,),
+         "megatron output: merge the partitions' .bin/.idx pairs into one pair (default); "
+         "false: keep the per-partition pairs only, listed in _megatron_data_args.txt"),
 )}
 
 

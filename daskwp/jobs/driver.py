@@ -65,13 +65,16 @@ from ..backends.tokenizer import resolve_tokenizer
 from ..core.options import TOKENIZER, names
 from ..core.version import __version__
 from ..distributed.tasks import CALL_OPTIONS
-from .config import CONFIG_KEYS, JOB_KEYS, LOCAL_SCHEDULERS, JobConfig
+from .config import CONFIG_KEYS, JOB_KEYS, LOCAL_SCHEDULERS, JobConfig, default_value
 from .errors import ConfigError, JobError, OutputConflictError
 from .inputs import PartitionSpec, input_fingerprint, list_input_files, plan_partitions
 from .parts import (JOB_FILE, JOB_FORMAT, PART_PREFIX, PART_SUFFIX, SUMMARY_FILE, TMP_PREFIX,
                     check_part, count_job_partition, empty_partition, part_name,
                     remove_temporary_files, tokenize_job_partition, verify_output,
                     write_partition)
+from .megatron import (check_megatron_config, check_megatron_part, finish_megatron,
+                       is_megatron_file, megatron_options, verify_megatron_output,
+                       write_megatron_partition)
 from .progress import Progress
 
 def resolve_device(device: str) -> str:
@@ -127,7 +130,10 @@ def build_tokenizer(cfg: JobConfig):
 
 def check_window_parameters(cfg: JobConfig, tokenizer, source: str = "config") -> None:
     """Raise ConfigError for window parameters the tokenizer refuses (stride >= L, ...),
-    before any cluster starts. The tokenizer's own validation gives the message."""
+    before any cluster starts. The tokenizer's own validation gives the message. Options
+    that another output format cannot honour are refused by name."""
+    if cfg.output_format == "megatron":
+        check_megatron_config(cfg, tokenizer, default_value)
     options = {k: getattr(cfg, k) for k in _PARTITION_OPTIONS}
     sample = pa.array([""], type=pa.large_string())
     if cfg.column_pair is not None:   # sentence pairs: the pair options are checked too
@@ -166,10 +172,11 @@ def _write_json(path: str, obj: dict) -> None:
     os.replace(tmp, path)
 
 
-def _our_files(names: Iterable[str]) -> tuple[list[str], list[str]]:
+def _our_files(names: Iterable[str], cfg=None) -> tuple[list[str], list[str]]:
     ours, other = [], []
     for n in names:
         is_ours = (n in (JOB_FILE, SUMMARY_FILE) or n.startswith(TMP_PREFIX)
+                   or is_megatron_file(n, cfg)
                    or (n.startswith(PART_PREFIX) and n.endswith(PART_SUFFIX))
                    or (n.startswith((JOB_FILE + ".", SUMMARY_FILE + ".")) and n.endswith(".tmp")))
         (ours if is_ours else other).append(n)
@@ -247,7 +254,7 @@ def prepare_output(cfg: JobConfig, header: dict, plan: list | None = None) -> di
     out = cfg.output
     _make_output_directory(out)
     names = os.listdir(out)
-    ours, other = _our_files(names)
+    ours, other = _our_files(names, cfg)
     if other:
         raise OutputConflictError(
             f"output directory {out!r} holds another job's data: files daskwp did not write "
@@ -332,10 +339,12 @@ def _job_count(specs: Sequence[PartitionSpec], counts: Sequence, q: int):
 
 def job_graph(specs: Sequence[PartitionSpec], counts: Sequence, missing: Sequence[int],
               out_dir: str, tokenizer, options: dict, job_id: str, device: str,
-              run_id: str = "") -> JobGraph:
+              run_id: str = "", write: Callable = write_partition) -> JobGraph:
     """The graph of a job: the tokenizer as one key, the global-offset pass over the
     partitions' document counts (``counts[q]``, or None: counted from the input), and one
-    write task per partition in ``missing``, taking its offset and count from the pass.
+    write task per partition in ``missing``, taking its offset and count from the pass
+    (``write``: the output format's partition writer, :func:`.parts.write_partition`'s
+    signature).
 
     Keys carry the job id and ``run_id``, so two runs on one cluster never share a task.
     """
@@ -358,7 +367,7 @@ def job_graph(specs: Sequence[PartitionSpec], counts: Sequence, missing: Sequenc
     write_keys = {}
     for i in missing:
         key = (f"daskwp-write-{tag}", i)
-        dsk[key] = Task(key, write_partition, specs[i], TaskRef(offset_keys[i]), out_dir,
+        dsk[key] = Task(key, write, specs[i], TaskRef(offset_keys[i]), out_dir,
                         TaskRef(tok_key), options, job_id, n, device,
                         TaskRef(count_keys[i]))
         write_keys[i] = key
@@ -461,6 +470,12 @@ def format_summary(s: dict) -> str:
         f"  vocabulary   {s['vocab']} (hash {s['vocabulary_hash'][:12]})",
         f"  output       {s['output']}",
     ]
+    if s.get("megatron"):
+        m = s["megatron"]
+        lines.append(f"  megatron     {m['sequences']:,} sequences, {m['tokens_written']:,} "
+                     f"{m['dtype']} tokens: " + (m["prefix"] if m["merged"] else
+                                                 f"{len(m['prefixes'])} prefixes")
+                     + f" (--data-args-path {m['data_args_path']})")
     return "\n".join(lines)
 
 
@@ -533,8 +548,12 @@ def run_job(cfg: JobConfig, *, client=None, tokenizer=None,
         for q, p in enumerate((previous.get("partitions") or [])[:n]):
             if counts[q] is None and p.get("documents") is not None:
                 counts[q] = int(p["documents"])
-    stats: list = [check_part(os.path.join(out, part_name(i, n)), i, job_id, counts[i], None)
-                   for i in range(n)]
+    megatron = cfg.output_format == "megatron"
+    if megatron:
+        stats: list = [check_megatron_part(out, i, n, job_id, counts[i]) for i in range(n)]
+    else:
+        stats = [check_part(os.path.join(out, part_name(i, n)), i, job_id, counts[i], None)
+                 for i in range(n)]
     for i, st in enumerate(stats):
         if st is not None:
             counts[i] = st["documents"]
@@ -554,6 +573,8 @@ def run_job(cfg: JobConfig, *, client=None, tokenizer=None,
         log(f"daskwp: resuming: {skipped} of {n} partitions already complete, "
             f"{len(missing)} to write")
     options = {k: getattr(cfg, k) for k in _PARTITION_OPTIONS}
+    if megatron:
+        options.update(megatron_options(cfg))
     local = cfg.scheduler_address in LOCAL_SCHEDULERS
     # A running cluster's workers resolve "auto" themselves (this machine may have no GPU).
     device = cfg.device if cfg.scheduler_address and not local else resolve_device(cfg.device)
@@ -579,7 +600,8 @@ def run_job(cfg: JobConfig, *, client=None, tokenizer=None,
             except FileNotFoundError:
                 pass
         graph = job_graph(specs, counts, missing, out, tok, options, job_id, device,
-                          run_id=uuid.uuid4().hex[:8])
+                          run_id=uuid.uuid4().hex[:8],
+                          write=write_megatron_partition if megatron else write_partition)
         t_work = time.perf_counter()  # the cluster is up: counting, tokenizing, writing
         prog = Progress("tokenizing", len(missing), cfg.quiet)
 
@@ -614,7 +636,7 @@ def run_job(cfg: JobConfig, *, client=None, tokenizer=None,
     # Accounting: every logID 0..N-1 present exactly once, in order.
     plan = [{"index": i, "documents": counts[i], "logid_offset": offsets[i]}
             for i in range(n)]
-    verify_output(out, plan)
+    (verify_megatron_output if megatron else verify_output)(out, plan)
     total_docs = offsets[n]
     if sum(s["documents"] for s in stats) != total_docs:
         raise JobError(f"output {out!r}: documents written differ from the input's "
@@ -651,6 +673,8 @@ def run_job(cfg: JobConfig, *, client=None, tokenizer=None,
         "job_id": job_id,
         "version": __version__,
     }
+    if megatron:
+        summary["megatron"] = finish_megatron(out, cfg, stats, bool(missing))
     unknown = unknown_rate_warnings(summary, tok)
     for w in unknown:
         log(f"daskwp: warning: {w}")

@@ -39,7 +39,7 @@ __all__ = ["CHECKSUM_KEY", "JOB_FILE", "JOB_FORMAT", "METADATA_KEY", "PART_PREFI
            "PART_SUFFIX", "SUMMARY_FILE", "TMP_PREFIX", "check_part", "count_job_partition",
            "data_checksum", "empty_partition", "part_name", "partition_failure",
            "partition_statistics", "remove_temporary_files", "tokenize_job_partition",
-           "verify_output", "write_partition"]
+           "verify_output", "worker_device", "worker_series", "write_partition"]
 
 JOB_FILE = "_job.json"
 SUMMARY_FILE = "_summary.json"
@@ -93,6 +93,11 @@ def _as_series(texts, device: str):
             pass  # not UTF-8: the CPU path gives the defined ids (U+FFFD, see the README)
     import pandas as pd
     return pd.Series(pd.arrays.ArrowExtensionArray(texts))
+
+
+#: Public names of the two helpers above for the other output formats (jobs/megatron.py).
+worker_device = _worker_device
+worker_series = _as_series
 
 
 def _frame_to_arrow(frame) -> pa.Table:

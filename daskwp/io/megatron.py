@@ -1,0 +1,310 @@
+"""Megatron indexed datasets: the ``MMIDIDX`` ``.bin`` / ``.idx`` pair that
+``megatron.core.datasets.indexed_dataset.IndexedDataset`` reads (NumPy only, no torch).
+
+The format (megatron-core's ``_IndexWriter`` / ``_IndexReader``; version 1)
+--------------------------------------------------------------------------
+``PREFIX.bin``: the token ids of every sequence, one after another, in the token dtype, no
+header. ``PREFIX.idx``, little-endian:
+
+====================  ======================================================================
+``MMIDIDX\\x00\\x00``   9 bytes of magic
+version               uint64, 1
+dtype code            uint8: 1 uint8, 2 int8, 3 int16, 4 int32, 5 int64, 6 float64,
+                      7 float32, 8 uint16 (:data:`DTYPE_CODES`)
+sequence count S      uint64
+document count D      uint64: documents + 1 (the document indices start with 0)
+sequence lengths      S x int32, tokens per sequence
+sequence pointers     S x int64, byte offset of each sequence in ``.bin``
+document indices      D x int64, the sequence index where each document ends (cumulative)
+sequence modes        S x int8, only in a multimodal dataset (never written here)
+====================  ======================================================================
+
+The token dtype is chosen as Megatron's ``DType.optimal_dtype(vocab_size)`` chooses it:
+uint16 for a vocabulary of fewer than 65,500 ids, else int32 (:func:`token_dtype`).
+
+Sequences and documents (:func:`document_sequences`) follow ``tools/preprocess_data.py``: a
+sequence (a document, or a piece of one) without tokens is left out; a document left with no
+sequence stays a document (its document index repeats the previous one), so document ``k`` of
+a dataset is input row ``k`` (its logID); ``append_eod`` adds the end-of-document id to the
+last sequence of every document that has one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import struct
+from typing import Sequence
+
+import numpy as np
+
+__all__ = ["DTYPE_CODES", "INDEX_HEADER", "INDEX_VERSION", "MegatronIndex",
+           "OPTIMAL_DTYPE_LIMIT", "document_sequences", "index_size", "merge_pairs",
+           "read_index", "read_sequences", "token_dtype", "write_index", "write_pair"]
+
+INDEX_HEADER = b"MMIDIDX\x00\x00"
+INDEX_VERSION = 1
+#: Megatron's ``DType`` codes.
+DTYPE_CODES = {np.dtype(np.uint8): 1, np.dtype(np.int8): 2, np.dtype(np.int16): 3,
+               np.dtype(np.int32): 4, np.dtype(np.int64): 5, np.dtype(np.float64): 6,
+               np.dtype(np.float32): 7, np.dtype(np.uint16): 8}
+_CODE_DTYPES = {c: d for d, c in DTYPE_CODES.items()}
+#: ``DType.optimal_dtype``: uint16 below this many ids, else int32.
+OPTIMAL_DTYPE_LIMIT = 65500
+_FIXED = struct.calcsize("<9sQBQQ")   # 34 bytes before the arrays
+_COPY_CHUNK = 1 << 24
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """The ``.bin`` dtype Megatron's ``DType.optimal_dtype(vocab_size)`` picks: uint16 when
+    ``vocab_size < 65500``, else int32."""
+    return np.dtype(np.uint16 if vocab_size < OPTIMAL_DTYPE_LIMIT else np.int32)
+
+
+def index_size(sequences: int, documents: int) -> int:
+    """Bytes of the ``.idx`` of ``sequences`` sequences and ``documents`` documents (a
+    text dataset: no modes)."""
+    return _FIXED + 12 * sequences + 8 * (documents + 1)
+
+
+def _header(dtype, sequences: int, document_entries: int) -> bytes:
+    dtype = np.dtype(dtype)
+    if dtype not in DTYPE_CODES:
+        raise ValueError(f"Megatron indexed datasets have no dtype {dtype}; allowed: "
+                         f"{', '.join(str(d) for d in DTYPE_CODES)}")
+    return struct.pack("<9sQBQQ", INDEX_HEADER, INDEX_VERSION, DTYPE_CODES[dtype],
+                       sequences, document_entries)
+
+
+def _pointers(lengths: np.ndarray, itemsize: int, start: int = 0) -> np.ndarray:
+    """Byte offset of each sequence: ``start`` + the exclusive prefix sum of lengths x
+    itemsize."""
+    out = np.empty(len(lengths), dtype=np.int64)
+    if len(lengths):
+        out[0] = start
+        np.cumsum(lengths[:-1], dtype=np.int64, out=out[1:])
+        out[1:] *= itemsize
+        out[1:] += start
+    return out
+
+
+def _check_lengths(lengths) -> np.ndarray:
+    lengths = np.asarray(lengths)
+    if len(lengths) and (lengths.min() < 0 or lengths.max() > np.iinfo(np.int32).max):
+        raise ValueError(f"sequence lengths must be in [0, 2**31-1] (the .idx stores them "
+                         f"as int32); got {int(lengths.min())}..{int(lengths.max())}")
+    return lengths.astype(np.int32, copy=False)
+
+
+def write_index(path: str, sequence_lengths, document_indices, dtype) -> None:
+    """Write the ``.idx`` of a text dataset: ``sequence_lengths`` (tokens per sequence),
+    ``document_indices`` (starting with 0, one more than the documents, non-decreasing,
+    ending at the number of sequences) and the token ``dtype``. The bytes are those of
+    megatron-core's ``_IndexWriter``."""
+    lengths = _check_lengths(sequence_lengths)
+    docs = np.asarray(document_indices, dtype=np.int64)
+    if len(docs) == 0 or docs[0] != 0 or docs[-1] != len(lengths) or \
+            (len(docs) > 1 and np.diff(docs).min() < 0):
+        raise ValueError(f"document_indices must start at 0, never decrease and end at the "
+                         f"number of sequences ({len(lengths)}); got "
+                         f"{docs[:3].tolist()}...{docs[-3:].tolist()} ({len(docs)} entries)")
+    with open(path, "wb") as fh:
+        fh.write(_header(dtype, len(lengths), len(docs)))
+        fh.write(lengths.tobytes())
+        fh.write(_pointers(lengths, np.dtype(dtype).itemsize).tobytes())
+        fh.write(docs.tobytes())
+
+
+def write_pair(prefix: str, tokens: np.ndarray, sequence_lengths, document_indices, *,
+               fsync: bool = False) -> None:
+    """Write ``prefix.bin`` (``tokens``, in their dtype) and ``prefix.idx``."""
+    tokens = np.ascontiguousarray(tokens)
+    lengths = np.asarray(sequence_lengths)
+    if int(lengths.sum(dtype=np.int64)) != len(tokens):
+        raise ValueError(f"the sequence lengths add up to {int(lengths.sum())} tokens, "
+                         f"the data holds {len(tokens)}")
+    with open(prefix + ".bin", "wb") as fh:
+        fh.write(tokens.tobytes())
+        if fsync:
+            fh.flush()
+            os.fsync(fh.fileno())
+    write_index(prefix + ".idx", lengths, document_indices, tokens.dtype)
+    if fsync:
+        with open(prefix + ".idx", "rb+") as fh:
+            os.fsync(fh.fileno())
+
+
+@dataclasses.dataclass
+class MegatronIndex:
+    """A ``.idx`` read back (arrays are views of a memory map of the file)."""
+
+    path: str
+    dtype: np.dtype
+    sequence_lengths: np.ndarray     # int32
+    sequence_pointers: np.ndarray    # int64
+    document_indices: np.ndarray     # int64, documents + 1
+    sequence_modes: np.ndarray | None = None   # int8, multimodal datasets only
+
+    @property
+    def sequences(self) -> int:
+        return len(self.sequence_lengths)
+
+    @property
+    def documents(self) -> int:
+        return len(self.document_indices) - 1
+
+    @property
+    def tokens(self) -> int:
+        return int(self.sequence_lengths.sum(dtype=np.int64))
+
+
+def read_index(path: str) -> MegatronIndex:
+    """Read and check a ``.idx`` (header, version, dtype code, and a size that matches its
+    counts, with or without the multimodal modes). ValueError names what is wrong."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as fh:
+        head = fh.read(_FIXED)
+    if len(head) < _FIXED or head[:9] != INDEX_HEADER:
+        raise ValueError(f"{path}: not a Megatron index (no MMIDIDX header)")
+    _, version, code, n, d = struct.unpack("<9sQBQQ", head)
+    if version != INDEX_VERSION:
+        raise ValueError(f"{path}: index version {version}, this reader knows version "
+                         f"{INDEX_VERSION}")
+    if code not in _CODE_DTYPES:
+        raise ValueError(f"{path}: unknown dtype code {code}; known: "
+                         f"{sorted(_CODE_DTYPES)}")
+    body = 12 * n + 8 * d
+    if size not in (_FIXED + body, _FIXED + body + n) or d < 1:
+        raise ValueError(f"{path}: {size} bytes, but its header counts {n} sequences and "
+                         f"{d} document indices ({_FIXED + body} bytes, or {_FIXED + body + n} "
+                         f"with modes)")
+    mm = np.memmap(path, mode="r", dtype=np.uint8)
+    lengths = mm[_FIXED:_FIXED + 4 * n].view(np.int32)
+    pointers = mm[_FIXED + 4 * n:_FIXED + 12 * n].view(np.int64)
+    docs = mm[_FIXED + 12 * n:_FIXED + body].view(np.int64)
+    modes = mm[_FIXED + body:].view(np.int8) if size > _FIXED + body else None
+    return MegatronIndex(path, _CODE_DTYPES[code], lengths, pointers, docs, modes)
+
+
+def read_sequences(prefix: str) -> tuple[MegatronIndex, list]:
+    """The index of ``prefix`` and its sequences as NumPy arrays (a test and debugging
+    reader; checks that the pointers follow the lengths and ``.bin`` has their size)."""
+    idx = read_index(prefix + ".idx")
+    data = np.fromfile(prefix + ".bin", dtype=idx.dtype)
+    want = _pointers(idx.sequence_lengths, idx.dtype.itemsize)
+    if not np.array_equal(want, idx.sequence_pointers) or len(data) != idx.tokens:
+        raise ValueError(f"{prefix}: the pointers or the .bin size do not match the lengths")
+    ends = np.cumsum(idx.sequence_lengths, dtype=np.int64)
+    return idx, [data[e - k:e] for e, k in zip(ends, idx.sequence_lengths)]
+
+
+def merge_pairs(prefixes: Sequence[str], out_prefix: str, *, fsync: bool = False) -> dict:
+    """Concatenate the datasets ``prefixes`` (same dtype, in order) into ``out_prefix``: the
+    bytes megatron-core's ``IndexedDatasetBuilder`` writes after ``add_index`` of each of
+    them and ``finalize``. Returns ``{"sequences", "documents", "tokens", "dtype"}``.
+
+    Memory: streams; the largest input index at a time, ``.bin`` data in 16 MB pieces."""
+    indexes = [read_index(p + ".idx") for p in prefixes]
+    if not indexes:
+        raise ValueError("merge_pairs needs at least one dataset")
+    dtype = indexes[0].dtype
+    for ix in indexes:
+        if ix.dtype != dtype:
+            raise ValueError(f"{ix.path} holds {ix.dtype} tokens, {indexes[0].path} "
+                             f"{dtype}: datasets of one dtype only")
+        if ix.sequence_modes is not None:
+            raise ValueError(f"{ix.path} is multimodal; only text datasets are merged")
+    n = sum(ix.sequences for ix in indexes)
+    d = sum(ix.documents for ix in indexes)
+    with open(out_prefix + ".bin", "wb") as out:
+        for p, ix in zip(prefixes, indexes):
+            want = ix.tokens * dtype.itemsize
+            with open(p + ".bin", "rb") as src:
+                shutil.copyfileobj(src, out, _COPY_CHUNK)
+            if os.path.getsize(p + ".bin") != want:
+                raise ValueError(f"{p}.bin holds {os.path.getsize(p + '.bin')} bytes, its "
+                                 f"index {want}")
+        if fsync:
+            out.flush()
+            os.fsync(out.fileno())
+    with open(out_prefix + ".idx", "wb") as out:
+        out.write(_header(dtype, n, d + 1))
+        for ix in indexes:
+            out.write(np.ascontiguousarray(ix.sequence_lengths).tobytes())
+        start = 0
+        for ix in indexes:
+            out.write(_pointers(ix.sequence_lengths, dtype.itemsize, start).tobytes())
+            start += ix.tokens * dtype.itemsize
+        out.write(np.zeros(1, dtype=np.int64).tobytes())
+        base = 0
+        for ix in indexes:
+            out.write((ix.document_indices[1:] + base).tobytes())
+            base += ix.sequences
+        if fsync:
+            out.flush()
+            os.fsync(out.fileno())
+    return {"sequences": n, "documents": d, "tokens": start // dtype.itemsize,
+            "dtype": str(dtype)}
+
+
+def document_sequences(token_ids: np.ndarray, offsets: np.ndarray, dtype, *,
+                       pieces_per_document: np.ndarray | None = None,
+                       cls_id: int | None = None, sep_id: int | None = None,
+                       eod_id: int | None = None):
+    """Megatron sequences from ragged token ids.
+
+    ``token_ids`` / ``offsets`` (pieces + 1 entries) are the ids of each piece (a document,
+    or one piece of one); ``pieces_per_document`` (documents + 1 offsets into the pieces,
+    default one piece per document) groups pieces into documents. Pieces without tokens are
+    left out; each kept piece becomes ``[cls_id] ids [sep_id]`` (each when not None), and
+    the last sequence of every document with one gets ``eod_id`` appended.
+
+    Returns ``(tokens, sequence_lengths, document_indices)``: the ``.bin`` data in
+    ``dtype``, int32 lengths, int64 document indices (documents + 1, from 0).
+
+    Memory: the output, and one byte per output token when special ids are added.
+    """
+    dtype = np.dtype(dtype)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    ids = np.asarray(token_ids)
+    lens = np.diff(offsets)
+    n_pieces = len(lens)
+    if pieces_per_document is None:
+        pieces_per_document = np.arange(n_pieces + 1, dtype=np.int64)
+    ppd = np.asarray(pieces_per_document, dtype=np.int64)
+    n_docs = len(ppd) - 1
+    kept = np.flatnonzero(lens > 0)
+    doc_of_kept = np.searchsorted(ppd, kept, side="right") - 1
+    per_doc = np.bincount(doc_of_kept, minlength=n_docs) if n_docs else np.zeros(0, np.int64)
+    document_indices = np.zeros(n_docs + 1, dtype=np.int64)
+    np.cumsum(per_doc, out=document_indices[1:])
+    lengths = lens[kept]
+    lead = int(cls_id is not None)
+    trail = int(sep_id is not None)
+    last = np.ones(len(kept), dtype=bool)
+    last[:-1] = doc_of_kept[:-1] != doc_of_kept[1:]
+    eod = int(eod_id is not None)
+    if len(ids) and int(ids.max()) > np.iinfo(dtype).max:
+        raise ValueError(f"token id {int(ids.max())} does not fit the dataset's dtype "
+                         f"{dtype}")
+    if not (lead or trail or eod):
+        return ids.astype(dtype), _check_lengths(lengths), document_indices
+    out_lens = lengths + lead + trail + eod * last
+    ends = np.cumsum(out_lens, dtype=np.int64)
+    starts = ends - out_lens
+    out = np.empty(int(ends[-1]) if len(ends) else 0, dtype=dtype)
+    body = np.ones(len(out), dtype=bool)
+    if lead:
+        body[starts] = False
+        out[starts] = cls_id
+    if trail:
+        pos = starts + lead + lengths
+        body[pos] = False
+        out[pos] = sep_id
+    if eod:
+        pos = ends[last] - 1
+        body[pos] = False
+        out[pos] = eod_id
+    out[body] = ids
+    return out, _check_lengths(out_lens), document_indices

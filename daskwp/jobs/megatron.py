@@ -1,0 +1,317 @@
+"""Batch jobs that write Megatron indexed datasets (``output_format: megatron``).
+
+Each partition becomes a ``.bin`` / ``.idx`` pair (:mod:`daskwp.io.megatron`), written as a
+Parquet part is (:mod:`.parts`): under hidden temporary names, fsync'ed, renamed, and
+``part-NNNNN.json`` last, recording the job, the partition, its logID offset, its statistics
+and the SHA-256 of both files. A rerun keeps every pair whose record matches the job and
+whose files match their checksums. When all parts are there, the driver merges them into
+``OUTPUT/<column>_document.{bin,idx}`` (``<column>_sentence`` with a
+``document_separator``: Megatron's ``preprocess_data.py`` names), or, with
+``merge_parts: false``, lists the parts' prefixes in ``_megatron_data_args.txt``.
+
+Sequences follow ``preprocess_data.py`` (docs/batch-jobs.md "Megatron indexed datasets"):
+the ids of a document (or of each piece of it between ``document_separator`` strings), with
+``[CLS]``/``[SEP]`` around each sequence when ``add_special_tokens`` is on, ``eod_token``
+after the last sequence of each document with ``append_eod``; a piece without tokens is left
+out, a document without any stays a document of no sequences, so document k is logID k.
+
+These functions import no Dask: the driver runs them as tasks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..distributed.state import cached_tokenizer
+from ..frames.partition import checksum_hash, checksum_hex
+from ..io.megatron import (document_sequences, index_size, merge_pairs, read_index,
+                           token_dtype, write_pair)
+from .errors import ConfigError, InputError, JobError
+from .parts import (PART_PREFIX, PART_SUFFIX, TMP_PREFIX, part_name, partition_failure,
+                    worker_series, worker_device)
+from .inputs import read_partition_with_counts
+
+__all__ = ["DATA_ARGS_FILE", "MEGATRON_OPTIONS", "check_megatron_config",
+           "check_megatron_part", "finish_megatron", "is_megatron_file", "megatron_options",
+           "megatron_prefix", "megatron_sequences", "verify_megatron_output",
+           "write_megatron_partition"]
+
+#: The job keys of Megatron output, passed to the write tasks.
+MEGATRON_OPTIONS = ("add_special_tokens", "append_eod", "eod_token", "document_separator")
+#: Megatron's ``--data-args-path`` file: the dataset prefixes (weighted by tokens when there
+#: are several).
+DATA_ARGS_FILE = "_megatron_data_args.txt"
+_PART_FILES = (".bin", ".idx", ".json")
+#: Window, pair and per-position options that do not apply to whole-document sequences:
+#: refused when set to anything but their default.
+_NOT_APPLICABLE = ("max_length", "stride", "truncation", "padding", "bucket_widths",
+                   "return_overflowing_tokens", "return_token_type_ids",
+                   "return_sequence_ids", "return_offsets_mapping", "return_word_ids",
+                   "return_special_tokens_mask", "column_pair", "keep_columns")
+_READ_CHUNK = 1 << 22
+
+
+def megatron_prefix(cfg) -> str:
+    """The merged dataset's file name prefix: ``<column>_document``, or ``<column>_sentence``
+    with a ``document_separator`` (what ``preprocess_data.py`` writes for ``--json-keys``)."""
+    level = "sentence" if cfg.document_separator is not None else "document"
+    return f"{cfg.column}_{level}"
+
+
+def part_prefix(index: int, n_partitions: int) -> str:
+    """``part-NNNNN``: the prefix of partition ``index``'s pair."""
+    return part_name(index, n_partitions)[:-len(PART_SUFFIX)]
+
+
+def is_megatron_file(name: str, cfg=None) -> bool:
+    """Whether ``name`` (in an output directory) is one of the files a Megatron job writes."""
+    if name == DATA_ARGS_FILE or name.startswith(TMP_PREFIX):
+        return True
+    if name.startswith(PART_PREFIX) and name.endswith(_PART_FILES):
+        return True
+    return cfg is not None and name in (megatron_prefix(cfg) + ".bin",
+                                        megatron_prefix(cfg) + ".idx")
+
+
+def check_megatron_config(cfg, tokenizer, default_value) -> None:
+    """Refuse, by name, what a Megatron job cannot honour: window, pair and per-position
+    options set to anything but their default (``default_value(key)``: the configured
+    default), and an ``eod_token`` the vocabulary lacks."""
+    for key in _NOT_APPLICABLE:
+        value = getattr(cfg, key)
+        if value != default_value(key) and not (key == "bucket_widths" and value == "auto"):
+            raise ConfigError(f"{key}={value!r} does not apply to output_format 'megatron' "
+                              f"(one whole sequence per document or piece, no windows); "
+                              f"leave it unset, or use output_format 'parquet'")
+    eod = cfg.eod_token or tokenizer.vocab.sep_token
+    if tokenizer.vocab.token_to_id(eod) is None:
+        raise ConfigError(f"eod_token {eod!r} is not a token of the vocabulary "
+                          f"{tokenizer.vocab.source!r}; name one of its tokens")
+
+
+def megatron_options(cfg) -> dict:
+    """The options the write tasks of a Megatron job take."""
+    return {k: getattr(cfg, k) for k in MEGATRON_OPTIONS}
+
+
+def _host(a) -> np.ndarray:
+    return a.get() if hasattr(a, "get") else np.asarray(a)
+
+
+def megatron_sequences(tokenizer, texts, options: dict, device: str = "cpu"):
+    """A partition's documents (a pyarrow string/binary array) as Megatron sequences:
+    ``(tokens, sequence_lengths, document_indices, stats)``, ``stats`` holding the
+    document tokens (ids of the text, no special ids) and the [UNK] among them.
+
+    ``tokenizer`` may run on the GPU (``device='gpu'`` on a GPU worker): its ids come back
+    to the host; the bytes are the same."""
+    tok = cached_tokenizer(tokenizer)
+    vocab = tok.vocab
+    if isinstance(texts, pa.ChunkedArray):
+        texts = texts.combine_chunks()
+    sep = options.get("document_separator")
+    pieces_per_document = None
+    pieces = texts
+    if sep is not None:
+        lists = pc.split_pattern(texts, pattern=sep)
+        counts = pc.fill_null(pc.list_value_length(lists), 0).to_numpy(zero_copy_only=False)
+        pieces_per_document = np.zeros(len(texts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=pieces_per_document[1:])
+        pieces = pc.list_flatten(lists)
+    enc = tok.encode(worker_series(pieces, device) if device != "cpu" else pieces)
+    ids = _host(enc.token_ids)
+    offsets = _host(enc.offsets)
+    special = bool(options.get("add_special_tokens"))
+    eod_token = options.get("eod_token") or vocab.sep_token
+    tokens, lengths, docs = document_sequences(
+        ids, offsets, token_dtype(len(vocab)), pieces_per_document=pieces_per_document,
+        cls_id=vocab.cls_id if special else None, sep_id=vocab.sep_id if special else None,
+        eod_id=vocab.token_to_id(eod_token) if options.get("append_eod") else None)
+    stats = {"documents": len(texts), "rows": len(lengths), "tokens": len(ids),
+             "unknown_tokens": int(np.count_nonzero(ids == vocab.unk_id)),
+             "tokens_written": len(tokens)}
+    return tokens, lengths, docs, stats
+
+
+def _file_digest(path: str) -> str:
+    h = checksum_hash()
+    with open(path, "rb") as fh:
+        while True:
+            buf = fh.read(_READ_CHUNK)
+            if not buf:
+                break
+            h.update(buf)
+    return checksum_hex(h)
+
+
+def _write_json(path: str, obj: dict) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(obj, fh, indent=1)
+        fh.write("\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def write_megatron_partition(spec, logid_offset: int, out_dir: str, tokenizer, options: dict,
+                             job_id: str, n_partitions: int, device: str = "cpu",
+                             documents: int | None = None) -> dict:
+    """Read, tokenize and write one partition's ``.bin`` / ``.idx`` pair atomically; return
+    its statistics (the signature of :func:`.parts.write_partition`).
+
+    Both files go to hidden temporary names, fsync'ed and renamed; ``part-NNNNN.json``, the
+    record that makes the pair complete, is renamed last. A retried task writes the same
+    bytes. Errors name the partition and its file.
+
+    Memory: the partition's text, its ids (int32), the ``.bin`` data."""
+    try:
+        return _write_megatron_partition(spec, logid_offset, out_dir, tokenizer, options,
+                                         job_id, n_partitions, device, documents)
+    except Exception as e:
+        raise partition_failure(e, spec) from e
+
+
+def _write_megatron_partition(spec, logid_offset, out_dir, tokenizer, options, job_id,
+                              n_partitions, device, documents) -> dict:
+    t0 = time.perf_counter()
+    c0 = time.thread_time()
+    texts, _, (bad_bytes, bad_docs) = read_partition_with_counts(spec)
+    expected = spec.documents if documents is None else documents
+    if expected is not None and len(texts) != expected:
+        raise InputError(f"{spec.describe()} now holds {len(texts)} documents, "
+                         f"{expected} when they were counted: the input changed "
+                         f"during the job")
+    c1 = time.thread_time()
+    dev = worker_device(device)
+    tokens, lengths, docs, stats = megatron_sequences(tokenizer, texts, options, dev)
+    c2 = time.thread_time()
+    prefix = part_prefix(spec.index, n_partitions)
+    tag = f"{TMP_PREFIX}{spec.index}-{uuid.uuid4().hex}"
+    tmp = os.path.join(out_dir, tag)
+    final = os.path.join(out_dir, prefix)
+    try:
+        write_pair(tmp, tokens, lengths, docs, fsync=True)
+        text_bytes = int(pc.sum(pc.binary_length(texts)).as_py() or 0) if len(texts) else 0
+        stats.update(partition=spec.index, logid_offset=int(logid_offset),
+                     text_bytes=text_bytes, invalid_utf8_bytes=bad_bytes,
+                     invalid_utf8_documents=bad_docs,
+                     bin_bytes=os.path.getsize(tmp + ".bin"),
+                     idx_bytes=os.path.getsize(tmp + ".idx"),
+                     bin_sha256=_file_digest(tmp + ".bin"),
+                     idx_sha256=_file_digest(tmp + ".idx"), dtype=str(tokens.dtype))
+        record = {"job_id": job_id, **stats}
+        _write_json(tmp + ".json", record)
+        os.replace(tmp + ".bin", final + ".bin")
+        os.replace(tmp + ".idx", final + ".idx")
+        os.replace(tmp + ".json", final + ".json")
+    finally:
+        for ext in _PART_FILES:
+            try:
+                os.unlink(tmp + ext)
+            except FileNotFoundError:
+                pass
+    stats["cpu_seconds"] = {"read": c1 - c0, "tokenize": c2 - c1,
+                            "write": time.thread_time() - c2}
+    stats["seconds"] = time.perf_counter() - t0
+    return stats
+
+
+def check_megatron_part(out_dir: str, index: int, n_partitions: int, job_id: str,
+                        documents: int | None) -> dict | None:
+    """The statistics of a complete, valid pair of this job, or None: the record is missing
+    or unreadable, names another job or partition, or a file's size or checksum differs
+    from it."""
+    prefix = os.path.join(out_dir, part_prefix(index, n_partitions))
+    try:
+        with open(prefix + ".json", encoding="utf-8") as fh:
+            rec = json.load(fh)
+        if not (rec.get("job_id") == job_id and rec.get("partition") == index
+                and (documents is None or rec.get("documents") == documents)
+                and os.path.getsize(prefix + ".bin") == rec["bin_bytes"]
+                and os.path.getsize(prefix + ".idx") == rec["idx_bytes"]):
+            return None
+        if _file_digest(prefix + ".idx") != rec["idx_sha256"] or \
+                _file_digest(prefix + ".bin") != rec["bin_sha256"]:
+            return None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    rec.pop("job_id")
+    return rec
+
+
+def verify_megatron_output(out_dir: str, plan) -> None:
+    """Read every part's index back: part i holds ``documents_i`` documents (its logIDs
+    offset_i .. offset_i + documents_i - 1, in order) and its ``.bin`` the tokens its
+    lengths add up to. Raises JobError naming the first bad part."""
+    n = len(plan)
+    for p in plan:
+        prefix = os.path.join(out_dir, part_prefix(p["index"], n))
+        try:
+            ix = read_index(prefix + ".idx")
+            size = os.path.getsize(prefix + ".bin")
+        except (OSError, ValueError) as e:
+            raise JobError(f"output part {prefix}.idx cannot be read back: {e}") from None
+        if ix.documents != p["documents"] or size != ix.tokens * ix.dtype.itemsize:
+            raise JobError(f"output part {prefix!r} holds {ix.documents} documents and "
+                           f"{size} bytes of tokens; the job expects {p['documents']} and "
+                           f"{ix.tokens * ix.dtype.itemsize}: delete it and rerun the job")
+
+
+def finish_megatron(out_dir: str, cfg, stats: list, rewritten: bool) -> dict:
+    """Merge the parts into one pair (``merge_parts``; kept when nothing was rewritten and
+    the merged files have the expected sizes) or list them, and write
+    ``_megatron_data_args.txt``. Returns the summary's ``megatron`` entry."""
+    n = len(stats)
+    prefixes = [os.path.join(out_dir, part_prefix(i, n)) for i in range(n)]
+    sequences = sum(s["rows"] for s in stats)
+    documents = sum(s["documents"] for s in stats)
+    written = sum(s["tokens_written"] for s in stats)
+    dtype = np.dtype(stats[0]["dtype"])
+    info = {"dtype": str(dtype), "sequences": sequences, "documents": documents,
+            "tokens_written": written, "merged": bool(cfg.merge_parts)}
+    if cfg.merge_parts:
+        merged = os.path.join(out_dir, megatron_prefix(cfg))
+        sizes = (written * dtype.itemsize, index_size(sequences, documents))
+        try:
+            have = (os.path.getsize(merged + ".bin"), os.path.getsize(merged + ".idx"))
+        except OSError:
+            have = None
+        if rewritten or have != sizes:
+            tmp = os.path.join(out_dir, f"{TMP_PREFIX}merged-{uuid.uuid4().hex}")
+            try:
+                merge_pairs(prefixes, tmp, fsync=True)
+                os.replace(tmp + ".bin", merged + ".bin")
+                os.replace(tmp + ".idx", merged + ".idx")
+            finally:
+                for ext in (".bin", ".idx"):
+                    try:
+                        os.unlink(tmp + ext)
+                    except FileNotFoundError:
+                        pass
+        ix = read_index(merged + ".idx")
+        if ix.documents != documents or ix.sequences != sequences:
+            raise JobError(f"merged dataset {merged!r} holds {ix.documents} documents and "
+                           f"{ix.sequences} sequences, the parts {documents} and "
+                           f"{sequences}")
+        info["prefix"] = merged
+        lines = [merged]
+    else:
+        info["prefixes"] = prefixes
+        # Megatron blends several prefixes by weight: the parts' token counts keep their
+        # shares; parts without a sequence are left out (a zero weight is refused there).
+        lines = [f"{s['tokens_written']} {p}" for s, p in zip(stats, prefixes) if s["rows"]]
+        if len(lines) == 1:
+            lines = [lines[0].split(" ", 1)[1]]
+    path = os.path.join(out_dir, DATA_ARGS_FILE)
+    tmp = f"{os.path.join(out_dir, TMP_PREFIX)}args-{uuid.uuid4().hex}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write("\n".join(lines) + ("\n" if lines else ""))
+    os.replace(tmp, path)
+    info["data_args_path"] = path
+    return info
