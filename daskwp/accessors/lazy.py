@@ -365,6 +365,109 @@ class DaskWordPieceAccessor:
         return result
 
 
+    def to_megatron(self, prefix, vocab=None, *, lowercase=None, add_special_tokens=None,
+                    append_eod=False, eod_token=None, document_separator=None,
+                    merge_parts=True, compute=True, **tokenizer_options):
+        """Write the column as a Megatron indexed dataset (``prefix.bin`` + ``prefix.idx``,
+        what ``megatron.core.datasets.indexed_dataset.IndexedDataset(prefix)`` opens): one
+        sequence per document (or per piece with ``document_separator``), documents in row
+        order, document k = row k. The options are those of ``output_format: megatron``
+        jobs (docs/batch-jobs.md "Megatron indexed datasets"; ``add_special_tokens`` left
+        None takes ``daskwp.add_special_tokens``, True by default: pass False for
+        ``preprocess_data.py``'s sequences).
+
+        Each partition writes ``prefix-part-NNNNN.{bin,idx}`` atomically; then one task
+        merges them into ``prefix.{bin,idx}`` and removes them (``merge_parts=False``: they
+        stay, and the result lists them). Returns a dict (``prefix`` or ``prefixes``,
+        ``documents``, ``sequences``, ``tokens_written``, ``dtype``), or with
+        ``compute=False`` the dask Delayed that writes and returns it.
+        """
+        import dask
+        from ..core import config as dask_defaults
+        from ..core.options import OPTIONS
+        from ..backends.tokenizer import resolve_tokenizer
+
+        check_text_dtype(self._series._meta.dtype, f"Series {self._series.name!r}")
+        if add_special_tokens is None:
+            add_special_tokens = dask_defaults.get("add_special_tokens")
+        options = {k: OPTIONS[k].check(k, v) for k, v in (
+            ("add_special_tokens", add_special_tokens), ("append_eod", append_eod),
+            ("eod_token", eod_token), ("document_separator", document_separator),
+            ("merge_parts", merge_parts))}
+        tok = resolve_tokenizer(vocab, lowercase, **tokenizer_options)
+        eod = options["eod_token"] or tok.vocab.sep_token
+        if options["append_eod"] and tok.vocab.token_to_id(eod) is None:
+            raise ValueError(f"eod_token {eod!r} is not a token of the vocabulary "
+                             f"{tok.vocab.source!r}")
+        import os
+        prefix = os.path.abspath(os.fspath(prefix))
+        os.makedirs(os.path.dirname(prefix), exist_ok=True)
+        n = self._series.npartitions
+        width = max(5, len(str(n - 1)))
+        tok_d = dask.delayed(tok, pure=True)
+        parts = [dask.delayed(megatron_part, pure=True)(
+            block, tok_d, options, f"{prefix}-part-{i:0{width}d}")
+            for i, block in enumerate(self._series.to_delayed())]
+        out = dask.delayed(megatron_merge, pure=True)(parts, prefix, options["merge_parts"])
+        return out.compute() if compute else out
+
+
+def megatron_part(series, tokenizer, options: dict, prefix: str) -> dict:
+    """The accessor's partition task of ``to_megatron``: the partition's ``.bin`` / ``.idx``
+    pair at ``prefix``, written under temporary names and renamed (atomic)."""
+    import os
+    import uuid
+
+    from ..core.strings import to_arrow
+    from ..distributed.state import cached_tokenizer
+    from ..io.megatron import megatron_sequences, write_pair
+
+    to_device = None
+    if is_cudf(series):
+        import cudf
+        texts = series.to_arrow()
+        to_device = cudf.Series.from_arrow
+    else:
+        texts = to_arrow(series)
+    tokens, lengths, docs, stats = megatron_sequences(cached_tokenizer(tokenizer), texts,
+                                                      options, to_device)
+    tmp = f"{prefix}.tmp-{uuid.uuid4().hex}"
+    try:
+        write_pair(tmp, tokens, lengths, docs, fsync=True)
+        os.replace(tmp + ".bin", prefix + ".bin")
+        os.replace(tmp + ".idx", prefix + ".idx")
+    finally:
+        for ext in (".bin", ".idx"):
+            if os.path.exists(tmp + ext):
+                os.unlink(tmp + ext)
+    return {"prefix": prefix, **stats}
+
+
+def megatron_merge(parts: list, prefix: str, merge: bool) -> dict:
+    """The accessor's last task of ``to_megatron``: merge the parts into ``prefix``
+    (atomic) and remove them, or list them."""
+    import os
+    import uuid
+
+    from ..io.megatron import merge_pairs, read_index
+
+    prefixes = [p["prefix"] for p in parts]
+    out = {"documents": sum(p["documents"] for p in parts),
+           "sequences": sum(p["rows"] for p in parts),
+           "tokens_written": sum(p["tokens_written"] for p in parts),
+           "dtype": str(read_index(prefixes[0] + ".idx").dtype)}
+    if not merge:
+        return {"prefixes": prefixes, **out}
+    tmp = f"{prefix}.tmp-{uuid.uuid4().hex}"
+    merge_pairs(prefixes, tmp, fsync=True)
+    os.replace(tmp + ".bin", prefix + ".bin")
+    os.replace(tmp + ".idx", prefix + ".idx")
+    for p in prefixes:
+        for ext in (".bin", ".idx"):
+            os.unlink(p + ext)
+    return {"prefix": prefix, **out}
+
+
 def register_dask_accessor() -> None:
     from dask.dataframe.extensions import register_series_accessor
 

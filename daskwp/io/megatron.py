@@ -40,7 +40,8 @@ from typing import Sequence
 import numpy as np
 
 __all__ = ["DTYPE_CODES", "INDEX_HEADER", "INDEX_VERSION", "MegatronIndex",
-           "OPTIMAL_DTYPE_LIMIT", "document_sequences", "index_size", "merge_pairs",
+           "OPTIMAL_DTYPE_LIMIT", "document_sequences", "index_size", "megatron_sequences",
+           "merge_pairs",
            "read_index", "read_sequences", "token_dtype", "write_index", "write_pair"]
 
 INDEX_HEADER = b"MMIDIDX\x00\x00"
@@ -308,3 +309,53 @@ def document_sequences(token_ids: np.ndarray, offsets: np.ndarray, dtype, *,
         out[pos] = eod_id
     out[body] = ids
     return out, _check_lengths(out_lens), document_indices
+
+
+def _host(a) -> np.ndarray:
+    return a.get() if hasattr(a, "get") else np.asarray(a)
+
+
+def megatron_sequences(tokenizer, texts, options: dict, to_device=None):
+    """Documents (a pyarrow string or binary array; null: empty) as Megatron sequences:
+    ``(tokens, sequence_lengths, document_indices, stats)``.
+
+    ``options``: ``add_special_tokens`` ([CLS]/[SEP] around each sequence),
+    ``append_eod`` and ``eod_token`` (default: the vocabulary's sep_token),
+    ``document_separator`` (split each document on it into pieces, one sequence each).
+    ``to_device(pieces)``, when given, turns the texts to encode into the tokenizer's input
+    type (a cudf Series for the GPU); the ids come back to the host, the bytes the same.
+    ``stats``: ``documents``, ``rows`` (sequences), ``tokens`` (ids of the text, without
+    added special ids), ``unknown_tokens`` among them, ``tokens_written``.
+
+    Memory: the text, its ids (int32) and the ``.bin`` data."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    vocab = tokenizer.vocab
+    if isinstance(texts, pa.ChunkedArray):
+        texts = texts.combine_chunks()
+    sep = options.get("document_separator")
+    pieces_per_document = None
+    pieces = texts
+    if sep is not None:
+        lists = pc.split_pattern(texts, pattern=sep)
+        counts = pc.fill_null(pc.list_value_length(lists), 0).to_numpy(zero_copy_only=False)
+        pieces_per_document = np.zeros(len(texts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=pieces_per_document[1:])
+        pieces = pc.list_flatten(lists)
+    enc = tokenizer.encode(pieces if to_device is None else to_device(pieces))
+    ids = _host(enc.token_ids)
+    offsets = _host(enc.offsets)
+    special = bool(options.get("add_special_tokens"))
+    eod_token = options.get("eod_token") or vocab.sep_token
+    eod_id = vocab.token_to_id(eod_token) if options.get("append_eod") else None
+    if options.get("append_eod") and eod_id is None:
+        raise ValueError(f"eod_token {eod_token!r} is not a token of the vocabulary")
+    tokens, lengths, docs = document_sequences(
+        ids, offsets, token_dtype(len(vocab)), pieces_per_document=pieces_per_document,
+        cls_id=vocab.cls_id if special else None, sep_id=vocab.sep_id if special else None,
+        eod_id=eod_id)
+    stats = {"documents": len(texts), "rows": len(lengths), "tokens": len(ids),
+             "unknown_tokens": int(np.count_nonzero(ids == vocab.unk_id)),
+             "tokens_written": len(tokens)}
+    return tokens, lengths, docs, stats

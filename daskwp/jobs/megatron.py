@@ -25,14 +25,14 @@ import os
 import time
 import uuid
 
+import functools
+
 import numpy as np
-import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..distributed.state import cached_tokenizer
 from ..frames.partition import checksum_hash, checksum_hex
-from ..io.megatron import (document_sequences, index_size, merge_pairs, read_index,
-                           token_dtype, write_pair)
+from ..io.megatron import index_size, megatron_sequences, merge_pairs, read_index, write_pair
 from .errors import ConfigError, InputError, JobError
 from .parts import (PART_PREFIX, PART_SUFFIX, TMP_PREFIX, part_name, partition_failure,
                     worker_series, worker_device)
@@ -40,7 +40,7 @@ from .inputs import read_partition_with_counts
 
 __all__ = ["DATA_ARGS_FILE", "MEGATRON_OPTIONS", "check_megatron_config",
            "check_megatron_part", "finish_megatron", "is_megatron_file", "megatron_options",
-           "megatron_prefix", "megatron_sequences", "verify_megatron_output",
+           "megatron_prefix", "verify_megatron_output",
            "write_megatron_partition"]
 
 #: The job keys of Megatron output, passed to the write tasks.
@@ -101,45 +101,6 @@ def megatron_options(cfg) -> dict:
     return {k: getattr(cfg, k) for k in MEGATRON_OPTIONS}
 
 
-def _host(a) -> np.ndarray:
-    return a.get() if hasattr(a, "get") else np.asarray(a)
-
-
-def megatron_sequences(tokenizer, texts, options: dict, device: str = "cpu"):
-    """A partition's documents (a pyarrow string/binary array) as Megatron sequences:
-    ``(tokens, sequence_lengths, document_indices, stats)``, ``stats`` holding the
-    document tokens (ids of the text, no special ids) and the [UNK] among them.
-
-    ``tokenizer`` may run on the GPU (``device='gpu'`` on a GPU worker): its ids come back
-    to the host; the bytes are the same."""
-    tok = cached_tokenizer(tokenizer)
-    vocab = tok.vocab
-    if isinstance(texts, pa.ChunkedArray):
-        texts = texts.combine_chunks()
-    sep = options.get("document_separator")
-    pieces_per_document = None
-    pieces = texts
-    if sep is not None:
-        lists = pc.split_pattern(texts, pattern=sep)
-        counts = pc.fill_null(pc.list_value_length(lists), 0).to_numpy(zero_copy_only=False)
-        pieces_per_document = np.zeros(len(texts) + 1, dtype=np.int64)
-        np.cumsum(counts, out=pieces_per_document[1:])
-        pieces = pc.list_flatten(lists)
-    enc = tok.encode(worker_series(pieces, device) if device != "cpu" else pieces)
-    ids = _host(enc.token_ids)
-    offsets = _host(enc.offsets)
-    special = bool(options.get("add_special_tokens"))
-    eod_token = options.get("eod_token") or vocab.sep_token
-    tokens, lengths, docs = document_sequences(
-        ids, offsets, token_dtype(len(vocab)), pieces_per_document=pieces_per_document,
-        cls_id=vocab.cls_id if special else None, sep_id=vocab.sep_id if special else None,
-        eod_id=vocab.token_to_id(eod_token) if options.get("append_eod") else None)
-    stats = {"documents": len(texts), "rows": len(lengths), "tokens": len(ids),
-             "unknown_tokens": int(np.count_nonzero(ids == vocab.unk_id)),
-             "tokens_written": len(tokens)}
-    return tokens, lengths, docs, stats
-
-
 def _file_digest(path: str) -> str:
     h = checksum_hash()
     with open(path, "rb") as fh:
@@ -189,7 +150,9 @@ def _write_megatron_partition(spec, logid_offset, out_dir, tokenizer, options, j
                          f"during the job")
     c1 = time.thread_time()
     dev = worker_device(device)
-    tokens, lengths, docs, stats = megatron_sequences(tokenizer, texts, options, dev)
+    to_device = None if dev == "cpu" else functools.partial(worker_series, device=dev)
+    tokens, lengths, docs, stats = megatron_sequences(cached_tokenizer(tokenizer), texts,
+                                                      options, to_device)
     c2 = time.thread_time()
     prefix = part_prefix(spec.index, n_partitions)
     tag = f"{TMP_PREFIX}{spec.index}-{uuid.uuid4().hex}"
