@@ -430,3 +430,31 @@ def test_options_equal_indexed_dataset_builder(tmp_path, opts):
     whole = str(tmp_path / "whole")
     _builder_reference(indexed_dataset, whole, want, hf.get_vocab_size())
     _assert_megatron_equal(indexed_dataset, str(tmp_path / "all"), whole, want)
+
+
+@pytest.mark.slow
+def test_cluster_job_and_accessor_on_worker_processes(tmp_path):
+    """A job on a LocalCluster of two worker processes, and the accessor on it, write the
+    bytes of the synchronous job."""
+    from distributed import Client, LocalCluster
+    import dask.dataframe as dd
+    import pandas as pd
+
+    docs = _mixed_documents()
+    inp = _jsonl(tmp_path / "docs.jsonl", docs)
+    want = _job(inp, tmp_path / "sync", append_eod=True)["megatron"]["prefix"]
+    vocab = str(vocab_path(UNCASED))
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        s = _job(inp, tmp_path / "dist", append_eod=True, partition_size="6KB",
+                 scheduler_address=cluster.scheduler_address)
+        ddf = dd.from_pandas(pd.DataFrame({"text": pd.Series(docs, dtype=object)}),
+                             npartitions=7)
+        info = ddf["text"].wordpiece.to_megatron(str(tmp_path / "acc" / "d"), vocab,
+                                                add_special_tokens=False, append_eod=True)
+        assert client.run(lambda: 1)   # the cluster did the work and is still up
+    assert s["partitions_written"] == s["partitions"] > 4
+    for ext in (".bin", ".idx"):
+        data = Path(want + ext).read_bytes()
+        assert Path(s["megatron"]["prefix"] + ext).read_bytes() == data
+        assert Path(info["prefix"] + ext).read_bytes() == data

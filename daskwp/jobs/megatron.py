@@ -20,12 +20,11 @@ These functions import no Dask: the driver runs them as tasks.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
 import uuid
-
-import functools
 
 import numpy as np
 import pyarrow.compute as pc
@@ -33,10 +32,9 @@ import pyarrow.compute as pc
 from ..distributed.state import cached_tokenizer
 from ..frames.partition import checksum_hash, checksum_hex
 from ..io.megatron import index_size, megatron_sequences, merge_pairs, read_index, write_pair
-from .errors import ConfigError, InputError, JobError
+from .errors import ConfigError, JobError
 from .parts import (PART_PREFIX, PART_SUFFIX, TMP_PREFIX, part_name, partition_failure,
-                    worker_series, worker_device)
-from .inputs import read_partition_with_counts
+                    read_counted_partition, worker_device, worker_series)
 
 __all__ = ["DATA_ARGS_FILE", "MEGATRON_OPTIONS", "check_megatron_config",
            "check_megatron_part", "finish_megatron", "is_megatron_file", "megatron_options",
@@ -142,12 +140,7 @@ def _write_megatron_partition(spec, logid_offset, out_dir, tokenizer, options, j
                               n_partitions, device, documents) -> dict:
     t0 = time.perf_counter()
     c0 = time.thread_time()
-    texts, _, (bad_bytes, bad_docs) = read_partition_with_counts(spec)
-    expected = spec.documents if documents is None else documents
-    if expected is not None and len(texts) != expected:
-        raise InputError(f"{spec.describe()} now holds {len(texts)} documents, "
-                         f"{expected} when they were counted: the input changed "
-                         f"during the job")
+    texts, _, (bad_bytes, bad_docs) = read_counted_partition(spec, documents)
     c1 = time.thread_time()
     dev = worker_device(device)
     to_device = None if dev == "cpu" else functools.partial(worker_series, device=dev)

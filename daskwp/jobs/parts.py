@@ -38,8 +38,8 @@ from .inputs import (PartitionSpec, attach_kept_columns, count_partition, read_p
 __all__ = ["CHECKSUM_KEY", "JOB_FILE", "JOB_FORMAT", "METADATA_KEY", "PART_PREFIX",
            "PART_SUFFIX", "SUMMARY_FILE", "TMP_PREFIX", "check_part", "count_job_partition",
            "data_checksum", "empty_partition", "part_name", "partition_failure",
-           "partition_statistics", "remove_temporary_files", "tokenize_job_partition",
-           "verify_output", "worker_device", "worker_series", "write_partition"]
+           "partition_statistics", "read_counted_partition", "remove_temporary_files",
+           "tokenize_job_partition", "verify_output", "worker_device", "worker_series", "write_partition"]
 
 JOB_FILE = "_job.json"
 SUMMARY_FILE = "_summary.json"
@@ -224,17 +224,25 @@ def write_partition(spec: PartitionSpec, logid_offset: int, out_dir: str, tokeni
         raise partition_failure(e, spec) from e
 
 
-def _write_partition(spec, logid_offset, out_dir, tokenizer, options, job_id, n_partitions,
-                     device, documents) -> dict:
-    t0 = time.perf_counter()
-    c0 = time.thread_time()
+def read_counted_partition(spec: PartitionSpec, documents: int | None) -> tuple:
+    """:func:`.inputs.read_partition_with_counts` of a partition to write, its documents
+    checked against ``documents`` (the pass's count, else ``spec.documents``): an
+    InputError when the input changed since it was counted."""
     # each invalid byte is read as U+FFFD (README); text counts them as it splits lines
-    texts, kept, (bad_bytes, bad_docs) = read_partition_with_counts(spec)
+    texts, kept, invalid = read_partition_with_counts(spec)
     expected = spec.documents if documents is None else documents
     if expected is not None and len(texts) != expected:
         raise InputError(f"{spec.describe()} now holds {len(texts)} documents, "
                          f"{expected} when they were counted: the input changed "
                          f"during the job")
+    return texts, kept, invalid
+
+
+def _write_partition(spec, logid_offset, out_dir, tokenizer, options, job_id, n_partitions,
+                     device, documents) -> dict:
+    t0 = time.perf_counter()
+    c0 = time.thread_time()
+    texts, kept, (bad_bytes, bad_docs) = read_counted_partition(spec, documents)
     read_cpu = time.thread_time() - c0
     if _worker_device(device) == "gpu":
         texts = _as_series(texts, device)
