@@ -72,6 +72,7 @@ from .parts import (JOB_FILE, JOB_FORMAT, PART_PREFIX, PART_SUFFIX, SUMMARY_FILE
                     check_part, count_job_partition, empty_partition, part_name,
                     remove_temporary_files, tokenize_job_partition, verify_output,
                     write_partition)
+from .megatron import PART_FILES as MEGATRON_PART_FILES
 from .megatron import (check_megatron_config, check_megatron_part, finish_megatron,
                        is_megatron_file, megatron_options, verify_megatron_output,
                        write_megatron_partition)
@@ -262,7 +263,8 @@ def prepare_output(cfg: JobConfig, header: dict, plan: list | None = None) -> di
             f"new or empty directory")
     previous = None
     job_path = os.path.join(out, JOB_FILE)
-    if not any(n.startswith(PART_PREFIX) and n.endswith(PART_SUFFIX) for n in ours):
+    if not any(n.startswith(PART_PREFIX) and n.endswith((PART_SUFFIX, *MEGATRON_PART_FILES))
+               for n in ours):
         # No part of any job: a job that failed before writing one (bad input while
         # counting) left only its _job.json. That is no data to protect: start afresh.
         for n in ours:

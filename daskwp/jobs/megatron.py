@@ -36,7 +36,7 @@ from .errors import ConfigError, JobError
 from .parts import (PART_PREFIX, PART_SUFFIX, TMP_PREFIX, part_name, partition_failure,
                     read_counted_partition, worker_device, worker_series)
 
-__all__ = ["DATA_ARGS_FILE", "MEGATRON_OPTIONS", "check_megatron_config",
+__all__ = ["DATA_ARGS_FILE", "MEGATRON_OPTIONS", "PART_FILES", "check_megatron_config",
            "check_megatron_part", "finish_megatron", "is_megatron_file", "megatron_options",
            "megatron_prefix", "verify_megatron_output",
            "write_megatron_partition"]
@@ -46,13 +46,15 @@ MEGATRON_OPTIONS = ("add_special_tokens", "append_eod", "eod_token", "document_s
 #: Megatron's ``--data-args-path`` file: the dataset prefixes (weighted by tokens when there
 #: are several).
 DATA_ARGS_FILE = "_megatron_data_args.txt"
-_PART_FILES = (".bin", ".idx", ".json")
+#: What a Megatron part is made of: ``part-NNNNN`` + each of these.
+PART_FILES = (".bin", ".idx", ".json")
 #: Window, pair and per-position options that do not apply to whole-document sequences:
 #: refused when set to anything but their default.
 _NOT_APPLICABLE = ("max_length", "stride", "truncation", "padding", "bucket_widths",
                    "return_overflowing_tokens", "return_token_type_ids",
                    "return_sequence_ids", "return_offsets_mapping", "return_word_ids",
-                   "return_special_tokens_mask", "column_pair", "keep_columns")
+                   "return_special_tokens_mask", "column_pair", "keep_columns",
+                   "parquet_compat")
 _READ_CHUNK = 1 << 22
 
 
@@ -72,7 +74,7 @@ def is_megatron_file(name: str, cfg=None) -> bool:
     """Whether ``name`` (in an output directory) is one of the files a Megatron job writes."""
     if name == DATA_ARGS_FILE or name.startswith(TMP_PREFIX):
         return True
-    if name.startswith(PART_PREFIX) and name.endswith(_PART_FILES):
+    if name.startswith(PART_PREFIX) and name.endswith(PART_FILES):
         return True
     return cfg is not None and name in (megatron_prefix(cfg) + ".bin",
                                         megatron_prefix(cfg) + ".idx")
@@ -167,7 +169,7 @@ def _write_megatron_partition(spec, logid_offset, out_dir, tokenizer, options, j
         os.replace(tmp + ".idx", final + ".idx")
         os.replace(tmp + ".json", final + ".json")
     finally:
-        for ext in _PART_FILES:
+        for ext in PART_FILES:
             try:
                 os.unlink(tmp + ext)
             except FileNotFoundError:
