@@ -135,7 +135,8 @@ def test_pandas_accessor_equals_tokenizer_call(tok):
     np.testing.assert_array_equal(res.metadata.to_numpy(), out["metadata"])
     assert list(res.metadata.columns) == ["logID", "start", "stop"]
     frame = res.to_frame()
-    assert list(frame.columns) == list(frames.FRAME_COLUMNS)
+    assert list(frame.columns) == [*frames.FRAME_COLUMNS, frames.INPUT_INDEX_COLUMN]
+    np.testing.assert_array_equal(frame[frames.INPUT_INDEX_COLUMN], out["metadata"][:, 0])
     assert str(frame["input_ids"].dtype) == "list<item: int32>[pyarrow]"
     # window numbers the rows of each document
     lid = out["metadata"][:, 0]
@@ -400,7 +401,7 @@ def test_empty_and_all_null_partitions_conform_to_the_schema(client):
     frame = res.to_frame()
     empty = frame.partitions[1].compute()
     assert len(empty) == 0
-    assert list(empty.columns) == list(frames.FRAME_COLUMNS)
+    assert list(empty.columns) == [*frames.FRAME_COLUMNS, frames.INPUT_INDEX_COLUMN]
     assert (empty.dtypes == frame._meta.dtypes).all()
     nulls = frame.partitions[2].compute()
     assert (nulls.dtypes == frame._meta.dtypes).all()
@@ -539,6 +540,88 @@ def test_stitch_takes_the_arrays_of_any_partitioning(client, tmp_path, tok):
     other = dd.from_pandas(pandas_frame, npartitions=2)["text"].wordpiece.tokenize(**OPTIONS)
     with pytest.raises(ValueError, match="row blocks of this result's arrays"):
         res.stitch(other.input_ids)
+
+
+def test_to_frame_joins_back_to_the_source_after_a_filter(client, tmp_path, tok):
+    # issue 37 item 9: to_frame() carries the input index and keep_columns
+    n = len(DOCS)
+    source = pd.DataFrame({"id": np.arange(n) * 10 + 3, "text": _series(DOCS),
+                           "group": [f"g{i % 4}" for i in range(n)]},
+                          index=pd.Index(np.arange(n)[::-1] * 7, name="row"))
+    ddf = dd.from_pandas(source, npartitions=5, sort=False)
+    kept = ddf[(ddf["id"] // 10) % 3 != 1]
+    res = kept["text"].wordpiece.tokenize(keep_columns=["id", "group"], **OPTIONS)
+    assert res.options["keep_columns"] == ["id", "group"] and res.position_outputs == []
+    frame = res.to_frame()
+    assert list(frame.columns) == [*frames.FRAME_COLUMNS, frames.INPUT_INDEX_COLUMN, "id",
+                                   "group"]
+    got, ids, stitched = dask.compute(frame, frame["id"], res.stitch(res.input_ids))
+    got = got.reset_index(drop=True)
+    expected = source[(source["id"] // 10) % 3 != 1]
+    # logIDs are positions in the filtered frame; input_index and id name the source row
+    docs = expected.iloc[got["logID"].to_numpy()]
+    np.testing.assert_array_equal(got[frames.INPUT_INDEX_COLUMN], docs.index)
+    np.testing.assert_array_equal(got["id"], docs["id"])
+    np.testing.assert_array_equal(ids.to_numpy(), docs["id"])
+    assert got["group"].tolist() == docs["group"].tolist()
+    # joined back on either column, each row meets its own text
+    for joined in (got.merge(source, left_on=frames.INPUT_INDEX_COLUMN, right_index=True,
+                             suffixes=("", "_source")),
+                   got.merge(source, on="id", suffixes=("", "_source"))):
+        assert len(joined) == len(got)
+        by_doc = stitched.set_index("logID")["values"]
+        for lid, text in joined.groupby("logID")["text"].first().items():
+            np.testing.assert_array_equal(np.asarray(by_doc[lid]),
+                                          tok.encode(_series([text]))[0])
+    assert set(got["id"]) == set(expected["id"])   # every source row, none other
+
+
+def test_keep_columns_of_parquet_pairs_and_parts(client, tmp_path):
+    _parquet_files(tmp_path, _split(DOCS, [20, 0, 31, 3, 40, 1, 9]))
+    wide = dd.read_parquet(tmp_path)
+    filtered = wide[wide["id"] % 2 == 0]
+    res = filtered["text"].wordpiece.tokenize(keep_columns="id", **OPTIONS)
+    frame = res.to_frame().compute()
+    src = filtered.compute()
+    np.testing.assert_array_equal(frame["id"], src["id"].to_numpy()[frame["logID"]])
+    # read_parquet numbers each file's rows from 0: the index is the row in its file
+    np.testing.assert_array_equal(frame[frames.INPUT_INDEX_COLUMN],
+                                  src.index.to_numpy()[frame["logID"]])
+    assert (frame[frames.INPUT_INDEX_COLUMN] != frame["id"]).any()
+    # the parts to_parquet writes carry the same columns
+    res.to_parquet(tmp_path / "out")
+    parts = pd.read_parquet(tmp_path / "out").sort_values(["logID", "window"])
+    np.testing.assert_array_equal(parts["id"], frame["id"])
+    np.testing.assert_array_equal(parts[frames.INPUT_INDEX_COLUMN],
+                                  frame[frames.INPUT_INDEX_COLUMN])
+    # sentence pairs, a kept column given as a Dask Series, the text column itself kept
+    pairs = wide["c"].wordpiece.tokenize(text_pair=wide["text"], keep_columns=wide["text"],
+                                         **OPTIONS).to_frame().compute()
+    texts = wide["text"].compute().reset_index(drop=True)
+    assert pairs["text"].tolist() == texts.iloc[pairs["logID"]].tolist()
+
+
+def test_keep_columns_eagerly_and_refused_names():
+    df = pd.DataFrame({"id": [4, 5, 6], "text": ["a b", None, "c d e"]}, index=[30, 10, 20])
+    sub = df[df["id"] != 5]
+    res = sub["text"].wordpiece.tokenize(keep_columns=sub[["id"]], **OPTIONS)
+    frame = res.to_frame()
+    assert frame[frames.INPUT_INDEX_COLUMN].tolist() == [30, 20]
+    assert frame["id"].tolist() == [4, 6]
+    assert df["text"].wordpiece.tokenize(**OPTIONS).to_frame()[
+        frames.INPUT_INDEX_COLUMN].tolist() == [30, 10, 20]
+    with pytest.raises(TypeError, match="does not know the frame"):
+        df["text"].wordpiece.tokenize(keep_columns=["id"])
+    with pytest.raises(ValueError, match="one row per row"):
+        df["text"].wordpiece.tokenize(keep_columns=sub[["id"]])
+    ddf = dd.from_pandas(df, npartitions=2)
+    with pytest.raises(ValueError, match="no column 'nope'"):
+        ddf["text"].wordpiece.tokenize(keep_columns=["id", "nope"])
+    for name in ("logID", frames.INPUT_INDEX_COLUMN, "token_type_ids"):
+        with pytest.raises(ValueError, match=f"'{name}' is a column of"):
+            ddf.rename(columns={"id": name})["text"].wordpiece.tokenize(keep_columns=name)
+    with pytest.raises(ValueError, match="not a column of a DataFrame"):
+        ddf["text"].str.lower().wordpiece.tokenize(keep_columns="id")
 
 
 def test_stitch_logits_eagerly(tok):

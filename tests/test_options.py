@@ -84,7 +84,7 @@ def test_python_signatures_use_the_table_names():
         params = set(inspect.signature(acc.tokenize).parameters) - {"self",
                                                                     "tokenizer_options"}
         assert params == {"vocab", "lowercase", "text_pair", "return_overflowing_tokens",
-                          *WINDOW_OPTIONS}, acc
+                          *WINDOW_OPTIONS, *opt.names(opt.ACCESSOR)}, acc
 
 
 def test_conf_yaml_keys_are_job_options():

@@ -265,7 +265,7 @@ def test_accessor_pairs_on_a_local_cluster(tok, tmp_path):
             assert stitch_contexts(got["input_ids"], got["metadata"]) == \
                 tok.encode(seconds).to_list()
             frame = res.to_frame().compute()
-            assert list(frame.columns)[-2:] == list(EXTRAS)
+            assert list(frame.columns)[-3:] == [*EXTRAS, "input_index"]
             if padding == "max_length":
                 np.testing.assert_array_equal(res.token_type_ids.compute(),
                                               want.token_type_ids)

@@ -8,14 +8,21 @@ and returns a :class:`WordPieceResult` with the same attributes as the lazy Dask
 from __future__ import annotations
 
 from ..backends.tokenizer import WordPieceTokenizer, resolve_tokenizer
+from ..core.options import check as check_option
 from ..core.windows import resolve_window_options
 from ..distributed.tasks import CALL_OPTIONS, tokenize_partition
 from ..frames.partition import (attention_mask_block, check_text_dtype, input_ids_block,
                                 position_block, require_fixed_width, select_metadata,
                                 stitch_frame, stitch_rows, value_column, write_parquet)
-from ..frames.schema import position_outputs_of
+from ..frames.schema import (FRAME_COLUMNS, INPUT_INDEX_COLUMN, POSITION_OUTPUTS,
+                             position_outputs_of)
 
-__all__ = ["WordPieceAccessor", "WordPieceResult", "resolve_call", "split_call_options"]
+__all__ = ["TEXT_COLUMNS", "WordPieceAccessor", "WordPieceResult", "check_kept_names",
+           "resolve_call", "source_frame", "split_call_options"]
+
+#: Names of the text columns of an accessor's source frame when it carries kept columns
+#: (reserved: a kept column may be the text column itself).
+TEXT_COLUMNS = ("__daskwp_text__", "__daskwp_text_pair__")
 
 
 def resolve_call(vocab, lowercase, max_length, stride, truncation, add_special_tokens,
@@ -44,6 +51,34 @@ def split_call_options(options: dict, tokenizer_options: dict) -> dict:
             if value is not None:
                 options[k] = value
     return rest
+
+
+def check_kept_names(names) -> list:
+    """The ``keep_columns`` of an accessor call as a list of names (the option's validator:
+    the job option's meaning), refusing the names of the result's own columns."""
+    names = check_option("keep_columns", names) or []
+    own = (*FRAME_COLUMNS, "bucket", INPUT_INDEX_COLUMN, *(o.name for o in POSITION_OUTPUTS))
+    taken = [c for c in names if c in own]
+    if taken:
+        raise ValueError(f"keep_columns: {taken[0]!r} is a column of the result "
+                         f"({', '.join(own)}); got {names!r}")
+    bad = [c for c in names if c in TEXT_COLUMNS]
+    if bad:
+        raise ValueError(f"keep_columns: {bad[0]!r} is a name daskwp reserves; got {names!r}")
+    return names
+
+
+def source_frame(texts, kept):
+    """The accessor's source: ``texts`` (a Series, or a frame of two text columns) alone
+    when ``kept`` is None, else one frame of the text columns (renamed
+    :data:`TEXT_COLUMNS`) followed by the ``kept`` columns (pandas, cudf or Dask alike)."""
+    if kept is None:
+        return texts
+    if getattr(texts, "ndim", 1) == 1:
+        frame = texts.rename(TEXT_COLUMNS[0]).to_frame()
+    else:
+        frame = texts.rename(columns=dict(zip(texts.columns, TEXT_COLUMNS)))
+    return frame.assign(**{c: kept[c] for c in kept.columns})
 
 
 class WordPieceResult:
@@ -82,8 +117,9 @@ class WordPieceResult:
     @property
     def position_outputs(self) -> list[str]:
         """The per-position outputs this result carries (columns of :meth:`to_frame`)."""
+        kept = self.options.get("keep_columns") or ()
         return position_outputs_of(c for c in self._frame.columns
-                                   if c not in ("logID", "start", "stop"))
+                                   if c not in ("logID", "start", "stop") and c not in kept)
 
     def __getattr__(self, name):
         if not name.startswith("_") and name in self.position_outputs:
@@ -93,7 +129,10 @@ class WordPieceResult:
 
     def to_frame(self):
         """``logID, start, stop, input_ids, attention_mask, window`` (list columns), then one
-        list column per per-position output asked for (docs/design.md §3.3)."""
+        list column per per-position output asked for (docs/design.md §3.3), then
+        ``input_index`` (the index label of the row's document in the input Series) and the
+        ``keep_columns`` (their values in every row of the document), which join the rows
+        back to their source: ``frame.merge(df, left_on="input_index", right_index=True)``."""
         return self._frame
 
     def to_parquet(self, path, **kwargs):
@@ -140,8 +179,15 @@ class WordPieceAccessor:
     def tokenize(self, vocab=None, *, lowercase=None, max_length=None, stride=None,
                  truncation=None, add_special_tokens=None, padding=None,
                  bucket_widths=None, text_pair=None, return_overflowing_tokens=None,
-                 **tokenizer_options) -> WordPieceResult:
+                 keep_columns=None, **tokenizer_options) -> WordPieceResult:
         """Tokenize the column into windows (see :class:`WordPieceResult`).
+
+        ``keep_columns``: input columns copied into every row of their document (as for
+        batch jobs), given as a DataFrame (or Series) with one row per row of the Series,
+        matched by position: ``df["text"].wordpiece.tokenize(keep_columns=df[["id"]])``
+        (a pandas Series does not know the frame it came from; the Dask accessor also takes
+        names). ``to_frame()`` always carries ``input_index``, the Series' index label of
+        each row's document.
 
         Parameters left at None come from ``dask.config`` (``daskwp.<name>``, defaults in
         ``core/options.py``). ``vocab``: a WordPieceTokenizer, Vocabulary, path or model
@@ -164,5 +210,28 @@ class WordPieceAccessor:
                 raise ValueError(f"text_pair must have one row per row of the Series: got "
                                  f"{len(texts)} rows and {len(text_pair)}")
             texts = _pair_frame(texts, text_pair)
-        frame = tokenize_partition(texts, tok, options)
+        kept = _kept_frame(self._series, keep_columns)
+        options["keep_columns"] = [] if kept is None else list(kept.columns)
+        frame = tokenize_partition(source_frame(texts, kept), tok, options)
         return WordPieceResult(frame, options, tok)
+
+
+def _kept_frame(series, keep_columns):
+    """``keep_columns`` of the eager accessor as a frame aligned with ``series`` row for
+    row, or None."""
+    if keep_columns is None:
+        return None
+    if not hasattr(keep_columns, "ndim") or keep_columns.ndim not in (1, 2):
+        check_kept_names(keep_columns)   # a valid list of names: say why names do not do
+        raise TypeError(f"keep_columns of a pandas or cudf Series must be the columns "
+                        f"themselves (a DataFrame or Series with one row per row of the "
+                        f"Series, e.g. df[{keep_columns!r}]): the Series does not know the "
+                        f"frame it came from; got {keep_columns!r}")
+    kept = keep_columns.to_frame() if keep_columns.ndim == 1 else keep_columns
+    check_kept_names(list(kept.columns))
+    if len(kept) != len(series):
+        raise ValueError(f"keep_columns must have one row per row of the Series: got "
+                         f"{len(series)} rows and {len(kept)}")
+    kept = kept.reset_index(drop=True)
+    kept.index = series.index
+    return kept

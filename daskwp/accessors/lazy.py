@@ -17,7 +17,7 @@ from dask._collections import new_collection
 from ..core.options import DEFAULT_COMPRESSION
 from ..distributed.graph import GlobalLogID, GlobalTokenize, Tokenize, WriteParts, \
     partition_local
-from .eager import WordPieceResult, resolve_call
+from .eager import WordPieceResult, check_kept_names, resolve_call, source_frame
 from ..frames.partition import (METADATA_COLUMNS, attention_mask_block, check_text_dtype,
                                 input_ids_block, is_cudf, metadata_block,
                                 portable_pandas_metadata,
@@ -91,8 +91,9 @@ class DaskWordPieceResult:
     @property
     def position_outputs(self) -> list[str]:
         """The per-position outputs this result carries (columns of :meth:`to_frame`)."""
+        kept = self.options.get("keep_columns") or ()
         return position_outputs_of(c for c in self._tokenized._meta.columns
-                                   if c not in METADATA_COLUMNS)
+                                   if c not in METADATA_COLUMNS and c not in kept)
 
     def __getattr__(self, name):
         """A per-position output asked for (``token_type_ids``, ``sequence_ids``, ...) as a
@@ -119,7 +120,16 @@ class DaskWordPieceResult:
     def to_frame(self):
         """dask DataFrame ``logID, start, stop, input_ids, attention_mask, window``:
         Arrow ``list<int32>`` columns that survive a Parquet round trip; ``window`` numbers
-        the rows of each document (0, 1, ...).
+        the rows of each document (0, 1, ...). Then one list column per per-position output
+        asked for, then ``input_index``, the index label of the row's document in the input
+        Series, and the ``keep_columns`` (their values in every row of the document).
+
+        Joining rows back to their source: logIDs are positions in the Series tokenized
+        (after a filter, in the filtered frame), so join on a kept id column
+        (``tokenize(keep_columns=["id"])``, then ``frame.merge(ddf, on="id")``) or, where
+        the input's index is unique, on ``input_index`` (``frame.merge(ddf,
+        left_on="input_index", right_index=True)``). ``dd.read_parquet`` without an index
+        numbers each partition's rows from 0, so its ``input_index`` is not unique.
 
         Dask operations: ``groupby``, ``set_index`` and task-based ``shuffle`` / ``merge``
         work on it. dask's P2P shuffle (the default ``shuffle`` / ``merge`` method on a
@@ -158,6 +168,8 @@ class DaskWordPieceResult:
         dtype_backend="pyarrow")`` (list<int32> columns) or ``pd.read_parquet(path)``
         (object columns of numpy arrays); the pandas metadata is written so that any pandas
         reads it (``portable_pandas_metadata``, pandas-dev/pandas#57411).
+
+        The parts also carry ``input_index`` and the ``keep_columns``, as :meth:`to_frame`.
 
         ``compression``: as for batch jobs (default ``lz4``; ``zstd`` for 25% smaller parts,
         ``snappy``, ``none``, ...).
@@ -329,6 +341,40 @@ def _pair_source(series, text_pair):
                          f"{e}") from None
 
 
+def _kept_frame(series, keep_columns):
+    """``keep_columns`` of the Dask accessor as a Dask DataFrame partitioned as
+    ``series``, or None: names are columns of the frame ``series`` was selected from."""
+    import dask.dataframe as dd
+    from dask.dataframe.dask_expr._expr import Projection
+
+    if keep_columns is None:
+        return None
+    if isinstance(keep_columns, (dd.DataFrame, dd.Series)):
+        kept = keep_columns.to_frame() if isinstance(keep_columns, dd.Series) \
+            else keep_columns
+        check_kept_names(list(kept.columns))
+    else:
+        names = check_kept_names(keep_columns)
+        if not names:
+            return None
+        expr = series.expr
+        if not isinstance(expr, Projection) or expr.frame.ndim != 2:
+            raise ValueError(f"keep_columns={names!r} names columns of the DataFrame the "
+                             f"Series was selected from, but this Series is not a column of "
+                             f"a DataFrame (select it as ddf[\"text\"], or pass the columns "
+                             f"themselves: keep_columns=ddf[{names!r}])")
+        parent = new_collection(expr.frame)
+        missing = [c for c in names if c not in parent.columns]
+        if missing:
+            raise ValueError(f"keep_columns: the DataFrame has no column {missing[0]!r} "
+                             f"(columns: {list(parent.columns)})")
+        kept = parent[names]
+    if kept.npartitions != series.npartitions:
+        raise ValueError(f"keep_columns must have the partitions of the Series: it has "
+                         f"{kept.npartitions}, the Series {series.npartitions}")
+    return kept
+
+
 class DaskWordPieceAccessor:
     """``ddf["text"].wordpiece`` on Dask (and dask_cudf) Series (lazy)."""
 
@@ -338,7 +384,7 @@ class DaskWordPieceAccessor:
     def tokenize(self, vocab=None, *, lowercase=None, max_length=None, stride=None,
                  truncation=None, add_special_tokens=None, padding=None,
                  bucket_widths=None, text_pair=None, return_overflowing_tokens=None,
-                 **tokenizer_options) -> DaskWordPieceResult:
+                 keep_columns=None, **tokenizer_options) -> DaskWordPieceResult:
         """Tokenize the column into windows with global logIDs (see
         :class:`DaskWordPieceResult`). Nothing is computed.
 
@@ -352,6 +398,11 @@ class DaskWordPieceAccessor:
         ``return_sequence_ids``, ...: any option of ``tok(...)``, given as keywords) as for
         :meth:`WordPieceTokenizer.__call__`: each output is a list column of ``to_frame()``
         and of the parts ``to_parquet`` writes, and an attribute (a dask Array).
+        ``keep_columns``: input columns copied into every row of their document, as for
+        batch jobs: a name or a list of names of columns of the DataFrame the Series was
+        selected from (``ddf["text"].wordpiece.tokenize(keep_columns=["id"])``, also after
+        a filter of ``ddf``), or a Dask DataFrame (Series) of them with the Series'
+        partitions. ``to_frame()`` always carries ``input_index`` as well.
         """
         check_text_dtype(self._series._meta.dtype, f"Series {self._series.name!r}")
         tok, options = resolve_call(vocab, lowercase, max_length, stride, truncation,
@@ -360,6 +411,15 @@ class DaskWordPieceAccessor:
         source = self._series
         if text_pair is not None:
             source = _pair_source(self._series, text_pair)
+        kept = _kept_frame(self._series, keep_columns)
+        options["keep_columns"] = [] if kept is None else list(kept.columns)
+        if kept is not None:
+            try:
+                source = source_frame(source, kept)
+            except Exception as e:   # dask refuses columns whose partitions it cannot align
+                raise ValueError(f"keep_columns must be aligned with the Series partition "
+                                 f"for partition (columns of the same Dask DataFrame); dask "
+                                 f"could not align them: {e}") from None
         result = DaskWordPieceResult(source, tok, options)
         result._tokenized._meta  # validates the options now, on a two-row sample
         return result

@@ -295,6 +295,7 @@ TOKENIZER = "tokenizer"      # WordPieceTokenizer(...) and both accessors' token
 WINDOWS = "windows"          # tok(texts, ...) and both accessors' tokenize(...)
 JOB = "job"                  # job YAML keys, CLI flags, JobConfig fields
 CONFIG = "config"            # a dask.config default daskwp.<name>
+ACCESSOR = "accessor"        # both accessors' tokenize(...) only (not tok(...))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -508,9 +509,11 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
          "CSV/TSV quotes: 'csv' (default): a value starting with \" may hold delimiters and "
          "newlines; 'none': quotes are plain characters, every newline ends a record",
          cli_choices=QUOTING),
-    _opt("keep_columns", None, check_columns, "a column name or a list of them", True, (JOB,),
+    _opt("keep_columns", None, check_columns, "a column name or a list of them", True,
+         (JOB, ACCESSOR),
          "input columns copied into every output row of their document (e.g. an id to join "
-         "the rows back to their source)", metavar="COLUMN", repeatable=True),
+         "the rows back to their source); the accessors also take the columns themselves",
+         metavar="COLUMN", repeatable=True),
     _opt("parquet_compat", False, check_bool, "true or false", True, (JOB,),
          "write parts every Parquet reader takes (list values PLAIN, not BYTE_STREAM_SPLIT: "
          "fastparquet, older Spark/Hive) at some speed and size (default: no)"),
@@ -576,6 +579,8 @@ def options_table_markdown() -> str:
         where = []
         if TOKENIZER in o.surfaces or WINDOWS in o.surfaces:
             where.append("Python")
+        elif ACCESSOR in o.surfaces:
+            where.append("Python accessors' `tokenize`")
         if JOB in o.surfaces and o.cli_flag:
             where.append(f"YAML, CLI `{o.flag}`")
         elif JOB in o.surfaces:

@@ -77,9 +77,22 @@ def _positions(expr) -> tuple:
     return tuple(range(n)) if pos is None or len(pos) != n else tuple(pos)
 
 
-def _sample_partition(meta):
-    """A two-document partition of the same type and dtype as ``meta`` (dask's own
-    ``meta_nonempty`` fills object columns with ``object()``, which is no text)."""
+def _sample_partition(meta, options: dict):
+    """A two-document partition of the same type and dtypes as ``meta`` (dask's own
+    ``meta_nonempty`` fills object columns with ``object()``, which is no text). A frame's
+    text columns (all but the kept columns, ``options["keep_columns"]``, at its end) get
+    the sample text."""
+    if getattr(meta, "ndim", 1) == 2:
+        sample = meta_nonempty(meta)
+        n = meta.shape[1] - len(options.get("keep_columns") or ())
+        for j in range(n):
+            try:
+                col = meta.iloc[:, j]
+                sample.isetitem(j, col._constructor(["daskwp sample text", None][:len(sample)],
+                                                    dtype=col.dtype, index=sample.index))
+            except Exception:
+                pass
+        return sample
     try:
         return meta._constructor(["daskwp sample text", None], dtype=meta.dtype,
                                  name=meta.name)
@@ -100,7 +113,7 @@ class Tokenize(Expr):
     @functools.cached_property
     def _meta(self):
         # The partition function itself, run on a two-row sample partition.
-        sample = _sample_partition(self.frame._meta)
+        sample = _sample_partition(self.frame._meta, self.options)
         return make_meta(tokenize_partition(sample, self.tokenizer, self.options)
                          .iloc[:0])
 
@@ -279,7 +292,7 @@ class GlobalTokenize(Expr):
 
     @functools.cached_property
     def _meta(self):
-        sample = _sample_partition(self.frame._meta)
+        sample = _sample_partition(self.frame._meta, self.options)
         meta = make_meta(tokenize_partition(sample, self.tokenizer, self.options).iloc[:0])
         columns = self.operand("columns")
         return meta if columns is None else meta[columns]

@@ -8,6 +8,7 @@ They import no Dask, so they run on any worker, in threads, or in the calling pr
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 
@@ -15,9 +16,10 @@ import numpy as np
 
 from ..core.options import DEFAULT_COMPRESSION, WINDOWS, names
 from ..core.windows import WINDOW_OPTIONS
-from ..frames.partition import (PartWriter, frame_from_output,
-                                frame_to_table, is_cudf, stores_mask, table_from_output)
-from ..frames.schema import position_outputs_of
+from ..frames.partition import (PartWriter, attach_kept_columns, attach_source,
+                                frame_from_output, frame_to_table, is_cudf, source_table,
+                                split_source, stores_mask, table_from_output)
+from ..frames.schema import INPUT_INDEX_COLUMN, position_outputs_of
 from .state import cached_tokenizer
 
 __all__ = ["CALL_OPTIONS", "PIECE_BYTES", "add_counts", "add_logid_offset", "call_options",
@@ -83,13 +85,20 @@ def tokenize_partition(texts, tokenizer, options: dict, partition=None):
     The tokenizer is the worker's one instance of ``tokenizer`` (per-worker state). logIDs
     are 0-based within the partition. An empty partition gives an empty frame with the same
     columns and dtypes; an error is raised again naming ``partition``.
+
+    ``options["keep_columns"]`` (the accessors; absent for batch jobs): a list of the kept
+    input columns, the partition's last columns (:func:`~daskwp.frames.partition.split_source`);
+    the frame then also carries the input index and those columns.
     """
     tok = cached_tokenizer(tokenizer)
+    texts, kept, index = split_source(texts, options.get("keep_columns"))
     try:
         if is_cudf(texts):  # the tokenizer runs cudf input on the GPU; outputs stay there
             from ..frames.cudf_frames import frame_from_output as cudf_frame_from_output
-            return cudf_frame_from_output(_tok_call(tok, texts, options, return_tensors="cp"))
-        return frame_from_output(_tok_call(tok, texts, options, return_tensors="np"))
+            frame = cudf_frame_from_output(_tok_call(tok, texts, options, return_tensors="cp"))
+        else:
+            frame = frame_from_output(_tok_call(tok, texts, options, return_tensors="np"))
+        return attach_source(frame, index, kept)
     except Exception as e:
         if partition is None:
             raise
@@ -130,10 +139,19 @@ def tokenize_global(texts, tokenizer, options: dict, partition=None, columns=Non
         if is_cudf(texts):
             frame = add_logid_offset(tokenize_partition(texts, tok, options), offset)
         else:
+            texts, kept, index = split_source(texts, options.get("keep_columns"))
             out = _tok_call(tok, texts, options, return_tensors="np", logid_offset=int(offset))
+            wanted = [columns] if isinstance(columns, str) else columns
+            carried = () if index is None else \
+                (INPUT_INDEX_COLUMN, *(() if kept is None else kept.columns))
+            own = None if wanted is None else [c for c in wanted if c not in carried]
+            if own is not None and index is not None and "logID" not in own and \
+                    len(own) < len(wanted):
+                own.append("logID")   # the source columns are taken by logID
+            frame = attach_source(frame_from_output(out, own), index, kept, offset, wanted)
             if isinstance(columns, str):
-                return frame_from_output(out, [columns])[columns]
-            return frame_from_output(out, columns)
+                return frame[columns]
+            return frame if wanted is None or list(frame.columns) == wanted else frame[wanted]
     except Exception as e:
         if partition is None:
             raise
@@ -151,10 +169,15 @@ def write_partition_part(texts, tokenizer, options: dict, write: dict, partition
     folder = write["path"]
     name = f"part.{partition}.parquet"
     tmp = os.path.join(folder, f".{name}.{uuid.uuid4().hex}.tmp")
+    texts, kept, index = split_source(texts, options.get("keep_columns"))
+    hook = None
+    if index is not None:   # the accessors: the input index and the kept columns
+        hook = functools.partial(attach_kept_columns, kept=source_table(index, kept),
+                                 logid_offset=offset)
     stats = write_tokenized_part(texts, tokenizer, options, os.path.join(folder, name), tmp,
                                  logid_offset=offset, compression=write["compression"],
                                  metadata={"partition": partition, "logid_offset": offset},
-                                 partition=partition)
+                                 partition=partition, table_hook=hook)
     stats.update(partition=partition, logid_offset=offset)
     return stats
 

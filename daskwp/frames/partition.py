@@ -31,7 +31,8 @@ from ..core.buckets import BucketedWindows
 from ..core.options import DEFAULT_COMPRESSION
 from ..core.ragged import RaggedRows
 from ..core.stitch import stitch_flat
-from .schema import (FRAME_COLUMNS, MAX_LIST_VALUES, METADATA_COLUMNS, is_cudf,
+from .schema import (FRAME_COLUMNS, INPUT_INDEX_COLUMN, MAX_LIST_VALUES, METADATA_COLUMNS,
+                     is_cudf,
                      is_cupy, position_output, position_outputs_of, window_index)
 
 def _fixed_width(padding) -> bool:
@@ -392,6 +393,81 @@ def position_block(frame, width: int, column: str):
 def select_metadata(frame):
     """The ``(logID, start, stop)`` columns of a partition frame."""
     return frame[list(METADATA_COLUMNS)]
+
+
+def split_source(texts, keep_columns):
+    """``(texts, kept, index)`` of an accessor's source partition.
+
+    ``keep_columns`` None: ``texts`` is the text (a Series, or two columns of sentence
+    pairs) and nothing is carried (``kept`` and ``index`` None). A list: the partition's
+    last ``len(keep_columns)`` columns are kept input columns (``kept``, a frame; None when
+    the list is empty), the columns before them the text, and ``index`` is the partition's
+    index, each row's input index label."""
+    if keep_columns is None:
+        return texts, None, None
+    index = texts.index
+    if not keep_columns:
+        return texts, None, index
+    n = texts.shape[1] - len(keep_columns)
+    body = texts.iloc[:, 0] if n == 1 else texts.iloc[:, :n]
+    return body, texts.iloc[:, n:], index
+
+
+def _source_values(values, pos):
+    """``values`` (an Index or a Series) at positions ``pos``, as an array of their dtype."""
+    if is_cudf(values):   # a Series on the frame's RangeIndex
+        taken = values.take(pos)
+        if not hasattr(taken, "reset_index"):
+            taken = taken.to_series()
+        return taken.reset_index(drop=True)
+    return values.array.take(pos)
+
+
+def attach_source(frame, index, kept, logid_offset: int = 0, columns=None):
+    """``frame`` (a partition frame, logIDs ``logid_offset`` + the row's position in the
+    source partition) with :data:`INPUT_INDEX_COLUMN` (``index``'s label of each row's
+    document) and the ``kept`` columns (its values in every row of the document) appended;
+    ``columns``: only those of them. ``index`` None: ``frame`` as it is."""
+    if index is None:
+        return frame
+    extra = {INPUT_INDEX_COLUMN: index}
+    if kept is not None:
+        extra.update((c, kept[c]) for c in kept.columns)
+    extra = {k: v for k, v in extra.items() if columns is None or k in columns}
+    if not extra:
+        return frame
+    logid = frame["logID"]
+    pos = (logid.values if is_cudf(frame) else logid.to_numpy()) - int(logid_offset)
+    frame = frame.copy(deep=False)
+    for name, values in extra.items():
+        frame[name] = _source_values(values, pos)
+    return frame
+
+
+def attach_kept_columns(table: pa.Table, kept: pa.Table | None,
+                        logid_offset: int) -> pa.Table:
+    """The output table of a partition with the kept columns appended: every row carries
+    the values of its document (row ``logID - logid_offset`` of ``kept``)."""
+    if kept is None or kept.num_columns == 0:
+        return table
+    idx = np.asarray(table.column("logID").to_numpy(), dtype=np.int64) - int(logid_offset)
+    take = pa.array(idx)
+    for name in kept.column_names:
+        table = table.append_column(name, kept.column(name).take(take))
+    return table
+
+
+def source_table(index, kept) -> pa.Table:
+    """:data:`INPUT_INDEX_COLUMN` and the kept columns of a source partition
+    (:func:`split_source`) as an Arrow table, one row per document, for
+    :func:`attach_kept_columns`."""
+    if is_cudf(index):
+        index = index.to_pandas()
+        kept = None if kept is None else kept.to_pandas()
+    columns = {INPUT_INDEX_COLUMN: pd.Series(index.array, copy=False)}
+    if kept is not None:
+        columns.update((c, kept[c].reset_index(drop=True)) for c in kept.columns)
+    return pa.Table.from_pandas(pd.DataFrame(columns, copy=False), preserve_index=False)
 
 
 def metadata_block(frame):
@@ -802,7 +878,8 @@ def stitch_frame(frame: pd.DataFrame, column: str, ordered: bool = False) -> pd.
 def value_column(frame, column: str | None) -> str:
     if column is not None:
         return column
-    others = [c for c in frame.columns if c not in (*METADATA_COLUMNS, "window")]
+    others = [c for c in frame.columns
+              if c not in (*METADATA_COLUMNS, "window", INPUT_INDEX_COLUMN)]
     if len(others) != 1:
         raise ValueError(f"name the column to stitch with column=...; candidates: {others}")
     return others[0]

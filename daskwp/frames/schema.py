@@ -6,19 +6,22 @@ import numpy as np
 
 from ..core.outputs import BY_NAME, POSITION_OUTPUTS, PositionOutput, position_output
 
-__all__ = ["FRAME_COLUMNS", "MAX_LIST_VALUES", "METADATA_COLUMNS", "POSITION_OUTPUTS",
+__all__ = ["FRAME_COLUMNS", "INPUT_INDEX_COLUMN", "MAX_LIST_VALUES", "METADATA_COLUMNS", "POSITION_OUTPUTS",
            "PositionOutput", "is_cudf", "is_cupy", "position_output", "position_outputs_of",
            "window_index"]
 
 #: Columns of a tokenized partition, in order.
 FRAME_COLUMNS = ("logID", "start", "stop", "input_ids", "attention_mask", "window")
+#: The accessors' column holding each row's document's index label in the input Series
+#: (``to_frame()``; docs/design.md §3.3), so that rows join back to their source.
+INPUT_INDEX_COLUMN = "input_index"
 #: Columns of ``metadata``.
 METADATA_COLUMNS = ("logID", "start", "stop")
 #: Values one list<int32> column can hold (its offsets are int32).
 MAX_LIST_VALUES = 2**31 - 1
 #: Keys of a tokenizer output and partition-frame columns that are not per-position outputs.
 _ROW_KEYS = ("input_ids", "attention_mask", "metadata", "window", "bucket", "logID", "start",
-             "stop")
+             "stop", INPUT_INDEX_COLUMN)
 
 
 def position_outputs_of(names) -> list[str]:

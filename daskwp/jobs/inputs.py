@@ -57,6 +57,7 @@ import pyarrow as pa
 from .. import _ext
 from ..core.options import INPUT_FORMATS, JOB_OUTPUT_COLUMNS, QUOTING
 from ..core.strings import to_arrow
+from ..frames.partition import attach_kept_columns  # noqa: F401 (the jobs' name for it)
 from ..frames.schema import POSITION_OUTPUTS
 from .errors import InputError, JobError
 
@@ -1510,19 +1511,6 @@ def read_partition_with_counts(spec: PartitionSpec) -> tuple:
     second pass over the bytes); every other format counts after reading."""
     texts, kept, invalid = _read(spec, bool(spec.keep_columns))
     return texts, kept, invalid if invalid is not None else count_invalid_utf8(texts)
-
-
-def attach_kept_columns(table: pa.Table, kept: pa.Table | None,
-                        logid_offset: int) -> pa.Table:
-    """The output table of a partition with the kept columns appended: every row carries
-    the values of its document (row ``logID - logid_offset`` of ``kept``)."""
-    if kept is None or kept.num_columns == 0:
-        return table
-    idx = np.asarray(table.column("logID").to_numpy(), dtype=np.int64) - int(logid_offset)
-    take = pa.array(idx)
-    for name in kept.column_names:
-        table = table.append_column(name, kept.column(name).take(take))
-    return table
 
 
 def _count_text_lines(spec: PartitionSpec) -> int:
