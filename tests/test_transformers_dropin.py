@@ -11,6 +11,7 @@ the drop-in must raise too.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import warnings
@@ -208,6 +209,12 @@ def draw_call(rng, lines, offsets: bool):
     kw = {k: v for k, v in kw.items() if v is not None or k == "return_tensors"}
     if kw.get("return_tensors") is None:
         kw.pop("return_tensors", None)
+    if batched and paired and rng.random() < 0.4:
+        # the pairs as items of the batch (tuples or lists), now and then with single texts
+        items = [(a, b) if rng.random() < 0.5 else [a, b] for a, b in zip(first, second)]
+        if rng.random() < 0.3:
+            items[rng.randrange(len(items))] = text()
+        args = (items,)
     return args, kw, rng.choice(SIDES)
 
 
@@ -273,6 +280,53 @@ def test_every_corpus_line(name, corpus_lines):
         assert list(got) == list(want)
         for key in want:
             assert_same(got[key], want[key], f"lines {lo}.. [{key}]")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", VOCABS)
+def test_every_corpus_line_as_pair_items(name, corpus_lines):
+    """Every line paired with the next, given as items of the batch (tuples, lists, and a
+    single text now and then, as HF tokenizers' encode_batch takes them), equal to
+    transformers given the same items (issue 38, item 1)."""
+    hf, dt = pair_for(name)
+    kw = dict(padding=True, truncation=True, max_length=96, return_special_tokens_mask=True,
+              return_tensors="np")
+    items = [(a, b) if k % 2 else [a, b] for k, (a, b) in
+             enumerate(zip(corpus_lines, corpus_lines[1:] + corpus_lines[:1]))]
+    mixed = [a if k % 5 == 2 else (a, b) for k, (a, b) in enumerate(items[:600])]
+    batches = [items[lo:lo + 512] for lo in range(0, len(items), 512)] + [mixed]
+    for lo, batch in enumerate(batches):
+        want = hf(batch, **kw)
+        got = dt(batch, **kw)
+        assert list(got) == list(want)
+        for key in want:
+            assert_same(got[key], want[key], f"batch {lo} [{key}]")
+        for i in range(0, len(batch), 37):
+            assert got.sequence_ids(i) == want.sequence_ids(i)
+
+
+def test_pair_items_forms():
+    """``tok([("a b", "c")])``, ``tok([["a b", "c"]])``, ``tok((("a b", "c"),))``, split words
+    as ``[(["a", "b"], ["c"])]`` and ``batch_encode_plus`` of lists are pairs; items that
+    are neither a text nor a pair of two raise TypeError, as in transformers."""
+    hf, dt = pair_for(VOCABS[0])
+    forms = [([("a b", "c")],), ([["a b", "c"]],), ((("a b", "c"),),),
+             ([("a b", "c"), "d", ("", "x"), ("y", "")],)]
+    for args in forms:
+        assert dict(dt(*args)) == dict(hf(*args)), args
+        assert dt(*args).sequence_ids(0) == hf(*args).sequence_ids(0)
+    split = [([(["a", "b"], ["c"])],), ([[["a", "b"], ["c"]]],)]
+    for args in split:
+        got, want = dt(*args, is_split_into_words=True), hf(*args, is_split_into_words=True)
+        assert dict(got) == dict(want) and got.word_ids(0) == want.word_ids(0)
+    assert dict(dt.batch_encode_plus([["a b", "c"]])) == dict(hf([["a b", "c"]]))
+    for bad in ([["a", "b", "c"]], [("a", None)], [("a",)]):
+        with pytest.raises(TypeError):
+            hf(bad)
+        with pytest.raises(TypeError, match="TextEncodeInput"):
+            dt(bad)
+    with pytest.raises(TypeError):
+        dt([("a b", "c")], text_pair=["x"])
 
 
 # -- single behaviours ---------------------------------------------------------------------
@@ -520,6 +574,87 @@ def test_from_transformers_added_tokens(some_lines):
     hf.add_tokens(["wordfoo"])
     with pytest.raises(ValueError, match="normalized"):
         daskwp.WordPieceTokenizer.from_transformers(hf)
+
+
+@pytest.mark.parametrize("names", [
+    {"bos_token": "<BOS>"}, {"eos_token": "<EOS>", "bos_token": "[CLS]"},
+    {"bos_token": "[CLS]", "eos_token": "[SEP]"},
+    {"additional_special_tokens": ["<A>", "<B>"], "eos_token": "<EOS>"},
+    {"eos_token": "added"}])
+def test_token_names_set_at_load(names, tmp_path):
+    """Names given to ``from_pretrained`` (bos / eos / extra, strings or AddedTokens) come
+    through ``from_transformers(...).as_transformers()`` with transformers' values and
+    order (issue 38, item 2)."""
+    from transformers import AddedToken
+    (tmp_path / "vocab.txt").write_text(vocab_path(VOCABS[0]).read_text(encoding="utf-8"),
+                                        encoding="utf-8")
+    names = {k: AddedToken("<EOS>", special=True, normalized=False) if v == "added" else v
+             for k, v in names.items()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hf = BertTokenizerFast.from_pretrained(str(tmp_path), **names)
+    dt = daskwp.WordPieceTokenizer.from_transformers(hf).as_transformers()
+    for attr in ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
+                 "cls_token", "mask_token"):
+        assert getattr(dt, attr) == getattr(hf, attr), attr
+        assert getattr(dt, attr + "_id") == getattr(hf, attr + "_id"), attr
+    for attr in ("all_special_tokens", "all_special_ids", "extra_special_tokens",
+                 "special_tokens_map"):
+        assert getattr(dt, attr) == getattr(hf, attr), attr
+    text = ["a <BOS> b<EOS> <A>c <B> [CLS]", "d"]
+    assert dict(dt(text, padding=True)) == dict(hf(text, padding=True))
+
+
+def test_over_length_warning(caplog):
+    """transformers' "Token indices sequence length is longer than ..." warning, logged on
+    its logger once per tokenizer, where transformers logs it (issue 38, item 3)."""
+    hf, dt = pair_for(VOCABS[0])
+    long_text = "word " * (MODEL_MAX + 20)
+
+    def records(tok, *args, **kw):
+        tok.deprecation_warnings = {}
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="transformers"):
+            tok(*args, **kw)
+            tok(*args, **kw)          # once per tokenizer
+        return [r.getMessage() for r in caplog.records
+                if r.name.startswith("transformers")]
+
+    cases = [((long_text,), {}), (([long_text, "a"],), {"padding": True}),
+             ((["a", long_text],), {"padding": True, "return_tensors": "np"}),
+             ((long_text, "a pair"), {}), ((long_text,), {"truncation": False}),
+             ((long_text,), {"truncation": True}), ((long_text,), {"max_length": 600}),
+             ((long_text,), {"verbose": False}), (("short",), {})]
+    seen = 0
+    for args, kw in cases:
+        want = records(hf, *args, **kw)
+        got = records(dt, *args, **kw)
+        assert got == want, (args[0][:10], kw)
+        seen += bool(want)
+    assert seen >= 4
+
+
+def test_lstrip_rstrip_added_tokens_offsets_refused(tmp_path):
+    """An added token with lstrip / rstrip: HF's offsets of it take the whitespace next to
+    it; daskwp refuses offsets for such a tokenizer by name, and its ids stay HF's (issue
+    38, item 4)."""
+    from transformers import AddedToken
+    text = "a   <REPR_END>   b"
+    for flags in ({"lstrip": True, "rstrip": True}, {"lstrip": True}, {"rstrip": True}):
+        hf = BertTokenizerFast(vocab=str(vocab_path(VOCABS[0])))
+        hf.add_special_tokens({"additional_special_tokens": [
+            AddedToken("<REPR_END>", special=True, normalized=False, **flags)]})
+        dt = daskwp.WordPieceTokenizer.from_transformers(hf).as_transformers()
+        assert dict(dt([text, "b"], padding=True)) == dict(hf([text, "b"], padding=True))
+        assert dt(text).word_ids() == hf(text).word_ids()
+        with pytest.raises(ValueError, match="REPR_END.*lstrip / rstrip"):
+            dt(text, return_offsets_mapping=True)
+    hf = BertTokenizerFast(vocab=str(vocab_path(VOCABS[0])))
+    hf.add_special_tokens({"additional_special_tokens": [
+        AddedToken("<REPR_END>", special=True, normalized=False)]})
+    dt = daskwp.WordPieceTokenizer.from_transformers(hf).as_transformers()
+    assert dict(dt(text, return_offsets_mapping=True)) == \
+        dict(hf(text, return_offsets_mapping=True))
 
 
 def test_from_transformers_refuses_other_pipelines_by_name():

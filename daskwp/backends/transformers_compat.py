@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 import tempfile
 from collections import UserDict
 from pathlib import Path
@@ -33,6 +34,10 @@ from ..core.vocab import Vocabulary
 
 __all__ = ["BatchEncoding", "TransformersTokenizer", "from_transformers",
            "offsets_available"]
+
+#: transformers' logger for its tokenizers' warnings: the drop-in's over-length warning goes
+#: where transformers' goes (``assertLogs("transformers")``, transformers' verbosity).
+logger = logging.getLogger("transformers.tokenization_utils_base")
 
 #: transformers' "no limit" for ``model_max_length`` (``VERY_LARGE_INTEGER``) and the bound
 #: above which it means "none" (``LARGE_INTEGER``).
@@ -350,6 +355,41 @@ def _merged(wa, wb):
 # The facade
 # ---------------------------------------------------------------------------------------
 
+def _is_added_token(value) -> bool:
+    """A ``tokenizers.AddedToken`` (duck typing: this module does not import tokenizers)."""
+    return all(hasattr(value, a) for a in ("content", "lstrip", "rstrip", "single_word",
+                                           "normalized", "special"))
+
+
+def _named_token(key: str):
+    """``tok.<key>`` (e.g. ``bos_token``): the token's string or None; settable (a string,
+    an AddedToken or None), as transformers'."""
+    def get(self):
+        t = self._special_tokens_map.get(key)
+        return None if t is None else str(t)
+
+    def set_(self, value):
+        if value is not None and not isinstance(value, str) and not _is_added_token(value):
+            raise ValueError(f"Cannot set a non-string value as the {key}")
+        self._special_tokens_map[key] = value
+
+    return property(get, set_, doc=f"transformers' ``{key}`` (None when not set).")
+
+
+def _named_token_id(key: str):
+    """``tok.<key>_id``: the id of the token (the unknown token's id for a string the
+    vocabulary does not have, as transformers); setting it sets the token."""
+    def get(self):
+        t = self._special_tokens_map.get(key)
+        return None if t is None else self.convert_tokens_to_ids(str(t))
+
+    def set_(self, value):
+        self._special_tokens_map[key] = None if value is None else \
+            self.convert_ids_to_tokens(value)
+
+    return property(get, set_, doc=f"transformers' ``{key}_id``.")
+
+
 class TransformersTokenizer:
     """A daskwp tokenizer with the API of transformers' ``BertTokenizerFast``.
 
@@ -367,7 +407,9 @@ class TransformersTokenizer:
 
     def __init__(self, tokenizer, *, model_max_length: int | None = None,
                  padding_side: str = "right", truncation_side: str = "right",
-                 clean_up_tokenization_spaces: bool = False, name_or_path: str = ""):
+                 clean_up_tokenization_spaces: bool = False, name_or_path: str = "",
+                 special_tokens: dict | None = None,
+                 extra_special_tokens: list | None = None):
         for name in ("encode", "vocab"):
             if not hasattr(tokenizer, name):
                 raise TypeError(f"as_transformers needs a daskwp WordPieceTokenizer, got "
@@ -380,6 +422,27 @@ class TransformersTokenizer:
         self.clean_up_tokenization_spaces = bool(clean_up_tokenization_spaces)
         self.name_or_path = name_or_path
         self.split_special_tokens = False
+        self.deprecation_warnings: dict = {}
+        # transformers' named special tokens and extra special tokens: the names the
+        # transformers tokenizer had (from_transformers), else the daskwp vocabulary's; the
+        # [CLS] / [SEP] that frame rows stay the vocabulary's (as a transformers tokenizer's
+        # post-processor is fixed when it is built), padding takes pad_token_id.
+        v = tokenizer.vocab
+        if special_tokens is None:
+            special_tokens = {k: t for k, t in v.special_names.items()
+                              if v.token_to_id(t) is not None}
+        unknown = sorted(set(special_tokens) - set(SPECIAL_ATTRS))
+        if unknown:
+            raise ValueError(f"special token name(s) {unknown} are not available from "
+                             f"daskwp's drop-in; allowed: {list(SPECIAL_ATTRS)}")
+        self._special_tokens_map = dict.fromkeys(SPECIAL_ATTRS)
+        for k, t in special_tokens.items():
+            setattr(self, k, t)
+        if extra_special_tokens is None:
+            named = {str(t) for t in self._special_tokens_map.values() if t is not None}
+            extra_special_tokens = [t for t in v.special_tokens if t not in named
+                                    and v.token_to_id(t) in v.special_ids]
+        self.extra_special_tokens = extra_special_tokens
 
     # -- sides: checked where they are set -------------------------------------------
     @property
@@ -409,47 +472,56 @@ class TransformersTokenizer:
     def vocab_obj(self) -> Vocabulary:
         return self.tokenizer.vocab
 
-    def _name(self, key):
-        return self.vocab_obj.special_names.get(key)
-
-    def _present(self, key):
-        t = self._name(key)
-        return t if t is not None and self.vocab_obj.token_to_id(t) is not None else None
-
-    unk_token = property(lambda self: self._present("unk_token"))
-    sep_token = property(lambda self: self._present("sep_token"))
-    pad_token = property(lambda self: self._present("pad_token"))
-    cls_token = property(lambda self: self._present("cls_token"))
-    mask_token = property(lambda self: self._present("mask_token"))
-    bos_token = property(lambda self: None)
-    eos_token = property(lambda self: None)
-
     def _id(self, token):
-        return None if token is None else self.vocab_obj.token_to_id(token)
+        return None if token is None else self.convert_tokens_to_ids(token)
 
-    unk_token_id = property(lambda self: self._id(self.unk_token))
-    sep_token_id = property(lambda self: self._id(self.sep_token))
-    pad_token_id = property(lambda self: self._id(self.pad_token))
-    cls_token_id = property(lambda self: self._id(self.cls_token))
-    mask_token_id = property(lambda self: self._id(self.mask_token))
-    bos_token_id = property(lambda self: None)
-    eos_token_id = property(lambda self: None)
+    unk_token = _named_token("unk_token")
+    sep_token = _named_token("sep_token")
+    pad_token = _named_token("pad_token")
+    cls_token = _named_token("cls_token")
+    mask_token = _named_token("mask_token")
+    bos_token = _named_token("bos_token")
+    eos_token = _named_token("eos_token")
+    unk_token_id = _named_token_id("unk_token")
+    sep_token_id = _named_token_id("sep_token")
+    pad_token_id = _named_token_id("pad_token")
+    cls_token_id = _named_token_id("cls_token")
+    mask_token_id = _named_token_id("mask_token")
+    bos_token_id = _named_token_id("bos_token")
+    eos_token_id = _named_token_id("eos_token")
 
     @property
     def special_tokens_map(self) -> dict:
-        return {k: getattr(self, k) for k in SPECIAL_ATTRS if getattr(self, k) is not None}
+        """The named special tokens that are set (transformers 5: without the extra
+        ones)."""
+        return {k: str(t) for k, t in self._special_tokens_map.items() if t is not None}
 
     @property
     def extra_special_tokens(self) -> list:
-        named = set(self.special_tokens_map.values())
-        v = self.vocab_obj
-        return [t for t in v.special_tokens
-                if t not in named and v.token_to_id(t) in v.special_ids]
+        return [str(t) for t in self._extra_special_tokens]
+
+    @extra_special_tokens.setter
+    def extra_special_tokens(self, value):
+        if value is not None and not isinstance(value, (list, tuple)):
+            raise ValueError(f"extra_special_tokens must be a list or tuple, got "
+                             f"{type(value)}")
+        self._extra_special_tokens = [] if value is None else list(value)
+
+    @property
+    def extra_special_tokens_ids(self) -> list:
+        return self.convert_tokens_to_ids(self.extra_special_tokens)
+
+    @extra_special_tokens_ids.setter
+    def extra_special_tokens_ids(self, value):
+        self.extra_special_tokens = None if value is None else \
+            [self.convert_ids_to_tokens(i) for i in value]
 
     @property
     def all_special_tokens(self) -> list:
+        """Named special tokens (transformers' order: bos, eos, unk, sep, pad, cls, mask),
+        then the extra ones, each once."""
         out = list(dict.fromkeys(self.special_tokens_map.values()))
-        return out + [t for t in self.extra_special_tokens if t not in out]
+        return out + [t for t in dict.fromkeys(self.extra_special_tokens) if t not in out]
 
     @property
     def all_special_ids(self) -> list:
@@ -582,13 +654,7 @@ class TransformersTokenizer:
         if not isinstance(batch_text_or_text_pairs, (list, tuple)):
             raise TypeError(f"batch_text_or_text_pairs has to be a list or a tuple (got "
                             f"{type(batch_text_or_text_pairs)})")
-        items = list(batch_text_or_text_pairs)
-        split = kwargs.get("is_split_into_words", False)
-        pairs = items and isinstance(items[0], tuple) and len(items[0]) == 2 and \
-            (not split or isinstance(items[0][0], (list, tuple)))
-        if pairs:
-            return self([a for a, _ in items], text_pair=[b for _, b in items], **kwargs)
-        return self(items, **kwargs)
+        return self(list(batch_text_or_text_pairs), **kwargs)
 
     def __call__(self, text=None, text_pair=None, text_target=None, text_pair_target=None,
                  add_special_tokens: bool = True, padding=False, truncation=None,
@@ -623,8 +689,12 @@ class TransformersTokenizer:
                 padding_side or self.padding_side)
         flags = (return_token_type_ids, return_attention_mask,
                  bool(return_overflowing_tokens), bool(return_special_tokens_mask))
+        if return_offsets_mapping:
+            self._check_offsets_exact()
         out = self._encode(*call, return_tensors, *flags, bool(return_offsets_mapping),
                            bool(return_length))
+        if max_length is None and verbose and self.model_max_length != 0:
+            self._warn_if_too_long(out.data["input_ids"])
         if not return_offsets_mapping:
             sides = self.truncation_side
 
@@ -636,6 +706,41 @@ class TransformersTokenizer:
                     self.truncation_side = keep
             out._redo = redo
         return out
+
+    def _warn_if_too_long(self, ids) -> None:
+        """transformers' ``_eventual_warn_about_too_long_sequence``: once per tokenizer
+        (until ``deprecation_warnings`` is cleared), when a row is longer than
+        ``model_max_length`` and no ``max_length`` applies."""
+        key = "sequence-length-is-longer-than-the-specified-maximum"
+        if self.deprecation_warnings.get(key):
+            return
+        shape = getattr(ids, "shape", None)
+        if shape is not None and len(shape) == 2:
+            rows = [int(shape[1])] if shape[0] else []
+        elif isinstance(ids, (list, tuple, np.ndarray)) and len(ids) and \
+                not isinstance(ids[0], (int, np.integer)):
+            rows = [len(r) for r in ids]
+        else:
+            rows = [len(ids)]
+        longest = next((n for n in rows if n > self.model_max_length), None)
+        if longest is not None:          # transformers names the first such row
+            logger.warning(
+                "Token indices sequence length is longer than the specified maximum sequence "
+                f"length for this model ({longest} > {self.model_max_length}). Running this "
+                "sequence through the model will result in indexing errors")
+            self.deprecation_warnings[key] = True
+
+    def _check_offsets_exact(self) -> None:
+        """Refuse character offsets where daskwp's differ from HF's: an added token with
+        ``lstrip`` / ``rstrip`` (HF's span takes the whitespace next to it; the ids are the
+        same, the pre-tokenizer drops that whitespace)."""
+        stripped = (self.vocab_obj.config or {}).get("stripped_added_tokens") or ()
+        if stripped:
+            raise ValueError(
+                f"character offsets are not available from daskwp for this tokenizer: added "
+                f"token {stripped[0]!r} has lstrip / rstrip (HF's offsets of it take the "
+                f"whitespace next to it, daskwp's do not); ids, word ids and sequence ids are "
+                f"exact")
 
     def _strategies(self, padding, truncation, max_length, pad_to_multiple_of):
         """transformers' ``_get_padding_truncation_strategies``: (padding, truncation
@@ -687,15 +792,21 @@ class TransformersTokenizer:
 
     # -- the work --------------------------------------------------------------------------
     def _docs(self, texts, split: bool, offsets: bool):
-        """Per text: (ids list, offsets list or None, word ids list or None)."""
+        """Per text: (ids list, offsets list or None, word ids list or None); None for a
+        None text (a row of a mixed batch that has no pair)."""
+        if any(t is None for t in texts):
+            given = [k for k, t in enumerate(texts) if t is not None]
+            done = self._docs([texts[k] for k in given], split, offsets) if given else []
+            out = [None] * len(texts)
+            for k, d in zip(given, done):
+                out[k] = d
+            return out
         if not split:
             flat = list(texts)
             for t in flat:
                 if not isinstance(t, str):
-                    raise ValueError(
-                        "text input must be of type `str` (single example), `list[str]` "
-                        "(batch or single pretokenized example) or `list[list[str]]` (batch "
-                        "of pretokenized examples).")
+                    raise TypeError(f"TextInputSequence must be str (got "
+                                    f"{type(t).__name__} {t!r:.60} as a text of the batch)")
             enc = self._encode_flat(flat, offsets)
             return enc
         counts, words = [], []
@@ -762,6 +873,8 @@ class TransformersTokenizer:
                                  f"length of `text_pair`: {len(text_pair)}.")
             firsts = list(text)
             seconds = list(text_pair) if text_pair is not None else None
+            if seconds is None:
+                firsts, seconds = _pair_items(firsts, split)
         else:
             firsts = [text]
             seconds = [text_pair] if text_pair else None   # transformers: "" is no pair
@@ -770,7 +883,7 @@ class TransformersTokenizer:
                              "on it too)")
         if seconds is not None:
             for s in seconds:
-                if split and not isinstance(s, (list, tuple)):
+                if split and s is not None and not isinstance(s, (list, tuple)):
                     raise ValueError("is_split_into_words=True: each text_pair must be a list "
                                      "of words")
         fast = self._windows_path(firsts, seconds, batched, special, padding, strategy,
@@ -791,14 +904,14 @@ class TransformersTokenizer:
                 f"tokenizer stride set to {stride}, which is greater than or equal to its "
                 f"effective max length of {max_length - 2} (= {max_length} original max "
                 f"length - 2 added special tokens)")
-        n_added = (3 if paired else 2) if special else 0
-        if strategy is not None and max_length is not None and special and \
-                max_length < n_added:
-            trunc_len = None          # HF: no room for the special tokens, no truncation
-        else:
-            trunc_len = max_length if strategy is not None else None
-            if trunc_len is not None and special:
-                trunc_len -= n_added
+
+        def trunc_len_of(pair: bool):
+            n_added = (3 if pair else 2) if special else 0
+            if strategy is None or max_length is None:
+                return None
+            if special and max_length < n_added:
+                return None           # HF: no room for the special tokens, no truncation
+            return max_length - n_added
         direction = self.truncation_side
         vocab = self.vocab_obj
         cls_id = vocab.cls_id if special else None
@@ -808,7 +921,8 @@ class TransformersTokenizer:
         for i, da in enumerate(docs_a):
             db = docs_b[i] if paired else None
             wa, wb = _truncate_pair(len(da[0]), None if db is None else len(db[0]),
-                                    strategy, trunc_len, stride, direction)
+                                    strategy, trunc_len_of(db is not None), stride,
+                                    direction)
             merged = _merged(wa, wb)
             if not overflow:
                 merged = merged[:1]
@@ -908,7 +1022,7 @@ class TransformersTokenizer:
         if overflow:
             data["overflow_to_sample_mapping"] = [i for i, _, _ in rows]
         meta = [(s, w, ids) for s, w, ids in zip(seq_rows, word_rows, ids_rows)]
-        n_seq = 2 if paired else 1
+        n_seq = 2 if paired and docs_b[0] is not None else 1
         if not batched and return_tensors is None and not overflow:
             data = {k: (v[0] if v and isinstance(v[0], list) else v) for k, v in data.items()}
         return BatchEncoding(data, return_tensors, rows=meta, n_sequences=n_seq, owner=self)
@@ -939,9 +1053,13 @@ class TransformersTokenizer:
             return None                # HF's error (only when a text is too long)
         if any(not isinstance(t, str) for t in firsts) or \
                 (paired and any(not isinstance(t, str) for t in seconds)):
+            # (also a batch whose rows are some pairs, some single texts)
             return None
         pad = {"max_length": "max_length", "longest": "longest",
                "do_not_pad": False}[padding]
+        if pad is not False and self.pad_token_id != self._id(
+                self.vocab_obj.special_names.get("pad_token")):
+            return None                # pad_token set to another token: the general path
         truncation = True if strategy in (None, "longest_first") else strategy
         try:
             bw = self.tokenizer(firsts, max_length=ml, stride=stride if overflow else 0,
@@ -1170,6 +1288,34 @@ class TransformersTokenizer:
                 f"truncation_side={self.truncation_side!r})")
 
 
+def _pair_items(items: list, split: bool):
+    """HF tokenizers' ``encode_batch`` inputs: each item of a batch is a text (a ``str``; a
+    list of words with ``is_split_into_words``) or a pair of two, as a tuple or a list.
+    Returns ``(firsts, seconds)``; seconds is None when no item is a pair, else None for
+    the items that are not."""
+    def one(x):
+        if split:
+            return isinstance(x, (list, tuple)) and all(isinstance(w, str) for w in x)
+        return isinstance(x, str)
+
+    if all(one(x) for x in items):
+        return items, None
+    firsts, seconds = [], []
+    for x in items:
+        if one(x):
+            firsts.append(x)
+            seconds.append(None)
+        elif isinstance(x, (list, tuple)) and len(x) == 2 and one(x[0]) and one(x[1]):
+            firsts.append(x[0])
+            seconds.append(x[1])
+        else:
+            what = "lists of words" if split else "str"
+            raise TypeError(f"TextEncodeInput must be Union[TextInputSequence, "
+                            f"Tuple[InputSequence, InputSequence]]: each item of the batch is "
+                            f"a text ({what}) or a pair of two, got {x!r:.80}")
+    return firsts, seconds
+
+
 def _valid_text(t) -> bool:
     if isinstance(t, str):
         return True
@@ -1280,6 +1426,13 @@ def from_transformers(obj) -> tuple[dict, dict]:
             v = getattr(obj, k, None)
             if v is not None:
                 names[k] = str(v)
+        # transformers' named and extra special tokens, as the tokenizer has them
+        smap = getattr(obj, "special_tokens_map", None)
+        if isinstance(smap, dict):
+            settings["special_tokens"] = {k: str(v) for k, v in smap.items()
+                                          if k in SPECIAL_ATTRS and v is not None}
+            settings["extra_special_tokens"] = [
+                str(t) for t in (getattr(obj, "extra_special_tokens", None) or [])]
     if backend is not None:
         spec = json.loads(backend.to_str())
         cls = names.get("cls_token")
