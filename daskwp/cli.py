@@ -4,6 +4,7 @@
 
     daskwp run conf/quickstart.yaml [--set key=value ...] [options]
     daskwp tokenize INPUT OUTPUT [options]
+    daskwp count INPUT [--plot lengths.png] [options]
     daskwp bench FILE [--vocab PATH] [--repeat 3]
 
 Options have the names of the config keys (``--max-length`` is ``max_length``); see
@@ -71,15 +72,20 @@ _GROUPS = ("tokenizer", "windows", "input and output", "cluster", "run")
 #: Extra spellings of a few flags (kept for existing scripts).
 _ALIASES = {"scheduler_address": ("--scheduler",), "quiet": ("-q",)}
 _BOOL_CHECKS = (check_bool, check_opt_bool, check_truncation)
+#: The flags of ``daskwp count``: the tokenizer, how the input is read, the cluster.
+COUNT_KEYS = tuple(k for k in CONFIG_KEYS if OPTIONS[k].cli_group in ("tokenizer", "cluster")
+                   or k in ("column", "input_format", "partition_size", "include", "exclude",
+                            "quoting", "quiet"))
 
 
-def _add_job_options(p: argparse.ArgumentParser) -> None:
-    """One flag per job option of the option table (``--max-length`` is ``max_length``)."""
+def _add_job_options(p: argparse.ArgumentParser, keys=None) -> None:
+    """One flag per job option of the option table (``--max-length`` is ``max_length``);
+    ``keys``: only these."""
     S = argparse.SUPPRESS
     groups = {g: p.add_argument_group(g) for g in _GROUPS}
     for name in CONFIG_KEYS:
         o = OPTIONS[name]
-        if not o.cli_flag:
+        if not o.cli_flag or (keys is not None and name not in keys):
             continue
         g = groups.get(o.cli_group) or groups.setdefault(o.cli_group,
                                                          p.add_argument_group(o.cli_group))
@@ -135,6 +141,17 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("input", metavar="INPUT")
     t.add_argument("output", metavar="OUTPUT")
     _add_job_options(t)
+
+    c = sub.add_parser("count", help="documents, tokens, [UNK] rate and length percentiles "
+                       "of INPUT", description="Count the WordPiece tokens of a file, glob or "
+                       "directory (any input format; special tokens not counted): documents, "
+                       "tokens and the [UNK] rate per file and in total, the percentiles and "
+                       "a histogram of document lengths in tokens, and the share of documents "
+                       "that fit common max_length values. Nothing is written.")
+    c.add_argument("input", metavar="INPUT", nargs="+")
+    _add_job_options(c, COUNT_KEYS)
+    c.add_argument("--plot", metavar="PNG", default=None,
+                   help="also save a histogram of the lengths (needs matplotlib)")
 
     b = sub.add_parser("bench", help="throughput against HuggingFace tokenizers on a file",
                        description="Tokenize FILE (any input format) in this process with "
@@ -221,6 +238,21 @@ def _cmd_job(ns) -> int:
         if quiet_log is not None:
             quiet_log.close(keep=False)
     _print_result(summary, ns, cfg.quiet)
+    return 0
+
+
+def _cmd_count(ns) -> int:
+    from .jobs.count import format_counts, plot_lengths, run_count
+    values = _job_values(ns)
+    values.update(input=ns.input if len(ns.input) > 1 else ns.input[0], output=".")
+    cfg = make_config(values, source="command line")
+    report = run_count(cfg)
+    if ns.plot:
+        plot_lengths(report, ns.plot)
+    if ns.print_json:
+        print(json.dumps(report, indent=1))
+    elif not cfg.quiet:
+        print(format_counts(report))
     return 0
 
 
@@ -326,6 +358,8 @@ def main(argv=None) -> int:
     try:
         if ns.command == "bench":
             return _cmd_bench(ns)
+        if ns.command == "count":
+            return _cmd_count(ns)
         return _cmd_job(ns)
     except JobError as e:
         if os.environ.get("DASKWP_DEBUG"):

@@ -12,13 +12,14 @@ from ..core.options import check as check_option
 from ..core.windows import resolve_window_options
 from ..distributed.tasks import CALL_OPTIONS, tokenize_partition
 from ..frames.partition import (attention_mask_block, check_text_dtype, input_ids_block,
-                                position_block, require_fixed_width, select_metadata,
-                                stitch_frame, stitch_rows, value_column, write_parquet)
+                                is_cudf, position_block, require_fixed_width,
+                                select_metadata, stitch_frame, stitch_rows, value_column,
+                                write_parquet)
 from ..frames.schema import (FRAME_COLUMNS, INPUT_INDEX_COLUMN, POSITION_OUTPUTS,
                              position_outputs_of)
 
 __all__ = ["TEXT_COLUMNS", "WordPieceAccessor", "WordPieceResult", "check_kept_names",
-           "resolve_call", "source_frame", "split_call_options"]
+           "resolve_call", "source_frame", "split_call_options", "token_count_part"]
 
 #: Names of the text columns of an accessor's source frame when it carries kept columns
 #: (reserved: a kept column may be the text column itself).
@@ -170,6 +171,20 @@ def _pair_frame(texts, text_pair):
     return texts.rename("text").to_frame().assign(text_pair=pair)
 
 
+def token_count_part(series, tokenizer):
+    """The partition task of ``count()``: its :class:`~daskwp.core.lengths.TokenCounts`."""
+    from ..core.lengths import count_tokens
+    from ..core.strings import to_arrow
+    from ..distributed.state import cached_tokenizer
+
+    tok = cached_tokenizer(tokenizer)
+    if is_cudf(series):
+        return count_tokens(tok, series, int(series.str.byte_count().sum()))
+    import pyarrow.compute as pc
+    texts = to_arrow(series)
+    return count_tokens(tok, texts, int(pc.sum(pc.binary_length(texts)).as_py() or 0))
+
+
 class WordPieceAccessor:
     """``series.wordpiece`` on pandas and cudf Series (eager)."""
 
@@ -214,6 +229,14 @@ class WordPieceAccessor:
         options["keep_columns"] = [] if kept is None else list(kept.columns)
         frame = tokenize_partition(source_frame(texts, kept), tok, options)
         return WordPieceResult(frame, options, tok)
+
+    def count(self, vocab=None, *, lowercase=None, **tokenizer_options):
+        """Count the Series' WordPiece tokens now: a
+        :class:`~daskwp.core.lengths.TokenCounts` (documents, tokens, ``[UNK]`` rate, the
+        distribution of document lengths), as the Dask accessor's ``count()``."""
+        check_text_dtype(self._series.dtype, f"Series {self._series.name!r}")
+        return token_count_part(self._series,
+                                resolve_tokenizer(vocab, lowercase, **tokenizer_options))
 
 
 def _kept_frame(series, keep_columns):

@@ -425,6 +425,27 @@ class DaskWordPieceAccessor:
         return result
 
 
+    def count(self, vocab=None, *, lowercase=None, compute: bool = True,
+              **tokenizer_options):
+        """Count the column's WordPiece tokens (no special tokens): a
+        :class:`~daskwp.core.lengths.TokenCounts` with ``documents``, ``tokens``,
+        ``unknown_tokens``, ``unknown_token_rate``, ``text_bytes`` and ``lengths`` (the
+        exact distribution of document lengths: ``lengths.percentile(99)``,
+        ``lengths.summary()``, ``lengths.histogram()``), as ``daskwp count`` reports. One
+        task per partition, then one that merges; ``compute=False`` returns the Delayed."""
+        import dask
+        from ..backends.tokenizer import resolve_tokenizer
+        from ..core.lengths import TokenCounts
+
+        check_text_dtype(self._series._meta.dtype, f"Series {self._series.name!r}")
+        tok = resolve_tokenizer(vocab, lowercase, **tokenizer_options)
+        tok_d = dask.delayed(tok, pure=True)
+        from .eager import token_count_part
+        parts = [dask.delayed(token_count_part, pure=True)(block, tok_d)
+                 for block in self._series.to_delayed()]
+        out = dask.delayed(TokenCounts.merge, pure=True)(parts)
+        return out.compute() if compute else out
+
     def to_megatron(self, prefix, vocab=None, *, lowercase=None, add_special_tokens=None,
                     append_eod=False, eod_token=None, document_separator=None,
                     merge_parts=True, compute=True, **tokenizer_options):
@@ -500,6 +521,7 @@ def megatron_part(series, tokenizer, options: dict, prefix: str) -> dict:
         for ext in (".bin", ".idx"):
             if os.path.exists(tmp + ext):
                 os.unlink(tmp + ext)
+    stats.pop("document_lengths")
     return {"prefix": prefix, **stats}
 
 

@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 
+from ..core.lengths import LengthCounts
 from ..core.options import DEFAULT_COMPRESSION, WINDOWS, names
 from ..core.windows import WINDOW_OPTIONS
 from ..frames.partition import (PartWriter, attach_kept_columns, attach_source,
@@ -319,6 +320,8 @@ def write_tokenized_part(texts, tokenizer, options: dict, path: str, tmp_path: s
         meta = dict(metadata or {})
         meta.update({k: stats[k] for k in ("rows", "tokens", "unknown_tokens", "documents",
                                            "text_bytes")})
+        stats["length_counts"] = LengthCounts.merge(stats.get("length_counts", [])).to_json()
+        meta["length_counts"] = stats["length_counts"]
         # the per-position output columns (docs/design.md §3.3), for read_tokenized
         meta["position_outputs"] = stats.pop("position_outputs", [])
         pad = vocabulary_pad_id(tok)
@@ -342,7 +345,12 @@ def _account(stats: dict, table, out_meta, enc, tok, options) -> None:
             stop = table.column("stop").to_numpy()
         else:
             start, stop = out_meta[:, 1], out_meta[:, 2]
-        stats["tokens"] += int(np.sum(stop - start + 1))
+        owned = stop - start + 1
+        stats["tokens"] += int(np.sum(owned))
+        # tokens per document (every document has a row; rows may be in bucket order)
+        logid = table.column("logID").to_numpy() if out_meta is None else out_meta[:, 0]
+        lengths = np.bincount(logid - logid.min(), weights=owned).astype(np.int64)
+        stats.setdefault("length_counts", []).append(LengthCounts.of(lengths))
     if enc is not None and not options["truncation"]:
         stats["unknown_tokens"] += int(np.count_nonzero(enc.token_ids == tok.vocab.unk_id))
     else:

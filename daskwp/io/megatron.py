@@ -325,7 +325,8 @@ def megatron_sequences(tokenizer, texts, options: dict, to_device=None):
     ``to_device(pieces)``, when given, turns the texts to encode into the tokenizer's input
     type (a cudf Series for the GPU); the ids come back to the host, the bytes the same.
     ``stats``: ``documents``, ``rows`` (sequences), ``tokens`` (ids of the text, without
-    added special ids), ``unknown_tokens`` among them, ``tokens_written``.
+    added special ids), ``unknown_tokens`` among them, ``tokens_written``,
+    ``document_lengths`` (the text's tokens per document, an array).
 
     Memory: the text, its ids (int32) and the ``.bin`` data."""
     import pyarrow as pa
@@ -355,7 +356,8 @@ def megatron_sequences(tokenizer, texts, options: dict, to_device=None):
         ids, offsets, token_dtype(len(vocab)), pieces_per_document=pieces_per_document,
         cls_id=vocab.cls_id if special else None, sep_id=vocab.sep_id if special else None,
         eod_id=eod_id)
+    per_document = offsets if pieces_per_document is None else offsets[pieces_per_document]
     stats = {"documents": len(texts), "rows": len(lengths), "tokens": len(ids),
              "unknown_tokens": int(np.count_nonzero(ids == vocab.unk_id)),
-             "tokens_written": len(tokens)}
+             "tokens_written": len(tokens), "document_lengths": np.diff(per_document)}
     return tokens, lengths, docs, stats

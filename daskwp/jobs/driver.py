@@ -62,6 +62,7 @@ from typing import Callable, Iterable, Sequence
 import pyarrow as pa
 
 from ..backends.tokenizer import resolve_tokenizer
+from ..core.lengths import LengthCounts
 from ..core.options import TOKENIZER, names
 from ..core.version import __version__
 from ..distributed.tasks import CALL_OPTIONS
@@ -453,6 +454,12 @@ def _fmt_int(n: int) -> str:
     return f"{n:,}"
 
 
+def format_length_percentiles(p: dict) -> str:
+    """``tokens per document: min 0, p50 12, ..., max 900, mean 14.2``."""
+    return "tokens per document: " + ", ".join(
+        f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}" for k, v in p.items())
+
+
 def format_summary(s: dict) -> str:
     mbps = s["mb_per_s"]
     if s["partitions_written"]:
@@ -469,6 +476,8 @@ def format_summary(s: dict) -> str:
         f"  time         {timing}",
         f"  unknown      {_fmt_int(s['unknown_tokens'])} tokens "
         f"({100 * s['unknown_token_rate']:.3f}%)",
+        *([f"  lengths      {format_length_percentiles(s['length_percentiles'])}"]
+          if s.get("length_percentiles", {}).get("max") is not None else []),
         f"  vocabulary   {s['vocab']} (hash {s['vocabulary_hash'][:12]})",
         f"  output       {s['output']}",
     ]
@@ -652,6 +661,9 @@ def run_job(cfg: JobConfig, *, client=None, tokenizer=None,
         "tokens": tokens,
         "unknown_tokens": unk,
         "unknown_token_rate": unk / tokens if tokens else 0.0,
+        # tokens per document (of the text; with truncation, those kept), over every part
+        "length_percentiles": LengthCounts.merge(
+            LengthCounts.from_json(s.get("length_counts")) for s in stats).summary(),
         "invalid_utf8_bytes": sum(s.get("invalid_utf8_bytes", 0) for s in stats),
         "invalid_utf8_documents": sum(s.get("invalid_utf8_documents", 0) for s in stats),
         "input_bytes": sum(s["text_bytes"] for s in stats),

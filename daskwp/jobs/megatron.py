@@ -29,6 +29,7 @@ import uuid
 import numpy as np
 import pyarrow.compute as pc
 
+from ..core.lengths import LengthCounts
 from ..distributed.state import cached_tokenizer
 from ..frames.partition import checksum_hash, checksum_hex
 from ..io.megatron import index_size, megatron_sequences, merge_pairs, read_index, write_pair
@@ -149,6 +150,7 @@ def _write_megatron_partition(spec, logid_offset, out_dir, tokenizer, options, j
     tokens, lengths, docs, stats = megatron_sequences(cached_tokenizer(tokenizer), texts,
                                                       options, to_device)
     c2 = time.thread_time()
+    stats["length_counts"] = LengthCounts.of(stats.pop("document_lengths")).to_json()
     prefix = part_prefix(spec.index, n_partitions)
     tag = f"{TMP_PREFIX}{spec.index}-{uuid.uuid4().hex}"
     tmp = os.path.join(out_dir, tag)

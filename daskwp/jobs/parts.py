@@ -293,7 +293,8 @@ def check_part(path: str, index: int, job_id: str, documents: int | None,
     out = {k: meta[k] for k in ("partition", "documents", "rows", "tokens",
                                 "unknown_tokens", "text_bytes", "logid_offset")}
     out.update(invalid_utf8_bytes=meta.get("invalid_utf8_bytes", 0),
-               invalid_utf8_documents=meta.get("invalid_utf8_documents", 0))
+               invalid_utf8_documents=meta.get("invalid_utf8_documents", 0),
+               length_counts=meta.get("length_counts"))
     return out
 
 

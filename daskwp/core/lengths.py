@@ -1,0 +1,153 @@
+"""Token counts and the distribution of document lengths in tokens (``daskwp count``,
+``.wordpiece.count()``, the length percentiles of batch-job summaries).
+
+A :class:`LengthCounts` is an exact distribution: the distinct lengths and how many documents
+have each, so partitions merge without losing anything and percentiles are exact. Its size is
+the number of distinct lengths (a few thousand for a large corpus), not the documents.
+
+Percentiles are "nearest rank": the p-th percentile is the smallest length that at least p% of
+the documents do not exceed (NumPy's ``percentile(..., method="inverted_cdf")``), always the
+length of a real document.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+__all__ = ["LengthCounts", "PERCENTILES", "TokenCounts", "count_tokens"]
+
+#: The percentiles reported by default.
+PERCENTILES = (50, 90, 95, 99)
+
+
+@dataclasses.dataclass
+class LengthCounts:
+    """Documents per length in tokens: ``values`` (distinct lengths, ascending, int64) and
+    ``counts`` (documents of each, int64)."""
+
+    values: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
+    counts: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
+
+    @classmethod
+    def of(cls, lengths) -> "LengthCounts":
+        """The distribution of an array of lengths."""
+        lengths = np.asarray(lengths, dtype=np.int64)
+        values, counts = np.unique(lengths, return_counts=True)
+        return cls(values.astype(np.int64), counts.astype(np.int64))
+
+    @classmethod
+    def merge(cls, parts) -> "LengthCounts":
+        """The distribution of several (of partitions, files, ...) together."""
+        parts = [p for p in parts if len(p.values)]
+        if not parts:
+            return cls()
+        values = np.concatenate([p.values for p in parts])
+        counts = np.concatenate([p.counts for p in parts])
+        uniq, inv = np.unique(values, return_inverse=True)
+        return cls(uniq.astype(np.int64), np.bincount(inv, weights=counts,
+                                                      minlength=len(uniq)).astype(np.int64))
+
+    def to_json(self) -> dict:
+        return {"values": self.values.tolist(), "counts": self.counts.tolist()}
+
+    @classmethod
+    def from_json(cls, obj) -> "LengthCounts":
+        if not obj:
+            return cls()
+        return cls(np.asarray(obj["values"], np.int64), np.asarray(obj["counts"], np.int64))
+
+    @property
+    def documents(self) -> int:
+        return int(self.counts.sum())
+
+    @property
+    def tokens(self) -> int:
+        return int(np.dot(self.values, self.counts)) if len(self.values) else 0
+
+    def percentile(self, q: float) -> int | None:
+        """The nearest-rank ``q``-th percentile (``0 < q <= 100``); None without documents."""
+        if not 0 < q <= 100:
+            raise ValueError(f"a percentile must be in (0, 100], got {q!r}")
+        n = self.documents
+        if n == 0:
+            return None
+        rank = int(np.ceil(q / 100 * n))   # the rank-th smallest length, 1-based
+        return int(self.values[np.searchsorted(np.cumsum(self.counts), max(rank, 1))])
+
+    def summary(self, percentiles=PERCENTILES) -> dict:
+        """``{"min", "p50", ..., "max", "mean"}`` (None without documents): what job summaries
+        record."""
+        n = self.documents
+        out = {"min": int(self.values[0]) if n else None}
+        out.update({f"p{q:g}": self.percentile(q) for q in percentiles})
+        out["max"] = int(self.values[-1]) if n else None
+        out["mean"] = round(self.tokens / n, 2) if n else None
+        return out
+
+    def share_at_most(self, length: int) -> float:
+        """The share of documents of at most ``length`` tokens."""
+        n = self.documents
+        return float(self.counts[self.values <= length].sum() / n) if n else 0.0
+
+    def histogram(self) -> list[tuple[int, int, int]]:
+        """``(low, high, documents)`` per power-of-two bin of lengths: 0, 1, 2-3, 4-7, ...
+        up to the longest document."""
+        if self.documents == 0:
+            return []
+        top = int(self.values[-1])
+        edges = [0, 1] + [1 << k for k in range(1, max(top, 1).bit_length() + 1)]
+        out = []
+        for lo, hi in zip(edges[:-1], edges[1:]):
+            sel = (self.values >= lo) & (self.values < hi)
+            out.append((lo, hi - 1, int(self.counts[sel].sum())))
+            if hi > top:
+                break
+        return out
+
+
+@dataclasses.dataclass
+class TokenCounts:
+    """Documents, tokens (WordPiece tokens of the text, no special tokens), ``[UNK]`` among
+    them, UTF-8 text bytes and the distribution of document lengths in tokens."""
+
+    documents: int = 0
+    tokens: int = 0
+    unknown_tokens: int = 0
+    text_bytes: int = 0
+    lengths: LengthCounts = dataclasses.field(default_factory=LengthCounts)
+
+    @property
+    def unknown_token_rate(self) -> float:
+        return self.unknown_tokens / self.tokens if self.tokens else 0.0
+
+    @classmethod
+    def merge(cls, parts) -> "TokenCounts":
+        parts = list(parts)
+        return cls(sum(p.documents for p in parts), sum(p.tokens for p in parts),
+                   sum(p.unknown_tokens for p in parts), sum(p.text_bytes for p in parts),
+                   LengthCounts.merge(p.lengths for p in parts))
+
+    def to_json(self) -> dict:
+        return {"documents": self.documents, "tokens": self.tokens,
+                "unknown_tokens": self.unknown_tokens,
+                "unknown_token_rate": self.unknown_token_rate, "text_bytes": self.text_bytes,
+                "length_percentiles": self.lengths.summary(),
+                "length_counts": self.lengths.to_json()}
+
+
+def _host(a) -> np.ndarray:
+    return a.get() if hasattr(a, "get") else np.asarray(a)
+
+
+def count_tokens(tokenizer, texts, text_bytes: int = 0) -> TokenCounts:
+    """:class:`TokenCounts` of ``texts`` (anything ``tokenizer.encode`` takes; on the GPU
+    the counts are made there and only they come back)."""
+    enc = tokenizer.encode(texts)
+    offsets = _host(enc.offsets)
+    ids = enc.token_ids
+    unk = ids == tokenizer.vocab.unk_id
+    unknown = int(unk.sum())
+    return TokenCounts(len(offsets) - 1, int(offsets[-1] - offsets[0]) if len(offsets) else 0,
+                       unknown, text_bytes, LengthCounts.of(np.diff(offsets)))
