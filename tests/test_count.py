@@ -21,6 +21,8 @@ from daskwp.cli import main
 from daskwp.core.lengths import LengthCounts, TokenCounts
 from daskwp.jobs import make_config, run_job
 
+from test_offsets import emulated_gpu  # noqa: F401  (the emulated CUDA backend)
+
 pytestmark = requires_data
 
 UNCASED = "bert-base-uncased"
@@ -157,18 +159,8 @@ def test_job_summaries_have_length_percentiles(tmp_path):
         assert f"p99 {want[99]:,}" in text
 
 
-def test_emulated_gpu_counts_equal_cpu(monkeypatch):
-    from emulated_cuda import cxx
-    from test_pairs import pair_fake_cupy
-    from daskwp.backends import cuda
+def test_emulated_gpu_counts_equal_cpu(emulated_gpu):
     from daskwp.core.lengths import count_tokens
-
-    if cxx() is None:
-        pytest.skip("no C++ compiler")
-    cuda.clear_caches()
-    fake = pair_fake_cupy()
-    fake.full = np.full
-    monkeypatch.setattr(cuda, "_cupy", lambda: fake)
     cpu = daskwp.WordPieceTokenizer(vocab_path(UNCASED))
     gpu = daskwp.WordPieceTokenizer(cpu.vocab, device="gpu", **cpu.settings)
     docs = read_documents(DATA / "corpus" / "edge" / "blns.txt") + ["", None]
@@ -177,4 +169,3 @@ def test_emulated_gpu_counts_equal_cpu(monkeypatch):
                                                          b.unknown_tokens)
     np.testing.assert_array_equal(a.lengths.values, b.lengths.values)
     np.testing.assert_array_equal(a.lengths.counts, b.lengths.counts)
-    cuda.clear_caches()

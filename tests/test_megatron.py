@@ -28,6 +28,8 @@ from daskwp.io.megatron import (INDEX_HEADER, document_sequences, merge_pairs, r
                                 read_sequences, token_dtype, write_pair)
 from daskwp.jobs import ConfigError, load_config, make_config, run_job
 
+from test_offsets import emulated_gpu  # noqa: F401  (the emulated CUDA backend)
+
 pytestmark = requires_data
 
 UNCASED = "bert-base-uncased"
@@ -317,18 +319,8 @@ def test_parts_without_merging_are_listed_for_megatron(tmp_path):
 # ---------------------------------------------------------------------------------------
 # The GPU path: the same bytes through the emulated CUDA build
 # ---------------------------------------------------------------------------------------
-def test_emulated_gpu_writes_the_same_bytes(tmp_path, monkeypatch):
-    from emulated_cuda import cxx
-    from test_pairs import pair_fake_cupy
-    from daskwp.backends import cuda
+def test_emulated_gpu_writes_the_same_bytes(tmp_path, emulated_gpu):
     from daskwp.io.megatron import megatron_sequences
-
-    if cxx() is None:
-        pytest.skip("no C++ compiler")
-    cuda.clear_caches()
-    fake = pair_fake_cupy()
-    fake.full = np.full
-    monkeypatch.setattr(cuda, "_cupy", lambda: fake)
     cpu = daskwp.WordPieceTokenizer(vocab_path(MULTI), lowercase=False)
     gpu = daskwp.WordPieceTokenizer(cpu.vocab, device="gpu", **cpu.settings)
     docs = pa.array(_mixed_documents()[:60] + read_documents(DATA / "corpus" / "multi" /
@@ -342,7 +334,6 @@ def test_emulated_gpu_writes_the_same_bytes(tmp_path, monkeypatch):
     assert token_dtype(len(cpu.vocab)) == np.int32
     for ext in (".bin", ".idx"):
         assert (tmp_path / f"gpu{ext}").read_bytes() == (tmp_path / f"cpu{ext}").read_bytes()
-    cuda.clear_caches()
 
 
 # ---------------------------------------------------------------------------------------
