@@ -511,7 +511,12 @@ class WordPieceTokenizer:
                 tuple(sorted(self.settings.items())), self.device)
 
     def __reduce__(self):
-        return (_rebuild_tokenizer, (self.vocab, self.settings, self.num_threads, self.device))
+        # transformers_settings (from_transformers) travel too: as_transformers() after a
+        # round trip gives the same drop-in
+        settings = getattr(self, "transformers_settings", None)
+        state = None if settings is None else {"transformers_settings": settings}
+        return (_rebuild_tokenizer, (self.vocab, self.settings, self.num_threads, self.device),
+                state)
 
     def __repr__(self) -> str:
         shown = {k: v for k, v in self.settings.items()
@@ -529,7 +534,7 @@ class WordPieceTokenizer:
         ``strip_accents``, ``tokenize_chinese_chars`` and added tokens) or a
         ``tokenizers.Tokenizer``: vocabulary, normalizer, special and added tokens; its
         ``model_max_length``, ``padding_side`` and ``truncation_side`` are kept for
-        :meth:`as_transformers` (attribute ``transformers_settings``, not pickled). Keyword
+        :meth:`as_transformers` (attribute ``transformers_settings``, pickled with it). Keyword
         arguments override the tokenizer's settings (``num_threads``, ``device``, ...).
         Anything daskwp does not run exactly is refused with a ValueError naming the
         component (daskwp/backends/transformers_compat.py)."""

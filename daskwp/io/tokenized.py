@@ -413,21 +413,11 @@ class TokenizedDataset:
         files sharded over the DataLoader's workers (worker k of n reads files k, k+n, ...).
         Use it with ``DataLoader(ds, batch_size=None, num_workers=...)``."""
         try:
-            import torch.utils.data as tud
+            from .torch_batches import TokenizedBatches
         except ImportError:
             raise ImportError("to_torch needs PyTorch, which is not installed; use "
                               "batches(return_tensors='np')") from None
-        dataset = self
-
-        class _Batches(tud.IterableDataset):
-            def __iter__(self):
-                info = tud.get_worker_info()
-                files = dataset.files if info is None else \
-                    dataset.files[info.id::info.num_workers]
-                return dataset.batches(batch_size, max_length=max_length,
-                                       return_tensors="pt", files=files)
-
-        return _Batches()
+        return TokenizedBatches(self, batch_size, max_length)
 
 
 def _read_ahead(paths: list, read) -> Iterator:
