@@ -21,6 +21,7 @@ import sys
 import time
 
 from .core.options import OPTIONS, check_bool, check_opt_bool, check_truncation
+from .core.options import SECURITY_KEYS
 from .core.version import __version__
 from .jobs import (CONFIG_KEYS, ConfigError, InputError, JobError, OutputConflictError,
                    format_summary, load_config, make_config, parse_override, remove_spool_dir,
@@ -110,6 +111,7 @@ def _add_job_options(p: argparse.ArgumentParser, keys=None) -> None:
         if name == "add_special_tokens":
             g.add_argument("--no-special-tokens", dest=name, action="store_false", default=S,
                            help="same as --no-add-special-tokens")
+    _add_tls_flags(groups["cluster"])
     g = groups["run"]
     g.add_argument("--set", dest="overrides", action="append", default=[],
                    metavar="KEY=VALUE",
@@ -118,6 +120,31 @@ def _add_job_options(p: argparse.ArgumentParser, keys=None) -> None:
                         "defaults > built-in defaults")
     g.add_argument("--json", dest="print_json", action="store_true",
                    help="print the summary as JSON")
+
+
+def _add_tls_flags(g) -> None:
+    """``--tls-ca-file``, ``--tls-cert``, ``--tls-key``, ``--tls-require-encryption``: the
+    keys of the ``security`` option (SECURITY_KEYS), each replacing that key of the job's."""
+    S = argparse.SUPPRESS
+    for key in SECURITY_KEYS:
+        flag, dest = "--tls-" + key.replace("_", "-"), "tls_" + key
+        if key == "require_encryption":
+            g.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction, default=S,
+                           help="refuse a scheduler address that is not tls:// (default: "
+                                "on when a TLS file is given)")
+        else:
+            g.add_argument(flag, dest=dest, default=S, metavar="PATH",
+                           help=f"security.{key}: " + {
+                               "ca_file": "the cluster's CA certificate (PEM)",
+                               "cert": "this client's certificate (PEM)",
+                               "key": "this client's private key (PEM; not needed when "
+                                      "the certificate file holds it)"}[key])
+
+
+def _tls_values(ns: argparse.Namespace) -> dict | None:
+    """The ``security`` keys given by --tls-* flags, or None."""
+    values = {k: getattr(ns, "tls_" + k) for k in SECURITY_KEYS if hasattr(ns, "tls_" + k)}
+    return values or None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -178,6 +205,10 @@ def _job_values(ns: argparse.Namespace) -> dict:
                                   f"of 'daskwp tokenize'; give it once")
     values.update({k: getattr(ns, k) for k in CONFIG_KEYS
                    if OPTIONS[k].cli_flag and hasattr(ns, k)})
+    tls = _tls_values(ns)
+    if tls is not None:  # over --set security={...}, key by key
+        given = values.get("security")
+        values["security"] = {**given, **tls} if isinstance(given, dict) else tls
     return values
 
 

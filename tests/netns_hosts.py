@@ -358,13 +358,17 @@ class Hosts:
         self._logs += 1
         return self.workdir / f"{self._logs:04d}-{name}.log"
 
+    def command(self, host: Host, argv) -> list:
+        """``argv`` as run in ``host``: ``ip netns exec <its namespace> argv``."""
+        return ["ip", "netns", "exec", host.ns, *map(str, argv)]
+
     def popen(self, host: Host, argv, name: str | None = None, env: dict | None = None,
               stdout=None) -> subprocess.Popen:
         """Start ``argv`` in ``host`` (its output in a log file of the work folder, or
         ``stdout``)."""
         log = self.log_path(name or host.role)
         fh = open(log, "wb")
-        proc = subprocess.Popen(["ip", "netns", "exec", host.ns, *map(str, argv)],
+        proc = subprocess.Popen(self.command(host, argv),
                                 stdout=fh if stdout is None else stdout,
                                 stderr=fh, cwd=REPO, env=self.env(env),
                                 start_new_session=True, preexec_fn=_die_with_parent)

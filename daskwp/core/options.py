@@ -241,6 +241,35 @@ def check_scheduler(name: str, value):
                            f"got {value!r}")
 
 
+#: Keys of a ``security`` mapping (job YAML, ``daskwp.connect(security=...)``): the client's
+#: TLS settings of distributed (``distributed.comm.tls.*``, docs/batch-jobs.md "TLS").
+SECURITY_KEYS = ("ca_file", "cert", "key", "require_encryption")
+
+
+def check_security(name: str, value):
+    """None (distributed's own configuration), or a mapping of some of ``SECURITY_KEYS``:
+    ``ca_file``, ``cert``, ``key`` (non-empty strings: paths) and ``require_encryption``
+    (true / false). Returns a dict in ``SECURITY_KEYS`` order without the None values, or
+    None when nothing is set."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise OptionTypeError(f"{name} must be a mapping of {', '.join(SECURITY_KEYS)}, or "
+                              f"null; got {value!r:.80} ({type(value).__name__})")
+    unknown = sorted(map(str, set(value) - set(SECURITY_KEYS)))
+    if unknown:
+        raise OptionValueError(f"{name}: unknown key {unknown[0]!r}; allowed keys: "
+                               f"{', '.join(SECURITY_KEYS)}")
+    out = {}
+    for key in SECURITY_KEYS:
+        v = value.get(key)
+        if v is None:
+            continue
+        out[key] = (check_bool(f"{name}.{key}", v) if key == "require_encryption"
+                    else check_str(f"{name}.{key}", v))
+    return out or None
+
+
 def check_compression(name: str, value) -> str:
     if value is None:
         return "none"
@@ -495,6 +524,12 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
          "an integer >= 1 or null", False, (JOB, CONFIG),
          "threads per worker of a local cluster", cli_type=int, metavar="N",
          group="cluster"),
+    _opt("security", None, check_security, "a mapping of ca_file, cert, key (paths) and "
+         "require_encryption (true/false), or null", False, (JOB,),
+         "TLS of a running scheduler (tls://host:8786): the CA file, this client's certificate "
+         "and key, and whether to refuse unencrypted addresses (CLI: --tls-ca-file, "
+         "--tls-cert, --tls-key, --tls-require-encryption); null: distributed's own "
+         "configuration (distributed.comm.tls.*)", cli_flag=False, group="cluster"),
     _opt("quiet", False, check_bool, "true or false", False, (JOB,),
          "no progress and no summary (it is in OUTPUT/_summary.json)", group="run"),
     # Batch jobs: which files of a directory, CSV quotes, input columns kept in the output

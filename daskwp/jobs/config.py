@@ -30,6 +30,8 @@ LOCAL_SCHEDULERS = ("synchronous",)
 #: Every job key, in the option table's order.
 CONFIG_KEYS = names(JOB)
 PATH_KEYS = ("input", "output", "vocab")
+#: The paths of the ``security`` mapping (resolved and checked as the other paths).
+_SECURITY_PATHS = ("ca_file", "cert", "key")
 #: Output-affecting keys recorded in _job.json (the vocabulary enters through its hash).
 JOB_KEYS = tuple(k for k in CONFIG_KEYS if OPTIONS[k].affects_output)
 #: Tokenizer keys: None (unset) lets the model folder's settings apply.
@@ -125,7 +127,35 @@ def make_config(values: dict, *, base_dir: str | os.PathLike | None = None,
             out[key] = [resolve_path(x, anchors[key]) for x in v]
         else:
             out[key] = resolve_path(v, anchors[key])
+    if out.get("security") is not None:
+        out["security"] = _check_security_files(
+            out["security"], (path_base_dirs or {}).get("security", base_dir),
+            out.get("scheduler_address"), source)
     return JobConfig(**out)
+
+
+def _check_security_files(security: dict, base_dir, scheduler_address, source: str) -> dict:
+    """``security``'s paths made absolute (relative to ``base_dir``) and checked to be
+    readable files; a running scheduler is required (a local cluster is not secured)."""
+    if scheduler_address is None or scheduler_address in LOCAL_SCHEDULERS:
+        raise ConfigError(f"{source}: security applies to a running scheduler; set "
+                          f"scheduler_address to its tls://host:port (got "
+                          f"{scheduler_address!r})")
+    out = dict(security)
+    for key in _SECURITY_PATHS:
+        if key not in out:
+            continue
+        path = resolve_path(out[key], base_dir)
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as e:
+            raise ConfigError(f"{source}: security.{key}: cannot read {path!r}: "
+                              f"{e.strerror or e}") from None
+        if not os.path.isfile(path):
+            raise ConfigError(f"{source}: security.{key}: {path!r} is not a file")
+        out[key] = path
+    return out
 
 
 
@@ -141,7 +171,8 @@ def default_value(key: str):
 
 def parse_override(item: str) -> tuple[str, Any]:
     """``key=value`` (value read as YAML: ``64``, ``true``, ``null``, ``a string``; a list
-    such as ``[a, b]`` only for the list-valued keys: ``input`` and the repeatable options)."""
+    such as ``[a, b]`` only for the list-valued keys: ``input`` and the repeatable options; a
+    mapping such as ``{cert: c.pem}`` only for ``security``)."""
     import yaml
     if "=" not in item:
         raise ConfigError(f"--set expects key=value, got {item!r}")
@@ -152,7 +183,8 @@ def parse_override(item: str) -> tuple[str, Any]:
     except yaml.YAMLError:
         value = raw
     takes_list = key == "input" or (key in OPTIONS and OPTIONS[key].repeatable)
-    if isinstance(value, dict) or (isinstance(value, list) and not takes_list):
+    if (isinstance(value, dict) and key != "security") or \
+            (isinstance(value, list) and not takes_list):
         value = raw
     return key, value
 
@@ -185,6 +217,11 @@ def load_config(path: str | os.PathLike, overrides: Sequence[str] | dict = (),
     cwd = Path.cwd() if cwd is None else Path(cwd)
     anchors = {}
     for key, value in items:
+        if key == "security" and isinstance(value, dict):
+            value = {k: resolve_path(v, cwd) if k in _SECURITY_PATHS and isinstance(v, str)
+                     else v for k, v in value.items()}
+            if isinstance(values.get(key), dict):
+                value = {**values[key], **value}  # --tls-* flags replace single keys
         values[key] = value
         if key in PATH_KEYS:
             anchors[key] = cwd

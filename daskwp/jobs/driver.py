@@ -65,6 +65,7 @@ from ..backends.tokenizer import resolve_tokenizer
 from ..core.lengths import LengthCounts
 from ..core.options import TOKENIZER, names
 from ..core.version import __version__
+from ..distributed.cluster import security_record
 from ..distributed.tasks import CALL_OPTIONS
 from .config import CONFIG_KEYS, JOB_KEYS, LOCAL_SCHEDULERS, JobConfig, default_value
 from .errors import ConfigError, JobError, OutputConflictError
@@ -90,10 +91,12 @@ def resolve_device(device: str) -> str:
 
 def connect_cluster(cfg: JobConfig, device: str):
     """``daskwp.connect`` for the job: a running scheduler, or a local (CUDA) cluster."""
-    from ..distributed.cluster import connect
+    from ..distributed.cluster import ClusterSecurityError, connect
     if cfg.scheduler_address:
         try:
-            return connect(scheduler_address=cfg.scheduler_address)
+            return connect(scheduler_address=cfg.scheduler_address, security=cfg.security)
+        except ClusterSecurityError as e:  # TLS required, certificate not trusted, ...
+            raise JobError(str(e)) from None
         except OSError as e:
             raise JobError(f"cannot reach the scheduler at {cfg.scheduler_address!r}: "
                            f"{e}") from None
@@ -545,6 +548,9 @@ def run_job(cfg: JobConfig, *, client=None, tokenizer=None,
         "input": {"fingerprint": input_fingerprint(files),
                   "files": [dataclasses.asdict(f) for f in files]},
     }
+    # Whether the cluster is joined over TLS and with which CA and certificate (never the
+    # key); not a parameter: a job may resume on another cluster.
+    security = security_record(cfg.scheduler_address, cfg.security)
     job_id = hashlib.blake2b(json.dumps(
         [header["version"], params, header["input"]["fingerprint"]], sort_keys=True).encode(),
         digest_size=16).hexdigest()
@@ -577,7 +583,8 @@ def run_job(cfg: JobConfig, *, client=None, tokenizer=None,
             for p, o in zip(parts, offsets):
                 p["logid_offset"] = int(o)
         _write_json(job_path, {**header, "output": out, "n_partitions": n, "partitions": parts,
-                               "documents": int(offsets[n]) if offsets is not None else None})
+                               "documents": int(offsets[n]) if offsets is not None else None,
+                               "security": security})
 
     save_job()  # before any part is written
     if skipped:
@@ -682,6 +689,7 @@ def run_job(cfg: JobConfig, *, client=None, tokenizer=None,
         "parameters": params,
         "device": device,
         "scheduler_address": cfg.scheduler_address,
+        "security": security,
         "output": out,
         "input": cfg.input,
         "job_id": job_id,
