@@ -177,9 +177,18 @@ def _job_errors():
             and cls.__module__ == errors.__name__]
 
 
+def _lazy_series():
+    return dd.from_pandas(pd.Series(TEXTS, dtype=object, name="text"), npartitions=3)
+
+
 def _lazy(tok):
-    ds = dd.from_pandas(pd.Series(TEXTS, dtype=object, name="text"), npartitions=3)
-    return ds.wordpiece.tokenize(tok, **WINDOWS, return_token_type_ids=True)
+    return _lazy_series().wordpiece.tokenize(tok, **WINDOWS, return_token_type_ids=True)
+
+
+def _megatron_index(tok, folder):
+    from daskwp.io.megatron import read_index
+    _lazy_series().wordpiece.to_megatron(folder.parent / "mega", tok)
+    return read_index(str(folder.parent / "mega") + ".idx")
 
 
 def _lazy_kept(tok):
@@ -281,6 +290,11 @@ def _cases(tok, folder) -> dict:
         "lazy_stitch_frame": lambda: _lazy(tok).stitch(_lazy(tok).to_frame(),
                                                        column="input_ids"),
         "computed_result": lambda: _lazy(tok).compute(scheduler="sync"),
+        "token_counts": lambda: pd.Series(TEXTS, dtype=object).wordpiece.count(tok),
+        "token_counts_lazy": lambda: _lazy_series().wordpiece.count(tok),
+        "token_lengths": lambda: _lazy_series().wordpiece.count(tok).lengths,
+        "megatron": lambda: _lazy_series().wordpiece.to_megatron(folder.parent / "mega", tok),
+        "megatron_index": lambda: _megatron_index(tok, folder),
         # read_tokenized
         "tokenized_dataset": lambda: made.dataset,
         "tokenized_batch": lambda: next(made.dataset.batches(batch_size=3)),
