@@ -224,7 +224,8 @@ class _QuietLog:
     (and so of the worker processes it starts) goes to a log file in the temporary folder,
     so that distributed's ``Compute Failed`` blocks, tracebacks and warnings stay out of
     the terminal. The job's one error line names the file (``log_note``); a job that ends
-    without one removes it."""
+    without one, or whose log stayed empty (an error found in this process: the line says
+    it all), removes it."""
 
     def __init__(self):
         import tempfile
@@ -233,6 +234,11 @@ class _QuietLog:
         self._saved = os.dup(2)
         os.dup2(fd, 2)
         os.close(fd)
+
+    def written(self) -> bool:
+        """Whether anything was written to the log so far."""
+        sys.stderr.flush()
+        return os.path.getsize(self.path) > 0
 
     def close(self, keep: bool) -> str:
         """Give fd 2 back; the note naming the log ('' when it is empty or not kept)."""
@@ -260,8 +266,9 @@ def _cmd_job(ns) -> int:
         summary = run_job(cfg)
     except BaseException as e:
         if quiet_log is not None:
-            import traceback
-            traceback.print_exception(e)   # the details, into the log
+            if quiet_log.written():   # workers reported: the traceback joins the details
+                import traceback
+                traceback.print_exception(e)
             e.log_note = quiet_log.close(keep=True)
             quiet_log = None
         raise

@@ -811,7 +811,9 @@ def test_cli_failing_partition_names_its_number_and_file(tmp_path, capsys):
     good = "".join(json.dumps({"text": f"document {i}"}) + "\n" for i in range(50))
     (d / "a.jsonl").write_text(good)
     (d / "b.jsonl").write_text(good + '{"text": "broken\n' + good)
-    rc = main(["tokenize", str(d), str(tmp_path / "out"), "--scheduler", "synchronous", "-q"])
+    # on_bad_row: error (the default rejects the row: tests/test_bad_rows.py)
+    rc = main(["tokenize", str(d), str(tmp_path / "out"), "--scheduler", "synchronous", "-q",
+               "--on-bad-row", "error"])
     err = capsys.readouterr().err
     assert rc == 2
     assert "b.jsonl" in err, err

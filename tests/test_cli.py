@@ -562,7 +562,7 @@ def test_failed_job_without_parts_does_not_block_its_rerun(tmp_path, capsys):
     inp = tmp_path / "docs.jsonl"
     inp.write_text('{"text": "one"}\n{"text": "tw\n', encoding="utf-8")
     out = tmp_path / "out"
-    rc, _, err = run_cli(*sync_job(inp, out, "-q"), capsys=capsys)
+    rc, _, err = run_cli(*sync_job(inp, out, "-q", "--on-bad-row", "error"), capsys=capsys)
     assert rc == 2 and "docs.jsonl" in err, err
     assert (out / "_job.json").exists() and not list(out.glob("part-*"))
     inp.write_text('{"text": "one"}\n{"text": "two"}\n', encoding="utf-8")
@@ -582,7 +582,7 @@ def test_quiet_failure_prints_one_error_line_and_logs_the_details(tmp_path):
     inp = tmp_path / "docs.jsonl"
     inp.write_text('{"text": "one"}\n{"text": "tw\n', encoding="utf-8")
     base = [sys.executable, "-m", "daskwp", "tokenize", str(inp), str(tmp_path / "out"),
-            "--n-workers", "1", "--threads-per-worker", "1"]
+            "--n-workers", "1", "--threads-per-worker", "1", "--on-bad-row", "error"]
     env = {k: v for k, v in os.environ.items() if k != "DASKWP_DEBUG"}
     loud = subprocess.run(base, capture_output=True, text=True, timeout=120, env=env)
     assert loud.returncode == 2 and "Compute Failed" in loud.stderr, loud.stderr

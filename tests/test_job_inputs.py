@@ -447,9 +447,18 @@ def test_directory_with_a_pretty_printed_json_array(tmp_path, tok):
     ('{"text": "a",\n "b": 1}', "cannot read"),
 ])
 def test_bad_json_array_items_are_errors(tmp_path, capsys, content, message):
+    """Errors with on_bad_row: error; the default rejects a bad item (its reason in the
+    rejects file), and a file that holds no JSON object at all is an error either way."""
     (tmp_path / "a.json").write_text(content, encoding="utf-8")
-    assert job(tmp_path / "a.json", tmp_path / "out") == 2
+    assert job(tmp_path / "a.json", tmp_path / "strict", "--on-bad-row", "error") == 2
     assert message in capsys.readouterr().err
+    rc = job(tmp_path / "a.json", tmp_path / "out")
+    err = capsys.readouterr().err
+    if message == "cannot read":
+        assert rc == 2 and message in err, err
+    else:
+        assert rc == 0, err
+        assert message in (tmp_path / "out" / "_rejects-00000.jsonl").read_text()
 
 
 def _tree(root: Path, names: list[str]) -> None:

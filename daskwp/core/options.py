@@ -280,6 +280,8 @@ def check_compression(name: str, value) -> str:
 
 #: CSV/TSV quote handling of batch jobs (the ``quoting`` option).
 QUOTING = ("csv", "none")
+#: What a batch job does with a row it cannot read or tokenize (the ``on_bad_row`` option).
+BAD_ROW_POLICIES = ("reject", "error")
 #: Columns of a batch job's output parts; a kept input column may not take one of these names.
 JOB_OUTPUT_COLUMNS = ("logID", "start", "stop", "input_ids", "attention_mask", "window")
 
@@ -549,6 +551,11 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
          "input columns copied into every output row of their document (e.g. an id to join "
          "the rows back to their source); the accessors also take the columns themselves",
          metavar="COLUMN", repeatable=True),
+    _opt("on_bad_row", "reject", check_choice(BAD_ROW_POLICIES), "'reject' or 'error'", False,
+         (JOB,), "a row that cannot be read or tokenized (a broken JSON line, a CSV record "
+         "with another number of fields, a non-text value, a question too long for "
+         "only_second): 'reject' (default): an empty document, listed in "
+         "OUTPUT/_rejects-NNNNN.jsonl; 'error': the job fails", cli_choices=BAD_ROW_POLICIES),
     _opt("parquet_compat", False, check_bool, "true or false", True, (JOB,),
          "write parts every Parquet reader takes (list values PLAIN, not BYTE_STREAM_SPLIT: "
          "fastparquet, older Spark/Hive) at some speed and size (default: no)"),

@@ -299,7 +299,9 @@ def write_tokenized_part(texts, tokenizer, options: dict, path: str, tmp_path: s
     tok = cached_tokenizer(tokenizer)
     clock = {"tokenize": 0.0, "arrow": 0.0, "write": 0.0, "finish": 0.0}
     with_mask = stores_mask(options["padding"])
-    writer = PartWriter(path, tmp_path, compression, compat=parquet_compat)
+    # kept input columns (table_hook) may hold nulls: Arrow's writer, which writes them
+    writer = PartWriter(path, tmp_path, compression, compat=parquet_compat,
+                        native=False if table_hook is not None else None)
     if table_hook is not None:
         write_table = writer.write
         writer.write = lambda table: write_table(table_hook(table))

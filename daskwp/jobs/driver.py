@@ -70,10 +70,10 @@ from ..distributed.tasks import CALL_OPTIONS
 from .config import CONFIG_KEYS, JOB_KEYS, LOCAL_SCHEDULERS, JobConfig, default_value
 from .errors import ConfigError, JobError, OutputConflictError
 from .inputs import PartitionSpec, input_fingerprint, list_input_files, plan_partitions
-from .parts import (JOB_FILE, JOB_FORMAT, PART_PREFIX, PART_SUFFIX, SUMMARY_FILE, TMP_PREFIX,
-                    check_part, count_job_partition, empty_partition, part_name,
-                    remove_temporary_files, tokenize_job_partition, verify_output,
-                    write_partition)
+from .parts import (JOB_FILE, JOB_FORMAT, PART_PREFIX, PART_SUFFIX, REJECTS_PREFIX,
+                    REJECTS_SUFFIX, SUMMARY_FILE, TMP_PREFIX, check_part, count_job_partition,
+                    empty_partition, part_name, rejects_path, remove_temporary_files,
+                    tokenize_job_partition, verify_output, write_partition)
 from .megatron import PART_FILES as MEGATRON_PART_FILES
 from .megatron import (check_megatron_config, check_megatron_part, finish_megatron,
                        is_megatron_file, megatron_options, verify_megatron_output,
@@ -117,7 +117,7 @@ def connect_cluster(cfg: JobConfig, device: str):
 #: options, ``return_overflowing_tokens``, the per-position outputs, ...: CALL_OPTIONS of
 #: the partition tasks), the compression and the layout (``parquet_compat``).
 _PARTITION_OPTIONS = (*(k for k in CALL_OPTIONS if k in CONFIG_KEYS), "compression",
-                      "parquet_compat")
+                      "parquet_compat", "on_bad_row")
 
 
 def build_tokenizer(cfg: JobConfig):
@@ -183,6 +183,7 @@ def _our_files(names: Iterable[str], cfg=None) -> tuple[list[str], list[str]]:
         is_ours = (n in (JOB_FILE, SUMMARY_FILE) or n.startswith(TMP_PREFIX)
                    or is_megatron_file(n, cfg)
                    or (n.startswith(PART_PREFIX) and n.endswith(PART_SUFFIX))
+                   or (n.startswith(REJECTS_PREFIX) and n.endswith(REJECTS_SUFFIX))
                    or (n.startswith((JOB_FILE + ".", SUMMARY_FILE + ".")) and n.endswith(".tmp")))
         (ours if is_ours else other).append(n)
     return ours, other
@@ -338,9 +339,10 @@ class JobGraph:
     tokenizer_key: str
 
 
-def _job_count(specs: Sequence[PartitionSpec], counts: Sequence, q: int):
+def _job_count(specs: Sequence[PartitionSpec], counts: Sequence, on_bad_row: str, q: int):
     """A leaf of the pass: the known count of partition q, or the task that counts it."""
-    return counts[q] if counts[q] is not None else (count_job_partition, specs[q])
+    return counts[q] if counts[q] is not None else (count_job_partition, specs[q],
+                                                    on_bad_row)
 
 
 def job_graph(specs: Sequence[PartitionSpec], counts: Sequence, missing: Sequence[int],
@@ -348,7 +350,8 @@ def job_graph(specs: Sequence[PartitionSpec], counts: Sequence, missing: Sequenc
               run_id: str = "", write: Callable = write_partition) -> JobGraph:
     """The graph of a job: the tokenizer as one key, the global-offset pass over the
     partitions' document counts (``counts[q]``, or None: counted from the input), and one
-    write task per partition in ``missing``, taking its offset and count from the pass
+    write task per partition in ``missing``, taking its offset and count from the pass,
+    and the offset of the first partition of its file (the rows of its rejects file)
     (``write``: the output format's partition writer, :func:`.parts.write_partition`'s
     signature).
 
@@ -362,7 +365,8 @@ def job_graph(specs: Sequence[PartitionSpec], counts: Sequence, missing: Sequenc
     tag = f"{job_id[:8]}-{run_id}" if run_id else job_id[:8]
     tok_key, dsk = tokenizer_layer(tokenizer)
     counts_ = PartitionCounts(f"daskwp-count-{tag}",
-                              functools.partial(_job_count, tuple(specs), tuple(counts)))
+                              functools.partial(_job_count, tuple(specs), tuple(counts),
+                                                options.get("on_bad_row", "error")))
     offset_name = f"daskwp-offset-{tag}"
     offset_keys = []
     for p in range(n + 1):
@@ -371,11 +375,14 @@ def job_graph(specs: Sequence[PartitionSpec], counts: Sequence, missing: Sequenc
         offset_keys.append(key)
     count_keys = [counts_.count_ref(dsk, q).key for q in range(n)]
     write_keys = {}
+    file_start = []    # the first partition of each partition's file
+    for i, s in enumerate(specs):
+        file_start.append(file_start[i - 1] if i and specs[i - 1].path == s.path else i)
     for i in missing:
         key = (f"daskwp-write-{tag}", i)
         dsk[key] = Task(key, write, specs[i], TaskRef(offset_keys[i]), out_dir,
                         TaskRef(tok_key), options, job_id, n, device,
-                        TaskRef(count_keys[i]))
+                        TaskRef(count_keys[i]), TaskRef(offset_keys[file_start[i]]))
         write_keys[i] = key
     return JobGraph(dsk, offset_keys, count_keys, write_keys, tok_key)
 
@@ -481,6 +488,9 @@ def format_summary(s: dict) -> str:
         f"({100 * s['unknown_token_rate']:.3f}%)",
         *([f"  lengths      {format_length_percentiles(s['length_percentiles'])}"]
           if s.get("length_percentiles", {}).get("max") is not None else []),
+        *([f"  rejected     {_fmt_int(s['rejected_rows'])} rows (empty documents; why: "
+           f"{s['output']}/{REJECTS_PREFIX}*{REJECTS_SUFFIX})"] if s.get("rejected_rows")
+          else []),
         f"  vocabulary   {s['vocab']} (hash {s['vocabulary_hash'][:12]})",
         f"  output       {s['output']}",
     ]
@@ -537,7 +547,8 @@ def run_job(cfg: JobConfig, *, client=None, tokenizer=None,
     plan_warnings: list[str] = []
     specs = plan_partitions(files, cfg.column, cfg.partition_size, quoting=cfg.quoting,
                             keep_columns=cfg.keep_columns, warn=plan_warnings.append,
-                            column_pair=cfg.column_pair)
+                            column_pair=cfg.column_pair,
+                            lenient=cfg.on_bad_row == "reject")
     for w in plan_warnings:
         log(f"daskwp: warning: {w}")
     if not specs:  # no document at all: one empty part, so that the dataset has a schema
@@ -661,6 +672,12 @@ def run_job(cfg: JobConfig, *, client=None, tokenizer=None,
                        f"({sum(s['documents'] for s in stats)} vs {total_docs})")
     tokens = sum(s["tokens"] for s in stats)
     unk = sum(s["unknown_tokens"] for s in stats)
+    rejects = [os.path.basename(rejects_path(os.path.join(out, part_name(i, n))))
+               for i, s in enumerate(stats) if s.get("rejected")]
+    for name in os.listdir(out):   # a rejects file no part of this job has (an earlier try)
+        if name.startswith(REJECTS_PREFIX) and name.endswith(REJECTS_SUFFIX) \
+                and name not in rejects:
+            os.unlink(os.path.join(out, name))
     seconds = time.perf_counter() - t_start
     summary = {
         "documents": total_docs,
@@ -673,6 +690,8 @@ def run_job(cfg: JobConfig, *, client=None, tokenizer=None,
             LengthCounts.from_json(s.get("length_counts")) for s in stats).summary(),
         "invalid_utf8_bytes": sum(s.get("invalid_utf8_bytes", 0) for s in stats),
         "invalid_utf8_documents": sum(s.get("invalid_utf8_documents", 0) for s in stats),
+        "rejected_rows": sum(s.get("rejected", 0) for s in stats),
+        "rejects_files": rejects,
         "input_bytes": sum(s["text_bytes"] for s in stats),
         "input_files": len(files),
         "input_file_bytes": sum(f.size for f in files),

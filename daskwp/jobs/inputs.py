@@ -729,11 +729,14 @@ def _type_from_str(s: str) -> pa.DataType | None:
 
 
 def _json_sample(f: InputFile, column: str, keep: Sequence[str],
-                 limit: int = 1000) -> tuple[list | None, dict]:
+                 limit: int = 1000, lenient: bool = False) -> tuple[list | None, dict]:
     """(keys found in the first objects, or None for an array of strings; sampled values of
     the kept columns). JSON Lines: the first ``limit`` non-blank lines; a JSON array: its
-    first ``limit`` items (read from the first MB)."""
+    first ``limit`` items (read from the first MB). ``lenient``: lines and items that are
+    not JSON objects are passed over (the row policy rejects them when they are read),
+    unless no object at all is found: then the file is not in this format, an error."""
     names: dict = {}
+    passed_over: list = []
     samples: dict = {k: [] for k in keep}
     strings = False
 
@@ -743,6 +746,9 @@ def _json_sample(f: InputFile, column: str, keep: Sequence[str],
             names.update(dict.fromkeys(obj))
             for k in keep:
                 samples[k].append(obj.get(k))
+        elif lenient and not (f.format == "json" and isinstance(obj, str)):
+            passed_over.append(ValueError(f"{where} holds {type(obj).__name__}, not an "
+                                          f"object"))
         elif f.format == "json" and (obj is None or isinstance(obj, str)):
             strings = True
         elif f.format == "json":
@@ -777,19 +783,30 @@ def _json_sample(f: InputFile, column: str, keep: Sequence[str],
                 for line in lines:
                     k += 1
                     if line.strip():
-                        take(json.loads(_decode_lossless(line)), f"line {k}")
+                        try:
+                            obj = json.loads(_decode_lossless(line))
+                        except ValueError as e:
+                            if not lenient:
+                                raise
+                            passed_over.append(ValueError(f"line {k}: {e}"))
+                        else:
+                            take(obj, f"line {k}")
                         seen += 1
                         if seen >= limit or (column in names and not keep):
                             done = True
                             break
                 done = done or not chunk
+    if passed_over and not names and not strings:
+        raise passed_over[0]   # not one object: the file is not JSON (Lines)
     return (None if strings and not names else list(names)), samples
 
 
 def _columns_found(f: InputFile, column: str, keep: Sequence[str] = (),
-                   quoting: str = "csv") -> tuple[list | None, pa.DataType | None, dict]:
+                   quoting: str = "csv",
+                   lenient: bool = False) -> tuple[list | None, pa.DataType | None, dict]:
     """(column names of the file, or None for a JSON array of strings; type of ``column``
-    or None; the type of every kept column, as a string); raises InputError."""
+    or None; the type of every kept column, as a string); raises InputError. ``lenient``:
+    bad rows among the first ones are passed over (the row policy)."""
     try:
         if f.format == "parquet":
             import pyarrow.parquet as pq
@@ -801,6 +818,8 @@ def _columns_found(f: InputFile, column: str, keep: Sequence[str] = (),
         if f.format in ("csv", "tsv"):
             import pyarrow.csv as pacsv
             read, parse, _ = _csv_options(f.format, [column], min(f.size, 1 << 20), quoting)
+            if lenient:
+                parse.invalid_row_handler = lambda row: "skip"
             with _open_stream(f.path, f.compression) as fh, \
                     pacsv.open_csv(fh, read_options=read, parse_options=parse) as r:
                 names = r.schema.names
@@ -809,7 +828,7 @@ def _columns_found(f: InputFile, column: str, keep: Sequence[str] = (),
         if f.format in ("jsonl", "json"):
             # The keys of the first objects: an object without the column is an empty
             # document, a file where none has it is an error.
-            names, samples = _json_sample(f, column, keep)
+            names, samples = _json_sample(f, column, keep, lenient=lenient)
             if names is None:
                 return None, pa.large_string(), {}
             return names, (pa.large_string() if column in names else None), {
@@ -929,7 +948,8 @@ def _default_warn(msg: str) -> None:
 def plan_partitions(files: Sequence[InputFile], column: str, partition_size: int, *,
                     quoting: str = "csv", keep_columns: Sequence[str] | None = None,
                     warn: Callable[[str], None] | None = None,
-                    column_pair: str | None = None) -> list[PartitionSpec]:
+                    column_pair: str | None = None,
+                    lenient: bool = False) -> list[PartitionSpec]:
     """Split the input into partitions of about ``partition_size`` bytes, in input order.
 
     Text and JSON Lines files split at line ends; CSV/TSV files at record boundaries (see
@@ -940,6 +960,9 @@ def plan_partitions(files: Sequence[InputFile], column: str, partition_size: int
     one partition); default: :class:`InputWarning`. ``column_pair``: the column of the
     second sequences of sentence pairs, a text column of every file (Parquet, CSV/TSV,
     JSON Lines or a JSON array of objects; not plain text), read with ``column``.
+    ``lenient``: the row policy (``on_bad_row: reject``): the lines and records that the
+    columns are found in may hold bad rows, which are passed over (they are rejected when
+    the partition is read).
     """
     if quoting not in QUOTING:
         raise InputError(f"quoting must be one of {', '.join(map(repr, QUOTING))}, "
@@ -974,7 +997,7 @@ def plan_partitions(files: Sequence[InputFile], column: str, partition_size: int
                              f"of Parquet, CSV/TSV or JSON input")
         spec_types = ()
         if f.format in ("parquet", "csv", "tsv", "jsonl", "json"):
-            names, dtype, types = _columns_found(f, column, keep, quoting)
+            names, dtype, types = _columns_found(f, column, keep, quoting, lenient)
             if names is None:  # a JSON array of strings: the strings are the documents
                 if column_pair is not None:
                     raise InputError(f"column_pair {column_pair!r}: input {f.path!r} is a "
@@ -990,7 +1013,7 @@ def plan_partitions(files: Sequence[InputFile], column: str, partition_size: int
                     raise InputError(f"column {column!r} of {f.path!r} holds {dtype}, not "
                                      f"text; tokenize a string column")
             if column_pair is not None:
-                p_names, p_dtype, _ = _columns_found(f, column_pair, (), quoting)
+                p_names, p_dtype, _ = _columns_found(f, column_pair, (), quoting, lenient)
                 if p_dtype is None:
                     raise InputError(f"column_pair: input {f.path!r} has no column "
                                      f"{column_pair!r}; columns found: "
@@ -1305,7 +1328,20 @@ def _blank_lines(lines: pa.Array) -> np.ndarray:
     return blank
 
 
-def _read_jsonl(data: bytes, spec: PartitionSpec, with_kept: bool):
+def _read_jsonl(data: bytes, spec: PartitionSpec, with_kept: bool, bad: list | None = None):
+    """The documents (and kept columns) of a JSON Lines partition, parsed by Arrow's
+    reader. ``bad`` (the row policy, ``on_bad_row: reject``): a partition that reader
+    refuses is parsed line by line instead (:func:`_read_jsonl_lines`), each bad line an
+    empty document recorded in ``bad``; None: the reader's error."""
+    try:
+        return _read_jsonl_arrow(data, spec, with_kept)
+    except (ValueError, InputError):   # pa.ArrowInvalid and json's errors are ValueErrors
+        if bad is None:
+            raise
+    return _read_jsonl_lines(data, spec, with_kept, bad)
+
+
+def _read_jsonl_arrow(data: bytes, spec: PartitionSpec, with_kept: bool):
     import pyarrow.compute as pc
     import pyarrow.json as pj
     keep = spec.keep_columns if with_kept else ()
@@ -1359,7 +1395,102 @@ def _read_jsonl(data: bytes, spec: PartitionSpec, with_kept: bool):
     return _documents(spec, columns), kept
 
 
-def _read_json_array(data: bytes, spec: PartitionSpec, with_kept: bool):
+_JSON_KINDS = {bool: "a boolean", int: "a number", float: "a number", str: "a string",
+               list: "an array", dict: "an object", type(None): "null"}
+
+
+def _json_kind(value) -> str:
+    return _JSON_KINDS.get(type(value), type(value).__name__)
+
+
+def _kept_json_problem(value, type_name: str) -> str | None:
+    """Why a JSON value cannot go into a kept column of the planned type (None: it can)."""
+    if value is None:
+        return None
+    t = type_name or "large_string"
+    ok = (isinstance(value, bool) if t == "bool" else
+          isinstance(value, int) and not isinstance(value, bool) and -2**63 <= value < 2**63
+          if t == "int64" else
+          isinstance(value, (int, float)) and not isinstance(value, bool) if t == "double"
+          else isinstance(value, str))
+    return None if ok else f"holds {_json_kind(value)}, the column is {t}"
+
+
+def _json_record(obj, spec: PartitionSpec, keep: Sequence[str], types: dict) -> tuple:
+    """``(texts, kept values, problem)`` of one JSON object of a JSON Lines line or a JSON
+    array item; ``problem`` (or None) says why it is not a document."""
+    if not isinstance(obj, dict):
+        return None, None, f"{_json_kind(obj)}, not an object"
+    texts = []
+    for c in _text_columns(spec):
+        value = obj.get(c)
+        if value is not None and not isinstance(value, str):
+            return None, None, f"column {c!r} holds {_json_kind(value)}, not text"
+        texts.append(value)
+    kept = []
+    for k in keep:
+        value = obj.get(k)
+        problem = _kept_json_problem(value, types.get(k, ""))
+        if problem:
+            return None, None, f"kept column {k!r} {problem}"
+        kept.append(value)
+    return texts, kept, None
+
+
+def _json_documents(spec: PartitionSpec, keep: Sequence[str], records, bad: list):
+    """``(documents, kept table)`` of ``records``, ``(texts, kept values, problem, where)``
+    per document (:func:`_json_record`): a record with a problem is an empty document with
+    null kept values, and ``(its index, where: problem)`` goes to ``bad``."""
+    texts = {c: [] for c in _text_columns(spec)}
+    kept = {k: [] for k in keep}
+    for i, (values, kv, problem, where) in enumerate(records):
+        if problem:
+            bad.append((i, f"{where}: {problem}"))
+            values, kv = [None] * len(texts), [None] * len(keep)
+        for c, v in zip(texts, values):
+            texts[c].append(v)
+        for k, v in zip(keep, kv):
+            kept[k].append(v)
+    docs = _documents(spec, [pa.array([None if v is None else _encode_lossless(v)
+                                       for v in texts[c]], type=pa.large_binary())
+                             for c in _text_columns(spec)])
+    if not keep:
+        return docs, None
+    types = dict(zip(spec.keep_columns, spec.keep_types))
+    cols = {}
+    for k in keep:
+        t = _type_from_str(types.get(k, "")) or pa.large_string()
+        if pa.types.is_large_string(t):
+            cols[k] = pa.array([None if v is None else _encode_lossless(v) for v in kept[k]],
+                               type=pa.large_binary())
+        else:
+            cols[k] = pa.array(kept[k], type=t)
+    return docs, _kept_table(cols, spec)
+
+
+def _read_jsonl_lines(data: bytes, spec: PartitionSpec, with_kept: bool, bad: list):
+    """A JSON Lines partition parsed one line at a time (the row policy's path): every
+    non-blank line is a document; a line that is not a JSON object, or whose text or kept
+    column holds another type, is an empty document (null kept values) and
+    ``(document, reason)`` in ``bad``."""
+    keep = spec.keep_columns if with_kept else ()
+    types = dict(zip(spec.keep_columns, spec.keep_types))
+    lines = lines_to_arrow(data)
+
+    def records():
+        for li in np.flatnonzero(~_blank_lines(lines)):
+            try:
+                obj = json.loads(_decode_lossless(lines[int(li)].as_py()))
+            except ValueError as e:
+                yield None, None, f"not valid JSON ({e})", "JSON Lines line"
+            else:
+                yield (*_json_record(obj, spec, keep, types), "JSON Lines line")
+    return _json_documents(spec, keep, records(), bad)
+
+
+def _read_json_array(data: bytes, spec: PartitionSpec, with_kept: bool, bad: list | None = None):
+    if bad is not None:
+        return _read_json_array_items(data, spec, with_kept, bad)
     keep = spec.keep_columns if with_kept else ()
     items = json.loads(_decode_lossless(data).lstrip("\ufeff"))
     if not isinstance(items, list):
@@ -1409,7 +1540,32 @@ def _read_json_array(data: bytes, spec: PartitionSpec, with_kept: bool):
     return arr, table
 
 
-def _read_csv(spec: PartitionSpec, with_kept: bool):
+def _read_json_array_items(data: bytes, spec: PartitionSpec, with_kept: bool, bad: list):
+    """A JSON array under the row policy: an item that is not an object (or a string, a
+    document itself, when no other column is read), or whose text or kept column holds
+    another type, is an empty document recorded in ``bad``. An array that does not parse
+    has no items to number: an error."""
+    keep = spec.keep_columns if with_kept else ()
+    types = dict(zip(spec.keep_columns, spec.keep_types))
+    items = json.loads(_decode_lossless(data).lstrip("\ufeff"))
+    if not isinstance(items, list):
+        raise InputError(f"{spec.describe()}: a JSON array file holds one array, found a "
+                         f"{type(items).__name__}")
+    strings = not keep and spec.column_pair is None
+    nulls = ([None] * len(_text_columns(spec)), [None] * len(keep), None)
+
+    def records():
+        for i, item in enumerate(items):
+            if item is None:
+                yield (*nulls, "")
+            elif strings and isinstance(item, str):
+                yield [item], [], None, ""
+            else:
+                yield (*_json_record(item, spec, keep, types), f"JSON array item {i}")
+    return _json_documents(spec, keep, records(), bad)
+
+
+def _read_csv(spec: PartitionSpec, with_kept: bool, bad: list | None = None):
     import pyarrow.csv as pacsv
     keep = spec.keep_columns if with_kept else ()
     text_columns = _text_columns(spec)
@@ -1425,11 +1581,36 @@ def _read_csv(spec: PartitionSpec, with_kept: bool):
     else:
         source, size = spec.path, os.path.getsize(spec.path)
     read, parse, convert = _csv_options(spec.format, columns, size, spec.quoting)
+    skipped = []
+    if bad is not None:
+        # the row policy: a record with another number of fields (an unterminated quote
+        # too) is skipped by the reader and becomes an empty document here. ``number``
+        # counts the records read, the header being 1.
+        def invalid_row(row):
+            n = row.actual_columns
+            skipped.append((row.number - 2, f"CSV record has {n} field{'s' * (n != 1)}, "
+                                            f"the header {row.expected_columns}"))
+            return "skip"
+        parse.invalid_row_handler = invalid_row
     table = pacsv.read_csv(source, read_options=read, parse_options=parse,
                            convert_options=convert)
+    if skipped:
+        table = _with_empty_rows(table, [i for i, _ in skipped])
+        bad.extend(skipped)
     texts = _documents(spec, [table.column(c).combine_chunks() for c in text_columns])
     kept = _kept_table({k: table.column(k) for k in keep}, spec) if keep else None
     return texts, kept
+
+
+def _with_empty_rows(table: pa.Table, rows: Sequence[int]) -> pa.Table:
+    """``table`` with rows of nulls inserted so that they stand at positions ``rows`` (in
+    increasing order) of the result."""
+    n = table.num_rows + len(rows)
+    take = np.full(n, -1, dtype=np.int64)
+    mask = np.zeros(n, dtype=bool)
+    mask[list(rows)] = True
+    take[~mask] = np.arange(table.num_rows)
+    return table.take(pa.array(take, mask=mask))
 
 
 def _read_parquet(spec: PartitionSpec, with_kept: bool):
@@ -1464,9 +1645,13 @@ def _documents(spec: PartitionSpec, columns: list):
     return pa.Table.from_arrays(columns[:2], names=[spec.column, spec.column_pair])
 
 
-def _read(spec: PartitionSpec, with_kept: bool):
+def _read(spec: PartitionSpec, with_kept: bool, bad: list | None = None):
     """``(documents, kept, invalid)``: ``invalid`` is :func:`count_invalid_utf8` of the
-    documents where reading found it (text), else None."""
+    documents where reading found it (text), else None. ``bad``: the row policy
+    (``on_bad_row: reject``): a row that cannot be read (a JSON Lines line that is not a
+    JSON object, a CSV record with another number of fields, a non-text value in the text
+    column) is an empty document (null) and ``(its index in the partition, the reason)`` is
+    appended to ``bad``; None: such a row is an error."""
     try:
         if spec.format == "text":
             lines, invalid = _read_text_lines(spec)
@@ -1476,11 +1661,11 @@ def _read(spec: PartitionSpec, with_kept: bool):
                 return _documents(spec, [lines, lines]), None, None
             return lines, None, invalid
         if spec.format == "jsonl":
-            return (*_read_jsonl(_read_bytes(spec), spec, with_kept), None)
+            return (*_read_jsonl(_read_bytes(spec), spec, with_kept, bad), None)
         if spec.format == "json":
-            return (*_read_json_array(_read_bytes(spec), spec, with_kept), None)
+            return (*_read_json_array(_read_bytes(spec), spec, with_kept, bad), None)
         if spec.format in ("csv", "tsv"):
-            return (*_read_csv(spec, with_kept), None)
+            return (*_read_csv(spec, with_kept, bad), None)
         if spec.format == "parquet":
             return (*_read_parquet(spec, with_kept), None)
     except JobError:
@@ -1490,11 +1675,12 @@ def _read(spec: PartitionSpec, with_kept: bool):
     raise AssertionError(spec.format)
 
 
-def read_partition(spec: PartitionSpec):
+def read_partition(spec: PartitionSpec, bad: list | None = None):
     """The documents of one partition as an Arrow string/binary array (nulls are empty
     documents; invalid UTF-8 stays as it is, for every format); for sentence pairs
-    (``column_pair``) a two-column table of them, one row per pair."""
-    return _read(spec, False)[0]
+    (``column_pair``) a two-column table of them, one row per pair. ``bad``: the row
+    policy (:func:`_read`)."""
+    return _read(spec, False, bad)[0]
 
 
 def read_partition_with_columns(spec: PartitionSpec) -> tuple[pa.Array, pa.Table | None]:
@@ -1504,12 +1690,13 @@ def read_partition_with_columns(spec: PartitionSpec) -> tuple[pa.Array, pa.Table
     return _read(spec, bool(spec.keep_columns))[:2]
 
 
-def read_partition_with_counts(spec: PartitionSpec) -> tuple:
+def read_partition_with_counts(spec: PartitionSpec, bad: list | None = None) -> tuple:
     """``(documents, kept, (invalid_bytes, invalid_documents))``: what
     :func:`read_partition_with_columns` gives, and :func:`count_invalid_utf8` of the
     documents. A text partition's counts come from the pass that splits its lines (no
-    second pass over the bytes); every other format counts after reading."""
-    texts, kept, invalid = _read(spec, bool(spec.keep_columns))
+    second pass over the bytes); every other format counts after reading. ``bad``: the
+    row policy (:func:`_read`)."""
+    texts, kept, invalid = _read(spec, bool(spec.keep_columns), bad)
     return texts, kept, invalid if invalid is not None else count_invalid_utf8(texts)
 
 
@@ -1546,8 +1733,9 @@ def _count_text_lines(spec: PartitionSpec) -> int:
     return n + (last != _LF)
 
 
-def count_partition(spec: PartitionSpec) -> int:
-    """Documents in a partition (the same rule as :func:`read_partition`)."""
+def count_partition(spec: PartitionSpec, lenient: bool = False) -> int:
+    """Documents in a partition (the same rule as :func:`read_partition`); ``lenient``:
+    under the row policy, where a bad row is a document too."""
     if spec.documents is not None:
         return spec.documents
     if spec.format == "text":
@@ -1557,7 +1745,7 @@ def count_partition(spec: PartitionSpec) -> int:
             raise
         except _READ_ERRORS as e:
             raise InputError(f"cannot read {spec.describe()} as text: {e}") from None
-    return len(read_partition(spec))
+    return len(read_partition(spec, [] if lenient else None))
 
 
 def input_fingerprint(files: Sequence[InputFile]) -> str:

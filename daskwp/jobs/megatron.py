@@ -123,9 +123,11 @@ def _write_json(path: str, obj: dict) -> None:
 
 def write_megatron_partition(spec, logid_offset: int, out_dir: str, tokenizer, options: dict,
                              job_id: str, n_partitions: int, device: str = "cpu",
-                             documents: int | None = None) -> dict:
+                             documents: int | None = None,
+                             file_offset: int | None = None) -> dict:
     """Read, tokenize and write one partition's ``.bin`` / ``.idx`` pair atomically; return
-    its statistics (the signature of :func:`.parts.write_partition`).
+    its statistics (the signature of :func:`.parts.write_partition`; ``file_offset``, the
+    first logID of a rejects file's input file, is unused: a bad row fails the partition).
 
     Both files go to hidden temporary names, fsync'ed and renamed; ``part-NNNNN.json``, the
     record that makes the pair complete, is renamed last. A retried task writes the same

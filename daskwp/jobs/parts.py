@@ -6,7 +6,9 @@ Layout of an output directory: ``part-NNNNN.parquet`` per partition (the accesso
 frame with global logIDs; Parquet key-value metadata ``daskwp`` records the job id, the
 partition, its logID offset and its statistics, and ``daskwp.data_sha256`` a checksum of the
 file's bytes before the footer, i.e. its data pages), ``_job.json`` (what the job is) and
-``_summary.json`` (what it did; present only while the dataset is complete).
+``_summary.json`` (what it did; present only while the dataset is complete), and for a
+partition with rows it rejected (the row policy, ``on_bad_row: reject``)
+``_rejects-NNNNN.jsonl``, written atomically before its part.
 
 These functions import no Dask: the driver runs them as tasks of one graph
 (:func:`daskwp.jobs.driver.job_graph`), on workers or in this process.
@@ -17,6 +19,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import struct
 import time
 import uuid
@@ -36,16 +39,22 @@ from .inputs import (PartitionSpec, attach_kept_columns, count_partition, read_p
                      read_partition_with_counts)
 
 __all__ = ["CHECKSUM_KEY", "JOB_FILE", "JOB_FORMAT", "METADATA_KEY", "PART_PREFIX",
-           "PART_SUFFIX", "SUMMARY_FILE", "TMP_PREFIX", "check_part", "count_job_partition",
+           "PART_SUFFIX", "REJECTS_PREFIX", "REJECTS_SUFFIX", "SUMMARY_FILE", "TMP_PREFIX",
+           "check_part", "count_job_partition", "rejects_path",
            "data_checksum", "empty_partition", "part_name", "partition_failure",
            "partition_statistics", "read_counted_partition", "remove_temporary_files",
-           "tokenize_job_partition", "verify_output", "worker_device", "worker_series", "write_partition"]
+           "tokenize_job_partition", "verify_output", "worker_device", "worker_series",
+           "write_partition", "write_rejects", "refused_rows"]
 
 JOB_FILE = "_job.json"
 SUMMARY_FILE = "_summary.json"
 PART_PREFIX = "part-"
 PART_SUFFIX = ".parquet"
 TMP_PREFIX = ".tmp-part-"
+#: The rows a partition rejected: ``_rejects-NNNNN.jsonl`` beside ``part-NNNNN.parquet``
+#: (a name readers of the dataset skip, as they skip every ``_`` file).
+REJECTS_PREFIX = "_rejects-"
+REJECTS_SUFFIX = ".jsonl"
 METADATA_KEY = PART_METADATA_KEY
 JOB_FORMAT = 2
 _CHECKSUM_PLACEHOLDER = b"0" * 32
@@ -55,6 +64,13 @@ _READ_CHUNK = 1 << 22
 def part_name(index: int, n_partitions: int) -> str:
     width = max(5, len(str(max(n_partitions - 1, 0))))
     return f"{PART_PREFIX}{index:0{width}d}{PART_SUFFIX}"
+
+
+def rejects_path(part_path: str) -> str:
+    """The rejects file of the part at ``part_path`` (``_rejects-NNNNN.jsonl``)."""
+    folder, name = os.path.split(part_path)
+    return os.path.join(folder, REJECTS_PREFIX + name[len(PART_PREFIX):-len(PART_SUFFIX)]
+                        + REJECTS_SUFFIX)
 
 
 _WORKER_DEVICES = BoundedCache("job_worker_devices", 4)
@@ -150,12 +166,13 @@ def partition_failure(exc: BaseException, spec: PartitionSpec, what: str = "part
     return JobError(f"{name} failed: {type(exc).__name__}: {exc}")
 
 
-def count_job_partition(spec: PartitionSpec) -> int:
+def count_job_partition(spec: PartitionSpec, on_bad_row: str = "error") -> int:
     """Documents of one partition, read from the input: a leaf of the global-offset pass
     (:class:`daskwp.distributed.graph.PartitionCounts`) for a partition whose count is not
-    known yet. Errors name the partition."""
+    known yet. ``on_bad_row='reject'``: a bad row is a document too. Errors name the
+    partition."""
     try:
-        return int(count_partition(spec))
+        return int(count_partition(spec, lenient=on_bad_row == "reject"))
     except Exception as e:
         raise partition_failure(e, spec, "counting partition") from e
 
@@ -207,7 +224,8 @@ def data_checksum(path: str) -> str:
 
 def write_partition(spec: PartitionSpec, logid_offset: int, out_dir: str, tokenizer,
                     options: dict, job_id: str, n_partitions: int,
-                    device: str = "cpu", documents: int | None = None) -> dict:
+                    device: str = "cpu", documents: int | None = None,
+                    file_offset: int | None = None) -> dict:
     """Read, tokenize and write one partition atomically; return its statistics.
 
     ``logid_offset`` comes from the global-offset pass; ``documents`` (the pass's count of
@@ -216,20 +234,104 @@ def write_partition(spec: PartitionSpec, logid_offset: int, out_dir: str, tokeni
     footer, that is fsync'ed and renamed to ``part-NNNNN.parquet``: a part exists complete
     or not at all, and a retried task (a worker died) simply replaces it with the same
     bytes. Errors name the partition and its file.
+
+    The row policy (``options["on_bad_row"] == "reject"``): a row that cannot be read, or
+    that the tokenizer refuses, is tokenized as an empty document (its logID keeps its
+    place) and listed in the partition's rejects file, written atomically before the part
+    (:func:`write_rejects`); ``file_offset`` is the first logID of the partition's file (a
+    rejected row's ``row`` in it). Otherwise such a row fails the partition.
     """
     try:
         return _write_partition(spec, logid_offset, out_dir, tokenizer, options, job_id,
-                                n_partitions, device, documents)
+                                n_partitions, device, documents, file_offset)
     except Exception as e:
         raise partition_failure(e, spec) from e
 
 
-def read_counted_partition(spec: PartitionSpec, documents: int | None) -> tuple:
+#: The position prefix of the tokenizer's messages about one row ("pair 0 (logID 0): "),
+#: which in a rejects file's reason would name the row's place in a one-row call.
+_ROW_PREFIX = re.compile(r"^(pair|text|document) \d+ \(logID \d+\): ")
+
+
+def refused_rows(tokenizer, texts, options: dict, device: str = "cpu") -> list:
+    """``[(row, reason)]``: the rows of ``texts`` (an Arrow array, or a table of pairs) that
+    the tokenizer refuses on their own (``ValueError`` / ``TypeError``), found by halving
+    the ranges it refuses: one refused row costs about three tokenizations of the range in
+    all, r of them about ``log2(r) + 3``."""
+    def refusal(lo: int, hi: int) -> str | None:
+        try:
+            tokenize_job_partition(tokenizer, texts.slice(lo, hi - lo), options, 0, device)
+        except (ValueError, TypeError) as e:
+            return str(e)
+        return None
+
+    found = []
+    todo = [(0, len(texts))]
+    while todo:
+        lo, hi = todo.pop()
+        why = refusal(lo, hi) if hi > lo else None
+        if why is None:
+            continue
+        if hi - lo == 1:
+            found.append((lo, _ROW_PREFIX.sub("", why)))
+        else:
+            mid = (lo + hi) // 2
+            todo += [(mid, hi), (lo, mid)]
+    return sorted(found)
+
+
+def _empty_rows(texts, rows: Sequence[int]):
+    """``texts`` (an Arrow array, or a table of pairs) with ``rows`` made null (empty
+    documents)."""
+    import pyarrow.compute as pc
+    mask = np.zeros(len(texts), dtype=bool)
+    mask[list(rows)] = True
+    mask = pa.array(mask)
+
+    def blank(a):
+        if isinstance(a, pa.ChunkedArray):
+            a = a.combine_chunks()
+        return pc.if_else(mask, pa.scalar(None, a.type), a)
+    if isinstance(texts, pa.Table):
+        return pa.Table.from_arrays([blank(c) for c in texts.columns],
+                                    names=texts.column_names)
+    return blank(texts)
+
+
+def write_rejects(path: str, bad: Sequence[tuple], spec: PartitionSpec, logid_offset: int,
+                  file_offset: int | None) -> None:
+    """The rejects file of a partition at ``path``: one JSON object per rejected row,
+    ``{"file", "row", "logID", "partition", "reason"}`` in row order (``row``: 0-based
+    document of ``file``, as logIDs count them), written to a temporary file, fsync'ed and
+    renamed. No rejected row: no file (one left by an earlier attempt is removed)."""
+    if not bad:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        return
+    first = logid_offset if file_offset is None else int(file_offset)
+    tmp = os.path.join(os.path.dirname(path), f"{TMP_PREFIX}{spec.index}-rejects-"
+                                              f"{uuid.uuid4().hex}{REJECTS_SUFFIX}")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        for i, reason in sorted(bad):
+            logid = int(logid_offset) + int(i)
+            fh.write(json.dumps({"file": spec.path, "row": logid - first, "logID": logid,
+                                 "partition": spec.index, "reason": reason},
+                                ensure_ascii=False) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def read_counted_partition(spec: PartitionSpec, documents: int | None,
+                           bad: list | None = None) -> tuple:
     """:func:`.inputs.read_partition_with_counts` of a partition to write, its documents
     checked against ``documents`` (the pass's count, else ``spec.documents``): an
-    InputError when the input changed since it was counted."""
+    InputError when the input changed since it was counted. ``bad``: the row policy
+    (:func:`.inputs.read_partition`)."""
     # each invalid byte is read as U+FFFD (README); text counts them as it splits lines
-    texts, kept, invalid = read_partition_with_counts(spec)
+    texts, kept, invalid = read_partition_with_counts(spec, bad)
     expected = spec.documents if documents is None else documents
     if expected is not None and len(texts) != expected:
         raise InputError(f"{spec.describe()} now holds {len(texts)} documents, "
@@ -239,27 +341,44 @@ def read_counted_partition(spec: PartitionSpec, documents: int | None) -> tuple:
 
 
 def _write_partition(spec, logid_offset, out_dir, tokenizer, options, job_id, n_partitions,
-                     device, documents) -> dict:
+                     device, documents, file_offset=None) -> dict:
     t0 = time.perf_counter()
     c0 = time.thread_time()
-    texts, kept, (bad_bytes, bad_docs) = read_counted_partition(spec, documents)
+    reject = options.get("on_bad_row") == "reject"
+    bad = [] if reject else None
+    texts, kept, (bad_bytes, bad_docs) = read_counted_partition(spec, documents, bad)
     read_cpu = time.thread_time() - c0
-    if _worker_device(device) == "gpu":
-        texts = _as_series(texts, device)
     name = part_name(spec.index, n_partitions)
-    tmp = os.path.join(out_dir, f"{TMP_PREFIX}{spec.index}-{uuid.uuid4().hex}.parquet")
-    meta = {"job_id": job_id, "partition": spec.index, "logid_offset": int(logid_offset),
-            "invalid_utf8_bytes": bad_bytes, "invalid_utf8_documents": bad_docs}
+    path = os.path.join(out_dir, name)
     hook = None if kept is None else functools.partial(attach_kept_columns, kept=kept,
                                                        logid_offset=int(logid_offset))
-    stats = write_tokenized_part(texts, tokenizer, options, os.path.join(out_dir, name), tmp,
-                                 logid_offset=int(logid_offset),
-                                 compression=options["compression"], metadata=meta,
-                                 table_hook=hook,
-                                 parquet_compat=bool(options.get("parquet_compat")))
+
+    def write(texts, bad):
+        write_rejects(rejects_path(path), bad or (), spec, logid_offset, file_offset)
+        if _worker_device(device) == "gpu":
+            texts = _as_series(texts, device)
+        tmp = os.path.join(out_dir, f"{TMP_PREFIX}{spec.index}-{uuid.uuid4().hex}.parquet")
+        meta = {"job_id": job_id, "partition": spec.index, "logid_offset": int(logid_offset),
+                "invalid_utf8_bytes": bad_bytes, "invalid_utf8_documents": bad_docs,
+                "rejected": len(bad or ())}
+        return write_tokenized_part(texts, tokenizer, options, path, tmp,
+                                    logid_offset=int(logid_offset),
+                                    compression=options["compression"], metadata=meta,
+                                    table_hook=hook,
+                                    parquet_compat=bool(options.get("parquet_compat")))
+
+    try:
+        stats = write(texts, bad)
+    except (ValueError, TypeError):
+        refused = refused_rows(tokenizer, texts, options, device) if reject else []
+        if not refused:
+            raise
+        bad = sorted(bad + refused)
+        stats = write(_empty_rows(texts, [i for i, _ in refused]), bad)
     stats["cpu_seconds"]["read"] = read_cpu
     stats.update(partition=spec.index, logid_offset=int(logid_offset),
-                 invalid_utf8_bytes=bad_bytes, invalid_utf8_documents=bad_docs)
+                 invalid_utf8_bytes=bad_bytes, invalid_utf8_documents=bad_docs,
+                 rejected=len(bad or ()))
     stats["seconds"] = time.perf_counter() - t0
     return stats
 
@@ -290,11 +409,20 @@ def check_part(path: str, index: int, job_id: str, documents: int | None,
             return None
     except (OSError, ValueError):
         return None
+    rejected = int(meta.get("rejected", 0))
+    if rejected:   # its rejects file, written before it, lists that many rows
+        try:
+            with open(rejects_path(path), "rb") as fh:
+                if sum(1 for _ in fh) != rejected:
+                    return None
+        except OSError:
+            return None
     out = {k: meta[k] for k in ("partition", "documents", "rows", "tokens",
                                 "unknown_tokens", "text_bytes", "logid_offset")}
     out.update(invalid_utf8_bytes=meta.get("invalid_utf8_bytes", 0),
                invalid_utf8_documents=meta.get("invalid_utf8_documents", 0),
-               length_counts=meta.get("length_counts"))
+               length_counts=meta.get("length_counts"),
+               rejected=rejected)
     return out
 
 
