@@ -26,6 +26,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import pickle
 import socket
 import sys
 import time
@@ -36,7 +37,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import daskwp
-from daskwp.distributed.cluster import make_security, security_record
+from daskwp.distributed.cluster import ClusterSecurityError, make_security, security_record
 
 from netns_hosts import WORKER_PORT, Hosts, skip_reason
 from test_hosts import Reference, choose_corpus, part_files, read_job_output
@@ -359,7 +360,6 @@ def test_accessor_through_connect_security(tls, ref, tmp_path):
 
 WORKERS_SCRIPT = """
 import json, sys
-from distributed import Client
 import daskwp
 
 address, ca, cert, key = sys.argv[1:5]
@@ -430,6 +430,8 @@ def test_make_security_maps_to_distributed_settings(tmp_path):
             "ca_file": "/x/ca.pem", "cert": "/x/c.pem"}
     assert security_record(None) == {"tls": False}
     assert security_record("tcp://h:1")["tls"] is False
+    err = pickle.loads(pickle.dumps(ClusterSecurityError("TLS required: x")))
+    assert type(err) is ClusterSecurityError and str(err) == "TLS required: x"
 
 
 def test_connect_security_needs_a_scheduler():
@@ -451,6 +453,7 @@ def test_job_security_settings_are_checked(tmp_path):
     cfg = load_config(job)
     assert cfg.security == {"ca_file": str(tmp_path / "ca.pem"),
                             "cert": str(tmp_path / "c.pem")}
+    assert pickle.loads(pickle.dumps(cfg)) == cfg
     cfg = load_config(job, {"security": {"cert": str(tmp_path / "ca.pem"),
                                          "require_encryption": False}})
     assert cfg.security == {"ca_file": str(tmp_path / "ca.pem"),
