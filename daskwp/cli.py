@@ -261,7 +261,12 @@ def _cmd_job(ns) -> int:
     else:
         values.update(input=ns.input, output=ns.output)
         cfg = make_config(values, source="command line")
-    quiet_log = _QuietLog() if cfg.quiet and not os.environ.get("DASKWP_DEBUG") else None
+    quiet_log = None
+    if cfg.quiet and not os.environ.get("DASKWP_DEBUG"):
+        try:
+            quiet_log = _QuietLog()
+        except OSError:   # no temporary folder to log to: standard error as it is
+            pass
     try:
         summary = run_job(cfg)
     except BaseException as e:
