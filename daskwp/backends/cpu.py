@@ -29,7 +29,7 @@ from ..core import config
 from ..core.buckets import fill_buckets
 from ..core.cache import register_cache
 from ..core.options import check_int
-from ..core.pairs import build_pair_windows, finish_windows
+from ..core.pairs import build_pair_windows, finish_windows, framed_single_windows
 from ..core.ragged import BatchWindows, Encoding
 from ..core.strings import chunk_buffers, text_chunks
 from ..core.windows import WindowParams, convert_tensors, fill_plan, \
@@ -168,6 +168,8 @@ class CPUBackend:
         (:func:`daskwp.core.pairs.extras_options`) ``offset_mapping``, ``word_ids`` and
         ``special_tokens_mask`` (docs/design.md §2.9)."""
         convert = (lambda a: convert_tensors(a, p.return_tensors))
+        if not p.native:            # a frame the native fill does not write
+            return framed_single_windows(encoding, vocab, p, seq, extras, convert, np)
         if p.padding == "bucket":   # straight into the buckets, no ragged rows first
             return fill_buckets(encoding, vocab, p, seq, extras, convert, num_threads)
         token_ids = np.ascontiguousarray(encoding.token_ids, dtype=np.int32)

@@ -576,11 +576,12 @@ def windows_cuda(tok, texts, *, max_length: int = 128, stride: int = 0,
     kernel's offsets and word ids (docs/design.md §2.9).
     """
     from ..core.pairs import build_pair_windows, extras_options, finish_windows, \
-        sequence_options
+        framed_single_windows, sequence_options
     from ..core.ragged import Encoding
 
     p = window_params(max_length, stride, truncation, add_special_tokens, padding,
-                      return_tensors, logid_offset, mask_dtype, bucket_widths)
+                      return_tensors, logid_offset, mask_dtype, bucket_widths,
+                      post=getattr(tok, "processor", None), vocab=kernel_model(tok).vocab)
     p, seq = sequence_options(p, text_pair is not None, return_overflowing_tokens,
                               return_token_type_ids, return_sequence_ids)
     extras = extras_options(return_offsets_mapping, return_word_ids,
@@ -606,6 +607,8 @@ def windows_cuda(tok, texts, *, max_length: int = 128, stride: int = 0,
             return_token_type_ids=seq["return_token_type_ids"],
             return_sequence_ids=seq["return_sequence_ids"],
             convert=lambda a: convert(cp.ascontiguousarray(a)), xp=cp, extras=extras)
+    if not p.native:            # a frame the native fill does not write
+        return framed_single_windows(enc, vocab, p, seq, extras, convert, _cupy())
     padded, cls_id, sep_id, pad_id, width = fill_plan(vocab, p, offsets)
     out = build_windows_cuda(
         token_ids, offsets, p.max_length, p.stride, p.truncation, p.add_special_tokens,

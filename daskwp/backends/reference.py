@@ -308,15 +308,15 @@ def reference_encode(text: str, vocab: dict, *, unk_token="[UNK]",
                      handle_chinese_chars=True, max_input_chars_per_word=100,
                      continuing_subword_prefix="##", normalizer=None, pre_tokenizer=None,
                      added_tokens=None, cls_token=None, sep_token=None, pad_token=None,
-                     mask_token=None) -> list:
+                     mask_token=None, post_processor=None) -> list:
     """Token ids of ``text`` (no [CLS]/[SEP] added), as HF's
     ``BertWordPieceTokenizer(vocab, lowercase=...).encode(text, add_special_tokens=False).ids``;
     with ``normalizer`` / ``pre_tokenizer`` (a tokenizers JSON object or its text; ``"null"``:
     none) that pipeline instead of BertNormalizer (the flags) / BertPreTokenizer. ``vocab``
     holds the WordPiece pieces; ``special_tokens`` (those in ``vocab`` or in
     ``added_tokens``, {token: id} of a tokenizer.json's added tokens, which are no pieces) are
-    matched literally first. The ``cls_token`` ... ``mask_token`` of a tokenizer's settings do
-    not change the ids."""
+    matched literally first. The ``cls_token`` ... ``mask_token`` and ``post_processor`` of
+    a tokenizer's settings do not change the ids."""
     if unk_token not in vocab:
         raise ValueError("unk_token %r is not in the vocabulary" % unk_token)
     unk_id = vocab[unk_token]

@@ -17,6 +17,7 @@ from ..core.normalizer import (compile_pipeline, internal_prefix, make_pipeline,
 from ..core.options import (TOKENIZER, check, names,
                             normalize_device)
 from ..core.pairs import extras_options, sequence_options
+from ..core.postprocess import BERT, read_post_processor
 from ..core.ragged import Encoding
 from ..core.vocab import (DEFAULT_SPECIAL_NAMES, SPECIAL_NAME_OPTIONS, Vocabulary,
                           check_new_special_tokens)
@@ -120,6 +121,15 @@ class WordPieceTokenizer:
         text; ``"null"``: none). Default: the file's, else BertNormalizer (from the flags
         above) and BertPreTokenizer. What daskwp runs exactly is in docs/design.md §1.7;
         anything else is refused with a ValueError naming the component.
+    post_processor : dict or str, optional
+        The special tokens and type ids around the sequences of a row, as a HF
+        post-processor (``tokenizer.json`` JSON, an object or its text; ``"null"``: none):
+        ``BertProcessing``, ``TemplateProcessing`` (``$A`` once, ``$B`` once after it, any
+        special tokens and type ids around them), none, or a ``Sequence`` holding at most one
+        of them; others (``RobertaProcessing``, ``ByteLevel``, ...) are refused by name.
+        Default: the ``tokenizer.json``'s, else ``[CLS] $A [SEP]`` / ``[CLS] $A [SEP] $B:1
+        [SEP]:1`` with ``cls_token`` and ``sep_token``. Its special tokens per row set the
+        room of the windows (docs/design.md §1.7, §2.1).
     unk_token, cls_token, sep_token, pad_token, mask_token : str, optional
         The special tokens, for vocabularies that spell them differently (default: the
         ``tokenizer.json``'s, else ``[UNK] [CLS] [SEP] [PAD] [MASK]``).
@@ -135,7 +145,7 @@ class WordPieceTokenizer:
                  clean_text: bool = FROM_FILE, handle_chinese_chars: bool = FROM_FILE,
                  max_input_chars_per_word: int = FROM_FILE, num_threads: int | None = None,
                  device: str = "auto", normalizer=None, pre_tokenizer=None,
-                 unk_token: str | None = None, cls_token: str | None = None,
+                 post_processor=None, unk_token: str | None = None, cls_token: str | None = None,
                  sep_token: str | None = None, pad_token: str | None = None,
                  mask_token: str | None = None):
         given = {"lowercase": lowercase, "strip_accents": strip_accents,
@@ -148,6 +158,7 @@ class WordPieceTokenizer:
                                              ("mask_token", mask_token))}
         normalizer = check("normalizer", normalizer)
         pre_tokenizer = check("pre_tokenizer", pre_tokenizer)
+        post_processor = check("post_processor", post_processor)
         if vocab is None:
             vocab = Vocabulary.default()
         elif not isinstance(vocab, Vocabulary):
@@ -210,7 +221,32 @@ class WordPieceTokenizer:
                 f"{_describe(pre_spec)}, keeps it in its pieces)")
         self._compiled = compiled
         self._where = where
+        self._read_post_processor(post_processor, file, where)
         self._bind(vocab)
+
+    def _read_post_processor(self, given, file: dict, where: str) -> None:
+        """The post-processor (docs/design.md §1.7): ``given`` (JSON text), else the
+        file's, else BERT's frame from the vocabulary's ``cls_token`` / ``sep_token``."""
+        if given is not None:
+            self.post_processor = given
+            self.processor = read_post_processor(given)
+            return
+        if "post_processor" not in file:
+            self.post_processor, self.processor = None, BERT
+            return
+        spec = file["post_processor"]
+        self.processor = read_post_processor(spec, where)
+        self.post_processor = _json_text(spec)
+        if self.processor.kind == "template":
+            named = file.get("special_names") or {}
+            for k in ("cls_token", "sep_token"):
+                want = named.get(k, DEFAULT_SPECIAL_NAMES[k])
+                if self.vocab.special_names[k] != want:
+                    raise ValueError(
+                        f"{where}: {k}={self.vocab.special_names[k]!r} would rename "
+                        f"{want!r}, but the ids of the post_processor "
+                        f"({self.processor.name}) come from the file, as in HF; pass "
+                        f"post_processor=... to frame rows with other tokens")
 
     def _bind(self, vocab: Vocabulary) -> None:
         """Make ``vocab`` this tokenizer's vocabulary: the kernels' model with it."""
@@ -416,7 +452,7 @@ class WordPieceTokenizer:
                                 bucket_widths=bucket_widths, **seq_opts)
         p = window_params(max_length, stride, truncation, add_special_tokens, padding,
                           "np" if return_tensors is None else return_tensors, logid_offset,
-                          mask_dtype, bucket_widths)
+                          mask_dtype, bucket_widths, post=self.processor, vocab=self.vocab)
         p, seq = sequence_options(p, text_pair is not None, return_overflowing_tokens,
                                   return_token_type_ids, return_sequence_ids)
         threads = self._threads(None)
@@ -502,6 +538,8 @@ class WordPieceTokenizer:
                        handle_chinese_chars=self.handle_chinese_chars)
         out.update(max_input_chars_per_word=self.max_input_chars_per_word,
                    normalizer=self.normalizer, pre_tokenizer=self.pre_tokenizer)
+        if self.post_processor is not None:
+            out["post_processor"] = self.post_processor
         out.update(self.vocab.special_names)
         return out
 
@@ -559,6 +597,16 @@ class WordPieceTokenizer:
         docs/design.md §3.6). ``settings``: ``model_max_length``, ``padding_side``,
         ``truncation_side``, ``clean_up_tokenization_spaces`` (default: those
         :meth:`from_transformers` kept, else transformers' defaults)."""
+        if self.processor.kind != "bert":
+            try:
+                bert = self.processor.frame(self.vocab, True) == BERT.frame(self.vocab, True)
+            except ValueError:
+                bert = False
+            if not bert:
+                raise ValueError(
+                    f"as_transformers: the drop-in frames rows as BERT does ([CLS] $A [SEP] / "
+                    f"[CLS] $A [SEP] $B:1 [SEP]:1), but this tokenizer's post_processor "
+                    f"({self.processor.name}) frames them otherwise; call the tokenizer itself")
         base = dict(getattr(self, "transformers_settings", None) or {})
         base.update(settings)
         return TransformersTokenizer(self, **base)

@@ -28,6 +28,7 @@ import numpy as np
 from .. import _ext
 from .options import OptionValueError, check_int
 from .outputs import position_output
+from .postprocess import frame_ids
 from .ragged import BatchWindows, RaggedRows, array_module, to_host
 
 __all__ = ["AUTO_BUCKETS", "BucketedWindows", "auto_bucket_widths", "bucket_windows",
@@ -139,12 +140,12 @@ def fill_buckets(encoding, vocab, p, seq: dict | None, extras: dict | None, conv
             raise ValueError("the encoding has no word_ids (encode with return_word_ids=True)")
         words = np.ascontiguousarray(encoding.word_ids, dtype=np.int32)
     special = p.add_special_tokens
+    cls_id, sep_id = frame_ids(vocab, p)
     widths = p.bucket_widths
     out = _ext.build_buckets(
         np.ascontiguousarray(encoding.token_ids, dtype=np.int32),
         np.ascontiguousarray(encoding.offsets, dtype=np.int64), p.max_length, p.stride,
-        bool(p.truncation), special, vocab.cls_id if special else -1,
-        vocab.sep_id if special else -1, vocab.pad_id, p.logid_offset,
+        bool(p.truncation), special, cls_id, sep_id, vocab.pad_id, p.logid_offset,
         None if widths == "auto" else np.asarray(widths, dtype=np.int64), AUTO_BUCKETS,
         p.mask_int8, spans, words, bool(extras.get("special_tokens_mask")),
         bool(seq.get("return_token_type_ids")), bool(seq.get("return_sequence_ids")),

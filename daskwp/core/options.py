@@ -417,6 +417,12 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
          "file's, else BertPreTokenizer)", True, (TOKENIZER, JOB),
          "pre-tokenizer as tokenizers JSON, e.g. '{\"type\": \"WhitespaceSplit\"}' "
          "(default: the tokenizer.json's, else BertPreTokenizer)", metavar="JSON"),
+    _opt("post_processor", None, check_pipeline_json, "a tokenizers post-processor (a "
+         "tokenizer.json object or its JSON text; 'null': none) or null (the vocabulary "
+         "file's, else BERT's [CLS] $A [SEP])", True, (TOKENIZER, JOB),
+         "special tokens and type ids around the sequences as tokenizers JSON: none, "
+         "BertProcessing or TemplateProcessing (default: the tokenizer.json's, else "
+         "[CLS] $A [SEP] / [CLS] $A [SEP] $B:1 [SEP]:1)", metavar="JSON"),
     _opt("unk_token", None, check_opt_str, "a token of the vocabulary or null (the "
          "tokenizer.json's, else [UNK])", True, (TOKENIZER, JOB),
          "the unknown token (default: the tokenizer.json's, else [UNK])", metavar="TOKEN"),

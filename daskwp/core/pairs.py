@@ -42,11 +42,12 @@ import numpy as np
 from .. import _ext
 from .buckets import bucket_windows
 from .options import OptionValueError
-from .ragged import BatchWindows, RaggedRows
+from .postprocess import frame_for
+from .ragged import BatchWindows, Encoding, RaggedRows
 from .windows import pack_windows
 
-__all__ = ["PAIR_STRATEGIES", "build_pair_windows", "pair_mode", "sequence_extras",
-           "window_extras"]
+__all__ = ["PAIR_STRATEGIES", "build_pair_windows", "framed_single_windows", "pair_mode",
+           "sequence_extras", "window_extras"]
 
 #: The per-token outputs that offsets add (docs/design.md §2.9), with their fill on
 #: special and padding positions.
@@ -102,10 +103,9 @@ def _host_int(x) -> int:
     return int(x.get()) if hasattr(x, "get") else int(x)
 
 
-def _length_error(i, logid, na, nb, p, room, windowed, strategy, overflow):
+def _length_error(i, logid, na, nb, p, room, windowed, strategy, overflow, n_special):
     fixed = "first" if windowed == 1 else "second"
     wname = "second" if windowed == 1 else "first"
-    n_special = 3 if p.add_special_tokens else 0
     need = f"more than stride={p.stride}" if overflow else "at least 1"
     other = "only_first" if windowed == 1 else "only_second"
     return OptionValueError(
@@ -116,11 +116,22 @@ def _length_error(i, logid, na, nb, p, room, windowed, strategy, overflow):
         f"{fixed} sequence, or truncate the other one (truncation={other!r})")
 
 
+def _layout(pre, mid, post, vocab) -> str:
+    """A frame's rows as text, e.g. "[CLS] a [SEP] b [SEP]"."""
+    def names(group):
+        return [str(vocab.id_to_token(i)) for i, _ in group]
+    return " ".join(names(pre) + ["a"] + names(mid) + ["b"] + names(post))
+
+
 def build_pair_windows(enc_a, enc_b, vocab, p, *, strategy: str, overflow: bool,
                        windowed: int, return_token_type_ids: bool, return_sequence_ids: bool,
                        convert, xp, extras: dict | None = None) -> BatchWindows:
     """The rows of the pairs ``(enc_a[i], enc_b[i])`` (ragged ids and offsets of both sides,
-    NumPy or CuPy, ``xp`` their module) as a :class:`BatchWindows`.
+    NumPy or CuPy, ``xp`` their module) as a :class:`BatchWindows`, framed by the special
+    tokens and type ids of ``p``'s frame (core/postprocess.py; BERT's by default).
+    ``enc_b`` None: the rows of single texts ``enc_a`` in that frame (``windowed=0``,
+    ``strategy="only_first"``, ``overflow`` unless truncating), for the frames the native
+    fill does not write (a post-processor with other special tokens or type ids).
 
     ``p`` is the checked :class:`~daskwp.core.windows.WindowParams`; ``convert`` turns each
     output array into the requested type. ``extras`` (:func:`extras_options`) adds
@@ -129,18 +140,26 @@ def build_pair_windows(enc_a, enc_b, vocab, p, *, strategy: str, overflow: bool,
     the outputs plus a few int64 temporaries of the output's size.
     """
     a_ids, a_off = enc_a.values, xp.asarray(enc_a.offsets).astype(np.int64)
-    b_ids, b_off = enc_b.values, xp.asarray(enc_b.offsets).astype(np.int64)
     n = int(a_off.shape[0]) - 1
+    frame = frame_for(vocab, p)
+    if enc_b is None:       # single texts: an empty second sequence, no groups after it
+        enc_b = Encoding(xp.zeros(0, dtype=np.int32), xp.zeros(n + 1, dtype=np.int64),
+                         xp.zeros((0, 2), dtype=np.int64), xp.zeros(0, dtype=np.int32))
+        pre, a_type, mid, b_type, post = frame.single_groups()
+    else:
+        pre, a_type, mid, b_type, post = frame.pair_groups()
+    b_ids, b_off = enc_b.values, xp.asarray(enc_b.offsets).astype(np.int64)
     if int(b_off.shape[0]) - 1 != n:
         raise ValueError(f"text_pair must have one entry per text: got {n} texts and "
                          f"{int(b_off.shape[0]) - 1} pairs")
-    s = 1 if p.add_special_tokens else 0
-    n_special = 3 * s
+    n_pre, n_mid = len(pre), len(mid)
+    n_special = n_pre + n_mid + len(post)
     ml, stride = p.max_length, p.stride
     M = ml - n_special
     if M < 1:
-        raise OptionValueError(f"max_length must be >= 4 for sentence pairs with special tokens "
-                               f"([CLS] a [SEP] b [SEP] and at least one token), got {ml}")
+        raise OptionValueError(
+            f"max_length must be >= {n_special + 1} for sentence pairs with special tokens "
+            f"({_layout(pre, mid, post, vocab)} and at least one token), got {ml}")
     na = a_off[1:] - a_off[:-1]
     nb = b_off[1:] - b_off[:-1]
     total = na + nb
@@ -156,7 +175,7 @@ def build_pair_windows(enc_a, enc_b, vocab, p, *, strategy: str, overflow: bool,
         if n and bool(xp.any(bad)):
             i = _host_int(xp.argmax(bad))
             raise _length_error(i, p.logid_offset + i, _host_int(na[i]), _host_int(nb[i]), p,
-                                _host_int(room[i]), windowed, strategy, overflow)
+                                _host_int(room[i]), windowed, strategy, overflow, n_special)
         keep_w = xp.where(needs, room, nw)          # window length (or kept length)
         keep_f = nf
     else:   # longest_first, one row: HF's rule
@@ -190,10 +209,10 @@ def build_pair_windows(enc_a, enc_b, vocab, p, *, strategy: str, overflow: bool,
         la_r, a_start, lb_r, b_start = w_len, w_start, f_len, xp.zeros_like(w_start)
     else:
         la_r, a_start, lb_r, b_start = f_len, xp.zeros_like(w_start), w_len, w_start
-    # columns: [CLS] a [SEP] b [SEP]
-    a_lo = s
-    b_lo = s + la_r + s
-    row_len = b_lo + lb_r + s
+    # columns: pre a mid b post ([CLS] a [SEP] b [SEP] for BERT)
+    a_lo = n_pre
+    b_lo = n_pre + la_r + n_mid
+    row_len = b_lo + lb_r + len(post)
     w_col = a_lo if windowed == 0 else b_lo
     w_col = w_col + xp.zeros_like(w_start)
     start = xp.where(k == 0, w_col, w_col + stride // 2)
@@ -227,17 +246,33 @@ def build_pair_windows(enc_a, enc_b, vocab, p, *, strategy: str, overflow: bool,
     b_src = xp.where(in_b, b_off[:-1][pa_] + per_row(b_start) + col - b_lo_c, 0)
     a_vals = a_ids if a_ids.shape[0] else xp.zeros(1, dtype=np.int32)
     b_vals = b_ids if b_ids.shape[0] else xp.zeros(1, dtype=np.int32)
-    cls_id = vocab.cls_id if s else -1
-    sep_id = vocab.sep_id if s else -1
     pad_id = vocab.pad_id if padded else -1
-    special = xp.where(col == 0, cls_id, sep_id) if s else sep_id
+    groups = pre + mid + post
+    if groups:
+        # each special position's place in pre + mid + post
+        a_hi = a_lo + la_c
+        b_hi = b_lo_c + lb_c
+        g = xp.where(col < a_lo, col, xp.where(col < b_lo_c, n_pre + col - a_hi,
+                                               n_pre + n_mid + col - b_hi))
+        g = xp.minimum(xp.maximum(g, 0), len(groups) - 1)
+        special = xp.asarray(np.array([i for i, _ in groups], dtype=np.int32))[g]
+        special_types = xp.asarray(np.array([t for _, t in groups], dtype=np.int32))[g]
+    else:
+        special = special_types = 0
     ids = xp.where(in_a, a_vals[a_src], xp.where(in_b, b_vals[b_src],
                                                  xp.where(real, special, pad_id)))
     ids = ids.astype(np.int32)
     mask_dt = np.int8 if p.mask_int8 else np.int32
     data = {"input_ids": ids, "attention_mask": real.astype(mask_dt)}
     if return_token_type_ids:
-        data["token_type_ids"] = ((col >= b_lo_c) & real).astype(mask_dt)
+        # HF sets a template's sequence type ids on its first encoding only: the tokens of
+        # its overflowing windows keep their encode-time type (0 for $A, 1 for $B)
+        if overflow and windowed == 0 and a_type != 0:
+            a_type = per_row(xp.where(k == 0, a_type, 0))
+        if overflow and windowed == 1 and b_type != 1:
+            b_type = per_row(xp.where(k == 0, b_type, 1))
+        types = xp.where(in_a, a_type, xp.where(in_b, b_type, special_types))
+        data["token_type_ids"] = xp.where(real, types, 0).astype(mask_dt)
     if return_sequence_ids:
         data["sequence_ids"] = xp.where(in_a, 0, xp.where(in_b, 1, -1)).astype(np.int8)
     extras = extras or {}
@@ -261,6 +296,19 @@ def build_pair_windows(enc_a, enc_b, vocab, p, *, strategy: str, overflow: bool,
         return bucket_windows(BatchWindows(out, doc_rows), p.bucket_widths, vocab.pad_id,
                               p.max_length, convert)
     return BatchWindows(out, doc_rows)
+
+
+def framed_single_windows(enc, vocab, p, seq: dict | None, extras: dict | None, convert,
+                          xp) -> BatchWindows:
+    """The rows of single texts in a frame the native fill does not write (``not
+    p.native``: a post-processor with other special tokens or type ids), by the array pass
+    of :func:`build_pair_windows`; the same code on NumPy and CuPy."""
+    seq = seq or {}
+    return build_pair_windows(
+        enc, None, vocab, p, strategy="only_first", overflow=p.truncation is False,
+        windowed=0, return_token_type_ids=bool(seq.get("return_token_type_ids")),
+        return_sequence_ids=bool(seq.get("return_sequence_ids")),
+        convert=lambda a: convert(xp.ascontiguousarray(a)), xp=xp, extras=extras)
 
 
 def sequence_extras(bw: BatchWindows, add_special_tokens: bool, return_token_type_ids: bool,

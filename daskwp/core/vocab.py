@@ -276,7 +276,12 @@ class Vocabulary:
         config = {"normalizer": spec.get("normalizer"),
                   "pre_tokenizer": spec.get("pre_tokenizer"),
                   "max_input_chars_per_word": model.get("max_input_chars_per_word", 100),
-                  "stripped_added_tokens": stripped}
+                  "stripped_added_tokens": stripped,
+                  # what the tokenizer frames rows with (core/postprocess.py), and the
+                  # cls / sep names the file gives (a rename of them is refused there)
+                  "post_processor": spec.get("post_processor"),
+                  "special_names": {k: v for k, v in names.items()
+                                    if v in vocab or v in added}}
         kwargs.setdefault("unk_token", model.get("unk_token", "[UNK]"))
         kwargs.setdefault("continuing_subword_prefix",
                           model.get("continuing_subword_prefix", "##"))

@@ -27,6 +27,7 @@ import dataclasses
 from . import config
 from .buckets import check_bucket_widths
 from .options import INT32_MAX, INT64_MAX, check, check_int
+from .postprocess import frame_ids
 from .ragged import BatchWindows, RaggedRows
 
 __all__ = ["WINDOW_OPTIONS", "WindowParams", "convert_tensors", "fill_plan", "pack_windows",
@@ -52,6 +53,17 @@ class WindowParams:
     mask_int8: bool
     body_length: int
     bucket_widths: object = None
+    #: The special tokens and type ids around the sequences (core/postprocess.py): None
+    #: for BERT's frame from the vocabulary's names (``add_special_tokens``: with them).
+    #: With a frame, ``add_special_tokens`` says whether single rows are framed by the
+    #: native fill's one token each side (``Frame.native_single``).
+    frame: object = None
+
+    @property
+    def native(self) -> bool:
+        """Whether the native fill writes the single rows (else the array pass of
+        core/pairs.py does, for frames it cannot express)."""
+        return self.frame is None or self.frame.native_single is not None
 
     @property
     def padded(self) -> bool:
@@ -75,22 +87,38 @@ def resolve_window_options(max_length=None, stride=None, truncation=None,
 
 def window_params(max_length=None, stride=None, truncation=None, add_special_tokens=None,
                   padding=None, return_tensors="np", logid_offset=0,
-                  mask_dtype="int32", bucket_widths="auto") -> WindowParams:
+                  mask_dtype="int32", bucket_widths="auto", post=None,
+                  vocab=None) -> WindowParams:
     """Validate window parameters (None: the configured default); errors name the value
-    received and what is allowed."""
+    received and what is allowed. ``post``: the tokenizer's
+    :class:`~daskwp.core.postprocess.PostProcessor` (None: BERT's), resolved with ``vocab``;
+    its special tokens per single row make the room ``L`` (docs/design.md §2.1)."""
     opts = resolve_window_options(max_length, stride, truncation, add_special_tokens, padding,
                                   bucket_widths)
     special = opts["add_special_tokens"]
-    n_special = 2 if special else 0
+    frame = None
+    if post is not None and post.kind != "bert":
+        frame = post.frame(vocab, special)
+        n_special = frame.n_single
+        allowed = (f"in [{1 + n_special}, 2**31-1] with add_special_tokens=True (room for "
+                   f"the {n_special} special tokens of the post-processor {post.name} and at "
+                   f"least one token)" if n_special else "in [1, 2**31-1]")
+    else:
+        n_special = 2 if special else 0
+        allowed = ("in [3, 2**31-1] with add_special_tokens=True (room for [CLS], [SEP] and "
+                   "at least one token)" if n_special else "in [1, 2**31-1]")
     ml = check_int("max_length", opts["max_length"], lo=1 + n_special, hi=INT32_MAX,
-                   allowed=("in [3, 2**31-1] with add_special_tokens=True (room for [CLS], "
-                            "[SEP] and at least one token)" if n_special else "in [1, 2**31-1]"))
+                   allowed=allowed)
     body = ml - n_special
     stride = check_int("stride", opts["stride"], lo=0, hi=body - 1,
                        allowed=(f"in [0, {body}) (the overlap must be smaller than the {body} "
                                 f"tokens a row holds with max_length={ml}"
                                 + (" and special tokens" if n_special else "") + ")"))
+    if frame is not None:
+        # the native fill's frame: one token each side (b = 1), or none (b = 0)
+        special = frame.native_single not in (None, (-1, -1))
     return WindowParams(
+        frame=frame,
         max_length=ml, stride=stride, truncation=opts["truncation"],
         add_special_tokens=special, padding=opts["padding"],
         return_tensors=check("return_tensors", "np" if return_tensors is None else return_tensors),
@@ -131,8 +159,9 @@ def fill_plan(vocab, p: WindowParams, offsets):
         n_docs = int(offsets.shape[0]) - 1
         longest = int((offsets[1:] - offsets[:-1]).max()) if n_docs else 0
         width = min(longest, p.body_length) + (2 if special else 0) if n_docs else 0
-    return (padded, vocab.cls_id if special else -1, vocab.sep_id if special else -1,
-            vocab.pad_id if padded else -1, width)
+    cls_id, sep_id = frame_ids(vocab, p)
+    return (padded, cls_id, sep_id, vocab.pad_id if padded else -1, width)
+
 
 
 def pack_windows(ids, mask, meta, row_offsets, doc_rows, padded: bool,
