@@ -413,3 +413,10 @@ def test_torch_dataloader_with_spawned_workers(cases):
     assert [g[0] for g in got] == [w[0] for w in want]
     for (_, g), (_, w) in zip(got, want):
         assert g.equal(w)
+    # the tokenizer as a collate function: sent to each worker, its windows sent back
+    tok = cases["tokenizer_added_token"]()
+    collate = functools.partial(tok, max_length=16, stride=5, return_tensors="pt")
+    loader = torch.utils.data.DataLoader(TEXTS * 4, batch_size=6, num_workers=2,
+                                         collate_fn=collate, multiprocessing_context="spawn")
+    for k, batch in enumerate(loader):
+        assert_equal(collate(list(TEXTS * 4)[k * 6:(k + 1) * 6]), batch, f"batch {k}")
