@@ -575,6 +575,7 @@ def test_failed_job_without_parts_does_not_block_its_rerun(tmp_path, capsys):
     assert rc == 2 and "holds another job's data" in err
 
 
+@pytest.mark.slow
 def test_quiet_failure_prints_one_error_line_and_logs_the_details(tmp_path):
     """-q: a job that fails on a local cluster prints exactly the one ``daskwp: error:``
     line, which names a log file holding distributed's report and the traceback; without
