@@ -343,3 +343,54 @@ def test_native_fill_refuses_bad_arguments():
         call(None, offsets=np.array([0, 5, 4, 10], dtype=np.int64))
     with pytest.raises(ValueError, match="negative count"):
         _ext.auto_bucket_widths(np.array([1, -1], dtype=np.int64), 16, 4)
+
+
+def test_every_result_is_a_mapping_of_its_outputs():
+    """issue 37.11: BucketedWindows and the accessors' results (eager, lazy, lazy computed)
+    answer r["input_ids"], keys(), in, items() like BatchWindows and HF's BatchEncoding."""
+    import pickle
+
+    import dask.dataframe as dd
+    import pandas as pd
+
+    texts = _docs(corpus_files()[0], 60) + ["", "word " * 50]
+    bw = TOK(texts, max_length=32, stride=4, padding="bucket", bucket_widths=(8, 16),
+             return_token_type_ids=True)
+    assert len(bw.buckets) == 3
+    assert bw.keys() == list(bw.buckets[0][1].keys())
+    assert "input_ids" in bw and "token_type_ids" in bw and "label_ids" not in bw
+    for key, value in bw.items():
+        assert len(value) == 3
+        for got, (_, b) in zip(value, bw.buckets):
+            np.testing.assert_array_equal(got, b[key])
+    assert [len(v) for v in bw.values()] == [3] * len(bw.keys())
+    assert bw.get("nope", 7) == 7
+    with pytest.raises(KeyError, match="no output 'nope'; keys: input_ids, attention_mask"):
+        bw["nope"]
+    assert [w for w, _ in bw] == [8, 16, 32]                 # iterating still gives buckets
+    assert [list(x) for x in daskwp.stitch(bw["input_ids"], bw["metadata"],
+                                           window=bw["window"])] == TOK.encode(texts).to_list()
+    again = pickle.loads(pickle.dumps(bw))
+    np.testing.assert_array_equal(again["input_ids"][1], bw["input_ids"][1])
+    empty = TOK([], max_length=32, padding="bucket")
+    assert all(len(empty[k]) == len(empty.buckets) for k in empty.keys())
+    # the accessors: eager, lazy, and the lazy result computed
+    s = pd.Series(texts)
+    eager = s.wordpiece.tokenize(max_length=32, stride=4, return_token_type_ids=True)
+    lazy = dd.from_pandas(s, npartitions=3).wordpiece.tokenize(
+        max_length=32, stride=4, return_token_type_ids=True)
+    want = TOK(texts, max_length=32, stride=4, return_token_type_ids=True)
+    for res in (eager, lazy, lazy.compute()):
+        assert res.keys() == ["input_ids", "attention_mask", "metadata", "token_type_ids"]
+        assert "token_type_ids" in res and "sequence_ids" not in res
+        assert list(res) == res.keys()
+        for key in ("input_ids", "attention_mask", "token_type_ids"):
+            got = res[key]
+            got = got.compute() if hasattr(got, "compute") else got
+            np.testing.assert_array_equal(got, want[key], err_msg=key)
+        meta = res["metadata"]
+        meta = meta.compute() if hasattr(meta, "compute") else meta
+        np.testing.assert_array_equal(meta.to_numpy(), want["metadata"])
+        assert [k for k, _ in res.items()] == res.keys()
+        with pytest.raises(KeyError, match="no output 'ids'"):
+            res["ids"]

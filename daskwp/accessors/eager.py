@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..backends.tokenizer import WordPieceTokenizer, resolve_tokenizer
 from ..core.options import check as check_option
+from ..core.outputs import ResultMapping
 from ..core.windows import resolve_window_options
 from ..distributed.tasks import CALL_OPTIONS, tokenize_partition
 from ..frames.partition import (attention_mask_block, check_text_dtype, input_ids_block,
@@ -82,8 +83,9 @@ def source_frame(texts, kept):
     return frame.assign(**{c: kept[c] for c in kept.columns})
 
 
-class WordPieceResult:
-    """Tokenized windows of a pandas (or cudf) Series, computed eagerly.
+class WordPieceResult(ResultMapping):
+    """Tokenized windows of a pandas (or cudf) Series, computed eagerly; also a mapping of
+    its outputs (``r["input_ids"]``, ``keys()``, ``in``, ``items()``).
 
     The same attributes as the lazy Dask result: ``metadata`` (frame ``logID, start,
     stop``), ``input_ids`` and ``attention_mask`` (arrays rows x max_length: numpy, or CuPy

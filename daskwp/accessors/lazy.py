@@ -15,6 +15,7 @@ import pandas as pd
 from dask._collections import new_collection
 
 from ..core.options import DEFAULT_COMPRESSION
+from ..core.outputs import ResultMapping
 from ..distributed.graph import GlobalLogID, GlobalTokenize, Tokenize, WriteParts, \
     partition_local
 from .eager import WordPieceResult, check_kept_names, resolve_call, source_frame
@@ -30,7 +31,7 @@ __all__ = ["DaskWordPieceAccessor", "DaskWordPieceResult", "register_dask_access
 
 # -- lazy result --------------------------------------------------------------------------
 
-class DaskWordPieceResult:
+class DaskWordPieceResult(ResultMapping):
     """Tokenized windows of a Dask Series, lazy.
 
     Attributes

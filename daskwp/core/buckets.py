@@ -27,7 +27,7 @@ import numpy as np
 
 from .. import _ext
 from .options import OptionValueError, check_int
-from .outputs import position_output
+from .outputs import OutputMapping, position_output
 from .postprocess import frame_ids
 from .ragged import BatchWindows, RaggedRows, array_module, to_host
 
@@ -39,12 +39,15 @@ AUTO_BUCKETS = 4
 _ALIGN = 8
 
 
-class BucketedWindows:
+class BucketedWindows(OutputMapping):
     """The windows of a batch grouped by width: ``buckets`` is a list of ``(width,
     windows)`` in increasing width, each ``windows`` a :class:`BatchWindows` whose rows are
     ``width`` wide (``input_ids``, ``attention_mask``, ``metadata``, ``window``).
 
-    Iterating yields the ``(width, windows)`` pairs; ``len`` is the number of buckets.
+    Iterating yields the ``(width, windows)`` pairs; ``len`` is the number of buckets. As
+    every result it is also a mapping of its outputs (:class:`~daskwp.core.outputs.
+    OutputMapping`): ``bw["input_ids"]`` is :meth:`column` (one array per bucket, what
+    :func:`daskwp.stitch` takes), ``bw.keys()`` the outputs of the buckets.
     """
 
     def __init__(self, buckets: list):
@@ -67,6 +70,15 @@ class BucketedWindows:
     def column(self, name: str) -> list:
         """One array per bucket, in the buckets' order (what :func:`daskwp.stitch` takes)."""
         return [b[name] for _, b in self.buckets]
+
+    def keys(self) -> list:
+        """The outputs of the buckets (each bucket holds the same)."""
+        if not self.buckets:
+            return ["input_ids", "attention_mask", "metadata", "window"]
+        return list(self.buckets[0][1].keys())
+
+    def output(self, key: str) -> list:
+        return self.column(key)
 
     def __repr__(self) -> str:
         parts = ", ".join(f"{w}: {b.num_rows} rows" for w, b in self.buckets)

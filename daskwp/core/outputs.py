@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 
-__all__ = ["BY_NAME", "POSITION_OUTPUTS", "PositionOutput", "position_output"]
+__all__ = ["BY_NAME", "POSITION_OUTPUTS", "OutputMapping", "PositionOutput", "ResultMapping",
+           "position_output"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,3 +47,50 @@ def position_output(name: str) -> PositionOutput:
     """The :class:`PositionOutput` of ``name`` (one not in :data:`POSITION_OUTPUTS`: pad 0,
     one value per position)."""
     return BY_NAME.get(name) or PositionOutput(name, "int32", 0)
+
+
+class OutputMapping:
+    """The mapping interface every result of daskwp shares (as HF's ``BatchEncoding`` and
+    :class:`~daskwp.core.ragged.BatchWindows`): ``r["input_ids"]``, ``"token_type_ids" in
+    r``, ``r.keys()``, ``r.items()``, ``r.values()``, ``r.get(key, default)``. A subclass
+    gives :meth:`keys` (its output names) and :meth:`output` (one output by name); an
+    unknown key is a ``KeyError`` naming the keys there are."""
+
+    def keys(self) -> list:
+        raise NotImplementedError
+
+    def output(self, key: str):
+        raise NotImplementedError
+
+    def __getitem__(self, key):
+        if not isinstance(key, str) or key not in self.keys():
+            raise KeyError(f"{type(self).__name__} has no output {key!r}; keys: "
+                           f"{', '.join(self.keys())}")
+        return self.output(key)
+
+    def __contains__(self, key) -> bool:
+        return isinstance(key, str) and key in self.keys()
+
+    def __iter__(self):
+        return iter(self.keys())
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
+
+    def items(self) -> list:
+        return [(k, self[k]) for k in self.keys()]
+
+    def values(self) -> list:
+        return [self[k] for k in self.keys()]
+
+
+class ResultMapping(OutputMapping):
+    """:class:`OutputMapping` of a result whose outputs are attributes (the accessors'):
+    ``input_ids``, ``attention_mask``, ``metadata`` and each per-position output of its
+    ``position_outputs``; ``r[key]`` is ``getattr(r, key)``."""
+
+    def keys(self) -> list:
+        return ["input_ids", "attention_mask", "metadata", *self.position_outputs]
+
+    def output(self, key: str):
+        return getattr(self, key)
