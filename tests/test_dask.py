@@ -601,6 +601,20 @@ def test_keep_columns_of_parquet_pairs_and_parts(client, tmp_path):
     assert pairs["text"].tolist() == texts.iloc[pairs["logID"]].tolist()
 
 
+def test_input_index_keeps_the_index_dtype():
+    df = pd.DataFrame({"text": ["a b", "c", "d e f", None]},
+                      index=pd.Index(["x", "y", "z", "w"], name="key"))
+    frame = dd.from_pandas(df, npartitions=2, sort=False)["text"].wordpiece.tokenize(
+        **OPTIONS).to_frame()
+    got = frame.compute(scheduler="sync")
+    assert got[frames.INPUT_INDEX_COLUMN].tolist() == ["x", "y", "z", "w"]
+    assert frame._meta[frames.INPUT_INDEX_COLUMN].dtype == got[frames.INPUT_INDEX_COLUMN].dtype
+    multi = pd.Series(["a", "b c", None], index=pd.MultiIndex.from_tuples(
+        [(1, "a"), (2, "b"), (3, "c")]))
+    assert multi.wordpiece.tokenize(**OPTIONS).to_frame()[
+        frames.INPUT_INDEX_COLUMN].tolist() == [(1, "a"), (2, "b"), (3, "c")]
+
+
 def test_keep_columns_eagerly_and_refused_names():
     df = pd.DataFrame({"id": [4, 5, 6], "text": ["a b", None, "c d e"]}, index=[30, 10, 20])
     sub = df[df["id"] != 5]

@@ -93,11 +93,12 @@ def _sample_partition(meta, options: dict):
             except Exception:
                 pass
         return sample
+    sample = meta_nonempty(meta)   # its index has the dtype of meta's (input_index)
     try:
         return meta._constructor(["daskwp sample text", None], dtype=meta.dtype,
-                                 name=meta.name)
+                                 name=meta.name, index=sample.index[:2])
     except Exception:
-        return meta_nonempty(meta)
+        return sample
 
 
 class Tokenize(Expr):

@@ -420,6 +420,8 @@ def _source_values(values, pos):
         if not hasattr(taken, "reset_index"):
             taken = taken.to_series()
         return taken.reset_index(drop=True)
+    if isinstance(values, pd.MultiIndex):   # one tuple per row
+        values = values.to_flat_index()
     return values.array.take(pos)
 
 
