@@ -534,8 +534,13 @@ def test_stitch_takes_the_arrays_of_any_partitioning(client, tmp_path, tok):
     # rows of known sizes in other blocks: aligned with the result's blocks
     res = sources["read_parquet"].wordpiece.tokenize(**OPTIONS)
     rechunked = res.input_ids.compute_chunk_sizes().rechunk({0: 50, 1: 8})
-    _check_stitched(res.stitch(rechunked).compute(), _docs_of(sources["read_parquet"]),
-                    tok, "values")
+    docs = _docs_of(sources["read_parquet"])
+    _check_stitched(res.stitch(rechunked).compute(), docs, tok, "values")
+    # what res.compute() gives: a NumPy array of all rows, a pandas frame
+    computed = res.compute()
+    _check_stitched(res.stitch(computed.input_ids * 2).compute(), docs, tok, "values", 2)
+    _check_stitched(res.stitch(computed.to_frame(), column="input_ids").compute(), docs, tok,
+                    "input_ids")
     # other blocks of unknown sizes: an error that says what to do
     other = dd.from_pandas(pandas_frame, npartitions=2)["text"].wordpiece.tokenize(**OPTIONS)
     with pytest.raises(ValueError, match="row blocks of this result's arrays"):

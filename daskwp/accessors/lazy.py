@@ -217,8 +217,10 @@ class DaskWordPieceResult(ResultMapping):
             files, which dask fuses into fewer partitions; filtered or repartitioned
             frames); or an Array of known row sizes blocked otherwise (after
             ``compute_chunk_sizes()``; stitch then computes the metadata's block sizes to
-            align them). Or a DataFrame carrying ``logID, start, stop`` (and ``window``,
-            which orders a document's rows) and a list column of per-token values.
+            align them), or a computed (NumPy) array of all rows in order. Or a DataFrame
+            (Dask, or a computed pandas one) carrying ``logID, start, stop`` (and
+            ``window``, which orders a document's rows) and a list column of per-token
+            values.
         column : str, optional
             The DataFrame's value column; default: its one column besides the metadata.
             For an Array, the name of the output column (default ``"values"``).
@@ -235,8 +237,16 @@ class DaskWordPieceResult(ResultMapping):
         ``values[r, start:stop+1]`` of its rows joined in order (a list column). Sorted by
         logID within each partition; partitions are in logID order unless "groupby" ran.
         """
+        import dask.array as da
+        import dask.dataframe as dd
+
         if how not in ("auto", "partition", "groupby"):
             raise ValueError(f"how must be 'auto', 'partition' or 'groupby', got {how!r}")
+        if isinstance(values, pd.DataFrame):   # computed: one partition
+            values = dd.from_pandas(values, npartitions=1, sort=False)
+        elif not hasattr(values, "dask") and getattr(values, "ndim", 0) >= 2 and \
+                hasattr(values, "shape"):     # a computed array: rows of known sizes
+            values = da.from_array(values, chunks=(-1,) * values.ndim)
         if hasattr(values, "columns"):
             return self._stitch_frame(values, column, how)
         return self._stitch_array(values, column or "values", how)
