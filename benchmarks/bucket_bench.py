@@ -151,6 +151,7 @@ def _callgrind(data: Path, out: Path) -> int:
     lines = [
         "# Length buckets: callgrind instructions, bucketed against plain padded windows",
         "",
+        "Earlier runs, and what changed between them: [HISTORY.md](HISTORY.md).", "",
         f"Command: `python benchmarks/bucket_bench.py --callgrind`; {datetime.date.today()}, "
         f"one thread, `bucket_widths=auto`; data `{data}`. Each count is one call, "
         "after one uninstrumented warm-up call; `tok` = `tok(texts, ...)` (encode + windows), "
@@ -226,6 +227,7 @@ def main(argv=None) -> int:
     lines = [
         "# Length buckets: padding per real token, and the cost of bucketing",
         "",
+        "Earlier runs, and what changed between them: [HISTORY.md](HISTORY.md).", "",
         f"Command: `python benchmarks/bucket_bench.py --repeats {args.repeats}`; "
         f"{datetime.date.today()}, {platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} cores, one thread; data `{data}`.",

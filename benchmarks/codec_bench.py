@@ -79,6 +79,7 @@ def main(argv=None) -> int:
                         read(f)
                     keep(codec, how, time.perf_counter() - t)
         L = ["# Parts' compression: lz4 (the default) against zstd level 1\n",
+             "Earlier runs, and what changed between them: [HISTORY.md](HISTORY.md).\n",
              f"`python benchmarks/codec_bench.py --mb {args.mb:g} --rounds {args.rounds}` "
              f"({time.strftime('%Y-%m-%d %H:%M')}; {os.cpu_count()} cores, shared): "
              f"{inp['bytes'] / 1e6:.1f} MB of the pipeline benchmark's input as "

@@ -927,6 +927,8 @@ def report(args, info: dict, rows, mem, pair, dsk, elapsed: float, peers=None) -
     L = []
     L.append("# daskwp CPU benchmark")
     L.append("")
+    L.append("Earlier runs, and what changed between them: [HISTORY.md](HISTORY.md).")
+    L.append("")
     L.append(f"- machine: {info['model']}, {info['cores']} cores "
              f"({info['affinity']} usable by this process); shared and noisy, so each figure is "
              f"the best (minimum time) of several runs, or the median of interleaved rounds "

@@ -438,6 +438,7 @@ def report(args, info, inp, kernel, cli, acc, back, nano, ovh, graph, cg, elapse
     kr, kp = kernel["ragged"]["mbps"], kernel["padded"]["mbps"]
     L = []
     L.append("# Pipeline benchmark: batch jobs and Dask output against the bare kernel\n")
+    L.append("Earlier runs, and what changed between them: [HISTORY.md](HISTORY.md).\n")
     L.append(f"`python benchmarks/pipeline_bench.py --size-mb {args.size_mb:g} --rounds "
              f"{args.rounds}` (each throughput the best of {args.rounds} interleaved rounds) "
              f"({time.strftime('%Y-%m-%d %H:%M')}, {elapsed / 60:.1f} min). Machine: "

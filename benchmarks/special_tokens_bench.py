@@ -133,6 +133,7 @@ def main() -> None:
               f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
               f"{args.threads} thread(s), {args.size_mb:g} MB per corpus, best of "
               f"{args.repeats} interleaved rounds, MB per {args.clock} second)", "",
+              "Earlier runs, and what changed between them: [HISTORY.md](HISTORY.md).", "",
               "MB/s: the best round of each; ratios: the median over the rounds of the ratio "
               "measured within the round.", ""]
 

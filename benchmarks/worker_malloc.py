@@ -89,6 +89,7 @@ def main(argv=None) -> int:
             results[name] = json.loads(proc.stdout.strip().splitlines()[-1])
             print(name, results[name], file=sys.stderr)
     L = ["# One partition under a Dask nanny's malloc setting", "",
+         "Earlier runs, and what changed between them: [HISTORY.md](HISTORY.md).", "",
          f"`python benchmarks/worker_malloc.py --mb {args.mb:g} --rounds {args.rounds}` "
          f"({time.strftime('%Y-%m-%d %H:%M')}, load average {os.getloadavg()[0]:.1f}): "
          f"{inp['bytes'] / 1e6:.1f} MB of text ({inp['lines']:,} lines of the pipeline "

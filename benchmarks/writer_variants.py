@@ -173,6 +173,7 @@ def main(argv=None) -> int:
             print(name, {k: round(v / nbytes, 1) if k != "bytes" else v for k, v in c.items()},
                   flush=True)
     L = ["# Part writer: instructions per input byte by layout and option\n",
+         "Earlier runs, and what changed between them: [HISTORY.md](HISTORY.md).\n",
          f"`python benchmarks/writer_variants.py --mb {args.mb:g}`: the first {nbytes:,} bytes "
          "of the pipeline benchmark's input, max_length=128, stride=32, one table through "
          "`PartWriter` (zstd level 1, BYTE_STREAM_SPLIT ids, delta-encoded scalars, no "

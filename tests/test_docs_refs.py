@@ -1,0 +1,95 @@
+"""Cross-references of the docs (issue 40): every ``docs/design.md §n`` cited anywhere in the
+repository names a section that exists, the benchmark reports link their history, and the
+design documents keep decisions, not run logs."""
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+
+# "docs/design.md §2.9", "design.md §1, §5", "(docs/design.md) §8", "design.md §2.8 and §3.3"
+_CITE = re.compile(r"design\.md\)?((?:(?:,| and| or)? ?§\d+(?:\.\d+)*)+)")
+_SECTION = re.compile(r"§(\d+(?:\.\d+)*)")
+_HEADING = re.compile(r"^#{2,6} §(\d+(?:\.\d+)*)\s", re.M)
+_SOURCES = ("*.py", "*.md", "*.cpp", "*.hpp", "*.cu", "*.h", "*.yaml", "*.ipynb", "*.sh",
+            "*.txt", "*.toml", "*.rst")
+_SKIP = {".venv", "build", ".git", "daskwp-output", "_build", "node_modules"}
+
+
+def design_sections(text):
+    return set(_HEADING.findall(text))
+
+
+def cited_sections(text):
+    """Each (section, line number) a text cites as ``design.md §n``."""
+    out = []
+    for m in _CITE.finditer(text):
+        line = text.count("\n", 0, m.start()) + 1
+        out.extend((s.rstrip("."), line) for s in _SECTION.findall(m.group(1)))
+    return out
+
+
+def repository_files():
+    for pattern in _SOURCES:
+        for path in ROOT.rglob(pattern):
+            rel = path.relative_to(ROOT)
+            if _SKIP.intersection(rel.parts) or not path.is_file():
+                continue
+            yield path
+
+
+def test_citation_parser_reads_lists_and_rejects_missing_sections():
+    text = "see docs/design.md §1, §5 and docs/design.md §2.9.\n(docs/design.md) §8 x §7"
+    assert [s for s, _ in cited_sections(text)] == ["1", "5", "2.9", "8"]
+    sections = design_sections("## §1 A\n### §2.9 B\n## §8 C\n##§9 not a heading\n")
+    assert sections == {"1", "2.9", "8"}
+    assert {s for s, _ in cited_sections(text)} - sections == {"5"}
+
+
+def test_every_cited_design_section_exists():
+    sections = design_sections((ROOT / "docs" / "design.md").read_text(encoding="utf-8"))
+    assert {"1", "2.9", "3.5", "8"} <= sections
+    missing = []
+    n = 0
+    for path in repository_files():
+        for section, line in cited_sections(path.read_text(encoding="utf-8", errors="replace")):
+            n += 1
+            if section not in sections:
+                missing.append(f"{path.relative_to(ROOT)}:{line}: §{section}")
+    assert n > 100, n            # the repository cites the design document throughout
+    assert not missing, "docs/design.md has no such section:\n" + "\n".join(missing)
+
+
+def reports():
+    return sorted(p for p in RESULTS.glob("*.md") if p.name != "HISTORY.md")
+
+
+@pytest.mark.parametrize("report", reports(), ids=lambda p: p.name)
+def test_every_report_links_the_history(report):
+    assert "[HISTORY.md](HISTORY.md)" in report.read_text(encoding="utf-8")
+
+
+def test_history_names_the_runs_the_reports_hold():
+    history = (RESULTS / "HISTORY.md").read_text(encoding="utf-8")
+    cpu = (RESULTS / "cpu_bench.md").read_text(encoding="utf-8")
+    commit = re.search(r"\(git ([0-9a-f]{7,})\)", cpu).group(1)
+    held = [row for row in history.splitlines() if "the report file holds it" in row]
+    assert len(held) == 2, held          # one row each for cpu_bench and pipeline_bench
+    assert commit in held[0], (commit, held[0])
+    pipeline = (RESULTS / "pipeline_bench.md").read_text(encoding="utf-8")
+    date = re.search(r"\((\d{4})-(\d\d-\d\d \d\d:\d\d)", pipeline).group(2)
+    assert date in held[1], (date, held[1])
+
+
+# A benchmark figure: "595.0 MB/s", "39.1 -> 20.6 ms", "run 23", "313 instructions per".
+_FIGURE = re.compile(r"\d+(?:\.\d+)? ?(?:MB/s|GB/s|ms\b)|\b[Rr]un \d+\b|\b[Rr]uns \d+(?:-| and )\d+"
+                     r"|instructions per (?:input )?byte")
+
+
+@pytest.mark.parametrize("doc", ["docs/design.md"])
+def test_design_documents_hold_no_run_logs(doc):
+    text = (ROOT / doc).read_text(encoding="utf-8")
+    found = [m.group(0) for m in _FIGURE.finditer(text)]
+    assert not found, f"{doc} holds benchmark figures (move them to HISTORY.md): {found[:10]}"
