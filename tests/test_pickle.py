@@ -170,11 +170,24 @@ def _error(call):
     raise AssertionError("no error")
 
 
-def _job_errors():
-    from daskwp.jobs import errors
-    return [cls(f"{cls.__name__}: bad thing") for cls in vars(errors).values()
-            if isinstance(cls, type) and issubclass(cls, Exception)
-            and cls.__module__ == errors.__name__]
+def _errors():
+    """One instance of every public exception and warning class daskwp defines."""
+    import importlib
+    import pkgutil
+    found = {}
+    for info in pkgutil.walk_packages(daskwp.__path__, "daskwp."):
+        if info.name.rsplit(".", 1)[-1].startswith("_"):
+            continue
+        try:
+            module = importlib.import_module(info.name)
+        except ImportError:   # needs an optional package (torch, cupy, ...)
+            continue
+        for cls in vars(module).values():
+            if isinstance(cls, type) and issubclass(cls, BaseException) and \
+                    cls.__module__ == info.name and not cls.__name__.startswith("_"):
+                found[cls.__qualname__] = cls(f"{cls.__name__}: bad thing")
+    assert {"OptionValueError", "JobError", "InputWarning"} <= set(found), found
+    return found
 
 
 def _lazy_series():
@@ -312,7 +325,7 @@ def _cases(tok, folder) -> dict:
         "option_value_error": lambda: _error(lambda: tok(TEXTS, max_length=2)),
         "option_type_error": lambda: _error(lambda: tok(TEXTS, max_length=3.5)),
         "partition_error": lambda: _error(lambda: _lazy_bad(tok)),
-        "job_errors": _job_errors,
+        "errors": _errors,
         "version": lambda: daskwp.__version__,
     }
     return cases
