@@ -14,6 +14,7 @@ from .core.ragged import BatchWindows, Encoding, RaggedRows
 from .core.stitch import stitch, stitch_flat
 from .core.version import __version__
 from .core.vocab import Vocabulary
+from .core.windows import OutputSizeError
 from .backends.cpu import windows_from_encoding, word_cache_info
 from .backends.memory import host_pool_info, release_host_memory, set_host_pool_limit
 from .backends.tokenizer import WordPieceTokenizer
@@ -24,7 +25,7 @@ from .io.tokenized import read_tokenized
 
 register_accessors()  # .wordpiece on pandas, Dask and (when it imports) cudf Series
 
-__all__ = ["BatchWindows", "Encoding", "RaggedRows", "TransformersTokenizer", "Vocabulary", "WordPieceTokenizer",
+__all__ = ["BatchWindows", "Encoding", "OutputSizeError", "RaggedRows", "TransformersTokenizer", "Vocabulary", "WordPieceTokenizer",
            "__version__", "align_labels", "cache_info", "clear_caches", "connect", "decode",
            "host_pool_info", "labels_to_spans", "merge_wordpieces", "read_tokenized",
            "register_accessors", "release_host_memory", "set_host_pool_limit", "spans_to_labels",

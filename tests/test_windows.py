@@ -547,3 +547,62 @@ def test_windows_kernel_on_gpu_equals_cpu():
     assert np.array_equal(ids.get(), cpu.input_ids)
     assert np.array_equal(mask.get(), cpu.attention_mask)
     assert np.array_equal(meta.get(), cpu.metadata)
+
+
+def test_output_size_is_checked_before_allocating(monkeypatch):
+    """issue 37.10: max_length=2**31-1 with the default padding would allocate ~16 GB for a
+    one-token document; the size is checked first and refused with an OutputSizeError (a
+    MemoryError and a ValueError) naming it and the parameters, on the CPU, the pair pass,
+    the CUDA source (emulated) and the accessor; the cap is daskwp.max_output_bytes."""
+    import resource
+
+    import dask.config
+    import pandas as pd
+
+    from daskwp.core.windows import OutputSizeError, max_output_bytes
+
+    tok = daskwp.WordPieceTokenizer()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    for kw in (dict(), dict(text_pair=["world"]), dict(max_length=858993459)):
+        opts = dict(dict(max_length=2**31 - 1), **kw)
+        with pytest.raises(MemoryError, match=r"the padded output would take [\d,]+ bytes "
+                                              r"\([\d.]+ GiB\): 1 rows x [\d,]+ columns.*"
+                                              rf"max_length={opts['max_length']}") as e:
+            tok(["hello"], **opts)
+        assert isinstance(e.value, ValueError) and isinstance(e.value, OutputSizeError)
+        assert "daskwp.max_output_bytes" in str(e.value)
+    with pytest.raises(OutputSizeError):
+        pd.Series(["hello", None]).wordpiece.tokenize(max_length=2**31 - 1)
+    assert (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) < (1 << 20)  # KiB
+    # nothing padded to max_length: no limit to check
+    assert tok(["hello"], max_length=2**31 - 1, padding="longest")["input_ids"].shape == (1, 3)
+    assert tok(["hello"], max_length=2**31 - 1, padding=False)["input_ids"].to_list() == \
+        [[tok.vocab.cls_id, tok.vocab.token_to_id("hello"), tok.vocab.sep_id]]
+    # the cap: exact row counts (100 short documents: 100 rows of 16 x 8 bytes + 24)
+    docs = ["a b c d e"] * 100
+    with dask.config.set({"daskwp.max_output_bytes": 100 * (16 * 8 + 24)}):
+        assert max_output_bytes() == 15200
+        assert tok(docs, max_length=16)["input_ids"].shape == (100, 16)
+    with dask.config.set({"daskwp.max_output_bytes": 100 * (16 * 8 + 24) - 1}):
+        with pytest.raises(OutputSizeError, match=r"15,200 bytes.*100 rows x 16 columns x 8 "
+                                                  r"bytes per cell.*max_output_bytes=15,199"):
+            tok(docs, max_length=16)
+        with pytest.raises(OutputSizeError, match=r"100 rows x 16 columns x 12 bytes"):
+            tok(docs, max_length=16, text_pair=docs)   # ids, mask and token type ids
+        assert tok(docs, max_length=16, text_pair=docs, mask_dtype="int8",
+                   return_token_type_ids=False)["input_ids"].shape == (100, 16)
+        assert tok(docs, max_length=16, padding=False)["input_ids"].to_list()[0][0] == \
+            tok.vocab.cls_id
+        from emulated_cuda import cxx, fake_cupy
+        from daskwp.backends import cuda
+        if cxx() is not None:
+            cuda.clear_caches()
+            fake = fake_cupy()
+            monkeypatch.setattr(cuda, "_cupy", lambda: fake)
+            gpu = daskwp.WordPieceTokenizer(device="gpu")
+            with pytest.raises(OutputSizeError, match="15,200 bytes"):
+                gpu(docs, max_length=16)
+            cuda.clear_caches()
+    with dask.config.set({"daskwp.max_output_bytes": "lots"}):
+        with pytest.raises(ValueError, match="max_output_bytes must be a size"):
+            tok(docs, max_length=16)

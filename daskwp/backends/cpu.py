@@ -32,7 +32,7 @@ from ..core.options import check_int
 from ..core.pairs import build_pair_windows, finish_windows, framed_single_windows
 from ..core.ragged import BatchWindows, Encoding
 from ..core.strings import chunk_buffers, text_chunks
-from ..core.windows import WindowParams, convert_tensors, fill_plan, \
+from ..core.windows import WindowParams, check_output_size, convert_tensors, fill_plan, \
     window_params
 from .protocol import KernelModel
 
@@ -175,6 +175,7 @@ class CPUBackend:
         token_ids = np.ascontiguousarray(encoding.token_ids, dtype=np.int32)
         offsets = np.ascontiguousarray(encoding.offsets, dtype=np.int64)
         padded, cls_id, sep_id, pad_id, width = fill_plan(vocab, p, offsets)
+        check_output_size(p, width, offsets, seq=seq, extras=extras)
         out = _ext.build_windows(
             token_ids, offsets, p.max_length, p.stride, bool(p.truncation),
             p.add_special_tokens, cls_id, sep_id, pad_id, p.logid_offset, padded, p.mask_int8,

@@ -36,7 +36,7 @@ import numpy as np
 
 from ..core.cache import BoundedCache
 from ..core.strings import chunk_buffers, to_arrow
-from ..core.windows import fill_plan, window_params
+from ..core.windows import check_output_size, fill_plan, window_params
 from .protocol import kernel_model
 
 __all__ = [
@@ -610,6 +610,7 @@ def windows_cuda(tok, texts, *, max_length: int = 128, stride: int = 0,
     if not p.native:            # a frame the native fill does not write
         return framed_single_windows(enc, vocab, p, seq, extras, convert, _cupy())
     padded, cls_id, sep_id, pad_id, width = fill_plan(vocab, p, offsets)
+    check_output_size(p, width, offsets, seq=seq, extras=extras)
     out = build_windows_cuda(
         token_ids, offsets, p.max_length, p.stride, p.truncation, p.add_special_tokens,
         cls_id, sep_id, pad_id, p.logid_offset, padded, p.mask_int8, width)

@@ -401,6 +401,13 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
          "between encode calls so that a process tokenizing batch after batch runs warm "
          "(daskwp.word_cache_info() reports it, daskwp.clear_caches() empties it)",
          cli_type=int, metavar="MB", cli_flag=False),
+    _opt("max_output_bytes", None, lambda n, v: None if v is None else check_bytes(n, v),
+         "a size such as '8GB' or a number of bytes >= 1, or null (a quarter of the "
+         "machine's physical memory)", False, (CONFIG,),
+         "most bytes the padded windows of one call may take (ids, mask, the outputs asked "
+         "for and metadata); a larger output is refused before anything is allocated, with "
+         "an OutputSizeError (a MemoryError and a ValueError) naming the size and the "
+         "parameters", metavar="SIZE", cli_flag=False),
     _opt("device", "auto", lambda n, v: normalize_device(v, n), "'auto', 'cpu' or 'gpu' "
          "('cuda' is 'gpu')", False, (TOKENIZER, JOB, CONFIG),
          "auto (default): GPUs when dask-cuda, cudf and a GPU are present (a tokenizer: "

@@ -44,7 +44,7 @@ from .buckets import bucket_windows
 from .options import OptionValueError
 from .postprocess import frame_for
 from .ragged import BatchWindows, Encoding, RaggedRows
-from .windows import pack_windows
+from .windows import check_output_size, pack_windows
 
 __all__ = ["PAIR_STRATEGIES", "build_pair_windows", "framed_single_windows", "pair_mode",
            "sequence_extras", "window_extras"]
@@ -226,6 +226,9 @@ def build_pair_windows(enc_a, enc_b, vocab, p, *, strategy: str, overflow: bool,
         width = ml
         if p.padding == "longest":
             width = _host_int(row_len.max()) if rows else 0
+        check_output_size(p, width, rows=rows, extras=extras, seq={
+            "return_token_type_ids": return_token_type_ids,
+            "return_sequence_ids": return_sequence_ids})
         col = xp.arange(width, dtype=np.int64)[None, :]
         def per_row(x):
             return x[:, None]

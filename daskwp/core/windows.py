@@ -30,7 +30,8 @@ from .options import INT32_MAX, INT64_MAX, check, check_int
 from .postprocess import frame_ids
 from .ragged import BatchWindows, RaggedRows
 
-__all__ = ["WINDOW_OPTIONS", "WindowParams", "convert_tensors", "fill_plan", "pack_windows",
+__all__ = ["WINDOW_OPTIONS", "OutputSizeError", "WindowParams", "check_output_size",
+           "convert_tensors", "fill_plan", "max_output_bytes", "pack_windows",
            "resolve_window_options", "window_params"]
 
 #: The window options of the accessors and batch jobs, as ``tok(texts, ...)`` spells them.
@@ -127,6 +128,72 @@ def window_params(max_length=None, stride=None, truncation=None, add_special_tok
         mask_int8=check("mask_dtype", mask_dtype) == "int8", body_length=body,
         bucket_widths=(check_bucket_widths(opts["bucket_widths"], ml)
                        if opts["padding"] == "bucket" else None))
+
+
+class OutputSizeError(MemoryError, ValueError):
+    """The padded output of a call would exceed ``max_output_bytes`` (refused before any
+    allocation)."""
+
+
+def max_output_bytes() -> int:
+    """The configured ``daskwp.max_output_bytes``, else a quarter of physical memory."""
+    cap = config.resolve("max_output_bytes")
+    if cap is not None:
+        return cap
+    import os
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
+    except (ValueError, OSError, AttributeError):   # no sysconf: no cap
+        return INT64_MAX
+
+
+def cell_bytes(p: WindowParams, seq: dict | None = None, extras: dict | None = None) -> int:
+    """Bytes of one padded cell: the ids, the mask, and each per-position output asked."""
+    mask = 1 if p.mask_int8 else 4
+    seq, extras = seq or {}, extras or {}
+    return (4 + mask + (mask if seq.get("return_token_type_ids") else 0)
+            + (1 if seq.get("return_sequence_ids") else 0)
+            + (16 if extras.get("offset_mapping") else 0)
+            + (4 if extras.get("word_ids") else 0)
+            + (mask if extras.get("special_tokens_mask") else 0))
+
+
+def check_output_size(p: WindowParams, width: int, offsets=None, rows=None,
+                      seq: dict | None = None, extras: dict | None = None) -> None:
+    """Refuse (:class:`OutputSizeError`) a padded output larger than
+    :func:`max_output_bytes`, before anything is allocated: ``rows`` x ``width`` cells of
+    :func:`cell_bytes` plus 24 bytes of metadata per row. ``rows``: known (pairs), else
+    counted from the documents' ``offsets`` (NumPy or CuPy) by the window rule; a cheap
+    bound is tried first, so a call far below the cap counts nothing."""
+    if not p.padded:
+        return
+    per_row = width * cell_bytes(p, seq, extras) + 24
+    cap = max_output_bytes()
+    if rows is None:
+        docs = int(offsets.shape[0]) - 1
+        if docs <= 0:
+            return
+        total = int(offsets[-1]) - int(offsets[0])
+        step = p.body_length - p.stride
+        bound = docs if p.truncation is not False else docs + -(-total // step)
+        if bound * per_row <= cap:
+            return
+        if p.truncation is not False:
+            rows = docs
+        else:
+            n = offsets[1:] - offsets[:-1]
+            extra = (n - p.body_length + step - 1) // step
+            rows = docs + int((extra * (n > p.body_length)).sum())
+    size = rows * per_row
+    if size > cap:
+        raise OutputSizeError(
+            f"the padded output would take {size:,} bytes ({size / 2**30:.1f} GiB): {rows:,} "
+            f"rows x {width:,} columns x {cell_bytes(p, seq, extras)} bytes per cell, plus "
+            f"metadata (max_length={p.max_length}, stride={p.stride}, "
+            f"padding={p.padding!r}, truncation={p.truncation!r}); that is more than "
+            f"max_output_bytes={cap:,} (daskwp.max_output_bytes in dask.config; default a "
+            f"quarter of physical memory). Use a smaller max_length, padding='longest' or "
+            f"padding=False (ragged rows), or raise daskwp.max_output_bytes")
 
 
 def convert_tensors(arr, return_tensors: str):
