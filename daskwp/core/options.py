@@ -47,9 +47,10 @@ TENSOR_TYPES = ("np", "pt", "cp")
 OFFSETS_UNITS = ("chars", "bytes")
 #: Parquet compressions of batch jobs.
 COMPRESSIONS = ("zstd", "snappy", "gzip", "brotli", "lz4", "none")
-#: Output formats of batch jobs: daskwp's Parquet parts, or Megatron indexed datasets
-#: (``.bin`` + ``.idx``, docs/batch-jobs.md "Megatron indexed datasets").
-OUTPUT_FORMATS = ("parquet", "megatron")
+#: Output formats of batch jobs: daskwp's Parquet parts, Megatron indexed datasets
+#: (``.bin`` + ``.idx``, docs/batch-jobs.md "Megatron indexed datasets"), or a HuggingFace
+#: ``datasets`` dataset on disk (``load_from_disk``).
+OUTPUT_FORMATS = ("parquet", "megatron", "datasets")
 #: The compression of tokenized parts: lz4 (Parquet's LZ4_RAW) writes with 21% less of a
 #: part's write stage than zstd level 1 and reads back 1.26x faster, for 33% more bytes
 #: (benchmarks/results/codec_bench.md, docs/batch-jobs.md "Output");
@@ -573,10 +574,11 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
          "write parts every Parquet reader takes (list values PLAIN, not BYTE_STREAM_SPLIT: "
          "fastparquet, older Spark/Hive) at some speed and size (default: no)"),
     # Batch jobs: the output format; Megatron indexed datasets (docs/batch-jobs.md)
-    _opt("output_format", "parquet", check_choice(OUTPUT_FORMATS), "'parquet' or 'megatron'",
-         True, (JOB,), "'parquet' (default): windows in Parquet parts; 'megatron': Megatron "
-         "indexed datasets (.bin + .idx), one sequence per document (or per piece, with "
-         "document_separator)", cli_choices=OUTPUT_FORMATS),
+    _opt("output_format", "parquet", check_choice(OUTPUT_FORMATS), "'parquet', 'megatron' or "
+         "'datasets'", True, (JOB,), "'parquet' (default): windows in Parquet parts; "
+         "'megatron': Megatron indexed datasets (.bin + .idx), one sequence per document (or "
+         "per piece, with document_separator); 'datasets': the windows as a HuggingFace "
+         "dataset that datasets.load_from_disk opens", cli_choices=OUTPUT_FORMATS),
     _opt("append_eod", False, check_bool, "true or false", True, (JOB,),
          "megatron output: end every document that has tokens with eod_token, as Megatron's "
          "preprocess_data.py --append-eod"),

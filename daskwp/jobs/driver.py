@@ -75,9 +75,11 @@ from .parts import (JOB_FILE, JOB_FORMAT, PART_PREFIX, PART_SUFFIX, REJECTS_PREF
                     empty_partition, part_name, rejects_path, remove_temporary_files,
                     tokenize_job_partition, verify_output, write_partition)
 from .megatron import PART_FILES as MEGATRON_PART_FILES
-from .megatron import (check_megatron_config, check_megatron_part, finish_megatron,
-                       is_megatron_file, megatron_options, verify_megatron_output,
-                       write_megatron_partition)
+from .datasets import (finish_datasets, is_datasets_file, verify_datasets_output,
+                       write_datasets_partition)
+from .megatron import (check_output_format_options, finish_megatron, is_megatron_file,
+                       megatron_options, verify_megatron_output, write_megatron_partition)
+from .records import check_part_record
 from .progress import Progress
 
 def resolve_device(device: str) -> str:
@@ -137,8 +139,7 @@ def check_window_parameters(cfg: JobConfig, tokenizer, source: str = "config") -
     """Raise ConfigError for window parameters the tokenizer refuses (stride >= L, ...),
     before any cluster starts. The tokenizer's own validation gives the message. Options
     that another output format cannot honour are refused by name."""
-    if cfg.output_format == "megatron":
-        check_megatron_config(cfg, tokenizer, default_value)
+    check_output_format_options(cfg, tokenizer, default_value)
     options = {k: getattr(cfg, k) for k in _PARTITION_OPTIONS}
     sample = pa.array([""], type=pa.large_string())
     if cfg.column_pair is not None:   # sentence pairs: the pair options are checked too
@@ -181,7 +182,7 @@ def _our_files(names: Iterable[str], cfg=None) -> tuple[list[str], list[str]]:
     ours, other = [], []
     for n in names:
         is_ours = (n in (JOB_FILE, SUMMARY_FILE) or n.startswith(TMP_PREFIX)
-                   or is_megatron_file(n, cfg)
+                   or is_megatron_file(n, cfg) or is_datasets_file(n)
                    or (n.startswith(PART_PREFIX) and n.endswith(PART_SUFFIX))
                    or (n.startswith(REJECTS_PREFIX) and n.endswith(REJECTS_SUFFIX))
                    or (n.startswith((JOB_FILE + ".", SUMMARY_FILE + ".")) and n.endswith(".tmp")))
@@ -387,6 +388,13 @@ def job_graph(specs: Sequence[PartitionSpec], counts: Sequence, missing: Sequenc
     return JobGraph(dsk, offset_keys, count_keys, write_keys, tok_key)
 
 
+#: Each output format's partition writer and output check.
+_WRITERS = {"parquet": write_partition, "megatron": write_megatron_partition,
+            "datasets": write_datasets_partition}
+_VERIFIERS = {"parquet": verify_output, "megatron": verify_megatron_output,
+              "datasets": verify_datasets_output}
+
+
 def _task_failure(exc: BaseException, what: str) -> JobError:
     if isinstance(exc, JobError):
         return exc  # the partition tasks name their partition
@@ -494,6 +502,9 @@ def format_summary(s: dict) -> str:
         f"  vocabulary   {s['vocab']} (hash {s['vocabulary_hash'][:12]})",
         f"  output       {s['output']}",
     ]
+    if s.get("datasets"):
+        lines.append(f"  datasets     {s['datasets']['shards']} Arrow shard(s): "
+                     f"datasets.load_from_disk({s['output']!r})")
     if s.get("megatron"):
         m = s["megatron"]
         lines.append(f"  megatron     {m['sequences']:,} sequences, {m['tokens_written']:,} "
@@ -577,8 +588,8 @@ def run_job(cfg: JobConfig, *, client=None, tokenizer=None,
             if counts[q] is None and p.get("documents") is not None:
                 counts[q] = int(p["documents"])
     megatron = cfg.output_format == "megatron"
-    if megatron:
-        stats: list = [check_megatron_part(out, i, n, job_id, counts[i]) for i in range(n)]
+    if cfg.output_format != "parquet":   # parts with a record (jobs/records.py)
+        stats: list = [check_part_record(out, i, n, job_id, counts[i]) for i in range(n)]
     else:
         stats = [check_part(os.path.join(out, part_name(i, n)), i, job_id, counts[i], None)
                  for i in range(n)]
@@ -630,7 +641,7 @@ def run_job(cfg: JobConfig, *, client=None, tokenizer=None,
                 pass
         graph = job_graph(specs, counts, missing, out, tok, options, job_id, device,
                           run_id=uuid.uuid4().hex[:8],
-                          write=write_megatron_partition if megatron else write_partition)
+                          write=_WRITERS[cfg.output_format])
         t_work = time.perf_counter()  # the cluster is up: counting, tokenizing, writing
         prog = Progress("tokenizing", len(missing), cfg.quiet)
 
@@ -665,7 +676,7 @@ def run_job(cfg: JobConfig, *, client=None, tokenizer=None,
     # Accounting: every logID 0..N-1 present exactly once, in order.
     plan = [{"index": i, "documents": counts[i], "logid_offset": offsets[i]}
             for i in range(n)]
-    (verify_megatron_output if megatron else verify_output)(out, plan)
+    _VERIFIERS[cfg.output_format](out, plan)
     total_docs = offsets[n]
     if sum(s["documents"] for s in stats) != total_docs:
         raise JobError(f"output {out!r}: documents written differ from the input's "
@@ -716,6 +727,8 @@ def run_job(cfg: JobConfig, *, client=None, tokenizer=None,
     }
     if megatron:
         summary["megatron"] = finish_megatron(out, cfg, stats, bool(missing))
+    elif cfg.output_format == "datasets":
+        summary["datasets"] = finish_datasets(out, stats, job_id)
     unknown = unknown_rate_warnings(summary, tok)
     for w in unknown:
         log(f"daskwp: warning: {w}")

@@ -21,7 +21,6 @@ These functions import no Dask: the driver runs them as tasks.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import time
 import uuid
@@ -31,13 +30,14 @@ import pyarrow.compute as pc
 
 from ..core.lengths import LengthCounts
 from ..distributed.state import cached_tokenizer
-from ..frames.partition import checksum_hash, checksum_hex
 from ..io.megatron import index_size, megatron_sequences, merge_pairs, read_index, write_pair
 from .errors import ConfigError, JobError
-from .parts import (PART_PREFIX, PART_SUFFIX, TMP_PREFIX, part_name, partition_failure,
-                    read_counted_partition, worker_device, worker_series)
+from .parts import (PART_PREFIX, TMP_PREFIX, partition_failure, read_counted_partition,
+                    worker_device, worker_series)
+from .records import check_part_record, commit_part, part_stem, temporary_path
 
-__all__ = ["DATA_ARGS_FILE", "MEGATRON_OPTIONS", "PART_FILES", "check_megatron_config",
+__all__ = ["DATA_ARGS_FILE", "MEGATRON_ONLY", "MEGATRON_OPTIONS", "PART_FILES",
+           "check_megatron_config", "check_output_format_options",
            "check_megatron_part", "finish_megatron", "is_megatron_file", "megatron_options",
            "megatron_prefix", "verify_megatron_output",
            "write_megatron_partition"]
@@ -56,7 +56,6 @@ _NOT_APPLICABLE = ("max_length", "stride", "truncation", "padding", "bucket_widt
                    "return_sequence_ids", "return_offsets_mapping", "return_word_ids",
                    "return_special_tokens_mask", "column_pair", "keep_columns",
                    "parquet_compat")
-_READ_CHUNK = 1 << 22
 
 
 def megatron_prefix(cfg) -> str:
@@ -66,9 +65,8 @@ def megatron_prefix(cfg) -> str:
     return f"{cfg.column}_{level}"
 
 
-def part_prefix(index: int, n_partitions: int) -> str:
-    """``part-NNNNN``: the prefix of partition ``index``'s pair."""
-    return part_name(index, n_partitions)[:-len(PART_SUFFIX)]
+#: ``part-NNNNN``: the prefix of partition ``index``'s pair.
+part_prefix = part_stem
 
 
 def is_megatron_file(name: str, cfg=None) -> bool:
@@ -97,28 +95,30 @@ def check_megatron_config(cfg, tokenizer, default_value) -> None:
                           f"{tokenizer.vocab.source!r}; name one of its tokens")
 
 
+#: The keys that only Megatron output takes: refused with another format.
+MEGATRON_ONLY = ("append_eod", "eod_token", "document_separator", "merge_parts")
+
+
+def check_output_format_options(cfg, tokenizer, default_value) -> None:
+    """Refuse, by name, the options the job's ``output_format`` cannot honour: for
+    ``megatron`` :func:`check_megatron_config`; for the others the Megatron-only keys, and
+    ``parquet_compat`` for ``datasets``, set to anything but their default."""
+    if cfg.output_format == "megatron":
+        check_megatron_config(cfg, tokenizer, default_value)
+        return
+    keys = MEGATRON_ONLY + (("parquet_compat",) if cfg.output_format == "datasets" else ())
+    for key in keys:
+        value = getattr(cfg, key)
+        if value != default_value(key):
+            raise ConfigError(f"{key}={value!r} does not apply to output_format "
+                              f"{cfg.output_format!r}"
+                              + ("; it is an option of output_format 'megatron'"
+                                 if key in MEGATRON_ONLY else ""))
+
+
 def megatron_options(cfg) -> dict:
     """The options the write tasks of a Megatron job take."""
     return {k: getattr(cfg, k) for k in MEGATRON_OPTIONS}
-
-
-def _file_digest(path: str) -> str:
-    h = checksum_hash()
-    with open(path, "rb") as fh:
-        while True:
-            buf = fh.read(_READ_CHUNK)
-            if not buf:
-                break
-            h.update(buf)
-    return checksum_hex(h)
-
-
-def _write_json(path: str, obj: dict) -> None:
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump(obj, fh, indent=1)
-        fh.write("\n")
-        fh.flush()
-        os.fsync(fh.fileno())
 
 
 def write_megatron_partition(spec, logid_offset: int, out_dir: str, tokenizer, options: dict,
@@ -154,26 +154,17 @@ def _write_megatron_partition(spec, logid_offset, out_dir, tokenizer, options, j
     c2 = time.thread_time()
     stats["length_counts"] = LengthCounts.of(stats.pop("document_lengths")).to_json()
     prefix = part_prefix(spec.index, n_partitions)
-    tag = f"{TMP_PREFIX}{spec.index}-{uuid.uuid4().hex}"
-    tmp = os.path.join(out_dir, tag)
-    final = os.path.join(out_dir, prefix)
+    tmp = temporary_path(out_dir, spec.index)
     try:
         write_pair(tmp, tokens, lengths, docs, fsync=True)
         text_bytes = int(pc.sum(pc.binary_length(texts)).as_py() or 0) if len(texts) else 0
         stats.update(partition=spec.index, logid_offset=int(logid_offset),
                      text_bytes=text_bytes, invalid_utf8_bytes=bad_bytes,
-                     invalid_utf8_documents=bad_docs,
-                     bin_bytes=os.path.getsize(tmp + ".bin"),
-                     idx_bytes=os.path.getsize(tmp + ".idx"),
-                     bin_sha256=_file_digest(tmp + ".bin"),
-                     idx_sha256=_file_digest(tmp + ".idx"), dtype=str(tokens.dtype))
-        record = {"job_id": job_id, **stats}
-        _write_json(tmp + ".json", record)
-        os.replace(tmp + ".bin", final + ".bin")
-        os.replace(tmp + ".idx", final + ".idx")
-        os.replace(tmp + ".json", final + ".json")
+                     invalid_utf8_documents=bad_docs, dtype=str(tokens.dtype))
+        commit_part(out_dir, spec.index, n_partitions, job_id, stats,
+                    {prefix + ".bin": tmp + ".bin", prefix + ".idx": tmp + ".idx"})
     finally:
-        for ext in PART_FILES:
+        for ext in (".bin", ".idx"):
             try:
                 os.unlink(tmp + ext)
             except FileNotFoundError:
@@ -186,25 +177,9 @@ def _write_megatron_partition(spec, logid_offset, out_dir, tokenizer, options, j
 
 def check_megatron_part(out_dir: str, index: int, n_partitions: int, job_id: str,
                         documents: int | None) -> dict | None:
-    """The statistics of a complete, valid pair of this job, or None: the record is missing
-    or unreadable, names another job or partition, or a file's size or checksum differs
-    from it."""
-    prefix = os.path.join(out_dir, part_prefix(index, n_partitions))
-    try:
-        with open(prefix + ".json", encoding="utf-8") as fh:
-            rec = json.load(fh)
-        if not (rec.get("job_id") == job_id and rec.get("partition") == index
-                and (documents is None or rec.get("documents") == documents)
-                and os.path.getsize(prefix + ".bin") == rec["bin_bytes"]
-                and os.path.getsize(prefix + ".idx") == rec["idx_bytes"]):
-            return None
-        if _file_digest(prefix + ".idx") != rec["idx_sha256"] or \
-                _file_digest(prefix + ".bin") != rec["bin_sha256"]:
-            return None
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    rec.pop("job_id")
-    return rec
+    """The statistics of a complete, valid pair of this job, or None
+    (:func:`.records.check_part_record`)."""
+    return check_part_record(out_dir, index, n_partitions, job_id, documents)
 
 
 def verify_megatron_output(out_dir: str, plan) -> None:

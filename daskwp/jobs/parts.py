@@ -441,22 +441,28 @@ def remove_temporary_files(out_dir: str) -> None:
                 pass
 
 
-def verify_output(out_dir: str, plan: Sequence[dict]) -> None:
+def _parquet_logids(path: str) -> np.ndarray:
+    import pyarrow.parquet as pq
+    return pq.read_table(path, columns=["logID"]).column("logID").to_numpy()
+
+
+def verify_output(out_dir: str, plan: Sequence[dict], *, read_logids=_parquet_logids,
+                  name=part_name) -> None:
     """Read the logID column of every part back and check that part i holds the logIDs
     offset_i .. offset_i + documents_i - 1, each document's rows together and in order; the
-    offsets tile 0..N-1. Raises JobError naming the first bad part."""
-    import pyarrow.parquet as pq
+    offsets tile 0..N-1. Raises JobError naming the first bad part. ``read_logids(path)``
+    and ``name(index, n)``: another format's reader and file names."""
     expected_offset = 0
     n = len(plan)
     for p in plan:
-        path = os.path.join(out_dir, part_name(p["index"], n))
+        path = os.path.join(out_dir, name(p["index"], n))
         if p["logid_offset"] != expected_offset:
             raise JobError(f"job plan of {out_dir!r} is inconsistent at partition "
                            f"{p['index']}")
         docs = p["documents"]
         expected_offset += docs
         try:
-            ids = pq.read_table(path, columns=["logID"]).column("logID").to_numpy()
+            ids = read_logids(path)
         except (OSError, pa.ArrowException) as e:
             raise JobError(f"output part {path!r} cannot be read back: {e}") from None
         if docs == 0:

@@ -1,0 +1,190 @@
+"""Batch jobs that write a HuggingFace ``datasets`` dataset on disk
+(``output_format: datasets``): what ``datasets.load_from_disk(OUTPUT)`` opens.
+
+The layout is ``Dataset.save_to_disk``'s: one Arrow shard per partition,
+``data-NNNNN-of-MMMMM.arrow`` (the Arrow IPC stream format, the features in the schema's
+``huggingface`` metadata), then ``dataset_info.json`` (the features) and ``state.json`` (the
+shards, in order) once every shard is there. A shard holds the partition's rows as the
+accessor's ``to_frame()`` has them (``logID``, ``start``, ``stop``, ``input_ids``,
+``attention_mask``, ``window``, the per-position outputs asked for, the kept input
+columns): padded rows stay padded, so ``ds.with_format("torch")`` gives fixed-width tensors.
+
+Shards are written as Megatron pairs are (:mod:`.records`): temporary names, fsync, rename,
+the record ``part-NNNNN.json`` last; a rerun keeps the shards whose records match.
+These functions import no Dask: the driver runs them as tasks.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import time
+import uuid
+
+import numpy as np
+import pyarrow as pa
+
+from ..core.lengths import LengthCounts
+from .errors import JobError
+from .inputs import attach_kept_columns
+from .parts import (TMP_PREFIX, partition_failure, read_counted_partition,
+                    tokenize_job_partition)
+from .records import check_part_record, commit_part, temporary_path
+
+__all__ = ["DATASET_FILES", "check_datasets_part", "features_of", "finish_datasets",
+           "is_datasets_file", "shard_name", "verify_datasets_output",
+           "write_datasets_partition"]
+
+#: The metadata files of ``save_to_disk``.
+DATASET_FILES = ("dataset_info.json", "state.json")
+
+
+def shard_name(index: int, n_partitions: int) -> str:
+    """``data-NNNNN-of-MMMMM.arrow``, ``save_to_disk``'s shard names."""
+    return f"data-{index:05d}-of-{n_partitions:05d}.arrow"
+
+
+def is_datasets_file(name: str) -> bool:
+    """Whether ``name`` (in an output directory) is a file a datasets job writes (besides the
+    records and the job files)."""
+    return name in DATASET_FILES or (name.startswith("data-") and name.endswith(".arrow"))
+
+
+_VALUE_TYPES = {pa.int8(): "int8", pa.int16(): "int16", pa.int32(): "int32",
+                pa.int64(): "int64", pa.uint8(): "uint8", pa.uint16(): "uint16",
+                pa.uint32(): "uint32", pa.uint64(): "uint64", pa.float32(): "float32",
+                pa.float64(): "float64", pa.bool_(): "bool", pa.string(): "string",
+                pa.large_string(): "large_string", pa.binary(): "binary",
+                pa.large_binary(): "large_binary"}
+
+
+def _feature(t: pa.DataType, name: str) -> dict:
+    if t in _VALUE_TYPES:
+        return {"dtype": _VALUE_TYPES[t], "_type": "Value"}
+    if pa.types.is_list(t):
+        return {"feature": _feature(t.value_type, name), "_type": "List"}
+    if pa.types.is_large_list(t):
+        return {"feature": _feature(t.value_type, name), "_type": "LargeList"}
+    raise JobError(f"column {name!r} of type {t} has no datasets feature daskwp writes "
+                   f"(integers, floats, bool, strings, binary and lists of them); leave it "
+                   f"out of keep_columns or use output_format 'parquet'")
+
+
+def features_of(schema: pa.Schema) -> dict:
+    """The ``datasets`` features of an Arrow schema, as ``Features.to_dict()`` gives them
+    (datasets 4 and later: ``List`` for list columns)."""
+    return {f.name: _feature(f.type, f.name) for f in schema}
+
+
+def _hf_schema(table: pa.Table) -> pa.Table:
+    meta = {b"huggingface": json.dumps({"info": {"features": features_of(table.schema)}})
+            .encode()}
+    return table.replace_schema_metadata(meta)
+
+
+def write_datasets_partition(spec, logid_offset: int, out_dir: str, tokenizer,
+                             options: dict, job_id: str, n_partitions: int,
+                             device: str = "cpu", documents: int | None = None) -> dict:
+    """Read, tokenize and write one partition's Arrow shard atomically; return its
+    statistics (the signature of :func:`.parts.write_partition`).
+
+    Memory: the partition's text and its rows (as the accessor's frame)."""
+    try:
+        return _write_datasets_partition(spec, logid_offset, out_dir, tokenizer, options,
+                                         job_id, n_partitions, device, documents)
+    except Exception as e:
+        raise partition_failure(e, spec) from e
+
+
+def _document_lengths(table: pa.Table) -> LengthCounts:
+    if table.num_rows == 0:
+        return LengthCounts()
+    logid = table.column("logID").to_numpy()
+    owned = table.column("stop").to_numpy() - table.column("start").to_numpy() + 1
+    return LengthCounts.of(np.bincount(logid - logid.min(), weights=owned).astype(np.int64))
+
+
+def _write_datasets_partition(spec, logid_offset, out_dir, tokenizer, options, job_id,
+                              n_partitions, device, documents) -> dict:
+    import pyarrow.compute as pc
+    t0 = time.perf_counter()
+    c0 = time.thread_time()
+    texts, kept, (bad_bytes, bad_docs) = read_counted_partition(spec, documents)
+    c1 = time.thread_time()
+    table, stats = tokenize_job_partition(tokenizer, texts, options, logid_offset, device,
+                                          spec.index)
+    if kept is not None:
+        table = attach_kept_columns(table, kept, int(logid_offset))
+    table = _hf_schema(table)
+    c2 = time.thread_time()
+    text_bytes = int(pc.sum(pc.binary_length(texts)).as_py() or 0) if len(texts) else 0
+    stats.update(documents=len(texts), partition=spec.index, logid_offset=int(logid_offset),
+                 text_bytes=text_bytes, invalid_utf8_bytes=bad_bytes,
+                 invalid_utf8_documents=bad_docs,
+                 length_counts=_document_lengths(table).to_json(),
+                 features=features_of(table.schema))
+    tmp = temporary_path(out_dir, spec.index, "shard-")
+    try:
+        with pa.OSFile(tmp, "wb") as sink:
+            with pa.ipc.new_stream(sink, table.schema) as writer:
+                writer.write_table(table)
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        commit_part(out_dir, spec.index, n_partitions, job_id, stats,
+                    {shard_name(spec.index, n_partitions): tmp})
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    stats["cpu_seconds"] = {"read": c1 - c0, "tokenize": c2 - c1,
+                            "write": time.thread_time() - c2}
+    stats["seconds"] = time.perf_counter() - t0
+    return stats
+
+
+#: A complete shard of this job (:func:`.records.check_part_record`).
+check_datasets_part = check_part_record
+
+
+def _shard_logids(path: str) -> np.ndarray:
+    with pa.OSFile(path, "rb") as src:
+        reader = pa.ipc.open_stream(src)
+        ids = [b.column(reader.schema.get_field_index("logID")).to_numpy() for b in reader]
+    return np.concatenate(ids) if ids else np.zeros(0, np.int64)
+
+
+def verify_datasets_output(out_dir: str, plan) -> None:
+    """Every shard's logIDs read back (:func:`.parts.verify_output`'s checks)."""
+    from .parts import verify_output
+    verify_output(out_dir, plan, read_logids=_shard_logids,
+                  name=functools.partial(_plan_shard, len(plan)))
+
+
+def _plan_shard(n: int, index: int, _n: int) -> str:
+    return shard_name(index, n)
+
+
+def finish_datasets(out_dir: str, stats: list, job_id: str) -> dict:
+    """Write ``dataset_info.json`` and ``state.json`` (atomically) once every shard is
+    there; returns the summary's ``datasets`` entry."""
+    n = len(stats)
+    features = stats[0]["features"]
+    for s in stats[1:]:
+        if s["features"] != features:
+            raise JobError(f"shards 0 and {s['partition']} of {out_dir!r} have different "
+                           f"features; delete the output and rerun the job")
+    shards = [shard_name(i, n) for i in range(n)]
+    info = {"citation": "", "description": "", "features": features, "homepage": "",
+            "license": ""}
+    state = {"_data_files": [{"filename": s} for s in shards], "_fingerprint": job_id[:16],
+             "_format_columns": None, "_format_kwargs": {}, "_format_type": None,
+             "_output_all_columns": False, "_split": None}
+    for name, obj in (("dataset_info.json", info), ("state.json", state)):
+        tmp = os.path.join(out_dir, f"{TMP_PREFIX}{name}-{uuid.uuid4().hex}")
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(obj, fh, indent=2)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, os.path.join(out_dir, name))
+    return {"path": out_dir, "shards": n, "rows": sum(s["rows"] for s in stats),
+            "features": sorted(features)}

@@ -1,0 +1,97 @@
+"""Part records: how output formats without a footer of their own (Megatron ``.bin`` /
+``.idx`` pairs, ``datasets`` Arrow shards) make a part complete, atomically and checkably.
+
+A part's files are written under hidden temporary names and fsync'ed; then
+:func:`commit_part` writes the record ``part-NNNNN.json`` (the job id, the partition, its
+statistics, and the size and SHA-256 of every file), renames the files to their names, and
+renames the record last: a part whose record exists is complete. :func:`check_part_record`
+is what a rerun asks: the record names this job and partition, and every file has the
+recorded size and checksum.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+
+from ..frames.partition import checksum_hash, checksum_hex
+from .parts import PART_SUFFIX, TMP_PREFIX, part_name
+
+__all__ = ["RECORD_SUFFIX", "check_part_record", "commit_part", "file_digest", "part_stem",
+           "temporary_path"]
+
+RECORD_SUFFIX = ".json"
+_READ_CHUNK = 1 << 22
+
+
+def part_stem(index: int, n_partitions: int) -> str:
+    """``part-NNNNN``: the name of partition ``index``'s record without its suffix."""
+    return part_name(index, n_partitions)[:-len(PART_SUFFIX)]
+
+
+def temporary_path(out_dir: str, index: int, what: str = "") -> str:
+    """A hidden temporary path in ``out_dir`` for partition ``index`` (removed by
+    :func:`.parts.remove_temporary_files` if a write never finishes)."""
+    return os.path.join(out_dir, f"{TMP_PREFIX}{index}-{what}{uuid.uuid4().hex}")
+
+
+def file_digest(path: str) -> str:
+    """SHA-256 (first 128 bits, hex) of a file, read in 4 MB pieces."""
+    h = checksum_hash()
+    with open(path, "rb") as fh:
+        while True:
+            buf = fh.read(_READ_CHUNK)
+            if not buf:
+                break
+            h.update(buf)
+    return checksum_hex(h)
+
+
+def commit_part(out_dir: str, index: int, n_partitions: int, job_id: str, stats: dict,
+                files: dict) -> None:
+    """Make partition ``index`` complete: ``files`` maps each final file name (in
+    ``out_dir``) to the fsync'ed temporary file that holds it. Records ``stats`` with the
+    files' sizes and checksums, renames the files, then the record."""
+    stats["files"] = {name: {"bytes": os.path.getsize(tmp), "sha256": file_digest(tmp)}
+                      for name, tmp in files.items()}
+    record = temporary_path(out_dir, index, "record-")
+    try:
+        with open(record, "w", encoding="utf-8") as fh:
+            json.dump({"job_id": job_id, "partition": index, **stats}, fh, indent=1)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        for name, tmp in files.items():
+            os.replace(tmp, os.path.join(out_dir, name))
+        os.replace(record, os.path.join(out_dir, part_stem(index, n_partitions)
+                                        + RECORD_SUFFIX))
+    finally:
+        for tmp in (*files.values(), record):
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+
+
+def check_part_record(out_dir: str, index: int, n_partitions: int, job_id: str,
+                      documents: int | None) -> dict | None:
+    """The statistics of a complete part of this job, or None: the record is missing or
+    unreadable, names another job or partition or another number of documents, or a file's
+    size or checksum differs from it."""
+    path = os.path.join(out_dir, part_stem(index, n_partitions) + RECORD_SUFFIX)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            rec = json.load(fh)
+        if not (rec.get("job_id") == job_id and rec.get("partition") == index
+                and (documents is None or rec.get("documents") == documents)
+                and rec.get("files")):
+            return None
+        for name, f in rec["files"].items():
+            p = os.path.join(out_dir, name)
+            if os.path.getsize(p) != f["bytes"] or file_digest(p) != f["sha256"]:
+                return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    rec.pop("job_id")
+    return rec
