@@ -38,6 +38,16 @@ class LengthCounts:
         return cls(values.astype(np.int64), counts.astype(np.int64))
 
     @classmethod
+    def of_rows(cls, logid, owned) -> "LengthCounts":
+        """The distribution of document lengths from rows of windows: each row's logID and
+        the tokens it owns (``stop - start + 1``). Every document has a row (an empty one a
+        row owning none); rows may come in any order."""
+        logid = np.asarray(logid, dtype=np.int64)
+        if len(logid) == 0:
+            return cls()
+        return cls.of(np.bincount(logid - logid.min(), weights=owned).astype(np.int64))
+
+    @classmethod
     def merge(cls, parts) -> "LengthCounts":
         """The distribution of several (of partitions, files, ...) together."""
         parts = [p for p in parts if len(p.values)]

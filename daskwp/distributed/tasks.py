@@ -349,10 +349,8 @@ def _account(stats: dict, table, out_meta, enc, tok, options) -> None:
             start, stop = out_meta[:, 1], out_meta[:, 2]
         owned = stop - start + 1
         stats["tokens"] += int(np.sum(owned))
-        # tokens per document (every document has a row; rows may be in bucket order)
         logid = table.column("logID").to_numpy() if out_meta is None else out_meta[:, 0]
-        lengths = np.bincount(logid - logid.min(), weights=owned).astype(np.int64)
-        stats.setdefault("length_counts", []).append(LengthCounts.of(lengths))
+        stats.setdefault("length_counts", []).append(LengthCounts.of_rows(logid, owned))
     if enc is not None and not options["truncation"]:
         stats["unknown_tokens"] += int(np.count_nonzero(enc.token_ids == tok.vocab.unk_id))
     else:

@@ -24,13 +24,14 @@ import uuid
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..core.lengths import LengthCounts
 from .errors import JobError
 from .inputs import attach_kept_columns
-from .parts import (TMP_PREFIX, partition_failure, read_counted_partition,
-                    tokenize_job_partition)
-from .records import check_part_record, commit_part, temporary_path
+from .parts import TMP_PREFIX, tokenize_job_partition
+from .records import (check_part_record, commit_part, naming_partition, temporary_path,
+                      timed_read)
 
 __all__ = ["DATASET_FILES", "check_datasets_part", "features_of", "finish_datasets",
            "is_datasets_file", "shard_name", "verify_datasets_output",
@@ -83,6 +84,7 @@ def _hf_schema(table: pa.Table) -> pa.Table:
     return table.replace_schema_metadata(meta)
 
 
+@naming_partition
 def write_datasets_partition(spec, logid_offset: int, out_dir: str, tokenizer,
                              options: dict, job_id: str, n_partitions: int,
                              device: str = "cpu", documents: int | None = None) -> dict:
@@ -90,27 +92,8 @@ def write_datasets_partition(spec, logid_offset: int, out_dir: str, tokenizer,
     statistics (the signature of :func:`.parts.write_partition`).
 
     Memory: the partition's text and its rows (as the accessor's frame)."""
-    try:
-        return _write_datasets_partition(spec, logid_offset, out_dir, tokenizer, options,
-                                         job_id, n_partitions, device, documents)
-    except Exception as e:
-        raise partition_failure(e, spec) from e
-
-
-def _document_lengths(table: pa.Table) -> LengthCounts:
-    if table.num_rows == 0:
-        return LengthCounts()
-    logid = table.column("logID").to_numpy()
-    owned = table.column("stop").to_numpy() - table.column("start").to_numpy() + 1
-    return LengthCounts.of(np.bincount(logid - logid.min(), weights=owned).astype(np.int64))
-
-
-def _write_datasets_partition(spec, logid_offset, out_dir, tokenizer, options, job_id,
-                              n_partitions, device, documents) -> dict:
-    import pyarrow.compute as pc
     t0 = time.perf_counter()
-    c0 = time.thread_time()
-    texts, kept, (bad_bytes, bad_docs) = read_counted_partition(spec, documents)
+    texts, kept, (bad_bytes, bad_docs), read_cpu = timed_read(spec, documents)
     c1 = time.thread_time()
     table, stats = tokenize_job_partition(tokenizer, texts, options, logid_offset, device,
                                           spec.index)
@@ -122,7 +105,10 @@ def _write_datasets_partition(spec, logid_offset, out_dir, tokenizer, options, j
     stats.update(documents=len(texts), partition=spec.index, logid_offset=int(logid_offset),
                  text_bytes=text_bytes, invalid_utf8_bytes=bad_bytes,
                  invalid_utf8_documents=bad_docs,
-                 length_counts=_document_lengths(table).to_json(),
+                 length_counts=LengthCounts.of_rows(
+                     table.column("logID").to_numpy(),
+                     table.column("stop").to_numpy() - table.column("start").to_numpy()
+                     + 1).to_json(),
                  features=features_of(table.schema))
     tmp = temporary_path(out_dir, spec.index, "shard-")
     try:
@@ -136,7 +122,7 @@ def _write_datasets_partition(spec, logid_offset, out_dir, tokenizer, options, j
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    stats["cpu_seconds"] = {"read": c1 - c0, "tokenize": c2 - c1,
+    stats["cpu_seconds"] = {"read": read_cpu, "tokenize": c2 - c1,
                             "write": time.thread_time() - c2}
     stats["seconds"] = time.perf_counter() - t0
     return stats

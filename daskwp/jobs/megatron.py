@@ -32,9 +32,9 @@ from ..core.lengths import LengthCounts
 from ..distributed.state import cached_tokenizer
 from ..io.megatron import index_size, megatron_sequences, merge_pairs, read_index, write_pair
 from .errors import ConfigError, JobError
-from .parts import (PART_PREFIX, TMP_PREFIX, partition_failure, read_counted_partition,
-                    worker_device, worker_series)
-from .records import check_part_record, commit_part, part_stem, temporary_path
+from .parts import PART_PREFIX, TMP_PREFIX, worker_device, worker_series
+from .records import (check_part_record, commit_part, naming_partition, part_stem,
+                      temporary_path, timed_read)
 
 __all__ = ["DATA_ARGS_FILE", "MEGATRON_ONLY", "MEGATRON_OPTIONS", "PART_FILES",
            "check_megatron_config", "check_output_format_options",
@@ -121,6 +121,7 @@ def megatron_options(cfg) -> dict:
     return {k: getattr(cfg, k) for k in MEGATRON_OPTIONS}
 
 
+@naming_partition
 def write_megatron_partition(spec, logid_offset: int, out_dir: str, tokenizer, options: dict,
                              job_id: str, n_partitions: int, device: str = "cpu",
                              documents: int | None = None,
@@ -134,18 +135,8 @@ def write_megatron_partition(spec, logid_offset: int, out_dir: str, tokenizer, o
     bytes. Errors name the partition and its file.
 
     Memory: the partition's text, its ids (int32), the ``.bin`` data."""
-    try:
-        return _write_megatron_partition(spec, logid_offset, out_dir, tokenizer, options,
-                                         job_id, n_partitions, device, documents)
-    except Exception as e:
-        raise partition_failure(e, spec) from e
-
-
-def _write_megatron_partition(spec, logid_offset, out_dir, tokenizer, options, job_id,
-                              n_partitions, device, documents) -> dict:
     t0 = time.perf_counter()
-    c0 = time.thread_time()
-    texts, _, (bad_bytes, bad_docs) = read_counted_partition(spec, documents)
+    texts, _, (bad_bytes, bad_docs), read_cpu = timed_read(spec, documents)
     c1 = time.thread_time()
     dev = worker_device(device)
     to_device = None if dev == "cpu" else functools.partial(worker_series, device=dev)
@@ -169,7 +160,7 @@ def _write_megatron_partition(spec, logid_offset, out_dir, tokenizer, options, j
                 os.unlink(tmp + ext)
             except FileNotFoundError:
                 pass
-    stats["cpu_seconds"] = {"read": c1 - c0, "tokenize": c2 - c1,
+    stats["cpu_seconds"] = {"read": read_cpu, "tokenize": c2 - c1,
                             "write": time.thread_time() - c2}
     stats["seconds"] = time.perf_counter() - t0
     return stats

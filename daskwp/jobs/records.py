@@ -11,15 +11,17 @@ recorded size and checksum.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import time
 import uuid
 
 from ..frames.partition import checksum_hash, checksum_hex
-from .parts import PART_SUFFIX, TMP_PREFIX, part_name
+from .parts import PART_SUFFIX, TMP_PREFIX, part_name, partition_failure, read_counted_partition
 
 __all__ = ["RECORD_SUFFIX", "check_part_record", "commit_part", "file_digest", "part_stem",
-           "temporary_path"]
+           "naming_partition", "temporary_path", "timed_read"]
 
 RECORD_SUFFIX = ".json"
 _READ_CHUNK = 1 << 22
@@ -95,3 +97,23 @@ def check_part_record(out_dir: str, index: int, n_partitions: int, job_id: str,
         return None
     rec.pop("job_id")
     return rec
+
+
+def timed_read(spec, documents: int | None) -> tuple:
+    """``(texts, kept, (invalid_bytes, invalid_documents), read CPU seconds)`` of a
+    partition to write (:func:`.parts.read_counted_partition`)."""
+    c0 = time.thread_time()
+    texts, kept, invalid = read_counted_partition(spec, documents)
+    return texts, kept, invalid, time.thread_time() - c0
+
+
+def naming_partition(write):
+    """A partition writer ``write(spec, ...)`` whose errors name the partition and its file
+    (:func:`.parts.partition_failure`)."""
+    @functools.wraps(write)
+    def write_naming_partition(spec, *args, **kwargs):
+        try:
+            return write(spec, *args, **kwargs)
+        except Exception as e:
+            raise partition_failure(e, spec) from e
+    return write_naming_partition
