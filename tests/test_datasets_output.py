@@ -129,3 +129,19 @@ def test_options_of_another_format_are_refused(tmp_path):
     with pytest.raises(ConfigError, match="parquet_compat=True does not apply"):
         _job(inp, tmp_path / "o", output_format="datasets", parquet_compat=True)
     assert not (tmp_path / "o").exists()
+
+
+def test_bad_rows_are_rejected_as_empty_rows(tmp_path):
+    docs = _docs()[:300]
+    inp = tmp_path / "d.jsonl"
+    _jsonl(inp, docs)
+    lines = inp.read_text(encoding="utf-8").split("\n")
+    lines[7] = "not json"
+    inp.write_text("\n".join(lines), encoding="utf-8")
+    s = _job(str(inp), tmp_path / "ds", output_format="datasets")
+    assert s["rejected_rows"] == 1
+    ds = datasets.load_from_disk(str(tmp_path / "ds")).with_format("numpy")
+    want = daskwp.WordPieceTokenizer()([None if i == 7 else d for i, d in enumerate(docs)],
+                                       max_length=48, stride=8)
+    np.testing.assert_array_equal(np.stack(ds["input_ids"]), want["input_ids"])
+    assert _job(str(inp), tmp_path / "ds", output_format="datasets")["partitions_written"] == 0

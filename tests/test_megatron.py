@@ -449,3 +449,28 @@ def test_cluster_job_and_accessor_on_worker_processes(tmp_path):
         data = Path(want + ext).read_bytes()
         assert Path(s["megatron"]["prefix"] + ext).read_bytes() == data
         assert Path(info["prefix"] + ext).read_bytes() == data
+
+
+def test_bad_rows_are_rejected_as_documents_of_no_sequence(tmp_path):
+    """The row policy (on_bad_row: reject, the default): a line that is not a JSON object is
+    an empty document (no sequence, its logID kept) listed in the rejects file; the rerun
+    keeps the part with its rejects file; on_bad_row: error fails the job."""
+    docs = _mixed_documents()[:200]
+    inp = tmp_path / "docs.jsonl"
+    _jsonl(inp, docs)
+    lines = inp.read_text(encoding="utf-8").split("\n")
+    lines[5] = "{broken json"
+    lines[150] = "[1, 2]"
+    inp.write_text("\n".join(lines), encoding="utf-8")
+    s = _job(str(inp), tmp_path / "o", partition_size="4KB")
+    assert s["rejected_rows"] == 2
+    rejects = [json.loads(x) for f in sorted((tmp_path / "o").glob("_rejects-*.jsonl"))
+               for x in f.read_text().splitlines()]
+    assert [r["logID"] for r in rejects] == [5, 150]
+    want = _reference(hf_tokenizer(UNCASED), [None if i in (5, 150) else d
+                                              for i, d in enumerate(docs)])
+    assert _documents(s["megatron"]["prefix"]) == want
+    s2 = _job(str(inp), tmp_path / "o", partition_size="4KB")
+    assert s2["partitions_written"] == 0 and s2["rejected_rows"] == 2
+    with pytest.raises(daskwp.jobs.JobError, match="JSON parse error"):
+        _job(str(inp), tmp_path / "e", on_bad_row="error")

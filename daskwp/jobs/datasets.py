@@ -29,9 +29,9 @@ import pyarrow.compute as pc
 from ..core.lengths import LengthCounts
 from .errors import JobError
 from .inputs import attach_kept_columns
-from .parts import TMP_PREFIX, tokenize_job_partition
+from .parts import TMP_PREFIX, empty_rows, refused_rows, tokenize_job_partition
 from .records import (check_part_record, commit_part, naming_partition, temporary_path,
-                      timed_read)
+                      timed_read, write_part_rejects)
 
 __all__ = ["DATASET_FILES", "check_datasets_part", "features_of", "finish_datasets",
            "is_datasets_file", "shard_name", "verify_datasets_output",
@@ -87,16 +87,28 @@ def _hf_schema(table: pa.Table) -> pa.Table:
 @naming_partition
 def write_datasets_partition(spec, logid_offset: int, out_dir: str, tokenizer,
                              options: dict, job_id: str, n_partitions: int,
-                             device: str = "cpu", documents: int | None = None) -> dict:
+                             device: str = "cpu", documents: int | None = None,
+                             file_offset: int | None = None) -> dict:
     """Read, tokenize and write one partition's Arrow shard atomically; return its
-    statistics (the signature of :func:`.parts.write_partition`).
+    statistics (the signature of :func:`.parts.write_partition`). The row policy as there:
+    a row that cannot be read, or that the tokenizer refuses, is an empty document, listed
+    in the partition's rejects file (``file_offset``: the first logID of its input file).
 
     Memory: the partition's text and its rows (as the accessor's frame)."""
     t0 = time.perf_counter()
-    texts, kept, (bad_bytes, bad_docs), read_cpu = timed_read(spec, documents)
+    texts, kept, (bad_bytes, bad_docs), bad, read_cpu = timed_read(spec, documents, options)
     c1 = time.thread_time()
-    table, stats = tokenize_job_partition(tokenizer, texts, options, logid_offset, device,
-                                          spec.index)
+    try:
+        table, stats = tokenize_job_partition(tokenizer, texts, options, logid_offset, device,
+                                              spec.index)
+    except (ValueError, TypeError):
+        refused = refused_rows(tokenizer, texts, options, device) if bad is not None else []
+        if not refused:
+            raise
+        bad = sorted(bad + refused)
+        texts = empty_rows(texts, [i for i, _ in refused])
+        table, stats = tokenize_job_partition(tokenizer, texts, options, logid_offset, device,
+                                              spec.index)
     if kept is not None:
         table = attach_kept_columns(table, kept, int(logid_offset))
     table = _hf_schema(table)
@@ -109,7 +121,7 @@ def write_datasets_partition(spec, logid_offset: int, out_dir: str, tokenizer,
                      table.column("logID").to_numpy(),
                      table.column("stop").to_numpy() - table.column("start").to_numpy()
                      + 1).to_json(),
-                 features=features_of(table.schema))
+                 features=features_of(table.schema), rejected=len(bad or ()))
     tmp = temporary_path(out_dir, spec.index, "shard-")
     try:
         with pa.OSFile(tmp, "wb") as sink:
@@ -117,8 +129,10 @@ def write_datasets_partition(spec, logid_offset: int, out_dir: str, tokenizer,
                 writer.write_table(table)
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
+        rejects = write_part_rejects(out_dir, spec, n_partitions, bad, logid_offset,
+                                     file_offset)
         commit_part(out_dir, spec.index, n_partitions, job_id, stats,
-                    {shard_name(spec.index, n_partitions): tmp})
+                    {shard_name(spec.index, n_partitions): tmp}, rejects)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

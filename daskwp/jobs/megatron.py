@@ -34,7 +34,7 @@ from ..io.megatron import index_size, megatron_sequences, merge_pairs, read_inde
 from .errors import ConfigError, JobError
 from .parts import PART_PREFIX, TMP_PREFIX, worker_device, worker_series
 from .records import (check_part_record, commit_part, naming_partition, part_stem,
-                      temporary_path, timed_read)
+                      temporary_path, timed_read, write_part_rejects)
 
 __all__ = ["DATA_ARGS_FILE", "MEGATRON_ONLY", "MEGATRON_OPTIONS", "PART_FILES",
            "check_megatron_config", "check_output_format_options",
@@ -127,8 +127,9 @@ def write_megatron_partition(spec, logid_offset: int, out_dir: str, tokenizer, o
                              documents: int | None = None,
                              file_offset: int | None = None) -> dict:
     """Read, tokenize and write one partition's ``.bin`` / ``.idx`` pair atomically; return
-    its statistics (the signature of :func:`.parts.write_partition`; ``file_offset``, the
-    first logID of a rejects file's input file, is unused: a bad row fails the partition).
+    its statistics (the signature of :func:`.parts.write_partition`). The row policy as
+    there: a row that cannot be read is an empty document (no sequence), listed in the
+    partition's rejects file (``file_offset``: the first logID of its input file).
 
     Both files go to hidden temporary names, fsync'ed and renamed; ``part-NNNNN.json``, the
     record that makes the pair complete, is renamed last. A retried task writes the same
@@ -136,7 +137,7 @@ def write_megatron_partition(spec, logid_offset: int, out_dir: str, tokenizer, o
 
     Memory: the partition's text, its ids (int32), the ``.bin`` data."""
     t0 = time.perf_counter()
-    texts, _, (bad_bytes, bad_docs), read_cpu = timed_read(spec, documents)
+    texts, _, (bad_bytes, bad_docs), bad, read_cpu = timed_read(spec, documents, options)
     c1 = time.thread_time()
     dev = worker_device(device)
     to_device = None if dev == "cpu" else functools.partial(worker_series, device=dev)
@@ -151,9 +152,12 @@ def write_megatron_partition(spec, logid_offset: int, out_dir: str, tokenizer, o
         text_bytes = int(pc.sum(pc.binary_length(texts)).as_py() or 0) if len(texts) else 0
         stats.update(partition=spec.index, logid_offset=int(logid_offset),
                      text_bytes=text_bytes, invalid_utf8_bytes=bad_bytes,
-                     invalid_utf8_documents=bad_docs, dtype=str(tokens.dtype))
+                     invalid_utf8_documents=bad_docs, dtype=str(tokens.dtype),
+                     rejected=len(bad or ()))
+        rejects = write_part_rejects(out_dir, spec, n_partitions, bad, logid_offset,
+                                     file_offset)
         commit_part(out_dir, spec.index, n_partitions, job_id, stats,
-                    {prefix + ".bin": tmp + ".bin", prefix + ".idx": tmp + ".idx"})
+                    {prefix + ".bin": tmp + ".bin", prefix + ".idx": tmp + ".idx"}, rejects)
     finally:
         for ext in (".bin", ".idx"):
             try:

@@ -44,7 +44,7 @@ __all__ = ["CHECKSUM_KEY", "JOB_FILE", "JOB_FORMAT", "METADATA_KEY", "PART_PREFI
            "data_checksum", "empty_partition", "part_name", "partition_failure",
            "partition_statistics", "read_counted_partition", "remove_temporary_files",
            "tokenize_job_partition", "verify_output", "worker_device", "worker_series",
-           "write_partition", "write_rejects", "refused_rows"]
+           "write_partition", "write_rejects", "refused_rows", "empty_rows"]
 
 JOB_FILE = "_job.json"
 SUMMARY_FILE = "_summary.json"
@@ -296,6 +296,10 @@ def _empty_rows(texts, rows: Sequence[int]):
         return pa.Table.from_arrays([blank(c) for c in texts.columns],
                                     names=texts.column_names)
     return blank(texts)
+
+
+#: Public name of the above for the other output formats (jobs/datasets.py).
+empty_rows = _empty_rows
 
 
 def write_rejects(path: str, bad: Sequence[tuple], spec: PartitionSpec, logid_offset: int,

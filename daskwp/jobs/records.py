@@ -18,10 +18,11 @@ import time
 import uuid
 
 from ..frames.partition import checksum_hash, checksum_hex
-from .parts import PART_SUFFIX, TMP_PREFIX, part_name, partition_failure, read_counted_partition
+from .parts import (PART_SUFFIX, TMP_PREFIX, part_name, partition_failure,
+                    read_counted_partition, rejects_path, write_rejects)
 
 __all__ = ["RECORD_SUFFIX", "check_part_record", "commit_part", "file_digest", "part_stem",
-           "naming_partition", "temporary_path", "timed_read"]
+           "naming_partition", "temporary_path", "timed_read", "write_part_rejects"]
 
 RECORD_SUFFIX = ".json"
 _READ_CHUNK = 1 << 22
@@ -51,12 +52,14 @@ def file_digest(path: str) -> str:
 
 
 def commit_part(out_dir: str, index: int, n_partitions: int, job_id: str, stats: dict,
-                files: dict) -> None:
+                files: dict, written: tuple = ()) -> None:
     """Make partition ``index`` complete: ``files`` maps each final file name (in
-    ``out_dir``) to the fsync'ed temporary file that holds it. Records ``stats`` with the
-    files' sizes and checksums, renames the files, then the record."""
+    ``out_dir``) to the fsync'ed temporary file that holds it; ``written`` names files of
+    the part already in place (its rejects file). Records ``stats`` with the sizes and
+    checksums of all of them, renames the files, then the record."""
+    paths = {**{n: os.path.join(out_dir, n) for n in written}, **files}
     stats["files"] = {name: {"bytes": os.path.getsize(tmp), "sha256": file_digest(tmp)}
-                      for name, tmp in files.items()}
+                      for name, tmp in paths.items()}
     record = temporary_path(out_dir, index, "record-")
     try:
         with open(record, "w", encoding="utf-8") as fh:
@@ -99,12 +102,25 @@ def check_part_record(out_dir: str, index: int, n_partitions: int, job_id: str,
     return rec
 
 
-def timed_read(spec, documents: int | None) -> tuple:
-    """``(texts, kept, (invalid_bytes, invalid_documents), read CPU seconds)`` of a
-    partition to write (:func:`.parts.read_counted_partition`)."""
+def timed_read(spec, documents: int | None, options: dict) -> tuple:
+    """``(texts, kept, (invalid_bytes, invalid_documents), bad, read CPU seconds)`` of a
+    partition to write (:func:`.parts.read_counted_partition`); ``bad``: with the row policy
+    (``options["on_bad_row"] == "reject"``) the ``[(row, reason)]`` of the rows that could
+    not be read (read as empty documents), else None (such a row fails the partition)."""
     c0 = time.thread_time()
-    texts, kept, invalid = read_counted_partition(spec, documents)
-    return texts, kept, invalid, time.thread_time() - c0
+    bad = [] if options.get("on_bad_row") == "reject" else None
+    texts, kept, invalid = read_counted_partition(spec, documents, bad)
+    return texts, kept, invalid, bad, time.thread_time() - c0
+
+
+def write_part_rejects(out_dir: str, spec, n_partitions: int, bad, logid_offset: int,
+                       file_offset: int | None) -> tuple:
+    """The rejects file of partition ``spec.index`` (:func:`.parts.write_rejects`, named as
+    a Parquet part's); returns its name when there is one (for :func:`commit_part`'s
+    ``written``), else ``()``."""
+    path = rejects_path(os.path.join(out_dir, part_name(spec.index, n_partitions)))
+    write_rejects(path, bad or (), spec, logid_offset, file_offset)
+    return (os.path.basename(path),) if bad else ()
 
 
 def naming_partition(write):
