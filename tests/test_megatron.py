@@ -24,7 +24,7 @@ import daskwp
 from conftest import (DATA, corpus_files, hf_tokenizer, read_documents, requires_data,
                       vocab_path)
 from daskwp.cli import main
-from daskwp.io.megatron import (INDEX_HEADER, document_sequences, merge_pairs, read_index,
+from daskwp.frames.megatron import (INDEX_HEADER, document_sequences, merge_pairs, read_index,
                                 read_sequences, token_dtype, write_pair)
 from daskwp.jobs import ConfigError, load_config, make_config, run_job
 
@@ -320,7 +320,7 @@ def test_parts_without_merging_are_listed_for_megatron(tmp_path):
 # The GPU path: the same bytes through the emulated CUDA build
 # ---------------------------------------------------------------------------------------
 def test_emulated_gpu_writes_the_same_bytes(tmp_path, emulated_gpu):
-    from daskwp.io.megatron import megatron_sequences
+    from daskwp.frames.megatron import megatron_sequences
     cpu = daskwp.WordPieceTokenizer(vocab_path(MULTI), lowercase=False)
     gpu = daskwp.WordPieceTokenizer(cpu.vocab, device="gpu", **cpu.settings)
     docs = pa.array(_mixed_documents()[:60] + read_documents(DATA / "corpus" / "multi" /

@@ -199,7 +199,7 @@ def _lazy(tok):
 
 
 def _megatron_index(tok, folder):
-    from daskwp.io.megatron import read_index
+    from daskwp.frames.megatron import read_index
     _lazy_series().wordpiece.to_megatron(folder.parent / "mega", tok)
     return read_index(str(folder.parent / "mega") + ".idx")
 

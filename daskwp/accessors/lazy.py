@@ -512,7 +512,7 @@ def megatron_part(series, tokenizer, options: dict, prefix: str) -> dict:
 
     from ..core.strings import to_arrow
     from ..distributed.state import cached_tokenizer
-    from ..io.megatron import megatron_sequences, write_pair
+    from ..frames.megatron import megatron_sequences, write_pair
 
     to_device = None
     if is_cudf(series):
@@ -542,7 +542,7 @@ def megatron_merge(parts: list, prefix: str, merge: bool) -> dict:
     import os
     import uuid
 
-    from ..io.megatron import merge_pairs, read_index
+    from ..frames.megatron import merge_pairs, read_index
 
     prefixes = [p["prefix"] for p in parts]
     out = {"documents": sum(p["documents"] for p in parts),

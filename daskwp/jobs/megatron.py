@@ -1,6 +1,6 @@
 """Batch jobs that write Megatron indexed datasets (``output_format: megatron``).
 
-Each partition becomes a ``.bin`` / ``.idx`` pair (:mod:`daskwp.io.megatron`), written as a
+Each partition becomes a ``.bin`` / ``.idx`` pair (:mod:`daskwp.frames.megatron`), written as a
 Parquet part is (:mod:`.parts`): under hidden temporary names, fsync'ed, renamed, and
 ``part-NNNNN.json`` last, recording the job, the partition, its logID offset, its statistics
 and the SHA-256 of both files. A rerun keeps every pair whose record matches the job and
@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 
 from ..core.lengths import LengthCounts
 from ..distributed.state import cached_tokenizer
-from ..io.megatron import index_size, megatron_sequences, merge_pairs, read_index, write_pair
+from ..frames.megatron import index_size, megatron_sequences, merge_pairs, read_index, write_pair
 from .errors import ConfigError, JobError
 from .parts import PART_PREFIX, TMP_PREFIX, worker_device, worker_series
 from .records import (check_part_record, commit_part, naming_partition, part_stem,
