@@ -15,7 +15,7 @@ _SECTION = re.compile(r"§(\d+(?:\.\d+)*)")
 _HEADING = re.compile(r"^#{2,6} §(\d+(?:\.\d+)*)\s", re.M)
 _SOURCES = ("*.py", "*.md", "*.cpp", "*.hpp", "*.cu", "*.h", "*.yaml", "*.ipynb", "*.sh",
             "*.txt", "*.toml", "*.rst")
-_SKIP = {".venv", "build", ".git", "daskwp-output", "_build", "node_modules"}
+_SKIP = {".venv", "build", ".git", "daskwp-output", "_build", "_notebooks", "node_modules"}
 
 
 def design_sections(text):

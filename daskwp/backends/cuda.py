@@ -343,9 +343,9 @@ def encode_cuda(tok, texts, *, chunk_bytes: int | None = None, offsets_unit=None
         word_ids)``, the last two (tokens x 2 int64, int32) None when not asked, equal to
         ``tok.encode(..., return_offsets_mapping=..., return_word_ids=...)``.
 
-    Memory
-    ------
-    Besides the output: 32 bytes per chunk slot (``n + bytes / chunk_bytes``) and, for
+    Notes
+    -----
+    **Memory.** Besides the output: 32 bytes per chunk slot (``n + bytes / chunk_bytes``) and, for
     int32 offsets, an int64 copy of the offsets. The bytes are never copied on the device.
     """
     cp = _cupy()

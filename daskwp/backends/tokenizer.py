@@ -134,10 +134,12 @@ class WordPieceTokenizer:
         The special tokens, for vocabularies that spell them differently (default: the
         ``tokenizer.json``'s, else ``[UNK] [CLS] [SEP] [PAD] [MASK]``).
 
-    Differences from HuggingFace
-    ----------------------------
-    See the README section of that name: input that is not valid UTF-8 (binary columns,
-    lone surrogates) decodes to U+FFFD, which ``clean_text`` removes.
+    Notes
+    -----
+    **Differences from HuggingFace.** The ids are HF's wherever HF accepts the input. Input
+    that is not valid UTF-8 (binary columns, lone surrogates) decodes to U+FFFD, which
+    ``clean_text`` removes, where HF refuses it; the other cases (special tokens,
+    ``tokenizer.json`` pipelines that are refused by name) are in docs/differences-hf.md.
     """
 
     def __init__(self, vocab: Vocabulary | str | os.PathLike | None = None, *,
@@ -427,10 +429,10 @@ class WordPieceTokenizer:
             ``(logID, start, stop)``, stop inclusive. Rows are in document order, then window
             order.
 
-        Memory
-        ------
-        ``rows * width * (4 + mask bytes) + rows * 24`` bytes, allocated once at its exact
-        size.
+        Notes
+        -----
+        **Memory.** ``rows * width * (4 + mask bytes) + rows * 24`` bytes, allocated once at
+        its exact size.
         """
         seq_opts = dict(text_pair=text_pair, return_overflowing_tokens=return_overflowing_tokens,
                         return_token_type_ids=return_token_type_ids,

@@ -57,9 +57,9 @@ class Vocabulary:
     ``tokenizer.json``'s added tokens are matched instead, and are not WordPiece pieces.
     :meth:`with_special_tokens` registers more (ids after the largest in use).
 
-    Memory
-    ------
-    The blob is about 40 bytes per trie node: ~1.3 MB for bert-base-uncased, ~9 MB for the
+    Notes
+    -----
+    **Memory.** The blob is about 40 bytes per trie node: ~1.3 MB for bert-base-uncased, ~9 MB for the
     119,547-token multilingual vocabulary; special tokens add about 13 bytes per trie node
     of their own plus their bytes (10,000 like ``<|tok_00042|>``: 0.6 MB). It pickles as
     bytes, so Dask ships it once per worker keyed by :attr:`hash`.
