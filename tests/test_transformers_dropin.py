@@ -305,6 +305,144 @@ def test_every_corpus_line_as_pair_items(name, corpus_lines):
             assert got.sequence_ids(i) == want.sequence_ids(i)
 
 
+def _alignment_calls(enc, b, n_tokens, n_words, n_chars):
+    """Every alignment method of row ``b`` on every token / word / character (and one past
+    the end), both sequences: (name, result or the error's type) pairs."""
+    def one(f):
+        try:
+            r = f()
+            return tuple(r) if isinstance(r, tuple) else r
+        except Exception as e:  # noqa: BLE001 - compared by type
+            return type(e).__name__
+
+    out = [("tokens", one(lambda: enc.tokens(b))), ("word_ids", one(lambda: enc.word_ids(b))),
+           ("sequence_ids", one(lambda: enc.sequence_ids(b)))]
+    for t in range(n_tokens + 1):
+        out += [("token_to_sequence", one(lambda: enc.token_to_sequence(b, t))),
+                ("token_to_word", one(lambda: enc.token_to_word(b, t))),
+                ("token_to_chars", one(lambda: enc.token_to_chars(b, t)))]
+    for s in (0, 1):
+        for w in range(n_words + 1):
+            out += [("word_to_tokens", one(lambda: enc.word_to_tokens(b, w, s))),
+                    ("word_to_chars", one(lambda: enc.word_to_chars(b, w, s)))]
+        for c in range(n_chars + 1):
+            out += [("char_to_token", one(lambda: enc.char_to_token(b, c, s))),
+                    ("char_to_word", one(lambda: enc.char_to_word(b, c, s)))]
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("form", ["single", "pairs", "overflow", "words"])
+def test_alignment_methods_every_corpus_line(form, corpus_lines):
+    """``BatchEncoding``'s word ids, sequence ids and offsets equal transformers' on every
+    corpus line (single texts, pairs, overflow windows with stride, split words), and every
+    alignment method (token_to_*, word_to_*, char_to_*, tokens) on every token, word and
+    character of every 64th row (issue 38, item 5)."""
+    hf, dt = pair_for(VOCABS[0])
+    kw = {"padding": True, "return_offsets_mapping": True}
+    if form == "overflow":
+        kw.update(truncation=True, max_length=24, stride=4, return_overflowing_tokens=True)
+    if form == "words":
+        kw["is_split_into_words"] = True
+    rows = 0
+    for lo in range(0, len(corpus_lines), 256):
+        batch = corpus_lines[lo:lo + 256]
+        args = ([t.split() for t in batch],) if form == "words" else (batch,)
+        if form == "pairs":
+            args = (batch, batch[1:] + batch[:1])
+        got, want = dt(*args, **kw), hf(*args, **kw)
+        assert got["offset_mapping"] == want["offset_mapping"]
+        assert got.n_sequences == want.n_sequences
+        for b in range(len(want["input_ids"])):
+            assert got.word_ids(b) == want.word_ids(b), (lo, b)
+            assert got.sequence_ids(b) == want.sequence_ids(b), (lo, b)
+            if (lo + b) % 64 == 0:
+                n_tokens = len(want["input_ids"][b])
+                words = [w for w in want.word_ids(b) if w is not None]
+                n_words = max(words) + 1 if words else 0
+                n_chars = max([e for _, e in want["offset_mapping"][b]] + [0])
+                assert _alignment_calls(got, b, n_tokens, n_words, n_chars) == \
+                    _alignment_calls(want, b, n_tokens, n_words, n_chars), (lo, b)
+            rows += 1
+    assert rows >= len(corpus_lines)
+
+
+def test_alignment_methods_api():
+    """Single-row forms, spans as named tuples, transformers' errors (negative indices,
+    word_to_chars of a word with no tokens), is_fast / n_sequences."""
+    hf, dt = pair_for(VOCABS[0])
+    got, want = dt("Hello world, again", "and a pair"), hf("Hello world, again", "and a pair")
+    for f in (lambda e: e.token_to_word(2), lambda e: e.token_to_chars(2),
+              lambda e: e.word_to_tokens(1), lambda e: e.word_to_tokens(0, sequence_index=1),
+              lambda e: e.char_to_token(7), lambda e: e.char_to_word(4, sequence_index=1),
+              lambda e: e.word_to_chars(1), lambda e: e.token_to_sequence(7),
+              lambda e: e.tokens(), lambda e: e.word_ids(), lambda e: e.n_sequences,
+              lambda e: e.is_fast):
+        assert f(got) == f(want)
+    assert got.token_to_chars(2).start == want.token_to_chars(2).start
+    assert got.word_to_tokens(1).end == want.word_to_tokens(1).end
+    for f, err in ((lambda e: e.word_to_chars(40), TypeError),
+                   (lambda e: e.token_to_word(-1), AttributeError),
+                   (lambda e: e.char_to_token(-1), OverflowError)):
+        with pytest.raises(err):
+            f(want)
+        with pytest.raises(err):
+            f(got)
+
+
+def test_add_tokens_and_special_token_setters():
+    """add_tokens / add_special_tokens (transformers' counts), the special-token setters,
+    extra_special_tokens, get_special_tokens_mask, through the side-by-side oracle (each
+    call made on both and compared); what daskwp cannot honour is refused by name (issue
+    38, item 6)."""
+    from tokenizers import AddedToken
+    from transformers_oracle import OracleMismatch, SideBySide
+    path = str(vocab_path(VOCABS[0]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hf = BertTokenizerFast(vocab=path, model_max_length=MODEL_MAX)
+    tok = SideBySide(daskwp.WordPieceTokenizer(path).as_transformers(
+        model_max_length=MODEL_MAX), hf)
+    text = ["a <x> b<y> [CLS] <z>", "c"]
+    assert tok.add_tokens([AddedToken("<x>", normalized=False)]) == 1
+    assert tok.add_tokens([AddedToken("<x>", normalized=False)]) == 0     # identical
+    assert tok.add_tokens([AddedToken("<x>", normalized=False, special=True)]) == 1
+    assert tok.add_tokens("") == 0 and tok.add_tokens([]) == 0
+    assert tok.add_tokens(["<y>"], special_tokens=True) == 1
+    assert tok.add_special_tokens({"additional_special_tokens": ["<z>", "<w>"]}) == 2
+    assert tok.add_special_tokens({"extra_special_tokens": ["<v>"]},
+                                  replace_extra_special_tokens=False) == 1
+    tok.extra_special_tokens, tok.all_special_tokens, tok.all_special_ids, len(tok)
+    tok.get_added_vocab(), tok.added_tokens_encoder
+    tok(text, padding=True, return_special_tokens_mask=True)
+    ids = tok(text[0])["input_ids"]
+    tok.decode(ids, skip_special_tokens=True), tok.decode(ids)
+    tok.get_special_tokens_mask(ids, already_has_special_tokens=True)
+    assert tok.add_tokens([AddedToken("[CLS]", normalized=False)]) == 1   # non-special now
+    tok.decode(ids, skip_special_tokens=True)
+    tok.pad_token = "<w>"
+    tok.pad_token_id, tok(text, padding=True)
+    tok.bos_token_id = 1037
+    tok.bos_token, tok.special_tokens_map, tok.all_special_tokens
+    tok.extra_special_tokens_ids = [1038]
+    tok.extra_special_tokens, tok.all_special_ids
+    tok.eos_token = None
+    tok.eos_token_id, tok.special_tokens_map
+    with pytest.raises(ValueError, match="Key"):
+        tok.add_special_tokens({"not_a_token": "x"})
+    # refused by name (transformers accepts them): the oracle sees daskwp raise
+    for bad, match in ((["plain"], "normalized=True"),
+                       ([AddedToken("<l>", lstrip=True, normalized=False)], "lstrip"),
+                       ([AddedToken("hello", normalized=False)], "WordPiece piece")):
+        with pytest.raises(OracleMismatch, match=match):
+            tok.add_tokens(bad)
+    dt = daskwp.WordPieceTokenizer(path).as_transformers()
+    assert dt.build_inputs_with_special_tokens([5, 6], [7]) == [101, 5, 6, 102, 7, 102]
+    assert dt.create_token_type_ids_from_sequences([5, 6], [7]) == [0, 0, 0, 0, 1, 1]
+    assert dt.get_special_tokens_mask([5, 6], [7]) == [1, 0, 0, 1, 0, 1]
+    assert dt.num_special_tokens_to_add(pair=True) == 3
+
+
 def test_pair_items_forms():
     """``tok([("a b", "c")])``, ``tok([["a b", "c"]])``, ``tok((("a b", "c"),))``, split words
     as ``[(["a", "b"], ["c"])]`` and ``batch_encode_plus`` of lists are pairs; items that

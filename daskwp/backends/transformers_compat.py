@@ -31,9 +31,10 @@ import numpy as np
 
 from ..core.decode import cleanup_token
 from ..core.vocab import Vocabulary
+from . import transformers_alignment as align
 
 __all__ = ["BatchEncoding", "TransformersTokenizer", "from_transformers",
-           "offsets_available"]
+           "is_added_token", "offsets_available"]
 
 #: transformers' logger for its tokenizers' warnings: the drop-in's over-length warning goes
 #: where transformers' goes (``assertLogs("transformers")``, transformers' verbosity).
@@ -149,22 +150,97 @@ class BatchEncoding(UserDict):
         special tokens and padding."""
         return list(self._row(batch_index)[0])
 
+    def _complete(self, batch_index: int, offsets: bool = False):
+        """Row ``batch_index`` with its word ids (and offsets): the same call made again
+        with offsets the first time they are asked for."""
+        row = self._row(batch_index)
+        if row[1] is None or (offsets and row[3] is None):
+            if self._redo is not None and self._owner is not None and \
+                    offsets_available(self._owner.tokenizer):
+                self._rows = self._redo()._rows   # the same rows, with word ids, offsets
+                self._redo = None
+                row = self._row(batch_index)
+            elif self._owner is None:
+                raise ValueError(_DETACHED.format(what="word ids and offsets"))
+            else:
+                raise NotImplementedError(
+                    "word_ids / offsets: this daskwp tokenizer does not give word ids yet "
+                    "(tok.encode(..., return_word_ids=True) is not available in this build)")
+        if offsets:
+            if self._owner is not None:
+                self._owner._check_offsets_exact()
+            if row[3] is None:
+                raise ValueError("character offsets are not available for this row")
+        return row
+
     def word_ids(self, batch_index: int = 0) -> list:
         """Per token of row ``batch_index``: the index of the word it comes from (in its own
         sequence), None for special tokens and padding."""
-        words = self._row(batch_index)[1]
-        if words is None and self._redo is not None and self._owner is not None and \
-                offsets_available(self._owner.tokenizer):
-            self._rows = self._redo()._rows   # the same rows, with word ids
-            self._redo = None
-            words = self._row(batch_index)[1]
-        if words is None and self._owner is None:
-            raise ValueError(_DETACHED.format(what="word_ids()"))
-        if words is None:
-            raise NotImplementedError(
-                "word_ids: this daskwp tokenizer does not give word ids yet (tok.encode(..., "
-                "return_word_ids=True) is not available in this build)")
-        return list(words)
+        return list(self._complete(batch_index)[1])
+
+    def words(self, batch_index: int = 0) -> list:
+        """``word_ids`` (transformers' older name)."""
+        return self.word_ids(batch_index)
+
+    @staticmethod
+    def _where(a, b, what):
+        """transformers' (batch index, index) of ``f(i)`` / ``f(batch, i)``; a negative
+        index is an AttributeError there (its BatchEncoding has no ``_seq_len``)."""
+        batch, index = (a, b) if b is not None else (0, a)
+        if batch < 0 or (what and index < 0):
+            raise AttributeError(f"negative {'batch' if batch < 0 else what} index: "
+                                 f"transformers' BatchEncoding has no '_seq_len' / "
+                                 f"'_batch_size' to resolve it")
+        return batch, index
+
+    def token_to_sequence(self, batch_or_token_index: int, token_index: int | None = None):
+        """The sequence (0 / 1) token ``token_index`` of a row comes from; None for special
+        tokens and padding."""
+        b, t = self._where(batch_or_token_index, token_index, "token")
+        return align.token_to_sequence(self._row(b)[0], t)
+
+    def token_to_word(self, batch_or_token_index: int, token_index: int | None = None):
+        """The word (in its own sequence) a token comes from; None for special tokens."""
+        b, t = self._where(batch_or_token_index, token_index, "token")
+        row = self._complete(b)
+        return align.token_to_word(row[0], row[1], t)
+
+    def token_to_chars(self, batch_or_token_index: int, token_index: int | None = None):
+        """``CharSpan(start, end)`` of a token in its own text; None for special tokens."""
+        b, t = self._where(batch_or_token_index, token_index, None)
+        row = self._complete(b, offsets=True)
+        return align.token_to_chars(row[0], row[3], t)
+
+    def char_to_token(self, batch_or_char_index: int, char_index: int | None = None,
+                      sequence_index: int = 0):
+        """The first token of sequence ``sequence_index`` whose span holds the character;
+        None where none does."""
+        b, c = self._where(batch_or_char_index, char_index, None)
+        row = self._complete(b, offsets=True)
+        return align.char_to_token(row[0], row[3], row[4], c, sequence_index)
+
+    def char_to_word(self, batch_or_char_index: int, char_index: int | None = None,
+                     sequence_index: int = 0):
+        """The word of the token :meth:`char_to_token` finds."""
+        b, c = self._where(batch_or_char_index, char_index, None)
+        row = self._complete(b, offsets=True)
+        return align.char_to_word(row[0], row[1], row[3], row[4], c, sequence_index)
+
+    def word_to_tokens(self, batch_or_word_index: int, word_index: int | None = None,
+                       sequence_index: int = 0):
+        """``TokenSpan(start, end)`` of a word of sequence ``sequence_index``; None if it
+        has no tokens."""
+        b, w = self._where(batch_or_word_index, word_index, "word")
+        row = self._complete(b)
+        return align.word_to_tokens(row[0], row[1], row[4], w, sequence_index)
+
+    def word_to_chars(self, batch_or_word_index: int, word_index: int | None = None,
+                      sequence_index: int = 0):
+        """``CharSpan(start, end)`` of a word; a TypeError where it has no tokens (as
+        transformers)."""
+        b, w = self._where(batch_or_word_index, word_index, None)
+        row = self._complete(b, offsets=True)
+        return align.word_to_chars(row[0], row[1], row[3], row[4], w, sequence_index)
 
     def tokens(self, batch_index: int = 0) -> list:
         """The token strings of row ``batch_index``."""
@@ -200,12 +276,12 @@ class BatchEncoding(UserDict):
 
 
 class _SeqRows:
-    """Per-row (sequence ids, None, ids) of the vectorized path, made when asked from its
-    arrays (a 2-D array or a list of rows each: sequence ids with -1 for None, token ids).
-    Plain data, so a BatchEncoding holding it pickles."""
+    """Per-row (sequence ids, None, ids, None, number of sequences) of the vectorized path,
+    made when asked from its arrays (a 2-D array or a list of rows each: sequence ids with
+    -1 for None, token ids). Plain data, so a BatchEncoding holding it pickles."""
 
-    def __init__(self, seq, ids):
-        self._seq, self._ids = seq, ids
+    def __init__(self, seq, ids, n_sequences):
+        self._seq, self._ids, self._n = seq, ids, n_sequences
 
     def __getitem__(self, i):
         n = len(self._ids)
@@ -214,7 +290,7 @@ class _SeqRows:
         seq, ids = self._seq[i], self._ids[i]
         seq = seq.tolist() if isinstance(seq, np.ndarray) else seq
         ids = ids.tolist() if isinstance(ids, np.ndarray) else list(ids)
-        return [None if v < 0 else v for v in seq], None, ids
+        return [None if v < 0 else v for v in seq], None, ids, None, self._n
 
     def __len__(self):
         return len(self._ids)
@@ -355,7 +431,7 @@ def _merged(wa, wb):
 # The facade
 # ---------------------------------------------------------------------------------------
 
-def _is_added_token(value) -> bool:
+def is_added_token(value) -> bool:
     """A ``tokenizers.AddedToken`` (duck typing: this module does not import tokenizers)."""
     return all(hasattr(value, a) for a in ("content", "lstrip", "rstrip", "single_word",
                                            "normalized", "special"))
@@ -369,7 +445,7 @@ def _named_token(key: str):
         return None if t is None else str(t)
 
     def set_(self, value):
-        if value is not None and not isinstance(value, str) and not _is_added_token(value):
+        if value is not None and not isinstance(value, str) and not is_added_token(value):
             raise ValueError(f"Cannot set a non-string value as the {key}")
         self._special_tokens_map[key] = value
 
@@ -402,6 +478,7 @@ class TransformersTokenizer:
     """
 
     model_input_names = ["input_ids", "token_type_ids", "attention_mask"]
+    backend = "tokenizers"         # transformers' name of the backend it stands for
     is_fast = True
     pad_token_type_id = 0
 
@@ -423,6 +500,14 @@ class TransformersTokenizer:
         self.name_or_path = name_or_path
         self.split_special_tokens = False
         self.deprecation_warnings: dict = {}
+        self.init_kwargs: dict = {}        # transformers' (from_pretrained fills it)
+        # added tokens registered with special=False and never special (daskwp registers
+        # every added token as special; decode(skip_special_tokens=True) keeps these, as
+        # HF's decode skips every token that was ever added as special), and the special
+        # flag add_tokens last gave each token (HF's count compares it)
+        self._nonspecial_added: set = set()
+        self._added_special: dict = {}
+        self.init_inputs: tuple = ()
         # transformers' named special tokens and extra special tokens: the names the
         # transformers tokenizer had (from_transformers), else the daskwp vocabulary's; the
         # [CLS] / [SEP] that frame rows stay the vocabulary's (as a transformers tokenizer's
@@ -549,6 +634,148 @@ class TransformersTokenizer:
         v = self.vocab_obj
         return {t: v.token_to_id(t) for t in v.special_tokens}
 
+    @property
+    def added_tokens_encoder(self) -> dict:
+        return dict(sorted(self.get_added_vocab().items(), key=lambda kv: kv[1]))
+
+    def _special_added_ids(self) -> set:
+        v = self.vocab_obj
+        return set(v.special_ids) - {v.token_to_id(t) for t in self._nonspecial_added}
+
+    def _is_special_added(self, token: str) -> bool:
+        v = self.vocab_obj
+        return v.token_to_id(token) in v.special_ids and token not in self._nonspecial_added
+
+    # -- adding tokens (transformers' add_tokens / add_special_tokens) ------------------
+    def add_tokens(self, new_tokens, special_tokens: bool = False) -> int:
+        """Add tokens (strings or ``tokenizers.AddedToken``) to the daskwp tokenizer, in
+        place, as transformers does; returns how many were added or changed (transformers'
+        count: an identical added token already there does not count).
+
+        daskwp matches added tokens whole in the raw text: ``normalized=True`` (transformers'
+        default for a plain string with ``special_tokens=False``: pass
+        ``AddedToken(t, normalized=False)``), ``lstrip``, ``rstrip``, ``single_word`` and a
+        WordPiece piece of the vocabulary are refused with a ValueError naming them, as are
+        the strings daskwp's ``add_special_tokens`` refuses (whitespace, ``##`` ...)."""
+        if not new_tokens:
+            return 0
+        if not isinstance(new_tokens, (list, tuple)):
+            new_tokens = [new_tokens]
+        v = self.vocab_obj
+        plan, new, seen = [], [], set()
+        for t in new_tokens:
+            if is_added_token(t):
+                content, special = str(t.content), bool(t.special)
+                flags = {k: bool(getattr(t, k)) for k in ("normalized", "lstrip", "rstrip",
+                                                          "single_word")}
+            elif isinstance(t, str):
+                content, special = t, bool(special_tokens)
+                flags = {"normalized": not special, "lstrip": False, "rstrip": False,
+                         "single_word": False}
+            else:
+                raise TypeError(f"Token {t!r} is not a string but a {type(t)}.")
+            if not content:
+                continue
+            bad = [k for k, on in flags.items() if on]
+            if bad:
+                hint = " (pass AddedToken(t, normalized=False) to match it in the raw " \
+                    "text)" if bad == ["normalized"] else ""
+                raise ValueError(
+                    f"add_tokens: token {content!r} has {', '.join(f'{k}=True' for k in bad)},"
+                    f" which daskwp does not support: daskwp matches added tokens whole, "
+                    f"in the raw text, without the whitespace around them{hint}")
+            i = v.token_to_id(content)
+            if i is not None and content not in v.special_tokens:
+                raise ValueError(
+                    f"add_tokens: {content!r} is a WordPiece piece of the vocabulary (id {i}); "
+                    f"transformers would match it whole wherever it appears, which daskwp "
+                    f"does not do")
+            if i is None and content not in seen:
+                new.append(content)
+                seen.add(content)
+            plan.append((content, special))
+        if new:
+            self.tokenizer.add_special_tokens(new)
+        count = 0
+        for content, special in plan:
+            current = self._added_special.get(content, self._is_special_added(content))
+            if content in seen:
+                seen.discard(content)
+                if not special:
+                    self._nonspecial_added.add(content)
+            elif current == special:
+                continue                       # identical: transformers ignores it
+            elif special:
+                self._nonspecial_added.discard(content)
+            self._added_special[content] = special
+            count += 1
+        return count
+
+    def add_special_tokens(self, special_tokens_dict: dict,
+                           replace_extra_special_tokens: bool = True) -> int:
+        """transformers' ``add_special_tokens``: named tokens (``bos_token`` ...) set and
+        added, ``extra_special_tokens`` (or ``additional_special_tokens``) replacing or
+        extending the extra list; returns :meth:`add_tokens`' count."""
+        if not special_tokens_dict:
+            return 0
+        d = dict(special_tokens_dict)
+        if "additional_special_tokens" in d and not d.get("extra_special_tokens"):
+            d["extra_special_tokens"] = d.pop("additional_special_tokens")
+        allowed = set(SPECIAL_ATTRS) | {"extra_special_tokens"}
+        to_add = []
+        for key, value in d.items():
+            if key not in allowed:
+                raise ValueError(f"Key {key} is not a valid special token. Valid keys are: "
+                                 f"{allowed}")
+            if key == "extra_special_tokens":
+                if not isinstance(value, (list, tuple)) or not all(
+                        isinstance(t, str) or is_added_token(t) for t in value):
+                    raise ValueError(f"Tokens {value} for key {key} should all be str or "
+                                     f"AddedToken instances")
+                new = [t for t in value if replace_extra_special_tokens or
+                       str(t) not in self.extra_special_tokens]
+                if replace_extra_special_tokens and new:
+                    self._extra_special_tokens = list(new)
+                else:
+                    self._extra_special_tokens.extend(new)
+                to_add.extend(new)
+            else:
+                if not (isinstance(value, str) or is_added_token(value)):
+                    raise ValueError(f"Token {value} for key {key} should be a str or an "
+                                     f"AddedToken instance")
+                setattr(self, key, value)
+                to_add.append(value)
+        return self.add_tokens(to_add, special_tokens=True)
+
+    def get_special_tokens_mask(self, token_ids_0: list, token_ids_1: list | None = None,
+                                already_has_special_tokens: bool = False) -> list:
+        """1 on special tokens: with ``already_has_special_tokens=True`` the ids in
+        ``all_special_ids`` (transformers 5); else where BERT's template puts ``[CLS]`` /
+        ``[SEP]`` around the ids (transformers 4's answer; transformers 5 raises there)."""
+        if already_has_special_tokens:
+            if token_ids_1 is not None:
+                raise ValueError("You should not supply a second sequence if the provided "
+                                 "sequence of ids is already formatted with special tokens "
+                                 "for the model.")
+            special = set(self.all_special_ids)
+            return [1 if int(i) in special else 0 for i in token_ids_0]
+        out = [1] + [0] * len(token_ids_0) + [1]
+        return out if token_ids_1 is None else out + [0] * len(token_ids_1) + [1]
+
+    # -- transformers 4's helpers for framing ids (BERT's template) --------------------
+    def build_inputs_with_special_tokens(self, token_ids_0: list,
+                                         token_ids_1: list | None = None) -> list:
+        """``[CLS] A [SEP]`` / ``[CLS] A [SEP] B [SEP]`` (transformers 4's BERT)."""
+        cls, sep = [self.vocab_obj.cls_id], [self.vocab_obj.sep_id]
+        out = cls + list(token_ids_0) + sep
+        return out if token_ids_1 is None else out + list(token_ids_1) + sep
+
+    def create_token_type_ids_from_sequences(self, token_ids_0: list,
+                                             token_ids_1: list | None = None) -> list:
+        """0 on ``[CLS] A [SEP]``, 1 on ``B [SEP]`` (transformers 4's BERT)."""
+        out = [0] * (len(token_ids_0) + 2)
+        return out if token_ids_1 is None else out + [1] * (len(token_ids_1) + 1)
+
     def num_special_tokens_to_add(self, pair: bool = False) -> int:
         return 3 if pair else 2
 
@@ -622,8 +849,12 @@ class TransformersTokenizer:
             ids = [ids]
         if isinstance(ids, dict):
             ids = ids["input_ids"]
-        text = self.tokenizer.decode([int(i) for i in ids],
-                                     skip_special_tokens=bool(skip_special_tokens))
+        ids = [int(i) for i in ids]
+        if skip_special_tokens and self._nonspecial_added:
+            skip = self._special_added_ids()
+            ids = [i for i in ids if i not in skip]
+            skip_special_tokens = False
+        text = self.tokenizer.decode(ids, skip_special_tokens=bool(skip_special_tokens))
         clean_up = self.clean_up_tokenization_spaces if clean_up is None else clean_up
         return self.clean_up_tokenization(text) if clean_up else text
 
@@ -1021,7 +1252,8 @@ class TransformersTokenizer:
             data["length"] = [len(r) for r in ids_rows]
         if overflow:
             data["overflow_to_sample_mapping"] = [i for i, _, _ in rows]
-        meta = [(s, w, ids) for s, w, ids in zip(seq_rows, word_rows, ids_rows)]
+        meta = [(s, w, ids, o, 1 if rb is None else 2) for s, w, ids, o, (_, _, rb) in
+                zip(seq_rows, word_rows, ids_rows, off_rows, rows)]
         n_seq = 2 if paired and docs_b[0] is not None else 1
         if not batched and return_tensors is None and not overflow:
             data = {k: (v[0] if v and isinstance(v[0], list) else v) for k, v in data.items()}
@@ -1089,7 +1321,7 @@ class TransformersTokenizer:
                 data["length"] = [len(r) for r in ids_l]
             if overflow:
                 data["overflow_to_sample_mapping"] = sample.tolist()
-            rows = _SeqRows(seq_l, ids_l)
+            rows = _SeqRows(seq_l, ids_l, 2 if paired else 1)
         else:
             width = ids.shape[1]
             if multiple is not None and multiple > 0 and width % multiple:
@@ -1111,7 +1343,7 @@ class TransformersTokenizer:
                 data["length"] = np.full(n, width, dtype=np.int64)
             if overflow:
                 data["overflow_to_sample_mapping"] = sample
-            rows = _SeqRows(seq, ids)
+            rows = _SeqRows(seq, ids, 2 if paired else 1)
             if return_tensors is None:
                 data = {k: v.tolist() for k, v in data.items()}
             elif return_tensors == "pt" or getattr(return_tensors, "value", None) == "pt":
