@@ -102,6 +102,7 @@ def test_site_builds_with_warnings_as_errors(tmp_path):
         assert (html / f"{page}.html").is_file(), page
     api = (html / "api.html").read_text(encoding="utf-8")
     assert 'id="daskwp.WordPieceTokenizer.encode"' in api
+    assert api.count(">Examples<") >= len(set(daskwp.__all__) - {"__version__"})
 
 
 def table_shapes(text):

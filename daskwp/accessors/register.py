@@ -15,7 +15,21 @@ _REGISTERED = False
 
 
 def register_accessors() -> None:
-    """Register ``.wordpiece`` on pandas, Dask and (when it imports) cudf Series. Idempotent."""
+    """Register the ``.wordpiece`` accessor on pandas, Dask and (when it imports) cudf
+    Series.
+
+    Importing daskwp calls it; calling it again does nothing. The accessor's methods are in
+    the user guide (docs/guide/dask.md).
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> import daskwp
+    >>> daskwp.register_accessors()              # importing daskwp already did
+    >>> out = pd.Series(["Hello world!"]).wordpiece.tokenize(max_length=8)
+    >>> out.input_ids
+    array([[ 101, 7592, 2088,  999,  102,    0,    0,    0]], dtype=int32)
+    """
     global _REGISTERED
     if _REGISTERED:
         return

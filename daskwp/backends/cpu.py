@@ -76,16 +76,29 @@ def _apply_word_cache_limit() -> None:
 
 
 def word_cache_info() -> dict:
-    """Statistics of the CPU word cache (the extension's pool of word memos), in bytes and
-    counts: ``limit`` and ``bytes`` (memos idle and in use), ``memos``, ``idle``, ``keys``
-    (distinct models among the idle memos), ``hits`` and ``misses`` (chunks and words served
-    from a memo / walked and offered to it, counted when a memo is given back),
-    ``long_resets``, ``created``, ``copied`` (of those, copies of a warm memo made for a
-    call's other threads, docs/design.md §3.5), ``merged`` (memos merged with the others one
-    call made with them, §3.5), ``reused``, ``evictions``, ``refused``
-    (threads that ran without a memo for lack of room), ``spare_bytes`` (mappings of freed
-    memos kept, within ``limit``, for the next memos; ``word_cache_mb=0`` gives them back)
-    and ``recycled`` (memos made in such a mapping)."""
+    """Statistics of the CPU word cache (the extension's pool of word memos).
+
+    Returns
+    -------
+    dict
+        In bytes and counts: ``limit`` and ``bytes`` (memos idle and in use), ``memos``,
+        ``idle``, ``keys`` (distinct models among the idle memos), ``hits`` and ``misses``
+        (chunks and words served from a memo / walked and offered to it, counted when a memo
+        is given back), ``long_resets``, ``created``, ``copied`` (of those, copies of a warm
+        memo made for a call's other threads, docs/design.md §3.5), ``merged`` (memos merged
+        with the others one call made with them, §3.5), ``reused``, ``evictions``,
+        ``refused`` (threads that ran without a memo for lack of room), ``spare_bytes``
+        (mappings of freed memos kept, within ``limit``, for the next memos;
+        ``word_cache_mb=0`` gives them back) and ``recycled`` (memos made in such a mapping).
+
+    Examples
+    --------
+    >>> import daskwp
+    >>> _ = daskwp.WordPieceTokenizer().encode(["Hello world"] * 100)
+    >>> info = daskwp.word_cache_info()
+    >>> info["memos"] >= 1, info["bytes"] <= info["limit"]
+    (True, True)
+    """
     _apply_word_cache_limit()
     return {k: int(v) for k, v in _ext.word_cache_info().items()}
 
@@ -218,6 +231,16 @@ def windows_from_encoding(encoding, vocab, *, max_length: int = 128, stride: int
     Returns
     -------
     BatchWindows
+
+    Examples
+    --------
+    >>> import daskwp
+    >>> tok = daskwp.WordPieceTokenizer()
+    >>> enc = tok.encode(["a longer text than one row holds"])
+    >>> out = daskwp.windows_from_encoding(enc, tok.vocab, max_length=6, stride=1)
+    >>> out.metadata
+    array([[0, 1, 3],
+           [0, 1, 4]], dtype=int64)
     """
     p = window_params(max_length, stride, truncation, add_special_tokens, padding,
                       return_tensors, logid_offset, mask_dtype, bucket_widths)

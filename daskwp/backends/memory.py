@@ -20,15 +20,51 @@ __all__ = ["host_pool_info", "release_host_memory", "set_host_pool_limit", "tune
 
 
 def host_pool_info() -> dict:
-    """``{"limit", "cached", "live"}`` in bytes: the most kept for reuse, the freed blocks
-    kept now, and the pooled blocks in use."""
+    """The host memory pool that output arrays of 4 MB and more come from.
+
+    Returns
+    -------
+    dict
+        ``{"limit", "cached", "live"}`` in bytes: the most kept for reuse, the freed blocks
+        kept now, and the pooled blocks in use.
+
+    See Also
+    --------
+    set_host_pool_limit, release_host_memory
+
+    Examples
+    --------
+    >>> import daskwp
+    >>> sorted(daskwp.host_pool_info())
+    ['cached', 'limit', 'live']
+    """
     limit, cached, live = _ext.host_pool_info()
     return {"limit": int(limit), "cached": int(cached), "live": int(live)}
 
 
 def set_host_pool_limit(nbytes: int) -> None:
-    """Keep at most ``nbytes`` of freed output blocks for reuse (0: none); cached blocks
-    above the new limit are freed now."""
+    """Keep at most ``nbytes`` of freed output blocks for reuse.
+
+    Parameters
+    ----------
+    nbytes : int
+        Bytes, >= 0 (0: no reuse). Cached blocks above the new limit are freed now. The
+        default limit is ``DASKWP_HOST_POOL_MB``, else an eighth of physical memory.
+
+    Raises
+    ------
+    ValueError
+        ``nbytes`` is negative.
+
+    Examples
+    --------
+    >>> import daskwp
+    >>> limit = daskwp.host_pool_info()["limit"]
+    >>> daskwp.set_host_pool_limit(64 << 20)     # keep at most 64 MB of freed blocks
+    >>> daskwp.host_pool_info()["limit"]
+    67108864
+    >>> daskwp.set_host_pool_limit(limit)
+    """
     nbytes = int(nbytes)
     if nbytes < 0:
         raise ValueError(f"the host pool limit must be >= 0 bytes, got {nbytes}")
@@ -36,8 +72,22 @@ def set_host_pool_limit(nbytes: int) -> None:
 
 
 def release_host_memory() -> int:
-    """Free every cached block (e.g. on Dask workers: ``client.run(release_host_memory)``);
-    returns the bytes freed."""
+    """Free every cached block of the host memory pool.
+
+    On Dask workers: ``client.run(daskwp.release_host_memory)``.
+
+    Returns
+    -------
+    int
+        The bytes freed.
+
+    Examples
+    --------
+    >>> import daskwp
+    >>> freed = daskwp.release_host_memory()     # on Dask workers: client.run(daskwp.release_host_memory)
+    >>> daskwp.host_pool_info()["cached"]
+    0
+    """
     return int(_ext.host_pool_release())
 
 

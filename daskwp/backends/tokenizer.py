@@ -140,6 +140,21 @@ class WordPieceTokenizer:
     that is not valid UTF-8 (binary columns, lone surrogates) decodes to U+FFFD, which
     ``clean_text`` removes, where HF refuses it; the other cases (special tokens,
     ``tokenizer.json`` pipelines that are refused by name) are in docs/differences-hf.md.
+
+    Examples
+    --------
+    >>> import daskwp
+    >>> tok = daskwp.WordPieceTokenizer()          # the bundled bert-base-uncased
+    >>> enc = tok.encode(["Hello world!", "naïve café"])
+    >>> enc.to_list()
+    [[7592, 2088, 999], [15743, 7668]]
+    >>> out = tok(["Hello world!"], max_length=8)
+    >>> out.input_ids
+    array([[ 101, 7592, 2088,  999,  102,    0,    0,    0]], dtype=int32)
+    >>> out.metadata                               # (logID, start, stop), stop inclusive
+    array([[0, 1, 3]], dtype=int64)
+    >>> tok.decode(enc[0])
+    'hello world!'
     """
 
     def __init__(self, vocab: Vocabulary | str | os.PathLike | None = None, *,

@@ -475,6 +475,16 @@ class TransformersTokenizer:
     and what is refused (``truncation_side`` / ``padding_side`` "left" are honoured;
     ``return_tensors`` other than None / "np" / "pt" is refused by name; character offsets
     and word ids need a daskwp build that gives them, see :func:`offsets_available`).
+
+    Examples
+    --------
+    >>> import daskwp
+    >>> hf = daskwp.WordPieceTokenizer().as_transformers(model_max_length=512)
+    >>> batch = hf(["Hello world!", "hi"], padding=True)
+    >>> batch["input_ids"]
+    [[101, 7592, 2088, 999, 102], [101, 7632, 102, 0, 0]]
+    >>> hf.convert_ids_to_tokens(batch["input_ids"][1])
+    ['[CLS]', 'hi', '[SEP]', '[PAD]', '[PAD]']
     """
 
     model_input_names = ["input_ids", "token_type_ids", "attention_mask"]

@@ -143,14 +143,55 @@ def register_cache(name: str, clear: Callable[[], int], info: Callable[[], dict]
 
 
 def cache_info() -> dict:
-    """``{name: {"entries", "maxsize", "hits", "misses"}}`` of every cache of this process."""
+    """Statistics of every bounded cache of this process.
+
+    Returns
+    -------
+    dict
+        ``{name: {"entries", "maxsize", "hits", "misses"}}``: vocabularies read from paths,
+        tokenizers on a worker, normalization blobs, decode tables, GPU device models and
+        modules (docs/design.md §3.5). The CPU word cache has its own report,
+        :func:`word_cache_info`.
+
+    Examples
+    --------
+    >>> import daskwp
+    >>> info = daskwp.cache_info()
+    >>> sorted(info["decode_tables"])
+    ['entries', 'hits', 'maxsize', 'misses']
+    """
     with _REGISTRY_LOCK:
         caches = list(_REGISTRY.values())
     return {c.name: c.info() for c in caches}
 
 
 def clear_caches(names=None) -> int:
-    """Empty the named caches (default: all of them); returns the entries dropped."""
+    """Empty the named caches of this process, and the CPU word cache.
+
+    Parameters
+    ----------
+    names : iterable of str, optional
+        Names as :func:`cache_info` gives them; default: every cache.
+
+    Returns
+    -------
+    int
+        The entries dropped.
+
+    Notes
+    -----
+    **Memory.** The word cache's memos are dropped; their mappings are kept for the next memos
+    within the cache's limit (``word_cache_info()["spare_bytes"]``).
+
+    Examples
+    --------
+    >>> import daskwp
+    >>> daskwp.WordPieceTokenizer().encode(["warm the word cache"]).to_list()
+    [[4010, 1996, 2773, 17053]]
+    >>> dropped = daskwp.clear_caches()          # every cache of this process
+    >>> daskwp.word_cache_info()["memos"]
+    0
+    """
     with _REGISTRY_LOCK:
         caches = [c for n, c in _REGISTRY.items() if names is None or n in names]
     return sum(c.clear() for c in caches)

@@ -105,6 +105,15 @@ def decode(vocab, ids, skip_special_tokens: bool = True):
     vocab : Vocabulary
     ids : list of int, 1-D array -> str; list of lists, 2-D array, RaggedRows -> list of str
     skip_special_tokens : bool, default True
+
+    Examples
+    --------
+    >>> import daskwp
+    >>> tok = daskwp.WordPieceTokenizer()
+    >>> daskwp.decode(tok, [101, 7592, 2088, 999, 102])
+    'hello world!'
+    >>> daskwp.decode(tok, [[7592, 2088], [15743, 7668]])
+    ['hello world', 'naive cafe']
     """
     v = _as_vocab(vocab)
     skip = check_bool("skip_special_tokens", skip_special_tokens)
@@ -139,6 +148,16 @@ def merge_wordpieces(ids, values=None, *, vocab, skip_special_tokens: bool = Tru
         ``words``: list of str (pieces concatenated, prefix removed); ``word_values``:
         ``values[first_piece_index]`` (same array module as ``values``), or None.
         A document that starts with a continuation piece starts a word with it.
+
+    Examples
+    --------
+    >>> import daskwp
+    >>> tok = daskwp.WordPieceTokenizer()
+    >>> ids = tok.encode(["Lovelace wrote"])[0]
+    >>> ids
+    array([ 2293, 19217,  2626], dtype=int32)
+    >>> daskwp.merge_wordpieces(ids, [1, 2, 3], vocab=tok)   # a word keeps its first piece's value
+    (['lovelace', 'wrote'], array([1, 3]))
     """
     v = _as_vocab(vocab)
     skip = check_bool("skip_special_tokens", skip_special_tokens)

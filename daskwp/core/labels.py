@@ -153,6 +153,16 @@ def align_labels(word_labels, word_ids, label_all_tokens: bool = False, *,
     Returns
     -------
     int64 labels of the same form as ``word_ids``.
+
+    Examples
+    --------
+    >>> import daskwp
+    >>> tok = daskwp.WordPieceTokenizer()
+    >>> out = tok(["Ada Lovelace wrote"], max_length=8, return_word_ids=True)
+    >>> out.word_ids
+    array([[-1,  0,  1,  1,  2, -1, -1, -1]], dtype=int32)
+    >>> daskwp.align_labels([[1, 1, 0]], out.word_ids)   # one label per word
+    array([[-100,    1,    1, -100,    0, -100, -100, -100]])
     """
     mat, rebuild = _rows(word_ids, "word_ids")
     _check_int(mat, "word_ids")
@@ -230,6 +240,14 @@ def spans_to_labels(char_spans, offset_mapping, *, document_of_row=None, outside
     Returns
     -------
     int64 labels of the row form of ``offset_mapping`` (rows x width, one row, ...).
+
+    Examples
+    --------
+    >>> import daskwp
+    >>> tok = daskwp.WordPieceTokenizer()
+    >>> out = tok(["Ada Lovelace wrote"], max_length=8, return_offsets_mapping=True)
+    >>> daskwp.spans_to_labels([[(0, 12, 1)]], out.offset_mapping)   # "Ada Lovelace" is 1
+    array([[-100,    1,    1,    1,    0, -100, -100, -100]])
     """
     om, rebuild = _offsets_rows(offset_mapping)
     _check_int(om, "offset_mapping")
@@ -296,6 +314,16 @@ def labels_to_spans(token_labels, offset_mapping, word_ids, metadata=None, *, wi
     Returns
     -------
     dict logID -> list of (begin, end, label), in logID order, words in text order.
+
+    Examples
+    --------
+    >>> import daskwp
+    >>> tok = daskwp.WordPieceTokenizer()
+    >>> out = tok(["Ada Lovelace wrote"], max_length=8, return_offsets_mapping=True,
+    ...           return_word_ids=True)
+    >>> predictions = daskwp.spans_to_labels([[(0, 12, 1)]], out.offset_mapping)
+    >>> daskwp.labels_to_spans(predictions, out.offset_mapping, out.word_ids, out.metadata)
+    {0: [(0, 3, 1), (4, 12, 1), (13, 18, 0)]}
     """
     if metadata is None:
         lab_rows, _ = _rows(token_labels, "token_labels")

@@ -40,6 +40,18 @@ class RaggedRows:
     ----------
     values : array (int32 ids, or the mask dtype), flat
     offsets : array of int64, ``rows + 1`` entries
+
+    Examples
+    --------
+    >>> import daskwp
+    >>> out = daskwp.WordPieceTokenizer()(["Hello world!", "hi"], max_length=8, padding=False)
+    >>> rows = out.input_ids                     # RaggedRows: no padding
+    >>> rows.to_list()
+    [[101, 7592, 2088, 999, 102], [101, 7632, 102]]
+    >>> rows.lengths
+    array([5, 3], dtype=int64)
+    >>> rows.to_arrow().type
+    LargeListType(large_list<item: int32>)
     """
 
     __slots__ = ("values", "offsets")
@@ -122,6 +134,15 @@ class Encoding(RaggedRows):
         its document (HF's ``Encoding.word_ids``; a literal special token is a word).
     offsets_unit : str or None
         The unit of ``offset_mapping``.
+
+    Examples
+    --------
+    >>> import daskwp
+    >>> enc = daskwp.WordPieceTokenizer().encode(["Hello world!", None, "café"])
+    >>> enc.token_ids, enc.offsets               # flat ids; document i is ids[offsets[i]:offsets[i+1]]
+    (array([7592, 2088,  999, 7668], dtype=int32), array([0, 3, 3, 4], dtype=int64))
+    >>> len(enc), enc[2]
+    (3, array([7668], dtype=int32))
     """
 
     __slots__ = ("offset_mapping", "word_ids", "offsets_unit")
@@ -180,6 +201,20 @@ class BatchWindows(dict):
     ----------
     doc_row_offsets : numpy.ndarray of int64, ``n_documents + 1`` entries
         The rows of document ``d`` are ``doc_row_offsets[d]:doc_row_offsets[d+1]``.
+
+    Examples
+    --------
+    >>> import daskwp
+    >>> out = daskwp.WordPieceTokenizer()(["Hello world!", "a longer text than one row holds"],
+    ...                                   max_length=6, stride=1)
+    >>> out.input_ids.shape, out.attention_mask.shape
+    ((3, 6), (3, 6))
+    >>> out.metadata                             # the second document has two rows
+    array([[0, 1, 3],
+           [1, 1, 3],
+           [1, 1, 4]], dtype=int64)
+    >>> out.doc_row_offsets
+    array([0, 1, 3], dtype=int64)
     """
 
     def __init__(self, data, doc_row_offsets=None):

@@ -86,6 +86,15 @@ def stitch_flat(values, metadata, window=None):
     flat : array, ``(total_tokens, ...)``, dtype of ``values``
     offsets : array of int64, ``documents + 1`` entries
     logids : array of int64, ascending, one per document
+
+    Examples
+    --------
+    >>> import daskwp
+    >>> tok = daskwp.WordPieceTokenizer()
+    >>> out = tok(["Hello world!", "a longer text than one row holds"], max_length=6, stride=1)
+    >>> flat, offsets, logids = daskwp.stitch_flat(out.input_ids, out.metadata)
+    >>> offsets, logids
+    (array([ 0,  3, 10], dtype=int64), array([0, 1], dtype=int64))
     """
     if isinstance(values, (list, tuple)):
         if not isinstance(metadata, (list, tuple)) or not isinstance(window, (list, tuple)) \
@@ -172,6 +181,16 @@ def stitch(values, metadata, window=None) -> list:
     list of arrays
         One per distinct logID, ascending (use :func:`stitch_flat` for the logIDs and the
         flat form).
+
+    Examples
+    --------
+    >>> import daskwp
+    >>> tok = daskwp.WordPieceTokenizer()
+    >>> texts = ["Hello world!", "a longer text than one row holds"]
+    >>> out = tok(texts, max_length=6, stride=1)
+    >>> docs = daskwp.stitch(out.input_ids, out.metadata)   # each token once per document
+    >>> [d.tolist() for d in docs] == tok.encode(texts).to_list()
+    True
     """
     flat, offsets, _ = stitch_flat(values, metadata, window)
     xp = array_module(flat)

@@ -63,6 +63,16 @@ class Vocabulary:
     119,547-token multilingual vocabulary; special tokens add about 13 bytes per trie node
     of their own plus their bytes (10,000 like ``<|tok_00042|>``: 0.6 MB). It pickles as
     bytes, so Dask ships it once per worker keyed by :attr:`hash`.
+
+    Examples
+    --------
+    >>> import daskwp
+    >>> vocab = daskwp.Vocabulary.from_tokens(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "hello",
+    ...                                        "world", "##s"])
+    >>> vocab.token_to_id("world"), vocab.unk_id, vocab.pad_id
+    (5, 1, 0)
+    >>> daskwp.WordPieceTokenizer(vocab).encode(["Hello worlds"]).to_list()
+    [[4, 5, 6]]
     """
 
     def __init__(self, tokens: Sequence[str], *, unk_token: str | None = None,

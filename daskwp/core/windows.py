@@ -132,7 +132,20 @@ def window_params(max_length=None, stride=None, truncation=None, add_special_tok
 
 class OutputSizeError(MemoryError, ValueError):
     """The padded output of a call would exceed ``max_output_bytes`` (refused before any
-    allocation)."""
+    allocation).
+
+    Examples
+    --------
+    >>> import daskwp
+    >>> import dask
+    >>> tok = daskwp.WordPieceTokenizer()
+    >>> with dask.config.set({"daskwp.max_output_bytes": 1_000_000}):   # 1 MB per call at most
+    ...     try:
+    ...         tok(["a"] * 1000, max_length=512)
+    ...     except daskwp.OutputSizeError:
+    ...         print("refused before allocating")
+    refused before allocating
+    """
 
 
 def max_output_bytes() -> int:

@@ -143,6 +143,15 @@ def connect(device: str | None = None, scheduler_address: str | None = None,
     distributed.Client
         Closing it (or leaving its ``with`` block) also closes a cluster started here.
         daskwp's worker plugin (per-worker tokenizers, device blobs) is registered on it.
+
+    Examples
+    --------
+    >>> import daskwp
+    >>> client = daskwp.connect(device="cpu", n_workers=1, threads_per_worker=1,
+    ...                         processes=False, dashboard_address=":0")
+    >>> len(client.scheduler_info()["workers"])
+    1
+    >>> client.close(); client.cluster.close()
     """
     from distributed import Client
 

@@ -492,6 +492,20 @@ def read_tokenized(path, *, pad_id: int | None = None, tokenizer=None) -> Tokeni
     TokenizedDataset
         ``.to_dask()``, ``.metadata``, ``.batches(batch_size, max_length=...,
         return_tensors=...)``, ``.to_torch(batch_size)``.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> import dask.dataframe as dd
+    >>> import pandas as pd
+    >>> import daskwp
+    >>> out = tempfile.mkdtemp()
+    >>> ddf = dd.from_pandas(pd.DataFrame({"text": ["Hello world!", "hi"]}), npartitions=1)
+    >>> ddf["text"].wordpiece.tokenize(max_length=8, padding=False).to_parquet(out)
+    >>> batch = next(daskwp.read_tokenized(out).batches(max_length=8))
+    >>> batch["input_ids"]
+    array([[ 101, 7592, 2088,  999,  102,    0,    0,    0],
+           [ 101, 7632,  102,    0,    0,    0,    0,    0]], dtype=int32)
     """
     files = _data_files(path)
     if pad_id is None and tokenizer is not None:
