@@ -9,9 +9,11 @@ One command, the same batches for every tokenizer::
 Batches of 32, 256 and 4,096 lines of the shared English corpora (bert-base-uncased), called
 as existing code calls a tokenizer: ``tok(batch, padding=True, truncation=True,
 max_length=128, return_tensors=...)`` with ``"pt"`` when PyTorch is installed (else
-``"np"``), and ``padding="max_length"``. Every tokenizer's ``input_ids`` and
-``attention_mask`` are checked equal to transformers' before any timing (a mismatch stops the
-run). Figures: the best (minimum) of ``--repeats`` calls per batch, in milliseconds, and
+``"np"``), ``padding="max_length"``, and token classification's label alignment
+(``return_offsets_mapping=True`` and ``word_ids(i)`` of every row, as transformers' NER
+examples call it). Every tokenizer's ``input_ids`` and ``attention_mask`` (and word ids) are
+checked equal to transformers' before any timing (a mismatch stops the run; a tokenizer
+without the method is left out of that row). Figures: the best (minimum) of ``--repeats`` calls per batch, in milliseconds, and
 lines per second; ``--quick`` runs one repeat of smaller batch counts (a smoke test, no
 meaningful figures).
 """
@@ -91,32 +93,49 @@ def main(argv=None):
         nt_version = version("nanotoken")
     except ImportError:
         nt_version = None
+    def word_ids(enc, n):
+        return [enc.word_ids(i) for i in range(n)]
+
     calls = [("padding=True", dict(padding=True, truncation=True, max_length=128,
-                                   return_tensors=tensors)),
+                                   return_tensors=tensors), None),
              ("padding='max_length'", dict(padding="max_length", truncation=True,
-                                           max_length=128, return_tensors=tensors))]
+                                           max_length=128, return_tensors=tensors), None),
+             ("offsets + word_ids(i)", dict(padding=True, truncation=True, max_length=128,
+                                            return_offsets_mapping=True), word_ids)]
     rows = []
     for size in BATCH_SIZES:
         n_batches = 1 if args.quick else max(1, min(8, 8192 // size))
         batches = [lines[(k * size) % max(1, len(lines) - size):][:size]
                    for k in range(n_batches)]
-        for label, kw in calls:
+        for label, kw, post in calls:
             # ids checked first: every tokenizer against transformers on every batch
+            active = dict(runners)
             for b in batches:
                 want = hf(b, **kw)
-                for name, tok in runners.items():
-                    got = tok(b, **kw)
+                for name, tok in list(active.items()):
+                    try:
+                        got = tok(b, **kw)
+                        if post is not None and post(got, len(b)) != post(want, len(b)):
+                            sys.exit(f"{name}: word ids differ from transformers on a batch "
+                                     f"of {size} ({label})")
+                    except (NotImplementedError, AttributeError, TypeError) as e:
+                        print(f"{name}: left out of {label!r} ({type(e).__name__}: "
+                              f"{str(e)[:80]})")
+                        del active[name]
+                        continue
                     for key in ("input_ids", "attention_mask"):
                         if not np.array_equal(as_numpy(got[key]), as_numpy(want[key])):
                             sys.exit(f"{name}: {key} differs from transformers on a batch of "
                                      f"{size} ({label})")
             result = {}
-            for name, tok in runners.items():
+            for name, tok in active.items():
                 best = float("inf")
                 for _ in range(repeats):
                     t0 = time.perf_counter()
                     for b in batches:
-                        tok(b, **kw)
+                        enc = tok(b, **kw)
+                        if post is not None:
+                            post(enc, len(b))
                     best = min(best, (time.perf_counter() - t0) / len(batches))
                 result[name] = best
             rows.append((size, label, result))
@@ -131,7 +150,8 @@ def main(argv=None):
            " | daskwp / transformers |", "|" + "---|" * (len(names) + 3)]
     for size, label, res in rows:
         ratio = res["transformers BertTokenizerFast"] / res["daskwp as_transformers()"]
-        out.append(f"| {size} | {label} | " + " | ".join(f"{res[n] * 1e3:.2f}" for n in names)
+        out.append(f"| {size} | {label} | " + " | ".join(
+            f"{res[n] * 1e3:.2f}" if n in res else "n/a" for n in names)
                    + f" | {ratio:.2f}x |")
     report = "\n".join(out) + "\n"
     if args.out:

@@ -443,6 +443,38 @@ def test_add_tokens_and_special_token_setters():
     assert dt.num_special_tokens_to_add(pair=True) == 3
 
 
+def test_split_special_tokens(corpus_lines):
+    """``split_special_tokens=True`` (call keyword, attribute): special tokens in the text
+    are tokenized as text, non-special added tokens still match, as transformers; on corpus
+    lines with special tokens put in (issue 38, item 6)."""
+    from tokenizers import AddedToken
+    path = str(vocab_path(VOCABS[0]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hf = BertTokenizerFast(vocab=path, model_max_length=MODEL_MAX)
+    dt = daskwp.WordPieceTokenizer(path).as_transformers(model_max_length=MODEL_MAX)
+    for t in (hf, dt):
+        t.add_tokens([AddedToken("<x>", normalized=False, special=True),
+                      AddedToken("<n>", normalized=False)])
+    marks = ["[CLS]", "[MASK]", "<x>", "<n>", "[SEP]x", "[PAD]"]
+    texts = [f"{a} {marks[k % 6]}{b[:40]} {marks[(k + 3) % 6]}"
+             for k, (a, b) in enumerate(zip(corpus_lines[:3000:3], corpus_lines[1:3000:3]))]
+    kw = dict(padding=True, truncation=True, max_length=64, return_tensors="np",
+              return_special_tokens_mask=True)
+    for split in (True, False):
+        got = dt(texts, split_special_tokens=split, **kw)
+        want = hf(texts, split_special_tokens=split, **kw)
+        for key in want:
+            assert_same(got[key], want[key], f"split={split} [{key}]")
+        assert dt.tokenize(texts[0], split_special_tokens=split) == \
+            hf.tokenize(texts[0], split_special_tokens=split)
+    dt.split_special_tokens = hf.split_special_tokens = True
+    assert dict(dt(texts[:50], padding=True)) == dict(hf(texts[:50], padding=True))
+    got, want = dt(texts[:5], return_offsets_mapping=True), hf(texts[:5],
+                                                               return_offsets_mapping=True)
+    assert dict(got) == dict(want) and got.word_ids(3) == want.word_ids(3)
+
+
 def test_pair_items_forms():
     """``tok([("a b", "c")])``, ``tok([["a b", "c"]])``, ``tok((("a b", "c"),))``, split words
     as ``[(["a", "b"], ["c"])]`` and ``batch_encode_plus`` of lists are pairs; items that

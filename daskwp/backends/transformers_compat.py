@@ -912,8 +912,8 @@ class TransformersTokenizer:
             raise NotImplementedError("text_target / text_pair_target (labels for "
                                       "sequence-to-sequence models) are not available from "
                                       "daskwp's transformers drop-in")
-        if kwargs.get("split_special_tokens") is False:
-            del kwargs["split_special_tokens"]
+        split = kwargs.pop("split_special_tokens", None)
+        split = self.split_special_tokens if split is None else bool(split)
         if kwargs:
             raise TypeError(f"unexpected keyword argument(s) {sorted(kwargs)} for daskwp's "
                             f"transformers drop-in")
@@ -932,8 +932,8 @@ class TransformersTokenizer:
                  bool(return_overflowing_tokens), bool(return_special_tokens_mask))
         if return_offsets_mapping:
             self._check_offsets_exact()
-        out = self._encode(*call, return_tensors, *flags, bool(return_offsets_mapping),
-                           bool(return_length))
+        out = self._splitting(split, lambda: self._encode(
+            *call, return_tensors, *flags, bool(return_offsets_mapping), bool(return_length)))
         if max_length is None and verbose and self.model_max_length != 0:
             self._warn_if_too_long(out.data["input_ids"])
         if not return_offsets_mapping:
@@ -942,11 +942,61 @@ class TransformersTokenizer:
             def redo():
                 keep, self.truncation_side = self.truncation_side, sides
                 try:
-                    return self._encode(*call, None, *flags, True, False)
+                    return self._splitting(split, lambda: self._encode(*call, None, *flags,
+                                                                       True, False))
                 finally:
                     self.truncation_side = keep
             out._redo = redo
         return out
+
+    def _splitting(self, split: bool, run):
+        """``run()`` with the special tokens matched (``split=False``) or split as text
+        (``split_special_tokens=True``)."""
+        keep, self._split_now = getattr(self, "_split_now", False), split
+        try:
+            return run()
+        finally:
+            self._split_now = keep
+
+    def _encoder(self):
+        """The daskwp tokenizer this call encodes with: for ``split_special_tokens=True``,
+        one built from the same vocabulary that matches only the non-special added tokens
+        (transformers' ``encode_special_tokens``), cached."""
+        if not getattr(self, "_split_now", False):
+            return self.tokenizer
+        v = self.vocab_obj
+        keep = {t: v.token_to_id(t) for t in v.special_tokens
+                if not self._is_special_added(t)}
+        key = (v.hash, tuple(sorted(keep)))
+        cached = getattr(self, "_split_cache", None)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        model = v.model_tokens
+        tokens = [""] * (max(model.values()) + 1)
+        extra = {}
+        for t, i in sorted(model.items(), key=lambda kv: kv[1]):
+            if tokens[i] == "":
+                tokens[i] = t
+            else:
+                extra[t] = i
+        names = {k: n for k, n in v.special_names.items()}
+        try:
+            vocab = Vocabulary(tokens, continuing_subword_prefix=v.continuing_subword_prefix,
+                               special_tokens=list(keep), extra_tokens=extra,
+                               added_tokens={t: i for t, i in keep.items()
+                                             if model.get(t) != i},
+                               source=v.source, **names)
+            tok = type(self.tokenizer)(vocab, **self.tokenizer.settings)
+        except ValueError as e:
+            raise NotImplementedError(f"split_special_tokens=True is not available for this "
+                                      f"vocabulary: {e}") from None
+        self._split_cache = (key, tok)
+        return tok
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("_split_cache", None)
+        return state
 
     def _warn_if_too_long(self, ids) -> None:
         """transformers' ``_eventual_warn_about_too_long_sequence``: once per tokenizer
@@ -1073,7 +1123,7 @@ class TransformersTokenizer:
         return out
 
     def _encode_flat(self, texts, offsets: bool):
-        tok = self.tokenizer
+        tok = self._encoder()
         if offsets:
             if not offsets_available(tok):
                 raise NotImplementedError(
@@ -1304,7 +1354,7 @@ class TransformersTokenizer:
             return None                # pad_token set to another token: the general path
         truncation = True if strategy in (None, "longest_first") else strategy
         try:
-            bw = self.tokenizer(firsts, max_length=ml, stride=stride if overflow else 0,
+            bw = self._encoder()(firsts, max_length=ml, stride=stride if overflow else 0,
                                 truncation=truncation,
                                 padding=pad, return_tensors="np", text_pair=seconds,
                                 return_token_type_ids=bool(rtt or rtt is None),

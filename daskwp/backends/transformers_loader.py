@@ -83,5 +83,6 @@ def from_pretrained(folder, **kwargs) -> TransformersTokenizer:
            if v.token_to_id(str(t)) is None]
     if new:
         out.add_tokens(new, special_tokens=True)
+    out.split_special_tokens = bool(merged.get("split_special_tokens", False))
     out.init_kwargs = {k: val for k, val in merged.items() if k not in ("added_tokens_decoder",)}
     return out
