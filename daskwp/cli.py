@@ -71,12 +71,13 @@ class _Parser(argparse.ArgumentParser):
 #: CLI help groups, in the order --help lists them.
 _GROUPS = ("tokenizer", "windows", "input and output", "cluster", "run")
 #: Extra spellings of a few flags (kept for existing scripts).
-_ALIASES = {"scheduler_address": ("--scheduler",), "quiet": ("-q",)}
+_ALIASES = {"scheduler_address": ("--scheduler",), "quiet": ("-q",),
+            "storage_options": ("--storage-option",)}
 _BOOL_CHECKS = (check_bool, check_opt_bool, check_truncation)
 #: The flags of ``daskwp count``: the tokenizer, how the input is read, the cluster.
 COUNT_KEYS = tuple(k for k in CONFIG_KEYS if OPTIONS[k].cli_group in ("tokenizer", "cluster")
                    or k in ("column", "input_format", "partition_size", "include", "exclude",
-                            "quoting", "quiet"))
+                            "quoting", "quiet", "storage_options"))
 
 
 def _add_job_options(p: argparse.ArgumentParser, keys=None) -> None:

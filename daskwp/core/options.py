@@ -271,6 +271,37 @@ def check_security(name: str, value):
     return out or None
 
 
+def check_storage_options(name: str, value):
+    """None, or the options of an fsspec filesystem (``endpoint_url``, ``key``, ``secret``,
+    ``anon``, ``client_kwargs``, ...): a mapping with string keys, or a list of
+    ``key=value`` strings (the CLI's ``--storage-option``; each value read as YAML). Returns
+    a dict, or None when empty. The values are passed to fsspec as they are and never
+    recorded (they may hold secrets)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = [value]
+    if isinstance(value, (list, tuple)):
+        import yaml
+        out = {}
+        for item in value:
+            if not isinstance(item, str) or "=" not in item or not item.split("=", 1)[0]:
+                raise OptionValueError(f"{name}: each item must be key=value, got {item!r:.80}")
+            key, raw = item.split("=", 1)
+            try:
+                out[key.strip()] = yaml.safe_load(raw) if raw.strip() else ""
+            except yaml.YAMLError:
+                out[key.strip()] = raw
+        value = out
+    if not isinstance(value, dict):
+        raise OptionTypeError(f"{name} must be a mapping of fsspec storage options, a list "
+                              f"of key=value strings, or null; got {type(value).__name__}")
+    bad = [k for k in value if not isinstance(k, str) or not k]
+    if bad:
+        raise OptionValueError(f"{name}: keys must be non-empty strings, got {bad[0]!r}")
+    return dict(value) or None
+
+
 def check_compression(name: str, value) -> str:
     if value is None:
         return "none"
@@ -546,6 +577,15 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
          "and key, and whether to refuse unencrypted addresses (CLI: --tls-ca-file, "
          "--tls-cert, --tls-key, --tls-require-encryption); null: distributed's own "
          "configuration (distributed.comm.tls.*)", cli_flag=False, group="cluster"),
+    # Object storage: the fsspec options of s3:// (gs://, abfs://, ...) inputs and outputs
+    _opt("storage_options", None, check_storage_options, "a mapping of fsspec storage "
+         "options (or key=value strings), or null", False, (JOB,),
+         "options of the fsspec filesystem of URL inputs and outputs (s3://, gs://, abfs://, "
+         "hdfs://, memory://), e.g. endpoint_url=http://host:9000 or anon=true; credentials "
+         "otherwise come from the filesystem's usual sources (environment, config files); "
+         "never recorded in _job.json or the summary (CLI: --storage-option KEY=VALUE; "
+         "Python: storage_options= of to_parquet and read_tokenized)",
+         metavar="KEY=VALUE", repeatable=True),
     _opt("quiet", False, check_bool, "true or false", False, (JOB,),
          "no progress and no summary (it is in OUTPUT/_summary.json)", group="run"),
     # Batch jobs: which files of a directory, CSV quotes, input columns kept in the output

@@ -17,6 +17,7 @@ from typing import Any, Sequence
 
 from ..core import config as dask_defaults
 from ..core.options import CONFIG, JOB, OPTIONS, TOKENIZER, names
+from ..io.storage import is_url, local_path
 from .errors import ConfigError
 
 __all__ = ["CONFIG_KEYS", "JOB_KEYS", "JobConfig", "LOCAL_SCHEDULERS", "PACKAGE_DATA",
@@ -66,7 +67,8 @@ JobConfig.__module__ = __name__  # pickles by reference to this module
 
 def resolve_path(value: str, base_dir: str | os.PathLike) -> str:
     """``package:NAME`` -> the file bundled in ``daskwp/data``; ``~`` is expanded; a relative
-    path is taken relative to ``base_dir``."""
+    path is taken relative to ``base_dir``; an fsspec URL stays as it is (``file://``
+    becomes its local path)."""
     if value.startswith(PACKAGE_PREFIX):
         name = value[len(PACKAGE_PREFIX):].lstrip("/")
         p = PACKAGE_DATA / name
@@ -75,9 +77,9 @@ def resolve_path(value: str, base_dir: str | os.PathLike) -> str:
             raise ConfigError(f"{value!r}: daskwp bundles no file {name!r}; bundled files: "
                               f"{', '.join(found)}")
         return str(p)
-    if "://" in value:
-        raise ConfigError(f"{value!r}: remote URLs are not supported; use a local or "
-                          f"shared-filesystem path")
+    if is_url(value):
+        return value   # an fsspec URL (s3://, gs://, memory://, ...): docs/batch-jobs.md
+    value = local_path(value)   # file:///x -> /x
     p = Path(os.path.expanduser(value))
     if not p.is_absolute():
         p = Path(base_dir) / p
@@ -123,6 +125,10 @@ def make_config(values: dict, *, base_dir: str | os.PathLike | None = None,
         v = out.get(key)
         if v is None:
             continue
+        if key == "vocab" and isinstance(v, str) and is_url(v):
+            raise ConfigError(f"{source}: vocab {v!r}: a vocabulary is read from a local "
+                              f"path or a bundled file (package:NAME), not from a URL; "
+                              f"copy it to a local file")
         if isinstance(v, list):
             out[key] = [resolve_path(x, anchors[key]) for x in v]
         else:
@@ -183,7 +189,7 @@ def parse_override(item: str) -> tuple[str, Any]:
     except yaml.YAMLError:
         value = raw
     takes_list = key == "input" or (key in OPTIONS and OPTIONS[key].repeatable)
-    if (isinstance(value, dict) and key != "security") or \
+    if (isinstance(value, dict) and key not in ("security", "storage_options")) or \
             (isinstance(value, list) and not takes_list):
         value = raw
     return key, value

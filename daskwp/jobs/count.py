@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 
 from ..core.lengths import PERCENTILES, LengthCounts, TokenCounts, count_tokens
 from ..distributed.state import cached_tokenizer
+from ..io import storage
 from .config import LOCAL_SCHEDULERS, JobConfig
 from .errors import InputError
 from .inputs import list_input_files, plan_partitions, read_partition
@@ -79,10 +80,11 @@ def run_count(cfg: JobConfig, *, client=None, log: Callable[[str], None] | None 
         log = (lambda msg: None) if cfg.quiet else (
             lambda msg: print(msg, file=sys.stderr, flush=True))
     tok = tokenizer if tokenizer is not None else build_tokenizer(cfg)
-    files = list_input_files(cfg.input, cfg.input_format, cfg.exclude or [],
-                             include=cfg.include)
-    specs = plan_partitions(files, cfg.column, cfg.partition_size, quoting=cfg.quoting,
-                            warn=lambda w: log(f"daskwp: warning: {w}"))
+    with storage.using(cfg.storage_options):   # URL inputs: their partitions carry them
+        files = list_input_files(cfg.input, cfg.input_format, cfg.exclude or [],
+                                 include=cfg.include)
+        specs = plan_partitions(files, cfg.column, cfg.partition_size, quoting=cfg.quoting,
+                                warn=lambda w: log(f"daskwp: warning: {w}"))
     local = cfg.scheduler_address in LOCAL_SCHEDULERS
     device = cfg.device if cfg.scheduler_address and not local else resolve_device(cfg.device)
     tok_key, dsk = tokenizer_layer(tok)

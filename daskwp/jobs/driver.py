@@ -67,6 +67,8 @@ from ..core.options import TOKENIZER, names
 from ..core.version import __version__
 from ..distributed.cluster import security_record
 from ..distributed.tasks import CALL_OPTIONS
+from ..io import storage
+from ..io.storage import is_url
 from .config import CONFIG_KEYS, JOB_KEYS, LOCAL_SCHEDULERS, JobConfig, default_value
 from .errors import ConfigError, JobError, OutputConflictError
 from .inputs import PartitionSpec, input_fingerprint, list_input_files, plan_partitions
@@ -214,14 +216,51 @@ def _glob_base(pattern: str) -> str:
     return os.sep.join(fixed) or os.sep
 
 
+def _url_overlap(item: str, output: str) -> str | None:
+    """check_input_output_overlap for URLs (compared as written, by their protocol and
+    path): 'conflict', 'exclude' (the output lies inside the input folder) or None."""
+    if not (is_url(item) and is_url(output)):
+        return None  # a local path and a URL never overlap
+    magic = glob.has_magic(item)
+    base = item
+    if magic:
+        fixed = []
+        for part in item.split("/"):
+            if glob.has_magic(part):
+                break
+            fixed.append(part)
+        base = "/".join(fixed)
+    base, out = base.rstrip("/"), output.rstrip("/")
+    if base == out or base.startswith(out + "/"):
+        return "conflict"
+    if out.startswith(base + "/"):
+        return "exclude"
+    return None
+
+
 def check_input_output_overlap(inputs, output: str) -> list[str]:
     """The folders to leave out of the input walk (the output directory when it lies inside
     an input directory), or an OutputConflictError when the overlap cannot be left out: the
-    output directory is an input, or an input lies inside the output directory.
+    output directory is an input, or an input lies inside the output directory. URLs are
+    compared with URLs (a URL output inside a URL input folder is left out of it).
 
     Checked before the output directory is created or anything in it is deleted."""
-    out = os.path.realpath(output)
     items = [inputs] if isinstance(inputs, str) else list(inputs)
+    if is_url(output) or any(is_url(i) for i in items):
+        exclude = []
+        for item in items:
+            overlap = _url_overlap(item, output)
+            if overlap == "conflict":
+                raise OutputConflictError(
+                    f"input {item!r} is the output directory or inside it: a job would "
+                    f"read its own output; choose an output directory outside the input")
+            if overlap == "exclude":
+                exclude.append(output.rstrip("/"))
+        items = [i for i in items if not is_url(i)]
+        if is_url(output) or not items:
+            return sorted(set(exclude))
+        return sorted(set(exclude + check_input_output_overlap(items, output)))
+    out = os.path.realpath(output)
     exclude = []
     for item in items:
         magic = glob.has_magic(item)
@@ -542,8 +581,19 @@ def run_job(cfg: JobConfig, *, client=None, tokenizer=None,
 
     Everything that can be refused (parameters, inputs, the output directory and its overlap
     with the input) is checked before the output directory is created or anything in it is
-    deleted.
+    deleted. Inputs and the output may be fsspec URLs (``cfg.storage_options``: the options
+    of their filesystems, never recorded).
     """
+    with storage.using(cfg.storage_options):
+        try:
+            return _run_job(cfg, client=client, tokenizer=tokenizer, log=log)
+        except storage.StorageError as e:
+            raise JobError(str(e)) from None
+
+
+def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
+             log: Callable[[str], None] | None = None) -> dict:
+    """run_job within the storage options of its URLs."""
     t_start = time.perf_counter()
     if log is None:
         log = (lambda msg: None) if cfg.quiet else (
@@ -551,7 +601,7 @@ def run_job(cfg: JobConfig, *, client=None, tokenizer=None,
     tok = tokenizer if tokenizer is not None else build_tokenizer(cfg)
     check_window_parameters(cfg, tok)
     params = job_parameters(cfg, tok)
-    out = os.path.abspath(cfg.output)
+    out = cfg.output if is_url(cfg.output) else os.path.abspath(cfg.output)
     exclude = check_input_output_overlap(cfg.input, out)
     files = list_input_files(cfg.input, cfg.input_format, [*exclude, *(cfg.exclude or [])],
                              include=cfg.include)

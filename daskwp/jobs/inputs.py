@@ -59,6 +59,8 @@ from ..core.options import INPUT_FORMATS, JOB_OUTPUT_COLUMNS, QUOTING
 from ..core.strings import to_arrow
 from ..frames.partition import attach_kept_columns  # noqa: F401 (the jobs' name for it)
 from ..frames.schema import POSITION_OUTPUTS
+from ..io import storage
+from ..io.storage import is_url, open_input
 from .errors import InputError, JobError
 
 __all__ = ["COMPRESSIONS", "INPUT_FORMATS", "InputFile", "InputWarning", "PartitionSpec",
@@ -129,6 +131,8 @@ class PartitionSpec:
     keep_columns: tuple = ()
     keep_types: tuple = ()
     column_pair: str | None = None
+    #: The fsspec options of a URL ``path`` (travel with the task; never in ``to_json``).
+    storage_options: dict | None = dataclasses.field(default=None, repr=False, compare=False)
 
     def describe(self) -> str:
         if self.format == "parquet":
@@ -143,6 +147,7 @@ class PartitionSpec:
 
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
+        del d["storage_options"]   # may hold secrets: never recorded
         for k in ("row_groups", "keep_columns", "keep_types"):
             d[k] = list(d[k])
         return d
@@ -241,10 +246,14 @@ class _Excluded:
 
     def __init__(self, exclude: Sequence[str]):
         self.folders: tuple = ()
+        #: URL prefixes left out of URL inputs (an output folder inside an input's)
+        self.url_folders: tuple = ()
         abs_patterns, rel_patterns = [], []
         for e in exclude or ():
             e = os.fspath(e)
-            if os.path.isabs(e) and not _glob.has_magic(e):
+            if is_url(e):
+                self.url_folders += (e.rstrip("/") + "/",)
+            elif os.path.isabs(e) and not _glob.has_magic(e):
                 self.folders += (os.path.join(os.path.realpath(e), ""),)
             elif os.path.isabs(e):
                 abs_patterns.append(Path(os.path.abspath(e)).as_posix())
@@ -308,6 +317,95 @@ def _walk_files(root: str, include: _Patterns, excluded: _Excluded) -> list[str]
             found.append(full)
     found.sort(key=lambda p: Path(os.path.relpath(p, root)).as_posix())
     return found
+
+
+def _url_error(url: str, e: BaseException) -> InputError:
+    return InputError(f"cannot read input {storage.describe_storage_error(url, e)}")
+
+
+def _url_files(item: str, include: _Patterns, excluded: _Excluded) -> list[str]:
+    """The objects an fsspec URL names (an object, a glob, or a folder: every object
+    below it), as URLs, by the rules of local inputs: sorted, hidden names skipped unless a
+    pattern names them, include/exclude relative to a folder input."""
+    fs, path = storage.filesystem(item)
+    path = path.rstrip("/") or path
+
+    def url(p):
+        return fs.unstrip_protocol(p)
+
+    def left_out(u):
+        return u.startswith(excluded.url_folders) or any(
+            u.rstrip("/") + "/" == f for f in excluded.url_folders)
+    try:
+        if _glob.has_magic(path):
+            parts = path.split("/")
+            fixed = 0
+            while fixed < len(parts) and not _glob.has_magic(parts[fixed]):
+                fixed += 1
+            found = []
+            for p, info in fs.glob(path, detail=True).items():
+                rest = p.split("/")[fixed:]
+                if info.get("type") != "file" or left_out(url(p)) or any(
+                        _is_hidden(c) and not _named_explicitly(c, parts[fixed:])
+                        for c in rest):
+                    continue
+                found.append(url(p))
+            if not found:
+                raise InputError(f"no input file matches {item!r}")
+            return sorted(found)
+        if fs.isdir(path):
+            found = []
+            for p, info in fs.find(path, detail=True).items():
+                rel = p[len(path):].lstrip("/")
+                comps = rel.split("/")
+                if info.get("type") != "file" or not rel or left_out(url(p)):
+                    continue
+                if any(_is_hidden(c) and not _named_explicitly(c, include.segments)
+                       for c in comps):
+                    continue
+                if any(excluded.relative.match("/".join(comps[:k]))
+                       for k in range(1, len(comps) + 1)):
+                    continue
+                if include and not include.match(rel):
+                    continue
+                found.append((rel, url(p)))
+            if not found:
+                what = " that include/exclude select" if include or excluded.relative else ""
+                raise InputError(f"input directory {item!r} holds no files{what}")
+            return [u for _, u in sorted(found)]
+        if fs.isfile(path):
+            return [item]
+    except InputError:
+        raise
+    except storage.StorageError as e:
+        raise InputError(f"cannot read input {e}") from None
+    except Exception as e:
+        raise _url_error(item, e) from None
+    raise InputError(f"input not found: {item!r}")
+
+
+def _url_input_file(url: str, input_format: str) -> InputFile:
+    """An InputFile of an object: its size and modification time from the store, its
+    compression and format as for a local file."""
+    try:
+        info = storage.url_info(url)
+        with open_input(url) as f:
+            head = f.read(512)
+    except FileNotFoundError:
+        raise InputError(f"input not found: {url!r}") from None
+    except storage.StorageError as e:
+        raise InputError(f"cannot read input {e}") from None
+    except Exception as e:
+        raise _url_error(url, e) from None
+    mtime = info.get("LastModified") or info.get("mtime") or info.get("created") or 0
+    if hasattr(mtime, "timestamp"):
+        mtime = mtime.timestamp()
+    try:
+        mtime_ns = int(float(mtime) * 1e9)
+    except (TypeError, ValueError):
+        mtime_ns = 0
+    return _described_file(url, url, int(info.get("size") or 0), mtime_ns, head,
+                           input_format, None)
 
 
 def _is_stdin(item: str) -> bool:
@@ -460,14 +558,18 @@ def _codec_available(codec: str) -> bool:
 
 def _open_stream(path: str, compression: str | None):
     """A binary file object with ``read(n)``: the file, or its decompressed content."""
+    if is_url(path):   # an object: read ahead in big blocks, not a request per 128 kB
+        source = open_input(path, sequential=True)
+    else:
+        source = path
     if compression is None:
-        return open(path, "rb")
+        return open(path, "rb") if source is path else source
     if compression == "gzip":
-        return gzip.open(path, "rb")
+        return gzip.open(source, "rb")
     if compression == "bz2":
-        return bz2.open(path, "rb")
+        return bz2.open(source, "rb")
     if compression == "xz":
-        return lzma.open(path, "rb")
+        return lzma.open(source, "rb")
     if compression == "zstd":
         try:
             import zstandard
@@ -475,8 +577,10 @@ def _open_stream(path: str, compression: str | None):
             pass
         else:
             return zstandard.ZstdDecompressor().stream_reader(
-                open(path, "rb"), read_across_frames=True, closefd=True)
-    return pa.CompressedInputStream(pa.OSFile(path), compression)
+                open(path, "rb") if source is path else source, read_across_frames=True,
+                closefd=True)
+    return pa.CompressedInputStream(pa.OSFile(path) if source is path else
+                                    pa.PythonFile(source, mode="r"), compression)
 
 
 def _read_all(path: str, compression: str | None) -> bytes:
@@ -558,6 +662,13 @@ def _input_file(item: str, input_format: str, spool_dir: str | None) -> InputFil
             head = f.read(512)
     except OSError as e:
         raise InputError(f"cannot read input {item!r}: {e.strerror or e}") from None
+    return _described_file(item, path, st.st_size, st.st_mtime_ns, head, input_format, source)
+
+
+def _described_file(item: str, path: str, size: int, mtime_ns: int, head: bytes,
+                    input_format: str, source: str | None) -> InputFile:
+    """The InputFile of ``path`` (named ``item`` by the user) from its first bytes: its
+    compression, and the format of its content."""
     compression, base = _compression_of(path, head)
     fmt = _file_format(base, input_format)
     if compression:
@@ -571,9 +682,9 @@ def _input_file(item: str, input_format: str, spool_dir: str | None) -> InputFil
     if fmt == "parquet" and compression:
         raise InputError(f"input {item!r} is a compressed Parquet file ({compression}); Parquet "
                          f"compresses its own pages: decompress the file")
-    if fmt == "jsonl" and st.st_size and _is_json_array(path, compression):
+    if fmt == "jsonl" and size and _is_json_array(path, compression):
         fmt = "json"
-    return InputFile(path=path, format=fmt, size=st.st_size, mtime_ns=st.st_mtime_ns,
+    return InputFile(path=path, format=fmt, size=size, mtime_ns=mtime_ns,
                      compression=compression, source=source)
 
 
@@ -602,7 +713,9 @@ def list_input_files(inputs, input_format: str = "auto", exclude: Sequence[str] 
     excluded = _Excluded(exclude)
     files: list[str] = []
     for item in items:
-        if _is_stdin(item):
+        if is_url(item):
+            files.extend(_url_files(item, include_p, excluded))
+        elif _is_stdin(item):
             files.append(STDIN)
         elif _glob.has_magic(item) and not os.path.lexists(item):
             found = _glob_files(item, excluded)
@@ -619,7 +732,8 @@ def list_input_files(inputs, input_format: str = "auto", exclude: Sequence[str] 
             files.append(item)
         else:
             raise InputError(f"input not found: {item!r}")
-    return [_input_file(p, input_format, spool_dir) for p in files]
+    return [_url_input_file(p, input_format) if is_url(p) else
+            _input_file(p, input_format, spool_dir) for p in files]
 
 
 # ---------------------------------------------------------------------------------------
@@ -810,7 +924,7 @@ def _columns_found(f: InputFile, column: str, keep: Sequence[str] = (),
     try:
         if f.format == "parquet":
             import pyarrow.parquet as pq
-            schema = pq.ParquetFile(f.path).schema_arrow
+            schema = pq.ParquetFile(_parquet_source(f.path)).schema_arrow
             names = schema.names
             kept = {k: str(_normalized_type(schema.field(k).type)) for k in keep
                     if k in names}
@@ -913,7 +1027,7 @@ def _plan_csv(f: InputFile, partition_size: int, quoting: str, add, warn) -> Non
         return
     delimiter = 9 if f.format == "tsv" else 44
     pieces, bad = [], None
-    with open(f.path, "rb") as fh:
+    with open_input(f.path) as fh:
         header_end, bad = _csv_boundary(fh, 0, 1, f.size, delimiter, quoting)
         start = header_end if header_end is not None else 0
         while header_end is not None and start < f.size:
@@ -982,7 +1096,9 @@ def plan_partitions(files: Sequence[InputFile], column: str, partition_size: int
     def add(**kw):
         specs.append(PartitionSpec(index=len(specs), column=column, quoting=quoting,
                                    keep_columns=keep, keep_types=spec_types,
-                                   column_pair=column_pair, **kw))
+                                   column_pair=column_pair, storage_options=(
+                                       storage.current_options() if is_url(kw["path"])
+                                       else None), **kw))
 
     for f in files:
         if f.size == 0:
@@ -1039,7 +1155,7 @@ def plan_partitions(files: Sequence[InputFile], column: str, partition_size: int
         if f.format == "parquet":
             import pyarrow.parquet as pq
             try:
-                md = pq.ParquetFile(f.path).metadata
+                md = pq.ParquetFile(_parquet_source(f.path)).metadata
             except (OSError, pa.ArrowException) as e:
                 raise InputError(f"cannot read input {f.path!r} as parquet: {e}") from None
             ci = md.schema.to_arrow_schema().get_field_index(column)
@@ -1072,7 +1188,7 @@ def plan_partitions(files: Sequence[InputFile], column: str, partition_size: int
                 compression=f.compression)
         else:
             start = 0
-            with open(f.path, "rb") as fh:
+            with open_input(f.path) as fh:
                 while start < f.size:
                     end = f.size if start + partition_size >= f.size else \
                         _next_line_start(fh, start + partition_size, f.size)
@@ -1086,7 +1202,7 @@ def plan_partitions(files: Sequence[InputFile], column: str, partition_size: int
 # ---------------------------------------------------------------------------------------
 
 def _read_range(path: str, start: int, end: int, what: str) -> bytes:
-    with open(path, "rb") as fh:
+    with open_input(path) as fh:
         fh.seek(start)
         data = fh.read(end - start)
     if len(data) != end - start:
@@ -1100,6 +1216,12 @@ def _read_bytes(spec: PartitionSpec) -> bytes:
     if spec.compression:
         return _read_all(spec.path, spec.compression)
     return _read_range(spec.path, spec.byte_start, spec.byte_end, spec.describe())
+
+
+def _parquet_source(path: str):
+    """What ``pq.ParquetFile`` opens: a local path, or a URL's file object (it reads the
+    footer and the column chunks it needs by byte ranges)."""
+    return open_input(path) if is_url(path) else path
 
 
 def _lines_array(values: np.ndarray, offsets: np.ndarray) -> pa.Array:
@@ -1144,7 +1266,7 @@ def _read_text_lines(spec: PartitionSpec) -> tuple[pa.Array, tuple[int, int]]:
     buf = _ext.host_bytes(size)
     view = memoryview(buf)
     got = 0
-    with open(spec.path, "rb", buffering=0) as fh:
+    with open_input(spec.path, buffering=0) as fh:
         fh.seek(spec.byte_start)
         while got < size:
             k = fh.readinto(view[got:])
@@ -1578,6 +1700,9 @@ def _read_csv(spec: PartitionSpec, with_kept: bool, bad: list | None = None):
         body = _read_range(spec.path, spec.byte_start, spec.byte_end, spec.describe())
         source = pa.BufferReader(header + body)
         size = len(header) + len(body)
+    elif is_url(spec.path):   # the object's bytes, fetched once (one range request)
+        source = pa.BufferReader(_read_range(spec.path, 0, spec.byte_end, spec.describe()))
+        size = source.size()
     else:
         source, size = spec.path, os.path.getsize(spec.path)
     read, parse, convert = _csv_options(spec.format, columns, size, spec.quoting)
@@ -1618,7 +1743,7 @@ def _read_parquet(spec: PartitionSpec, with_kept: bool):
     keep = spec.keep_columns if with_kept else ()
     text_columns = _text_columns(spec)
     columns = text_columns + [k for k in keep if k not in text_columns]
-    table = pq.ParquetFile(spec.path).read_row_groups(list(spec.row_groups), columns=columns)
+    table = pq.ParquetFile(_parquet_source(spec.path)).read_row_groups(list(spec.row_groups), columns=columns)
     docs = []
     for c in text_columns:
         col = table.column(c)
@@ -1645,7 +1770,7 @@ def _documents(spec: PartitionSpec, columns: list):
     return pa.Table.from_arrays(columns[:2], names=[spec.column, spec.column_pair])
 
 
-def _read(spec: PartitionSpec, with_kept: bool, bad: list | None = None):
+def _read_documents(spec: PartitionSpec, with_kept: bool, bad: list | None = None):
     """``(documents, kept, invalid)``: ``invalid`` is :func:`count_invalid_utf8` of the
     documents where reading found it (text), else None. ``bad``: the row policy
     (``on_bad_row: reject``): a row that cannot be read (a JSON Lines line that is not a
@@ -1673,6 +1798,14 @@ def _read(spec: PartitionSpec, with_kept: bool, bad: list | None = None):
     except _READ_ERRORS as e:
         raise InputError(f"cannot read {spec.describe()} as {spec.format}: {e}") from None
     raise AssertionError(spec.format)
+
+
+def _read(spec: PartitionSpec, with_kept: bool, bad: list | None = None):
+    """:func:`_read_documents` with the storage options of a URL partition."""
+    if spec.storage_options is None:
+        return _read_documents(spec, with_kept, bad)
+    with storage.using(spec.storage_options):
+        return _read_documents(spec, with_kept, bad)
 
 
 def read_partition(spec: PartitionSpec, bad: list | None = None):
@@ -1717,7 +1850,7 @@ def _count_text_lines(spec: PartitionSpec) -> int:
     buf = np.empty(min(size, _COUNT_PIECE), dtype=np.uint8)
     view = memoryview(buf)
     got = 0
-    with open(spec.path, "rb", buffering=0) as fh:
+    with open_input(spec.path, buffering=0) as fh:
         fh.seek(spec.byte_start)
         while got < size:
             k = fh.readinto(view[:min(len(buf), size - got)])
@@ -1740,7 +1873,8 @@ def count_partition(spec: PartitionSpec, lenient: bool = False) -> int:
         return spec.documents
     if spec.format == "text":
         try:
-            return _count_text_lines(spec)
+            with storage.using(spec.storage_options):
+                return _count_text_lines(spec)
         except JobError:
             raise
         except _READ_ERRORS as e:

@@ -1,0 +1,313 @@
+"""Where job inputs and outputs live: local paths, or fsspec URLs (``s3://``, ``gs://``,
+``abfs://``, ``hdfs://``, ``memory://``, ...) with their ``storage_options``.
+
+A local path (or a ``file://`` URL, which becomes its path) keeps the plain POSIX calls of
+the rest of daskwp: ``open``, ``os.replace``, ``fsync``. A URL goes through the fsspec
+filesystem of its protocol, made from the URL and the storage options (credentials come from
+the options or from the filesystem's usual sources: environment, config files).
+
+Storage options reach the code that opens files in two ways: explicitly (``Folder``,
+:func:`filesystem`), or for the input readers' many helpers through :func:`using`, a
+context (a ``contextvars`` variable: per thread and per task) that :func:`open_input`
+reads. They are never written anywhere by daskwp: they may hold secrets.
+
+Errors of the object store (no such bucket, an endpoint that does not answer, no
+credentials, access denied) become a :class:`StorageError` (an ``OSError``) whose message is
+one line naming the URL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+import re
+import shutil
+import tempfile
+import uuid
+
+__all__ = ["Folder", "StorageError", "current_options", "describe_storage_error",
+           "filesystem", "is_url",
+           "local_path", "open_input", "storage_error", "url_info", "using"]
+
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+_OPTIONS: contextvars.ContextVar = contextvars.ContextVar("daskwp_storage_options",
+                                                          default=None)
+
+
+class StorageError(OSError):
+    """An object store cannot be used for a URL; the message is one line that says why."""
+
+
+def is_url(path) -> bool:
+    """Whether ``path`` is a URL of another filesystem than the local one (``file://`` is
+    local)."""
+    if not isinstance(path, str):
+        return False
+    m = _URL.match(path)
+    return bool(m) and m.group(1).lower() not in ("file", "local")
+
+
+def local_path(path: str) -> str:
+    """``file:///x`` / ``local:///x`` -> ``/x``; anything else unchanged."""
+    m = _URL.match(path) if isinstance(path, str) else None
+    if m and m.group(1).lower() in ("file", "local"):
+        return path[m.end():] or "/"
+    return path
+
+
+@contextlib.contextmanager
+def using(storage_options: dict | None):
+    """Within the block, :func:`open_input` and :func:`filesystem` (without options of
+    their own) use ``storage_options``."""
+    token = _OPTIONS.set(dict(storage_options) if storage_options else None)
+    try:
+        yield
+    finally:
+        _OPTIONS.reset(token)
+
+
+def describe_storage_error(url: str, exc: BaseException) -> str:
+    """One line about why ``url`` cannot be used: the cause in words, then the error."""
+    name = type(exc).__name__
+    text = " ".join(str(exc).split()) or name
+    names = {c.__name__ for c in type(exc).__mro__}
+    if "NoCredentialsError" in names or "PartialCredentialsError" in names:
+        why = ("no credentials for the object store: set them in the environment (e.g. "
+               "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), a config file, or "
+               "storage_options")
+    elif names & {"EndpointConnectionError", "ConnectTimeoutError", "ClientConnectorError",
+                  "ConnectionError", "ConnectionRefusedError", "ReadTimeoutError"}:
+        why = "cannot reach the object store's endpoint (check endpoint_url and the network)"
+    elif isinstance(exc, FileNotFoundError) and "bucket" in text.lower():
+        why = "the bucket does not exist"
+    elif isinstance(exc, PermissionError) or "AccessDenied" in text or \
+            "InvalidAccessKeyId" in text or "SignatureDoesNotMatch" in text:
+        why = "access denied (check the credentials and their permissions)"
+    elif isinstance(exc, ImportError):
+        return f"{url}: {text}"
+    else:
+        return f"{url}: {name}: {text}"
+    return f"{url}: {why} ({name}: {text})"
+
+
+def storage_error(url: str, exc: BaseException) -> StorageError:
+    """``exc`` raised by the filesystem of ``url`` as a one-line StorageError."""
+    if isinstance(exc, StorageError):
+        return exc
+    err = StorageError(describe_storage_error(url, exc))
+    err.__cause__ = exc
+    return err
+
+
+def filesystem(url: str, storage_options: dict | None = None):
+    """``(fs, path)``: the fsspec filesystem of ``url`` and the path within it.
+    ``storage_options`` default to those of :func:`using`'s block. A protocol that is not
+    installed or not known is a StorageError naming what to install."""
+    import fsspec
+    options = _OPTIONS.get() if storage_options is None else storage_options
+    try:
+        return fsspec.core.url_to_fs(url, **(options or {}))
+    except ImportError as e:
+        raise StorageError(f"{url}: {' '.join(str(e).split())}") from None
+    except (ValueError, TypeError) as e:
+        raise StorageError(f"{url}: cannot use this URL with the storage options given "
+                           f"({type(e).__name__}: {e})") from None
+
+
+def url_info(url: str) -> dict:
+    """fsspec's ``info`` of ``url`` (``size``, ``type``, ...), errors as StorageError;
+    a missing object: FileNotFoundError."""
+    fs, path = filesystem(url)
+    try:
+        return fs.info(path)
+    except FileNotFoundError as e:
+        if "bucket" in str(e).lower():
+            raise storage_error(url, e) from None
+        raise
+    except Exception as e:
+        raise storage_error(url, e) from None
+
+
+#: Read-ahead of a URL read from start to end (a compressed object streamed).
+SEQUENTIAL_BLOCK_BYTES = 8 << 20
+
+
+def current_options() -> dict | None:
+    """The storage options of the enclosing :func:`using` block (None outside one)."""
+    return _OPTIONS.get()
+
+
+def open_input(path: str, buffering: int = -1, sequential: bool = False):
+    """A binary, seekable file object to read ``path``: ``open(path, "rb")`` for a local
+    path; for a URL the filesystem's file without a read cache, so that each ``read`` of a
+    byte range fetches that range only (no whole-object download), or, ``sequential``,
+    with a read-ahead of 8 MB blocks (a stream read from start to end)."""
+    if not is_url(path):
+        return open(local_path(path), "rb", buffering=buffering)
+    fs, p = filesystem(path)
+    try:
+        if sequential:
+            return fs.open(p, "rb", cache_type="readahead",
+                           block_size=SEQUENTIAL_BLOCK_BYTES)
+        return fs.open(p, "rb", cache_type="none")
+    except FileNotFoundError:
+        raise
+    except Exception as e:
+        raise storage_error(path, e) from None
+
+
+class Folder:
+    """A folder of output files: a local directory (POSIX: a temporary file, fsync'ed and
+    renamed) or a prefix of an object store (a file appears under its name complete: one
+    put of the finished bytes, or a completed multipart upload).
+
+    Pickles with its storage options (a task argument); its ``repr`` shows only the
+    location."""
+
+    def __init__(self, location: str, storage_options: dict | None = None):
+        location = local_path(os.fspath(location))
+        self.remote = is_url(location)
+        self.storage_options = dict(storage_options or {}) if self.remote else {}
+        self.location = location.rstrip("/") if self.remote else os.path.abspath(location)
+
+    def __repr__(self) -> str:
+        return f"Folder({self.location!r})"
+
+    def __reduce__(self):
+        return (Folder, (self.location, self.storage_options))
+
+    def _fs(self):
+        fs, path = filesystem(self.location, self.storage_options)
+        return fs, path.rstrip("/")
+
+    def join(self, name: str) -> str:
+        """The path or URL of ``name`` in the folder."""
+        if self.remote:
+            return f"{self.location}/{name}"
+        return os.path.join(self.location, name)
+
+    def _call(self, what, fn, *args, **kw):
+        try:
+            return fn(*args, **kw)
+        except FileNotFoundError as e:
+            if "bucket" in str(e).lower():
+                raise storage_error(what, e) from None
+            raise
+        except StorageError:
+            raise
+        except Exception as e:
+            raise storage_error(what, e) from None
+
+    def check_writable(self) -> None:
+        """Create the folder (a local one) and check that files can be created in it: a
+        probe file written and removed. An object store's bucket is not created: a missing
+        one is an error. Raises StorageError / OSError."""
+        if not self.remote:
+            if os.path.exists(self.location) and not os.path.isdir(self.location):
+                raise NotADirectoryError(f"{self.location!r} exists and is not a directory")
+            os.makedirs(self.location, exist_ok=True)
+            probe = os.path.join(self.location, f".tmp-probe-{uuid.uuid4().hex}")
+            with open(probe, "wb"):
+                pass
+            os.unlink(probe)
+            return
+        fs, path = self._fs()
+        if self._call(self.location, fs.isfile, path):
+            raise NotADirectoryError(f"{self.location!r} is an object, not a folder")
+        probe = f"{path}/.tmp-probe-{uuid.uuid4().hex}"
+        self._call(self.location, fs.pipe_file, probe, b"")
+        self._call(self.location, fs.rm_file, probe)
+
+    def listdir(self) -> list[str]:
+        """The names in the folder ([] when it does not exist yet)."""
+        if not self.remote:
+            try:
+                return os.listdir(self.location)
+            except FileNotFoundError:
+                return []
+        fs, path = self._fs()
+        try:
+            entries = self._call(self.location, fs.ls, path, detail=False, refresh=True)
+        except FileNotFoundError:
+            return []
+        return sorted(e.rstrip("/").rsplit("/", 1)[-1] for e in entries
+                      if e.rstrip("/") != path)
+
+    def exists(self, name: str) -> bool:
+        if not self.remote:
+            return os.path.exists(self.join(name))
+        fs, path = self._fs()
+        return bool(self._call(self.join(name), fs.exists, f"{path}/{name}"))
+
+    def remove(self, name: str) -> None:
+        """Remove ``name`` (nothing when it is missing)."""
+        if not self.remote:
+            try:
+                os.unlink(self.join(name))
+            except FileNotFoundError:
+                pass
+            return
+        fs, path = self._fs()
+        try:
+            self._call(self.join(name), fs.rm_file, f"{path}/{name}")
+        except FileNotFoundError:
+            pass
+
+    def read_bytes(self, name: str) -> bytes:
+        if not self.remote:
+            with open(self.join(name), "rb") as fh:
+                return fh.read()
+        fs, path = self._fs()
+        return self._call(self.join(name), fs.cat_file, f"{path}/{name}")
+
+    def open(self, name: str):
+        """``name`` opened for reading (binary, seekable)."""
+        if not self.remote:
+            return open(self.join(name), "rb")
+        fs, path = self._fs()
+        return self._call(self.join(name), fs.open, f"{path}/{name}", "rb",
+                          cache_type="none")
+
+    def write_bytes(self, name: str, data: bytes) -> None:
+        """``name`` holds ``data``, atomically: a local temporary file, fsync'ed and renamed;
+        on an object store one put."""
+        if not self.remote:
+            tmp = self.join(f".tmp-{uuid.uuid4().hex}-{name}")
+            try:
+                with open(tmp, "wb") as fh:
+                    fh.write(data)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.replace(tmp, self.join(name))
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+                raise
+            return
+        fs, path = self._fs()
+        self._call(self.join(name), fs.pipe_file, f"{path}/{name}", data)
+
+    def staging(self) -> str:
+        """A new local folder to write a file in before :meth:`publish` moves it here: in
+        the folder itself when it is local (the rename is atomic), else in the system's
+        temporary folder. The caller removes it (:meth:`drop_staging`)."""
+        if not self.remote:
+            return self.location
+        return tempfile.mkdtemp(prefix="daskwp-staging-")
+
+    def drop_staging(self, staging: str) -> None:
+        if self.remote:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    def publish(self, local_file: str, name: str) -> None:
+        """Move the finished ``local_file`` to ``name``: a rename on a local folder; on an
+        object store an upload (one put, or a multipart upload that the store completes
+        only with every part: a killed upload leaves no object), then the local file is
+        removed."""
+        if not self.remote:
+            os.replace(local_file, self.join(name))
+            return
+        fs, path = self._fs()
+        self._call(self.join(name), fs.put_file, local_file, f"{path}/{name}")
+        os.unlink(local_file)
