@@ -139,3 +139,38 @@ def test_the_table_checker_finds_malformed_tables():
 @pytest.mark.parametrize("path", markdown_files(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_tables_are_well_formed(path):
     assert not malformed_tables(path.read_text(encoding="utf-8"))
+
+
+# -- the user guide's examples run, as the README's do (tests/test_readme.py's harness) ------
+
+def guide_blocks():
+    from test_readme import python_blocks
+    out = []
+    for page in sorted((DOCS / "guide").glob("*.md")):
+        out += [(page, line, code) for line, code in python_blocks(page.read_text("utf-8"))]
+    return out
+
+
+@pytest.fixture(scope="module")
+def guide_scratch(tmp_path_factory):
+    from test_readme import _scratch
+    return _scratch(tmp_path_factory.mktemp("guide"))
+
+
+@pytest.mark.parametrize("page,line,code", [
+    pytest.param(p, n, c, marks=[pytest.mark.slow] if "connect(" in c else [],  # a cluster
+                 id=f"{p.name}:{n}") for p, n, c in guide_blocks()])
+def test_guide_python_block_runs(page, line, code, guide_scratch, monkeypatch):
+    from test_readme import _close_clients, _missing_optional, _reader
+    monkeypatch.chdir(guide_scratch)
+    namespace = {"__name__": "__guide__", **_reader()}
+    try:
+        exec(compile("\n" * (line - 1) + code, str(page), "exec"), namespace)
+    except Exception as e:
+        missing = _missing_optional(e) or ("torch" if "PyTorch is not installed" in str(e)
+                                           else None)
+        if missing:
+            pytest.skip(f"{page.name} line {line}: the block needs {missing}, not installed")
+        raise
+    finally:
+        _close_clients(namespace)
