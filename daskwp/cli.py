@@ -72,7 +72,7 @@ class _Parser(argparse.ArgumentParser):
 _GROUPS = ("tokenizer", "windows", "input and output", "cluster", "run")
 #: Extra spellings of a few flags (kept for existing scripts).
 _ALIASES = {"scheduler_address": ("--scheduler",), "quiet": ("-q",),
-            "storage_options": ("--storage-option",)}
+            "storage_options": ("--storage-option",), "packing": ("--pack",)}
 _BOOL_CHECKS = (check_bool, check_opt_bool, check_truncation)
 #: The flags of ``daskwp count``: the tokenizer, how the input is read, the cluster.
 COUNT_KEYS = tuple(k for k in CONFIG_KEYS if OPTIONS[k].cli_group in ("tokenizer", "cluster")

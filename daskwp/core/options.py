@@ -349,6 +349,27 @@ def check_columns(name: str, value) -> list | None:
     return cols
 
 
+def check_packing(name: str, value):
+    """None (no packing), a block size, or ``{"block_size": N, "pad_last": bool}`` (a YAML
+    mapping, or its text): returns None or the full mapping."""
+    if isinstance(value, str):
+        import yaml
+        try:
+            value = yaml.safe_load(value)
+        except yaml.YAMLError:
+            pass
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        value = {"block_size": value}
+    unknown = sorted(set(value) - {"block_size", "pad_last"})
+    if unknown or "block_size" not in value:
+        raise OptionValueError(f"{name} must be a block size or a mapping with block_size "
+                               f"(and pad_last); got {value!r}")
+    return {"block_size": check_int(f"{name}.block_size", value["block_size"], 1, INT32_MAX),
+            "pad_last": check_bool(f"{name}.pad_last", value.get("pad_last", False))}
+
+
 # -- the table ----------------------------------------------------------------------------
 # max_length and stride are checked here for their type; their ranges depend on each other
 # and on add_special_tokens (core.windows.window_params checks them together).
@@ -630,6 +651,11 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
          "megatron output: split each document on this string into sequences (e.g. \"\\n\" "
          "for sentence-per-line text in JSON Lines or Parquet); pieces without tokens are "
          "left out, as preprocess_data.py leaves out empty sentences", metavar="TEXT"),
+    _opt("packing", None, check_packing, "null, a block size (an integer >= 1) or "
+         "{block_size: N, pad_last: true/false}", True, (JOB,),
+         "concatenate the tokenized documents of the whole input in input order and cut "
+         "blocks of block_size tokens (HF run_mlm's group_texts over the whole corpus); the "
+         "last remainder is dropped, or padded with pad_last", cli_type=int, metavar="N"),
     _opt("merge_parts", True, check_bool, "true or false", True, (JOB,),
          "megatron output: merge the partitions' .bin/.idx pairs into one pair (default); "
          "false: keep the per-partition pairs only, listed in _megatron_data_args.txt"),

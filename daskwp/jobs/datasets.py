@@ -35,7 +35,7 @@ from .records import (check_part_record, commit_part, naming_partition, temporar
 
 __all__ = ["DATASET_FILES", "check_datasets_part", "features_of", "finish_datasets",
            "is_datasets_file", "shard_name", "verify_datasets_output",
-           "write_datasets_partition"]
+           "write_datasets_partition", "write_shard"]
 
 #: The metadata files of ``save_to_disk``.
 DATASET_FILES = ("dataset_info.json", "state.json")
@@ -84,6 +84,19 @@ def _hf_schema(table: pa.Table) -> pa.Table:
     return table.replace_schema_metadata(meta)
 
 
+def write_shard(table: pa.Table, path: str) -> pa.Table:
+    """``table`` with its features in the schema's ``huggingface`` metadata, written to
+    ``path`` as an Arrow IPC stream (a ``save_to_disk`` shard) and fsync'ed; returns the
+    table written."""
+    table = _hf_schema(table)
+    with pa.OSFile(path, "wb") as sink:
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+    with open(path, "rb+") as fh:
+        os.fsync(fh.fileno())
+    return table
+
+
 @naming_partition
 def write_datasets_partition(spec, logid_offset: int, out_dir: str, tokenizer,
                              options: dict, job_id: str, n_partitions: int,
@@ -111,7 +124,6 @@ def write_datasets_partition(spec, logid_offset: int, out_dir: str, tokenizer,
                                               spec.index)
     if kept is not None:
         table = attach_kept_columns(table, kept, int(logid_offset))
-    table = _hf_schema(table)
     c2 = time.thread_time()
     text_bytes = int(pc.sum(pc.binary_length(texts)).as_py() or 0) if len(texts) else 0
     stats.update(documents=len(texts), partition=spec.index, logid_offset=int(logid_offset),
@@ -124,11 +136,7 @@ def write_datasets_partition(spec, logid_offset: int, out_dir: str, tokenizer,
                  features=features_of(table.schema), rejected=len(bad or ()))
     tmp = temporary_path(out_dir, spec.index, "shard-")
     try:
-        with pa.OSFile(tmp, "wb") as sink:
-            with pa.ipc.new_stream(sink, table.schema) as writer:
-                writer.write_table(table)
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
+        write_shard(table, tmp)
         rejects = write_part_rejects(out_dir, spec, n_partitions, bad, logid_offset,
                                      file_offset)
         commit_part(out_dir, spec.index, n_partitions, job_id, stats,

@@ -82,6 +82,7 @@ from .datasets import (finish_datasets, is_datasets_file, verify_datasets_output
 from .megatron import (check_output_format_options, finish_megatron, is_megatron_file,
                        megatron_options, verify_megatron_output, write_megatron_partition)
 from .records import check_part_record
+from .packing import check_packing_config, packing_summary, run_packed_job
 from .progress import Progress
 
 def resolve_device(device: str) -> str:
@@ -141,7 +142,10 @@ def check_window_parameters(cfg: JobConfig, tokenizer, source: str = "config") -
     """Raise ConfigError for window parameters the tokenizer refuses (stride >= L, ...),
     before any cluster starts. The tokenizer's own validation gives the message. Options
     that another output format cannot honour are refused by name."""
-    check_output_format_options(cfg, tokenizer, default_value)
+    if cfg.packing is not None:
+        check_packing_config(cfg, default_value)
+    else:
+        check_output_format_options(cfg, tokenizer, default_value)
     options = {k: getattr(cfg, k) for k in _PARTITION_OPTIONS}
     sample = pa.array([""], type=pa.large_string())
     if cfg.column_pair is not None:   # sentence pairs: the pair options are checked too
@@ -541,6 +545,11 @@ def format_summary(s: dict) -> str:
         f"  vocabulary   {s['vocab']} (hash {s['vocabulary_hash'][:12]})",
         f"  output       {s['output']}",
     ]
+    if s.get("packing"):
+        pk = s["packing"]
+        lines.append(f"  packing      {pk['blocks']:,} blocks of {pk['block_size']:,} tokens"
+                     + (" (the last one padded)" if pk["pad_last"] else
+                        " (the remainder dropped)"))
     if s.get("datasets"):
         lines.append(f"  datasets     {s['datasets']['shards']} Arrow shard(s): "
                      f"datasets.load_from_disk({s['output']!r})")
@@ -638,7 +647,8 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
             if counts[q] is None and p.get("documents") is not None:
                 counts[q] = int(p["documents"])
     megatron = cfg.output_format == "megatron"
-    if cfg.output_format != "parquet":   # parts with a record (jobs/records.py)
+    packing = cfg.packing is not None
+    if cfg.output_format != "parquet" or packing:   # parts with a record (jobs/records.py)
         stats: list = [check_part_record(out, i, n, job_id, counts[i]) for i in range(n)]
     else:
         stats = [check_part(os.path.join(out, part_name(i, n)), i, job_id, counts[i], None)
@@ -689,10 +699,17 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
                 os.unlink(os.path.join(out, SUMMARY_FILE))
             except FileNotFoundError:
                 pass
-        graph = job_graph(specs, counts, missing, out, tok, options, job_id, device,
+        t_work = time.perf_counter()  # the cluster is up: counting, tokenizing, writing
+        if packing:   # two passes of their own (jobs/packing.py)
+            stats, packed_offsets, _ = run_packed_job(cfg, tok, specs, out, job_id, client,
+                                                      log, device)
+            written_bytes = sum(stats[i]["text_bytes"] for i in missing)
+            missing_graph: list = []
+        else:
+            missing_graph = missing
+        graph = job_graph(specs, counts, missing_graph, out, tok, options, job_id, device,
                           run_id=uuid.uuid4().hex[:8],
                           write=_WRITERS[cfg.output_format])
-        t_work = time.perf_counter()  # the cluster is up: counting, tokenizing, writing
         prog = Progress("tokenizing", len(missing), cfg.quiet)
 
         def got_part(i, st):
@@ -715,6 +732,8 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
 
     offsets = [int(values[k]) for k in graph.offset_keys]
     counts = [int(values[k]) for k in graph.count_keys]
+    if packing:
+        offsets = packed_offsets
     for i, st in enumerate(stats):
         if st["logid_offset"] != offsets[i] or st["documents"] != counts[i]:
             raise JobError(f"output part {part_name(i, n)!r} in {out!r} records logID offset "
@@ -726,7 +745,10 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
     # Accounting: every logID 0..N-1 present exactly once, in order.
     plan = [{"index": i, "documents": counts[i], "logid_offset": offsets[i]}
             for i in range(n)]
-    _VERIFIERS[cfg.output_format](out, plan)
+    if packing:
+        packed = packing_summary(stats, cfg)
+    else:
+        _VERIFIERS[cfg.output_format](out, plan)
     total_docs = offsets[n]
     if sum(s["documents"] for s in stats) != total_docs:
         raise JobError(f"output {out!r}: documents written differ from the input's "
@@ -775,8 +797,12 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
         "job_id": job_id,
         "version": __version__,
     }
-    if megatron:
-        summary["megatron"] = finish_megatron(out, cfg, stats, bool(missing))
+    if packing:
+        summary["packing"] = packed
+    if megatron:   # packed: each block is a document of one sequence
+        summary["megatron"] = finish_megatron(
+            out, cfg, [dict(s, documents=s["rows"]) for s in stats] if packing else stats,
+            bool(missing))
     elif cfg.output_format == "datasets":
         summary["datasets"] = finish_datasets(out, stats, job_id)
     unknown = unknown_rate_warnings(summary, tok)

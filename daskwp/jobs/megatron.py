@@ -34,7 +34,7 @@ from ..frames.megatron import index_size, megatron_sequences, merge_pairs, read_
 from .errors import ConfigError, JobError
 from .parts import PART_PREFIX, TMP_PREFIX, worker_device, worker_series
 from .records import (check_part_record, commit_part, naming_partition, part_stem,
-                      temporary_path, timed_read, write_part_rejects)
+                      refuse_set_options, temporary_path, timed_read, write_part_rejects)
 
 __all__ = ["DATA_ARGS_FILE", "MEGATRON_ONLY", "MEGATRON_OPTIONS", "PART_FILES",
            "check_megatron_config", "check_output_format_options",
@@ -83,12 +83,9 @@ def check_megatron_config(cfg, tokenizer, default_value) -> None:
     """Refuse, by name, what a Megatron job cannot honour: window, pair and per-position
     options set to anything but their default (``default_value(key)``: the configured
     default), and an ``eod_token`` the vocabulary lacks."""
-    for key in _NOT_APPLICABLE:
-        value = getattr(cfg, key)
-        if value != default_value(key) and not (key == "bucket_widths" and value == "auto"):
-            raise ConfigError(f"{key}={value!r} does not apply to output_format 'megatron' "
-                              f"(one whole sequence per document or piece, no windows); "
-                              f"leave it unset, or use output_format 'parquet'")
+    refuse_set_options(cfg, _NOT_APPLICABLE, default_value, "output_format 'megatron' (one "
+                       "whole sequence per document or piece, no windows)",
+                       "leave it unset, or use output_format 'parquet'")
     eod = cfg.eod_token or tokenizer.vocab.sep_token
     if tokenizer.vocab.token_to_id(eod) is None:
         raise ConfigError(f"eod_token {eod!r} is not a token of the vocabulary "

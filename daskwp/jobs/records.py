@@ -22,7 +22,8 @@ from .parts import (PART_SUFFIX, TMP_PREFIX, part_name, partition_failure,
                     read_counted_partition, rejects_path, write_rejects)
 
 __all__ = ["RECORD_SUFFIX", "check_part_record", "commit_part", "file_digest", "part_stem",
-           "naming_partition", "temporary_path", "timed_read", "write_part_rejects"]
+           "naming_partition", "refuse_set_options", "temporary_path", "timed_read",
+           "write_part_rejects"]
 
 RECORD_SUFFIX = ".json"
 _READ_CHUNK = 1 << 22
@@ -133,3 +134,14 @@ def naming_partition(write):
         except Exception as e:
             raise partition_failure(e, spec) from e
     return write_naming_partition
+
+
+def refuse_set_options(cfg, keys, default_value, what: str, instead: str) -> None:
+    """ConfigError naming the first of ``keys`` that ``cfg`` sets to anything but its
+    default (``default_value(key)``: the configured default): it "does not apply to
+    ``what``"; ``instead`` says what to do."""
+    from .errors import ConfigError
+    for key in keys:
+        value = getattr(cfg, key)
+        if value != default_value(key) and not (key == "bucket_widths" and value == "auto"):
+            raise ConfigError(f"{key}={value!r} does not apply to {what}; {instead}")

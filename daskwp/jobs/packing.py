@@ -1,0 +1,314 @@
+"""Global packing (``packing: {block_size: 512}``, ``--pack 512``): the tokenized documents
+of the whole input, in input order, concatenated and cut into blocks of ``block_size``
+tokens — HuggingFace ``run_mlm.py``'s ``group_texts`` applied to the whole corpus at once
+(each document ``[CLS] ids [SEP]`` with ``add_special_tokens``, as its tokenizer call gives
+them). The final remainder is dropped, or padded with ``[PAD]`` (``pad_last: true``; its
+mask 0 there).
+
+Two passes, no shuffle (docs/batch-jobs.md "Global packing"):
+
+1. one task per partition tokenizes it and spills its documents' tokens (int32) and their
+   lengths next to the output (hidden temporary files); it returns its token and document
+   counts;
+2. the driver sums them: partition i's tokens start at global position ``S_i``, so it owns
+   the blocks that start in ``[S_i, S_{i+1})``; its write task cuts them from its own spill
+   and takes the tail of its last block from the heads of the following partitions'
+   spills (memory-mapped, only the tokens it needs). Blocks are the same whatever the
+   partitioning or the workers.
+
+Each block records where it starts: ``logID`` (the document) and ``offset`` (the token of
+that document, ``[CLS]`` counted), so every block maps back to its text. Parts are written
+with records (:mod:`.records`), in the job's ``output_format``: Parquet
+(``block, logID, offset, input_ids[, attention_mask]``), Megatron (one sequence and one
+document per block) or datasets (the Parquet columns as Arrow shards).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..core.lengths import LengthCounts
+from ..distributed.state import cached_tokenizer
+from ..io.megatron import token_dtype, write_pair
+from .errors import JobError
+from .parts import TMP_PREFIX, worker_device, worker_series
+from .records import (check_part_record, commit_part, naming_partition, part_stem,
+                      refuse_set_options, temporary_path, timed_read, write_part_rejects)
+
+__all__ = ["PACKING_NOT_APPLICABLE", "check_packing_config", "document_units",
+           "pack_blocks", "run_packed_job", "spill_partition", "write_packed_partition"]
+
+#: Options that do not apply to packed blocks: refused when set to anything but their default.
+PACKING_NOT_APPLICABLE = ("max_length", "stride", "truncation", "padding", "bucket_widths",
+                          "return_overflowing_tokens", "return_token_type_ids",
+                          "return_sequence_ids", "return_offsets_mapping", "return_word_ids",
+                          "return_special_tokens_mask", "column_pair", "keep_columns",
+                          "append_eod", "eod_token", "document_separator")
+
+
+def check_packing_config(cfg, default_value) -> None:
+    """Refuse, by name, what packed blocks cannot honour."""
+    refuse_set_options(cfg, PACKING_NOT_APPLICABLE, default_value, "packing (blocks of "
+                       "block_size tokens cut from the concatenated documents)",
+                       "leave it unset, or drop packing")
+
+
+def document_units(token_ids, offsets, cls_id=None, sep_id=None):
+    """Each document as ``[cls_id] ids [sep_id]`` (each when not None; an empty document is
+    ``[cls_id, sep_id]``, as HF's tokenizer call gives it): ``(flat int32, lengths int64)``."""
+    ids = np.asarray(token_ids, dtype=np.int32)
+    lens = np.diff(np.asarray(offsets, dtype=np.int64))
+    extra = int(cls_id is not None) + int(sep_id is not None)
+    if not extra:
+        return ids, lens
+    out_lens = lens + extra
+    ends = np.cumsum(out_lens)
+    starts = ends - out_lens
+    out = np.empty(int(ends[-1]) if len(ends) else 0, dtype=np.int32)
+    body = np.ones(len(out), dtype=bool)
+    if cls_id is not None:
+        body[starts] = False
+        out[starts] = cls_id
+    if sep_id is not None:
+        body[ends - 1] = False
+        out[ends - 1] = sep_id
+    out[body] = ids
+    return out, out_lens
+
+
+def pack_blocks(units, block_size: int, start: int, stop: int, pad_id: int | None = None):
+    """Blocks ``start .. stop-1`` of the concatenation ``units`` (an array of all tokens):
+    rows x block_size int32; a short last block is padded with ``pad_id`` (the reference,
+    ``group_texts`` over one array)."""
+    rows = []
+    for b in range(start, stop):
+        blk = np.asarray(units[b * block_size:(b + 1) * block_size], dtype=np.int32)
+        if len(blk) < block_size:
+            blk = np.concatenate([blk, np.full(block_size - len(blk), pad_id, np.int32)])
+        rows.append(blk)
+    return np.stack(rows) if rows else np.zeros((0, block_size), np.int32)
+
+
+def _spill_path(out_dir: str, index: int, what: str) -> str:
+    return os.path.join(out_dir, f"{TMP_PREFIX}pack-{index:06d}.{what}.npy")
+
+
+@naming_partition
+def spill_partition(spec, out_dir: str, tokenizer, options: dict, device: str = "cpu",
+                    documents: int | None = None) -> dict:
+    """Pass 1 of a packed job: tokenize partition ``spec``, spill its documents' units
+    (``.ids.npy``, int32) and their lengths (``.lens.npy``), atomically; return its counts
+    and statistics (rejected rows: the row policy, listed at write time)."""
+    texts, _, (bad_bytes, bad_docs), bad, read_cpu = timed_read(spec, documents, options)
+    c1 = time.thread_time()
+    tok = cached_tokenizer(tokenizer)
+    dev = worker_device(device)
+    enc = tok.encode(worker_series(texts, dev) if dev != "cpu" else texts)
+    ids = enc.token_ids.get() if hasattr(enc.token_ids, "get") else np.asarray(enc.token_ids)
+    offsets = enc.offsets.get() if hasattr(enc.offsets, "get") else np.asarray(enc.offsets)
+    special = bool(options.get("add_special_tokens"))
+    units, lens = document_units(ids, offsets, tok.vocab.cls_id if special else None,
+                                 tok.vocab.sep_id if special else None)
+    for what, arr in (("ids", units), ("lens", lens)):
+        tmp = os.path.join(out_dir, f"{TMP_PREFIX}pack-w-{uuid.uuid4().hex}.npy")
+        np.save(tmp, arr)
+        os.replace(tmp, _spill_path(out_dir, spec.index, what))
+    return {"index": spec.index, "units": int(len(units)), "documents": len(texts),
+            "tokens": int(len(ids)),
+            "unknown_tokens": int(np.count_nonzero(ids == tok.vocab.unk_id)),
+            "text_bytes": int(pc.sum(pc.binary_length(texts)).as_py() or 0) if len(texts)
+            else 0,
+            "invalid_utf8_bytes": bad_bytes, "invalid_utf8_documents": bad_docs,
+            "bad": bad, "length_counts": LengthCounts.of(np.diff(offsets)).to_json(),
+            "cpu_seconds": {"read": read_cpu, "tokenize": time.thread_time() - c1}}
+
+
+def _block_range(i: int, starts, block_size: int, pad_last: bool) -> tuple[int, int]:
+    """The blocks partition i owns: those starting in ``[starts[i], starts[i+1])`` (and
+    that exist: whole blocks, plus the padded last one with ``pad_last``)."""
+    total = int(starts[-1])
+    n_blocks = total // block_size + (1 if pad_last and total % block_size else 0)
+    b0 = -(-int(starts[i]) // block_size)
+    b1 = -(-int(starts[i + 1]) // block_size)
+    return min(b0, n_blocks), min(b1, n_blocks)
+
+
+def _gather(out_dir: str, i: int, starts, lo: int, hi: int) -> np.ndarray:
+    """Global token positions ``[lo, hi)`` from the spills of partitions i, i+1, ...
+    (memory-mapped: only the tokens asked for are read)."""
+    pieces = []
+    j = i
+    while lo < hi and j < len(starts) - 1:
+        s, e = int(starts[j]), int(starts[j + 1])
+        if e > lo:
+            units = np.load(_spill_path(out_dir, j, "ids"), mmap_mode="r")
+            pieces.append(np.asarray(units[lo - s:min(hi, e) - s]))
+            lo = min(hi, e)
+        j += 1
+    return np.concatenate(pieces) if pieces else np.zeros(0, np.int32)
+
+
+def block_table(out_dir: str, i: int, starts, logid_offset: int, block_size: int,
+                pad_last: bool, pad_id: int | None):
+    """The blocks partition i owns as an Arrow table ``block, logID, offset, input_ids`` (+
+    ``attention_mask`` with ``pad_last``)."""
+    b0, b1 = _block_range(i, starts, block_size, pad_last)
+    s = int(starts[i])
+    total = int(starts[-1])
+    blocks = np.zeros((b1 - b0, block_size), np.int32)
+    if b1 > b0:
+        flat = _gather(out_dir, i, starts, b0 * block_size, min(b1 * block_size, total))
+        blocks.reshape(-1)[:len(flat)] = flat
+        if len(flat) < blocks.size:
+            blocks.reshape(-1)[len(flat):] = pad_id
+    lens = np.load(_spill_path(out_dir, i, "lens"))
+    ends = np.cumsum(lens)
+    pos = np.arange(b0, b1, dtype=np.int64) * block_size - s
+    doc = np.searchsorted(ends, pos, side="right")
+    offset = pos - (ends[doc] - lens[doc]) if len(pos) else pos
+    cols = {"block": pa.array(np.arange(b0, b1, dtype=np.int64)),
+            "logID": pa.array(doc.astype(np.int64) + int(logid_offset)),
+            "offset": pa.array(offset.astype(np.int64)),
+            "input_ids": pa.FixedSizeListArray.from_arrays(pa.array(blocks.reshape(-1)),
+                                                           block_size).cast(
+                                                               pa.list_(pa.int32()))}
+    if pad_last:
+        real = np.clip(total - np.arange(b0, b1, dtype=np.int64) * block_size, 0, block_size)
+        mask = (np.arange(block_size)[None, :] < real[:, None]).astype(np.int32)
+        cols["attention_mask"] = pa.FixedSizeListArray.from_arrays(
+            pa.array(mask.reshape(-1)), block_size).cast(pa.list_(pa.int32()))
+    return pa.table(cols), blocks
+
+
+@naming_partition
+def write_packed_partition(spec, starts, logid_offset: int, out_dir: str, tokenizer,
+                           options: dict, job_id: str, n_partitions: int, spill: dict,
+                           file_offset: int | None = None) -> dict:
+    """Pass 2: the blocks partition ``spec.index`` owns, written in the job's output format
+    with a record (:func:`.records.commit_part`)."""
+    t0 = time.thread_time()
+    from .datasets import shard_name, write_shard
+    tok = cached_tokenizer(tokenizer)
+    packing = options["packing"]
+    table, blocks = block_table(out_dir, spec.index, starts, logid_offset,
+                                packing["block_size"], packing["pad_last"],
+                                tok.vocab.pad_id if packing["pad_last"] else None)
+    i, n = spec.index, n_partitions
+    stats = {k: spill[k] for k in ("documents", "tokens", "unknown_tokens", "text_bytes",
+                                   "invalid_utf8_bytes", "invalid_utf8_documents",
+                                   "length_counts")}
+    stats.update(partition=i, logid_offset=int(logid_offset), rows=table.num_rows,
+                 token_offset=int(starts[i]), rejected=len(spill["bad"] or ()),
+                 blocks=[int(table.column("block")[0].as_py()) if table.num_rows else None,
+                         table.num_rows])
+    rejects = write_part_rejects(out_dir, spec, n, spill["bad"], logid_offset, file_offset)
+    fmt = options["output_format"]
+    tmp = temporary_path(out_dir, i, "packed-")
+    try:
+        if fmt == "megatron":
+            dtype = token_dtype(len(tok.vocab))
+            k = table.num_rows
+            write_pair(tmp, blocks.reshape(-1).astype(dtype),
+                       np.full(k, packing["block_size"], np.int64), np.arange(k + 1),
+                       fsync=True)
+            stats.update(dtype=str(dtype), tokens_written=int(blocks.size))
+            prefix = part_stem(i, n)
+            files = {prefix + ".bin": tmp + ".bin", prefix + ".idx": tmp + ".idx"}
+        elif fmt == "datasets":
+            from .datasets import features_of
+            table = write_shard(table, tmp)
+            stats["features"] = features_of(table.schema)
+            files = {shard_name(i, n): tmp}
+        else:
+            import pyarrow.parquet as pq
+            pq.write_table(table, tmp, compression=options.get("compression") or "none")
+            with open(tmp, "rb+") as fh:
+                os.fsync(fh.fileno())
+            files = {part_stem(i, n) + ".parquet": tmp}
+        commit_part(out_dir, i, n, job_id, stats, files, rejects)
+    finally:
+        for t in (tmp, tmp + ".bin", tmp + ".idx"):
+            if os.path.exists(t):
+                os.unlink(t)
+    stats["cpu_seconds"] = dict(spill["cpu_seconds"], write=time.thread_time() - t0)
+    return stats
+
+
+def _run_tasks(client, dsk: dict, keys: list) -> list:
+    if client is None:
+        from dask.local import get_sync
+        return list(get_sync(dsk, keys)) if keys else []
+    return client.get(dsk, keys, sync=True) if keys else []
+
+
+def run_packed_job(cfg, tok, specs, out: str, job_id: str, client, log,
+                   device: str) -> tuple[list, list, list]:
+    """Both passes of a packed job (the driver prepared the output directory). Returns
+    ``(stats, offsets, missing)``: every part's statistics, the logID offsets (n + 1) and
+    the parts this run wrote."""
+    from dask._task_spec import Task, TaskRef
+
+    from ..distributed.graph import tokenizer_layer
+
+    n = len(specs)
+    stats = [check_part_record(out, i, n, job_id, None) for i in range(n)]
+    missing = [i for i in range(n) if stats[i] is None]
+    options = {"add_special_tokens": cfg.add_special_tokens, "on_bad_row": cfg.on_bad_row,
+               "packing": cfg.packing, "output_format": cfg.output_format,
+               "compression": cfg.compression}
+    if missing:
+        tok_key, dsk = tokenizer_layer(tok)
+        keys = []
+        for s in specs:
+            key = (f"daskwp-spill-{job_id[:8]}", s.index)
+            dsk[key] = Task(key, spill_partition, s, out, TaskRef(tok_key), options, device)
+            keys.append(key)
+        spills = _run_tasks(client, dsk, keys)
+        starts = np.concatenate([[0], np.cumsum([s["units"] for s in spills])])
+        doc_offsets = np.concatenate([[0], np.cumsum([s["documents"] for s in spills])])
+        for i in range(n):
+            if stats[i] is not None and stats[i].get("token_offset") != int(starts[i]):
+                raise JobError(f"part {i} of {out!r} starts at token {stats[i]['token_offset']}"
+                               f", the input now at {int(starts[i])}: delete the output and "
+                               f"rerun the job")
+        file_start = []
+        for i, s in enumerate(specs):
+            file_start.append(file_start[i - 1] if i and specs[i - 1].path == s.path else i)
+        tok_key, dsk = tokenizer_layer(tok)
+        keys = []
+        for i in missing:
+            key = (f"daskwp-pack-{job_id[:8]}", i)
+            dsk[key] = Task(key, write_packed_partition, specs[i], starts.tolist(),
+                            int(doc_offsets[i]), out, TaskRef(tok_key), options, job_id, n,
+                            spills[i], int(doc_offsets[file_start[i]]))
+            keys.append(key)
+        for i, st in zip(missing, _run_tasks(client, dsk, keys)):
+            stats[i] = st
+    offsets = np.concatenate([[0], np.cumsum([s["documents"] for s in stats])]).tolist()
+    return stats, offsets, missing
+
+
+def verify_packed_output(stats, cfg) -> int:
+    """The blocks of the parts follow each other from 0 and add up to what the tokens
+    give; returns the number of blocks."""
+    nxt = 0
+    for s in stats:
+        first, k = s["blocks"]
+        if k and first != nxt:
+            raise JobError(f"packed part {s['partition']} starts at block {first}, block "
+                           f"{nxt} was expected: delete it and rerun the job")
+        nxt += k
+    return nxt
+
+
+def packing_summary(stats, cfg) -> dict:
+    """The summary's ``packing`` entry (the blocks checked, :func:`verify_packed_output`)."""
+    return {"block_size": cfg.packing["block_size"], "pad_last": cfg.packing["pad_last"],
+            "blocks": verify_packed_output(stats, cfg)}

@@ -1,0 +1,188 @@
+"""Global packing (``packing: {block_size: N}``, ``--pack N``; docs/batch-jobs.md "Global
+packing"): the blocks equal HF ``run_mlm.py``'s ``group_texts`` applied to the whole corpus
+tokenized by HF ``tokenizers``, whatever the partitioning and the workers, in every output
+format; each block maps back to the document and token it starts at."""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import DATA, hf_tokenizer, read_documents, requires_data, vocab_path
+from daskwp.io.megatron import read_sequences
+from daskwp.jobs import ConfigError, make_config, run_job
+
+pytestmark = requires_data
+
+UNCASED = "bert-base-uncased"
+
+
+@functools.lru_cache(maxsize=None)
+def _corpus() -> tuple:
+    docs = read_documents(DATA / "corpus" / "en_ewt.txt")[:6000]
+    docs += read_documents(DATA / "corpus" / "edge" / "blns.txt")
+    docs[10:10] = ["", "  ", ""]
+    return tuple(docs)
+
+
+@functools.lru_cache(maxsize=None)
+def _units(special: bool) -> tuple:
+    """HF's ids of every document (with [CLS]/[SEP] as its tokenizer call adds them)."""
+    hf = hf_tokenizer(UNCASED)
+    return tuple(tuple(e.ids) for e in hf.encode_batch(list(_corpus()),
+                                                       add_special_tokens=special))
+
+
+def group_texts(block_size: int, special: bool = True, pad_id: int | None = None):
+    """run_mlm.py's group_texts over the whole corpus: concatenate, drop the remainder (or
+    pad it); with the document and token each block starts at."""
+    units = _units(special)
+    concat = np.array([t for u in units for t in u], np.int32)
+    total = len(concat) // block_size * block_size
+    if pad_id is not None and len(concat) % block_size:
+        total += block_size
+        concat = np.concatenate([concat, np.full(total - len(concat), pad_id, np.int32)])
+    blocks = concat[:total].reshape(-1, block_size)
+    lens = np.array([len(u) for u in units])
+    ends = np.cumsum(lens)
+    pos = np.arange(len(blocks)) * block_size
+    doc = np.searchsorted(ends, pos, side="right")
+    return blocks, doc, pos - (ends[doc] - lens[doc])
+
+
+def _input(tmp_path) -> str:
+    path = tmp_path / "in.txt"
+    if not path.exists():
+        path.write_bytes(("\n".join(_corpus()) + "\n").encode("utf-8"))
+    return str(path)
+
+
+def _job(inp, out, **kw):
+    values = dict(input=inp, output=str(out), vocab=str(vocab_path(UNCASED)), quiet=True,
+                  scheduler_address="synchronous")
+    values.update(kw)
+    return run_job(make_config(values))
+
+
+def _parquet_blocks(out):
+    t = pq.read_table(sorted(str(p) for p in Path(out).glob("part-*.parquet")))
+    return (np.stack(t.column("input_ids").to_numpy(zero_copy_only=False)),
+            t.column("logID").to_numpy(), t.column("offset").to_numpy(),
+            t.column("block").to_numpy(), t)
+
+
+@pytest.mark.parametrize("block_size", [7, 128, 512])
+def test_blocks_equal_group_texts_over_the_whole_corpus(tmp_path, block_size):
+    inp = _input(tmp_path)
+    size = Path(inp).stat().st_size
+    want, doc, offset = group_texts(block_size)
+    for parts in (1, 7, 64):
+        s = _job(inp, tmp_path / f"o{parts}", packing=block_size,
+                 partition_size=f"{size // parts + 1}B")
+        assert s["partitions"] == parts
+        got, logid, off, block, _ = _parquet_blocks(tmp_path / f"o{parts}")
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(block, np.arange(len(want)))
+        np.testing.assert_array_equal(logid, doc)
+        np.testing.assert_array_equal(off, offset)
+        assert s["packing"]["blocks"] == len(want)
+
+
+def test_pad_last_and_no_special_tokens(tmp_path):
+    inp = _input(tmp_path)
+    hf = hf_tokenizer(UNCASED)
+    pad = hf.token_to_id("[PAD]")
+    for special in (True, False):
+        want, doc, offset = group_texts(100, special, pad_id=pad)
+        s = _job(inp, tmp_path / f"o{special}", partition_size="20KB",
+                 packing={"block_size": 100, "pad_last": True}, add_special_tokens=special)
+        got, logid, off, _, t = _parquet_blocks(tmp_path / f"o{special}")
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(logid, doc)
+        np.testing.assert_array_equal(off, offset)
+        mask = np.stack(t.column("attention_mask").to_numpy(zero_copy_only=False))
+        real = sum(len(u) for u in _units(special))
+        assert mask.sum() == real and mask[-1, -1] == (real % 100 == 0)
+        # every block maps back to its text: block k starts at token offset k of logID k
+        units = _units(special)
+        for k in range(0, len(got), 97):
+            assert got[k, 0] == units[logid[k]][off[k]]
+
+
+def test_megatron_and_datasets_hold_the_same_blocks(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    inp = _input(tmp_path)
+    want, doc, _ = group_texts(256)
+    s = _job(inp, tmp_path / "m", packing=256, partition_size="30KB",
+             output_format="megatron")
+    idx, seqs = read_sequences(s["megatron"]["prefix"])
+    np.testing.assert_array_equal(np.stack(seqs), want)
+    assert idx.documents == len(want)
+    _job(inp, tmp_path / "d", packing=256, partition_size="30KB", output_format="datasets")
+    ds = datasets.load_from_disk(str(tmp_path / "d")).with_format("numpy")
+    np.testing.assert_array_equal(np.stack(ds["input_ids"]), want)
+    np.testing.assert_array_equal(ds["logID"], doc)
+
+
+def test_resume_keeps_complete_parts(tmp_path):
+    inp = _input(tmp_path)
+    out = tmp_path / "o"
+    s = _job(inp, out, packing=64, partition_size="40KB")
+    before = {p.name: p.stat().st_mtime_ns for p in out.glob("part-*.parquet")}
+    victim = sorted(out.glob("part-*.json"))[2]
+    victim.unlink()
+    s2 = _job(inp, out, packing=64, partition_size="40KB")
+    assert s2["partitions_written"] == 1 and s2["partitions_skipped"] == s["partitions"] - 1
+    after = {p.name: p.stat().st_mtime_ns for p in out.glob("part-*.parquet")}
+    changed = [k for k in before if before[k] != after[k]]
+    assert changed == [victim.name.replace(".json", ".parquet")]
+    np.testing.assert_array_equal(_parquet_blocks(out)[0], group_texts(64)[0])
+    assert not list(out.glob(".tmp-*"))
+
+
+def test_packing_refuses_window_options(tmp_path):
+    inp = _input(tmp_path)
+    with pytest.raises(ConfigError, match="max_length=64 does not apply to packing"):
+        _job(inp, tmp_path / "o", packing=64, max_length=64)
+    with pytest.raises(ConfigError, match="packing.block_size must be"):
+        _job(inp, tmp_path / "o", packing=0)
+
+
+@pytest.mark.slow
+def test_blocks_on_worker_processes(tmp_path):
+    """Two worker processes, 23 partitions: the blocks of the synchronous run."""
+    from distributed import LocalCluster
+    inp = _input(tmp_path)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster:
+        _job(inp, tmp_path / "o", packing=128, partition_size="50KB",
+             scheduler_address=cluster.scheduler_address)
+    got, logid, off, _, _ = _parquet_blocks(tmp_path / "o")
+    want, doc, offset = group_texts(128)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(logid, doc)
+    summary = json.loads((tmp_path / "o" / "_summary.json").read_text())
+    assert summary["packing"]["blocks"] == len(want)
+
+
+def test_cli_and_yaml(tmp_path, capsys):
+    from daskwp.cli import main
+    from daskwp.jobs import load_config
+    inp = _input(tmp_path)
+    vocab = str(vocab_path(UNCASED))
+    assert main(["tokenize", inp, str(tmp_path / "cli"), "--pack", "128", "--vocab", vocab,
+                 "--scheduler", "synchronous", "--partition-size", "100KB"]) == 0
+    assert "packing      " in capsys.readouterr().out
+    job = tmp_path / "job.yaml"
+    job.write_text(f"input: {inp}\noutput: {tmp_path / 'yaml'}\nvocab: {vocab}\n"
+                   f"packing: {{block_size: 128, pad_last: true}}\n"
+                   f"scheduler_address: synchronous\nquiet: true\n")
+    run_job(load_config(job, ["packing={block_size: 128}"]))
+    want = group_texts(128)[0]
+    np.testing.assert_array_equal(_parquet_blocks(tmp_path / "cli")[0], want)
+    np.testing.assert_array_equal(_parquet_blocks(tmp_path / "yaml")[0], want)
