@@ -56,7 +56,7 @@ def test_cli_flags_are_the_job_options(command):
     # ... and the keys of the security option (--tls-cert is security.cert)
     tls = {"--tls-" + k.replace("_", "-") for k in opt.SECURITY_KEYS}
     assert extra <= {"--help", "--set", "--json", "--scheduler", "--no-special-tokens",
-                     "--storage-option"} | {
+                     "--storage-option", "--pack"} | {
         "--no-" + f[2:] for f in expected} | tls | {"--no-tls-require-encryption"}, extra
 
 
