@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import DATA, hf_tokenizer, read_documents, requires_data, vocab_path
-from daskwp.io.megatron import read_sequences
+from daskwp.frames.megatron import read_sequences
 from daskwp.jobs import ConfigError, make_config, run_job
 
 pytestmark = requires_data

@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 
 from ..core.lengths import LengthCounts
 from ..distributed.state import cached_tokenizer
-from ..io.megatron import token_dtype, write_pair
+from ..frames.megatron import token_dtype, write_pair
 from .errors import JobError
 from .parts import TMP_PREFIX, worker_device, worker_series
 from .records import (check_part_record, commit_part, naming_partition, part_stem,
