@@ -186,3 +186,11 @@ def test_cli_and_yaml(tmp_path, capsys):
     want = group_texts(128)[0]
     np.testing.assert_array_equal(_parquet_blocks(tmp_path / "cli")[0], want)
     np.testing.assert_array_equal(_parquet_blocks(tmp_path / "yaml")[0], want)
+
+
+def test_url_outputs_are_refused_for_the_new_formats(tmp_path):
+    inp = _input(tmp_path)
+    for kw in ({"output_format": "megatron"}, {"output_format": "datasets"},
+               {"packing": 64}):
+        with pytest.raises(ConfigError, match="local or shared filesystem path only"):
+            _job(inp, "s3://bucket/out", **kw)

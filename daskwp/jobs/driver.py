@@ -142,6 +142,10 @@ def check_window_parameters(cfg: JobConfig, tokenizer, source: str = "config") -
     """Raise ConfigError for window parameters the tokenizer refuses (stride >= L, ...),
     before any cluster starts. The tokenizer's own validation gives the message. Options
     that another output format cannot honour are refused by name."""
+    if (cfg.output_format != "parquet" or cfg.packing is not None) and is_url(cfg.output):
+        raise ConfigError(f"output {cfg.output!r}: output_format {cfg.output_format!r}"
+                          + (" with packing" if cfg.packing is not None else "")
+                          + " writes to a local or shared filesystem path only, not a URL")
     if cfg.packing is not None:
         check_packing_config(cfg, default_value)
     else:
