@@ -474,3 +474,61 @@ def test_bad_rows_are_rejected_as_documents_of_no_sequence(tmp_path):
     assert s2["partitions_written"] == 0 and s2["rejected_rows"] == 2
     with pytest.raises(daskwp.jobs.JobError, match="JSON parse error"):
         _job(str(inp), tmp_path / "e", on_bad_row="error")
+
+
+@pytest.mark.slow
+def test_killed_worker_and_killed_driver(tmp_path):
+    """A worker process SIGKILLed mid-job: the job completes; the driver SIGKILLed mid-job:
+    the rerun keeps every complete part (same mtime) and merges the same bytes as an
+    uninterrupted job."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from distributed import Client, LocalCluster
+    from conftest import REPO_ROOT, run_killing_a_worker
+
+    docs = _mixed_documents() * 4
+    inp = _jsonl(tmp_path / "docs.jsonl", docs)
+    want = _job(inp, tmp_path / "clean", partition_size="3KB", append_eod=True)
+    want = {ext: Path(want["megatron"]["prefix"] + ext).read_bytes() for ext in (".bin",
+                                                                              ".idx")}
+    out = tmp_path / "w"
+    cfg = make_config(dict(input=inp, output=str(out), output_format="megatron",
+                           vocab=str(vocab_path(UNCASED)), quiet=True, device="cpu",
+                           add_special_tokens=False, append_eod=True, partition_size="3KB"))
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        s, killed = run_killing_a_worker(cluster, lambda: run_job(cfg, client=client),
+                                         lambda: len(list(out.glob("part-*.json"))) >= 2)
+    assert killed, "the job ended before a worker could be killed"
+    for ext in (".bin", ".idx"):
+        assert Path(s["megatron"]["prefix"] + ext).read_bytes() == want[ext]
+
+    out = tmp_path / "d"
+    cmd = [sys.executable, "-m", "daskwp", "tokenize", inp, str(out), "--output-format",
+           "megatron", "--vocab", str(vocab_path(UNCASED)), "--no-special-tokens",
+           "--append-eod", "--scheduler", "synchronous", "--partition-size", "3KB", "-q"]
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None \
+            and len(list(out.glob("part-*.json"))) < 3:
+        time.sleep(0.005)
+    killed = proc.poll() is None
+    if killed:
+        proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert killed, "the job finished before it could be killed"
+    kept = {p.name: p.stat().st_mtime_ns for p in out.glob("part-*")
+            if (out / (p.name.split(".")[0] + ".json")).exists()}
+    rerun = subprocess.run(cmd + ["--json"], cwd=REPO_ROOT, capture_output=True, text=True,
+                           timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    summary = json.loads(rerun.stdout)
+    assert summary["partitions_skipped"] >= 3 and summary["partitions_written"] > 0
+    assert all((out / n).stat().st_mtime_ns == t for n, t in kept.items())
+    for ext in (".bin", ".idx"):
+        assert Path(summary["megatron"]["prefix"] + ext).read_bytes() == want[ext]
+    assert not list(out.glob(".tmp*"))
