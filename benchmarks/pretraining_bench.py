@@ -1,0 +1,205 @@
+"""Pretraining outputs against the bare kernel and Megatron's way, in ONE run (issue 39's
+speed and memory goals as ratios within the run):
+
+* the bare kernel: ``tok.encode`` of the whole input in this process on every core;
+* ``daskwp tokenize --output-format megatron`` (a local cluster, one 1-thread worker per
+  core; tokenize, write the parts, merge);
+* what ``tools/preprocess_data.py`` does: a ``multiprocessing.Pool`` of one worker per core
+  running HF ``tokenizers`` one document at a time (``imap`` in chunks of 32), the main
+  process feeding megatron-core's ``IndexedDatasetBuilder.add_document`` (on the first
+  ``--hf-mb`` MB: it runs at a few MB/s; its MB/s is what it reaches there);
+* ``daskwp count`` on the same cluster;
+* ``--pack 512`` against the same job unpacked (Parquet, padding do_not_pad);
+* the peak RSS of every worker of the Megatron job against its partition size.
+
+    python benchmarks/pretraining_bench.py --size-mb 3000          # the issue's 3 GB
+    python benchmarks/pretraining_bench.py --size-mb 100 --hf-mb 20  # a quick look
+
+The input is the non-empty lines of the shared English (UD EWT), English books and loghub
+corpora repeated to ``--size-mb`` MB, as JSON Lines (``{"text": ...}``: what
+preprocess_data.py reads). The report (``--out``, default
+benchmarks/results/pretraining_bench.md) gives every command and figure. Needs the venv
+with the megatron extra (``pip install -e '.[test,megatron]'``) and a quiet machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FILES = ["en_ewt.txt", "en_book_moby_dick.txt", "en_book_pride_and_prejudice.txt", "logs/*.log"]
+MB = 1e6
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def build_input(data: Path, size_mb: float, path: Path) -> tuple[int, int]:
+    """JSON Lines of ``size_mb`` MB of text; returns (documents, text bytes)."""
+    lines = []
+    for pat in FILES:
+        for f in sorted((data / "corpus").glob(pat)):
+            lines += [x for x in f.read_text(encoding="utf-8").split("\n") if x.strip()]
+    docs = nbytes = 0
+    with open(path, "w", encoding="utf-8") as fh:
+        while nbytes < size_mb * MB:
+            for line in lines:
+                fh.write(json.dumps({"text": line}) + "\n")
+                docs += 1
+                nbytes += len(line.encode())
+                if nbytes >= size_mb * MB:
+                    break
+    return docs, nbytes
+
+
+# -- Megatron's way: preprocess_data.py's Encoder and Partition, with HF tokenizers --------
+_HF = None
+
+
+def _init(vocab: str) -> None:
+    global _HF
+    from tokenizers import BertWordPieceTokenizer
+    _HF = BertWordPieceTokenizer(vocab, lowercase=True)
+
+
+def _encode(line: str):
+    text = json.loads(line)["text"]
+    ids = _HF.encode(text, add_special_tokens=False).ids
+    return ids, ([len(ids)] if ids else []), len(line)
+
+
+def preprocess_data_like(jsonl: Path, vocab: str, out: Path, workers: int, limit_mb: float):
+    from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
+
+    lines = []
+    nbytes = 0
+    with open(jsonl, encoding="utf-8") as fh:
+        for line in fh:
+            lines.append(line)
+            nbytes += len(json.loads(line)["text"].encode())
+            if nbytes >= limit_mb * MB:
+                break
+    t0 = time.perf_counter()
+    builder = IndexedDatasetBuilder(str(out) + ".bin", dtype=DType.optimal_dtype(30522))
+    with multiprocessing.Pool(workers, initializer=_init, initargs=(vocab,)) as pool:
+        for ids, lens, _ in pool.imap(_encode, lines, 32):
+            builder.add_document(ids, lens)
+    builder.finalize(str(out) + ".idx")
+    return nbytes, time.perf_counter() - t0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size-mb", type=float, default=3000)
+    ap.add_argument("--hf-mb", type=float, default=50)
+    ap.add_argument("--partition-size", default="64MB")
+    ap.add_argument("--workers", type=int, default=os.cpu_count())
+    ap.add_argument("--data", type=Path, default=Path(os.environ.get(
+        "DASKWP_SHARED_DATA", ROOT.parent / "shared" / "data")))
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" /
+                    "pretraining_bench.md")
+    ap.add_argument("--tmp", type=Path, default=None)
+    args = ap.parse_args()
+
+    import daskwp
+    from daskwp.jobs import make_config, run_job
+    from daskwp.jobs.count import run_count
+    from distributed import Client, LocalCluster
+
+    vocab = str(args.data / "vocab" / "bert-base-uncased" / "vocab.txt")
+    tmp = Path(tempfile.mkdtemp(dir=args.tmp))
+    rows = []
+    try:
+        jsonl = tmp / "input.jsonl"
+        docs, nbytes = build_input(args.data, args.size_mb, jsonl)
+        mb = nbytes / MB
+        log(f"input: {docs:,} documents, {mb:.1f} MB of text")
+
+        import pyarrow as pa
+        from daskwp.jobs import list_input_files, plan_partitions, read_partition
+        tok = daskwp.WordPieceTokenizer(vocab, lowercase=True)
+        texts = pa.chunked_array([read_partition(s) for s in plan_partitions(
+            list_input_files(str(jsonl)), "text", 1 << 62)])
+        tok.encode(texts.slice(0, 10000), num_threads=0)
+        t0 = time.perf_counter()
+        enc = tok.encode(texts, num_threads=0)
+        kernel = mb / (time.perf_counter() - t0)
+        del enc, texts
+        rows.append(("bare kernel: tok.encode, all cores", kernel, ""))
+        log(f"kernel {kernel:.1f} MB/s")
+
+        common = dict(input=str(jsonl), vocab=vocab, lowercase=True, quiet=True,
+                      partition_size=args.partition_size, device="cpu")
+        with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
+                          dashboard_address=None) as cluster, Client(cluster) as client:
+            def job(name, **kw):
+                t0 = time.perf_counter()
+                s = run_job(make_config(dict(common, output=str(tmp / name), **kw)),
+                            client=client)
+                return s, mb / (time.perf_counter() - t0)
+
+            warm = tmp / "warm.jsonl"   # workers start, import and get the tokenizer
+            with open(jsonl, encoding="utf-8") as src, open(warm, "w") as dst:
+                dst.writelines(line for _, line in zip(range(2000), src))
+            run_job(make_config(dict(common, input=str(warm), output=str(tmp / "warm"),
+                                     output_format="megatron")), client=client)
+            s, megatron = job("megatron", output_format="megatron", add_special_tokens=False,
+                              append_eod=True)
+            rss = client.run(lambda: __import__("resource").getrusage(
+                __import__("resource").RUSAGE_SELF).ru_maxrss * 1024)
+            rows.append(("daskwp --output-format megatron --append-eod", megatron,
+                         f"{megatron / kernel:.2f}x kernel"))
+            t0 = time.perf_counter()
+            run_count(make_config(dict(common, output=str(tmp))), client=client)
+            count = mb / (time.perf_counter() - t0)
+            rows.append(("daskwp count", count, f"{count / kernel:.2f}x kernel"))
+            _, plain = job("plain", padding="do_not_pad")
+            _, packed = job("packed", packing=512)
+            rows.append(("daskwp tokenize --padding do_not_pad (Parquet)", plain, ""))
+            rows.append(("daskwp tokenize --pack 512 (Parquet)", packed,
+                         f"packing costs {100 * (plain / packed - 1):.1f}% of the unpacked "
+                         f"job's time"))
+        hf_bytes, hf_s = preprocess_data_like(jsonl, vocab, tmp / "pdp", args.workers,
+                                              args.hf_mb)
+        pdp = hf_bytes / MB / hf_s
+        rows.append((f"preprocess_data.py's way ({args.workers} workers, first "
+                     f"{hf_bytes / MB:.1f} MB)", pdp, ""))
+        rows[1] = rows[1][:2] + (rows[1][2] + f"; {megatron / pdp:.1f}x preprocess_data's "
+                                 f"way",)
+        part = min(nbytes, daskwp.core.options.check_bytes("p", args.partition_size))
+        lines = [
+            "# Pretraining outputs: Megatron job, count, packing (one run)", "",
+            f"Command: `python benchmarks/pretraining_bench.py --size-mb {args.size_mb:g} "
+            f"--hf-mb {args.hf_mb:g} --partition-size {args.partition_size} --workers "
+            f"{args.workers}`", "",
+            f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+            f"Python {platform.python_version()}, load average at the end "
+            f"{os.getloadavg()[0]:.2f}. Input: {docs:,} documents, {mb:.1f} MB of text "
+            f"(JSON Lines), bert-base-uncased.", "",
+            "| what | MB/s of text | ratio |", "|---|---|---|"]
+        lines += [f"| {w} | {v:.1f} | {r} |" for w, v, r in rows]
+        lines += ["", f"Peak RSS per worker of the Megatron job: "
+                  + ", ".join(f"{v / 1e6:.0f} MB" for v in rss.values())
+                  + f" (partitions of {part / 1e6:.0f} MB of input: "
+                  + f"{max(rss.values()) / part:.1f}x)", ""]
+        report = "\n".join(lines)
+        print(report)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(report, encoding="utf-8")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
