@@ -267,6 +267,21 @@ def describe_mismatches(texts, got, expected, id_to_token, limit=5) -> str:
     return "\n".join(out)
 
 
+def run_killing_the_job(cmd, ready, cwd, timeout: float = 120) -> None:
+    """Starts the job ``cmd`` (a subprocess) and SIGKILLs it once ``ready()`` is true
+    (polled every 5 ms, at most ``timeout`` s); asserts that it was still running."""
+    import subprocess
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None and not ready():
+        time.sleep(0.005)
+    killed = proc.poll() is None
+    if killed:
+        proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert killed, "the job finished before it could be killed"
+
+
 def run_killing_a_worker(cluster, fn, ready, timeout: float = 120, settle: float = 0.0,
                          poll: float = 0.005):
     """Runs ``fn()`` in a thread; once ``ready()`` is true (polled every ``poll`` s, at most

@@ -25,7 +25,7 @@ import daskwp
 from daskwp import jobs
 from daskwp.cli import main
 
-from conftest import run_killing_a_worker
+from conftest import run_killing_a_worker, run_killing_the_job
 
 REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"
@@ -355,17 +355,7 @@ def test_killed_job_resumes_without_redoing_work(tmp_path, tok):
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "daskwp", "tokenize", inp, out, "--scheduler",
            "synchronous", "--partition-size", "4KB", "-q"]
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        if len(list(out.glob("part-*.parquet"))) >= 3:
-            break
-        time.sleep(0.005)
-    killed = proc.poll() is None
-    if killed:
-        proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=60)
-    assert killed, "the job finished before it could be killed"
+    run_killing_the_job(cmd, lambda: len(list(out.glob("part-*.parquet"))) >= 3, REPO)
     kept = mtimes(out)
     rerun = subprocess.run(cmd + ["--json"], cwd=REPO, capture_output=True, text=True,
                            timeout=300)

@@ -481,13 +481,11 @@ def test_killed_worker_and_killed_driver(tmp_path):
     """A worker process SIGKILLed mid-job: the job completes; the driver SIGKILLed mid-job:
     the rerun keeps every complete part (same mtime) and merges the same bytes as an
     uninterrupted job."""
-    import signal
     import subprocess
     import sys
-    import time
 
     from distributed import Client, LocalCluster
-    from conftest import REPO_ROOT, run_killing_a_worker
+    from conftest import REPO_ROOT, run_killing_a_worker, run_killing_the_job
 
     docs = _mixed_documents() * 4
     inp = _jsonl(tmp_path / "docs.jsonl", docs)
@@ -510,17 +508,7 @@ def test_killed_worker_and_killed_driver(tmp_path):
     cmd = [sys.executable, "-m", "daskwp", "tokenize", inp, str(out), "--output-format",
            "megatron", "--vocab", str(vocab_path(UNCASED)), "--no-special-tokens",
            "--append-eod", "--scheduler", "synchronous", "--partition-size", "3KB", "-q"]
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None \
-            and len(list(out.glob("part-*.json"))) < 3:
-        time.sleep(0.005)
-    killed = proc.poll() is None
-    if killed:
-        proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=60)
-    assert killed, "the job finished before it could be killed"
+    run_killing_the_job(cmd, lambda: len(list(out.glob("part-*.json"))) >= 3, REPO_ROOT)
     kept = {p.name: p.stat().st_mtime_ns for p in out.glob("part-*")
             if (out / (p.name.split(".")[0] + ".json")).exists()}
     rerun = subprocess.run(cmd + ["--json"], cwd=REPO_ROOT, capture_output=True, text=True,
