@@ -90,6 +90,10 @@ def load_mixin_module(tests: Path):
         sample.write_text("\n\n".join(docs) + "\n", encoding="utf-8")
     name = "hf_transformers_tests"
     if name not in sys.modules:
+        # the mixin's one @slow test (test_conversion_reversible) runs too: this is the
+        # slow tier
+        import transformers.testing_utils as testing_utils
+        testing_utils._run_slow_tests = True
         spec = importlib.util.spec_from_file_location(
             name, tests / "__init__.py", submodule_search_locations=[str(tests)])
         pkg = importlib.util.module_from_spec(spec)
@@ -136,9 +140,22 @@ def test_transformers_tokenizer_tester_mixin(tmp_path):
     common = load_mixin_module(fetch_transformers_tests())
     folder = model_folder(tmp_path)
 
+    # the integration test's expected values (the BERT module's, not in the sdist): what
+    # BertTokenizerFast gives on the mixin's own input string
+    from transformers import BertTokenizerFast
+    hf = BertTokenizerFast.from_pretrained(str(folder))
+    text = common.TokenizerTesterMixin.integration_test_input_string
+    ids = hf.encode(text, add_special_tokens=False)
+
     class DaskwpBertTokenizationTest(common.TokenizerTesterMixin, unittest.TestCase):
         tokenizer_class = SideBySide
         from_pretrained_id = [str(folder)]
+        integration_expected_tokens = hf.tokenize(text)
+        integration_expected_token_ids = ids
+        integration_expected_decoded_text = hf.decode(ids, clean_up_tokenization_spaces=False)
+        # the TokenizersExtractor route builds the class from vocab= / merges= keyword
+        # arguments: transformers' constructor, not a way daskwp loads a tokenizer
+        test_tokenizer_from_extractor = False
 
     suite = unittest.defaultTestLoader.loadTestsFromTestCase(DaskwpBertTokenizationTest)
     names = {t._testMethodName for t in suite}
