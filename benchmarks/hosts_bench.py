@@ -34,7 +34,7 @@ about one delay per tree level whose inputs it holds (at most log2 N + 2 levels)
 partition. The job's driver, however, takes the value of every offset, count and write key
 (3 N + 1 keys) one ``Future.result()`` at a time as they complete; each key held by the
 slow host costs a round trip through it, so with one slow host the per-partition overhead
-grows by about the delay (README, "Across hosts: what survives what", has the figures).
+grows by about the delay (benchmarks/results/HISTORY.md, "hosts_bench.py", has the figures).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Bad input and faults (docs/design.md §5): no crash, clear errors, nothing lost.
 
-Documented behaviour (README "Differences from HuggingFace", docs/bad-input.md):
+Documented behaviour (docs/differences-hf.md, docs/bad-input.md):
 
 * None / NaN / empty / whitespace-only / control-only documents: no tokens, one row each.
 * Bytes that are not valid UTF-8 (binary Arrow columns, or a string column whose producer

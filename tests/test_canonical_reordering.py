@@ -38,7 +38,7 @@ def test_reordering_matches_hf(text, lowercase, expected):
 
 
 def test_runs_longer_than_the_buffer_are_reordered_in_groups():
-    """README "Differences from HuggingFace": the core holds at most 32 surviving marks;
+    """docs/differences-hf.md: the core holds at most 32 surviving marks;
     a longer out-of-order run is sorted 32 at a time, where HF sorts the whole run."""
     tok = daskwp.WordPieceTokenizer(daskwp.Vocabulary.from_tokens(TOKENS), lowercase=True)
     text = "a" + "\u302e" * 33 + "\u1b44"

@@ -81,7 +81,7 @@ def test_compute_tokenizes_once_without_mixing_collections(frames, recwarn):
 
 def test_p2p_shuffle_is_the_documented_limit(frames):
     """If dask/pandas fix list columns in P2P, this fails: then drop the caveat in
-    DaskWordPieceResult.to_frame and the README."""
+    DaskWordPieceResult.to_frame and docs/guide/dask.md."""
     res, _ = frames
     with pytest.raises(Exception, match="P2P|list<item: int32>"):
         res.to_frame().shuffle(on="logID", shuffle_method="p2p").compute()

@@ -93,3 +93,23 @@ def test_design_documents_hold_no_run_logs(doc):
     text = (ROOT / doc).read_text(encoding="utf-8")
     found = [m.group(0) for m in _FIGURE.finditer(text)]
     assert not found, f"{doc} holds benchmark figures (move them to HISTORY.md): {found[:10]}"
+
+
+# 'README section "Dask"', 'README "Differences from HuggingFace"', "the README's "GPU""
+_README_CITE = re.compile(r"README(?:'s)?,?(?: section)? \"([^\"]+)\"")
+
+
+def test_cited_readme_sections_exist():
+    headings = {h.strip().lower() for h in
+                re.findall(r"^#{1,6} +(.+)$", (ROOT / "README.md").read_text("utf-8"), re.M)}
+    assert _README_CITE.findall('see README section "Dask" and README "GPU"') == ["Dask", "GPU"]
+    missing = []
+    for path in repository_files():
+        if path.name == "test_docs_refs.py":
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for m in _README_CITE.finditer(text):
+            if " ".join(m.group(1).split()).lower() not in headings:
+                line = text.count("\n", 0, m.start()) + 1
+                missing.append(f"{path.relative_to(ROOT)}:{line}: README \"{m.group(1)}\"")
+    assert not missing, "README.md has no such section:\n" + "\n".join(missing)

@@ -105,8 +105,8 @@ def assert_rows(out, rows, mapping, what, extras=False, first_sequence_ids=False
     """The ragged result ``out`` equals HF's ``rows`` (ids, type ids, logIDs; with
     ``extras`` every other output). ``first_sequence_ids``: compare sequence ids on the first
     row of each sample only (with no post-processor HF leaves the overflowing rows' sequence
-    ids of a pair's windowed side None; daskwp gives them as on the first row: README
-    "Differences from HuggingFace")."""
+    ids of a pair's windowed side None; daskwp gives them as on the first row:
+    docs/differences-hf.md)."""
     ids = out["input_ids"].to_list()
     want = [r.ids for r in rows]
     if ids != want:

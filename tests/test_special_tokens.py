@@ -164,7 +164,7 @@ def test_ids_follow_the_largest_id_in_use(tmp_path):
 def test_ids_follow_the_largest_id_where_hf_would_reuse_one(tmp_path):
     """A vocab.txt with a duplicated line: HF's next id is its number of distinct tokens,
     which is an id in use ("world" and "<x>" would both be 6); daskwp takes the largest id
-    in use plus one (README "Differences from HuggingFace")."""
+    in use plus one (docs/differences-hf.md)."""
     path = tmp_path / "vocab.txt"
     path.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\nhello\nworld\n")
     h = BertWordPieceTokenizer(str(path))

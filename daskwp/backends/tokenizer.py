@@ -506,7 +506,7 @@ class WordPieceTokenizer:
         (``skip_special_tokens=True`` drops it), and it is one id that windows never split.
 
         Refused with a ``ValueError`` naming the string, before anything changes (the
-        exact rules; README "Differences from HuggingFace", docs/design.md §7):
+        exact rules; docs/differences-hf.md, docs/design.md §7):
 
         * the empty string, a string given twice, one with a lone surrogate or U+FFFD;
         * a string that is already a token of the vocabulary (a WordPiece piece, a special

@@ -106,7 +106,7 @@ def _as_series(texts, device: str):
         try:
             return cudf.Series.from_arrow(texts.cast(pa.large_string()))
         except pa.ArrowInvalid:
-            pass  # not UTF-8: the CPU path gives the defined ids (U+FFFD, see the README)
+            pass  # not UTF-8: the CPU path gives the defined ids (U+FFFD, see docs/differences-hf.md)
     import pandas as pd
     return pd.Series(pd.arrays.ArrowExtensionArray(texts))
 
@@ -334,7 +334,7 @@ def read_counted_partition(spec: PartitionSpec, documents: int | None,
     checked against ``documents`` (the pass's count, else ``spec.documents``): an
     InputError when the input changed since it was counted. ``bad``: the row policy
     (:func:`.inputs.read_partition`)."""
-    # each invalid byte is read as U+FFFD (README); text counts them as it splits lines
+    # each invalid byte is read as U+FFFD (docs/differences-hf.md); text counts them as it splits lines
     texts, kept, invalid = read_partition_with_counts(spec, bad)
     expected = spec.documents if documents is None else documents
     if expected is not None and len(texts) != expected:
