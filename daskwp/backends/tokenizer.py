@@ -525,6 +525,26 @@ class WordPieceTokenizer:
         see the change. Register before building a lazy Dask result with this tokenizer: a
         result built earlier computes with the tokens registered by the time it runs, under
         the graph name it was built with.
+
+        Returns
+        -------
+        list of int
+            The new tokens' ids, in order.
+
+        Notes
+        -----
+        **Differences from HuggingFace.** HF returns the number of tokens added, and reuses
+        the id of a string already in the vocabulary; daskwp returns the ids, and refuses
+        such a string (above).
+
+        Examples
+        --------
+        >>> import daskwp
+        >>> tok = daskwp.WordPieceTokenizer()
+        >>> tok.add_special_tokens(["<ent>", "</ent>"])
+        [30522, 30523]
+        >>> tok.encode(["Ada <ent>Lovelace</ent>"]).to_list()
+        [[15262, 30522, 2293, 19217, 30523]]
         """
         tokens = check_new_special_tokens(self.vocab, tokens)
         if not tokens:

@@ -59,10 +59,15 @@ class Vocabulary:
 
     Notes
     -----
-    **Memory.** The blob is about 40 bytes per trie node: ~1.3 MB for bert-base-uncased, ~9 MB for the
-    119,547-token multilingual vocabulary; special tokens add about 13 bytes per trie node
-    of their own plus their bytes (10,000 like ``<|tok_00042|>``: 0.6 MB). It pickles as
-    bytes, so Dask ships it once per worker keyed by :attr:`hash`.
+    **Memory.** The blob is about 40 bytes per trie node: ~1.3 MB for bert-base-uncased, ~9
+    MB for the 119,547-token multilingual vocabulary; special tokens add about 13 bytes per
+    trie node of their own plus their bytes (10,000 like ``<|tok_00042|>``: 0.6 MB). It
+    pickles as bytes, so Dask ships it once per worker keyed by :attr:`hash`.
+
+    **Differences from HuggingFace.** A UTF-8 BOM at the start of ``vocab.txt`` is stripped
+    (HF keeps it in the first token). A ``tokenizer.json`` added token with ``"normalized":
+    true`` or ``"single_word": true`` is refused with a ``ValueError`` naming it
+    (docs/differences-hf.md).
 
     Examples
     --------
