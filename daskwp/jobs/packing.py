@@ -205,7 +205,7 @@ def write_packed_partition(spec, starts, logid_offset: int, out_dir: str, tokeni
                                    "invalid_utf8_bytes", "invalid_utf8_documents",
                                    "length_counts")}
     stats.update(partition=i, logid_offset=int(logid_offset), rows=table.num_rows,
-                 token_offset=int(starts[i]), rejected=len(spill["bad"] or ()),
+                 token_offset=int(starts[i]), units=spill["units"], rejected=len(spill["bad"] or ()),
                  blocks=[int(table.column("block")[0].as_py()) if table.num_rows else None,
                          table.num_rows])
     rejects = write_part_rejects(out_dir, spec, n, spill["bad"], logid_offset, file_offset)
@@ -296,15 +296,23 @@ def run_packed_job(cfg, tok, specs, out: str, job_id: str, client, log,
 
 
 def verify_packed_output(stats, cfg) -> int:
-    """The blocks of the parts follow each other from 0 and add up to what the tokens
-    give; returns the number of blocks."""
-    nxt = 0
+    """The parts' tokens follow each other from 0, their blocks too, and the blocks add up
+    to what the tokens give (``total // block_size``, one more for a padded remainder);
+    returns the number of blocks."""
+    nxt = start = 0
     for s in stats:
         first, k = s["blocks"]
-        if k and first != nxt:
-            raise JobError(f"packed part {s['partition']} starts at block {first}, block "
-                           f"{nxt} was expected: delete it and rerun the job")
+        if (k and first != nxt) or s["token_offset"] != start:
+            raise JobError(f"packed part {s['partition']} starts at block {first} and token "
+                           f"{s['token_offset']}; block {nxt} and token {start} were "
+                           f"expected: delete it and rerun the job")
         nxt += k
+        start += s["units"]
+    size = cfg.packing["block_size"]
+    want = start // size + (1 if cfg.packing["pad_last"] and start % size else 0)
+    if nxt != want:
+        raise JobError(f"the packed parts hold {nxt} blocks, their {start} tokens make "
+                       f"{want}: delete the output and rerun the job")
     return nxt
 
 
