@@ -384,7 +384,12 @@ def test_every_export_is_covered():
     # no object of daskwp's own: a Client, None, None, None, None
     returns_none_or_foreign = {"connect", "register_accessors", "clear_caches",
                                "release_host_memory", "set_host_pool_limit"}
-    assert set(daskwp.__all__) == set(made) | returns_none_or_foreign
+    # exception classes: each is an instance in the errors case (every class daskwp defines)
+    errors = {name for name in daskwp.__all__
+              if isinstance(getattr(daskwp, name), type)
+              and issubclass(getattr(daskwp, name), BaseException)}
+    assert errors <= set(_errors()), errors
+    assert set(daskwp.__all__) == set(made) | returns_none_or_foreign | errors
     assert set(made.values()) <= set(CASE_NAMES)
 
 

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 from ..core import config as dask_defaults
 from ..core.options import CONFIG, JOB, OPTIONS, TOKENIZER, names
-from ..io.storage import is_url, local_path
+from ..frames.storage import is_url, local_path
 from .errors import ConfigError
 
 __all__ = ["CONFIG_KEYS", "JOB_KEYS", "JobConfig", "LOCAL_SCHEDULERS", "PACKAGE_DATA",

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from ..core.lengths import PERCENTILES, LengthCounts, TokenCounts, count_tokens
 from ..distributed.state import cached_tokenizer
-from ..io import storage
+from ..frames import storage
 from .config import LOCAL_SCHEDULERS, JobConfig
 from .errors import InputError
 from .inputs import list_input_files, plan_partitions, read_partition

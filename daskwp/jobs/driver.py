@@ -67,8 +67,8 @@ from ..core.options import TOKENIZER, names
 from ..core.version import __version__
 from ..distributed.cluster import security_record
 from ..distributed.tasks import CALL_OPTIONS
-from ..io import storage
-from ..io.storage import is_url
+from ..frames import storage
+from ..frames.storage import is_url
 from .config import CONFIG_KEYS, JOB_KEYS, LOCAL_SCHEDULERS, JobConfig, default_value
 from .errors import ConfigError, JobError, OutputConflictError
 from .inputs import PartitionSpec, input_fingerprint, list_input_files, plan_partitions

@@ -59,8 +59,8 @@ from ..core.options import INPUT_FORMATS, JOB_OUTPUT_COLUMNS, QUOTING
 from ..core.strings import to_arrow
 from ..frames.partition import attach_kept_columns  # noqa: F401 (the jobs' name for it)
 from ..frames.schema import POSITION_OUTPUTS
-from ..io import storage
-from ..io.storage import is_url, open_input
+from ..frames import storage
+from ..frames.storage import is_url, open_input
 from .errors import InputError, JobError
 
 __all__ = ["COMPRESSIONS", "INPUT_FORMATS", "InputFile", "InputWarning", "PartitionSpec",
