@@ -23,7 +23,7 @@ import pytest
 
 from daskwp import jobs
 from daskwp.cli import main
-from daskwp.io import storage
+from daskwp.frames import storage
 from daskwp.jobs import inputs
 
 pytest.importorskip("s3fs")
@@ -44,6 +44,8 @@ def endpoint():
                                             "AWS_DEFAULT_REGION", "AWS_EC2_METADATA_DISABLED")}
     os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
                       AWS_DEFAULT_REGION="us-east-1", AWS_EC2_METADATA_DISABLED="true")
+    import logging
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)   # one line per request
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
@@ -98,19 +100,20 @@ def job_config(inp, out, **kw):
     return jobs.make_config(values)
 
 
-def part_tables(folder) -> list[pa.Table]:
+def part_tables(folder, options=None) -> list[pa.Table]:
     """Every part of an output folder (local path or URL), in order, without metadata."""
-    names = sorted(n for n in storage.Folder(folder).listdir()
-                   if n.startswith("part-") and n.endswith(".parquet"))
+    folder = storage.Folder(folder, options)
+    names = sorted(n for n in folder.listdir()
+                   if n.startswith("part") and n.endswith(".parquet"))
     out = []
     for n in names:
-        with storage.Folder(folder).open(n) as fh:
+        with folder.open(n) as fh:
             out.append(pq.read_table(fh).replace_schema_metadata(None))
     return out
 
 
-def assert_same_parts(a, b):
-    ta, tb = part_tables(a), part_tables(b)
+def assert_same_parts(a, b, options=None):
+    ta, tb = part_tables(a), part_tables(b, options)
     assert len(ta) == len(tb) > 1
     for x, y in zip(ta, tb):
         assert x.equals(y)
@@ -231,3 +234,229 @@ def test_count_reads_a_bucket(tmp_path, bucket):
     local = run_count(job_config(str(tmp_path / "in.txt.gz"), "unused"))
     assert remote["total"]["documents"] == 400
     assert remote["total"]["tokens"] == local["total"]["tokens"] > 0
+
+
+# -- output -------------------------------------------------------------------------------
+
+def objects(fs, prefix: str) -> dict[str, str]:
+    """name -> ETag of the objects under ``prefix`` (a new upload changes the ETag's
+    identity only with new bytes; LastModified is compared too)."""
+    fs.invalidate_cache()
+    try:
+        found = fs.find(prefix, detail=True)
+    except FileNotFoundError:
+        return {}
+    return {p.rsplit("/", 1)[-1]: (i["ETag"], i["LastModified"]) for p, i in found.items()}
+
+
+def test_bucket_to_bucket_equals_local_and_reads_back(tmp_path, bucket):
+    """Text, JSON Lines, CSV and Parquet objects (plain and compressed) -> Parquet parts in
+    the bucket: the parts of the same job on local files, read back by read_tokenized; no
+    temporary object is left, and the credentials are not in _job.json or the summary."""
+    import daskwp
+    name, options, fs = bucket
+    files = corpus_files(sample_lines(300))
+    (tmp_path / "in").mkdir()
+    for k, v in files.items():
+        (tmp_path / "in" / k).write_bytes(v)
+        fs.pipe(f"{name}/in/{k}", v)
+    local = jobs.run_job(job_config(str(tmp_path / "in"), str(tmp_path / "out")))
+    opts = dict(options, key=SECRET_KEY, secret=SECRET)
+    remote = jobs.run_job(job_config(f"s3://{name}/in", f"s3://{name}/out",
+                                     storage_options=opts))
+    assert remote["tokens"] == local["tokens"] and remote["documents"] == 300 * len(files)
+    url = f"s3://{name}/out"
+    assert_same_parts(tmp_path / "out", url, options)
+    names = set(objects(fs, f"{name}/out"))
+    assert jobs.JOB_FILE in names and jobs.SUMMARY_FILE in names
+    assert not [n for n in names if n.startswith(".")]
+    for n in (jobs.JOB_FILE, jobs.SUMMARY_FILE):
+        text = fs.cat_file(f"{name}/out/{n}")
+        assert SECRET.encode() not in text and SECRET_KEY.encode() not in text
+    got = daskwp.read_tokenized(url, storage_options=options)
+    want = daskwp.read_tokenized(str(tmp_path / "out"))
+    assert len(got.files) == len(want.files) and got.pad_id == want.pad_id
+    for a, b in zip(got.batches(64, max_length=512), want.batches(64, max_length=512)):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert (a[k] == b[k]).all()
+    assert got.to_dask().compute().equals(want.to_dask().compute())
+
+
+def test_rerun_keeps_complete_parts_and_replaces_broken_ones(tmp_path, bucket, capsys):
+    """A rerun uploads nothing when every part is complete; a truncated part and a missing
+    one are written again, every other part is left untouched (same ETag and time)."""
+    name, options, fs = bucket
+    fs.pipe(f"{name}/in.txt", ("\n".join(sample_lines()) + "\n").encode())
+    cfg = job_config(f"s3://{name}/in.txt", f"s3://{name}/out", storage_options=options)
+    first = jobs.run_job(cfg)
+    n = first["partitions"]
+    assert n > 4
+    before = objects(fs, f"{name}/out")
+    again = jobs.run_job(cfg)
+    assert again["partitions_skipped"] == n and again["partitions_written"] == 0
+    after = objects(fs, f"{name}/out")
+    assert {k: v for k, v in after.items() if k.startswith("part-")} == \
+        {k: v for k, v in before.items() if k.startswith("part-")}
+    broken, gone = jobs.part_name(1, n), jobs.part_name(3, n)
+    data = fs.cat_file(f"{name}/out/{broken}")
+    fs.pipe(f"{name}/out/{broken}", data[: len(data) // 2])
+    fs.rm_file(f"{name}/out/{gone}")
+    third = jobs.run_job(cfg)
+    assert third["partitions_written"] == 2 and third["tokens"] == first["tokens"]
+    final = objects(fs, f"{name}/out")
+    changed = {k for k in final if k.startswith("part-") and final[k] != after.get(k)}
+    assert changed == {broken, gone}
+    assert fs.cat_file(f"{name}/out/{broken}") == data
+
+
+def test_overwrite_and_overlap_on_urls(tmp_path, bucket):
+    name, options, fs = bucket
+    text = ("\n".join(sample_lines(200)) + "\n").encode()
+    fs.pipe(f"{name}/data/in.txt", text)
+    fs.pipe(f"{name}/other/x.csv", b"text\nhello\n")
+    # an output folder inside the input folder is left out of the input
+    first = jobs.run_job(job_config(f"s3://{name}/data", f"s3://{name}/data/out",
+                                    storage_options=options))
+    second = jobs.run_job(job_config(f"s3://{name}/data", f"s3://{name}/data/out",
+                                     storage_options=options))
+    assert second["partitions_skipped"] == first["partitions"] and second["documents"] == 200
+    with pytest.raises(jobs.OutputConflictError, match="read its own output"):
+        jobs.run_job(job_config(f"s3://{name}/data/out/*.parquet", f"s3://{name}/data/out",
+                                storage_options=options))
+    # another job's folder: refused, then replaced with overwrite
+    with pytest.raises(jobs.OutputConflictError, match="files daskwp did not write"):
+        jobs.run_job(job_config(f"s3://{name}/data/in.txt", f"s3://{name}/other",
+                                storage_options=options))
+    with pytest.raises(jobs.OutputConflictError, match="another job's data"):
+        jobs.run_job(job_config(f"s3://{name}/data/in.txt", f"s3://{name}/data/out",
+                                storage_options=options, max_length=64))
+    done = jobs.run_job(job_config(f"s3://{name}/data/in.txt", f"s3://{name}/data/out",
+                                   storage_options=options, max_length=64, overwrite=True))
+    assert done["partitions_written"] == done["partitions"]
+
+
+def run_cli(args, env_changes, cwd):
+    import subprocess
+    import sys
+    import time
+    env = dict(os.environ, AWS_SHARED_CREDENTIALS_FILE=os.devnull, AWS_CONFIG_FILE=os.devnull,
+               AWS_EC2_METADATA_DISABLED="true")
+    for k, v in env_changes.items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
+    t = time.perf_counter()
+    p = subprocess.run([sys.executable, "-m", "daskwp", *args, "--scheduler", "synchronous",
+                        "--quiet"], env=env, cwd=cwd, capture_output=True, text=True,
+                       timeout=60)
+    return p, time.perf_counter() - t
+
+
+@pytest.mark.slow   # three CLI processes; the endpoint that does not answer is retried
+def test_missing_bucket_wrong_endpoint_and_no_credentials_fail_fast(tmp_path, bucket,
+                                                                      endpoint):
+    """Each is a one-line error within 30 s, and nothing is written: no bucket created, no
+    object added, no local output folder."""
+    name, options, fs = bucket
+    (tmp_path / "in.txt").write_text("hello world\n")
+    fs.pipe(f"{name}/in.txt", b"hello world\n")
+    before = objects(fs, name)
+    cases = {
+        "the bucket does not exist": (
+            ["tokenize", "in.txt", f"s3://{name}-missing/out", "--storage-option",
+             f"endpoint_url={endpoint}"], {}),
+        "cannot reach the object store": (
+            ["tokenize", f"s3://{name}/in.txt", "out", "--storage-option",
+             "endpoint_url=http://127.0.0.1:9"], {}),
+        "no credentials": (
+            ["tokenize", "in.txt", f"s3://{name}/out", "--storage-option",
+             f"endpoint_url={endpoint}"],
+            {"AWS_ACCESS_KEY_ID": None, "AWS_SECRET_ACCESS_KEY": None}),
+    }
+    for why, (args, env) in cases.items():
+        p, seconds = run_cli(args, env, tmp_path)
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == 2 and len(lines) == 1, (why, p.stderr)
+        assert lines[0].startswith("daskwp: error: ") and why in lines[0], (why, lines)
+        assert seconds < 30, (why, seconds)
+    fs.invalidate_cache()
+    assert not fs.exists(f"{name}-missing")
+    assert objects(fs, name) == before
+    assert not (tmp_path / "out").exists()
+
+
+def test_other_output_formats_refuse_a_url_by_name(tmp_path):
+    (tmp_path / "in.txt").write_text("hello\n")
+    for fmt in ("megatron", "datasets"):
+        with pytest.raises(jobs.ConfigError, match=f"output_format '{fmt}' writes to a local"):
+            jobs.run_job(job_config(str(tmp_path / "in.txt"), "memory://objstore-refused/out",
+                                    output_format=fmt))
+    with pytest.raises(jobs.ConfigError, match="packing writes to a local"):
+        jobs.run_job(job_config(str(tmp_path / "in.txt"), "memory://objstore-refused/out",
+                                packing=16))
+
+
+def test_accessor_to_parquet_writes_to_a_bucket(tmp_path, bucket):
+    """``.wordpiece.tokenize(...).to_parquet("s3://...", storage_options=...)``: daskwp's
+    part writer, each part uploaded complete; the same parts as to a local folder;
+    ``overwrite`` replaces them."""
+    import dask.dataframe as dd
+    import pandas as pd
+
+    import daskwp  # noqa: F401  (registers the accessor)
+    name, options, fs = bucket
+    ddf = dd.from_pandas(pd.DataFrame({"text": sample_lines(400)}), npartitions=4)
+    res = ddf["text"].wordpiece.tokenize(max_length=64, stride=16, truncation=True,
+                                         return_overflowing_tokens=True)
+    res.to_parquet(str(tmp_path / "local"))
+    url = f"s3://{name}/acc"
+    res.to_parquet(url, storage_options=options)
+    names = sorted(objects(fs, f"{name}/acc"))
+    assert names == [f"part.{i}.parquet" for i in range(4)]
+    assert_same_parts(tmp_path / "local", url, options)
+    fs.pipe(f"{name}/acc/stale.parquet", b"x")
+    res.to_parquet(url, storage_options=options, overwrite=True)
+    assert sorted(objects(fs, f"{name}/acc")) == names
+    ds = daskwp.read_tokenized(url, storage_options=options)
+    assert len(ds) == len(daskwp.read_tokenized(str(tmp_path / "local")))
+    with pytest.raises(OSError, match="the bucket does not exist"):
+        res.to_parquet(f"s3://{name}-missing/acc", storage_options=options)
+
+
+@pytest.mark.slow
+def test_worker_killed_mid_job_then_rerun_rewrites_nothing(tmp_path, bucket):
+    """Kill a worker process while a bucket-to-bucket job runs on a real cluster: Dask
+    reruns its tasks, no temporary or torn object is left, the parts equal those of the same
+    job on local files; a rerun then uploads nothing (every part kept, same ETag and
+    time)."""
+    from conftest import run_killing_a_worker
+    from distributed import Client, LocalCluster
+    name, options, fs = bucket
+    data = ("\n".join(sample_lines() * 2) + "\n").encode()
+    fs.pipe(f"{name}/in.txt", data)
+    (tmp_path / "in.txt").write_bytes(data)
+    values = {"partition_size": "8KB", "device": "cpu", "scheduler_address": None,
+              "storage_options": options}
+    cfg = job_config(f"s3://{name}/in.txt", f"s3://{name}/out", **values)
+
+    def parts_written():
+        return len([k for k in objects(fs, f"{name}/out") if k.startswith("part-")]) >= 2
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=":0") as cluster, Client(cluster) as client:
+        summary, killed = run_killing_a_worker(
+            cluster, lambda: jobs.run_job(cfg, client=client), parts_written, poll=0.05)
+        assert killed, "the job ended before a worker could be killed"
+        written = objects(fs, f"{name}/out")
+        again = jobs.run_job(cfg, client=client)
+    assert again["partitions_written"] == 0 and again["partitions_skipped"] == \
+        summary["partitions"]
+    final = objects(fs, f"{name}/out")
+    assert {k: v for k, v in final.items() if k.startswith("part-")} == \
+        {k: v for k, v in written.items() if k.startswith("part-")}
+    assert not [k for k in final if k.startswith(".")]
+    local = jobs.run_job(job_config(str(tmp_path / "in.txt"), str(tmp_path / "out"),
+                                    partition_size="8KB"))
+    assert local["tokens"] == summary["tokens"]
+    assert_same_parts(tmp_path / "out", f"s3://{name}/out", options)

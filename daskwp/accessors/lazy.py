@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 from dask._collections import new_collection
 
-from ..core.options import DEFAULT_COMPRESSION
+from ..core.options import DEFAULT_COMPRESSION, check
 from ..core.outputs import ResultMapping
 from ..distributed.graph import GlobalLogID, GlobalTokenize, Tokenize, WriteParts, \
     partition_local
@@ -174,28 +174,51 @@ class DaskWordPieceResult(ResultMapping):
 
         ``compression``: as for batch jobs (default ``lz4``; ``zstd`` for 25% smaller parts,
         ``snappy``, ``none``, ...).
+        ``path`` may be an fsspec URL (``s3://bucket/out``; ``storage_options``: the options
+        of its filesystem, credentials otherwise from its usual sources): each part is
+        uploaded complete under its name (docs/batch-jobs.md "Object storage"); the bucket
+        must exist.
         ``overwrite``: remove ``path`` first. ``compute=False`` returns the lazy result
         (``.compute()`` writes and returns the summed statistics). Other keywords
-        (``storage_options``, ``write_metadata_file``, ``name_function``, ``partition_on``,
-        ``engine``, ...) and dask_cudf frames go through ``dask.dataframe.to_parquet`` of
+        (``write_metadata_file``, ``name_function``, ``partition_on``, ``engine``, ...)
+        and dask_cudf frames go through ``dask.dataframe.to_parquet`` of
         :meth:`to_frame` instead.
         """
         import os
         if kwargs.pop("write_index", False):
             raise ValueError("to_parquet writes no index: the rows are numbered by logID and "
                              "window")
+        from ..frames import storage
         frame = self.to_frame()
-        local = isinstance(path, (str, os.PathLike)) and "://" not in str(path)
-        if kwargs or not local or not isinstance(frame._meta, pd.DataFrame):
+        storage_options = kwargs.pop("storage_options", None)
+        ours = isinstance(path, (str, os.PathLike)) and (
+            "://" not in str(path) or storage.is_url(str(path)))
+        if kwargs or not ours or not isinstance(frame._meta, pd.DataFrame):
             kwargs.setdefault("engine", _parquet_engine())
+            if storage_options is not None:
+                kwargs["storage_options"] = storage_options
             return frame.to_parquet(path, write_index=False, compression=compression,
                                     compute=compute, overwrite=overwrite, **kwargs)
-        path = os.path.abspath(os.fspath(path))
-        if overwrite and os.path.isdir(path):
-            import shutil
-            shutil.rmtree(path)
-        os.makedirs(path, exist_ok=True)
-        write = {"path": path, "compression": compression}
+        write = {"path": storage.local_path(os.fspath(path)), "compression": compression}
+        if storage.is_url(write["path"]):
+            # an object store: each part uploaded complete (one put or a completed
+            # multipart upload); the bucket must exist
+            write["path"] = write["path"].rstrip("/")
+            write["storage_options"] = check("storage_options", storage_options) or {}
+            folder = storage.Folder(write["path"], write["storage_options"])
+            try:
+                if overwrite:
+                    for name in folder.listdir():
+                        folder.remove(name)
+                folder.check_writable()
+            except storage.StorageError as e:
+                raise OSError(str(e)) from None
+        else:
+            path = write["path"] = os.path.abspath(write["path"])
+            if overwrite and os.path.isdir(path):
+                import shutil
+                shutil.rmtree(path)
+            os.makedirs(path, exist_ok=True)
         parts = GlobalTokenize(self._source, self.tokenizer, self.options, None, None, None,
                                None, write)
         out = new_collection(WriteParts(parts))

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..core.lengths import LengthCounts
 from ..core.options import DEFAULT_COMPRESSION, WINDOWS, names
+from ..frames.storage import Folder, is_url
 from ..core.windows import WINDOW_OPTIONS
 from ..frames.partition import (PartWriter, attach_kept_columns, attach_source,
                                 frame_from_output, frame_to_table, is_cudf, source_table,
@@ -167,18 +168,24 @@ def write_partition_part(texts, tokenizer, options: dict, write: dict, partition
     import os
     import uuid
     offset = int(sum(counts))
-    folder = write["path"]
+    # on an object store (``write["storage_options"]``) the part is written complete in a
+    # local staging folder, then uploaded under its name (Folder.publish)
+    folder = Folder(write["path"], write.get("storage_options"))
     name = f"part.{partition}.parquet"
-    tmp = os.path.join(folder, f".{name}.{uuid.uuid4().hex}.tmp")
     texts, kept, index = split_source(texts, options.get("keep_columns"))
     hook = None
     if index is not None:   # the accessors: the input index and the kept columns
         hook = functools.partial(attach_kept_columns, kept=source_table(index, kept),
                                  logid_offset=offset)
-    stats = write_tokenized_part(texts, tokenizer, options, os.path.join(folder, name), tmp,
-                                 logid_offset=offset, compression=write["compression"],
-                                 metadata={"partition": partition, "logid_offset": offset},
-                                 partition=partition, table_hook=hook)
+    with folder.staging() as staging:
+        tmp = os.path.join(staging, f".{name}.{uuid.uuid4().hex}.tmp")
+        stats = write_tokenized_part(texts, tokenizer, options, os.path.join(staging, name),
+                                     tmp, logid_offset=offset,
+                                     compression=write["compression"],
+                                     metadata={"partition": partition, "logid_offset": offset},
+                                     partition=partition, table_hook=hook)
+        if folder.remote:
+            folder.publish(os.path.join(staging, name), name)
     stats.update(partition=partition, logid_offset=offset)
     return stats
 
@@ -189,7 +196,8 @@ def finish_parts(write: dict, *stats) -> dict:
     import os
     folder = write["path"]
     try:
-        names = os.listdir(folder)
+        # an object store's parts are staged on the workers: no temporary object
+        names = [] if is_url(folder) else os.listdir(folder)
     except OSError:
         names = []
     for n in names:

@@ -1,4 +1,4 @@
-"""Where job inputs and outputs live: local paths, or fsspec URLs (``s3://``, ``gs://``,
+"""Where inputs and outputs live: local paths, or fsspec URLs (``s3://``, ``gs://``,
 ``abfs://``, ``hdfs://``, ``memory://``, ...) with their ``storage_options``.
 
 A local path (or a ``file://`` URL, which becomes its path) keeps the plain POSIX calls of
@@ -199,23 +199,18 @@ class Folder:
         except Exception as e:
             raise storage_error(what, e) from None
 
-    def check_writable(self) -> None:
-        """Create the folder (a local one) and check that files can be created in it: a
-        probe file written and removed. An object store's bucket is not created: a missing
-        one is an error. Raises StorageError / OSError."""
+    def check_writable(self, probe_prefix: str = ".tmp-probe-") -> None:
+        """Create a local folder; on an object store check that objects can be created in
+        the folder: a probe object (``probe_prefix`` + a random name) put and removed. The
+        bucket is never created: a missing one is an error. Raises StorageError /
+        OSError."""
         if not self.remote:
-            if os.path.exists(self.location) and not os.path.isdir(self.location):
-                raise NotADirectoryError(f"{self.location!r} exists and is not a directory")
             os.makedirs(self.location, exist_ok=True)
-            probe = os.path.join(self.location, f".tmp-probe-{uuid.uuid4().hex}")
-            with open(probe, "wb"):
-                pass
-            os.unlink(probe)
             return
         fs, path = self._fs()
         if self._call(self.location, fs.isfile, path):
             raise NotADirectoryError(f"{self.location!r} is an object, not a folder")
-        probe = f"{path}/.tmp-probe-{uuid.uuid4().hex}"
+        probe = f"{path}/{probe_prefix}{uuid.uuid4().hex}"
         self._call(self.location, fs.pipe_file, probe, b"")
         self._call(self.location, fs.rm_file, probe)
 
@@ -288,16 +283,18 @@ class Folder:
         fs, path = self._fs()
         self._call(self.join(name), fs.pipe_file, f"{path}/{name}", data)
 
-    def staging(self) -> str:
-        """A new local folder to write a file in before :meth:`publish` moves it here: in
-        the folder itself when it is local (the rename is atomic), else in the system's
-        temporary folder. The caller removes it (:meth:`drop_staging`)."""
+    @contextlib.contextmanager
+    def staging(self):
+        """A local folder to write files in before :meth:`publish` moves them here: the
+        folder itself when it is local (the rename is atomic), else a new folder in the
+        system's temporary folder, removed at the end of the block."""
         if not self.remote:
-            return self.location
-        return tempfile.mkdtemp(prefix="daskwp-staging-")
-
-    def drop_staging(self, staging: str) -> None:
-        if self.remote:
+            yield self.location
+            return
+        staging = tempfile.mkdtemp(prefix="daskwp-staging-")
+        try:
+            yield staging
+        finally:
             shutil.rmtree(staging, ignore_errors=True)
 
     def publish(self, local_file: str, name: str) -> None:

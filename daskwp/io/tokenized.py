@@ -31,10 +31,12 @@ import numpy as np
 import pyarrow as pa
 
 from .. import _ext
+from ..core.options import check as check_option
 from ..core.options import check_int, check_tensors
 from ..core.ragged import BatchWindows
 from ..core.windows import convert_tensors
 from ..frames.schema import METADATA_COLUMNS, POSITION_OUTPUTS, position_output
+from ..frames import storage
 
 __all__ = ["TokenizedDataset", "pad_rows", "read_tokenized"]
 
@@ -48,8 +50,46 @@ def _natural(name: str) -> list:
     return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", name)]
 
 
-def _data_files(path) -> list[str]:
-    p = Path(path)
+def _url_data_files(url: str, storage_options: dict | None) -> list[str]:
+    """:func:`_data_files` of an fsspec URL: the object, the glob's objects, or the
+    ``.parquet`` objects below a folder (no ``.``/``_`` names), as URLs."""
+    fs, path = storage.filesystem(url, storage_options or {})
+    path = path.rstrip("/") or path
+    try:
+        if glob.has_magic(path):
+            found = [p for p, i in fs.glob(path, detail=True).items() if i.get("type") == "file"]
+        elif fs.isdir(path):
+            found = [p for p in fs.find(path) if p.endswith(".parquet") and not any(
+                c.startswith((".", "_")) for c in p[len(path):].strip("/").split("/"))]
+        elif fs.isfile(path):
+            return [url]
+        else:
+            found = []
+    except FileNotFoundError as e:
+        if "bucket" in str(e).lower():
+            raise storage.storage_error(url, e) from None
+        found = []
+    except storage.StorageError:
+        raise
+    except Exception as e:
+        raise storage.storage_error(url, e) from None
+    if not found:
+        raise FileNotFoundError(f"no tokenized Parquet files at {url!r}")
+    return sorted((fs.unstrip_protocol(p) for p in found), key=_natural)
+
+
+def _source(f: str, storage_options: dict | None):
+    """What pyarrow opens for the file ``f``: a local path, or a URL's file object."""
+    if not storage.is_url(f):
+        return f
+    with storage.using(storage_options or {}):
+        return storage.open_input(f)
+
+
+def _data_files(path, storage_options: dict | None = None) -> list[str]:
+    if storage.is_url(os.fspath(path)):
+        return _url_data_files(os.fspath(path), storage_options)
+    p = Path(storage.local_path(os.fspath(path)))
     if p.is_file():
         return [str(p)]
     if p.is_dir():
@@ -197,10 +237,13 @@ class TokenizedDataset:
     """
 
     def __init__(self, files: list[str], pad_id: int | None,
-                 position_outputs: list[str] | None = None):
+                 position_outputs: list[str] | None = None,
+                 storage_options: dict | None = None):
         self.files = files
         self.pad_id = pad_id
         self.position_outputs = list(position_outputs or [])
+        #: the fsspec options of URL files (never shown)
+        self.storage_options = storage_options
 
     def __repr__(self) -> str:
         extra = f", position_outputs={self.position_outputs}" if self.position_outputs else ""
@@ -209,7 +252,8 @@ class TokenizedDataset:
     def __len__(self) -> int:
         """Rows (windows) in the dataset, from the Parquet footers."""
         import pyarrow.parquet as pq
-        return sum(pq.ParquetFile(f).metadata.num_rows for f in self.files)
+        return sum(pq.ParquetFile(_source(f, self.storage_options)).metadata.num_rows
+                   for f in self.files)
 
     # -- Dask ---------------------------------------------------------------------------
     def to_dask(self, columns=None):
@@ -218,8 +262,9 @@ class TokenizedDataset:
         rows with their ``attention_mask`` also where the parts store them trimmed."""
         import dask.dataframe as dd
         ddf = dd.read_parquet(self.files, columns=columns, dtype_backend="pyarrow",
-                              split_row_groups=False)
-        padded = recorded_padding(_first_metadata(self.files))
+                              split_row_groups=False,
+                              storage_options=self.storage_options or None)
+        padded = recorded_padding(_first_metadata(self.files, self.storage_options))
         if padded is None or "input_ids" not in ddf.columns:
             return ddf
         meta = self._pad_frame(ddf._meta, padded)
@@ -253,7 +298,7 @@ class TokenizedDataset:
         import pyarrow.parquet as pq
         tables = []
         for f in (self.files if files is None else files):
-            pf = pq.ParquetFile(f)
+            pf = pq.ParquetFile(_source(f, self.storage_options))
             cols = None if columns is None else \
                 [c for c in columns if c != "attention_mask" or c in pf.schema_arrow.names]
             table = pf.read(columns=cols).replace_schema_metadata(None)
@@ -398,7 +443,7 @@ class TokenizedDataset:
         """(ParquetFile, its recorded padding, the columns to read, the whole table when
         ``read``) of a part; a file without the tokenized columns is refused by name."""
         import pyarrow.parquet as pq
-        pf = pq.ParquetFile(f)
+        pf = pq.ParquetFile(_source(f, self.storage_options))
         cols = [c for c in (*_REQUIRED, "attention_mask", "window", "bucket",
                             *self.position_outputs) if c in pf.schema_arrow.names]
         missing = [c for c in _REQUIRED if c not in cols]
@@ -406,7 +451,8 @@ class TokenizedDataset:
             raise ValueError(f"{f!r} is not a tokenized dataset: no column(s) {missing}")
         # pq.read_table decodes the row groups on Arrow's threads (ParquetFile.read: one
         # after another, 1.86x slower: benchmarks/results/codec_bench.md)
-        return pf, recorded_padding(pf), cols, pq.read_table(f, columns=cols) if read else None
+        return pf, recorded_padding(pf), cols, pq.read_table(
+            _source(f, self.storage_options), columns=cols) if read else None
 
     def to_torch(self, batch_size: int, *, max_length: int | None = None):
         """A ``torch.utils.data.IterableDataset`` of :meth:`batches` (torch tensors), its
@@ -434,18 +480,19 @@ def _read_ahead(paths: list, read) -> Iterator:
             yield current
 
 
-def _first_metadata(files: list[str]):
+def _first_metadata(files: list[str], storage_options: dict | None = None):
     import pyarrow.parquet as pq
-    return pq.read_metadata(files[0]) if files else None
+    return pq.read_metadata(_source(files[0], storage_options)) if files else None
 
 
-def _recorded_position_outputs(files: list[str]) -> list[str]:
+def _recorded_position_outputs(files: list[str],
+                               storage_options: dict | None = None) -> list[str]:
     """The per-position output columns of a dataset: as the first part's ``daskwp``
     metadata records them (daskwp's part writer), else the columns of the first file named
     in :data:`~daskwp.frames.schema.POSITION_OUTPUTS` (frames written by other writers)."""
     import pyarrow.parquet as pq
     for f in files[:1]:
-        md = pq.read_metadata(f)
+        md = pq.read_metadata(_source(f, storage_options))
         kv = md.metadata or {}
         if _METADATA_KEY in kv:
             try:
@@ -459,12 +506,12 @@ def _recorded_position_outputs(files: list[str]) -> list[str]:
     return []
 
 
-def _recorded_pad_id(files: list[str]) -> int | None:
+def _recorded_pad_id(files: list[str], storage_options: dict | None = None) -> int | None:
     """The ``pad_id`` that daskwp's part writer records in each part's ``daskwp`` key-value
     metadata (the footer: read without reading any data), from the first file."""
     import pyarrow.parquet as pq
     for f in files[:1]:
-        md = pq.read_metadata(f).metadata or {}
+        md = pq.read_metadata(_source(f, storage_options)).metadata or {}
         if _METADATA_KEY in md:
             try:
                 value = json.loads(md[_METADATA_KEY]).get("pad_id")
@@ -475,8 +522,10 @@ def _recorded_pad_id(files: list[str]) -> int | None:
     return None
 
 
-def read_tokenized(path, *, pad_id: int | None = None, tokenizer=None) -> TokenizedDataset:
-    """Open a tokenized dataset that daskwp wrote (a folder, a file or a glob).
+def read_tokenized(path, *, pad_id: int | None = None, tokenizer=None,
+                   storage_options: dict | None = None) -> TokenizedDataset:
+    """Open a tokenized dataset that daskwp wrote (a folder, a file or a glob; local, or
+    an fsspec URL such as ``s3://bucket/out``).
 
     Parameters
     ----------
@@ -486,6 +535,9 @@ def read_tokenized(path, *, pad_id: int | None = None, tokenizer=None) -> Tokeni
         ``tokenizer``'s vocabulary.
     tokenizer : WordPieceTokenizer or Vocabulary, optional
         Source of the [PAD] id.
+    storage_options : dict, optional
+        Options of the fsspec filesystem of a URL ``path`` (``endpoint_url``, ...);
+        credentials otherwise come from its usual sources (environment, config files).
 
     Returns
     -------
@@ -507,12 +559,14 @@ def read_tokenized(path, *, pad_id: int | None = None, tokenizer=None) -> Tokeni
     array([[ 101, 7592, 2088,  999,  102,    0,    0,    0],
            [ 101, 7632,  102,    0,    0,    0,    0,    0]], dtype=int32)
     """
-    files = _data_files(path)
+    storage_options = check_option("storage_options", storage_options)
+    files = _data_files(path, storage_options)
     if pad_id is None and tokenizer is not None:
         vocab = getattr(tokenizer, "vocab", tokenizer)
         pad_id = vocab.pad_id
     if pad_id is None:
-        pad_id = _recorded_pad_id(files)
+        pad_id = _recorded_pad_id(files, storage_options)
     if pad_id is not None:
         pad_id = check_int("pad_id", pad_id, lo=0, allowed=">= 0")
-    return TokenizedDataset(files, pad_id, _recorded_position_outputs(files))
+    return TokenizedDataset(files, pad_id, _recorded_position_outputs(files, storage_options),
+                            storage_options)

@@ -179,6 +179,11 @@ def job_parameters(cfg: JobConfig, tokenizer) -> dict:
 
 
 def _write_json(path: str, obj: dict) -> None:
+    if is_url(path):   # an object store: one put of the finished bytes
+        folder, name = path.rsplit("/", 1)
+        storage.Folder(folder, storage.current_options()).write_bytes(
+            name, (json.dumps(obj, indent=1, sort_keys=False) + "\n").encode())
+        return
     tmp = f"{path}.{uuid.uuid4().hex}.tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
         json.dump(obj, fh, indent=1, sort_keys=False)
@@ -286,7 +291,17 @@ def check_input_output_overlap(inputs, output: str) -> list[str]:
 
 def _make_output_directory(out: str) -> None:
     """Create ``out`` (and its parents) and check that files can be created in it, as
-    OutputConflictError naming the path and the reason."""
+    OutputConflictError naming the path and the reason. A URL's bucket is not created:
+    a missing one (or no credentials, an endpoint that does not answer) is refused."""
+    if is_url(out):
+        try:
+            storage.Folder(out, storage.current_options()).check_writable(
+                f"{TMP_PREFIX}probe-")
+        except OSError as e:
+            raise OutputConflictError(f"cannot use output directory {e}" if isinstance(
+                e, storage.StorageError) else f"cannot use output directory {out!r}: "
+                f"{e}") from None
+        return
     if os.path.exists(out) and not os.path.isdir(out):
         raise OutputConflictError(f"output {out!r} exists and is not a directory")
     try:
@@ -307,7 +322,8 @@ def prepare_output(cfg: JobConfig, header: dict, plan: list | None = None) -> di
     or written (OutputConflictError)."""
     out = cfg.output
     _make_output_directory(out)
-    names = os.listdir(out)
+    folder = storage.Folder(out, storage.current_options())
+    names = folder.listdir()
     ours, other = _our_files(names, cfg)
     if other:
         raise OutputConflictError(
@@ -315,21 +331,16 @@ def prepare_output(cfg: JobConfig, header: dict, plan: list | None = None) -> di
             f"({', '.join(sorted(other)[:5])}{', ...' if len(other) > 5 else ''}); choose a "
             f"new or empty directory")
     previous = None
-    job_path = os.path.join(out, JOB_FILE)
     if not any(n.startswith(PART_PREFIX) and n.endswith((PART_SUFFIX, *MEGATRON_PART_FILES))
                for n in ours):
         # No part of any job: a job that failed before writing one (bad input while
         # counting) left only its _job.json. That is no data to protect: start afresh.
         for n in ours:
-            try:
-                os.unlink(os.path.join(out, n))
-            except FileNotFoundError:
-                pass
+            folder.remove(n)
         return None
-    if os.path.exists(job_path):
+    if JOB_FILE in names:
         try:
-            with open(job_path, encoding="utf-8") as fh:
-                previous = json.load(fh)
+            previous = json.loads(folder.read_bytes(JOB_FILE).decode("utf-8"))
         except (OSError, ValueError) as e:
             if not cfg.overwrite:
                 raise OutputConflictError(f"output directory {out!r} holds an unreadable "
@@ -362,14 +373,11 @@ def prepare_output(cfg: JobConfig, header: dict, plan: list | None = None) -> di
                 f"use a new output directory, or pass --overwrite to replace it")
     if cfg.overwrite:
         for n in ours:
-            os.unlink(os.path.join(out, n))
+            folder.remove(n)
         return None
     for n in ours:  # leftovers of a killed run
         if n.startswith(TMP_PREFIX) or n.endswith(".tmp"):
-            try:
-                os.unlink(os.path.join(out, n))
-            except FileNotFoundError:
-                pass
+            folder.remove(n)
     return previous
 
 
@@ -640,8 +648,14 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
         [header["version"], params, header["input"]["fingerprint"]], sort_keys=True).encode(),
         digest_size=16).hexdigest()
     header["job_id"] = job_id
+    if is_url(out) and (cfg.output_format != "parquet" or cfg.packing is not None):
+        what = f"output_format {cfg.output_format!r}" if cfg.output_format != "parquet" \
+            else "packing"
+        raise ConfigError(f"output {out!r}: {what} writes to a local or shared folder; an "
+                          f"object-store URL takes output_format: parquet without packing")
     previous = prepare_output(cfg, header, [s.to_json() for s in specs])
-    job_path = os.path.join(out, JOB_FILE)
+    folder = storage.Folder(out, cfg.storage_options)
+    job_path = folder.join(JOB_FILE)
 
     # Counts known without reading the input: the Parquet plan, the last run's _job.json,
     # and the complete parts of an earlier run (their checksums verified).
@@ -655,7 +669,7 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
     if cfg.output_format != "parquet" or packing:   # parts with a record (jobs/records.py)
         stats: list = [check_part_record(out, i, n, job_id, counts[i]) for i in range(n)]
     else:
-        stats = [check_part(os.path.join(out, part_name(i, n)), i, job_id, counts[i], None)
+        stats = [check_part(folder.join(part_name(i, n)), i, job_id, counts[i], None)
                  for i in range(n)]
     for i, st in enumerate(stats):
         if st is not None:
@@ -677,6 +691,8 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
         log(f"daskwp: resuming: {skipped} of {n} partitions already complete, "
             f"{len(missing)} to write")
     options = {k: getattr(cfg, k) for k in _PARTITION_OPTIONS}
+    if is_url(out):   # the workers' filesystem of the output (never recorded)
+        options["storage_options"] = cfg.storage_options
     if megatron:
         options.update(megatron_options(cfg))
     local = cfg.scheduler_address in LOCAL_SCHEDULERS
@@ -699,10 +715,7 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
             register_worker_plugin(client)
         if missing:
             # _summary.json exists only while the dataset is complete.
-            try:
-                os.unlink(os.path.join(out, SUMMARY_FILE))
-            except FileNotFoundError:
-                pass
+            folder.remove(SUMMARY_FILE)
         t_work = time.perf_counter()  # the cluster is up: counting, tokenizing, writing
         if packing:   # two passes of their own (jobs/packing.py)
             stats, packed_offsets, _ = run_packed_job(cfg, tok, specs, out, job_id, client,
@@ -732,7 +745,7 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
             _close_own_client(client)
         # Temporary files of writes that did not finish (a worker died and the task was
         # rerun elsewhere, an error, an interrupt).
-        remove_temporary_files(out)
+        remove_temporary_files(folder)
 
     offsets = [int(values[k]) for k in graph.offset_keys]
     counts = [int(values[k]) for k in graph.count_keys]
@@ -759,12 +772,12 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
                        f"({sum(s['documents'] for s in stats)} vs {total_docs})")
     tokens = sum(s["tokens"] for s in stats)
     unk = sum(s["unknown_tokens"] for s in stats)
-    rejects = [os.path.basename(rejects_path(os.path.join(out, part_name(i, n))))
+    rejects = [os.path.basename(rejects_path(folder.join(part_name(i, n))))
                for i, s in enumerate(stats) if s.get("rejected")]
-    for name in os.listdir(out):   # a rejects file no part of this job has (an earlier try)
+    for name in folder.listdir():   # a rejects file no part of this job has (an earlier try)
         if name.startswith(REJECTS_PREFIX) and name.endswith(REJECTS_SUFFIX) \
                 and name not in rejects:
-            os.unlink(os.path.join(out, name))
+            folder.remove(name)
     seconds = time.perf_counter() - t_start
     summary = {
         "documents": total_docs,
@@ -813,7 +826,7 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
     for w in unknown:
         log(f"daskwp: warning: {w}")
     summary["warnings"] = plan_warnings + unknown
-    _write_json(os.path.join(out, SUMMARY_FILE), summary)
+    _write_json(folder.join(SUMMARY_FILE), summary)
     return summary
 
 

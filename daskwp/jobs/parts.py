@@ -34,6 +34,8 @@ from ..distributed.tasks import (add_logid_offset, call_options, owned_unknown_t
                                  tokenize_partition, write_tokenized_part)
 from ..frames.partition import CHECKSUM_KEY, PART_METADATA_KEY, checksum_hash, checksum_hex, \
     is_cudf
+from ..frames import storage
+from ..frames.storage import is_url, open_input
 from .errors import InputError, JobError
 from .inputs import (PartitionSpec, attach_kept_columns, count_partition, read_partition,
                      read_partition_with_counts)
@@ -218,7 +220,7 @@ def data_checksum(path: str) -> str:
     dictionary pages and page headers of every column chunk.
 
     Memory: reads the file in 4 MB pieces."""
-    with open(path, "rb") as fh:
+    with open_input(path) as fh:
         return _digest(fh, _footer_start(fh))
 
 
@@ -353,38 +355,51 @@ def _write_partition(spec, logid_offset, out_dir, tokenizer, options, job_id, n_
     texts, kept, (bad_bytes, bad_docs) = read_counted_partition(spec, documents, bad)
     read_cpu = time.thread_time() - c0
     name = part_name(spec.index, n_partitions)
-    path = os.path.join(out_dir, name)
-    hook = None if kept is None else functools.partial(attach_kept_columns, kept=kept,
-                                                       logid_offset=int(logid_offset))
+    # An object store has no rename: the part is written complete to a local staging
+    # folder, then uploaded under its name (one put, or a multipart upload that the store
+    # completes only with its last part); its rejects file first, the same way.
+    folder = storage.Folder(out_dir, options.get("storage_options"))
+    with folder.staging() as staging:
+        path = os.path.join(staging, name)
+        hook = None if kept is None else functools.partial(attach_kept_columns, kept=kept,
+                                                           logid_offset=int(logid_offset))
 
-    def write(texts, bad):
-        write_rejects(rejects_path(path), bad or (), spec, logid_offset, file_offset)
-        if _worker_device(device) == "gpu":
-            texts = _as_series(texts, device)
-        tmp = os.path.join(out_dir, f"{TMP_PREFIX}{spec.index}-{uuid.uuid4().hex}.parquet")
-        meta = {"job_id": job_id, "partition": spec.index, "logid_offset": int(logid_offset),
-                "invalid_utf8_bytes": bad_bytes, "invalid_utf8_documents": bad_docs,
-                "rejected": len(bad or ())}
-        return write_tokenized_part(texts, tokenizer, options, path, tmp,
-                                    logid_offset=int(logid_offset),
-                                    compression=options["compression"], metadata=meta,
-                                    table_hook=hook,
-                                    parquet_compat=bool(options.get("parquet_compat")))
+        def write(texts, bad):
+            write_rejects(rejects_path(path), bad or (), spec, logid_offset, file_offset)
+            if folder.remote:
+                rejects = os.path.basename(rejects_path(path))
+                if bad:
+                    folder.publish(rejects_path(path), rejects)
+                else:
+                    folder.remove(rejects)
+            if _worker_device(device) == "gpu":
+                texts = _as_series(texts, device)
+            tmp = os.path.join(staging, f"{TMP_PREFIX}{spec.index}-{uuid.uuid4().hex}.parquet")
+            meta = {"job_id": job_id, "partition": spec.index, "logid_offset": int(logid_offset),
+                    "invalid_utf8_bytes": bad_bytes, "invalid_utf8_documents": bad_docs,
+                    "rejected": len(bad or ())}
+            return write_tokenized_part(texts, tokenizer, options, path, tmp,
+                                        logid_offset=int(logid_offset),
+                                        compression=options["compression"], metadata=meta,
+                                        table_hook=hook,
+                                        parquet_compat=bool(options.get("parquet_compat")))
 
-    try:
-        stats = write(texts, bad)
-    except (ValueError, TypeError):
-        refused = refused_rows(tokenizer, texts, options, device) if reject else []
-        if not refused:
-            raise
-        bad = sorted(bad + refused)
-        stats = write(_empty_rows(texts, [i for i, _ in refused]), bad)
-    stats["cpu_seconds"]["read"] = read_cpu
-    stats.update(partition=spec.index, logid_offset=int(logid_offset),
-                 invalid_utf8_bytes=bad_bytes, invalid_utf8_documents=bad_docs,
-                 rejected=len(bad or ()))
-    stats["seconds"] = time.perf_counter() - t0
-    return stats
+        try:
+            stats = write(texts, bad)
+        except (ValueError, TypeError):
+            refused = refused_rows(tokenizer, texts, options, device) if reject else []
+            if not refused:
+                raise
+            bad = sorted(bad + refused)
+            stats = write(_empty_rows(texts, [i for i, _ in refused]), bad)
+        if folder.remote:
+            folder.publish(path, name)
+        stats["cpu_seconds"]["read"] = read_cpu
+        stats.update(partition=spec.index, logid_offset=int(logid_offset),
+                     invalid_utf8_bytes=bad_bytes, invalid_utf8_documents=bad_docs,
+                     rejected=len(bad or ()))
+        stats["seconds"] = time.perf_counter() - t0
+        return stats
 
 
 def check_part(path: str, index: int, job_id: str, documents: int | None,
@@ -396,7 +411,11 @@ def check_part(path: str, index: int, job_id: str, documents: int | None,
     Reads the footer and the file's bytes once (no decompression)."""
     import pyarrow.parquet as pq
     try:
-        md = pq.read_metadata(path)
+        if is_url(path):
+            with open_input(path) as fh:
+                md = pq.read_metadata(fh)
+        else:
+            md = pq.read_metadata(path)
         kv = md.metadata or {}
         meta = json.loads(kv.get(METADATA_KEY, b"{}"))
         checksum = kv.get(CHECKSUM_KEY, b"").decode("ascii", "replace")
@@ -416,7 +435,7 @@ def check_part(path: str, index: int, job_id: str, documents: int | None,
     rejected = int(meta.get("rejected", 0))
     if rejected:   # its rejects file, written before it, lists that many rows
         try:
-            with open(rejects_path(path), "rb") as fh:
+            with open_input(rejects_path(path)) as fh:
                 if sum(1 for _ in fh) != rejected:
                     return None
         except OSError:
@@ -430,9 +449,18 @@ def check_part(path: str, index: int, job_id: str, documents: int | None,
     return out
 
 
-def remove_temporary_files(out_dir: str) -> None:
+def remove_temporary_files(out_dir) -> None:
     """Remove the temporary files of part writes that did not finish (a killed worker or
-    job, an interrupt)."""
+    job, an interrupt). ``out_dir``: a path, or a :class:`daskwp.frames.storage.Folder` (an
+    object store's parts are staged outside it: only temporary objects of other writers
+    are found there)."""
+    if isinstance(out_dir, storage.Folder):
+        if out_dir.remote:
+            for name in out_dir.listdir():
+                if name.startswith(TMP_PREFIX):
+                    out_dir.remove(name)
+            return
+        out_dir = out_dir.location
     try:
         names = os.listdir(out_dir)
     except OSError:
@@ -447,7 +475,8 @@ def remove_temporary_files(out_dir: str) -> None:
 
 def _parquet_logids(path: str) -> np.ndarray:
     import pyarrow.parquet as pq
-    return pq.read_table(path, columns=["logID"]).column("logID").to_numpy()
+    source = open_input(path) if is_url(path) else path
+    return pq.read_table(source, columns=["logID"]).column("logID").to_numpy()
 
 
 def verify_output(out_dir: str, plan: Sequence[dict], *, read_logids=_parquet_logids,
@@ -459,7 +488,7 @@ def verify_output(out_dir: str, plan: Sequence[dict], *, read_logids=_parquet_lo
     expected_offset = 0
     n = len(plan)
     for p in plan:
-        path = os.path.join(out_dir, name(p["index"], n))
+        path = storage.Folder(out_dir).join(name(p["index"], n))
         if p["logid_offset"] != expected_offset:
             raise JobError(f"job plan of {out_dir!r} is inconsistent at partition "
                            f"{p['index']}")
