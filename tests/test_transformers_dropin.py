@@ -432,7 +432,7 @@ def test_add_tokens_and_special_token_setters():
         tok.add_special_tokens({"not_a_token": "x"})
     # refused by name (transformers accepts them): the oracle sees daskwp raise
     for bad, match in ((["plain"], "normalized=True"),
-                       ([AddedToken("<l>", lstrip=True, normalized=False)], "lstrip"),
+                       ([AddedToken("<l>", single_word=True, normalized=False)], "single_word"),
                        ([AddedToken("hello", normalized=False)], "WordPiece piece")):
         with pytest.raises(OracleMismatch, match=match):
             tok.add_tokens(bad)
@@ -804,27 +804,42 @@ def test_over_length_warning(caplog):
     assert seen >= 4
 
 
-def test_lstrip_rstrip_added_tokens_offsets_refused(tmp_path):
-    """An added token with lstrip / rstrip: HF's offsets of it take the whitespace next to
-    it; daskwp refuses offsets for such a tokenizer by name, and its ids stay HF's (issue
-    38, item 4)."""
-    from transformers import AddedToken
-    text = "a   <REPR_END>   b"
+def test_lstrip_rstrip_added_tokens_offsets(tmp_path, corpus_lines):
+    """An added token with lstrip / rstrip: HF's span of it takes the whitespace next to
+    it; the drop-in's too, through from_transformers, add_tokens and a saved folder (issue
+    38, item 4). Where the flags are not known (a tokenizer.json loaded by daskwp itself),
+    offsets are refused by name."""
+    from tokenizers import AddedToken
+    from daskwp.backends.transformers_loader import from_pretrained
+    base = ["a   <R>   b", "x<R>y", "<R>", "  <R>  <L>\t<R> ", "a\u3000<L>\u00a0b <B>  c"]
+    texts = base + [f"{a[:30]} <R>{b[:20]}  <L> <B>" for a, b in
+                    zip(corpus_lines[:300], corpus_lines[300:600])]
+    kw = dict(return_offsets_mapping=True, padding=True)
     for flags in ({"lstrip": True, "rstrip": True}, {"lstrip": True}, {"rstrip": True}):
         hf = BertTokenizerFast(vocab=str(vocab_path(VOCABS[0])))
         hf.add_special_tokens({"additional_special_tokens": [
-            AddedToken("<REPR_END>", special=True, normalized=False, **flags)]})
+            AddedToken("<R>", special=True, normalized=False, **flags),
+            AddedToken("<L>", special=True, normalized=False, lstrip=True),
+            AddedToken("<B>", special=True, normalized=False)]})
         dt = daskwp.WordPieceTokenizer.from_transformers(hf).as_transformers()
-        assert dict(dt([text, "b"], padding=True)) == dict(hf([text, "b"], padding=True))
-        assert dt(text).word_ids() == hf(text).word_ids()
-        with pytest.raises(ValueError, match="REPR_END.*lstrip / rstrip"):
-            dt(text, return_offsets_mapping=True)
-    hf = BertTokenizerFast(vocab=str(vocab_path(VOCABS[0])))
-    hf.add_special_tokens({"additional_special_tokens": [
-        AddedToken("<REPR_END>", special=True, normalized=False)]})
-    dt = daskwp.WordPieceTokenizer.from_transformers(hf).as_transformers()
-    assert dict(dt(text, return_offsets_mapping=True)) == \
-        dict(hf(text, return_offsets_mapping=True))
+        assert dict(dt(texts, **kw)) == dict(hf(texts, **kw)), flags
+        got, want = dt(texts[:5], texts[5:10], **kw), hf(texts[:5], texts[5:10], **kw)
+        assert dict(got) == dict(want)
+        assert got.token_to_chars(0, 2) == want.token_to_chars(0, 2)
+        # the same through add_tokens on a plain drop-in
+        dt2 = daskwp.WordPieceTokenizer(str(vocab_path(VOCABS[0]))).as_transformers()
+        assert dt2.add_tokens([AddedToken("<R>", normalized=False, **flags),
+                               AddedToken("<L>", normalized=False, lstrip=True),
+                               AddedToken("<B>", normalized=False)],
+                              special_tokens=True) == 3
+        assert dict(dt2(texts, **kw)) == dict(hf(texts, **kw)), flags
+        # saved and loaded back (folder), by transformers and by daskwp
+        folder = tmp_path / "_".join(sorted(flags))
+        dt.save_pretrained(folder)
+        assert dict(from_pretrained(folder)(texts, **kw)) == dict(hf(texts, **kw))
+        with pytest.raises(ValueError, match="<[RL]>.*lstrip / rstrip"):
+            daskwp.WordPieceTokenizer(str(folder / "tokenizer.json")).as_transformers()(
+                texts[0], return_offsets_mapping=True)
 
 
 def test_from_transformers_refuses_other_pipelines_by_name():

@@ -30,7 +30,8 @@ from pathlib import Path
 import numpy as np
 
 from ..core.decode import cleanup_token
-from ..core.vocab import Vocabulary
+from ..core.normalizer import whitespace_vanishes
+from ..core.vocab import WHITE_SPACE, Vocabulary
 from . import transformers_alignment as align
 
 __all__ = ["BatchEncoding", "TransformersTokenizer", "from_transformers",
@@ -496,7 +497,8 @@ class TransformersTokenizer:
                  padding_side: str = "right", truncation_side: str = "right",
                  clean_up_tokenization_spaces: bool = False, name_or_path: str = "",
                  special_tokens: dict | None = None,
-                 extra_special_tokens: list | None = None):
+                 extra_special_tokens: list | None = None,
+                 added_token_strips: dict | None = None):
         for name in ("encode", "vocab"):
             if not hasattr(tokenizer, name):
                 raise TypeError(f"as_transformers needs a daskwp WordPieceTokenizer, got "
@@ -517,6 +519,10 @@ class TransformersTokenizer:
         # flag add_tokens last gave each token (HF's count compares it)
         self._nonspecial_added: set = set()
         self._added_special: dict = {}
+        # added token -> (lstrip, rstrip): HF's span of such a token takes the whitespace
+        # next to it (ids are the same: the pre-tokenizer drops that whitespace)
+        self._strips: dict = {t: (bool(a), bool(b))
+                              for t, (a, b) in (added_token_strips or {}).items() if a or b}
         self.init_inputs: tuple = ()
         # transformers' named special tokens and extra special tokens: the names the
         # transformers tokenizer had (from_transformers), else the daskwp vocabulary's; the
@@ -648,6 +654,25 @@ class TransformersTokenizer:
     def added_tokens_encoder(self) -> dict:
         return dict(sorted(self.get_added_vocab().items(), key=lambda kv: kv[1]))
 
+    @property
+    def added_tokens_decoder(self) -> dict:
+        """id -> ``tokenizers.AddedToken`` of the added tokens, with the flags daskwp
+        honours (needs the ``tokenizers`` package, as transformers does)."""
+        try:
+            from tokenizers import AddedToken
+        except ImportError:
+            raise NotImplementedError("added_tokens_decoder needs the tokenizers package "
+                                      "(pip install tokenizers)") from None
+        v = self.vocab_obj
+        out = {}
+        for t in v.special_tokens:
+            lstrip, rstrip = self._strips.get(t, (False, False))
+            special = self._added_special.get(t, self._is_special_added(t))
+            out[v.token_to_id(t)] = AddedToken(t, single_word=False, lstrip=lstrip,
+                                               rstrip=rstrip, normalized=False,
+                                               special=special)
+        return dict(sorted(out.items()))
+
     def _special_added_ids(self) -> set:
         v = self.vocab_obj
         return set(v.special_ids) - {v.token_to_id(t) for t in self._nonspecial_added}
@@ -686,6 +711,12 @@ class TransformersTokenizer:
                 raise TypeError(f"Token {t!r} is not a string but a {type(t)}.")
             if not content:
                 continue
+            strips = (flags.pop("lstrip"), flags.pop("rstrip"))
+            if any(strips) and not whitespace_vanishes(self.tokenizer.pipeline):
+                raise ValueError(
+                    f"add_tokens: token {content!r} has lstrip / rstrip, which daskwp supports "
+                    f"only with a pre-tokenizer that removes whitespace (this tokenizer's "
+                    f"keeps it)")
             bad = [k for k, on in flags.items() if on]
             if bad:
                 hint = " (pass AddedToken(t, normalized=False) to match it in the raw " \
@@ -693,7 +724,7 @@ class TransformersTokenizer:
                 raise ValueError(
                     f"add_tokens: token {content!r} has {', '.join(f'{k}=True' for k in bad)},"
                     f" which daskwp does not support: daskwp matches added tokens whole, "
-                    f"in the raw text, without the whitespace around them{hint}")
+                    f"in the raw text{hint}")
             i = v.token_to_id(content)
             if i is not None and content not in v.special_tokens:
                 raise ValueError(
@@ -703,19 +734,24 @@ class TransformersTokenizer:
             if i is None and content not in seen:
                 new.append(content)
                 seen.add(content)
-            plan.append((content, special))
+            plan.append((content, special, strips))
         if new:
             self.tokenizer.add_special_tokens(new)
         count = 0
-        for content, special in plan:
-            current = self._added_special.get(content, self._is_special_added(content))
+        for content, special, strips in plan:
+            current = (self._added_special.get(content, self._is_special_added(content)),
+                       self._strips.get(content, (False, False)))
+            if any(strips):
+                self._strips[content] = strips
+            else:
+                self._strips.pop(content, None)
             if content in seen:
                 seen.discard(content)
                 if not special:
                     self._nonspecial_added.add(content)
-            elif current == special:
+            elif current == (special, strips):
                 continue                       # identical: transformers ignores it
-            elif special:
+            elif special and not current[0]:
                 self._nonspecial_added.discard(content)
             self._added_special[content] = special
             count += 1
@@ -1021,17 +1057,43 @@ class TransformersTokenizer:
                 "sequence through the model will result in indexing errors")
             self.deprecation_warnings[key] = True
 
+    def _strip_offsets(self, texts, docs) -> None:
+        """HF's spans of added tokens with lstrip / rstrip (``AddedVocabulary::
+        find_matches``): lstrip takes the White_Space before the token back to the previous
+        added token's end, rstrip the White_Space after it. In place."""
+        v = self.vocab_obj
+        matched = {v.token_to_id(t) for t in v.special_tokens}
+        flags = {v.token_to_id(t): f for t, f in self._strips.items()
+                 if v.token_to_id(t) is not None}
+        for text, (ids, om, _) in zip(texts, docs):
+            prev = 0
+            for k, i in enumerate(ids):
+                if i not in matched:
+                    continue
+                start, end = om[k]
+                lstrip, rstrip = flags.get(i, (False, False))
+                if lstrip:
+                    while start > prev and text[start - 1] in WHITE_SPACE:
+                        start -= 1
+                if rstrip:
+                    while end < len(text) and text[end] in WHITE_SPACE:
+                        end += 1
+                om[k] = (start, end)
+                prev = end
+
     def _check_offsets_exact(self) -> None:
         """Refuse character offsets where daskwp's differ from HF's: an added token with
         ``lstrip`` / ``rstrip`` (HF's span takes the whitespace next to it; the ids are the
         same, the pre-tokenizer drops that whitespace)."""
-        stripped = (self.vocab_obj.config or {}).get("stripped_added_tokens") or ()
+        stripped = [t for t in (self.vocab_obj.config or {}).get("stripped_added_tokens")
+                    or () if t not in self._strips]
         if stripped:
             raise ValueError(
                 f"character offsets are not available from daskwp for this tokenizer: added "
-                f"token {stripped[0]!r} has lstrip / rstrip (HF's offsets of it take the "
-                f"whitespace next to it, daskwp's do not); ids, word ids and sequence ids are "
-                f"exact")
+                f"token {stripped[0]!r} has lstrip / rstrip, and which of them is not known "
+                f"here (load it with from_transformers or "
+                f"daskwp.backends.transformers_loader.from_pretrained); ids, word ids and "
+                f"sequence ids are exact")
 
     def _strategies(self, padding, truncation, max_length, pad_to_multiple_of):
         """transformers' ``_get_padding_truncation_strategies``: (padding, truncation
@@ -1136,8 +1198,11 @@ class TransformersTokenizer:
             off = np.asarray(enc.offsets).tolist()
             om = [tuple(x) for x in np.asarray(enc.offset_mapping).tolist()]
             wid = [None if w < 0 else w for w in np.asarray(enc.word_ids).tolist()]
-            return [(ids[d], om[off[d]:off[d + 1]], wid[off[d]:off[d + 1]])
-                    for d in range(len(ids))]
+            out = [(ids[d], om[off[d]:off[d + 1]], wid[off[d]:off[d + 1]])
+                   for d in range(len(ids))]
+            if self._strips:
+                self._strip_offsets(texts, out)
+            return out
         enc = tok.encode(texts)
         return [(d, None, None) for d in enc.to_list()]
 
@@ -1520,9 +1585,10 @@ class TransformersTokenizer:
         added = []
         nonspecial = set(v.special_tokens) - {v.id_to_token(i) for i in v.special_ids}
         for t in v.special_tokens:
+            lstrip, rstrip = self._strips.get(t, (False, False))
             added.append({"id": v.token_to_id(t), "content": t, "single_word": False,
-                          "lstrip": False, "rstrip": False, "normalized": False,
-                          "special": t not in nonspecial})
+                          "lstrip": lstrip, "rstrip": rstrip, "normalized": False,
+                          "special": t not in nonspecial and t not in self._nonspecial_added})
         added.sort(key=lambda a: a["id"])
         cls, sep = self.cls_token, self.sep_token
         post = None
@@ -1741,6 +1807,10 @@ def from_transformers(obj) -> tuple[dict, dict]:
         _check_spec(spec, cls, sep, where)
         spec["truncation"] = None
         spec["padding"] = None
+        settings["added_token_strips"] = {
+            at["content"]: (bool(at.get("lstrip")), bool(at.get("rstrip")))
+            for at in spec.get("added_tokens") or []
+            if isinstance(at, dict) and (at.get("lstrip") or at.get("rstrip"))}
         with tempfile.TemporaryDirectory() as d:
             path = Path(d) / "tokenizer.json"
             path.write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")

@@ -75,6 +75,13 @@ def from_pretrained(folder, **kwargs) -> TransformersTokenizer:
     extra = None if extra is None else [t if is_added_token(t) else str(_content(t))
                                         for t in extra]
     settings = {k: merged[k] for k in _SETTINGS if merged.get(k) is not None}
+    spec_path = folder / "tokenizer.json"
+    if spec_path.is_file():
+        spec = json.loads(spec_path.read_text(encoding="utf-8"))
+        settings["added_token_strips"] = {
+            at["content"]: (bool(at.get("lstrip")), bool(at.get("rstrip")))
+            for at in spec.get("added_tokens") or []
+            if isinstance(at, dict) and (at.get("lstrip") or at.get("rstrip"))}
     out = TransformersTokenizer(tok, name_or_path=str(folder), special_tokens=specials,
                                 extra_special_tokens=extra, **settings)
     # the named and extra tokens the vocabulary lacks are added (flags checked), as

@@ -26,6 +26,8 @@ BERT_SPECIAL_TOKENS = ("[UNK]", "[SEP]", "[CLS]", "[PAD]", "[MASK]")
 _WHITE_SPACE = ("\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006"
                 "\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
 _WHITE_SPACE_RE = re.compile("[" + re.escape(_WHITE_SPACE) + "]")
+#: The Unicode White_Space characters (Rust's ``char::is_whitespace``).
+WHITE_SPACE = frozenset(_WHITE_SPACE)
 # What no special token may contain: lone surrogates and U+FFFD.
 _UNSPELLABLE = re.compile("[\ud800-\udfff\ufffd]")
 
