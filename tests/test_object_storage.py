@@ -387,12 +387,11 @@ def test_missing_bucket_wrong_endpoint_and_no_credentials_fail_fast(tmp_path, bu
     assert not (tmp_path / "out").exists()
 
 
-def test_other_output_formats_refuse_a_url_by_name(tmp_path):
+def test_datasets_output_and_packing_refuse_a_url_by_name(tmp_path):
     (tmp_path / "in.txt").write_text("hello\n")
-    for fmt in ("megatron", "datasets"):
-        with pytest.raises(jobs.ConfigError, match=f"output_format '{fmt}' writes to a local"):
-            jobs.run_job(job_config(str(tmp_path / "in.txt"), "memory://objstore-refused/out",
-                                    output_format=fmt))
+    with pytest.raises(jobs.ConfigError, match="output_format 'datasets' writes to a local"):
+        jobs.run_job(job_config(str(tmp_path / "in.txt"), "memory://objstore-refused/out",
+                                output_format="datasets"))
     with pytest.raises(jobs.ConfigError, match="packing writes to a local"):
         jobs.run_job(job_config(str(tmp_path / "in.txt"), "memory://objstore-refused/out",
                                 packing=16))
@@ -460,3 +459,36 @@ def test_worker_killed_mid_job_then_rerun_rewrites_nothing(tmp_path, bucket):
                                     partition_size="8KB"))
     assert local["tokens"] == summary["tokens"]
     assert_same_parts(tmp_path / "out", f"s3://{name}/out", options)
+
+
+@pytest.mark.parametrize("merge_parts", [True, False])
+def test_megatron_output_in_a_bucket_equals_local(tmp_path, bucket, merge_parts):
+    """Megatron .bin/.idx pairs (and the merged pair) written to a bucket: byte for byte
+    those of the same job on local files; a rerun keeps every part (nothing uploaded)."""
+    name, options, fs = bucket
+    data = ("\n".join(sample_lines()) + "\n").encode()
+    fs.pipe(f"{name}/in.txt", data)
+    (tmp_path / "in.txt").write_bytes(data)
+    kw = {"output_format": "megatron", "merge_parts": merge_parts, "max_length": None,
+          "truncation": None, "padding": None}
+    kw = {k: v for k, v in kw.items() if v is not None}
+    local = jobs.run_job(job_config(str(tmp_path / "in.txt"), str(tmp_path / "out"), **kw))
+    cfg = job_config(f"s3://{name}/in.txt", f"s3://{name}/out", storage_options=options,
+                     **kw)
+    remote = jobs.run_job(cfg)
+    assert remote["partitions"] == local["partitions"] > 2
+    files = sorted(p.name for p in (tmp_path / "out").iterdir()
+                   if p.suffix in (".bin", ".idx"))
+    assert sorted(k for k in objects(fs, f"{name}/out") if k.endswith((".bin", ".idx"))) == \
+        files
+    for f in files:
+        assert fs.cat_file(f"{name}/out/{f}") == (tmp_path / "out" / f).read_bytes(), f
+    args = fs.cat_file(f"{name}/out/_megatron_data_args.txt").decode()
+    assert args == (tmp_path / "out" / "_megatron_data_args.txt").read_text().replace(
+        str(tmp_path / "out"), f"s3://{name}/out")
+    before = objects(fs, f"{name}/out")
+    again = jobs.run_job(cfg)
+    assert again["partitions_written"] == 0
+    after = objects(fs, f"{name}/out")
+    assert {k: v for k, v in after.items() if k.endswith((".bin", ".idx"))} == \
+        {k: v for k, v in before.items() if k.endswith((".bin", ".idx"))}

@@ -27,8 +27,8 @@ import tempfile
 import uuid
 
 __all__ = ["Folder", "StorageError", "current_options", "describe_storage_error",
-           "filesystem", "is_url",
-           "local_path", "open_input", "storage_error", "url_info", "using"]
+           "filesystem", "is_url", "local_path", "open_input", "size", "storage_error",
+           "url_info", "using"]
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _OPTIONS: contextvars.ContextVar = contextvars.ContextVar("daskwp_storage_options",
@@ -136,6 +136,11 @@ SEQUENTIAL_BLOCK_BYTES = 8 << 20
 def current_options() -> dict | None:
     """The storage options of the enclosing :func:`using` block (None outside one)."""
     return _OPTIONS.get()
+
+
+def size(path: str) -> int:
+    """Bytes of a local file or of a URL's object."""
+    return url_info(path)["size"] if is_url(path) else os.path.getsize(local_path(path))
 
 
 def open_input(path: str, buffering: int = -1, sequential: bool = False):

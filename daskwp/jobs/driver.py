@@ -142,7 +142,8 @@ def check_window_parameters(cfg: JobConfig, tokenizer, source: str = "config") -
     """Raise ConfigError for window parameters the tokenizer refuses (stride >= L, ...),
     before any cluster starts. The tokenizer's own validation gives the message. Options
     that another output format cannot honour are refused by name."""
-    if (cfg.output_format != "parquet" or cfg.packing is not None) and is_url(cfg.output):
+    # Parquet and Megatron parts are uploaded complete (docs/batch-jobs.md "Object storage")
+    if (cfg.output_format == "datasets" or cfg.packing is not None) and is_url(cfg.output):
         raise ConfigError(f"output {cfg.output!r}: output_format {cfg.output_format!r}"
                           + (" with packing" if cfg.packing is not None else "")
                           + " writes to a local or shared filesystem path only, not a URL")
@@ -648,11 +649,6 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
         [header["version"], params, header["input"]["fingerprint"]], sort_keys=True).encode(),
         digest_size=16).hexdigest()
     header["job_id"] = job_id
-    if is_url(out) and (cfg.output_format != "parquet" or cfg.packing is not None):
-        what = f"output_format {cfg.output_format!r}" if cfg.output_format != "parquet" \
-            else "packing"
-        raise ConfigError(f"output {out!r}: {what} writes to a local or shared folder; an "
-                          f"object-store URL takes output_format: parquet without packing")
     previous = prepare_output(cfg, header, [s.to_json() for s in specs])
     folder = storage.Folder(out, cfg.storage_options)
     job_path = folder.join(JOB_FILE)

@@ -20,6 +20,7 @@ These functions import no Dask: the driver runs them as tasks.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import time
@@ -30,11 +31,13 @@ import pyarrow.compute as pc
 
 from ..core.lengths import LengthCounts
 from ..distributed.state import cached_tokenizer
+from ..frames import storage
 from ..frames.megatron import index_size, megatron_sequences, merge_pairs, read_index, write_pair
 from .errors import ConfigError, JobError
 from .parts import PART_PREFIX, TMP_PREFIX, worker_device, worker_series
 from .records import (check_part_record, commit_part, naming_partition, part_stem,
-                      refuse_set_options, temporary_path, timed_read, write_part_rejects)
+                      publish_part, refuse_set_options, temporary_path, timed_read,
+                      write_part_rejects)
 
 __all__ = ["DATA_ARGS_FILE", "MEGATRON_ONLY", "MEGATRON_OPTIONS", "PART_FILES",
            "check_megatron_config", "check_output_format_options",
@@ -143,24 +146,27 @@ def write_megatron_partition(spec, logid_offset: int, out_dir: str, tokenizer, o
     c2 = time.thread_time()
     stats["length_counts"] = LengthCounts.of(stats.pop("document_lengths")).to_json()
     prefix = part_prefix(spec.index, n_partitions)
-    tmp = temporary_path(out_dir, spec.index)
-    try:
-        write_pair(tmp, tokens, lengths, docs, fsync=True)
-        text_bytes = int(pc.sum(pc.binary_length(texts)).as_py() or 0) if len(texts) else 0
-        stats.update(partition=spec.index, logid_offset=int(logid_offset),
-                     text_bytes=text_bytes, invalid_utf8_bytes=bad_bytes,
-                     invalid_utf8_documents=bad_docs, dtype=str(tokens.dtype),
-                     rejected=len(bad or ()))
-        rejects = write_part_rejects(out_dir, spec, n_partitions, bad, logid_offset,
-                                     file_offset)
-        commit_part(out_dir, spec.index, n_partitions, job_id, stats,
-                    {prefix + ".bin": tmp + ".bin", prefix + ".idx": tmp + ".idx"}, rejects)
-    finally:
-        for ext in (".bin", ".idx"):
-            try:
-                os.unlink(tmp + ext)
-            except FileNotFoundError:
-                pass
+    # on an object store the part is committed in a local staging folder, then uploaded
+    # file by file, its record last (records.publish_part)
+    folder = storage.Folder(out_dir, options.get("storage_options"))
+    with folder.staging() as staging:
+        tmp = temporary_path(staging, spec.index)
+        try:
+            write_pair(tmp, tokens, lengths, docs, fsync=True)
+            text_bytes = int(pc.sum(pc.binary_length(texts)).as_py() or 0) if len(texts) \
+                else 0
+            stats.update(partition=spec.index, logid_offset=int(logid_offset),
+                         text_bytes=text_bytes, invalid_utf8_bytes=bad_bytes,
+                         invalid_utf8_documents=bad_docs, dtype=str(tokens.dtype),
+                         rejected=len(bad or ()))
+            rejects = write_part_rejects(staging, spec, n_partitions, bad, logid_offset,
+                                         file_offset)
+            commit_part(staging, spec.index, n_partitions, job_id, stats,
+                        {prefix + ".bin": tmp + ".bin", prefix + ".idx": tmp + ".idx"},
+                        rejects)
+        finally:
+            _remove_pair(tmp)
+        publish_part(folder, staging, spec.index, n_partitions)
     stats["cpu_seconds"] = {"read": read_cpu, "tokenize": c2 - c1,
                             "write": time.thread_time() - c2}
     stats["seconds"] = time.perf_counter() - t0
@@ -179,11 +185,13 @@ def verify_megatron_output(out_dir: str, plan) -> None:
     offset_i .. offset_i + documents_i - 1, in order) and its ``.bin`` the tokens its
     lengths add up to. Raises JobError naming the first bad part."""
     n = len(plan)
+    folder = storage.Folder(out_dir, storage.current_options())
     for p in plan:
-        prefix = os.path.join(out_dir, part_prefix(p["index"], n))
+        prefix = folder.join(part_prefix(p["index"], n))
         try:
-            ix = read_index(prefix + ".idx")
-            size = os.path.getsize(prefix + ".bin")
+            with _local_copies(folder, [part_prefix(p["index"], n) + ".idx"]) as (idx,):
+                ix = read_index(idx)
+            size = storage.size(prefix + ".bin")
         except (OSError, ValueError) as e:
             raise JobError(f"output part {prefix}.idx cannot be read back: {e}") from None
         if ix.documents != p["documents"] or size != ix.tokens * ix.dtype.itemsize:
@@ -192,12 +200,42 @@ def verify_megatron_output(out_dir: str, plan) -> None:
                            f"{ix.tokens * ix.dtype.itemsize}: delete it and rerun the job")
 
 
+def _remove_pair(prefix: str) -> None:
+    """Remove ``prefix.bin`` and ``prefix.idx`` (a temporary pair) where they exist."""
+    for ext in (".bin", ".idx"):
+        try:
+            os.unlink(prefix + ext)
+        except FileNotFoundError:
+            pass
+
+
+@contextlib.contextmanager
+def _local_copies(folder, names: list):
+    """Local paths of ``names`` in ``folder``: the files themselves, or (an object store)
+    copies downloaded to a temporary folder for the block."""
+    if not folder.remote:
+        yield [folder.join(n) for n in names]
+        return
+    with folder.staging() as staging:
+        fs, root = storage.filesystem(folder.location, folder.storage_options)
+        paths = [os.path.join(staging, n) for n in names]
+        try:
+            for n, p in zip(names, paths):
+                fs.get_file(f"{root.rstrip('/')}/{n}", p)
+        except FileNotFoundError:
+            raise
+        except Exception as e:
+            raise storage.storage_error(folder.join(names[0]), e) from None
+        yield paths
+
+
 def finish_megatron(out_dir: str, cfg, stats: list, rewritten: bool) -> dict:
     """Merge the parts into one pair (``merge_parts``; kept when nothing was rewritten and
     the merged files have the expected sizes) or list them, and write
     ``_megatron_data_args.txt``. Returns the summary's ``megatron`` entry."""
     n = len(stats)
-    prefixes = [os.path.join(out_dir, part_prefix(i, n)) for i in range(n)]
+    folder = storage.Folder(out_dir, storage.current_options())
+    prefixes = [folder.join(part_prefix(i, n)) for i in range(n)]
     sequences = sum(s["rows"] for s in stats)
     documents = sum(s["documents"] for s in stats)
     written = sum(s["tokens_written"] for s in stats)
@@ -205,25 +243,28 @@ def finish_megatron(out_dir: str, cfg, stats: list, rewritten: bool) -> dict:
     info = {"dtype": str(dtype), "sequences": sequences, "documents": documents,
             "tokens_written": written, "merged": bool(cfg.merge_parts)}
     if cfg.merge_parts:
-        merged = os.path.join(out_dir, megatron_prefix(cfg))
+        merged = folder.join(megatron_prefix(cfg))
         sizes = (written * dtype.itemsize, index_size(sequences, documents))
         try:
-            have = (os.path.getsize(merged + ".bin"), os.path.getsize(merged + ".idx"))
+            have = (storage.size(merged + ".bin"), storage.size(merged + ".idx"))
         except OSError:
             have = None
-        if rewritten or have != sizes:
+        if folder.remote:
+            if rewritten or have != sizes:
+                _merge_remote(folder, [part_prefix(i, n) for i in range(n)],
+                              megatron_prefix(cfg))
+            with _local_copies(folder, [megatron_prefix(cfg) + ".idx"]) as (idx,):
+                ix = read_index(idx)
+        elif rewritten or have != sizes:
             tmp = os.path.join(out_dir, f"{TMP_PREFIX}merged-{uuid.uuid4().hex}")
             try:
                 merge_pairs(prefixes, tmp, fsync=True)
                 os.replace(tmp + ".bin", merged + ".bin")
                 os.replace(tmp + ".idx", merged + ".idx")
             finally:
-                for ext in (".bin", ".idx"):
-                    try:
-                        os.unlink(tmp + ext)
-                    except FileNotFoundError:
-                        pass
-        ix = read_index(merged + ".idx")
+                _remove_pair(tmp)
+        if not folder.remote:
+            ix = read_index(merged + ".idx")
         if ix.documents != documents or ix.sequences != sequences:
             raise JobError(f"merged dataset {merged!r} holds {ix.documents} documents and "
                            f"{ix.sequences} sequences, the parts {documents} and "
@@ -237,10 +278,27 @@ def finish_megatron(out_dir: str, cfg, stats: list, rewritten: bool) -> dict:
         lines = [f"{s['tokens_written']} {p}" for s, p in zip(stats, prefixes) if s["rows"]]
         if len(lines) == 1:
             lines = [lines[0].split(" ", 1)[1]]
-    path = os.path.join(out_dir, DATA_ARGS_FILE)
-    tmp = f"{os.path.join(out_dir, TMP_PREFIX)}args-{uuid.uuid4().hex}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write("\n".join(lines) + ("\n" if lines else ""))
-    os.replace(tmp, path)
+    path = folder.join(DATA_ARGS_FILE)
+    text = "\n".join(lines) + ("\n" if lines else "")
+    if folder.remote:
+        folder.write_bytes(DATA_ARGS_FILE, text.encode("utf-8"))
+    else:
+        tmp = f"{os.path.join(out_dir, TMP_PREFIX)}args-{uuid.uuid4().hex}"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
     info["data_args_path"] = path
     return info
+
+
+def _merge_remote(folder, part_prefixes: list, merged_prefix: str) -> None:
+    """``merge_pairs`` of parts on an object store: the pairs downloaded to a local
+    folder, merged there, and the merged pair uploaded (``.bin`` first, then ``.idx``:
+    each one put)."""
+    names = [p + ext for p in part_prefixes for ext in (".bin", ".idx")]
+    with _local_copies(folder, names) as paths, folder.staging() as staging:
+        local = [p[:-len(".bin")] for p in paths[::2]]
+        tmp = os.path.join(staging, f"{TMP_PREFIX}merged-{uuid.uuid4().hex}")
+        merge_pairs(local, tmp)
+        for ext in (".bin", ".idx"):
+            folder.publish(tmp + ext, merged_prefix + ext)

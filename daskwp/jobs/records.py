@@ -17,13 +17,14 @@ import os
 import time
 import uuid
 
+from ..frames import storage
 from ..frames.partition import checksum_hash, checksum_hex
 from .parts import (PART_SUFFIX, TMP_PREFIX, part_name, partition_failure,
                     read_counted_partition, rejects_path, write_rejects)
 
 __all__ = ["RECORD_SUFFIX", "check_part_record", "commit_part", "file_digest", "part_stem",
-           "naming_partition", "refuse_set_options", "temporary_path", "timed_read",
-           "write_part_rejects"]
+           "naming_partition", "publish_part", "refuse_set_options", "temporary_path",
+           "timed_read", "write_part_rejects"]
 
 RECORD_SUFFIX = ".json"
 _READ_CHUNK = 1 << 22
@@ -43,7 +44,7 @@ def temporary_path(out_dir: str, index: int, what: str = "") -> str:
 def file_digest(path: str) -> str:
     """SHA-256 (first 128 bits, hex) of a file, read in 4 MB pieces."""
     h = checksum_hash()
-    with open(path, "rb") as fh:
+    with storage.open_input(path) as fh:
         while True:
             buf = fh.read(_READ_CHUNK)
             if not buf:
@@ -80,22 +81,37 @@ def commit_part(out_dir: str, index: int, n_partitions: int, job_id: str, stats:
                 pass
 
 
+def publish_part(folder, staging: str, index: int, n_partitions: int) -> None:
+    """Upload a part committed in the local ``staging`` folder to ``folder`` on an object
+    store (nothing for a local folder, where the part was committed in place): every file
+    its record lists, each one put, then the record last: a part whose record is in the
+    store is complete there."""
+    if not folder.remote:
+        return
+    record = part_stem(index, n_partitions) + RECORD_SUFFIX
+    with open(os.path.join(staging, record), encoding="utf-8") as fh:
+        names = list(json.load(fh)["files"])
+    for name in (*names, record):
+        folder.publish(os.path.join(staging, name), name)
+
+
 def check_part_record(out_dir: str, index: int, n_partitions: int, job_id: str,
                       documents: int | None) -> dict | None:
     """The statistics of a complete part of this job, or None: the record is missing or
     unreadable, names another job or partition or another number of documents, or a file's
     size or checksum differs from it."""
-    path = os.path.join(out_dir, part_stem(index, n_partitions) + RECORD_SUFFIX)
+    folder = storage.Folder(out_dir, storage.current_options())
+    path = folder.join(part_stem(index, n_partitions) + RECORD_SUFFIX)
     try:
-        with open(path, encoding="utf-8") as fh:
-            rec = json.load(fh)
+        with storage.open_input(path) as fh:
+            rec = json.loads(fh.read().decode("utf-8"))
         if not (rec.get("job_id") == job_id and rec.get("partition") == index
                 and (documents is None or rec.get("documents") == documents)
                 and rec.get("files")):
             return None
         for name, f in rec["files"].items():
-            p = os.path.join(out_dir, name)
-            if os.path.getsize(p) != f["bytes"] or file_digest(p) != f["sha256"]:
+            p = folder.join(name)
+            if storage.size(p) != f["bytes"] or file_digest(p) != f["sha256"]:
                 return None
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
