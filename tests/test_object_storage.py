@@ -492,3 +492,26 @@ def test_megatron_output_in_a_bucket_equals_local(tmp_path, bucket, merge_parts)
     after = objects(fs, f"{name}/out")
     assert {k: v for k, v in after.items() if k.endswith((".bin", ".idx"))} == \
         {k: v for k, v in before.items() if k.endswith((".bin", ".idx"))}
+
+
+def test_storage_options_in_a_job_file_and_file_urls(tmp_path, bucket):
+    """``storage_options:`` of a job YAML (and ``--set storage_options={...}``) reach the
+    filesystem; a ``file://`` URL is the local path (the POSIX path of today)."""
+    import yaml
+    name, options, fs = bucket
+    fs.pipe(f"{name}/in.txt", ("\n".join(sample_lines(50)) + "\n").encode())
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump({"input": f"s3://{name}/in.txt", "output": "out",
+                                   "storage_options": options, "quiet": True,
+                                   "scheduler_address": "synchronous"}))
+    cfg = jobs.load_config(job)
+    assert cfg.storage_options == options and cfg.output == str(tmp_path / "out")
+    assert jobs.run_job(cfg)["documents"] == 50
+    cfg = jobs.load_config(job, ["storage_options={endpoint_url: 'http://127.0.0.1:9'}"])
+    assert cfg.storage_options == {"endpoint_url": "http://127.0.0.1:9"}
+    (tmp_path / "local.txt").write_text("hello world\n")
+    cfg = job_config(f"file://{tmp_path}/local.txt", f"file://{tmp_path}/out2")
+    assert cfg.input == str(tmp_path / "local.txt") and cfg.output == str(tmp_path / "out2")
+    assert jobs.run_job(cfg)["documents"] == 1
+    with pytest.raises(jobs.ConfigError, match="not from a URL"):
+        job_config("in.txt", "out", vocab=f"s3://{name}/vocab.txt")
