@@ -246,7 +246,8 @@ def objects(fs, prefix: str) -> dict[str, str]:
         found = fs.find(prefix, detail=True)
     except FileNotFoundError:
         return {}
-    return {p.rsplit("/", 1)[-1]: (i["ETag"], i["LastModified"]) for p, i in found.items()}
+    return {p.rsplit("/", 1)[-1]: (i["ETag"], i["LastModified"]) for p, i in found.items()
+            if i.get("type") == "file"}
 
 
 def test_bucket_to_bucket_equals_local_and_reads_back(tmp_path, bucket):
@@ -387,11 +388,8 @@ def test_missing_bucket_wrong_endpoint_and_no_credentials_fail_fast(tmp_path, bu
     assert not (tmp_path / "out").exists()
 
 
-def test_datasets_output_and_packing_refuse_a_url_by_name(tmp_path):
+def test_packing_refuses_a_url_by_name(tmp_path):
     (tmp_path / "in.txt").write_text("hello\n")
-    with pytest.raises(jobs.ConfigError, match="output_format 'datasets' writes to a local"):
-        jobs.run_job(job_config(str(tmp_path / "in.txt"), "memory://objstore-refused/out",
-                                output_format="datasets"))
     with pytest.raises(jobs.ConfigError, match="packing writes to a local"):
         jobs.run_job(job_config(str(tmp_path / "in.txt"), "memory://objstore-refused/out",
                                 packing=16))
@@ -515,3 +513,35 @@ def test_storage_options_in_a_job_file_and_file_urls(tmp_path, bucket):
     assert jobs.run_job(cfg)["documents"] == 1
     with pytest.raises(jobs.ConfigError, match="not from a URL"):
         job_config("in.txt", "out", vocab=f"s3://{name}/vocab.txt")
+
+
+def test_datasets_output_in_a_bucket_equals_local(tmp_path, bucket):
+    """``output_format: datasets`` to a bucket: the Arrow shards and the two JSON files of
+    the same job on local files, byte for byte; a rerun uploads nothing; the datasets
+    library loads it from the bucket."""
+    datasets = pytest.importorskip("datasets")
+    name, options, fs = bucket
+    data = ("\n".join(sample_lines(600)) + "\n").encode()
+    fs.pipe(f"{name}/in.txt", data)
+    (tmp_path / "in.txt").write_bytes(data)
+    local = jobs.run_job(job_config(str(tmp_path / "in.txt"), str(tmp_path / "out"),
+                                    output_format="datasets"))
+    cfg = job_config(f"s3://{name}/in.txt", f"s3://{name}/out", storage_options=options,
+                     output_format="datasets")
+    remote = jobs.run_job(cfg)
+    assert remote["partitions"] == local["partitions"] > 2
+    files = sorted(p.name for p in (tmp_path / "out").iterdir()
+                   if p.suffix == ".arrow" or p.name in ("dataset_info.json", "state.json"))
+    assert len(files) == local["partitions"] + 2
+    for f in files:
+        got, want = fs.cat_file(f"{name}/out/{f}"), (tmp_path / "out" / f).read_bytes()
+        if f == "state.json":   # its fingerprint is the job id's (the input's paths differ)
+            got, want = (dict(json.loads(x), _fingerprint=None) for x in (got, want))
+        assert got == want, f
+    before = objects(fs, f"{name}/out")
+    assert jobs.run_job(cfg)["partitions_written"] == 0
+    after = objects(fs, f"{name}/out")
+    assert {k: after[k] for k in files if k.endswith(".arrow")} == \
+        {k: before[k] for k in files if k.endswith(".arrow")}
+    ds = datasets.load_from_disk(f"s3://{name}/out", storage_options=options)
+    assert ds["logID"] == datasets.load_from_disk(str(tmp_path / "out"))["logID"]

@@ -27,10 +27,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..core.lengths import LengthCounts
+from ..frames import storage
 from .errors import JobError
 from .inputs import attach_kept_columns
 from .parts import TMP_PREFIX, empty_rows, refused_rows, tokenize_job_partition
-from .records import (check_part_record, commit_part, naming_partition, temporary_path,
+from .records import (check_part_record, commit_part, naming_partition, publish_part,
+                      temporary_path,
                       timed_read, write_part_rejects)
 
 __all__ = ["DATASET_FILES", "check_datasets_part", "features_of", "finish_datasets",
@@ -134,16 +136,21 @@ def write_datasets_partition(spec, logid_offset: int, out_dir: str, tokenizer,
                      table.column("stop").to_numpy() - table.column("start").to_numpy()
                      + 1).to_json(),
                  features=features_of(table.schema), rejected=len(bad or ()))
-    tmp = temporary_path(out_dir, spec.index, "shard-")
-    try:
-        write_shard(table, tmp)
-        rejects = write_part_rejects(out_dir, spec, n_partitions, bad, logid_offset,
-                                     file_offset)
-        commit_part(out_dir, spec.index, n_partitions, job_id, stats,
-                    {shard_name(spec.index, n_partitions): tmp}, rejects)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    # on an object store the shard is committed in a local staging folder, then uploaded,
+    # its record last (records.publish_part)
+    folder = storage.Folder(out_dir, options.get("storage_options"))
+    with folder.staging() as staging:
+        tmp = temporary_path(staging, spec.index, "shard-")
+        try:
+            write_shard(table, tmp)
+            rejects = write_part_rejects(staging, spec, n_partitions, bad, logid_offset,
+                                         file_offset)
+            commit_part(staging, spec.index, n_partitions, job_id, stats,
+                        {shard_name(spec.index, n_partitions): tmp}, rejects)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        publish_part(folder, staging, spec.index, n_partitions)
     stats["cpu_seconds"] = {"read": read_cpu, "tokenize": c2 - c1,
                             "write": time.thread_time() - c2}
     stats["seconds"] = time.perf_counter() - t0
@@ -155,7 +162,8 @@ check_datasets_part = check_part_record
 
 
 def _shard_logids(path: str) -> np.ndarray:
-    with pa.OSFile(path, "rb") as src:
+    with (pa.PythonFile(storage.open_input(path), mode="r") if storage.is_url(path)
+          else pa.OSFile(path, "rb")) as src:
         reader = pa.ipc.open_stream(src)
         ids = [b.column(reader.schema.get_field_index("logID")).to_numpy() for b in reader]
     return np.concatenate(ids) if ids else np.zeros(0, np.int64)
@@ -188,6 +196,10 @@ def finish_datasets(out_dir: str, stats: list, job_id: str) -> dict:
              "_format_columns": None, "_format_kwargs": {}, "_format_type": None,
              "_output_all_columns": False, "_split": None}
     for name, obj in (("dataset_info.json", info), ("state.json", state)):
+        if storage.is_url(out_dir):   # one put each
+            storage.Folder(out_dir, storage.current_options()).write_bytes(
+                name, json.dumps(obj, indent=2).encode("utf-8"))
+            continue
         tmp = os.path.join(out_dir, f"{TMP_PREFIX}{name}-{uuid.uuid4().hex}")
         with open(tmp, "w", encoding="utf-8") as fh:
             json.dump(obj, fh, indent=2)

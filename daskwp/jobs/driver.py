@@ -142,8 +142,9 @@ def check_window_parameters(cfg: JobConfig, tokenizer, source: str = "config") -
     """Raise ConfigError for window parameters the tokenizer refuses (stride >= L, ...),
     before any cluster starts. The tokenizer's own validation gives the message. Options
     that another output format cannot honour are refused by name."""
-    # Parquet and Megatron parts are uploaded complete (docs/batch-jobs.md "Object storage")
-    if (cfg.output_format == "datasets" or cfg.packing is not None) and is_url(cfg.output):
+    # every output format's parts are uploaded complete (docs/batch-jobs.md "Object
+    # storage"); packing's blocks are not yet
+    if cfg.packing is not None and is_url(cfg.output):
         raise ConfigError(f"output {cfg.output!r}: output_format {cfg.output_format!r}"
                           + (" with packing" if cfg.packing is not None else "")
                           + " writes to a local or shared filesystem path only, not a URL")
