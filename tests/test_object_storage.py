@@ -545,3 +545,25 @@ def test_datasets_output_in_a_bucket_equals_local(tmp_path, bucket):
         {k: before[k] for k in files if k.endswith(".arrow")}
     ds = datasets.load_from_disk(f"s3://{name}/out", storage_options=options)
     assert ds["logID"] == datasets.load_from_disk(str(tmp_path / "out"))["logID"]
+
+
+@pytest.mark.parametrize("merge_parts", [True, False])
+def test_accessor_to_megatron_writes_to_a_bucket(tmp_path, bucket, merge_parts):
+    """``.wordpiece.to_megatron("s3://...", storage_options=...)``: the pairs of the same
+    call on a local prefix, byte for byte (merged: the parts are removed)."""
+    import dask.dataframe as dd
+    import pandas as pd
+
+    import daskwp  # noqa: F401  (registers the accessor)
+    name, options, fs = bucket
+    s = dd.from_pandas(pd.DataFrame({"text": sample_lines(300)}), npartitions=3)["text"]
+    local = s.wordpiece.to_megatron(str(tmp_path / "m" / "text"), merge_parts=merge_parts)
+    remote = s.wordpiece.to_megatron(f"s3://{name}/m/text", merge_parts=merge_parts,
+                                     storage_options=options)
+    files = sorted(p.name for p in (tmp_path / "m").iterdir())
+    assert sorted(objects(fs, f"{name}/m")) == files
+    assert len(files) == (2 if merge_parts else 6)
+    for f in files:
+        assert fs.cat_file(f"{name}/m/{f}") == (tmp_path / "m" / f).read_bytes(), f
+    assert {k: v for k, v in remote.items() if k not in ("prefix", "prefixes")} == \
+        {k: v for k, v in local.items() if k not in ("prefix", "prefixes")}

@@ -482,7 +482,8 @@ class DaskWordPieceAccessor:
 
     def to_megatron(self, prefix, vocab=None, *, lowercase=None, add_special_tokens=None,
                     append_eod=False, eod_token=None, document_separator=None,
-                    merge_parts=True, compute=True, **tokenizer_options):
+                    merge_parts=True, compute=True, storage_options=None,
+                    **tokenizer_options):
         """Write the column as a Megatron indexed dataset (``prefix.bin`` + ``prefix.idx``,
         what ``megatron.core.datasets.indexed_dataset.IndexedDataset(prefix)`` opens): one
         sequence per document (or per piece with ``document_separator``), documents in row
@@ -496,6 +497,10 @@ class DaskWordPieceAccessor:
         stay, and the result lists them). Returns a dict (``prefix`` or ``prefixes``,
         ``documents``, ``sequences``, ``tokens_written``, ``dtype``), or with
         ``compute=False`` the dask Delayed that writes and returns it.
+
+        ``prefix`` may be an fsspec URL (``s3://bucket/data/text``; ``storage_options``:
+        the options of its filesystem): each pair is uploaded complete, the merge runs on
+        copies downloaded to a temporary folder and uploads the merged pair.
         """
         import dask
         from ..core import config as dask_defaults
@@ -515,21 +520,42 @@ class DaskWordPieceAccessor:
             raise ValueError(f"eod_token {eod!r} is not a token of the vocabulary "
                              f"{tok.vocab.source!r}")
         import os
-        prefix = os.path.abspath(os.fspath(prefix))
-        os.makedirs(os.path.dirname(prefix), exist_ok=True)
+
+        from ..frames import storage
+        prefix = storage.local_path(os.fspath(prefix))
+        if storage.is_url(prefix):
+            storage_options = check("storage_options", storage_options) or {}
+            try:
+                _prefix_folder(prefix, storage_options)[0].check_writable()
+            except storage.StorageError as e:
+                raise OSError(str(e)) from None
+        else:
+            storage_options = None
+            prefix = os.path.abspath(prefix)
+            os.makedirs(os.path.dirname(prefix), exist_ok=True)
         n = self._series.npartitions
         width = max(5, len(str(n - 1)))
         tok_d = dask.delayed(tok, pure=True)
         parts = [dask.delayed(megatron_part, pure=True)(
-            block, tok_d, options, f"{prefix}-part-{i:0{width}d}")
+            block, tok_d, options, f"{prefix}-part-{i:0{width}d}", storage_options)
             for i, block in enumerate(self._series.to_delayed())]
-        out = dask.delayed(megatron_merge, pure=True)(parts, prefix, options["merge_parts"])
+        out = dask.delayed(megatron_merge, pure=True)(parts, prefix, options["merge_parts"],
+                                                      storage_options)
         return out.compute() if compute else out
 
 
-def megatron_part(series, tokenizer, options: dict, prefix: str) -> dict:
+def _prefix_folder(prefix: str, storage_options: dict | None):
+    """``(Folder, name)`` of a dataset prefix (a path or a URL)."""
+    from ..frames.storage import Folder
+    folder, name = prefix.rstrip("/").rsplit("/", 1)
+    return Folder(folder or "/", storage_options), name
+
+
+def megatron_part(series, tokenizer, options: dict, prefix: str,
+                  storage_options: dict | None = None) -> dict:
     """The accessor's partition task of ``to_megatron``: the partition's ``.bin`` / ``.idx``
-    pair at ``prefix``, written under temporary names and renamed (atomic)."""
+    pair at ``prefix``, written under temporary names and renamed (atomic; on an object
+    store written in a local staging folder and uploaded)."""
     import os
     import uuid
 
@@ -546,34 +572,46 @@ def megatron_part(series, tokenizer, options: dict, prefix: str) -> dict:
         texts = to_arrow(series)
     tokens, lengths, docs, stats = megatron_sequences(cached_tokenizer(tokenizer), texts,
                                                       options, to_device)
-    tmp = f"{prefix}.tmp-{uuid.uuid4().hex}"
-    try:
-        write_pair(tmp, tokens, lengths, docs, fsync=True)
-        os.replace(tmp + ".bin", prefix + ".bin")
-        os.replace(tmp + ".idx", prefix + ".idx")
-    finally:
-        for ext in (".bin", ".idx"):
-            if os.path.exists(tmp + ext):
-                os.unlink(tmp + ext)
+    folder, name = _prefix_folder(prefix, storage_options)
+    with folder.staging() as staging:
+        tmp = os.path.join(staging, f"{name}.tmp-{uuid.uuid4().hex}")
+        try:
+            write_pair(tmp, tokens, lengths, docs, fsync=True)
+            folder.publish(tmp + ".bin", name + ".bin")
+            folder.publish(tmp + ".idx", name + ".idx")
+        finally:
+            for ext in (".bin", ".idx"):
+                if os.path.exists(tmp + ext):
+                    os.unlink(tmp + ext)
     stats.pop("document_lengths")
     return {"prefix": prefix, **stats}
 
 
-def megatron_merge(parts: list, prefix: str, merge: bool) -> dict:
+def megatron_merge(parts: list, prefix: str, merge: bool,
+                   storage_options: dict | None = None) -> dict:
     """The accessor's last task of ``to_megatron``: merge the parts into ``prefix``
     (atomic) and remove them, or list them."""
     import os
     import uuid
 
-    from ..frames.megatron import merge_pairs, read_index
+    from ..frames.megatron import merge_pairs, merge_pairs_in, read_index
 
     prefixes = [p["prefix"] for p in parts]
+    folder, name = _prefix_folder(prefix, storage_options)
+    with folder.local_copies([_prefix_folder(prefixes[0], None)[1] + ".idx"]) as (idx,):
+        dtype = str(read_index(idx).dtype)
     out = {"documents": sum(p["documents"] for p in parts),
            "sequences": sum(p["rows"] for p in parts),
-           "tokens_written": sum(p["tokens_written"] for p in parts),
-           "dtype": str(read_index(prefixes[0] + ".idx").dtype)}
+           "tokens_written": sum(p["tokens_written"] for p in parts), "dtype": dtype}
     if not merge:
         return {"prefixes": prefixes, **out}
+    if folder.remote:
+        names = [_prefix_folder(p, None)[1] for p in prefixes]
+        merge_pairs_in(folder, names, name)
+        for n in names:
+            folder.remove(n + ".bin")
+            folder.remove(n + ".idx")
+        return {"prefix": prefix, **out}
     tmp = f"{prefix}.tmp-{uuid.uuid4().hex}"
     merge_pairs(prefixes, tmp, fsync=True)
     os.replace(tmp + ".bin", prefix + ".bin")

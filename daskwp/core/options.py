@@ -605,7 +605,7 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
          "hdfs://, memory://), e.g. endpoint_url=http://host:9000 or anon=true; credentials "
          "otherwise come from the filesystem's usual sources (environment, config files); "
          "never recorded in _job.json or the summary (CLI: --storage-option KEY=VALUE; "
-         "Python: storage_options= of to_parquet and read_tokenized)",
+         "Python: storage_options= of to_parquet, to_megatron and read_tokenized)",
          metavar="KEY=VALUE", repeatable=True),
     _opt("quiet", False, check_bool, "true or false", False, (JOB,),
          "no progress and no summary (it is in OUTPUT/_summary.json)", group="run"),

@@ -41,7 +41,7 @@ import numpy as np
 
 __all__ = ["DTYPE_CODES", "INDEX_HEADER", "INDEX_VERSION", "MegatronIndex",
            "OPTIMAL_DTYPE_LIMIT", "document_sequences", "index_size", "megatron_sequences",
-           "merge_pairs",
+           "merge_pairs", "merge_pairs_in",
            "read_index", "read_sequences", "token_dtype", "write_index", "write_pair"]
 
 INDEX_HEADER = b"MMIDIDX\x00\x00"
@@ -247,6 +247,20 @@ def merge_pairs(prefixes: Sequence[str], out_prefix: str, *, fsync: bool = False
             os.fsync(out.fileno())
     return {"sequences": n, "documents": d, "tokens": start // dtype.itemsize,
             "dtype": str(dtype)}
+
+
+def merge_pairs_in(folder, part_names: Sequence[str], merged_name: str) -> None:
+    """:func:`merge_pairs` of the pairs ``part_names`` of ``folder`` (a
+    :class:`daskwp.frames.storage.Folder` on an object store) into ``merged_name`` there:
+    the pairs downloaded to a local folder, merged, and the merged ``.bin`` then ``.idx``
+    uploaded (one put or completed multipart upload each)."""
+    import uuid
+    names = [p + ext for p in part_names for ext in (".bin", ".idx")]
+    with folder.local_copies(names) as paths, folder.staging() as staging:
+        tmp = os.path.join(staging, f".tmp-merged-{uuid.uuid4().hex}")
+        merge_pairs([p[:-len(".bin")] for p in paths[::2]], tmp)
+        for ext in (".bin", ".idx"):
+            folder.publish(tmp + ext, merged_name + ext)
 
 
 def document_sequences(token_ids: np.ndarray, offsets: np.ndarray, dtype, *,

@@ -302,6 +302,20 @@ class Folder:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
+    @contextlib.contextmanager
+    def local_copies(self, names):
+        """Local paths of ``names`` in the folder for the block: the files themselves, or
+        (an object store) copies downloaded to a temporary folder."""
+        if not self.remote:
+            yield [self.join(n) for n in names]
+            return
+        fs, path = self._fs()
+        with self.staging() as staging:
+            paths = [os.path.join(staging, n) for n in names]
+            for n, p in zip(names, paths):
+                self._call(self.join(n), fs.get_file, f"{path}/{n}", p)
+            yield paths
+
     def publish(self, local_file: str, name: str) -> None:
         """Move the finished ``local_file`` to ``name``: a rename on a local folder; on an
         object store an upload (one put, or a multipart upload that the store completes

@@ -20,7 +20,6 @@ These functions import no Dask: the driver runs them as tasks.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import time
@@ -32,7 +31,8 @@ import pyarrow.compute as pc
 from ..core.lengths import LengthCounts
 from ..distributed.state import cached_tokenizer
 from ..frames import storage
-from ..frames.megatron import index_size, megatron_sequences, merge_pairs, read_index, write_pair
+from ..frames.megatron import (index_size, megatron_sequences, merge_pairs, merge_pairs_in,
+                               read_index, write_pair)
 from .errors import ConfigError, JobError
 from .parts import PART_PREFIX, TMP_PREFIX, worker_device, worker_series
 from .records import (check_part_record, commit_part, naming_partition, part_stem,
@@ -189,7 +189,7 @@ def verify_megatron_output(out_dir: str, plan) -> None:
     for p in plan:
         prefix = folder.join(part_prefix(p["index"], n))
         try:
-            with _local_copies(folder, [part_prefix(p["index"], n) + ".idx"]) as (idx,):
+            with folder.local_copies([part_prefix(p["index"], n) + ".idx"]) as (idx,):
                 ix = read_index(idx)
             size = storage.size(prefix + ".bin")
         except (OSError, ValueError) as e:
@@ -207,26 +207,6 @@ def _remove_pair(prefix: str) -> None:
             os.unlink(prefix + ext)
         except FileNotFoundError:
             pass
-
-
-@contextlib.contextmanager
-def _local_copies(folder, names: list):
-    """Local paths of ``names`` in ``folder``: the files themselves, or (an object store)
-    copies downloaded to a temporary folder for the block."""
-    if not folder.remote:
-        yield [folder.join(n) for n in names]
-        return
-    with folder.staging() as staging:
-        fs, root = storage.filesystem(folder.location, folder.storage_options)
-        paths = [os.path.join(staging, n) for n in names]
-        try:
-            for n, p in zip(names, paths):
-                fs.get_file(f"{root.rstrip('/')}/{n}", p)
-        except FileNotFoundError:
-            raise
-        except Exception as e:
-            raise storage.storage_error(folder.join(names[0]), e) from None
-        yield paths
 
 
 def finish_megatron(out_dir: str, cfg, stats: list, rewritten: bool) -> dict:
@@ -251,9 +231,9 @@ def finish_megatron(out_dir: str, cfg, stats: list, rewritten: bool) -> dict:
             have = None
         if folder.remote:
             if rewritten or have != sizes:
-                _merge_remote(folder, [part_prefix(i, n) for i in range(n)],
-                              megatron_prefix(cfg))
-            with _local_copies(folder, [megatron_prefix(cfg) + ".idx"]) as (idx,):
+                merge_pairs_in(folder, [part_prefix(i, n) for i in range(n)],
+                               megatron_prefix(cfg))
+            with folder.local_copies([megatron_prefix(cfg) + ".idx"]) as (idx,):
                 ix = read_index(idx)
         elif rewritten or have != sizes:
             tmp = os.path.join(out_dir, f"{TMP_PREFIX}merged-{uuid.uuid4().hex}")
@@ -290,15 +270,3 @@ def finish_megatron(out_dir: str, cfg, stats: list, rewritten: bool) -> dict:
     info["data_args_path"] = path
     return info
 
-
-def _merge_remote(folder, part_prefixes: list, merged_prefix: str) -> None:
-    """``merge_pairs`` of parts on an object store: the pairs downloaded to a local
-    folder, merged there, and the merged pair uploaded (``.bin`` first, then ``.idx``:
-    each one put)."""
-    names = [p + ext for p in part_prefixes for ext in (".bin", ".idx")]
-    with _local_copies(folder, names) as paths, folder.staging() as staging:
-        local = [p[:-len(".bin")] for p in paths[::2]]
-        tmp = os.path.join(staging, f"{TMP_PREFIX}merged-{uuid.uuid4().hex}")
-        merge_pairs(local, tmp)
-        for ext in (".bin", ".idx"):
-            folder.publish(tmp + ext, merged_prefix + ext)
