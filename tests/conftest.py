@@ -89,6 +89,25 @@ requires_data = pytest.mark.skipif(False, reason="the test data is always there"
 requires_full_data = pytest.mark.skipif(DATA_IS_BUNDLED, reason=DATA_SKIP_REASON)
 
 
+#: The corpora a corpus-parametrized table keeps in the fast tier (``pytest -m "not slow"``):
+#: the naughty strings, one script without spaces and one machine log. The full suite runs
+#: every corpus.
+FAST_CORPORA = ("edge/blns.txt", "multi/ja.txt", "logs/Apache_2k.log")
+
+
+def slow_unless(values, fast, ids=None) -> list:
+    """``pytest.param`` for each of ``values``, marked ``slow`` unless its id is in ``fast``:
+    the fast tier runs the ``fast`` ones, the full suite all of them. ``ids`` (a function of
+    the value, default ``str``) names each."""
+    ids = ids or str
+    fast = set(fast)
+    out = []
+    for value in values:
+        name = ids(value)
+        out.append(pytest.param(value, id=name, marks=() if name in fast else pytest.mark.slow))
+    return out
+
+
 def data_file(rel) -> Path:
     """``DATA / rel``; with the bundled set, a file it does not have skips the test."""
     path = DATA / rel
@@ -99,7 +118,7 @@ def data_file(rel) -> Path:
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped without one)")
-    config.addinivalue_line("markers", "slow: takes more than ~30 s")
+    config.addinivalue_line("markers", "slow: the full suite only (pytest -m \"not slow\" skips it)")
 
 
 @functools.lru_cache(maxsize=None)

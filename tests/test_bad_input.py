@@ -425,6 +425,7 @@ def _child(case, *args, timeout=300):
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_100mb_single_document():
     unit = "Hello, wörld! naïve CAFÉ 中文 [SEP]x \ud800 ok\x00k 12:30 "
     res = _child("doc100mb", json.dumps(unit))
@@ -441,6 +442,7 @@ def test_100mb_single_document():
     assert res["encode_s"] < 60 and res["windows_s"] < 60, res
 
 
+@pytest.mark.slow
 def test_40mb_single_word():
     res = _child("word40mb")
     v = tok().vocab
@@ -458,6 +460,7 @@ def test_40mb_single_word():
     assert grown < 12 * res["bytes"], f"peak grew by {grown / 1e6:.0f} MB for 80 MB of text"
 
 
+@pytest.mark.slow
 def test_a_million_tiny_documents():
     res = _child("tiny1e6")
     assert res["docs"] == 1_000_000 and res["exact"]

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import functools
 import itertools
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import daskwp
-from conftest import corpus_files, read_documents
+from conftest import FAST_CORPORA, corpus_files, read_documents, slow_unless
 from daskwp import _ext
 from daskwp.backends.cpu import CPU
 from daskwp.core.buckets import BucketedWindows, auto_bucket_widths, bucket_windows, \
@@ -75,7 +76,8 @@ def check_buckets(tok, texts, buckets, max_length, stride, widths):
     assert [s.tolist() for s in stitched] == tok.encode(texts).to_list()
 
 
-@pytest.mark.parametrize("path", CORPORA, ids=[p.name for p in CORPORA])
+@pytest.mark.parametrize("path", slow_unless(CORPORA, fast={Path(c).name for c in FAST_CORPORA},
+                                             ids=lambda p: p.name))
 @pytest.mark.parametrize("max_length,stride,widths", GRID)
 def test_buckets_on_every_corpus(path, max_length, stride, widths):
     texts = _docs(path)
@@ -271,7 +273,7 @@ def _assert_same_buckets(got, want):
             assert np.array_equal(a, b), key
 
 
-@pytest.mark.parametrize("family", [f for f in FAMILIES if FAMILIES[f]])
+@pytest.mark.parametrize("family", slow_unless([f for f in FAMILIES if FAMILIES[f]], fast={"edge"}))
 @pytest.mark.parametrize("max_length,stride,special,widths", NATIVE_GRID)
 def test_native_fill_equals_the_ragged_buckets(family, max_length, stride, special, widths):
     """Every line of the family: the native bucketed fill against the ragged fill passed

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import BUNDLED_DATA, REPO_ROOT
 
 
@@ -27,6 +29,7 @@ def test_bundled_vocabulary_is_the_package_default():
     assert bundled.hash == daskwp.Vocabulary.default().hash
 
 
+@pytest.mark.slow
 def test_parity_windows_and_stitching_run_on_the_bundled_set(tmp_path):
     env = dict(os.environ, DASKWP_SHARED_DATA="bundled")
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",

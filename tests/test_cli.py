@@ -347,6 +347,7 @@ def test_resume_rewrites_only_missing_or_broken_parts(tmp_path, tok, capsys):
     assert_matches(out, tok, lines, stride=16)
 
 
+@pytest.mark.slow
 def test_killed_job_resumes_without_redoing_work(tmp_path, tok):
     """SIGKILL the whole job once a few parts exist; the rerun keeps them and completes."""
     lines = sample_lines()

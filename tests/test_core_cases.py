@@ -267,6 +267,7 @@ def test_whole_table_as_one_batch_per_config():
         assert got == [e for _, e in items], (vocab_name, dict(opts_items))
 
 
+@pytest.mark.slow
 def test_whole_table_through_the_word_memo():
     """The same, with each group repeated past 1 MB on one thread, so the CPU loop runs its
     word memo and lone-punctuation table (WordCache) over every tiny vocabulary, special

@@ -39,7 +39,7 @@ import pytest
 
 import daskwp
 from daskwp.backends import cuda
-from conftest import VOCAB_CONFIGS, corpus_files, read_documents, vocab_path
+from conftest import VOCAB_CONFIGS, corpus_files, read_documents, slow_unless, vocab_path
 from emulated_cuda import cxx as _cxx, fake_cupy as _fake_cupy
 
 KERNELS = Path(daskwp.__file__).resolve().parent / "kernels"
@@ -67,6 +67,7 @@ def test_kernel_sources_exist():
 
 @pytest.mark.skipif(_nvcc() is None, reason="nvcc not on PATH")
 @pytest.mark.parametrize("cu", CU_FILES, ids=[p.name for p in CU_FILES])
+@pytest.mark.slow   # nvcc: 25 s
 def test_nvcc_compiles_without_warnings(cu, tmp_path):
     cmd = [_nvcc(), "-std=c++17", f"-I{KERNELS}",
            "-gencode", "arch=compute_80,code=sm_80",
@@ -287,7 +288,7 @@ def _need_data():
 # ---------------------------------------------------------------------------------------
 # Parity: every corpus x vocabulary
 # ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize("vocab_name", VOCABS)
+@pytest.mark.parametrize("vocab_name", slow_unless(VOCABS, fast={"bert-base-uncased", "bert-base-chinese"}))
 def test_encode_matches_cpu_on_every_corpus(backend, vocab_name):
     _need_data()
     tok = tokenizer(vocab_name)

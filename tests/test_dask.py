@@ -471,6 +471,7 @@ def _check_stitched(stitched: pd.DataFrame, docs, tok, column, scale=1):
         np.testing.assert_array_equal(np.asarray(seq), enc[i] * scale)
 
 
+@pytest.mark.slow
 def test_stitch_rebuilds_every_document_cluster_wide(client, tok):
     ds = _concat(_split(DOCS[:120], [5, 0, 1, 37]))
     docs = _docs_of(ds)
@@ -507,6 +508,7 @@ def _parquet_files(folder, chunks) -> None:
         start += len(chunk)
 
 
+@pytest.mark.slow
 def test_stitch_takes_the_arrays_of_any_partitioning(client, tmp_path, tok):
     # issue 37 item 4: README's example (res.stitch(res.input_ids)) on dd.read_parquet of
     # several files failed, the array's blocks being the fused read's partitions

@@ -93,7 +93,9 @@ def _default_limit() -> int:
     return min(max(phys // 8, 256 << 20), 16 << 30)
 
 
-@pytest.mark.parametrize("value,expected", [("0", 0), ("64", 64 << 20), ("junk", None), ("", None)])
+@pytest.mark.parametrize("value,expected", [("0", 0),
+    pytest.param("64", 64 << 20, marks=pytest.mark.slow), pytest.param("junk", None, marks=pytest.mark.slow),
+    pytest.param("", None, marks=pytest.mark.slow)])
 def test_limit_from_the_environment(value, expected):
     expected = _default_limit() if expected is None else expected
     code = "import daskwp; print(daskwp.host_pool_info()['limit'])"
@@ -118,6 +120,7 @@ print(tuned, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+@pytest.mark.slow
 def test_worker_malloc_tuning_keeps_temporaries_mapped():
     # A Dask nanny starts workers with MALLOC_TRIM_THRESHOLD_=65536: then every 16 MB
     # temporary is mapped and faulted in afresh; after

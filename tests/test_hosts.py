@@ -262,6 +262,7 @@ def test_topology_stays_on_the_bridge(hosts):
            routes_from_client=[r for r in routes if r.startswith("client:")])
 
 
+@pytest.mark.slow
 def test_job_and_accessor_across_hosts(cluster, ref, tmp_path):
     """`daskwp run conf/existing-scheduler.yaml` in the client host, then the accessor's
     to_parquet from there on the same cluster: both equal the single-machine tokenizer, and
@@ -308,7 +309,7 @@ def test_job_and_accessor_across_hosts(cluster, ref, tmp_path):
            data_bundled=DATA_IS_BUNDLED)
 
 
-@pytest.mark.parametrize("cut", [pytest.param(4.0, id="short-cut"),
+@pytest.mark.parametrize("cut", [pytest.param(4.0, id="short-cut", marks=pytest.mark.slow),
                                  pytest.param(15.0, id="long-cut", marks=pytest.mark.slow)])
 def test_worker_link_cut_mid_job(cluster, ref, tmp_path, cut):
     """A worker host's switch port goes down mid-job for ``cut`` seconds, then up. Shorter
@@ -348,6 +349,7 @@ def test_worker_link_cut_mid_job(cluster, ref, tmp_path, cut):
            tokenize_seconds=round(s["tokenize_seconds"], 2))
 
 
+@pytest.mark.slow
 def test_worker_host_killed_mid_job(cluster, ref, tmp_path):
     """Every process of a worker host is SIGKILLed mid-job: the scheduler sees the
     connections close, reruns the host's tasks on the other one, and the job completes."""

@@ -232,6 +232,7 @@ def test_the_jobs_own_cluster_runs_without_the_worker_profiler(tmp_path, monkeyp
     assert seen["profile"] == before
 
 
+@pytest.mark.slow   # a fresh interpreter
 def test_turning_the_profiler_off_keeps_distributeds_config_in_a_fresh_process(tmp_path):
     # dask.config.set restores what it changed by deleting keys it created: done before
     # distributed is imported, it would delete distributed's whole config section.

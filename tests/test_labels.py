@@ -15,7 +15,7 @@ import pytest
 import daskwp
 from daskwp.core.labels import first_pieces
 
-from conftest import data_file, hf_tokenizer, read_lines
+from conftest import data_file, hf_tokenizer, read_lines, slow_unless
 
 # Each log format's own structure: named fields of a line, in order (loghub's formats).
 LOG_FORMATS = {
@@ -68,6 +68,7 @@ def _hf_align(labels, word_ids, label_all_tokens):
     return out
 
 
+@pytest.mark.slow   # every line of every log; test_spans_to_labels_and_back_on_real_logs stays fast
 @pytest.mark.parametrize("label_all_tokens", [False, True])
 def test_align_labels_equals_hf_convention_on_every_log_line(label_all_tokens):
     for path in sorted(data_file("corpus/logs").glob("*.log")):
@@ -104,7 +105,7 @@ def test_align_labels_windows_rows_restart_words_and_take_documents():
     assert isinstance(r, daskwp.RaggedRows) and r.values.tolist() == [3, -100, 4, -100, 9]
 
 
-@pytest.mark.parametrize("log", sorted(LOG_FORMATS))
+@pytest.mark.parametrize("log", slow_unless(sorted(LOG_FORMATS), fast=set(LOG_FORMATS) - {"HDFS_2k.log"}))
 def test_spans_to_labels_and_back_on_real_logs(log):
     lines, spans = _field_spans(read_lines(data_file(f"corpus/logs/{log}")), LOG_FORMATS[log])
     assert len(lines) >= 1900, f"{log}: only {len(lines)} lines match its format"

@@ -247,7 +247,7 @@ def _assert_linear(kind: str, result: dict):
 
 CASES = [
     # one 40 MB "word" with the default 100-character limit: a single [UNK]
-    "alpha_word",
+    pytest.param("alpha_word", marks=pytest.mark.slow),  # 15 s
     # the same word with max_input_chars_per_word=10**8: real WordPiece over 40 M characters
     "alpha_word_unbounded",
     # a 40 MB line of ordinary words

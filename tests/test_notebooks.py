@@ -88,6 +88,7 @@ def test_notebook_committed_without_outputs(path):
                        f"committing (jupyter nbconvert --clear-output --inplace {path.name})")
 
 
+@pytest.mark.slow   # a kernel and a local cluster each: 7-20 s a notebook
 @pytest.mark.parametrize("path", list(_run_params()))
 def test_notebook_runs(path, kernel_here):
     _require_packages()

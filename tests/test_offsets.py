@@ -24,6 +24,7 @@ import pytest
 import daskwp
 from conftest import (
     DATA,
+    FAST_CORPORA,
     DATA_SKIP_REASON,
     VOCAB_CONFIGS,
     VOCAB_LOWERCASE,
@@ -32,13 +33,15 @@ from conftest import (
     hf_tokenizer,
     read_documents,
     requires_data,
+    slow_unless,
     vocab_path,
 )
 
 _NO_DATA = pytest.param(None, id="no-shared-data",
                         marks=pytest.mark.skip(reason=DATA_SKIP_REASON))
-CORPUS_PARAMS = [pytest.param(p, id=str(p.relative_to(DATA / "corpus")))
-                 for p in corpus_files()] or [_NO_DATA]
+# The fast tier keeps FAST_CORPORA with every vocabulary; the full suite every corpus.
+CORPUS_PARAMS = slow_unless(corpus_files(), fast=FAST_CORPORA,
+                            ids=lambda p: str(p.relative_to(DATA / "corpus"))) or [_NO_DATA]
 VOCAB_PARAMS = [pytest.param(name, id=name) for name, _ in VOCAB_CONFIGS]
 
 
@@ -290,6 +293,7 @@ def _hf_window_rows(vocab_name, texts, max_length, stride, sp, pad_id):
 
 
 @requires_data
+@pytest.mark.slow   # test_windows.py keeps the fast sample of HF overflow rows
 @pytest.mark.parametrize("vocab_name", ["bert-base-uncased", "bert-base-multilingual-cased"])
 def test_windows_equal_hf_overflow_rows(vocab_name):
     from test_windows import glued_documents
@@ -323,7 +327,7 @@ def test_windows_equal_hf_overflow_rows(vocab_name):
             np.testing.assert_array_equal(r.values, out[name][real], err_msg=name)
 
 
-@pytest.mark.parametrize("padding", ["max_length", False])
+@pytest.mark.parametrize("padding", ["max_length", pytest.param(False, marks=pytest.mark.slow)])
 def test_window_extras_on_threads_equal_one_thread(padding):
     # The extras fill takes ranges of rows on threads from 256K cells on: a range that
     # starts inside a document, empty documents and nulls between; every array equal to

@@ -45,7 +45,7 @@ def assert_rows_equal(got: dict, want):
         np.testing.assert_array_equal(got[k], np.asarray(want[k]), err_msg=k)
 
 
-@pytest.mark.parametrize("unit", ["chars", "bytes"])
+@pytest.mark.parametrize("unit", [pytest.param("chars", marks=pytest.mark.slow), "bytes"])
 def test_accessor_offsets_on_a_local_cluster(tok, lines, tmp_path, unit):
     import dask.dataframe as dd
     from distributed import Client, LocalCluster

@@ -484,6 +484,7 @@ def test_emulated_cuda_equals_cpu(tok, monkeypatch, case):
 # ---------------------------------------------------------------------------------------
 # Dask: two columns of one DataFrame, global logIDs
 # ---------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_dask_pairs_on_a_local_cluster(tok):
     import dask.dataframe as dd
     import pandas as pd

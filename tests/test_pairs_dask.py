@@ -226,6 +226,7 @@ def test_registry_pads_are_what_tok_pads_with(tok):
 # ---------------------------------------------------------------------------------------
 # The accessor on a LocalCluster of worker processes
 # ---------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_accessor_pairs_on_a_local_cluster(tok, tmp_path):
     import dask.dataframe as dd
     from distributed import Client, LocalCluster
@@ -370,6 +371,7 @@ def test_null_and_empty_sides_give_one_row_per_pair(tok, tmp_path, capsys):
     assert [int(np.sum(logids == i)) for i in (0, 1, 2, 3, 4)] == [1, 1, 1, 1, 1]
 
 
+@pytest.mark.slow
 def test_conf_qa_pairs_runs_on_a_local_cluster_and_resumes(tok, tmp_path, capsys):
     from daskwp import jobs
 

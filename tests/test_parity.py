@@ -18,6 +18,7 @@ import pytest
 import daskwp
 from conftest import (
     DATA,
+    FAST_CORPORA,
     DATA_SKIP_REASON,
     VOCAB_CONFIGS,
     corpus_files,
@@ -27,15 +28,16 @@ from conftest import (
     read_documents,
     read_lines,
     requires_data,
+    slow_unless,
     vocab_path,
 )
 
 pytestmark = requires_data
 
 _NO_DATA = pytest.param(None, id="no-shared-data", marks=pytest.mark.skip(reason=DATA_SKIP_REASON))
-CORPUS_PARAMS = [
-    pytest.param(p, id=str(p.relative_to(DATA / "corpus"))) for p in corpus_files()
-] or [_NO_DATA]
+# The fast tier keeps FAST_CORPORA with every vocabulary; the full suite every corpus.
+CORPUS_PARAMS = slow_unless(corpus_files(), fast=FAST_CORPORA,
+                            ids=lambda p: str(p.relative_to(DATA / "corpus"))) or [_NO_DATA]
 VOCAB_PARAMS = [pytest.param(name, id=name) for name, _ in VOCAB_CONFIGS]
 LOWERCASE = dict(VOCAB_CONFIGS)
 

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import daskwp
-from conftest import every_corpus_line
+from conftest import every_corpus_line, slow_unless
 from daskwp.frames import parquet_writer
 from daskwp.frames.partition import PartWriter, table_from_output
 
@@ -73,7 +73,7 @@ LAYOUTS = {
 }
 
 
-@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+@pytest.mark.parametrize("layout", slow_unless(sorted(LAYOUTS), fast={"ragged", "padded"}))
 def test_native_parts_equal_arrow_parts_on_every_corpus_line(tmp_path, layout):
     call, table_kw = LAYOUTS[layout]
     out = TOK(CORPUS, max_length=64, stride=16, **call)
@@ -132,7 +132,8 @@ def _edge_table(rng) -> pa.Table:
     })
 
 
-@pytest.mark.parametrize("compression", ["zstd", "lz4", "none"])
+@pytest.mark.parametrize("compression", ["zstd", pytest.param("lz4", marks=pytest.mark.slow),
+                                         pytest.param("none", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("row_group_rows", [1, 129, 100_000])
 def test_encoders_on_extreme_integers_and_empty_lists(tmp_path, monkeypatch, compression,
                                                       row_group_rows):

@@ -19,7 +19,9 @@ def _hf(path, **kw):
 
 
 @requires_data
-@pytest.mark.parametrize("vocab_name,lowercase", VOCAB_CONFIGS)
+@pytest.mark.parametrize("vocab_name,lowercase", [
+    pytest.param(n, lc, marks=() if n == "bert-base-uncased" else pytest.mark.slow)
+    for n, lc in VOCAB_CONFIGS])
 def test_corpus_parity_sample(vocab_name, lowercase):
     path = vocab_path(vocab_name)
     vocab = load_vocab(path)
@@ -41,6 +43,7 @@ REORDER_CASES = ["\u302e\u1b44", "\u302e\u0301\u1b44", "\u302e\u034f\u1b44",
 
 
 @requires_data
+@pytest.mark.slow
 def test_all_flag_combinations_fuzz():
     T = load_tables()
     rng = random.Random(0)

@@ -49,7 +49,8 @@ SAN_ENV = {
 LINES_PER_CORPUS = 100
 RANDOM_DOCS = 1000
 
-pytestmark = pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++/clang++) found")
+pytestmark = [pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++/clang++) found"),
+              pytest.mark.slow]  # instrumented builds: a minute
 
 
 def _build_dir() -> Path:

@@ -116,7 +116,7 @@ def test_ids_equal_hf_on_edge_texts(vocab_name):
     assert_same(tok.encode(TEXTS).to_list(), hf_ids(h, TEXTS), TEXTS, vocab_name)
 
 
-@pytest.mark.parametrize("vocab_name", [UNCASED, CASED])
+@pytest.mark.parametrize("vocab_name", [UNCASED, pytest.param(CASED, marks=pytest.mark.slow)])
 def test_ids_equal_hf_on_corpus_lines_with_tokens_spliced_in(vocab_name):
     tok = registered(vocab_name)
     h = hf(vocab_name, tuple(TOKENS))
@@ -417,6 +417,7 @@ def _docs(n=600) -> list[str]:
     return spliced(list(corpus_lines(100))[:n], TOKENS, seed=7)
 
 
+@pytest.mark.slow
 def test_local_cluster_accessor(client):
     import dask.dataframe as dd
 

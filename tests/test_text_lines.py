@@ -316,6 +316,7 @@ def test_a_file_shorter_than_planned_is_an_error(tmp_path):
         inputs.count_partition(spec)
 
 
+@pytest.mark.slow
 def test_job_over_spliced_corpus_equals_hf(tmp_path, capsys):
     """One whole job: the ids of every line equal HuggingFace's on the line decoded with
     errors='replace', and the summary counts the invalid bytes of the reference."""

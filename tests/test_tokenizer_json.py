@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DATA, corpus_files, read_documents, requires_data, vocab_path
+from conftest import DATA, corpus_files, read_documents, requires_data, slow_unless, vocab_path
 
 import daskwp
 from daskwp.backends.reference import reference_encode
@@ -125,6 +125,7 @@ SUPPORTED = [
 
 
 @requires_data
+@pytest.mark.slow   # 5-10 s a pipeline; test_pipeline_on_marks_and_edges keeps all fast
 @pytest.mark.parametrize("case", SUPPORTED, ids=[c[0] for c in SUPPORTED])
 def test_pipeline_matches_hf_on_every_corpus_line(case, tmp_path):
     name, vocab_name, normalizer, pre_tokenizer, prefix, unk = case
@@ -215,9 +216,10 @@ EXOTIC = [
 
 
 @requires_data
-@pytest.mark.parametrize("normalizer", EXOTIC, ids=["nfd+bert", "nfkd-strip-nfd",
-                                                    "strip-nfd", "bertstrip-nfkd",
-                                                    "lower-nfkd-lower"])
+@pytest.mark.parametrize("normalizer", [
+    pytest.param(n, id=i, marks=() if i == "nfd+bert" else pytest.mark.slow)
+    for n, i in zip(EXOTIC, ["nfd+bert", "nfkd-strip-nfd", "strip-nfd", "bertstrip-nfkd",
+                             "lower-nfkd-lower"])])
 def test_step_orders_on_mark_heavy_text(normalizer, tmp_path):
     """Steps in any order (removal before or after a reordering, two reorderings): the
     composed blob and the reference give HF's ids on strings dense in marks."""
@@ -235,8 +237,10 @@ def test_step_orders_on_mark_heavy_text(normalizer, tmp_path):
 
 
 @requires_data
-@pytest.mark.parametrize("flags", [(True, True, None, True), (False, False, True, False),
-                                   (True, False, True, True), (False, True, False, False)])
+@pytest.mark.parametrize("flags", [(True, True, None, True),
+                                   pytest.param((False, False, True, False), marks=pytest.mark.slow),
+                                   pytest.param((True, False, True, True), marks=pytest.mark.slow),
+                                   pytest.param((False, True, False, False), marks=pytest.mark.slow)])
 def test_general_composition_equals_the_bundled_bert_tables(flags):
     """BertNormalizer + BertPreTokenizer composed by the general path give the ids of the
     bundled tables (which the default pipeline uses), on every code point and mark fuzz."""
@@ -264,9 +268,9 @@ def test_general_composition_equals_the_bundled_bert_tables(flags):
 
 
 @requires_data
-@pytest.mark.parametrize("case", [c for c in SUPPORTED if c[0] in (
+@pytest.mark.parametrize("case", slow_unless([c for c in SUPPORTED if c[0] in (
     "lowercase/punctuation-only", "bertnormalizer/whitespacesplit", "nfd/bert")],
-    ids=["lowercase/punctuation-only", "bertnormalizer/whitespacesplit", "nfd/bert"])
+    fast={"nfd/bert"}, ids=lambda c: c[0]))
 @pytest.mark.parametrize("chunk_bytes", [3, 64])
 def test_cuda_kernel_reads_the_same_blob(case, chunk_bytes, tmp_path, monkeypatch):
     """The CUDA kernel (emulated on the host: tests/emulated_cuda.py) reads the composed

@@ -19,7 +19,8 @@ import warnings
 import numpy as np
 import pytest
 
-from conftest import DATA, VOCAB_CONFIGS, corpus_files, read_documents, vocab_path
+from conftest import (DATA, VOCAB_CONFIGS, corpus_files, read_documents, slow_unless,
+                      vocab_path)
 
 os.environ.setdefault("RUST_BACKTRACE", "0")
 transformers = pytest.importorskip("transformers", reason="transformers is a test-only "
@@ -233,7 +234,7 @@ def run_grid(name, lines, offsets: bool, n_calls: int, seed: int):
     return tally, missing
 
 
-@pytest.mark.parametrize("name", VOCABS)
+@pytest.mark.parametrize("name", slow_unless(VOCABS, fast={"bert-base-uncased"}))
 def test_grid_equals_bert_tokenizer_fast(name, corpus_lines):
     """>= 640 calls per vocabulary (2,560 with the shared data): every option of the list
     in docs/design.md §3.6 but character offsets, single texts and pairs, batched and not,
@@ -246,7 +247,7 @@ def test_grid_equals_bert_tokenizer_fast(name, corpus_lines):
     assert tally["raised"] > 0, tally                        # and the refusals are exercised
 
 
-@pytest.mark.parametrize("name", VOCABS)
+@pytest.mark.parametrize("name", slow_unless(VOCABS, fast={"bert-base-uncased"}))
 def test_grid_offsets(name, corpus_lines):
     """The grid with ``return_offsets_mapping=True`` (and word ids): needs a daskwp build
     whose ``tok.encode`` gives offsets (transformers_compat.offsets_available)."""
@@ -265,6 +266,7 @@ def test_grid_offsets(name, corpus_lines):
     assert tally["ok"] > 0
 
 
+@pytest.mark.slow   # ~10 s a vocabulary; the grids above stay in the fast tier
 @pytest.mark.parametrize("name", VOCABS)
 def test_every_corpus_line(name, corpus_lines):
     """Every line of the shared corpora through both, in batches of 512: truncated windows
@@ -656,7 +658,7 @@ def some_lines(corpus_lines):
     return rng.sample(corpus_lines, 400)
 
 
-@pytest.mark.parametrize("name", VOCABS)
+@pytest.mark.parametrize("name", slow_unless(VOCABS, fast={"bert-base-uncased"}))
 def test_from_transformers_fast(name, some_lines):
     hf, _ = pair_for(name)
     tok = daskwp.WordPieceTokenizer.from_transformers(hf)
@@ -672,7 +674,7 @@ def test_from_transformers_fast(name, some_lines):
         _same_outputs(dt2, fast, some_lines)
 
 
-@pytest.mark.parametrize("name", VOCABS)
+@pytest.mark.parametrize("name", slow_unless(VOCABS, fast={"bert-base-uncased"}))
 def test_from_transformers_slow(name, some_lines):
     from transformers import BertTokenizerLegacy
 

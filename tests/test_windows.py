@@ -205,7 +205,8 @@ HF_GRID = [
 
 
 @requires_data
-@pytest.mark.parametrize("vocab_name", ["bert-base-uncased", "bert-base-multilingual-cased"])
+@pytest.mark.parametrize("vocab_name", ["bert-base-uncased",
+                                        pytest.param("bert-base-multilingual-cased", marks=pytest.mark.slow)])
 def test_rows_equal_hf_overflow_windows(vocab_name):
     tok = daskwp.WordPieceTokenizer(vocab_path(vocab_name),
                                     lowercase=VOCAB_LOWERCASE[vocab_name])
@@ -516,6 +517,7 @@ extern "C" __global__ void fill_windows(const int32_t* tokens, const int64_t* of
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not found")
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.slow   # nvcc
 def test_windows_header_compiles_with_nvcc(tmp_path, arch):
     src = tmp_path / "windows_kernel.cu"
     src.write_text(NVCC_KERNEL)

@@ -136,6 +136,7 @@ np.savez(sys.argv[2], ids=enc.token_ids, lengths=enc.lengths)
     return out
 
 
+@pytest.mark.slow
 def test_models_never_share_entries():
     # Interleaved calls of every configuration in one process, twice over (the second round
     # runs on warm memos of all of them), equal each configuration's ids from a fresh
@@ -168,6 +169,7 @@ def _models_never_share_entries(docs, toks, expected):
     assert daskwp.word_cache_info()["keys"] == len(CONFIGS)
 
 
+@pytest.mark.slow
 def test_memory_limit_is_respected():
     docs = _docs()
     toks = {name: _tok(v, **o) for name, v, o in CONFIGS[:6]}
@@ -224,7 +226,7 @@ def test_clear_caches_empties_it():
     assert info["created"] == created + 1 and info["misses"] - m0 > 1000  # cold again
 
 
-@pytest.mark.parametrize("unit", [None, "chars"])
+@pytest.mark.parametrize("unit", [None, pytest.param("chars", marks=pytest.mark.slow)])
 def test_freed_memos_mappings_make_the_next_memos(unit):
     # clear_caches() frees the memos; their mappings stay (within the limit) and the next
     # memos are made in them, tables written empty: a cold call again, with the same ids
@@ -298,6 +300,7 @@ def test_worker_state_close_gives_the_kept_memory_back():
         assert daskwp.word_cache_info()["spare_bytes"] == 0
 
 
+@pytest.mark.slow   # a subprocess
 def test_environment_variable_sets_the_limit():
     code = ("import daskwp, json; t = daskwp.WordPieceTokenizer(); "
             "t.encode(['hello world'] * 10, num_threads=1); "
@@ -310,8 +313,10 @@ def test_environment_variable_sets_the_limit():
         assert info["limit"] == int(mb) << 20 and info["memos"] == memos, info
 
 
-@pytest.mark.parametrize("vocab_name,lowercase", [(UNCASED, True), (MULTI, False)])
-@pytest.mark.parametrize("threads", [2, 3, 7])
+@pytest.mark.parametrize("vocab_name,lowercase", [(UNCASED, True),
+                                                  pytest.param(MULTI, False, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("threads", [pytest.param(2, marks=pytest.mark.slow), 3,
+                                     pytest.param(7, marks=pytest.mark.slow)])
 def test_threads_equal_one_thread_cold_and_warm(vocab_name, lowercase, threads):
     # Several threads each take a memo from the pool (warm ones on the second call, in any
     # order); ids and lengths must equal one thread's, nulls included, on all corpora.
@@ -394,7 +399,7 @@ def test_small_calls_take_one_thread_more_than_the_idle_memos(unit):
     assert daskwp.word_cache_info()["created"] - before == 2
 
 
-@pytest.mark.parametrize("unit", [None, "bytes"])
+@pytest.mark.parametrize("unit", [None, pytest.param("bytes", marks=pytest.mark.slow)])
 def test_memos_one_call_made_are_merged_before_a_large_call(unit):
     # A cold call on two threads fills each memo with the words of the chunks its thread
     # got; the next call of 4 MB a thread or more first merges them (docs/design.md §3.5),
@@ -427,6 +432,7 @@ def test_memos_one_call_made_are_merged_before_a_large_call(unit):
     assert daskwp.word_cache_info()["merged"] == i2["merged"]
 
 
+@pytest.mark.slow
 def test_python_threads_with_different_models_at_once():
     # Dask worker threads: several encodes of different models at the same moment.
     docs = _docs()
@@ -469,6 +475,7 @@ def _child_encode(vocab_name, lowercase, docs, conn):
         conn.close()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
 def test_forked_child_uses_the_warm_memos():
     docs = _docs()

@@ -30,7 +30,9 @@ def _walk(tok, docs, chunk=2000):
         return [tok.encode(docs[i:i + chunk], num_threads=1) for i in range(0, len(docs), chunk)]
 
 
-@pytest.mark.parametrize("vocab_name,lowercase", VOCAB_CONFIGS)
+@pytest.mark.parametrize("vocab_name,lowercase", [
+    pytest.param(n, lc, marks=() if n in ("bert-base-uncased", "bert-base-chinese") else pytest.mark.slow)
+    for n, lc in VOCAB_CONFIGS])
 def test_memo_equals_walk_on_all_corpora(vocab_name, lowercase):
     tok = daskwp.WordPieceTokenizer(vocab_path(vocab_name), lowercase=lowercase)
     docs = [d for f in corpus_files() for d in read_documents(f)]
@@ -84,6 +86,7 @@ def test_memo_packs_four_and_five_tokens_and_skips_large_ids():
                                       np.tile(np.asarray(walked, np.int32), 30_000))
 
 
+@pytest.mark.slow   # test_word_cache.py keeps a fast threads-equal-one-thread case
 @pytest.mark.parametrize("threads", [2, 3, 7])
 def test_threads_equal_one_thread(threads):
     # Several threads take byte-balanced chunks of the batch as they come free, each with
@@ -131,6 +134,7 @@ def _assert_extras(enc, want):
         np.testing.assert_array_equal(np.asarray(enc.word_ids), words)
 
 
+@pytest.mark.slow   # test_offsets_memo_long_entries_unk_and_odd_chunks keeps a fast sample
 @pytest.mark.parametrize("unit", ["chars", "bytes"])
 @pytest.mark.parametrize("vocab_name,lowercase", VOCAB_CONFIGS)
 def test_offsets_memo_equals_walk_on_all_corpora(vocab_name, lowercase, unit):
@@ -171,7 +175,7 @@ def test_offsets_memos_are_apart_from_ids_memos():
     assert daskwp.word_cache_info()["keys"] == 3
 
 
-@pytest.mark.parametrize("unit", ["chars", "bytes"])
+@pytest.mark.parametrize("unit", ["chars", pytest.param("bytes", marks=pytest.mark.slow)])
 def test_offsets_memo_long_entries_unk_and_odd_chunks(unit):
     # Chunks and words of the long table (17-160 bytes, more than 3 tokens), [UNK] words
     # (too long, or not splittable), chunks whose spans do not tile them (removed control
@@ -282,6 +286,7 @@ def _chunk_docs(seed: int, n_docs: int) -> list[str]:
     return docs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("vocab_name,lowercase", [("bert-base-uncased", True),
                                                   ("bert-base-multilingual-cased", False)])
 @pytest.mark.parametrize("memo_mb", [None, 1])

@@ -53,6 +53,7 @@ def _concat(batches):
     return {k: np.concatenate([np.asarray(b[k]) for b in bs]) for k in bs[0]}
 
 
+@pytest.mark.slow
 def test_padded_rows_are_stored_trimmed_and_read_back_exactly(tmp_path):
     """Every line of the shared corpora: the part stores each padded row's real tokens only
     (no mask column, the width in the footer), and read_tokenized gives back the padded
