@@ -16,13 +16,13 @@ import cloudpickle
 import dask.dataframe as dd
 import pandas as pd
 import pytest
-from dask._task_spec import DataNode, Task
 from dask.local import get_sync
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 import daskwp
 from daskwp import jobs
 from daskwp.distributed import state as worker_state
+from daskwp.distributed.dask_compat import DataNode, Task
 from daskwp.distributed.graph import PartitionCounts, tokenizer_graph_key
 from daskwp.jobs import driver, parts
 

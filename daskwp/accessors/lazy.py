@@ -12,10 +12,10 @@ import functools
 
 import numpy as np
 import pandas as pd
-from dask._collections import new_collection
 
 from ..core.options import DEFAULT_COMPRESSION, check
 from ..core.outputs import ResultMapping
+from ..distributed.dask_compat import Projection, new_collection
 from ..distributed.graph import GlobalLogID, GlobalTokenize, Tokenize, WriteParts, \
     partition_local
 from .eager import WordPieceResult, check_kept_names, resolve_call, source_frame
@@ -379,7 +379,6 @@ def _kept_frame(series, keep_columns):
     """``keep_columns`` of the Dask accessor as a Dask DataFrame partitioned as
     ``series``, or None: names are columns of the frame ``series`` was selected from."""
     import dask.dataframe as dd
-    from dask.dataframe.dask_expr._expr import Projection
 
     if keep_columns is None:
         return None

@@ -41,10 +41,11 @@ from __future__ import annotations
 
 import functools
 
-from dask._task_spec import DataNode, Task, TaskRef
 from dask.base import tokenize
-from dask.dataframe.dask_expr._expr import Blockwise, Expr, Partitions, Projection
 from dask.dataframe.dispatch import make_meta, meta_nonempty
+
+from .dask_compat import (Blockwise, DataNode, Expr, Fused, FusedIO, Lengths, Literal,
+                          Partitions, Projection, Task, TaskRef, optimize_blockwise_fusion)
 
 from .tasks import add_counts, add_logid_offset, count_documents, finish_parts, sum_counts, \
     tokenize_global, tokenize_partition, write_partition_part
@@ -221,7 +222,6 @@ def static_offsets(expr) -> tuple | None:
     the total) when its partition lengths are known without computing anything (a pandas
     frame's partitions, Parquet row counts from the footers: dask's own ``Lengths``
     simplification), else None."""
-    from dask.dataframe.dask_expr._expr import Lengths, Literal
     try:
         lengths = Lengths(expr).simplify()
     except Exception:
@@ -243,7 +243,6 @@ def _fused_io_offsets(expr) -> tuple | None:
     read whose small partitions (a wide Parquet dataset read for one column) are fused in
     consecutive groups (``FusedIO``), or a column of one. The offsets are those of the
     unfused read at each group's first partition."""
-    from dask.dataframe.dask_expr.io.io import FusedIO
     if isinstance(expr, Projection):   # a column selection keeps every partition's length
         return static_offsets(expr.frame)
     if not isinstance(expr, FusedIO):
@@ -261,7 +260,6 @@ def _fused_io_offsets(expr) -> tuple | None:
 def _unfused_name(expr) -> str:
     """The name of ``expr``, or of the top expression of a blockwise-fused group (which
     behaves as it does: same partitions), so that offsets computed before fusion stay valid."""
-    from dask.dataframe.dask_expr._expr import Fused
     return expr.exprs[0]._name if isinstance(expr, Fused) else expr._name
 
 
@@ -448,7 +446,6 @@ class WriteParts(Expr):
         # The parts lowered and fused here: ``compute`` of this (scalar) collection runs
         # dask's optimizer without its blockwise fusion, which would leave every partition's
         # read a task of its own (held in memory, and moved between workers, until its write).
-        from dask.dataframe.dask_expr._expr import Fused, optimize_blockwise_fusion
         if isinstance(self.parts, Fused):
             return None
         parts = self.parts.lower_completely()
@@ -457,7 +454,6 @@ class WriteParts(Expr):
         return WriteParts(optimize_blockwise_fusion(parts))
 
     def _layer(self) -> dict:
-        from dask.dataframe.dask_expr._expr import Fused
         parts = self.parts
         top = parts.exprs[0] if isinstance(parts, Fused) else parts
         key = (self._name, 0)

@@ -70,8 +70,7 @@ def run_count(cfg: JobConfig, *, client=None, log: Callable[[str], None] | None 
     ``tokens``, ``unknown_tokens``, ``unknown_token_rate``, ``text_bytes``,
     ``length_percentiles``; ``total`` also ``length_counts`` (the exact distribution),
     ``histogram`` and ``fits_max_length``; and ``vocab``, ``partitions``, ``seconds``."""
-    from dask._task_spec import Task, TaskRef
-
+    from ..distributed.dask_compat import Task, TaskRef
     from ..distributed.graph import tokenizer_layer
     from .driver import build_tokenizer, connect_cluster, resolve_device
 

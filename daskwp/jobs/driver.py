@@ -415,8 +415,7 @@ def job_graph(specs: Sequence[PartitionSpec], counts: Sequence, missing: Sequenc
 
     Keys carry the job id and ``run_id``, so two runs on one cluster never share a task.
     """
-    from dask._task_spec import Task, TaskRef
-
+    from ..distributed.dask_compat import Task, TaskRef
     from ..distributed.graph import PartitionCounts, tokenizer_layer
 
     n = len(specs)

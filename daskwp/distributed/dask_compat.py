@@ -1,0 +1,40 @@
+"""The one door to dask's private modules (docs/design.md §8.2).
+
+daskwp builds its graphs from dask's own expression and task classes: the partition task,
+the global logID offset pass and the part writer are dask-expr expressions
+(``distributed/graph.py``), whose layers are ``Task`` / ``TaskRef`` / ``DataNode`` objects,
+and the accessor wraps them back into collections (``accessors/lazy.py``). None of these
+names is public API of dask: they live in ``dask._task_spec``, ``dask._collections``
+and ``dask.dataframe.dask_expr``, and may move in any release. Every other
+daskwp module imports them from here, so a dask release that moves one is fixed in this
+file alone, and an unsupported dask fails on import with the version it found and the range
+daskwp is tested with, not with a bare ImportError deep in a graph build.
+
+The tested range is ``dask`` and ``distributed`` ``TESTED_DASK`` (the upper bound of their
+requirement in pyproject.toml): this module is what the bound protects.
+"""
+
+from __future__ import annotations
+
+import dask
+
+#: The dask (and distributed) releases the suite is run against: the bounds stated in
+#: pyproject.toml's requirements.
+TESTED_DASK = ">=2025.1.0,<2026.9"
+
+try:
+    from dask._collections import new_collection
+    from dask._task_spec import DataNode, Task, TaskRef
+    from dask.dataframe.dask_expr._expr import (Blockwise, Expr, Fused, Lengths, Literal,
+                                                Partitions, Projection,
+                                                optimize_blockwise_fusion)
+    from dask.dataframe.dask_expr.io.io import FusedIO
+except ImportError as e:  # pragma: no cover - depends on the installed dask
+    raise ImportError(
+        f"daskwp needs dask {TESTED_DASK} (its graphs use dask's expression and task "
+        f"classes); dask {dask.__version__} is installed and lacks one of them: {e}"
+    ) from e
+
+__all__ = ["Blockwise", "DataNode", "Expr", "Fused", "FusedIO", "Lengths",
+           "Literal", "Partitions", "Projection", "TESTED_DASK", "Task", "TaskRef",
+           "new_collection", "optimize_blockwise_fusion"]
