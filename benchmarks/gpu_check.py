@@ -41,7 +41,7 @@ rewritten after every section, so a run cut short keeps what it measured.
 
 ``--cpu-only`` (the dry run, ``GPU_CHECK_CPU_ONLY=1``): every step that needs no device
 runs; the device steps run on the *emulated* CUDA backend of the test suite
-(``tests/emulated_cuda.py``: the real kernel file compiled by the host compiler, launched
+(``daskwp/testing/emulated_cuda.py``: the real kernel file compiled by the host compiler, launched
 by the real ``daskwp.backends.cuda`` with a NumPy stand-in for CuPy) on small inputs, so
 the check's own code (comparisons, the staged launcher copy) is exercised; their timings
 mean nothing. The cluster step then runs the CPU backend on both sides.
@@ -229,7 +229,7 @@ def arrow_nbytes(arr: pa.Array) -> int:
 # ---------------------------------------------------------------------------------------
 class Backend:
     """Where the "GPU" steps run: ``gpu`` (CuPy on a device) or ``emulated`` (the kernel
-    file compiled for the host, NumPy arrays; tests/emulated_cuda.py)."""
+    file compiled for the host, NumPy arrays; daskwp/testing/emulated_cuda.py)."""
 
     def __init__(self, name: str, cp):
         self.name, self.cp = name, cp
@@ -262,16 +262,14 @@ def make_backend(cpu_only: bool) -> tuple[Backend | None, str]:
         import cupy
 
         return Backend("gpu", cupy), "CuPy on the device"
-    sys.path.insert(0, str(REPO / "tests"))
-    try:
-        from emulated_cuda import cxx, fake_cupy
-    except Exception as e:  # pragma: no cover - the test tree is part of the repository
-        return None, f"no emulated backend ({type(e).__name__}: {e})"
+    from daskwp.testing.emulated_cuda import cxx, fake_cupy, use_fake_cupy
+
     if cxx() is None:
         return None, "no C++ compiler for the emulated backend"
     fake = fake_cupy()
-    cuda._cupy = lambda: fake   # the launcher's one way to CuPy (as the tests patch it)
-    return Backend("emulated", fake), "emulated (tests/emulated_cuda.py), timings meaningless"
+    use_fake_cupy(fake)   # the launcher's one way to CuPy, for the rest of the process
+    return Backend("emulated", fake), ("emulated (daskwp/testing/emulated_cuda.py), timings "
+                                       "meaningless")
 
 
 def to_host(a):

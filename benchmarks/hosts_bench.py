@@ -6,7 +6,7 @@ touched)::
     sudo .venv/bin/python benchmarks/hosts_bench.py                 # shared corpora, 50 ms
     sudo .venv/bin/python benchmarks/hosts_bench.py --delay-ms 20 --parts 16 128 --repeats 3
 
-It builds the hosts of ``tests/netns_hosts.py`` (a client, a scheduler and two 1-thread
+It builds the hosts of ``daskwp/testing/netns_hosts.py`` (a client, a scheduler and two 1-thread
 workers, each a network namespace on a private bridge), then, first with every link at full
 speed and then with worker host ``w2`` sending everything ``--delay-ms`` late (``tc netem``,
 or the user-space delay line where the kernel has no netem):
@@ -48,10 +48,9 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
+from daskwp.testing import netns_hosts
 
-import netns_hosts  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 CONF = REPO / "conf" / "existing-scheduler.yaml"
 

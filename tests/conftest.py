@@ -35,6 +35,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 TESTS_DIR = Path(__file__).resolve().parent
@@ -118,7 +119,8 @@ def data_file(rel) -> Path:
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped without one)")
-    config.addinivalue_line("markers", "slow: the full suite only (pytest -m \"not slow\" skips it)")
+    config.addinivalue_line("markers",
+                            "slow: the full suite only (pytest -m \"not slow\" skips it)")
 
 
 @functools.lru_cache(maxsize=None)
@@ -140,6 +142,241 @@ def pytest_runtest_setup(item):
     """Tests marked ``gpu`` skip, with the reason, where CuPy or a device is missing."""
     if item.get_closest_marker("gpu") is not None and gpu_skip_reason() is not None:
         pytest.skip(gpu_skip_reason())
+
+
+# ---------------------------------------------------------------------------------------
+# Backends: the one harness of every backend-parametrized test (docs/design.md §8.3)
+# ---------------------------------------------------------------------------------------
+#: Every backend, as a test parameter (and test id):
+#:
+#: * ``cpu``: the native extension, through the front (``WordPieceTokenizer(device="cpu")``);
+#: * ``emulated-cuda``: the CUDA kernel file compiled by the host C++ compiler, launched by
+#:   the real ``daskwp.backends.cuda`` with a NumPy stand-in for CuPy
+#:   (``daskwp/testing/emulated_cuda.py``), through the front with ``device="gpu"``; skips
+#:   without a C++ compiler;
+#: * ``reference``: the pure-Python tokenizer (``daskwp.backends.reference``); encode only;
+#: * ``gpu``: the same launcher on a real device with CuPy (marker ``gpu``: skips, with the
+#:   reason, without CuPy or a device).
+BACKEND_NAMES = ("cpu", "emulated-cuda", "reference", "gpu")
+
+
+def _backend_param(name: str):
+    from daskwp.testing.emulated_cuda import cxx
+
+    if name == "emulated-cuda":
+        return pytest.param(name, marks=pytest.mark.skipif(cxx() is None,
+                                                           reason="no C++ compiler"))
+    if name == "gpu":
+        return pytest.param(name, marks=pytest.mark.gpu)
+    return pytest.param(name)
+
+
+def backend_params(fast=BACKEND_NAMES) -> list:
+    """The parameters of ``any_backend`` (every backend, with its skip marks), those not in
+    ``fast`` marked slow. A test narrows the fast tier with
+    ``@pytest.mark.parametrize("any_backend", backend_params(fast={"cpu"}), indirect=True)``."""
+    out = []
+    for name in BACKEND_NAMES:
+        marks = list(_backend_param(name).marks)
+        if name not in fast:
+            marks.append(pytest.mark.slow)
+        out.append(pytest.param(name, marks=marks, id=name))
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _routed(tok, device: str):
+    """``tok``'s vocabulary and settings on ``device`` (the front dispatches by it)."""
+    import daskwp
+
+    return daskwp.WordPieceTokenizer(tok.vocab, device=device, **tok.settings)
+
+
+@functools.lru_cache(maxsize=16)
+def _reference_vocab(vocab) -> dict:
+    return {t: vocab.token_to_id(t) for t in set(vocab.tokens)}
+
+
+def windows_dict(bw) -> dict:
+    """A :class:`BatchWindows` as host arrays (ragged rows as values + ``.offsets``)."""
+    from daskwp.core.ragged import RaggedRows, to_host
+
+    out = {}
+    for key in ("input_ids", "attention_mask", "metadata"):
+        v = bw[key]
+        if isinstance(v, RaggedRows):
+            out[key] = to_host(v.values)
+            out[key + ".offsets"] = to_host(v.offsets)
+        else:
+            out[key] = to_host(v)
+    out["doc_row_offsets"] = to_host(bw.doc_row_offsets)
+    return out
+
+
+class Backend:
+    """One backend as the tests drive it.
+
+    ``name`` (one of ``BACKEND_NAMES``), ``device`` (the ``WordPieceTokenizer`` device that
+    reaches it), ``xp`` (its array module: NumPy, the CuPy stand-in, or CuPy);
+    ``route(tok)``: the tokenizer whose ``encode`` / ``__call__`` run on this backend;
+    ``make(vocab, **settings)``: a tokenizer built for it; ``encode(tok, texts)``: ids of
+    every document (no special tokens), as lists; ``windows(tok, texts, **opts)``:
+    ``tok(texts, **opts)`` as a dict of NumPy arrays; ``fill(token_ids, offsets, *args)``:
+    its native window fill on raw arrays (the arguments of ``_ext.build_windows``), as host
+    arrays; ``to_device(a)`` / ``host(a)``: an array onto / back from its memory.
+    """
+
+    name: str
+    device: str
+    has_windows = True
+
+    def __init__(self, xp=np):
+        self.xp = xp
+
+    def route(self, tok):
+        return _routed(tok, self.device)
+
+    def make(self, vocab, **settings):
+        import daskwp
+
+        return daskwp.WordPieceTokenizer(vocab, device=self.device, **settings)
+
+    def encode(self, tok, texts) -> list:
+        return self.route(tok).encode(texts).to_list()
+
+    def windows(self, tok, texts, **opts) -> dict:
+        opts.setdefault("return_tensors", "np")
+        return windows_dict(self.route(tok)(texts, **opts))
+
+    def to_device(self, a):
+        return self.xp.asarray(a)
+
+    def host(self, a):
+        from daskwp.core.ragged import to_host
+
+        return None if a is None else to_host(a)
+
+    def __repr__(self) -> str:
+        return f"<backend {self.name}>"
+
+
+class CPUBackend(Backend):
+    name, device = "cpu", "cpu"
+
+    def fill(self, token_ids, offsets, *args):
+        from daskwp import _ext
+
+        return tuple(_ext.build_windows(token_ids, offsets, *args))
+
+
+class CUDABackend(Backend):
+    """The CUDA launcher, emulated (``xp`` the NumPy stand-in) or on a device (CuPy)."""
+
+    device = "gpu"
+
+    def __init__(self, name, xp):
+        super().__init__(xp)
+        self.name = name
+
+    def fill(self, token_ids, offsets, *args):
+        from daskwp.backends import cuda
+
+        out = cuda.build_windows_cuda(self.xp.asarray(token_ids), self.xp.asarray(offsets),
+                                      *args)
+        return tuple(self.host(a) for a in out)
+
+
+class ReferenceBackend(Backend):
+    """The pure-Python reference (``reference_encode``, one document at a time).
+
+    It reads the vocabulary and settings of ``tok`` and the input as the other backends do:
+    through ``core.strings.to_arrow`` (so the input types and their errors are the same),
+    then each value as Python: None is an empty document, bytes decode with
+    ``errors="replace"`` (lone surrogates reach it as their surrogate-pass bytes, as they
+    reach the kernels). **It has no window fill**: ``windows`` and ``fill`` skip, so windows
+    are compared on cpu, emulated-cuda and gpu only.
+    """
+
+    name, device = "reference", "cpu"
+    has_windows = False
+
+    def route(self, tok):
+        return tok
+
+    def encode(self, tok, texts) -> list:
+        from daskwp.backends.reference import reference_encode
+        from daskwp.core.strings import to_arrow
+
+        vocab = _reference_vocab(tok.vocab)
+        kw = dict(tok.settings, unk_token=tok.vocab.unk_token,
+                  special_tokens=tok.vocab.special_tokens,
+                  continuing_subword_prefix=tok.vocab.continuing_subword_prefix)
+        out = []
+        for chunk in to_arrow(texts).chunks:
+            for value in chunk.to_pylist():
+                if value is None:
+                    out.append([])
+                    continue
+                if isinstance(value, bytes):
+                    value = value.decode("utf-8", "replace")
+                out.append(reference_encode(value, vocab, **kw))
+        return out
+
+    def windows(self, tok, texts, **opts):
+        pytest.skip("the reference backend has no window fill (windows: cpu, emulated-cuda, gpu)")
+
+    def fill(self, token_ids, offsets, *args):
+        pytest.skip("the reference backend has no window fill (windows: cpu, emulated-cuda, gpu)")
+
+
+def open_backend(name: str, monkeypatch):
+    """A generator fixture's body: yields the :class:`Backend` called ``name``. For the CUDA
+    ones, the launcher's caches are cleared before and after, and ``emulated-cuda`` routes
+    the launcher to the CuPy stand-in for the test (``monkeypatch``)."""
+    if name == "cpu":
+        yield CPUBackend()
+        return
+    if name == "reference":
+        yield ReferenceBackend()
+        return
+    from daskwp.backends import cuda
+
+    if name == "emulated-cuda":
+        from daskwp.testing.emulated_cuda import cxx, fake_cupy, use_fake_cupy
+
+        if cxx() is None:
+            pytest.skip("no C++ compiler")
+        xp = fake_cupy()
+        use_fake_cupy(xp, monkeypatch)
+    elif name == "gpu":   # marker gpu: pytest_runtest_setup skipped it without CuPy
+        import cupy as xp
+
+        cuda.clear_caches()
+    else:
+        raise ValueError(f"backend {name!r}: expected one of {BACKEND_NAMES}")
+    try:
+        yield CUDABackend(name, xp)
+    finally:
+        cuda.clear_caches()
+
+
+@pytest.fixture(params=backend_params())
+def any_backend(request, monkeypatch):
+    """Each backend present (``BACKEND_NAMES``), one test each."""
+    yield from open_backend(request.param, monkeypatch)
+
+
+@pytest.fixture(params=[_backend_param(n) for n in ("emulated-cuda", "gpu")])
+def cuda_backend(request, monkeypatch):
+    """The CUDA launcher and kernel file: emulated on the host, and on a real device
+    (marker ``gpu``)."""
+    yield from open_backend(request.param, monkeypatch)
+
+
+@pytest.fixture
+def emulated_cuda(monkeypatch):
+    """The CUDA launcher with the emulated kernels (skips without a C++ compiler)."""
+    yield from open_backend("emulated-cuda", monkeypatch)
 
 
 @pytest.fixture(scope="session")

@@ -1,12 +1,14 @@
 """One harness, every backend: equal results and equal error text (docs/design.md §8.3).
 
-The fixture ``any_backend`` runs each test on every backend present:
+The fixture ``any_backend`` (tests/conftest.py, the suite's one backend harness) runs each test
+on every backend present:
 
 * ``cpu``: the native extension, through the front (``WordPieceTokenizer(device="cpu")``,
   all cores);
 * ``emulated-cuda``: the CUDA kernel file compiled by the host C++ compiler, launched by the
-  real ``daskwp.backends.cuda`` with a NumPy stand-in for CuPy (``tests/emulated_cuda.py``),
-  through the front with ``device="gpu"``; needs a C++ compiler;
+  real ``daskwp.backends.cuda`` with a NumPy stand-in for CuPy
+  (``daskwp/testing/emulated_cuda.py``), through the front with ``device="gpu"``; needs a C++
+  compiler;
 * ``reference``: the pure-Python tokenizer (``daskwp.backends.reference``); encode only;
 * ``gpu``: the same launcher on a real device with CuPy (marker ``gpu``; skipped cleanly
   without CuPy or a device).
@@ -37,15 +39,10 @@ import pyarrow as pa
 import pytest
 
 import daskwp
-from conftest import requires_data, vocab_path
-from daskwp import _ext
-from daskwp.backends import cuda
+from conftest import CPUBackend, backend_params, requires_data, vocab_path, windows_dict
 from daskwp.backends.cpu import CPU
-from daskwp.backends.reference import reference_encode
-from daskwp.core.ragged import RaggedRows, to_host
-from daskwp.core.strings import to_arrow
+from daskwp.core.ragged import to_host
 from daskwp.core.windows import window_params
-from emulated_cuda import cxx, fake_cupy
 from test_core_cases import CASES, VOCABS as CASE_VOCABS
 
 try:
@@ -57,151 +54,8 @@ except ImportError:  # pragma: no cover - hypothesis is a test dependency
     test_hypothesis = None
 
 
-# ---------------------------------------------------------------------------------------
-# Backends: one adapter each
-# ---------------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=None)
-def _routed(tok: daskwp.WordPieceTokenizer, device: str) -> daskwp.WordPieceTokenizer:
-    """``tok``'s vocabulary and settings on ``device`` (the front dispatches by it)."""
-    return daskwp.WordPieceTokenizer(tok.vocab, device=device, **tok.settings)
-
-
-def windows_dict(bw) -> dict[str, np.ndarray]:
-    """A :class:`BatchWindows` as host arrays (ragged rows as values + ``.offsets``)."""
-    out = {}
-    for key in ("input_ids", "attention_mask", "metadata"):
-        v = bw[key]
-        if isinstance(v, RaggedRows):
-            out[key] = to_host(v.values)
-            out[key + ".offsets"] = to_host(v.offsets)
-        else:
-            out[key] = to_host(v)
-    out["doc_row_offsets"] = to_host(bw.doc_row_offsets)
-    return out
-
-
-class Adapter:
-    """What the harness asks of a backend.
-
-    ``encode(tok, texts)``: ids of every document (no special tokens), as lists;
-    ``windows(tok, texts, **opts)``: ``tok(texts, **opts)`` as a dict of NumPy arrays;
-    ``fill(token_ids, offsets, *args)``: the backend's native window fill on raw arrays
-    (the arguments of ``_ext.build_windows``), as host arrays;
-    ``route(tok)``: the tokenizer whose ``encode`` / ``__call__`` run on this backend (for the
-    error checks); ``make(vocab, **settings)``: a tokenizer built for this backend.
-    """
-
-    name: str
-    device: str
-    has_windows = True
-
-    def route(self, tok):
-        return _routed(tok, self.device)
-
-    def make(self, vocab, **settings):
-        return daskwp.WordPieceTokenizer(vocab, device=self.device, **settings)
-
-    def encode(self, tok, texts) -> list[list[int]]:
-        return self.route(tok).encode(texts).to_list()
-
-    def windows(self, tok, texts, **opts) -> dict[str, np.ndarray]:
-        opts.setdefault("return_tensors", "np")
-        return windows_dict(self.route(tok)(texts, **opts))
-
-    def __repr__(self) -> str:
-        return f"<backend {self.name}>"
-
-
-class CPUAdapter(Adapter):
-    name, device = "cpu", "cpu"
-
-    def fill(self, token_ids, offsets, *args):
-        return tuple(_ext.build_windows(token_ids, offsets, *args))
-
-
-class CUDAAdapter(Adapter):
-    """The CUDA launcher, emulated (``xp`` is the NumPy stand-in) or on a device (CuPy)."""
-
-    device = "gpu"
-
-    def __init__(self, name, xp):
-        self.name, self.xp = name, xp
-
-    def fill(self, token_ids, offsets, *args):
-        out = cuda.build_windows_cuda(self.xp.asarray(token_ids), self.xp.asarray(offsets),
-                                      *args)
-        return tuple(None if a is None else to_host(a) for a in out)
-
-
-class ReferenceAdapter(Adapter):
-    """The pure-Python reference (``reference_encode``, one document at a time).
-
-    It reads the vocabulary and settings of ``tok`` and the input as the other backends do:
-    through ``core.strings.to_arrow`` (so the input types and their errors are the same),
-    then each value as Python: None is an empty document, bytes decode with
-    ``errors="replace"`` (lone surrogates reach it as their surrogate-pass bytes, as they
-    reach the kernels). **It has no window fill**: ``windows`` and ``fill`` skip, so windows
-    are compared on cpu, emulated-cuda and gpu only.
-    """
-
-    name, device = "reference", "cpu"
-    has_windows = False
-
-    def route(self, tok):
-        return tok
-
-    def encode(self, tok, texts) -> list[list[int]]:
-        vocab = _reference_vocab(tok.vocab)
-        kw = dict(tok.settings, unk_token=tok.vocab.unk_token,
-                  special_tokens=tok.vocab.special_tokens,
-                  continuing_subword_prefix=tok.vocab.continuing_subword_prefix)
-        out = []
-        for chunk in to_arrow(texts).chunks:
-            for value in chunk.to_pylist():
-                if value is None:
-                    out.append([])
-                    continue
-                if isinstance(value, bytes):
-                    value = value.decode("utf-8", "replace")
-                out.append(reference_encode(value, vocab, **kw))
-        return out
-
-    def windows(self, tok, texts, **opts):
-        pytest.skip("the reference backend has no window fill (windows: cpu, emulated-cuda, gpu)")
-
-    def fill(self, token_ids, offsets, *args):
-        pytest.skip("the reference backend has no window fill (windows: cpu, emulated-cuda, gpu)")
-
-
-@functools.lru_cache(maxsize=16)
-def _reference_vocab(vocab: daskwp.Vocabulary) -> dict[str, int]:
-    return {t: vocab.token_to_id(t) for t in set(vocab.tokens)}
-
-
-@pytest.fixture(params=[
-    pytest.param("cpu"),
-    pytest.param("emulated-cuda", marks=pytest.mark.skipif(cxx() is None,
-                                                           reason="no C++ compiler")),
-    pytest.param("reference"),
-    pytest.param("gpu", marks=pytest.mark.gpu),
-])
-def any_backend(request, monkeypatch):
-    name = request.param
-    if name == "cpu":
-        yield CPUAdapter()
-    elif name == "reference":
-        yield ReferenceAdapter()
-    else:
-        cuda.clear_caches()
-        if name == "emulated-cuda":
-            fake = fake_cupy()
-            monkeypatch.setattr(cuda, "_cupy", lambda: fake)
-            yield CUDAAdapter(name, fake)
-        else:
-            import cupy
-
-            yield CUDAAdapter(name, cupy)
-        cuda.clear_caches()
+# The backends come from tests/conftest.py (``any_backend``: cpu, emulated-cuda, reference,
+# gpu); ``CPUBackend`` is also the one whose errors the others must repeat.
 
 
 # ---------------------------------------------------------------------------------------
@@ -366,13 +220,16 @@ if test_hypothesis is not None:
                                                HealthCheck.data_too_large])
     _window_opts = st.sampled_from(WINDOWS)
 
+    # The fast tier runs the properties on the CPU extension; the full suite on every backend.
     @requires_data
+    @pytest.mark.parametrize("any_backend", backend_params(fast={"cpu"}), indirect=True)
     @_PROFILE
     @given(texts=test_hypothesis.batches("bert-base-uncased"), opts=_window_opts)
     def test_hypothesis_uncased(any_backend, texts, opts):
         check(any_backend, shared_tokenizer("bert-base-uncased", True), texts, [opts])
 
     @requires_data
+    @pytest.mark.slow
     @_PROFILE
     @given(texts=test_hypothesis.batches("bert-base-multilingual-cased"), opts=_window_opts)
     def test_hypothesis_multilingual_cased(any_backend, texts, opts):
@@ -380,6 +237,7 @@ if test_hypothesis is not None:
               [opts])
 
     @requires_data
+    @pytest.mark.parametrize("any_backend", backend_params(fast={"cpu"}), indirect=True)
     @settings(_PROFILE, max_examples=40)
     @given(texts=test_hypothesis.batches("bert-base-uncased"), lowercase=st.booleans(),
            strip_accents=st.sampled_from([None, True, False]), clean_text=st.booleans(),
@@ -408,6 +266,7 @@ if test_hypothesis is not None:
                                         st.text(max_size=2)),
                               max_size=14).map("".join)
 
+    @pytest.mark.parametrize("any_backend", backend_params(fast={"cpu"}), indirect=True)
     @settings(_PROFILE, max_examples=100)
     @given(texts=st.lists(st.one_of(st.none(), _bytes_doc, _surrogate_doc), min_size=1,
                           max_size=6),
@@ -602,14 +461,14 @@ def test_window_option_errors(any_backend, tokens, kwargs):
         pytest.skip("the reference backend has no window fill")
     kw = dict(kwargs)
     kw.setdefault("return_tensors", "np")
-    _expect_same_error(any_backend, lambda: CPUAdapter().route(tok)(_TEXTS, **kw),
+    _expect_same_error(any_backend, lambda: CPUBackend().route(tok)(_TEXTS, **kw),
                        lambda: any_backend.route(tok)(_TEXTS, **kw), kwargs)
 
 
 @pytest.mark.parametrize("kwargs", [pytest.param(c[1], id=c[0]) for c in SETTINGS_ERRORS])
 def test_tokenizer_setting_errors(any_backend, kwargs):
     vocab = daskwp.Vocabulary.default()
-    _expect_same_error(any_backend, lambda: CPUAdapter().make(vocab, **kwargs),
+    _expect_same_error(any_backend, lambda: CPUBackend().make(vocab, **kwargs),
                        lambda: any_backend.make(vocab, **kwargs), kwargs)
 
 
@@ -631,7 +490,7 @@ def test_encode_errors(any_backend, request, texts, kwargs, reason):
         call = (lambda: any_backend.route(tok).encode(make(), **kwargs))
     else:
         call = (lambda: any_backend.encode(tok, make()))
-    _expect_same_error(any_backend, lambda: CPUAdapter().route(tok).encode(make(), **kwargs),
+    _expect_same_error(any_backend, lambda: CPUBackend().route(tok).encode(make(), **kwargs),
                        call, request.node.callspec.id)
 
 
@@ -646,7 +505,7 @@ def test_window_fill_errors(any_backend, request, offsets, args, reason):
         request.applymarker(pytest.mark.xfail(strict=True, raises=AssertionError,
                                               reason=reason))
     off = np.array(offsets, dtype=np.int64)
-    _expect_same_error(any_backend, lambda: CPUAdapter().fill(_IDS, off, *args),
+    _expect_same_error(any_backend, lambda: CPUBackend().fill(_IDS, off, *args),
                        lambda: any_backend.fill(_IDS, off, *args), (offsets, args))
 
 

@@ -190,6 +190,7 @@ _text_with_surrogates = st.lists(
     max_size=20).map("".join)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(st.lists(_text_with_surrogates, max_size=8))
 def test_fuzz_surrogates_equal_hf_on_replacement(texts):
@@ -284,6 +285,7 @@ def test_truncated_sequence_never_borrows_the_next_documents_bytes():
             assert tok().encode(full.slice(k, 1)).to_list() == [expected[k]]
 
 
+@pytest.mark.slow
 @FUZZ
 @given(_raw_docs)
 def test_fuzz_random_bytes_without_clean_text_equal_hf(docs):

@@ -24,7 +24,6 @@ from daskwp.core.buckets import BucketedWindows, auto_bucket_widths, bucket_wind
 from daskwp.core.pairs import extras_options, sequence_options
 from daskwp.core.ragged import to_host
 from daskwp.core.windows import window_params
-from test_backends import any_backend  # noqa: F401  (the fixture: every backend present)
 
 TOK = daskwp.WordPieceTokenizer()
 CORPORA = corpus_files()

@@ -40,7 +40,6 @@ import pytest
 import daskwp
 from daskwp.backends import cuda
 from conftest import VOCAB_CONFIGS, corpus_files, read_documents, slow_unless, vocab_path
-from emulated_cuda import cxx as _cxx, fake_cupy as _fake_cupy
 
 KERNELS = Path(daskwp.__file__).resolve().parent / "kernels"
 CU_FILES = sorted(KERNELS.glob("*.cu"))
@@ -207,43 +206,9 @@ def test_module_imports_without_cupy():
 
 
 # ---------------------------------------------------------------------------------------
-# Emulated backend: the kernel file on the host, CuPy replaced by NumPy
-# (tests/emulated_cuda.py: cxx, fake_cupy)
+# Backends: tests/conftest.py's ``cuda_backend`` (emulated-cuda: the kernel file on the host,
+# CuPy replaced by NumPy, daskwp/testing/emulated_cuda.py; gpu: a real device)
 # ---------------------------------------------------------------------------------------
-
-
-# ---------------------------------------------------------------------------------------
-# Backends
-# ---------------------------------------------------------------------------------------
-class Backend:
-    def __init__(self, name, xp):
-        self.name, self.xp = name, xp
-
-    def host(self, a):
-        if a is None:
-            return None
-        return np.asarray(a) if self.name == "emulated" else a.get()
-
-    def device(self, a):
-        return self.xp.asarray(a)
-
-
-@pytest.fixture(params=[
-    pytest.param("emulated", marks=pytest.mark.skipif(_cxx() is None,
-                                                      reason="no C++ compiler")),
-    pytest.param("gpu", marks=requires_gpu),
-])
-def backend(request, monkeypatch):
-    cuda.clear_caches()
-    if request.param == "emulated":
-        fake = _fake_cupy()
-        monkeypatch.setattr(cuda, "_cupy", lambda: fake)
-        yield Backend("emulated", fake)
-    else:
-        import cupy
-
-        yield Backend("gpu", cupy)
-    cuda.clear_caches()
 
 
 @functools.lru_cache(maxsize=None)
@@ -257,7 +222,7 @@ def corpus_docs(path: Path) -> list[str]:
     return read_documents(path)
 
 
-def assert_encoding_equal(bk: Backend, got, expected, what: str):
+def assert_encoding_equal(bk, got, expected, what: str):
     ids, off = got
     assert ids.dtype == np.int32 and off.dtype == np.int64, (ids.dtype, off.dtype)
     e_ids, e_off = expected.token_ids, expected.offsets
@@ -288,18 +253,19 @@ def _need_data():
 # ---------------------------------------------------------------------------------------
 # Parity: every corpus x vocabulary
 # ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize("vocab_name", slow_unless(VOCABS, fast={"bert-base-uncased", "bert-base-chinese"}))
-def test_encode_matches_cpu_on_every_corpus(backend, vocab_name):
+@pytest.mark.parametrize("vocab_name",
+                         slow_unless(VOCABS, fast={"bert-base-uncased", "bert-base-chinese"}))
+def test_encode_matches_cpu_on_every_corpus(cuda_backend, vocab_name):
     _need_data()
     tok = tokenizer(vocab_name)
     for path in CORPORA:
         docs = corpus_docs(path)
-        assert_encoding_equal(backend, cuda.encode_cuda(tok, docs), tok.encode(docs),
+        assert_encoding_equal(cuda_backend, cuda.encode_cuda(tok, docs), tok.encode(docs),
                               f"{vocab_name} / {path.name}")
 
 
 @pytest.mark.parametrize("chunk_bytes", [1, 3, 16, 100])
-def test_chunking_does_not_change_ids(backend, chunk_bytes):
+def test_chunking_does_not_change_ids(cuda_backend, chunk_bytes):
     """Tiny chunks cut documents at (nearly) every boundary byte: the ids must not move."""
     _need_data()
     tok = tokenizer("bert-base-uncased")
@@ -308,19 +274,19 @@ def test_chunking_does_not_change_ids(backend, chunk_bytes):
         d = corpus_docs(path)
         docs += d[:: max(1, len(d) // 60)]
     expected = tok.encode(docs)
-    assert_encoding_equal(backend, cuda.encode_cuda(tok, docs, chunk_bytes=chunk_bytes),
+    assert_encoding_equal(cuda_backend, cuda.encode_cuda(tok, docs, chunk_bytes=chunk_bytes),
                           expected, f"chunk_bytes={chunk_bytes}")
 
 
 @pytest.mark.parametrize("vocab_name", ["bert-base-multilingual-cased", "bert-base-chinese"])
-def test_one_huge_document_is_split(backend, vocab_name):
+def test_one_huge_document_is_split(cuda_backend, vocab_name):
     """A whole corpus as one document (and a run with no boundary byte at all)."""
     _need_data()
     tok = tokenizer(vocab_name)
     big = " ".join(corpus_docs(CORPORA[0])[:3000]) + "\n".join(
         d for p in CORPORA if "multi" in p.parts for d in corpus_docs(p)[:200])
     texts = [big, "x" * 5000 + "é" * 700, "", "a", big[:100_000]]
-    assert_encoding_equal(backend, cuda.encode_cuda(tok, texts, chunk_bytes=64),
+    assert_encoding_equal(cuda_backend, cuda.encode_cuda(tok, texts, chunk_bytes=64),
                           tok.encode(texts), "huge documents")
 
 
@@ -331,25 +297,25 @@ EDGE_TEXTS = [
 ]
 
 
-def test_edge_cases_and_invalid_utf8(backend):
+def test_edge_cases_and_invalid_utf8(cuda_backend):
     tok = daskwp.WordPieceTokenizer()
     texts = EDGE_TEXTS + [b"\xff\xfe abc \xc3", b"\xe2\x82 \xe2\x82\xac\xf0\x9f\x98", None]
     for cb in (None, 1, 5):
-        assert_encoding_equal(backend, cuda.encode_cuda(tok, texts, chunk_bytes=cb),
+        assert_encoding_equal(cuda_backend, cuda.encode_cuda(tok, texts, chunk_bytes=cb),
                               tok.encode(texts), f"edge cases, chunk_bytes={cb}")
 
 
-def test_nulls_slices_and_int32_offsets(backend):
+def test_nulls_slices_and_int32_offsets(cuda_backend):
     tok = daskwp.WordPieceTokenizer()
     base = ["first doc", None, "second, doc!", "", None, "third [SEP] doc x"] * 7
     arr = pa.array(base, type=pa.string())
     for a in (arr, arr.slice(3, 20), pa.chunked_array([arr.slice(0, 5), arr.slice(5)]),
               arr.cast(pa.large_string())):
-        assert_encoding_equal(backend, cuda.encode_cuda(tok, a), tok.encode(a),
+        assert_encoding_equal(cuda_backend, cuda.encode_cuda(tok, a), tok.encode(a),
                               f"arrow input {a.type}")
 
 
-def test_device_buffers_are_read_in_place(backend):
+def test_device_buffers_are_read_in_place(cuda_backend):
     """DeviceStrings: absolute offsets into a larger buffer, int32, with a validity bitmap."""
     tok = daskwp.WordPieceTokenizer()
     texts = ["zero", "one two", "three", "four five six", "seven"]
@@ -359,37 +325,37 @@ def test_device_buffers_are_read_in_place(backend):
     lens = np.array([len(t.encode()) for t in texts])
     offsets = (np.concatenate([[0], np.cumsum(lens)]) + len(pad)).astype(np.int32)
     validity = np.array([0b11101], dtype=np.uint8)   # document 1 is null
-    s = cuda.DeviceStrings(backend.device(offsets), backend.device(data),
-                           backend.device(validity), 0)
+    s = cuda.DeviceStrings(cuda_backend.to_device(offsets), cuda_backend.to_device(data),
+                           cuda_backend.to_device(validity), 0)
     expected = tok.encode(["zero", None, "three", "four five six", "seven"])
-    assert_encoding_equal(backend, cuda.encode_cuda(tok, s), expected, "device buffers")
-    s2 = cuda.DeviceStrings(backend.device(offsets[2:]), backend.device(data),
-                            backend.device(np.array([0b00011100], np.uint8)), 2)
-    assert_encoding_equal(backend, cuda.encode_cuda(tok, s2), tok.encode(texts[2:]),
+    assert_encoding_equal(cuda_backend, cuda.encode_cuda(tok, s), expected, "device buffers")
+    s2 = cuda.DeviceStrings(cuda_backend.to_device(offsets[2:]), cuda_backend.to_device(data),
+                            cuda_backend.to_device(np.array([0b00011100], np.uint8)), 2)
+    assert_encoding_equal(cuda_backend, cuda.encode_cuda(tok, s2), tok.encode(texts[2:]),
                           "validity offset")
 
 
-def test_bad_offsets_are_refused(backend):
+def test_bad_offsets_are_refused(cuda_backend):
     tok = daskwp.WordPieceTokenizer()
-    data = backend.device(np.frombuffer(b"abcdef", dtype=np.uint8))
+    data = cuda_backend.to_device(np.frombuffer(b"abcdef", dtype=np.uint8))
     for off in ([0, 4, 2], [0, 7], [-1, 3]):
-        s = cuda.DeviceStrings(backend.device(np.array(off, np.int64)), data)
+        s = cuda.DeviceStrings(cuda_backend.to_device(np.array(off, np.int64)), data)
         with pytest.raises(ValueError, match="offsets"):
             cuda.encode_cuda(tok, s)
 
 
-def test_boundary_bytes(backend):
+def test_boundary_bytes(cuda_backend):
     """Chunks may start at ASCII whitespace and punctuation, never at a byte of a special
     token, a letter, a removed control character or a non-ASCII byte."""
     tok = daskwp.WordPieceTokenizer()
-    table = backend.host(cuda._device_model(tok).boundary)
+    table = cuda_backend.host(cuda._device_model(tok).boundary)
     starts = {chr(c) for c in range(256) if table[c]}
     assert {" ", "\t", "\n", "\r", ",", ".", "!", "#", "(", "-", "~"} <= starts
     assert not starts & {"[", "]", "a", "Z", "0", "\x00", "\x01", "\x7f"}
     assert all(table[c] == 0 for c in range(128, 256))
 
 
-def test_chunk_plan(backend):
+def test_chunk_plan(cuda_backend):
     """With chunk_bytes=1 a document is cut before every boundary byte, and dead pieces are
     skipped by the live piece before them."""
     tok = daskwp.WordPieceTokenizer()
@@ -400,7 +366,7 @@ def test_chunk_plan(backend):
     doc_off = cp.ascontiguousarray(s.offsets, dtype=cp.int64)
     n_slots, first, begin, end = cuda._plan_chunks(
         mod, model, doc_off, s.data, s.validity, True, s.validity_offset, 4, 1, cp)
-    first, begin, end = (backend.host(a) for a in (first, begin, end))
+    first, begin, end = (cuda_backend.host(a) for a in (first, begin, end))
     assert first.tolist() == [0, len(text), len(text), len(text), len(text) + 3]
     live = [(int(b), int(e)) for b, e in zip(begin, end) if b >= 0]
     cuts = [0, 2, 5, 12, 13, len(text)]     # before " ", ",", " ", " "; not "[" or "]"
@@ -409,10 +375,10 @@ def test_chunk_plan(backend):
     assert n_slots == 4 + len(text) + 3 + 1 and (begin[len(text) + 3:] == -1).all()
 
 
-def test_empty_batch(backend):
+def test_empty_batch(cuda_backend):
     tok = daskwp.WordPieceTokenizer()
     ids, off = cuda.encode_cuda(tok, [])
-    assert backend.host(ids).shape == (0,) and backend.host(off).tolist() == [0]
+    assert cuda_backend.host(ids).shape == (0,) and cuda_backend.host(off).tolist() == [0]
 
 
 # ---------------------------------------------------------------------------------------
@@ -438,7 +404,7 @@ def _window_inputs():
 @pytest.mark.parametrize("case", WINDOW_CASES, ids=lambda c: "-".join(map(str, c.values())))
 @pytest.mark.parametrize("padding", [True, False])
 @pytest.mark.parametrize("mask_int8", [False, True])
-def test_build_windows_matches_cpu(backend, case, padding, mask_int8):
+def test_build_windows_matches_cpu(cuda_backend, case, padding, mask_int8):
     from daskwp import _ext
 
     tok = daskwp.WordPieceTokenizer()
@@ -448,14 +414,15 @@ def test_build_windows_matches_cpu(backend, case, padding, mask_int8):
             case["add_special_tokens"], v.cls_id, v.sep_id, v.pad_id if padding else -1, 7,
             padding, mask_int8)
     expected = _ext.build_windows(enc.token_ids, enc.offsets, *args)
-    got = cuda.build_windows_cuda(backend.device(enc.token_ids), backend.device(enc.offsets),
+    got = cuda.build_windows_cuda(cuda_backend.to_device(enc.token_ids),
+                                  cuda_backend.to_device(enc.offsets),
                                   *args)
     names = ("input_ids", "attention_mask", "metadata", "row_offsets", "doc_row_offsets")
     for name, g, e in zip(names, got, expected):
         if e is None:
             assert g is None, name
             continue
-        g = backend.host(g)
+        g = cuda_backend.host(g)
         assert g.dtype == e.dtype and g.shape == e.shape, (name, g.dtype, e.dtype, g.shape,
                                                             e.shape)
         assert np.array_equal(g, e), name
@@ -463,7 +430,7 @@ def test_build_windows_matches_cpu(backend, case, padding, mask_int8):
 
 @pytest.mark.parametrize("padding", ["max_length", "longest", False])
 @pytest.mark.parametrize("vocab_name", VOCABS)
-def test_windows_match_cpu_on_corpora(backend, vocab_name, padding):
+def test_windows_match_cpu_on_corpora(cuda_backend, vocab_name, padding):
     _need_data()
     tok = tokenizer(vocab_name)
     docs = []
@@ -478,17 +445,19 @@ def test_windows_match_cpu_on_corpora(backend, vocab_name, padding):
             assert np.array_equal(g.values, e.values) and np.array_equal(g.offsets, e.offsets)
         else:
             assert g.dtype == e.dtype and np.array_equal(g, e), key
-    assert np.array_equal(backend.host(got.doc_row_offsets), expected.doc_row_offsets)
+    assert np.array_equal(cuda_backend.host(got.doc_row_offsets), expected.doc_row_offsets)
 
 
-def test_window_parameter_errors(backend):
+def test_window_parameter_errors(cuda_backend):
     tok = daskwp.WordPieceTokenizer()
     ids, off = np.zeros(3, np.int32), np.array([0, 3], np.int64)
     with pytest.raises(ValueError, match="stride"):
-        cuda.build_windows_cuda(backend.device(ids), backend.device(off), 8, 6, False, True,
+        cuda.build_windows_cuda(cuda_backend.to_device(ids), cuda_backend.to_device(off),
+                                8, 6, False, True,
                                 1, 2, 0, 0, True)
     with pytest.raises(ValueError, match="max_length"):
-        cuda.build_windows_cuda(backend.device(ids), backend.device(off), 2, 0, False, True,
+        cuda.build_windows_cuda(cuda_backend.to_device(ids), cuda_backend.to_device(off),
+                                2, 0, False, True,
                                 1, 2, 0, 0, True)
     with pytest.raises(ValueError, match="stride"):
         cuda.windows_cuda(tok, ["a b"], max_length=8, stride=6)

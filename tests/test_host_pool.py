@@ -93,8 +93,10 @@ def _default_limit() -> int:
     return min(max(phys // 8, 256 << 20), 16 << 30)
 
 
-@pytest.mark.parametrize("value,expected", [("0", 0),
-    pytest.param("64", 64 << 20, marks=pytest.mark.slow), pytest.param("junk", None, marks=pytest.mark.slow),
+@pytest.mark.parametrize("value,expected", [
+    ("0", 0),
+    pytest.param("64", 64 << 20, marks=pytest.mark.slow),
+    pytest.param("junk", None, marks=pytest.mark.slow),
     pytest.param("", None, marks=pytest.mark.slow)])
 def test_limit_from_the_environment(value, expected):
     expected = _default_limit() if expected is None else expected

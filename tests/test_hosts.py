@@ -1,6 +1,6 @@
 """daskwp across separate hosts: a scheduler host, two worker hosts and a client host, each a
-Linux network namespace on a private bridge (``tests/netns_hosts.py``: topology, route checks,
-teardown). Every job is ``daskwp run conf/existing-scheduler.yaml`` run *in the client host*
+Linux network namespace on a private bridge (``daskwp/testing/netns_hosts.py``: topology, route
+checks, teardown). Every job is ``daskwp run conf/existing-scheduler.yaml`` run *in the client host*
 against the scheduler host's address, the accessor's ``to_parquet`` runs there too, and every
 output is compared with the single-machine tokenizer on the same documents, global logIDs
 included.
@@ -37,8 +37,8 @@ import pytest
 import daskwp
 
 from conftest import DATA, DATA_IS_BUNDLED, corpus_files, read_documents
-from netns_hosts import WORKER_PORT, slow_link_reason
-from netns_hosts import cluster, hosts  # noqa: F401 - the fixtures
+from daskwp.testing.netns_hosts import WORKER_PORT, slow_link_reason
+from daskwp.testing.netns_hosts import cluster, hosts  # noqa: F401 - the fixtures
 
 REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf" / "existing-scheduler.yaml"

@@ -27,7 +27,8 @@ from conftest import (
     vocab_path,
 )
 
-pytestmark = [requires_data, pytest.mark.slow]  # 5-10 s a property; test_backends keeps a fast sample
+# 5-10 s a property: the full suite; test_backends.py keeps a fast sample
+pytestmark = [requires_data, pytest.mark.slow]
 
 WHITESPACE = (
     " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006"

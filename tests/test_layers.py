@@ -3,8 +3,9 @@ no module imports another module's private name.
 
 Every import statement counts, function-level ones included (they hide cycles, not remove
 them). Layers, lowest first: the compiled extension ``daskwp._ext``; ``core``; ``backends``;
-``frames``; ``distributed``; ``accessors``, ``jobs`` and ``io`` (side by side: none imports another); ``cli``. The package root ``daskwp/__init__.py`` is the public face: it may import any
-layer, and no module imports from it.
+``frames``; ``distributed``; ``accessors``, ``jobs``, ``io`` and ``testing`` (side by side:
+none imports another); ``cli``. The package root ``daskwp/__init__.py`` is the public face:
+it may import any layer, and no module imports from it.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ LAYERS = {
     "daskwp.accessors": 5,
     "daskwp.jobs": 5,
     "daskwp.io": 5,
+    "daskwp.testing": 5,
     "daskwp.cli": 6,
     "daskwp.__main__": 7,
 }

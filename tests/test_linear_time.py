@@ -247,7 +247,7 @@ def _assert_linear(kind: str, result: dict):
 
 CASES = [
     # one 40 MB "word" with the default 100-character limit: a single [UNK]
-    pytest.param("alpha_word", marks=pytest.mark.slow),  # 15 s
+    "alpha_word",
     # the same word with max_input_chars_per_word=10**8: real WordPiece over 40 M characters
     "alpha_word_unbounded",
     # a 40 MB line of ordinary words
@@ -262,6 +262,7 @@ CASES = [
 ALL_KINDS = CASES + ["short_tokens"]
 
 
+@pytest.mark.slow   # one subprocess times every case on 40 MB inputs: ~15 s
 @pytest.mark.skipif(DATA is None, reason=DATA_SKIP_REASON)
 @pytest.mark.parametrize("kind", CASES)
 def test_linear_time(kind):
@@ -273,6 +274,7 @@ def test_linear_time(kind):
     _assert_linear(kind, result)
 
 
+@pytest.mark.slow   # the same subprocess
 @pytest.mark.skipif(DATA is None, reason=DATA_SKIP_REASON)
 def test_long_tokens_cost_no_more_per_character():
     """A vocabulary whose tokens are 500 characters long (with a trap that makes a naive

@@ -384,10 +384,11 @@ def test_every_corpus_equals_indexed_dataset_builder(tmp_path, vocab):
 
 
 @pytest.mark.parametrize("opts", [
-    {"append_eod": True},
+    pytest.param({"append_eod": True}, marks=pytest.mark.slow),
     {"append_eod": True, "add_special_tokens": True},
-    {"document_separator": "\n", "append_eod": True, "add_special_tokens": True},
-    {"document_separator": "\n", "merge_parts": False},
+    pytest.param({"document_separator": "\n", "append_eod": True, "add_special_tokens": True},
+                 marks=pytest.mark.slow),
+    pytest.param({"document_separator": "\n", "merge_parts": False}, marks=pytest.mark.slow),
 ])
 def test_options_equal_indexed_dataset_builder(tmp_path, opts):
     indexed_dataset = _megatron()

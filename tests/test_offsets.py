@@ -327,7 +327,8 @@ def test_windows_equal_hf_overflow_rows(vocab_name):
             np.testing.assert_array_equal(r.values, out[name][real], err_msg=name)
 
 
-@pytest.mark.parametrize("padding", ["max_length", pytest.param(False, marks=pytest.mark.slow)])
+@pytest.mark.slow   # 4 threads on every corpus line
+@pytest.mark.parametrize("padding", ["max_length", False])
 def test_window_extras_on_threads_equal_one_thread(padding):
     # The extras fill takes ranges of rows on threads from 256K cells on: a range that
     # starts inside a document, empty documents and nulls between; every array equal to
@@ -354,7 +355,10 @@ def test_window_extras_on_threads_equal_one_thread(padding):
 
 
 @requires_data
-@pytest.mark.parametrize("max_length,mask_dtype", [(128, "int8"), (128, "int32"), (63, "int8")])
+@pytest.mark.parametrize("max_length,mask_dtype", [
+    (128, "int8"),
+    pytest.param(128, "int32", marks=pytest.mark.slow),
+    pytest.param(63, "int8", marks=pytest.mark.slow)])
 def test_streamed_padded_extras_equal_ragged(max_length, mask_dtype):
     # Padded extras of more than 32 MB are built a row at a time in L1 and written with
     # non-temporal stores (bind_windows.cpp fill_extras) when every output's rows are
@@ -424,7 +428,7 @@ PAIR_MODES = [
 
 @requires_data
 @pytest.mark.parametrize("mode", PAIR_MODES, ids=lambda m: f"{m[0]}-{m[2]}-s{m[4]}")
-@pytest.mark.parametrize("unit", ["chars", "bytes"])
+@pytest.mark.parametrize("unit", ["chars", pytest.param("bytes", marks=pytest.mark.slow)])
 def test_pairs_equal_hf(mode, unit):
     from test_pairs import fits, long_documents, short_sentences
     from tokenizers import BertWordPieceTokenizer
@@ -473,7 +477,7 @@ def test_pairs_equal_hf(mode, unit):
 
 
 # ---------------------------------------------------------------------------------------
-# GPU == CPU: the CUDA launcher with the emulated kernels (tests/emulated_cuda.py)
+# GPU == CPU: the CUDA launcher with the emulated kernels (tests/conftest.py: emulated_cuda)
 # ---------------------------------------------------------------------------------------
 GPU_CASES = [
     dict(max_length=24, stride=5),
@@ -486,20 +490,10 @@ GPU_CASES = [
 
 
 @pytest.fixture
-def emulated_gpu(monkeypatch):
-    from emulated_cuda import cxx
-    from test_pairs import pair_fake_cupy
-    from daskwp.backends import cuda
-
-    if cxx() is None:
-        pytest.skip("no C++ compiler")
-    cuda.clear_caches()
-    fake = pair_fake_cupy()
-    for name in ("full",):
-        setattr(fake, name, getattr(np, name))
-    monkeypatch.setattr(cuda, "_cupy", lambda: fake)
-    yield fake
-    cuda.clear_caches()
+def emulated_gpu(emulated_cuda, monkeypatch):
+    """tests/conftest.py's emulated CUDA backend, whose ``full`` makes host arrays."""
+    monkeypatch.setattr(emulated_cuda.xp, "full", np.full)
+    return emulated_cuda.xp
 
 
 def _gpu_docs():

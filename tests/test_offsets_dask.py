@@ -45,7 +45,8 @@ def assert_rows_equal(got: dict, want):
         np.testing.assert_array_equal(got[k], np.asarray(want[k]), err_msg=k)
 
 
-@pytest.mark.parametrize("unit", [pytest.param("chars", marks=pytest.mark.slow), "bytes"])
+@pytest.mark.slow   # a local cluster of its own; test_dask.py keeps the accessor fast
+@pytest.mark.parametrize("unit", ["chars", "bytes"])
 def test_accessor_offsets_on_a_local_cluster(tok, lines, tmp_path, unit):
     import dask.dataframe as dd
     from distributed import Client, LocalCluster

@@ -73,7 +73,7 @@ LAYOUTS = {
 }
 
 
-@pytest.mark.parametrize("layout", slow_unless(sorted(LAYOUTS), fast={"ragged", "padded"}))
+@pytest.mark.parametrize("layout", slow_unless(sorted(LAYOUTS), fast={"ragged"}))
 def test_native_parts_equal_arrow_parts_on_every_corpus_line(tmp_path, layout):
     call, table_kw = LAYOUTS[layout]
     out = TOK(CORPUS, max_length=64, stride=16, **call)
@@ -134,7 +134,7 @@ def _edge_table(rng) -> pa.Table:
 
 @pytest.mark.parametrize("compression", ["zstd", pytest.param("lz4", marks=pytest.mark.slow),
                                          pytest.param("none", marks=pytest.mark.slow)])
-@pytest.mark.parametrize("row_group_rows", [1, 129, 100_000])
+@pytest.mark.parametrize("row_group_rows", [pytest.param(1, marks=pytest.mark.slow), 129, 100_000])
 def test_encoders_on_extreme_integers_and_empty_lists(tmp_path, monkeypatch, compression,
                                                       row_group_rows):
     monkeypatch.setattr(parquet_writer, "PAGE_BYTES", 1000)    # many pages per chunk

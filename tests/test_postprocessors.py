@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 import daskwp
-from conftest import DATA, every_corpus_line, read_documents, vocab_path
+from conftest import DATA, every_corpus_line, read_documents, slow_unless, vocab_path
 
 tokenizers = pytest.importorskip("tokenizers")
 from tokenizers import BertWordPieceTokenizer, Tokenizer, processors  # noqa: E402
@@ -160,7 +160,7 @@ EXTRA = dict(return_token_type_ids=True, return_sequence_ids=True,
 # ---------------------------------------------------------------------------------------
 # Every supported post-processor, every output, on a subset (fast)
 # ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", PROCESSORS)
+@pytest.mark.parametrize("name", slow_unless(PROCESSORS, fast={"bert_processing", "several"}))
 def test_file_post_processor_equals_hf(tmp_path, name):
     path, hf = write_file(tmp_path, name)
     tok = daskwp.WordPieceTokenizer(path)
@@ -323,21 +323,11 @@ def host_arrays(bw) -> dict:
 
 
 @pytest.mark.parametrize("name", ["sep_only", "several", "none"])
-def test_emulated_cuda_equals_cpu(tmp_path, monkeypatch, name):
-    from emulated_cuda import cxx
-    from test_pairs import pair_fake_cupy
-
-    from daskwp.backends import cuda
-
-    if cxx() is None:
-        pytest.skip("no C++ compiler")
+def test_emulated_cuda_equals_cpu(tmp_path, emulated_cuda, name):
     path, hf = write_file(tmp_path, name)
     tok = daskwp.WordPieceTokenizer(path)
     lines = subset_lines()[:120]
     shorts = short_and_long(hf, lines, 10)
-    cuda.clear_caches()
-    fake = pair_fake_cupy()
-    monkeypatch.setattr(cuda, "_cupy", lambda: fake)
     gpu = daskwp.WordPieceTokenizer(path, device="gpu")
     cases = [(lines, None, dict(max_length=14, stride=3, **EXTRA)),
              (lines, None, dict(max_length=14, stride=3, padding=False,
@@ -361,7 +351,6 @@ def test_emulated_cuda_equals_cpu(tmp_path, monkeypatch, name):
             for key, w in want_a.items():
                 assert got_a[key].dtype == w.dtype, (key, opts)
                 np.testing.assert_array_equal(got_a[key], w, err_msg=f"{key} {opts}")
-    cuda.clear_caches()
 
 
 # ---------------------------------------------------------------------------------------

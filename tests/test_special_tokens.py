@@ -29,7 +29,6 @@ from daskwp.backends import cuda
 from daskwp.backends.cpu import CPU
 from daskwp.core.ragged import to_host
 from daskwp.core.vocab import Vocabulary
-from emulated_cuda import cxx, fake_cupy
 
 tokenizers = pytest.importorskip("tokenizers")
 from tokenizers import AddedToken, BertWordPieceTokenizer, Tokenizer  # noqa: E402
@@ -354,24 +353,10 @@ def test_windows_never_split_a_registered_token():
 # ---------------------------------------------------------------------------------------
 # GPU (emulated CUDA build): the same blob and core
 # ---------------------------------------------------------------------------------------
-@pytest.fixture(params=[
-    pytest.param("emulated", marks=pytest.mark.skipif(cxx() is None, reason="no C++ compiler")),
-    pytest.param("gpu", marks=pytest.mark.gpu),
-])
-def device_backend(request, monkeypatch):
-    """The CUDA launcher and kernel file: emulated on the host (NumPy for CuPy), or on a
-    real device (marker ``gpu``)."""
-    if request.param == "emulated":
-        fake = fake_cupy()
-        monkeypatch.setattr(cuda, "_cupy", lambda: fake)
-    cuda.clear_caches()
-    yield request.param
-    cuda.clear_caches()
-
-
-def test_gpu_equals_cpu(device_backend):
-    """The GPU launcher and kernel file give the CPU's ids (and HF's), chunked at any size,
-    with 2,015 registered tokens; registering in place reaches the device model."""
+def test_gpu_equals_cpu(cuda_backend):
+    """The GPU launcher and kernel file (emulated, or on a device: tests/conftest.py's
+    ``cuda_backend``) give the CPU's ids (and HF's), chunked at any size, with 2,015
+    registered tokens; registering in place reaches the device model."""
     many = TOKENS + [f"<|tok_{i:05d}|>" for i in range(2000)]
     cpu = registered(UNCASED, many)
     gpu = registered(UNCASED, many, device="gpu")
@@ -437,6 +422,7 @@ def test_local_cluster_accessor(client):
     assert worker_state.tokenizer_key(tok) in keys
 
 
+@pytest.mark.slow   # a local cluster
 def test_local_cluster_batch_job(client, tmp_path):
     from daskwp import jobs
 

@@ -3,7 +3,7 @@
 A CA, a certificate for the cluster's processes and one for the client are made here (the
 ``cryptography`` package), and so is a second CA with a certificate of its own (the "other
 CA"). A scheduler and two workers start on the multi-host test network of
-``tests/netns_hosts.py`` (each a network namespace on a private bridge) with
+``daskwp/testing/netns_hosts.py`` (each a network namespace on a private bridge) with
 ``--tls-ca-file/--tls-cert/--tls-key`` and ``distributed.comm.require-encryption``: they
 listen on ``tls://`` only. Where namespaces cannot be made (not root, no iproute2), or with
 ``DASKWP_TLS_LOOPBACK=1``, the same processes run on loopback. One cluster serves the module.
@@ -39,7 +39,7 @@ import pytest
 import daskwp
 from daskwp.distributed.cluster import ClusterSecurityError, make_security, security_record
 
-from netns_hosts import WORKER_PORT, Hosts, skip_reason
+from daskwp.testing.netns_hosts import WORKER_PORT, Hosts, skip_reason
 from test_hosts import Reference, choose_corpus, part_files, read_job_output
 
 REPO = Path(__file__).resolve().parent.parent
@@ -305,7 +305,10 @@ REFUSALS = [
 ]
 
 
-@pytest.mark.parametrize("case,client,cause", REFUSALS, ids=[r[0] for r in REFUSALS])
+@pytest.mark.parametrize("case,client,cause", [
+    pytest.param(*r, id=r[0],
+                 marks=() if r[0] in ("no-certificate", "other-ca") else pytest.mark.slow)
+    for r in REFUSALS])
 def test_job_refused_without_the_right_certificate(tls, ref, tmp_path, case, client, cause):
     """Exit non-zero within 30 s with one error line naming the cause; no part, no summary,
     no temporary file."""
@@ -341,6 +344,7 @@ with daskwp.connect(scheduler_address=address,
 """
 
 
+@pytest.mark.slow
 def test_accessor_through_connect_security(tls, ref, tmp_path):
     """``daskwp.connect(scheduler_address=tls://..., security={...})`` in the client host,
     then the accessor's to_parquet: the same tokens as the single-machine tokenizer."""
@@ -373,6 +377,7 @@ with daskwp.connect(scheduler_address=address,
 """
 
 
+@pytest.mark.slow
 def test_untrusted_worker_never_joins(tls):
     """A worker whose certificate comes from the other CA (it trusts the cluster's CA) tries
     to join while tasks run: the scheduler refuses every handshake from it, it never

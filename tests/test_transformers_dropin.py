@@ -247,7 +247,8 @@ def test_grid_equals_bert_tokenizer_fast(name, corpus_lines):
     assert tally["raised"] > 0, tally                        # and the refusals are exercised
 
 
-@pytest.mark.parametrize("name", slow_unless(VOCABS, fast={"bert-base-uncased"}))
+@pytest.mark.slow   # test_offsets.py keeps HF offsets in the fast tier
+@pytest.mark.parametrize("name", VOCABS)
 def test_grid_offsets(name, corpus_lines):
     """The grid with ``return_offsets_mapping=True`` (and word ids): needs a daskwp build
     whose ``tok.encode`` gives offsets (transformers_compat.offsets_available)."""

@@ -205,8 +205,9 @@ HF_GRID = [
 
 
 @requires_data
-@pytest.mark.parametrize("vocab_name", ["bert-base-uncased",
-                                        pytest.param("bert-base-multilingual-cased", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("vocab_name", [
+    "bert-base-uncased",
+    pytest.param("bert-base-multilingual-cased", marks=pytest.mark.slow)])
 def test_rows_equal_hf_overflow_windows(vocab_name):
     tok = daskwp.WordPieceTokenizer(vocab_path(vocab_name),
                                     lowercase=VOCAB_LOWERCASE[vocab_name])

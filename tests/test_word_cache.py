@@ -313,8 +313,8 @@ def test_environment_variable_sets_the_limit():
         assert info["limit"] == int(mb) << 20 and info["memos"] == memos, info
 
 
-@pytest.mark.parametrize("vocab_name,lowercase", [(UNCASED, True),
-                                                  pytest.param(MULTI, False, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("vocab_name,lowercase", [
+    (UNCASED, True), pytest.param(MULTI, False, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("threads", [pytest.param(2, marks=pytest.mark.slow), 3,
                                      pytest.param(7, marks=pytest.mark.slow)])
 def test_threads_equal_one_thread_cold_and_warm(vocab_name, lowercase, threads):

@@ -31,7 +31,7 @@ def _walk(tok, docs, chunk=2000):
 
 
 @pytest.mark.parametrize("vocab_name,lowercase", [
-    pytest.param(n, lc, marks=() if n in ("bert-base-uncased", "bert-base-chinese") else pytest.mark.slow)
+    pytest.param(n, lc, marks=() if n == "bert-base-uncased" else pytest.mark.slow)
     for n, lc in VOCAB_CONFIGS])
 def test_memo_equals_walk_on_all_corpora(vocab_name, lowercase):
     tok = daskwp.WordPieceTokenizer(vocab_path(vocab_name), lowercase=lowercase)
@@ -175,7 +175,8 @@ def test_offsets_memos_are_apart_from_ids_memos():
     assert daskwp.word_cache_info()["keys"] == 3
 
 
-@pytest.mark.parametrize("unit", ["chars", pytest.param("bytes", marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("unit", ["chars", "bytes"])
 def test_offsets_memo_long_entries_unk_and_odd_chunks(unit):
     # Chunks and words of the long table (17-160 bytes, more than 3 tokens), [UNK] words
     # (too long, or not splittable), chunks whose spans do not tile them (removed control
