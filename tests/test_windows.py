@@ -596,12 +596,10 @@ def test_output_size_is_checked_before_allocating(monkeypatch):
                    return_token_type_ids=False)["input_ids"].shape == (100, 16)
         assert tok(docs, max_length=16, padding=False)["input_ids"].to_list()[0][0] == \
             tok.vocab.cls_id
-        from emulated_cuda import cxx, fake_cupy
         from daskwp.backends import cuda
+        from daskwp.testing.emulated_cuda import cxx, fake_cupy, use_fake_cupy
         if cxx() is not None:
-            cuda.clear_caches()
-            fake = fake_cupy()
-            monkeypatch.setattr(cuda, "_cupy", lambda: fake)
+            use_fake_cupy(fake_cupy(), monkeypatch)
             gpu = daskwp.WordPieceTokenizer(device="gpu")
             with pytest.raises(OutputSizeError, match="15,200 bytes"):
                 gpu(docs, max_length=16)

@@ -253,8 +253,7 @@ def run_packed_job(cfg, tok, specs, out: str, job_id: str, client, log,
     """Both passes of a packed job (the driver prepared the output directory). Returns
     ``(stats, offsets, missing)``: every part's statistics, the logID offsets (n + 1) and
     the parts this run wrote."""
-    from dask._task_spec import Task, TaskRef
-
+    from ..distributed.dask_compat import Task, TaskRef
     from ..distributed.graph import tokenizer_layer
 
     n = len(specs)
