@@ -21,14 +21,12 @@ re-invokes itself for both (``--_worker``).
 from __future__ import annotations
 
 import argparse
-import datetime
 import gc
 import importlib.util
 import inspect
 import math
 import os
 import pickle
-import platform
 import resource
 import shlex
 import subprocess
@@ -39,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+from _common import cpu_pressure, default_data_dir, machine_info, read_lines, repeat_to
 
 ROOT = Path(__file__).resolve().parents[1]
 MB = 1e6
@@ -70,42 +69,8 @@ def log(msg: str) -> None:
 # inputs
 # ---------------------------------------------------------------------------------------
 
-def default_data_dir() -> Path:
-    env = os.environ.get("DASKWP_SHARED_DATA")
-    return Path(env) if env else ROOT.parent / "shared" / "data"
-
-
-def read_lines(data: Path, patterns) -> list[str]:
-    """Non-empty lines (no newline, no trailing CR) of the files, in order."""
-    lines: list[str] = []
-    for pat in patterns:
-        files = sorted((data / "corpus").glob(pat))
-        if not files:
-            raise FileNotFoundError(f"no file matches {data / 'corpus' / pat}")
-        for f in files:
-            for line in f.read_text(encoding="utf-8").split("\n"):
-                line = line.rstrip("\r")
-                if line:
-                    lines.append(line)
-    return lines
-
-
 def utf8_len(lines) -> int:
     return sum(len(s.encode("utf-8")) for s in lines)
-
-
-def repeat_to(base: list[str], target_bytes: int) -> tuple[list[str], int]:
-    """``base`` repeated (then a prefix of it) until it holds at least ``target_bytes``."""
-    sizes = [len(s.encode("utf-8")) for s in base]
-    total = sum(sizes)
-    k = target_bytes // total
-    out, got = base * k, k * total
-    for s, n in zip(base, sizes):
-        if got >= target_bytes:
-            break
-        out.append(s)
-        got += n
-    return out, got
 
 
 def arrow(lines) -> pa.Array:
@@ -494,45 +459,6 @@ def worker_peers(job: dict) -> dict:
 # ---------------------------------------------------------------------------------------
 # the benchmark
 # ---------------------------------------------------------------------------------------
-
-def machine_info() -> dict:
-    model = "?"
-    try:
-        for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
-            if line.startswith("Model name:"):
-                model = line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import daskwp
-    try:
-        import tokenizers
-        tk = tokenizers.__version__
-    except ImportError:
-        tk = "not installed"
-    try:
-        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                                capture_output=True, text=True).stdout.strip()
-    except OSError:
-        commit = "?"
-    return {"model": model, "cores": os.cpu_count(),
-            "affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-            "python": platform.python_version(), "tokenizers": tk, "daskwp": daskwp.__version__,
-            "numpy": np.__version__, "pyarrow": pa.__version__, "commit": commit,
-            "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
-            "load_start": os.getloadavg()[0], "psi_start": _cpu_pressure()}
-
-
-def _cpu_pressure() -> str | None:
-    """``some avg60`` of /proc/pressure/cpu: % of time some runnable task waited for a CPU."""
-    try:
-        with open("/proc/pressure/cpu") as f:
-            for line in f:
-                if line.startswith("some"):
-                    return dict(kv.split("=") for kv in line.split()[1:])["avg60"]
-    except (OSError, KeyError, ValueError):
-        pass
-    return None
-
 
 def bench_corpora(args, tmp: Path) -> list[dict]:
     import daskwp
@@ -1356,7 +1282,7 @@ def main(argv=None) -> int:
             dsk = {"error": f"{type(e).__name__}: {e}"}
     features = bench_features(args) if args.features else None
     info["load_end"] = os.getloadavg()[0]
-    info["psi_end"] = _cpu_pressure()
+    info["psi_end"] = cpu_pressure()
     text = report(args, info, rows, mem, pair, dsk, time.perf_counter() - t0, peers)
     if features:
         text = text.rstrip("\n") + "\n\n" + "\n".join(features_report(features)) + "\n"

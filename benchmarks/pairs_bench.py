@@ -13,9 +13,9 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
-import time
 from pathlib import Path
 
+from _common import best
 
 
 def load_pairs(data: Path, n: int):
@@ -29,15 +29,6 @@ def load_pairs(data: Path, n: int):
         ctx.append(" ".join(lines[at:at + size]))
         at += size
     return [qs[i % len(qs)] for i in range(n)], ctx
-
-
-def best(fn, repeat=3):
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
 
 
 def main() -> None:

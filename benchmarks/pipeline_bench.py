@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from _common import default_data_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 MB = 1e6
@@ -44,11 +45,6 @@ FILES = ["en_ewt.txt", "en_book_moby_dick.txt", "en_book_pride_and_prejudice.txt
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def default_data_dir() -> Path:
-    env = os.environ.get("DASKWP_SHARED_DATA")
-    return Path(env) if env else ROOT.parent / "shared" / "data"
 
 
 # -- input ----------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
+from _common import default_data_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -50,11 +51,6 @@ FAMILIES = [
     ("[tok_NNNNN]", lambda i: f"[tok_{i:05d}]"),
     ("tok_NNNNN", lambda i: f"tok_{i:05d}"),
 ]
-
-
-def default_data_dir() -> Path:
-    env = os.environ.get("DASKWP_SHARED_DATA")
-    return Path(env) if env else ROOT.parent / "shared" / "data"
 
 
 def read_lines(data: Path, patterns) -> list[str]:

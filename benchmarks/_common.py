@@ -1,0 +1,118 @@
+"""What the benchmark scripts share: where the data is, reading and growing corpora, timing,
+and the machine a run was on.
+
+Each script runs as ``python benchmarks/<name>.py`` (its folder is then first on
+``sys.path``), so ``from _common import ...`` finds this file.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import subprocess
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def default_data_dir() -> Path:
+    """The shared data: ``DASKWP_SHARED_DATA``, else ``<repo>/../shared/data``."""
+    env = os.environ.get("DASKWP_SHARED_DATA")
+    return Path(env) if env else ROOT.parent / "shared" / "data"
+
+
+def read_lines(data: Path, patterns) -> list[str]:
+    """Non-empty lines (no newline, no trailing CR) of the corpus files matching
+    ``patterns`` (globs under ``data/corpus``), in order; a pattern matching nothing is an
+    error."""
+    lines: list[str] = []
+    for pat in patterns:
+        files = sorted((data / "corpus").glob(pat))
+        if not files:
+            raise FileNotFoundError(f"no file matches {data / 'corpus' / pat}")
+        for f in files:
+            for line in f.read_text(encoding="utf-8").split("\n"):
+                line = line.rstrip("\r")
+                if line:
+                    lines.append(line)
+    return lines
+
+
+def repeat_to(base: list[str], target_bytes: int) -> tuple[list[str], int]:
+    """``base`` repeated (then a prefix of it) until it holds at least ``target_bytes``
+    UTF-8 bytes; returns the lines and their byte count."""
+    sizes = [len(s.encode("utf-8")) for s in base]
+    total = sum(sizes)
+    k = target_bytes // total
+    out, got = base * k, k * total
+    for s, n in zip(base, sizes):
+        if got >= target_bytes:
+            break
+        out.append(s)
+        got += n
+    return out, got
+
+
+def best(fn, repeat: int = 3, *, warmup: bool = False, sync=None) -> float:
+    """The best wall time of ``repeat`` calls of ``fn`` (at least one), after one untimed
+    call when ``warmup``; ``sync`` (a device synchronize) runs after each call, inside the
+    timing."""
+    if warmup:
+        fn()
+        if sync:
+            sync()
+    times = []
+    for _ in range(max(1, repeat)):
+        t0 = time.perf_counter()
+        fn()
+        if sync:
+            sync()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def cpu_pressure() -> str | None:
+    """``some avg60`` of /proc/pressure/cpu: % of time some runnable task waited for a CPU."""
+    try:
+        with open("/proc/pressure/cpu") as f:
+            for line in f:
+                if line.startswith("some"):
+                    return dict(kv.split("=") for kv in line.split()[1:])["avg60"]
+    except (OSError, KeyError, ValueError):
+        pass
+    return None
+
+
+def machine_info() -> dict:
+    """The CPU model, cores, versions (Python, tokenizers, daskwp, NumPy, pyarrow), the
+    commit, the date, and the load and CPU pressure at the start."""
+    import numpy as np
+    import pyarrow as pa
+
+    import daskwp
+
+    model = "?"
+    try:
+        for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
+            if line.startswith("Model name:"):
+                model = line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    try:
+        import tokenizers
+        tk = tokenizers.__version__
+    except ImportError:
+        tk = "not installed"
+    try:
+        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                                capture_output=True, text=True).stdout.strip()
+    except OSError:
+        commit = "?"
+    return {"model": model, "cores": os.cpu_count(),
+            "affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+            "python": platform.python_version(), "tokenizers": tk, "daskwp": daskwp.__version__,
+            "numpy": np.__version__, "pyarrow": pa.__version__, "commit": commit,
+            "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+            "load_start": os.getloadavg()[0], "psi_start": cpu_pressure()}
