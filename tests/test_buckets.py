@@ -395,3 +395,37 @@ def test_every_result_is_a_mapping_of_its_outputs():
         assert [k for k, _ in res.items()] == res.keys()
         with pytest.raises(KeyError, match="no output 'ids'"):
             res["ids"]
+
+
+def test_huge_max_length_buckets_cost_the_rows_not_max_length():
+    """issue 37.10's class: padding='bucket' with max_length=2**31-1 (or 858993459) sized
+    its length histogram and width candidates by max_length (16 GB, 40 s, or std::bad_alloc);
+    both now span the longest row. Run under a 4 GiB address-space limit, so that the old
+    allocation fails at once instead of filling the machine."""
+    import subprocess
+    import sys
+    import textwrap
+    code = textwrap.dedent("""
+        import resource
+        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, resource.RLIM_INFINITY))
+        import pandas as pd
+        import daskwp
+        tok = daskwp.WordPieceTokenizer()
+        docs = ["hello", "", "a b c d e f g h i j k l"]
+        for ml in (2**31 - 1, 858993459):
+            b = tok(docs, max_length=ml, padding="bucket")
+            ragged = tok(docs, max_length=ml, padding=False)["input_ids"].to_list()
+            assert [w for w, _ in b.buckets] == [8, 16], b.buckets
+            got = {}
+            for w, part in b.buckets:
+                for row, m, meta in zip(part["input_ids"], part["attention_mask"],
+                                        part["metadata"]):
+                    got[int(meta[0])] = row[m.astype(bool)].tolist()
+            assert [got[i] for i in range(3)] == ragged
+            assert tok(["hello"], text_pair=["x"], max_length=ml, padding="bucket")
+            assert pd.Series(docs).wordpiece.tokenize(max_length=ml, padding="bucket")
+        print("ok")
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]

@@ -113,18 +113,13 @@ WindowBatch build_window_batch(const int32_t* tokens, const int64_t* offsets, in
 std::vector<int32_t> auto_bucket_widths(const int64_t* hist, int64_t longest,
                                         int32_t max_length, int n_buckets) {
   constexpr int64_t kInf = std::numeric_limits<int64_t>::max();
-  std::vector<int64_t> all;
-  for (int64_t w = 8; w <= max_length; w += 8) all.push_back(w);
-  if (max_length % 8) all.push_back(max_length);
-  // the candidates below the longest row, then the smallest that holds it
+  // the candidates (the multiples of 8 up to max_length, and max_length) below the longest
+  // row, then the smallest that holds it: O(longest), whatever max_length is
   std::vector<int64_t> c;
-  for (int64_t w : all)
-    if (w < longest) c.push_back(w);
-  for (int64_t w : all)
-    if (w >= longest) {
-      c.push_back(w);
-      break;
-    }
+  for (int64_t w = 8; w < longest && w <= max_length; w += 8) c.push_back(w);
+  if (max_length % 8 && max_length < longest) c.push_back(max_length);
+  const int64_t up = (std::max<int64_t>(longest, 1) + 7) / 8 * 8;
+  c.push_back(up <= max_length ? up : max_length);
   const int m = static_cast<int>(c.size());
   // N[j + 1], S[j + 1]: rows and their tokens of length <= min(c[j], longest)
   std::vector<int64_t> n_le(longest + 1), s_le(longest + 1);
@@ -287,8 +282,8 @@ std::vector<Bucket> build_bucket_batch(const int32_t* tokens, const int64_t* off
                                        const BucketExtras& ex, int num_threads) {
   // Rows per document and the histogram of row lengths: every row but a document's last
   // is full (L + 2b tokens).
+  // The histogram spans the longest row, not max_length (which may be 2**31-1).
   std::vector<int64_t> doc_rows(static_cast<size_t>(n_docs + 1));
-  std::vector<int64_t> hist(static_cast<size_t>(p.max_length) + 1, 0);
   const int32_t full = p.body_length + 2 * p.first_body_col;
   doc_rows[0] = 0;
   int64_t longest = -1;
@@ -296,10 +291,13 @@ std::vector<Bucket> build_bucket_batch(const int32_t* tokens, const int64_t* off
     const int64_t n = offsets[d + 1] - offsets[d];
     const int64_t K = window_count(n, p);
     doc_rows[d + 1] = doc_rows[d] + K;
-    hist[full] += K - 1;
-    const int32_t last = window_row(n, K - 1, p).row_tokens;
-    ++hist[last];
-    longest = std::max<int64_t>(longest, K > 1 ? full : last);
+    longest = std::max<int64_t>(longest, K > 1 ? full : window_row(n, K - 1, p).row_tokens);
+  }
+  std::vector<int64_t> hist(static_cast<size_t>(std::max<int64_t>(longest, 0)) + 1, 0);
+  for (int64_t d = 0; d < n_docs; ++d) {
+    const int64_t K = doc_rows[d + 1] - doc_rows[d];
+    if (K > 1) hist[full] += K - 1;   // full rows exist only then (longest >= full)
+    ++hist[window_row(offsets[d + 1] - offsets[d], K - 1, p).row_tokens];
   }
   const int64_t rows = doc_rows[n_docs];
   std::vector<Bucket> out;
