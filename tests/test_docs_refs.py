@@ -113,3 +113,64 @@ def test_cited_readme_sections_exist():
                 line = text.count("\n", 0, m.start()) + 1
                 missing.append(f"{path.relative_to(ROOT)}:{line}: README \"{m.group(1)}\"")
     assert not missing, "README.md has no such section:\n" + "\n".join(missing)
+
+
+# -- README's performance table is the latest report's ------------------------------------
+
+def _table_after(text, heading):
+    """The rows (lists of cells) of the first Markdown table after ``heading``."""
+    rows, seen = [], False
+    for line in text[text.index(heading):].splitlines()[1:]:
+        if line.startswith("|"):
+            seen = True
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if not all(set(c) <= set("-: ") for c in cells):
+                rows.append(cells)
+        elif seen:
+            break
+    return rows
+
+
+def readme_performance(readme, report):
+    """(README rows, the report's rows for the same corpora, the report's date and commit)."""
+    mine = _table_after(readme, "## Performance")
+    header, *theirs = _table_after(report, "## Single core")
+    col = {name: header.index(name) for name in
+           ("corpus", "daskwp encode MB/s (1 core)", "HF MB/s (1 core)", "ratio daskwp/HF")}
+    by_corpus = {r[col["corpus"]]: [r[col[c]] for c in col] for r in theirs}
+    stamp = re.search(r"\(git ([0-9a-f]+)\).*?; (\d{4}-\d\d-\d\d \d\d:\d\d)", report)
+    return mine[1:], [by_corpus.get(r[0]) for r in mine[1:]], stamp.group(2), stamp.group(1)
+
+
+def test_readme_performance_equals_the_latest_report():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    report = (RESULTS / "cpu_bench.md").read_text(encoding="utf-8")
+    mine, theirs, date, commit = readme_performance(readme, report)
+    assert len(mine) == 8, mine                      # every corpus of the report
+    assert mine == theirs, "README's table differs from benchmarks/results/cpu_bench.md"
+    section = readme[readme.index("## Performance"):]
+    section = section[:section.index("\n## ", 1)]
+    assert date in section and commit in section, (date, commit)
+    assert "AMD EPYC" in report and "AMD EPYC" in section    # the machine, named
+
+
+def test_the_performance_check_sees_a_changed_figure():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    report = (RESULTS / "cpu_bench.md").read_text(encoding="utf-8")
+    mine, _, _, _ = readme_performance(readme, report)
+    figure = mine[0][1]                                  # the first corpus's MB/s
+    changed = report.replace(f"| {figure} |", f"| {figure}1 |", 1)
+    assert changed != report
+    mine, theirs, _, _ = readme_performance(readme, changed)
+    assert mine != theirs
+
+
+def test_readme_is_short_and_answers_the_newcomers_questions():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 250, "README.md: keep it to 250 lines; details go to docs/"
+    table = readme[readme.index("## How do I"):]
+    table = table[:table.index("\n## ", 1)]
+    for question in ("Parquet column on a cluster", "read the result back as tensors",
+                     "QA preprocessing", "different from HuggingFace", "job was refused"):
+        row = next((r for r in table.splitlines() if question in r), None)
+        assert row and "](docs/" in row, f"the How do I table has no page for {question!r}"
