@@ -74,8 +74,10 @@ import pyarrow as pa  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))   # _common, when loaded from a file path
 
 import daskwp  # noqa: E402
+from _common import best as best_time  # noqa: E402
 from daskwp.backends import cuda  # noqa: E402
 
 MB = 1e6
@@ -286,17 +288,7 @@ def to_host(a):
 
 def best(fn, repeat: int, sync=None) -> float:
     """Best wall time of ``repeat`` calls of ``fn`` (after one untimed warm-up call)."""
-    fn()
-    if sync:
-        sync()
-    times = []
-    for _ in range(max(1, repeat)):
-        t0 = time.perf_counter()
-        fn()
-        if sync:
-            sync()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+    return best_time(fn, repeat, warmup=True, sync=sync)
 
 
 # ---------------------------------------------------------------------------------------
