@@ -77,7 +77,7 @@ _BOOL_CHECKS = (check_bool, check_opt_bool, check_truncation)
 #: The flags of ``daskwp count``: the tokenizer, how the input is read, the cluster.
 COUNT_KEYS = tuple(k for k in CONFIG_KEYS if OPTIONS[k].cli_group in ("tokenizer", "cluster")
                    or k in ("column", "input_format", "partition_size", "include", "exclude",
-                            "quoting", "quiet", "storage_options"))
+                            "quoting", "quiet", "storage_options", "on_bad_row"))
 
 
 def _add_job_options(p: argparse.ArgumentParser, keys=None) -> None:
@@ -262,6 +262,14 @@ def _cmd_job(ns) -> int:
     else:
         values.update(input=ns.input, output=ns.output)
         cfg = make_config(values, source="command line")
+    summary = _quietly(cfg, run_job)
+    _print_result(summary, ns, cfg.quiet)
+    return 0
+
+
+def _quietly(cfg, run):
+    """``run(cfg)``; in quiet mode with standard error in a :class:`_QuietLog` (a job, a
+    count), so that a failure prints only its one error line."""
     quiet_log = None
     if cfg.quiet and not os.environ.get("DASKWP_DEBUG"):
         try:
@@ -269,7 +277,7 @@ def _cmd_job(ns) -> int:
         except OSError:   # no temporary folder to log to: standard error as it is
             pass
     try:
-        summary = run_job(cfg)
+        return run(cfg)
     except BaseException as e:
         if quiet_log is not None:
             if quiet_log.written():   # workers reported: the traceback joins the details
@@ -281,8 +289,6 @@ def _cmd_job(ns) -> int:
     finally:
         if quiet_log is not None:
             quiet_log.close(keep=False)
-    _print_result(summary, ns, cfg.quiet)
-    return 0
 
 
 def _cmd_count(ns) -> int:
@@ -290,7 +296,7 @@ def _cmd_count(ns) -> int:
     values = _job_values(ns)
     values.update(input=ns.input if len(ns.input) > 1 else ns.input[0], output=".")
     cfg = make_config(values, source="command line")
-    report = run_count(cfg)
+    report = _quietly(cfg, run_count)
     if ns.plot:
         plot_lengths(report, ns.plot)
     if ns.print_json:

@@ -566,13 +566,15 @@ def test_failed_job_without_parts_does_not_block_its_rerun(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_quiet_failure_prints_one_error_line_and_logs_the_details(tmp_path):
-    """-q: a job that fails on a local cluster prints exactly the one ``daskwp: error:``
-    line, which names a log file holding distributed's report and the traceback; without
-    -q the report is printed (issue 37, item 7)."""
+@pytest.mark.parametrize("command", ["tokenize", "count"])
+def test_quiet_failure_prints_one_error_line_and_logs_the_details(tmp_path, command):
+    """-q: a job (or a count) that fails on a local cluster prints exactly the one
+    ``daskwp: error:`` line, which names a log file holding distributed's report and the
+    traceback; without -q the report is printed (issue 37, item 7)."""
     inp = tmp_path / "docs.jsonl"
     inp.write_text('{"text": "one"}\n{"text": "tw\n', encoding="utf-8")
-    base = [sys.executable, "-m", "daskwp", "tokenize", str(inp), str(tmp_path / "out"),
+    base = [sys.executable, "-m", "daskwp", command, str(inp),
+            *([str(tmp_path / "out")] if command == "tokenize" else []),
             "--n-workers", "1", "--threads-per-worker", "1", "--on-bad-row", "error"]
     env = {k: v for k, v in os.environ.items() if k != "DASKWP_DEBUG"}
     loud = subprocess.run(base, capture_output=True, text=True, timeout=120, env=env)

@@ -169,3 +169,37 @@ def test_emulated_gpu_counts_equal_cpu(emulated_gpu):
                                                          b.unknown_tokens)
     np.testing.assert_array_equal(a.lengths.values, b.lengths.values)
     np.testing.assert_array_equal(a.lengths.counts, b.lengths.counts)
+
+
+def test_count_follows_the_row_policy(capsys, tmp_path):
+    """issue 37.5 through ``daskwp count``: a broken JSON line or a CSV record with another
+    number of fields does not stop a count; the row is an empty document (as in a job's
+    summary), listed with its file, row and reason; ``--on-bad-row error`` fails on it."""
+    docs = read_documents(DATA / "corpus" / "en_ewt.txt")[:40]
+    jl = tmp_path / "a.jsonl"
+    jl.write_text("".join('{"text": "cut off\n' if i == 7 else json.dumps({"text": d}) + "\n"
+                          for i, d in enumerate(docs)), encoding="utf-8")
+    csv = tmp_path / "b.csv"
+    csv.write_text("text,id\n" + "".join(f'"{d.replace(chr(34), "")}",{i}' +
+                                         (",extra" if i == 3 else "") + "\n"
+                                         for i, d in enumerate(docs[:10])), encoding="utf-8")
+    common = ["--vocab", vocab_path(UNCASED), "--scheduler", "synchronous", "-q"]
+    report = json.loads(_run(capsys, "count", jl, csv, *common, "--json",
+                             "--partition-size", "1KB"))
+    assert report["partitions"] > 2
+    assert [(r["file"], r["row"]) for r in report["rejects"]] == [(str(jl), 7), (str(csv), 3)]
+    assert "not valid JSON" in report["rejects"][0]["reason"]
+    assert [f["rejected_rows"] for f in report["files"]] == [1, 1]
+    assert report["total"]["rejected_rows"] == 2
+    hf = hf_tokenizer(UNCASED)
+    kept = [d for i, d in enumerate(docs) if i != 7] + \
+        [d.replace('"', "") for i, d in enumerate(docs[:10]) if i != 3]
+    assert report["total"]["documents"] == 50
+    assert report["total"]["tokens"] == sum(len(e.ids) for e in hf.encode_batch(
+        kept, add_special_tokens=False))
+    assert report["total"]["length_percentiles"]["min"] == 0   # the empty documents
+    text = _run(capsys, "count", jl, "--vocab", vocab_path(UNCASED), "--scheduler",
+                "synchronous")
+    assert "rejected 1 rows" in text and f"{jl} row 7: JSON Lines line" in text
+    rc = main([str(a) for a in ("count", jl, "--on-bad-row", "error", *common)])
+    assert rc == 2 and "row 7" in capsys.readouterr().err

@@ -5,7 +5,9 @@ plot with matplotlib): what a user needs to choose ``max_length`` or a packing b
 The input is read and partitioned as a job's (:mod:`.inputs`), each partition is counted by one
 task (the tokenizer one graph key, as in a job), on a cluster or in this process; nothing is
 written. Counts are of WordPiece tokens of the text, no special tokens
-(:class:`daskwp.core.lengths.TokenCounts`).
+(:class:`daskwp.core.lengths.TokenCounts`). The row policy is a job's (``on_bad_row``): by
+default a row that cannot be read is an empty document and is listed in the report
+(``rejects``: file, row, reason), so that one bad row does not stop a count.
 """
 
 from __future__ import annotations
@@ -32,15 +34,19 @@ __all__ = ["count_job_tokens", "format_counts", "plot_lengths", "run_count"]
 MAX_LENGTHS = (128, 256, 512, 1024)
 
 
-def count_job_tokens(spec, tokenizer, device: str = "cpu") -> tuple[str, TokenCounts]:
-    """The task of one partition: ``(its file, its TokenCounts)``. Errors name it."""
+def count_job_tokens(spec, tokenizer, device: str = "cpu",
+                     on_bad_row: str = "error") -> tuple[str, TokenCounts, list]:
+    """The task of one partition: ``(its file, its TokenCounts, its rejected rows)``, the
+    last ``[(row in the partition, reason)]`` under ``on_bad_row='reject'`` (each an empty
+    document in the counts, as in a job). Errors name the partition."""
     try:
-        texts = read_partition(spec)
+        bad: list | None = [] if on_bad_row == "reject" else None
+        texts = read_partition(spec, bad)
         nbytes = int(pc.sum(pc.binary_length(texts)).as_py() or 0) if len(texts) else 0
         dev = worker_device(device)
         tok = cached_tokenizer(tokenizer)
         return spec.path, count_tokens(tok, worker_series(texts, dev) if dev != "cpu"
-                                       else texts, nbytes)
+                                       else texts, nbytes), sorted(bad or ())
     except Exception as e:
         raise partition_failure(e, spec, "counting partition") from e
 
@@ -69,7 +75,10 @@ def run_count(cfg: JobConfig, *, client=None, log: Callable[[str], None] | None 
     the report: ``files`` (per file, in input order), ``total``, each with ``documents``,
     ``tokens``, ``unknown_tokens``, ``unknown_token_rate``, ``text_bytes``,
     ``length_percentiles``; ``total`` also ``length_counts`` (the exact distribution),
-    ``histogram`` and ``fits_max_length``; and ``vocab``, ``partitions``, ``seconds``."""
+    ``histogram`` and ``fits_max_length``; and ``vocab``, ``partitions``, ``seconds``;
+    ``rejected_rows`` (per file and in total) and ``rejects`` (``{"file", "row", "reason"}``
+    of each row that could not be read, ``row`` counted as logIDs count them; the row
+    policy, ``cfg.on_bad_row``)."""
     from ..distributed.dask_compat import Task, TaskRef
     from ..distributed.graph import tokenizer_layer
     from .driver import build_tokenizer, connect_cluster, resolve_device
@@ -83,14 +92,15 @@ def run_count(cfg: JobConfig, *, client=None, log: Callable[[str], None] | None 
         files = list_input_files(cfg.input, cfg.input_format, cfg.exclude or [],
                                  include=cfg.include)
         specs = plan_partitions(files, cfg.column, cfg.partition_size, quoting=cfg.quoting,
-                                warn=lambda w: log(f"daskwp: warning: {w}"))
+                                warn=lambda w: log(f"daskwp: warning: {w}"),
+                                lenient=cfg.on_bad_row == "reject")
     local = cfg.scheduler_address in LOCAL_SCHEDULERS
     device = cfg.device if cfg.scheduler_address and not local else resolve_device(cfg.device)
     tok_key, dsk = tokenizer_layer(tok)
     keys = []
     for s in specs:
         key = ("daskwp-count-tokens", s.index)
-        dsk[key] = Task(key, count_job_tokens, s, TaskRef(tok_key), device)
+        dsk[key] = Task(key, count_job_tokens, s, TaskRef(tok_key), device, cfg.on_bad_row)
         keys.append(key)
     own = False
     if specs and not local and client is None:
@@ -114,7 +124,10 @@ def run_count(cfg: JobConfig, *, client=None, log: Callable[[str], None] | None 
             if cluster is not None:
                 cluster.close()
     per_file: dict = {f.path: [] for f in files}
-    for path, counts in results:
+    rejects: list = []
+    for path, counts, bad in results:   # in input order: a file's rows follow on
+        first = sum(c.documents for c in per_file[path])
+        rejects += [{"file": path, "row": first + int(i), "reason": why} for i, why in bad]
         per_file[path].append(counts)
     file_counts = {p: TokenCounts.merge(c) for p, c in per_file.items()}
     total = TokenCounts.merge(file_counts.values())
@@ -127,8 +140,11 @@ def run_count(cfg: JobConfig, *, client=None, log: Callable[[str], None] | None 
     for p, c in file_counts.items():
         entry = c.to_json()
         entry.pop("length_counts")
+        entry["rejected_rows"] = sum(r["file"] == p for r in rejects)
         files_out.append({"path": p, **entry})
+    report_total["rejected_rows"] = len(rejects)
     return {"files": files_out, "total": report_total, "partitions": len(specs),
+            "rejects": rejects,
             "vocab": cfg.vocab or getattr(tok.vocab, "source", None) or "(bundled)",
             "vocabulary_hash": tok.vocab.hash, "lowercase": tok.lowercase,
             "seconds": seconds,
@@ -170,6 +186,14 @@ def format_counts(report: dict) -> str:
     for r in rows:
         lines.append("  ".join(r[0].ljust(widths[0]) if j == 0 else r[j].rjust(widths[j])
                                for j in range(len(r))))
+    if report.get("rejects"):
+        shown = report["rejects"][:5]
+        lines += ["", f"rejected {len(report['rejects']):,} rows (counted as empty documents; "
+                      f"on_bad_row: error fails instead):"]
+        lines += [f"  {r['file']} row {r['row']}: {r['reason']}" for r in shown]
+        if len(report["rejects"]) > len(shown):
+            lines.append(f"  ... and {len(report['rejects']) - len(shown):,} more (--json "
+                         f"lists them all)")
     p = t["length_percentiles"]
     if p["max"] is None:
         return "\n".join(lines + ["", "no documents"])
