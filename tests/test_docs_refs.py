@@ -174,3 +174,13 @@ def test_readme_is_short_and_answers_the_newcomers_questions():
                      "QA preprocessing", "different from HuggingFace", "job was refused"):
         row = next((r for r in table.splitlines() if question in r), None)
         assert row and "](docs/" in row, f"the How do I table has no page for {question!r}"
+
+
+def test_readme_lists_every_extra():
+    tomllib = pytest.importorskip("tomllib")   # Python 3.11+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["project"][
+        "optional-dependencies"]
+    install = (ROOT / "README.md").read_text(encoding="utf-8")
+    install = install[install.index("## Install"):install.index("## Quick start")]
+    missing = [name for name in extras if f"`{name}`" not in install]
+    assert not missing, f"README's extras table lacks {missing}"
