@@ -326,7 +326,7 @@ def test_emulated_gpu_writes_the_same_bytes(tmp_path, emulated_gpu):
     docs = pa.array(_mixed_documents()[:60] + read_documents(DATA / "corpus" / "multi" /
                                                              "ja.txt")[:30])
     opts = {"add_special_tokens": True, "append_eod": True, "document_separator": "\n"}
-    from emulated_cuda import DevArray
+    from daskwp.testing.emulated_cuda import DevArray
     assert isinstance(gpu.encode(docs).token_ids, DevArray)   # the emulated kernel ran
     for name, tok in (("cpu", cpu), ("gpu", gpu)):
         tokens, lengths, d, _ = megatron_sequences(tok, docs, opts)
