@@ -429,3 +429,42 @@ def test_huge_max_length_buckets_cost_the_rows_not_max_length():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+
+
+def test_accessor_results_map_every_padding_as_the_tokenizer():
+    """issue 37.11: the accessors' results answer ``r["input_ids"]`` (and items()) for
+    every padding, not only max_length: eager (and ``compute()``) gives what the tokenizer
+    gives for that padding (RaggedRows, one matrix per bucket, the ``longest`` matrix); the
+    lazy result gives the list column (a dask Series) for rows of other widths."""
+    import dask
+    import dask.dataframe as dd
+    import pandas as pd
+
+    from daskwp.core.ragged import RaggedRows
+    docs = read_documents(corpus_files()[0])[:300]
+    tok = daskwp.WordPieceTokenizer()
+    s = pd.Series(docs)
+    ddf = dd.from_pandas(pd.DataFrame({"text": docs}), npartitions=3)
+    for padding in (False, "bucket", "longest"):
+        want = tok(docs, max_length=32, stride=8, padding=padding, text_pair=None)
+        for r in (s.wordpiece.tokenize(max_length=32, stride=8, padding=padding),
+                  ddf["text"].wordpiece.tokenize(max_length=32, stride=8,
+                                                 padding=padding).compute()):
+            for key in ("input_ids", "attention_mask"):
+                got, exp = r[key], want[key]
+                assert type(got) is type(exp), (padding, key)
+                if isinstance(exp, RaggedRows):
+                    assert got.to_list() == exp.to_list()
+                elif isinstance(exp, list):
+                    assert len(got) == len(exp)
+                    assert all(np.array_equal(a, b) for a, b in zip(got, exp))
+                else:
+                    assert np.array_equal(got, exp)
+            assert dict(r.items()).keys() == set(r.keys())
+        lazy = ddf["text"].wordpiece.tokenize(max_length=32, stride=8, padding=padding)
+        with dask.config.set(scheduler="synchronous"):
+            rows = lazy["input_ids"].compute()
+        assert [list(v) for v in rows] == [list(v) for v in
+                                           s.wordpiece.tokenize(max_length=32, stride=8,
+                                                                padding=padding)
+                                           .to_frame()["input_ids"]]

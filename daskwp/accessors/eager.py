@@ -13,6 +13,7 @@ from ..core.outputs import ResultMapping
 from ..core.windows import resolve_window_options
 from ..distributed.tasks import CALL_OPTIONS, tokenize_partition
 from ..frames.partition import (attention_mask_block, check_text_dtype, input_ids_block,
+                                is_fixed_width, unpadded_block,
                                 is_cudf, position_block, require_fixed_width,
                                 select_metadata, stitch_frame, stitch_rows, value_column,
                                 write_parquet)
@@ -123,6 +124,14 @@ class WordPieceResult(ResultMapping):
         kept = self.options.get("keep_columns") or ()
         return position_outputs_of(c for c in self._frame.columns
                                    if c not in ("logID", "start", "stop") and c not in kept)
+
+    def output(self, key: str):
+        """``r[key]``: the attribute for rows padded to max_length; otherwise the output as
+        the tokenizer gives it for this padding (:func:`unpadded_block`: RaggedRows, one
+        matrix per bucket, or the ``longest`` matrix)."""
+        if key == "metadata" or is_fixed_width(self.options):
+            return getattr(self, key)
+        return unpadded_block(self._frame, key, self.options["padding"])
 
     def __getattr__(self, name):
         if not name.startswith("_") and name in self.position_outputs:

@@ -20,7 +20,7 @@ from ..distributed.graph import GlobalLogID, GlobalTokenize, Tokenize, WritePart
     partition_local
 from .eager import WordPieceResult, check_kept_names, resolve_call, source_frame
 from ..frames.partition import (METADATA_COLUMNS, attention_mask_block, check_text_dtype,
-                                input_ids_block, is_cudf, metadata_block,
+                                input_ids_block, is_cudf, is_fixed_width, metadata_block,
                                 portable_pandas_metadata,
                                 position_block, require_fixed_width, select_metadata,
                                 stitch_frame, stitch_rows, value_column)
@@ -109,6 +109,14 @@ class DaskWordPieceResult(ResultMapping):
         per = position_output(name).values
         return self._block_array(functools.partial(position_block, column=name), name,
                                  dtype, (per,) if per != 1 else ())
+
+    def output(self, key: str):
+        """``r[key]``: the dask Array for rows padded to max_length; otherwise the list
+        column of :meth:`to_frame` (a dask Series, one list per row: rows of other widths
+        make no dask Array), whose ``compute()`` is the eager result's ``r[key]`` rows."""
+        if key == "metadata" or is_fixed_width(self.options):
+            return getattr(self, key)
+        return self.to_frame()[key]
 
     @property
     def input_ids(self):

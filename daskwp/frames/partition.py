@@ -48,6 +48,32 @@ def require_fixed_width(options: dict, what: str) -> None:
                          f"columns of ragged rows")
 
 
+def unpadded_block(frame, column: str, padding):
+    """A list column of a result frame whose rows are not padded to ``max_length``, as the
+    tokenizer gives that output for this ``padding``: a list of one matrix per bucket width
+    (``"bucket"``, widths ascending, rows in frame order), a matrix (``"longest"``: every
+    row one width), else :class:`RaggedRows` (ragged rows)."""
+    col = frame[column]
+    col = col.to_pandas() if hasattr(col, "to_pandas") else col   # cudf: on the host
+    rows = [np.asarray(v) for v in col]
+    if padding == "bucket":
+        widths = frame["bucket"]
+        widths = np.asarray(widths.to_pandas() if hasattr(widths, "to_pandas") else widths)
+        return [np.stack([rows[i] for i in np.flatnonzero(widths == w)])
+                for w in sorted(set(widths.tolist()))]
+    if padding == "longest" and rows:
+        return np.stack(rows)
+    lengths = np.array([len(r) for r in rows], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    values = np.concatenate(rows) if rows else np.empty(0, dtype=np.int32)
+    return RaggedRows(values, offsets)
+
+
+def is_fixed_width(options: dict) -> bool:
+    """Whether a result's rows are padded to max_length (its outputs are matrices)."""
+    return _fixed_width(options["padding"])
+
+
 def check_text_dtype(dtype, what: str = "the column") -> None:
     """Raise a TypeError unless ``dtype`` holds strings (object, str, string, Arrow string)."""
     text = str(dtype)
