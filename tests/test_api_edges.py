@@ -35,6 +35,8 @@ def test_encoding_slices_are_encodings():
     with pytest.raises(ValueError, match="step"):
         enc[::2]
     with pytest.raises(TypeError, match="integers or slices"):
+        enc[1.0]
+    with pytest.raises(KeyError, match="no output '0'; keys: input_ids"):   # names: outputs
         enc["0"]
     with pytest.raises(IndexError, match="document 9 out of range for 5 documents"):
         enc[9]

@@ -468,3 +468,27 @@ def test_accessor_results_map_every_padding_as_the_tokenizer():
                                            s.wordpiece.tokenize(max_length=32, stride=8,
                                                                 padding=padding)
                                            .to_frame()["input_ids"]]
+
+
+def test_encode_result_maps_its_outputs():
+    """issue 37.11 for ``tok.encode``'s Encoding: ``enc["input_ids"]`` (and
+    ``attention_mask``, ``offset_mapping``, ``word_ids`` where asked for) as RaggedRows, one
+    row per document; ``keys()``, ``in``, ``items()``, ``get()``; integer indexing unchanged."""
+    import pickle
+    docs = read_documents(corpus_files()[0])[:200]
+    tok = daskwp.WordPieceTokenizer()
+    enc = tok.encode(docs, return_offsets_mapping=True, return_word_ids=True)
+    rows = tok(docs, padding=False, max_length=10**6, add_special_tokens=False,
+               return_offsets_mapping=True,
+               return_word_ids=True)
+    assert enc.keys() == ["input_ids", "attention_mask", "offset_mapping", "word_ids"]
+    for key in enc.keys():
+        assert enc[key].to_list() == rows[key].to_list(), key
+    assert "input_ids" in enc and "token_type_ids" not in enc
+    assert enc.get("token_type_ids") is None
+    assert dict(enc.items()).keys() == set(enc.keys())
+    assert tok.encode(docs).keys() == ["input_ids", "attention_mask"]
+    with pytest.raises(KeyError, match="word_ids"):
+        tok.encode(docs)["word_ids"]
+    assert np.array_equal(enc[3], enc["input_ids"][3])
+    assert pickle.loads(pickle.dumps(enc))["input_ids"].to_list() == enc["input_ids"].to_list()

@@ -163,9 +163,40 @@ class Encoding(RaggedRows):
     def token_ids(self, value):
         self.values = value
 
+    def keys(self) -> list:
+        """The outputs ``enc[name]`` gives, one row per document (the mapping every result
+        of daskwp answers): ``input_ids``, ``attention_mask``, then ``offset_mapping`` and
+        ``word_ids`` where asked for."""
+        return ["input_ids", "attention_mask",
+                *(k for k in ("offset_mapping", "word_ids") if getattr(self, k) is not None)]
+
+    def _output(self, key: str) -> RaggedRows:
+        if key not in self.keys():
+            raise KeyError(f"Encoding has no output {key!r}; keys: {', '.join(self.keys())}")
+        values = {"input_ids": self.values, "offset_mapping": self.offset_mapping,
+                  "word_ids": self.word_ids}.get(key)
+        if values is None:   # attention_mask: 1 on every token
+            values = array_module(self.values).ones(self.values.shape, dtype=np.int32)
+        return RaggedRows(values, self.offsets)
+
+    def items(self) -> list:
+        return [(k, self._output(k)) for k in self.keys()]
+
+    def get(self, key, default=None):
+        return self._output(key) if key in self.keys() else default
+
+    def __contains__(self, item) -> bool:
+        if isinstance(item, str):
+            return item in self.keys()
+        return any(np.array_equal(row, item) for row in self)
+
     def __getitem__(self, r):
         """As :meth:`RaggedRows.__getitem__`; a slice keeps ``offset_mapping`` and
-        ``word_ids`` (the offsets stay relative to each document)."""
+        ``word_ids`` (the offsets stay relative to each document). A name
+        (``enc["input_ids"]``, :meth:`keys`) gives that output as RaggedRows, one row per
+        document."""
+        if isinstance(r, str):
+            return self._output(r)
         out = super().__getitem__(r)
         if isinstance(r, slice) and (self.offset_mapping is not None or
                                      self.word_ids is not None):
