@@ -113,3 +113,34 @@ def test_compat_layout_is_read_equal_by_every_reader(tmp_path, keep):
     recorded = json.loads((part.parent / "_job.json").read_text())["parameters"]
     assert recorded["parquet_compat"] is True
     assert np.all(np.diff(expected["logID"]) >= 0)
+
+
+def test_accessor_parts_take_the_compat_layout(tmp_path):
+    """The Dask accessor's ``to_parquet`` writes the jobs' default layout (BYTE_STREAM_SPLIT:
+    fastparquet refuses it) and, with ``parquet_compat=True``, the layout every reader takes
+    (issue 37.8's class): the same rows by pyarrow, polars, DuckDB and fastparquet."""
+    import dask
+    import dask.dataframe as dd
+    import pandas as pd
+    lines = SAMPLE.read_text(encoding="utf-8")[:-1].split("\n")[:60]
+    ddf = dd.from_pandas(pd.DataFrame({"q": lines, "c": lines[::-1]}), npartitions=2)
+    res = ddf["q"].wordpiece.tokenize(text_pair=ddf["c"], max_length=160, stride=8,
+                                      return_sequence_ids=True)
+    with dask.config.set(scheduler="synchronous"):
+        res.to_parquet(tmp_path / "default")
+        res.to_parquet(tmp_path / "compat", parquet_compat=True)
+    default = sorted((tmp_path / "default").glob("part.*.parquet"))
+    compat = sorted((tmp_path / "compat").glob("part.*.parquet"))
+    assert len(compat) == 2
+    with pytest.raises(NotImplementedError, match="Encoding 9"):
+        _fastparquet(default[0])
+    for d, part in zip(default, compat):
+        for column, encodings in _encodings(part).items():
+            assert "BYTE_STREAM_SPLIT" not in encodings, (column, encodings)
+        expected, _ = _pyarrow(part)
+        assert _pyarrow(d)[0] == expected
+        assert _polars(part) == expected
+        assert _duckdb(part) == expected
+        assert _fastparquet(part) == expected
+    with pytest.raises(ValueError, match="parquet_compat"):
+        res.to_parquet(tmp_path / "bad", parquet_compat="yes")

@@ -163,7 +163,7 @@ class DaskWordPieceResult(ResultMapping):
                                self.tokenizer)
 
     def to_parquet(self, path, *, compression=DEFAULT_COMPRESSION, compute: bool = True,
-                   overwrite: bool = False, **kwargs):
+                   overwrite: bool = False, parquet_compat: bool = False, **kwargs):
         """Write the tokenized partitions to ``path``, one Parquet part per partition
         (``part.<i>.parquet``), with daskwp's part writer: the layout of ``daskwp tokenize``
         (docs/batch-jobs.md "Output": global logIDs, ``input_ids`` as ``list<int32>``, the
@@ -186,6 +186,8 @@ class DaskWordPieceResult(ResultMapping):
         of its filesystem, credentials otherwise from its usual sources): each part is
         uploaded complete under its name (docs/batch-jobs.md "Object storage"); the bucket
         must exist.
+        ``parquet_compat``: list values PLAIN instead of BYTE_STREAM_SPLIT, parts that
+        fastparquet and older Spark/Hive read (the batch jobs' option).
         ``overwrite``: remove ``path`` first. ``compute=False`` returns the lazy result
         (``.compute()`` writes and returns the summed statistics). Other keywords
         (``write_metadata_file``, ``name_function``, ``partition_on``, ``engine``, ...)
@@ -207,7 +209,8 @@ class DaskWordPieceResult(ResultMapping):
                 kwargs["storage_options"] = storage_options
             return frame.to_parquet(path, write_index=False, compression=compression,
                                     compute=compute, overwrite=overwrite, **kwargs)
-        write = {"path": storage.local_path(os.fspath(path)), "compression": compression}
+        write = {"path": storage.local_path(os.fspath(path)), "compression": compression,
+                 "parquet_compat": check("parquet_compat", parquet_compat)}
         if storage.is_url(write["path"]):
             # an object store: each part uploaded complete (one put or a completed
             # multipart upload); the bucket must exist

@@ -183,7 +183,8 @@ def write_partition_part(texts, tokenizer, options: dict, write: dict, partition
                                      tmp, logid_offset=offset,
                                      compression=write["compression"],
                                      metadata={"partition": partition, "logid_offset": offset},
-                                     partition=partition, table_hook=hook)
+                                     partition=partition, table_hook=hook,
+                                     parquet_compat=bool(write.get("parquet_compat")))
         if folder.remote:
             folder.publish(os.path.join(staging, name), name)
     stats.update(partition=partition, logid_offset=offset)
