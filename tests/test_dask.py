@@ -715,3 +715,23 @@ def test_to_parquet_reads_each_partition_in_its_write_task(client, tmp_path):
             expected.metadata.to_numpy())
         np.testing.assert_array_equal(frames.matrix_from_frame(back, "input_ids", MAX_LENGTH),
                                       expected.input_ids)
+
+
+@pytest.mark.parametrize("padding", [False, "bucket", "longest"])
+def test_stitch_takes_what_results_of_every_padding_give(tmp_path, tok, padding):
+    # issue 37 item 4's class: stitch accepts any values res produced, also for rows not
+    # padded to max_length: res["input_ids"] / to_frame() list columns (a dask Series),
+    # and what res.compute() gives (RaggedRows, one matrix per bucket, a matrix)
+    _parquet_files(tmp_path, _split(DOCS, [20, 0, 31, 3, 40, 1, 9]))
+    ds = dd.read_parquet(tmp_path)["text"]
+    docs = _docs_of(ds)
+    res = ds.wordpiece.tokenize(padding=padding, **OPTIONS)
+    with dask.config.set(scheduler="sync"):
+        _check_stitched(res.stitch(res["input_ids"]).compute(), docs, tok, "input_ids")
+        _check_stitched(res.stitch(res.to_frame()["input_ids"], column="p").compute(), docs,
+                        tok, "p")
+        _check_stitched(res.stitch(res.compute()["input_ids"]).compute(), docs, tok,
+                        "values")
+        if padding != "longest":
+            with pytest.raises(ValueError, match="values hold 3 rows; this result has"):
+                res.stitch(tok(["a", "b", "c"], padding=padding)["input_ids"])

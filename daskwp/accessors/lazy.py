@@ -276,6 +276,7 @@ class DaskWordPieceResult(ResultMapping):
 
         if how not in ("auto", "partition", "groupby"):
             raise ValueError(f"how must be 'auto', 'partition' or 'groupby', got {how!r}")
+        values, column = self._rows_as_frame(values, column)
         if isinstance(values, pd.DataFrame):   # computed: one partition
             values = dd.from_pandas(values, npartitions=1, sort=False)
         elif not hasattr(values, "dask") and getattr(values, "ndim", 0) >= 2 and \
@@ -284,6 +285,41 @@ class DaskWordPieceResult(ResultMapping):
         if hasattr(values, "columns"):
             return self._stitch_frame(values, column, how)
         return self._stitch_array(values, column or "values", how)
+
+    def _rows_as_frame(self, values, column):
+        """Values of rows of other widths than max_length (``padding`` False, "bucket",
+        "longest"), as this result gives them, in a frame with the rows' metadata: a list
+        column (``res["input_ids"]``, ``res.to_frame()[name]``: a dask Series of this
+        result's rows), or what ``res.compute()[name]`` gives (RaggedRows, one matrix per
+        bucket). Anything else is returned as it is."""
+        from ..core.ragged import RaggedRows
+        keys = ["logID", "start", "stop", "window"]
+        if isinstance(values, RaggedRows) or (
+                isinstance(values, list) and self.options["padding"] == "bucket"):
+            frame = self.to_frame()[keys + (["bucket"] if isinstance(values, list) else [])]
+            frame = frame.compute().reset_index(drop=True)
+            if isinstance(values, RaggedRows):
+                rows = [values[i] for i in range(len(values))]
+            else:   # one matrix per bucket width, ascending: back to row order
+                widths = frame.pop("bucket").to_numpy()
+                places = [np.flatnonzero(widths == w) for w in sorted(set(widths.tolist()))]
+                rows = [None] * sum(len(b) for b in values)
+                if [len(b) for b in values] == [len(p) for p in places]:
+                    for where, block in zip(places, values):
+                        for i, row in zip(where, block):
+                            rows[i] = row
+            if len(rows) != len(frame) or any(r is None for r in rows):
+                raise ValueError(f"values hold {len(rows)} rows; this result has "
+                                 f"{len(frame)} (in buckets of its widths)")
+            name = column or "values"
+            import pyarrow as pa   # a list column, as to_frame() gives (not object)
+            column_values = pd.arrays.ArrowExtensionArray(pa.array(rows))
+            return frame.assign(**{name: pd.Series(column_values, index=frame.index)}), name
+        import dask.dataframe as dd
+        if isinstance(values, dd.Series):   # a list column of rows
+            name = column or values.name or "values"
+            return self.to_frame()[keys].assign(**{name: values}), name
+        return values, column
 
     def _stitch_array(self, values, name: str, how: str):
         import dask
