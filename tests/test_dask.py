@@ -733,5 +733,18 @@ def test_stitch_takes_what_results_of_every_padding_give(tmp_path, tok, padding)
         _check_stitched(res.stitch(res.compute()["input_ids"]).compute(), docs, tok,
                         "values")
         if padding != "longest":
-            with pytest.raises(ValueError, match="values hold 3 rows; this result has"):
+            with pytest.raises(ValueError, match="values hold 3 rows.*this result has"):
                 res.stitch(tok(["a", "b", "c"], padding=padding)["input_ids"])
+
+
+@pytest.mark.parametrize("padding", [False, "bucket", "longest", "max_length"])
+def test_eager_stitch_takes_what_its_result_maps(tok, padding):
+    # issue 37 items 4 and 11: r.stitch(r["input_ids"]) for every padding, eagerly (a
+    # bucketed result maps one matrix per bucket width)
+    docs = _series([d for d in DOCS if isinstance(d, str)])
+    r = docs.wordpiece.tokenize(padding=padding, **OPTIONS)
+    _check_stitched(r.stitch(r["input_ids"]), docs, tok, "values")
+    _check_stitched(r.stitch(r["attention_mask"] * 0 + r["input_ids"])
+                    if padding in ("longest", "max_length") else
+                    r.stitch(r.to_frame(), column="input_ids"), docs, tok,
+                    "values" if padding in ("longest", "max_length") else "input_ids")

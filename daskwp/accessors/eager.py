@@ -13,7 +13,7 @@ from ..core.outputs import ResultMapping
 from ..core.windows import resolve_window_options
 from ..distributed.tasks import CALL_OPTIONS, tokenize_partition
 from ..frames.partition import (attention_mask_block, check_text_dtype, input_ids_block,
-                                is_fixed_width, unpadded_block,
+                                is_fixed_width, rows_of_buckets, unpadded_block,
                                 is_cudf, position_block, require_fixed_width,
                                 select_metadata, stitch_frame, stitch_rows, value_column,
                                 write_parquet)
@@ -165,6 +165,9 @@ class WordPieceResult(ResultMapping):
         """
         if hasattr(values, "columns"):
             return stitch_frame(values, value_column(values, column))
+        if isinstance(values, list) and self.options["padding"] == "bucket":
+            # r["input_ids"] of buckets: one matrix per width, back to row order
+            values = rows_of_buckets(values, self._frame["bucket"])
         return stitch_rows(values, self.metadata, column or "values")
 
     def __len__(self) -> int:

@@ -21,6 +21,7 @@ from ..distributed.graph import GlobalLogID, GlobalTokenize, Tokenize, WritePart
 from .eager import WordPieceResult, check_kept_names, resolve_call, source_frame
 from ..frames.partition import (METADATA_COLUMNS, attention_mask_block, check_text_dtype,
                                 input_ids_block, is_cudf, is_fixed_width, metadata_block,
+                                rows_of_buckets,
                                 portable_pandas_metadata,
                                 position_block, require_fixed_width, select_metadata,
                                 stitch_frame, stitch_rows, value_column)
@@ -254,7 +255,10 @@ class DaskWordPieceResult(ResultMapping):
             align them), or a computed (NumPy) array of all rows in order. Or a DataFrame
             (Dask, or a computed pandas one) carrying ``logID, start, stop`` (and
             ``window``, which orders a document's rows) and a list column of per-token
-            values.
+            values. For rows not padded to max_length (``padding`` False, "bucket",
+            "longest"): ``res["input_ids"]`` or a ``to_frame()`` list column (a dask
+            Series), or what ``res.compute()[name]`` gives (RaggedRows, one matrix per
+            bucket).
         column : str, optional
             The DataFrame's value column; default: its one column besides the metadata.
             For an Array, the name of the output column (default ``"values"``).
@@ -298,19 +302,12 @@ class DaskWordPieceResult(ResultMapping):
                 isinstance(values, list) and self.options["padding"] == "bucket"):
             frame = self.to_frame()[keys + (["bucket"] if isinstance(values, list) else [])]
             frame = frame.compute().reset_index(drop=True)
-            if isinstance(values, RaggedRows):
-                rows = [values[i] for i in range(len(values))]
-            else:   # one matrix per bucket width, ascending: back to row order
-                widths = frame.pop("bucket").to_numpy()
-                places = [np.flatnonzero(widths == w) for w in sorted(set(widths.tolist()))]
-                rows = [None] * sum(len(b) for b in values)
-                if [len(b) for b in values] == [len(p) for p in places]:
-                    for where, block in zip(places, values):
-                        for i, row in zip(where, block):
-                            rows[i] = row
-            if len(rows) != len(frame) or any(r is None for r in rows):
+            if not isinstance(values, RaggedRows):   # one matrix per bucket: row order
+                values = rows_of_buckets(values, frame.pop("bucket").to_numpy())
+            rows = [values[i] for i in range(len(values))]
+            if len(rows) != len(frame):
                 raise ValueError(f"values hold {len(rows)} rows; this result has "
-                                 f"{len(frame)} (in buckets of its widths)")
+                                 f"{len(frame)}")
             name = column or "values"
             import pyarrow as pa   # a list column, as to_frame() gives (not object)
             column_values = pd.arrays.ArrowExtensionArray(pa.array(rows))

@@ -69,6 +69,27 @@ def unpadded_block(frame, column: str, padding):
     return RaggedRows(values, offsets)
 
 
+def rows_of_buckets(values, widths) -> RaggedRows:
+    """The rows of one matrix per bucket width (``padding="bucket"``: widths ascending, as
+    :func:`unpadded_block` and the tokenizer give them) back in row order as RaggedRows,
+    ``widths`` the width of every row; a ValueError when the buckets do not hold those
+    rows."""
+    widths = np.asarray(widths)
+    places = [np.flatnonzero(widths == w) for w in sorted(set(widths.tolist()))]
+    if [len(b) for b in values] != [len(p) for p in places]:
+        raise ValueError(f"values hold {sum(len(b) for b in values)} rows in buckets of "
+                         f"{[len(b) for b in values]} rows; this result has {len(widths)} "
+                         f"rows in buckets of {[len(p) for p in places]}")
+    rows = [None] * len(widths)
+    for where, block in zip(places, values):
+        for i, row in zip(where, block):
+            rows[i] = np.asarray(row)
+    if not rows:
+        return RaggedRows(np.empty(0, dtype=np.int32), np.zeros(1, dtype=np.int64))
+    return RaggedRows(np.concatenate(rows),
+                      np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int64))
+
+
 def is_fixed_width(options: dict) -> bool:
     """Whether a result's rows are padded to max_length (its outputs are matrices)."""
     return _fixed_width(options["padding"])
