@@ -181,3 +181,33 @@ def test_read_ahead_gives_each_file_in_order_and_stops_cleanly(tmp_path):
     assert len(next(it)["input_ids"])
     with pytest.raises(ValueError, match="part.9.parquet.*not a tokenized dataset"):
         list(it)
+
+
+def test_padded_batch_size_is_checked_before_allocating(tmp_path):
+    """issue 37.10 through the reader: batches(max_length=2**31-1) padded a 3-token row to
+    16 GB per row (std::bad_alloc, or the OOM killer); the size is refused first with an
+    OutputSizeError naming it, for ragged and padded parts, per-position outputs counted;
+    the cap is daskwp.max_output_bytes."""
+    import resource
+
+    import dask.config
+    pd.Series(TEXTS).wordpiece.tokenize(**OPTS, padding=False, return_offsets_mapping=True) \
+        .to_parquet(tmp_path / "r.parquet")
+    pd.Series(TEXTS).wordpiece.tokenize(**OPTS).to_parquet(tmp_path / "p.parquet")
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    for name in ("r.parquet", "p.parquet"):
+        ds = daskwp.read_tokenized(tmp_path / name, tokenizer=TOK)
+        with pytest.raises(daskwp.OutputSizeError, match=r"the padded output would take "
+                                                         r"[\d,]+ bytes .* 2,147,483,647 "
+                                                         r"columns"):
+            next(ds.batches(4, max_length=2**31 - 1))
+    assert (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) < (1 << 20)  # KiB
+    ds = daskwp.read_tokenized(tmp_path / "r.parquet", tokenizer=TOK)
+    n = next(ds.batches(4, max_length=40))["input_ids"].shape[0]
+    cell = 8 + 16   # ids and mask, offset_mapping's two int64
+    with dask.config.set({"daskwp.max_output_bytes": n * (40 * cell + 24)}):
+        assert next(ds.batches(4, max_length=40))["input_ids"].shape == (n, 40)
+    with dask.config.set({"daskwp.max_output_bytes": n * (40 * cell + 24) - 1}):
+        with pytest.raises(daskwp.OutputSizeError, match=f"{n} rows x 40 columns x "
+                                                         f"{cell} bytes per cell"):
+            next(ds.batches(4, max_length=40))

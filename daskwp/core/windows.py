@@ -31,6 +31,7 @@ from .postprocess import frame_ids
 from .ragged import BatchWindows, RaggedRows
 
 __all__ = ["WINDOW_OPTIONS", "OutputSizeError", "WindowParams", "check_output_size",
+           "check_padded_bytes",
            "convert_tensors", "fill_plan", "max_output_bytes", "pack_windows",
            "resolve_window_options", "window_params"]
 
@@ -197,13 +198,23 @@ def check_output_size(p: WindowParams, width: int, offsets=None, rows=None,
             n = offsets[1:] - offsets[:-1]
             extra = (n - p.body_length + step - 1) // step
             rows = docs + int((extra * (n > p.body_length)).sum())
-    size = rows * per_row
+    check_padded_bytes(rows, width, cell_bytes(p, seq, extras),
+                       f"max_length={p.max_length}, stride={p.stride}, "
+                       f"padding={p.padding!r}, truncation={p.truncation!r}", cap)
+
+
+def check_padded_bytes(rows: int, width: int, per_cell: int, parameters: str,
+                       cap: int | None = None) -> None:
+    """Refuse (:class:`OutputSizeError`) ``rows`` x ``width`` padded cells of ``per_cell``
+    bytes (plus 24 bytes of metadata per row) above :func:`max_output_bytes`; the message
+    names the size and ``parameters`` (the call's, as text)."""
+    cap = max_output_bytes() if cap is None else cap
+    size = rows * (width * per_cell + 24)
     if size > cap:
         raise OutputSizeError(
             f"the padded output would take {size:,} bytes ({size / 2**30:.1f} GiB): {rows:,} "
-            f"rows x {width:,} columns x {cell_bytes(p, seq, extras)} bytes per cell, plus "
-            f"metadata (max_length={p.max_length}, stride={p.stride}, "
-            f"padding={p.padding!r}, truncation={p.truncation!r}); that is more than "
+            f"rows x {width:,} columns x {per_cell} bytes per cell, plus "
+            f"metadata ({parameters}); that is more than "
             f"max_output_bytes={cap:,} (daskwp.max_output_bytes in dask.config; default a "
             f"quarter of physical memory). Use a smaller max_length, padding='longest' or "
             f"padding=False (ragged rows), or raise daskwp.max_output_bytes")

@@ -34,7 +34,7 @@ from .. import _ext
 from ..core.options import check as check_option
 from ..core.options import check_int, check_tensors
 from ..core.ragged import BatchWindows
-from ..core.windows import convert_tensors
+from ..core.windows import check_padded_bytes, convert_tensors
 from ..frames.schema import METADATA_COLUMNS, POSITION_OUTPUTS, position_output
 from ..frames import storage
 
@@ -357,6 +357,10 @@ class TokenizedDataset:
                     else np.ones_like(ids))
             extras = {n: c.reshape((-1, width) + c.shape[1:]) for n, c in cells.items()}
         else:
+            # ids and mask (int32), each per-position output: refused before allocating
+            per_cell = 8 + sum(c.itemsize * int(np.prod(c.shape[1:])) for c in cells.values())
+            check_padded_bytes(len(lengths), width, per_cell,
+                               f"max_length={width}, a batch of {len(lengths):,} rows")
             pad = self.pad_id
             if pad is None:
                 raise ValueError("these rows must be padded, and the dataset does not record "
