@@ -145,3 +145,27 @@ def test_bad_rows_are_rejected_as_empty_rows(tmp_path):
                                        max_length=48, stride=8)
     np.testing.assert_array_equal(np.stack(ds["input_ids"]), want["input_ids"])
     assert _job(str(inp), tmp_path / "ds", output_format="datasets")["partitions_written"] == 0
+
+
+def test_sentence_pairs_give_the_pair_windows(tmp_path):
+    """A ``column_pair`` job in the datasets format (it failed with ArrowTypeError: the text
+    bytes of a two-column partition): the pair windows, token type ids by default, and a
+    question too long for only_second rejected as an empty pair (the row policy)."""
+    docs = [d for d in _docs()[:400] if d]
+    questions = [" ".join(d.split()[:4]) for d in docs[:200]]
+    contexts = docs[200:400]
+    questions[5] = " ".join(["word"] * 60)   # leaves no room for the context
+    inp = tmp_path / "qa.jsonl"
+    inp.write_text("".join(json.dumps({"q": q, "c": c}) + "\n"
+                           for q, c in zip(questions, contexts)), encoding="utf-8")
+    s = _job(str(inp), tmp_path / "ds", output_format="datasets", column="q",
+             column_pair="c")
+    assert s["rejected_rows"] == 1 and s["input_bytes"] > 0
+    ds = datasets.load_from_disk(str(tmp_path / "ds")).with_format("numpy")
+    questions[5] = None
+    want = daskwp.WordPieceTokenizer()(questions, text_pair=[None if i == 5 else c for i, c
+                                                             in enumerate(contexts)],
+                                       max_length=48, stride=8)
+    assert "token_type_ids" in ds.column_names
+    for col in ("input_ids", "attention_mask", "token_type_ids"):
+        np.testing.assert_array_equal(np.stack(ds[col]), want[col])

@@ -26,7 +26,8 @@ from .state import cached_tokenizer
 
 __all__ = ["CALL_OPTIONS", "PIECE_BYTES", "add_counts", "add_logid_offset", "call_options",
            "count_documents", "finish_parts", "owned_unknown_tokens", "partition_error",
-           "sum_counts", "tokenize_global", "tokenize_partition", "vocabulary_pad_id",
+           "sum_counts", "text_bytes", "tokenize_global", "tokenize_partition",
+           "vocabulary_pad_id",
            "write_partition_part", "write_tokenized_part"]
 
 #: The options of ``tok(texts, ...)`` that the partition tasks pass on from the accessors'
@@ -477,18 +478,20 @@ def _write_frame(texts, tok, options, logid_offset, with_mask, writer, stats,
     table = frame_to_table(frame, attention_mask=with_mask)
     _account(stats, table, None, None, tok, dict(options, truncation=True))
     stats["documents"] += len(texts)
-    stats["text_bytes"] += _text_bytes(texts)
+    stats["text_bytes"] += text_bytes(texts)
     clock["tokenize"] += t1 - t
     clock["arrow"] += time.thread_time() - t1
     _timed_write(writer, table, clock)
 
 
-def _text_bytes(texts) -> int:
+def text_bytes(texts) -> int:
+    """UTF-8 bytes of a partition's documents (both sides of sentence pairs); 0 when they
+    cannot be measured."""
     if _is_pairs(texts):   # both sides of every pair
         import pyarrow as pa
         if isinstance(texts, pa.Table):
-            return sum(_text_bytes(texts.column(j)) for j in range(2))
-        return sum(_text_bytes(texts.iloc[:, j]) for j in range(2))
+            return sum(text_bytes(texts.column(j)) for j in range(2))
+        return sum(text_bytes(texts.iloc[:, j]) for j in range(2))
     try:
         if is_cudf(texts):
             return int(texts.str.byte_count().sum())

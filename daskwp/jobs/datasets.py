@@ -24,9 +24,9 @@ import uuid
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..core.lengths import LengthCounts
+from ..distributed.tasks import text_bytes as partition_text_bytes
 from ..frames import storage
 from .errors import JobError
 from .inputs import attach_kept_columns
@@ -127,7 +127,7 @@ def write_datasets_partition(spec, logid_offset: int, out_dir: str, tokenizer,
     if kept is not None:
         table = attach_kept_columns(table, kept, int(logid_offset))
     c2 = time.thread_time()
-    text_bytes = int(pc.sum(pc.binary_length(texts)).as_py() or 0) if len(texts) else 0
+    text_bytes = partition_text_bytes(texts)   # both sides of sentence pairs
     stats.update(documents=len(texts), partition=spec.index, logid_offset=int(logid_offset),
                  text_bytes=text_bytes, invalid_utf8_bytes=bad_bytes,
                  invalid_utf8_documents=bad_docs,
