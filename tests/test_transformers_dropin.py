@@ -924,3 +924,26 @@ def test_all_minilm_l6_v2_same_embeddings(some_lines):
             worst = max(worst, float((embed(a) - embed(b)).abs().max()))
     print(f"all-MiniLM-L6-v2: max abs embedding difference {worst:.3g}")
     assert worst <= 1e-5
+
+
+@pytest.mark.parametrize("kwargs", [
+    {},
+    {"return_offsets_mapping": True},
+    {"text_pair": ["and its pair"]},
+    {"return_overflowing_tokens": True, "truncation": True, "stride": 2},
+], ids=["plain", "offsets", "pair", "overflow"])
+def test_padded_size_is_checked_before_allocating(kwargs):
+    """padding="max_length" with a huge max_length raises OutputSizeError naming the size
+    before any row is padded (a one-token text at 2**31-1 would take ~80 GB of lists),
+    on every call path of the drop-in and in ``pad``."""
+    import dask
+    dt = daskwp.WordPieceTokenizer().as_transformers()
+    with dask.config.set({"daskwp.max_output_bytes": 1_000_000}):
+        with pytest.raises(daskwp.OutputSizeError, match="max_length=100000"):
+            dt(["hello world"], padding="max_length", max_length=100_000, **kwargs)
+        enc = dt(["hello world"])
+        with pytest.raises(daskwp.OutputSizeError, match="max_length=100000"):
+            dt.pad(enc, padding="max_length", max_length=100_000)
+        # below the cap: padded as before
+        out = dt(["hello world"], padding="max_length", max_length=1000, **kwargs)
+        assert all(len(row) == 1000 for row in out["input_ids"])

@@ -32,6 +32,7 @@ import numpy as np
 from ..core.decode import cleanup_token
 from ..core.normalizer import whitespace_vanishes
 from ..core.vocab import WHITE_SPACE, Vocabulary
+from ..core.windows import check_padded_bytes
 from . import transformers_alignment as align
 
 __all__ = ["BatchEncoding", "TransformersTokenizer", "from_transformers",
@@ -1335,6 +1336,10 @@ class TransformersTokenizer:
             if multiple is not None and multiple > 0 and target % multiple:
                 target += multiple - target % multiple
             pad_id = self.pad_token_id
+            # Python lists: one 8-byte slot per cell in each padded list
+            lists = 5 + (1 if roff else 0) + (1 if any(w is not None for w in word_rows) else 0)
+            check_padded_bytes(len(ids_rows), target, 8 * lists,
+                               f"max_length={max_length}, padding={padding!r}")
             att_rows = []
             for r in range(len(ids_rows)):
                 n = len(ids_rows[r])
@@ -1547,6 +1552,9 @@ class TransformersTokenizer:
             enc["attention_mask"] = [1] * len(ids)
         if pad != "do_not_pad" and len(ids) != max_length:
             d = max_length - len(ids)
+            check_padded_bytes(1, max_length, 8 * sum(1 for v in enc.values()
+                                                      if isinstance(v, list)),
+                               f"max_length={max_length}, padding={pad!r}")
             fill = {"attention_mask": 0, "token_type_ids": self.pad_token_type_id,
                     "special_tokens_mask": 1, "input_ids": self.pad_token_id}
             for k, f in fill.items():
