@@ -44,6 +44,16 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+def peak_rss_bytes() -> int:
+    """This process's peak RSS (VmHWM). Not getrusage's ru_maxrss: Linux keeps that across
+    fork + exec, so a spawned worker would report the peak of the process that started it."""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
 def build_input(data: Path, size_mb: float, path: Path) -> tuple[int, int]:
     """JSON Lines of ``size_mb`` MB of text; returns (documents, text bytes)."""
     lines = []
@@ -155,8 +165,7 @@ def main() -> int:
                                      output_format="megatron")), client=client)
             s, megatron = job("megatron", output_format="megatron", add_special_tokens=False,
                               append_eod=True)
-            rss = client.run(lambda: __import__("resource").getrusage(
-                __import__("resource").RUSAGE_SELF).ru_maxrss * 1024)
+            rss = client.run(peak_rss_bytes)
             rows.append(("daskwp --output-format megatron --append-eod", megatron,
                          f"{megatron / kernel:.2f}x kernel"))
             t0 = time.perf_counter()
@@ -179,6 +188,7 @@ def main() -> int:
         part = min(nbytes, daskwp.core.options.check_bytes("p", args.partition_size))
         lines = [
             "# Pretraining outputs: Megatron job, count, packing (one run)", "",
+            "Earlier runs: [HISTORY.md](HISTORY.md).", "",
             f"Command: `python benchmarks/pretraining_bench.py --size-mb {args.size_mb:g} "
             f"--hf-mb {args.hf_mb:g} --partition-size {args.partition_size} --workers "
             f"{args.workers}`", "",
