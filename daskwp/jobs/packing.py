@@ -43,7 +43,7 @@ from .records import (check_part_record, commit_part, naming_partition, part_ste
                       refuse_set_options, temporary_path, timed_read, write_part_rejects)
 
 __all__ = ["PACKING_NOT_APPLICABLE", "check_packing_config", "document_units",
-           "pack_blocks", "run_packed_job", "spill_partition", "write_packed_partition"]
+           "run_packed_job", "spill_partition", "write_packed_partition"]
 
 #: Options that do not apply to packed blocks: refused when set to anything but their default.
 PACKING_NOT_APPLICABLE = ("max_length", "stride", "truncation", "padding", "bucket_widths",
@@ -81,19 +81,6 @@ def document_units(token_ids, offsets, cls_id=None, sep_id=None):
         out[ends - 1] = sep_id
     out[body] = ids
     return out, out_lens
-
-
-def pack_blocks(units, block_size: int, start: int, stop: int, pad_id: int | None = None):
-    """Blocks ``start .. stop-1`` of the concatenation ``units`` (an array of all tokens):
-    rows x block_size int32; a short last block is padded with ``pad_id`` (the reference,
-    ``group_texts`` over one array)."""
-    rows = []
-    for b in range(start, stop):
-        blk = np.asarray(units[b * block_size:(b + 1) * block_size], dtype=np.int32)
-        if len(blk) < block_size:
-            blk = np.concatenate([blk, np.full(block_size - len(blk), pad_id, np.int32)])
-        rows.append(blk)
-    return np.stack(rows) if rows else np.zeros((0, block_size), np.int32)
 
 
 def _spill_path(out_dir: str, index: int, what: str) -> str:
