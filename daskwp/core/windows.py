@@ -181,7 +181,8 @@ def check_output_size(p: WindowParams, width: int, offsets=None, rows=None,
     bound is tried first, so a call far below the cap counts nothing."""
     if not p.padded:
         return
-    per_row = width * cell_bytes(p, seq, extras) + 24
+    per_cell = cell_bytes(p, seq, extras)
+    per_row = width * per_cell + 24
     cap = max_output_bytes()
     if rows is None:
         docs = int(offsets.shape[0]) - 1
@@ -198,7 +199,7 @@ def check_output_size(p: WindowParams, width: int, offsets=None, rows=None,
             n = offsets[1:] - offsets[:-1]
             extra = (n - p.body_length + step - 1) // step
             rows = docs + int((extra * (n > p.body_length)).sum())
-    check_padded_bytes(rows, width, cell_bytes(p, seq, extras),
+    check_padded_bytes(rows, width, per_cell,
                        f"max_length={p.max_length}, stride={p.stride}, "
                        f"padding={p.padding!r}, truncation={p.truncation!r}", cap)
 
@@ -252,7 +253,6 @@ def fill_plan(vocab, p: WindowParams, offsets):
         width = min(longest, p.body_length) + (2 if special else 0) if n_docs else 0
     cls_id, sep_id = frame_ids(vocab, p)
     return (padded, cls_id, sep_id, vocab.pad_id if padded else -1, width)
-
 
 
 def pack_windows(ids, mask, meta, row_offsets, doc_rows, padded: bool,
