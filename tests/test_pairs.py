@@ -405,9 +405,7 @@ def test_extractive_qa_with_offsets_equals_hf(tok, hf, max_length, stride):
 # ---------------------------------------------------------------------------------------
 # GPU == CPU: the CUDA launcher with the emulated kernels and a NumPy stand-in for CuPy
 # ---------------------------------------------------------------------------------------
-# The CuPy stand-in has the functions of the pair pass too (daskwp/testing/emulated_cuda.py);
-# the old name stays for test modules that import it.
-from daskwp.testing.emulated_cuda import fake_cupy as pair_fake_cupy  # noqa: E402,F401
+# The CuPy stand-in has the functions of the pair pass too (daskwp/testing/emulated_cuda.py).
 
 
 CUDA_CASES = [
