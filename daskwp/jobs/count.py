@@ -17,10 +17,10 @@ import sys
 import time
 from typing import Callable
 
-import pyarrow.compute as pc
 
 from ..core.lengths import PERCENTILES, LengthCounts, TokenCounts, count_tokens
 from ..distributed.state import cached_tokenizer
+from ..distributed.tasks import text_bytes
 from ..frames import storage
 from .config import LOCAL_SCHEDULERS, JobConfig
 from .errors import InputError
@@ -42,7 +42,7 @@ def count_job_tokens(spec, tokenizer, device: str = "cpu",
     try:
         bad: list | None = [] if on_bad_row == "reject" else None
         texts = read_partition(spec, bad)
-        nbytes = int(pc.sum(pc.binary_length(texts)).as_py() or 0) if len(texts) else 0
+        nbytes = text_bytes(texts)
         dev = worker_device(device)
         tok = cached_tokenizer(tokenizer)
         return spec.path, count_tokens(tok, worker_series(texts, dev) if dev != "cpu"

@@ -26,10 +26,10 @@ import time
 import uuid
 
 import numpy as np
-import pyarrow.compute as pc
 
 from ..core.lengths import LengthCounts
 from ..distributed.state import cached_tokenizer
+from ..distributed.tasks import text_bytes
 from ..frames import storage
 from ..frames.megatron import (index_size, megatron_sequences, merge_pairs, merge_pairs_in,
                                read_index, write_pair)
@@ -153,10 +153,8 @@ def write_megatron_partition(spec, logid_offset: int, out_dir: str, tokenizer, o
         tmp = temporary_path(staging, spec.index)
         try:
             write_pair(tmp, tokens, lengths, docs, fsync=True)
-            text_bytes = int(pc.sum(pc.binary_length(texts)).as_py() or 0) if len(texts) \
-                else 0
             stats.update(partition=spec.index, logid_offset=int(logid_offset),
-                         text_bytes=text_bytes, invalid_utf8_bytes=bad_bytes,
+                         text_bytes=text_bytes(texts), invalid_utf8_bytes=bad_bytes,
                          invalid_utf8_documents=bad_docs, dtype=str(tokens.dtype),
                          rejected=len(bad or ()))
             rejects = write_part_rejects(staging, spec, n_partitions, bad, logid_offset,

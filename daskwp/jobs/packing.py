@@ -32,10 +32,10 @@ import uuid
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..core.lengths import LengthCounts
 from ..distributed.state import cached_tokenizer
+from ..distributed.tasks import text_bytes
 from ..frames.megatron import token_dtype, write_pair
 from .errors import JobError
 from .parts import TMP_PREFIX, worker_device, worker_series
@@ -110,8 +110,7 @@ def spill_partition(spec, out_dir: str, tokenizer, options: dict, device: str = 
     return {"index": spec.index, "units": int(len(units)), "documents": len(texts),
             "tokens": int(len(ids)),
             "unknown_tokens": int(np.count_nonzero(ids == tok.vocab.unk_id)),
-            "text_bytes": int(pc.sum(pc.binary_length(texts)).as_py() or 0) if len(texts)
-            else 0,
+            "text_bytes": text_bytes(texts),
             "invalid_utf8_bytes": bad_bytes, "invalid_utf8_documents": bad_docs,
             "bad": bad, "length_counts": LengthCounts.of(np.diff(offsets)).to_json(),
             "cpu_seconds": {"read": read_cpu, "tokenize": time.thread_time() - c1}}
