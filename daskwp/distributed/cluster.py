@@ -285,13 +285,13 @@ def _handshake(address: str, ctx, timeout: float = 3.0) -> tuple[bool, str | Non
     except ValueError:
         return False, None
     try:
-        with socket.create_connection((host, port), timeout=timeout) as raw:
-            with ctx.wrap_socket(raw) as conn:
-                try:
-                    conn.recv(1)
-                except (TimeoutError, socket.timeout):
-                    pass
-                return True, None
+        with socket.create_connection((host, port), timeout=timeout) as raw, \
+                ctx.wrap_socket(raw) as conn:
+            try:
+                conn.recv(1)
+            except (TimeoutError, socket.timeout):
+                pass
+            return True, None
     except ssl.SSLError as e:
         text = f"{e.reason or ''} {e}".upper()
         return ("ALERT" in text), (text if "ALERT" in text else None)
