@@ -415,6 +415,11 @@ def _truncate_pair(na: int, nb: int | None, strategy: str | None, max_len: int |
     return (keep, whole_b) if strategy == "only_first" else (whole_a, keep)
 
 
+def _padded(row: list, fill, d: int, side: str) -> list:
+    """``row`` with ``d`` copies of ``fill`` on ``side`` ("right" or "left")."""
+    return row + [fill] * d if side == "right" else [fill] * d + row
+
+
 def _merged(wa, wb):
     """The rows ``Encoding::merge_with`` makes of two sides' windows (primary first, then
     transformers' flat ``[encoding] + encoding.overflowing``)."""
@@ -1347,26 +1352,15 @@ class TransformersTokenizer:
                 if d <= 0:
                     att_rows.append([1] * n)
                     continue
-                if side == "right":
-                    ids_rows[r] = ids_rows[r] + [pad_id] * d
-                    type_rows[r] = type_rows[r] + [0] * d
-                    spec_rows[r] = spec_rows[r] + [1] * d
-                    seq_rows[r] = seq_rows[r] + [None] * d
-                    att_rows.append([1] * n + [0] * d)
-                    if roff:
-                        off_rows[r] = off_rows[r] + [(0, 0)] * d
-                    if word_rows[r] is not None:
-                        word_rows[r] = word_rows[r] + [None] * d
-                else:
-                    ids_rows[r] = [pad_id] * d + ids_rows[r]
-                    type_rows[r] = [0] * d + type_rows[r]
-                    spec_rows[r] = [1] * d + spec_rows[r]
-                    seq_rows[r] = [None] * d + seq_rows[r]
-                    att_rows.append([0] * d + [1] * n)
-                    if roff:
-                        off_rows[r] = [(0, 0)] * d + off_rows[r]
-                    if word_rows[r] is not None:
-                        word_rows[r] = [None] * d + word_rows[r]
+                ids_rows[r] = _padded(ids_rows[r], pad_id, d, side)
+                type_rows[r] = _padded(type_rows[r], 0, d, side)
+                spec_rows[r] = _padded(spec_rows[r], 1, d, side)
+                seq_rows[r] = _padded(seq_rows[r], None, d, side)
+                att_rows.append(_padded([1] * n, 0, d, side))
+                if roff:
+                    off_rows[r] = _padded(off_rows[r], (0, 0), d, side)
+                if word_rows[r] is not None:
+                    word_rows[r] = _padded(word_rows[r], None, d, side)
         if att_rows is None and ram:
             att_rows = [[1] * len(r) for r in ids_rows]
         data = {"input_ids": ids_rows}
@@ -1561,7 +1555,7 @@ class TransformersTokenizer:
                 if k == "attention_mask" and not ram:
                     continue
                 if k in enc:
-                    enc[k] = enc[k] + [f] * d if side == "right" else [f] * d + enc[k]
+                    enc[k] = _padded(enc[k], f, d, side)
         return enc
 
     # -- saving -----------------------------------------------------------------------------
