@@ -62,11 +62,6 @@ class Frame:
         return len(self.pre) + len(self.post)
 
     @property
-    def n_pair(self) -> int:
-        """Special tokens a pair's row holds."""
-        return len(self.pair_pre) + len(self.pair_mid) + len(self.pair_post)
-
-    @property
     def native_single(self):
         """``(cls_id, sep_id)`` when single rows are what the native fill writes (one token
         each side, or none: ``(-1, -1)``, all type ids 0), else None."""
