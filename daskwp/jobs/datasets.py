@@ -31,11 +31,10 @@ from ..frames import storage
 from .errors import JobError
 from .inputs import attach_kept_columns
 from .parts import TMP_PREFIX, empty_rows, refused_rows, tokenize_job_partition
-from .records import (check_part_record, commit_part, naming_partition, publish_part,
-                      temporary_path,
+from .records import (commit_part, naming_partition, publish_part, temporary_path,
                       timed_read, write_part_rejects)
 
-__all__ = ["DATASET_FILES", "check_datasets_part", "features_of", "finish_datasets",
+__all__ = ["DATASET_FILES", "features_of", "finish_datasets",
            "is_datasets_file", "shard_name", "verify_datasets_output",
            "write_datasets_partition", "write_shard"]
 
@@ -155,10 +154,6 @@ def write_datasets_partition(spec, logid_offset: int, out_dir: str, tokenizer,
                             "write": time.thread_time() - c2}
     stats["seconds"] = time.perf_counter() - t0
     return stats
-
-
-#: A complete shard of this job (:func:`.records.check_part_record`).
-check_datasets_part = check_part_record
 
 
 def _shard_logids(path: str) -> np.ndarray:

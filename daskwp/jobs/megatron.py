@@ -35,13 +35,13 @@ from ..frames.megatron import (index_size, megatron_sequences, merge_pairs, merg
                                read_index, write_pair)
 from .errors import ConfigError, JobError
 from .parts import PART_PREFIX, TMP_PREFIX, worker_device, worker_series
-from .records import (check_part_record, commit_part, naming_partition, part_stem,
+from .records import (commit_part, naming_partition, part_stem,
                       publish_part, refuse_set_options, temporary_path, timed_read,
                       write_part_rejects)
 
 __all__ = ["DATA_ARGS_FILE", "MEGATRON_ONLY", "MEGATRON_OPTIONS", "PART_FILES",
            "check_megatron_config", "check_output_format_options",
-           "check_megatron_part", "finish_megatron", "is_megatron_file", "megatron_options",
+           "finish_megatron", "is_megatron_file", "megatron_options",
            "megatron_prefix", "verify_megatron_output",
            "write_megatron_partition"]
 
@@ -169,13 +169,6 @@ def write_megatron_partition(spec, logid_offset: int, out_dir: str, tokenizer, o
                             "write": time.thread_time() - c2}
     stats["seconds"] = time.perf_counter() - t0
     return stats
-
-
-def check_megatron_part(out_dir: str, index: int, n_partitions: int, job_id: str,
-                        documents: int | None) -> dict | None:
-    """The statistics of a complete, valid pair of this job, or None
-    (:func:`.records.check_part_record`)."""
-    return check_part_record(out_dir, index, n_partitions, job_id, documents)
 
 
 def verify_megatron_output(out_dir: str, plan) -> None:
