@@ -18,7 +18,8 @@ from ..core.outputs import ResultMapping
 from ..distributed.dask_compat import Projection, new_collection
 from ..distributed.graph import GlobalLogID, GlobalTokenize, Tokenize, WriteParts, \
     partition_local
-from .eager import WordPieceResult, check_kept_names, resolve_call, source_frame
+from .eager import (WordPieceResult, check_kept_names, resolve_call, source_frame,
+                    token_count_part)
 from ..frames.partition import (METADATA_COLUMNS, attention_mask_block, check_text_dtype,
                                 input_ids_block, is_cudf, is_fixed_width, metadata_block,
                                 rows_of_buckets,
@@ -517,7 +518,6 @@ class DaskWordPieceAccessor:
         check_text_dtype(self._series._meta.dtype, f"Series {self._series.name!r}")
         tok = resolve_tokenizer(vocab, lowercase, **tokenizer_options)
         tok_d = dask.delayed(tok, pure=True)
-        from .eager import token_count_part
         parts = [dask.delayed(token_count_part, pure=True)(block, tok_d)
                  for block in self._series.to_delayed()]
         out = dask.delayed(TokenCounts.merge, pure=True)(parts)
