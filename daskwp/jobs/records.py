@@ -18,8 +18,7 @@ import time
 import uuid
 
 from ..frames import storage
-from ..frames.partition import checksum_hash, checksum_hex
-from .parts import (PART_SUFFIX, TMP_PREFIX, part_name, partition_failure,
+from .parts import (PART_SUFFIX, TMP_PREFIX, _digest, part_name, partition_failure,
                     read_counted_partition, rejects_path, write_rejects)
 
 __all__ = ["RECORD_SUFFIX", "check_part_record", "commit_part", "file_digest", "part_stem",
@@ -27,7 +26,6 @@ __all__ = ["RECORD_SUFFIX", "check_part_record", "commit_part", "file_digest", "
            "timed_read", "write_part_rejects"]
 
 RECORD_SUFFIX = ".json"
-_READ_CHUNK = 1 << 22
 
 
 def part_stem(index: int, n_partitions: int) -> str:
@@ -43,14 +41,8 @@ def temporary_path(out_dir: str, index: int, what: str = "") -> str:
 
 def file_digest(path: str) -> str:
     """SHA-256 (first 128 bits, hex) of a file, read in 4 MB pieces."""
-    h = checksum_hash()
     with storage.open_input(path) as fh:
-        while True:
-            buf = fh.read(_READ_CHUNK)
-            if not buf:
-                break
-            h.update(buf)
-    return checksum_hex(h)
+        return _digest(fh, fh.seek(0, os.SEEK_END))
 
 
 def commit_part(out_dir: str, index: int, n_partitions: int, job_id: str, stats: dict,
