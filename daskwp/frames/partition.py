@@ -80,14 +80,20 @@ def rows_of_buckets(values, widths) -> RaggedRows:
         raise ValueError(f"values hold {sum(len(b) for b in values)} rows in buckets of "
                          f"{[len(b) for b in values]} rows; this result has {len(widths)} "
                          f"rows in buckets of {[len(p) for p in places]}")
-    rows = [None] * len(widths)
-    for where, block in zip(places, values):
-        for i, row in zip(where, block):
-            rows[i] = np.asarray(row)
-    if not rows:
+    if not len(widths):
         return RaggedRows(np.empty(0, dtype=np.int32), np.zeros(1, dtype=np.int64))
-    return RaggedRows(np.concatenate(rows),
-                      np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int64))
+    blocks = [np.asarray(b) for b in values]
+    if any(b.ndim != 2 for b in blocks):
+        raise ValueError("values must hold one matrix (rows x width) per bucket")
+    lengths = np.empty(len(widths), dtype=np.int64)
+    for where, block in zip(places, blocks):
+        lengths[where] = block.shape[1]
+    offsets = np.zeros(len(widths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    out = np.empty(int(offsets[-1]), dtype=np.result_type(*blocks))
+    for where, block in zip(places, blocks):   # one scatter per bucket, not per row
+        out[offsets[where][:, None] + np.arange(block.shape[1])] = block
+    return RaggedRows(out, offsets)
 
 
 def is_fixed_width(options: dict) -> bool:
