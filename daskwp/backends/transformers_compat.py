@@ -1293,38 +1293,32 @@ class TransformersTokenizer:
                 primary.append(k == 0)
         # Materialize the rows (unpadded).
         ids_rows, type_rows, spec_rows, off_rows, seq_rows, word_rows = [], [], [], [], [], []
+        edge = 1 if special else 0      # [CLS] before a, [SEP] after a and after b
+        head, tail = [cls_id] * edge, [sep_id] * edge
         for i, ra, rb in rows:
             ia, oa, wa_ = docs_a[i]
             a_ids = ia[ra[0]:ra[1]]
             la = len(a_ids)
-            if special:
-                ids = [cls_id] + a_ids + [sep_id]
-                seq = [None] + [0] * la + [None]
-                spec = [1] + [0] * la + [1]
-            else:
-                ids = list(a_ids)
-                seq = [0] * la
-                spec = [0] * la
+            ids = head + a_ids + tail
+            seq = [None] * edge + [0] * la + [None] * edge
+            spec = [1] * edge + [0] * la + [1] * edge
             types = [0] * len(ids)
             if roff:
-                offs = ([(0, 0)] if special else []) + oa[ra[0]:ra[1]] + \
-                    ([(0, 0)] if special else [])
+                offs = [(0, 0)] * edge + oa[ra[0]:ra[1]] + [(0, 0)] * edge
             if wa_ is not None:
-                words = ([None] if special else []) + wa_[ra[0]:ra[1]] + \
-                    ([None] if special else [])
+                words = [None] * edge + wa_[ra[0]:ra[1]] + [None] * edge
             if rb is not None:
                 ib, ob, wb_ = docs_b[i]
                 b_ids = ib[rb[0]:rb[1]]
                 lb = len(b_ids)
-                tail = [sep_id] if special else []
                 ids += b_ids + tail
-                seq += [1] * lb + [None] * len(tail)
-                spec += [0] * lb + [1] * len(tail)
-                types += [1] * (lb + len(tail))
+                seq += [1] * lb + [None] * edge
+                spec += [0] * lb + [1] * edge
+                types += [1] * (lb + edge)
                 if roff:
-                    offs += ob[rb[0]:rb[1]] + [(0, 0)] * len(tail)
+                    offs += ob[rb[0]:rb[1]] + [(0, 0)] * edge
                 if wb_ is not None:
-                    words += wb_[rb[0]:rb[1]] + [None] * len(tail)
+                    words += wb_[rb[0]:rb[1]] + [None] * edge
             ids_rows.append(ids)
             type_rows.append(types)
             spec_rows.append(spec)
