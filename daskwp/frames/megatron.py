@@ -40,8 +40,8 @@ from typing import Sequence
 import numpy as np
 
 __all__ = ["DTYPE_CODES", "INDEX_HEADER", "INDEX_VERSION", "MegatronIndex",
-           "OPTIMAL_DTYPE_LIMIT", "document_sequences", "index_size", "megatron_sequences",
-           "merge_pairs", "merge_pairs_in",
+           "OPTIMAL_DTYPE_LIMIT", "document_sequences", "frame_pieces", "index_size",
+           "megatron_sequences", "merge_pairs", "merge_pairs_in",
            "read_index", "read_sequences", "token_dtype", "write_index", "write_pair"]
 
 INDEX_HEADER = b"MMIDIDX\x00\x00"
@@ -263,6 +263,36 @@ def merge_pairs_in(folder, part_names: Sequence[str], merged_name: str) -> None:
             folder.publish(tmp + ext, merged_name + ext)
 
 
+def frame_pieces(ids, lengths, dtype, cls_id=None, sep_id=None, eod_id=None, last=None):
+    """Each piece (``lengths`` consecutive ids of the flat ``ids``) as
+    ``[cls_id] ids [sep_id] [eod_id]`` (each when not None; ``eod_id`` only on the pieces
+    the bool array ``last`` marks): ``(flat ids in dtype, lengths int64)``."""
+    lead = int(cls_id is not None)
+    trail = int(sep_id is not None)
+    if not (lead or trail or eod_id is not None):
+        return np.asarray(ids, dtype=dtype), lengths
+    out_lens = lengths + lead + trail
+    if eod_id is not None:
+        out_lens = out_lens + last
+    ends = np.cumsum(out_lens, dtype=np.int64)
+    starts = ends - out_lens
+    out = np.empty(int(ends[-1]) if len(ends) else 0, dtype=dtype)
+    body = np.ones(len(out), dtype=bool)
+    if lead:
+        body[starts] = False
+        out[starts] = cls_id
+    if trail:
+        pos = starts + lead + lengths
+        body[pos] = False
+        out[pos] = sep_id
+    if eod_id is not None:
+        pos = ends[last] - 1
+        body[pos] = False
+        out[pos] = eod_id
+    out[body] = ids
+    return out, out_lens
+
+
 def document_sequences(token_ids: np.ndarray, offsets: np.ndarray, dtype, *,
                        pieces_per_document: np.ndarray | None = None,
                        cls_id: int | None = None, sep_id: int | None = None,
@@ -295,33 +325,12 @@ def document_sequences(token_ids: np.ndarray, offsets: np.ndarray, dtype, *,
     document_indices = np.zeros(n_docs + 1, dtype=np.int64)
     np.cumsum(per_doc, out=document_indices[1:])
     lengths = lens[kept]
-    lead = int(cls_id is not None)
-    trail = int(sep_id is not None)
     last = np.ones(len(kept), dtype=bool)
     last[:-1] = doc_of_kept[:-1] != doc_of_kept[1:]
-    eod = int(eod_id is not None)
     if len(ids) and int(ids.max()) > np.iinfo(dtype).max:
         raise ValueError(f"token id {int(ids.max())} does not fit the dataset's dtype "
                          f"{dtype}")
-    if not (lead or trail or eod):
-        return ids.astype(dtype), _check_lengths(lengths), document_indices
-    out_lens = lengths + lead + trail + eod * last
-    ends = np.cumsum(out_lens, dtype=np.int64)
-    starts = ends - out_lens
-    out = np.empty(int(ends[-1]) if len(ends) else 0, dtype=dtype)
-    body = np.ones(len(out), dtype=bool)
-    if lead:
-        body[starts] = False
-        out[starts] = cls_id
-    if trail:
-        pos = starts + lead + lengths
-        body[pos] = False
-        out[pos] = sep_id
-    if eod:
-        pos = ends[last] - 1
-        body[pos] = False
-        out[pos] = eod_id
-    out[body] = ids
+    out, out_lens = frame_pieces(ids, lengths, dtype, cls_id, sep_id, eod_id, last)
     return out, _check_lengths(out_lens), document_indices
 
 

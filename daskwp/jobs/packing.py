@@ -36,7 +36,7 @@ import pyarrow as pa
 from ..core.lengths import LengthCounts
 from ..distributed.state import cached_tokenizer
 from ..distributed.tasks import text_bytes
-from ..frames.megatron import token_dtype, write_pair
+from ..frames.megatron import frame_pieces, token_dtype, write_pair
 from .errors import JobError
 from .parts import TMP_PREFIX, worker_device, worker_series
 from .records import (check_part_record, commit_part, naming_partition, part_stem,
@@ -63,24 +63,8 @@ def check_packing_config(cfg, default_value) -> None:
 def document_units(token_ids, offsets, cls_id=None, sep_id=None):
     """Each document as ``[cls_id] ids [sep_id]`` (each when not None; an empty document is
     ``[cls_id, sep_id]``, as HF's tokenizer call gives it): ``(flat int32, lengths int64)``."""
-    ids = np.asarray(token_ids, dtype=np.int32)
     lens = np.diff(np.asarray(offsets, dtype=np.int64))
-    extra = int(cls_id is not None) + int(sep_id is not None)
-    if not extra:
-        return ids, lens
-    out_lens = lens + extra
-    ends = np.cumsum(out_lens)
-    starts = ends - out_lens
-    out = np.empty(int(ends[-1]) if len(ends) else 0, dtype=np.int32)
-    body = np.ones(len(out), dtype=bool)
-    if cls_id is not None:
-        body[starts] = False
-        out[starts] = cls_id
-    if sep_id is not None:
-        body[ends - 1] = False
-        out[ends - 1] = sep_id
-    out[body] = ids
-    return out, out_lens
+    return frame_pieces(np.asarray(token_ids, dtype=np.int32), lens, np.int32, cls_id, sep_id)
 
 
 def _spill_path(out_dir: str, index: int, what: str) -> str:
