@@ -125,9 +125,13 @@ def run_count(cfg: JobConfig, *, client=None, log: Callable[[str], None] | None 
                 cluster.close()
     per_file: dict = {f.path: [] for f in files}
     rejects: list = []
+    first = dict.fromkeys(per_file, 0)      # the file's rows read so far
+    rejected = dict.fromkeys(per_file, 0)
     for path, counts, bad in results:   # in input order: a file's rows follow on
-        first = sum(c.documents for c in per_file[path])
-        rejects += [{"file": path, "row": first + int(i), "reason": why} for i, why in bad]
+        rejects += [{"file": path, "row": first[path] + int(i), "reason": why}
+                    for i, why in bad]
+        first[path] += counts.documents
+        rejected[path] += len(bad)
         per_file[path].append(counts)
     file_counts = {p: TokenCounts.merge(c) for p, c in per_file.items()}
     total = TokenCounts.merge(file_counts.values())
@@ -140,7 +144,7 @@ def run_count(cfg: JobConfig, *, client=None, log: Callable[[str], None] | None 
     for p, c in file_counts.items():
         entry = c.to_json()
         entry.pop("length_counts")
-        entry["rejected_rows"] = sum(r["file"] == p for r in rejects)
+        entry["rejected_rows"] = rejected[p]
         files_out.append({"path": p, **entry})
     report_total["rejected_rows"] = len(rejects)
     return {"files": files_out, "total": report_total, "partitions": len(specs),
