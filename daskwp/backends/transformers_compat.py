@@ -1179,14 +1179,11 @@ class TransformersTokenizer:
         per_word = self._encode_flat(words, offsets)
         out, k = [], 0
         for c in counts:
-            ids, offs, wids = [], ([] if offsets else None), []
-            for w in range(c):
-                wi, wo, _ = per_word[k + w]
-                ids.extend(wi)
-                wids.extend([w] * len(wi))
-                if offsets:
-                    offs.extend(wo)
+            chunk = per_word[k:k + c]
             k += c
+            ids = [i for wi, _, _ in chunk for i in wi]
+            wids = [w for w, (wi, _, _) in enumerate(chunk) for _ in wi]
+            offs = [o for _, wo, _ in chunk for o in wo] if offsets else None
             out.append((ids, offs, wids))
         return out
 
