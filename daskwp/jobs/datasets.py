@@ -20,7 +20,6 @@ import functools
 import json
 import os
 import time
-import uuid
 
 import numpy as np
 import pyarrow as pa
@@ -30,7 +29,7 @@ from ..distributed.tasks import text_bytes as partition_text_bytes
 from ..frames import storage
 from .errors import JobError
 from .inputs import attach_kept_columns
-from .parts import TMP_PREFIX, empty_rows, refused_rows, tokenize_job_partition
+from .parts import empty_rows, refused_rows, tokenize_job_partition
 from .records import (commit_part, naming_partition, publish_part, temporary_path,
                       timed_read, write_part_rejects)
 
@@ -190,16 +189,8 @@ def finish_datasets(out_dir: str, stats: list, job_id: str) -> dict:
     state = {"_data_files": [{"filename": s} for s in shards], "_fingerprint": job_id[:16],
              "_format_columns": None, "_format_kwargs": {}, "_format_type": None,
              "_output_all_columns": False, "_split": None}
+    folder = storage.Folder(out_dir, storage.current_options())
     for name, obj in (("dataset_info.json", info), ("state.json", state)):
-        if storage.is_url(out_dir):   # one put each
-            storage.Folder(out_dir, storage.current_options()).write_bytes(
-                name, json.dumps(obj, indent=2).encode("utf-8"))
-            continue
-        tmp = os.path.join(out_dir, f"{TMP_PREFIX}{name}-{uuid.uuid4().hex}")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(obj, fh, indent=2)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, os.path.join(out_dir, name))
+        folder.write_bytes(name, json.dumps(obj, indent=2).encode("utf-8"))   # atomically
     return {"path": out_dir, "shards": n, "rows": sum(s["rows"] for s in stats),
             "features": sorted(features)}
