@@ -251,13 +251,7 @@ def finish_megatron(out_dir: str, cfg, stats: list, rewritten: bool) -> dict:
             lines = [lines[0].split(" ", 1)[1]]
     path = folder.join(DATA_ARGS_FILE)
     text = "\n".join(lines) + ("\n" if lines else "")
-    if folder.remote:
-        folder.write_bytes(DATA_ARGS_FILE, text.encode("utf-8"))
-    else:
-        tmp = f"{os.path.join(out_dir, TMP_PREFIX)}args-{uuid.uuid4().hex}"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
+    folder.write_bytes(DATA_ARGS_FILE, text.encode("utf-8"))   # atomically
     info["data_args_path"] = path
     return info
 
