@@ -26,7 +26,7 @@ import shutil
 import tempfile
 import uuid
 
-__all__ = ["Folder", "StorageError", "current_options", "describe_storage_error",
+__all__ = ["TMP_PREFIX", "Folder", "StorageError", "current_options", "describe_storage_error",
            "filesystem", "is_url", "local_path", "open_input", "size", "storage_error",
            "url_info", "using"]
 
@@ -130,6 +130,9 @@ def url_info(url: str) -> dict:
 
 
 #: Read-ahead of a URL read from start to end (a compressed object streamed).
+# What a write that has not finished is named: what a rerun removes (jobs.parts)
+TMP_PREFIX = ".tmp-part-"
+
 SEQUENTIAL_BLOCK_BYTES = 8 << 20
 
 
@@ -273,7 +276,7 @@ class Folder:
         """``name`` holds ``data``, atomically: a local temporary file, fsync'ed and renamed;
         on an object store one put."""
         if not self.remote:
-            tmp = self.join(f".tmp-{uuid.uuid4().hex}-{name}")
+            tmp = self.join(f"{TMP_PREFIX}{uuid.uuid4().hex}-{name}")
             try:
                 with open(tmp, "wb") as fh:
                     fh.write(data)

@@ -42,6 +42,7 @@ from .inputs import (PartitionSpec, attach_kept_columns, count_partition, read_p
 
 __all__ = ["CHECKSUM_KEY", "JOB_FILE", "JOB_FORMAT", "METADATA_KEY", "PART_PREFIX",
            "PART_SUFFIX", "REJECTS_PREFIX", "REJECTS_SUFFIX", "SUMMARY_FILE", "TMP_PREFIX",
+           "sha256_of",
            "check_part", "count_job_partition", "rejects_path",
            "data_checksum", "empty_partition", "part_name", "partition_failure",
            "partition_statistics", "read_counted_partition", "remove_temporary_files",
@@ -52,7 +53,7 @@ JOB_FILE = "_job.json"
 SUMMARY_FILE = "_summary.json"
 PART_PREFIX = "part-"
 PART_SUFFIX = ".parquet"
-TMP_PREFIX = ".tmp-part-"
+TMP_PREFIX = storage.TMP_PREFIX
 #: The rows a partition rejected: ``_rejects-NNNNN.jsonl`` beside ``part-NNNNN.parquet``
 #: (a name readers of the dataset skip, as they skip every ``_`` file).
 REJECTS_PREFIX = "_rejects-"
@@ -202,7 +203,7 @@ def _footer_start(fh) -> int:
     return start
 
 
-def _digest(fh, end: int) -> str:
+def sha256_of(fh, end: int) -> str:
     h = checksum_hash()
     fh.seek(0)
     left = end
@@ -221,7 +222,7 @@ def data_checksum(path: str) -> str:
 
     Memory: reads the file in 4 MB pieces."""
     with open_input(path) as fh:
-        return _digest(fh, _footer_start(fh))
+        return sha256_of(fh, _footer_start(fh))
 
 
 def write_partition(spec: PartitionSpec, logid_offset: int, out_dir: str, tokenizer,
