@@ -1,4 +1,4 @@
-"""Batch-job inputs (daskwp/jobs/inputs.py, docs/batch-jobs.md "Inputs"): compressed files,
+"""Batch-job inputs (daskwp/jobs/inputs/, docs/batch-jobs.md "Inputs"): compressed files,
 streams, invalid UTF-8 in every format, JSON arrays, include/exclude, hidden names, CSV
 splitting, ``quoting`` and ``keep_columns``.
 
@@ -32,6 +32,7 @@ import daskwp
 from daskwp import jobs
 from daskwp.cli import build_parser, main
 from daskwp.jobs import inputs
+from daskwp.jobs.inputs import compression as input_compression
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "daskwp" / "data" / "sample.txt"
@@ -145,9 +146,9 @@ COMPRESSORS = {
 
 def _available(ext):
     if ext in (".zst", ".zstd"):
-        return inputs._codec_available("zstd")
+        return input_compression._codec_available("zstd")
     if ext == ".lz4":
-        return inputs._codec_available("lz4")
+        return input_compression._codec_available("lz4")
     return True
 
 
@@ -223,7 +224,7 @@ def test_unreadable_compressed_inputs_are_refused_by_name(tmp_path, capsys, name
 
 def test_a_codec_this_installation_lacks_is_refused_by_name(tmp_path, monkeypatch):
     (tmp_path / "a.txt.zst").write_bytes(b"\x28\xb5\x2f\xfd" + b"\0" * 20)
-    monkeypatch.setattr(inputs, "_codec_available", lambda codec: codec != "zstd")
+    monkeypatch.setattr(input_compression, "_codec_available", lambda codec: codec != "zstd")
     with pytest.raises(jobs.InputError, match=r"a\.txt\.zst.*cannot decompress zstd.*"
                                               r"zstandard"):
         inputs.list_input_files(str(tmp_path / "a.txt.zst"))

@@ -1,0 +1,100 @@
+"""Reading a partition on a worker: the documents (and kept columns) of any format, the row
+policy's bad rows as empty documents, the invalid-UTF-8 counts for the job summary, and
+counting a partition's documents without holding them. These are partition tasks: they
+import no Dask and run on workers, under the storage options of a URL partition.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from ...frames import storage
+from ..errors import InputError, JobError
+from .byte_ranges import read_bytes
+from .columns import partition_documents
+from .compression import READ_ERRORS
+from .csv_format import read_csv
+from .json_format import read_json_array, read_jsonl
+from .parquet_format import read_parquet
+from .specs import PartitionSpec
+from .text import count_text_lines, read_text_lines
+from .utf8 import count_invalid_utf8
+
+
+def _read_documents(spec: PartitionSpec, with_kept: bool, bad: list | None = None):
+    """``(documents, kept, invalid)``: ``invalid`` is :func:`count_invalid_utf8` of the
+    documents where reading found it (text), else None. ``bad``: the row policy
+    (``on_bad_row: reject``): a row that cannot be read (a JSON Lines line that is not a
+    JSON object, a CSV record with another number of fields, a non-text value in the text
+    column) is an empty document (null) and ``(its index in the partition, the reason)`` is
+    appended to ``bad``; None: such a row is an error."""
+    try:
+        if spec.format == "text":
+            lines, invalid = read_text_lines(spec)
+            if spec.column_pair is not None:
+                # only the empty partition of an input without documents (planning refuses
+                # column_pair for text input)
+                return partition_documents(spec, [lines, lines]), None, None
+            return lines, None, invalid
+        if spec.format == "jsonl":
+            return (*read_jsonl(read_bytes(spec), spec, with_kept, bad), None)
+        if spec.format == "json":
+            return (*read_json_array(read_bytes(spec), spec, with_kept, bad), None)
+        if spec.format in ("csv", "tsv"):
+            return (*read_csv(spec, with_kept, bad), None)
+        if spec.format == "parquet":
+            return (*read_parquet(spec, with_kept), None)
+    except JobError:
+        raise
+    except READ_ERRORS as e:
+        raise InputError(f"cannot read {spec.describe()} as {spec.format}: {e}") from None
+    raise AssertionError(spec.format)
+
+
+def _read(spec: PartitionSpec, with_kept: bool, bad: list | None = None):
+    """:func:`_read_documents` with the storage options of a URL partition."""
+    if spec.storage_options is None:
+        return _read_documents(spec, with_kept, bad)
+    with storage.using(spec.storage_options):
+        return _read_documents(spec, with_kept, bad)
+
+
+def read_partition(spec: PartitionSpec, bad: list | None = None):
+    """The documents of one partition as an Arrow string/binary array (nulls are empty
+    documents; invalid UTF-8 stays as it is, for every format); for sentence pairs
+    (``column_pair``) a two-column table of them, one row per pair. ``bad``: the row
+    policy (:func:`_read`)."""
+    return _read(spec, False, bad)[0]
+
+
+def read_partition_with_columns(spec: PartitionSpec) -> tuple[pa.Array, pa.Table | None]:
+    """``(documents, kept)``: the documents as :func:`read_partition` gives them, and a
+    table of the partition's ``keep_columns`` (one row per document, with the types
+    planned for every partition), or None when the job keeps no column."""
+    return _read(spec, bool(spec.keep_columns))[:2]
+
+
+def read_partition_with_counts(spec: PartitionSpec, bad: list | None = None) -> tuple:
+    """``(documents, kept, (invalid_bytes, invalid_documents))``: what
+    :func:`read_partition_with_columns` gives, and :func:`count_invalid_utf8` of the
+    documents. A text partition's counts come from the pass that splits its lines (no
+    second pass over the bytes); every other format counts after reading. ``bad``: the
+    row policy (:func:`_read`)."""
+    texts, kept, invalid = _read(spec, bool(spec.keep_columns), bad)
+    return texts, kept, invalid if invalid is not None else count_invalid_utf8(texts)
+
+
+def count_partition(spec: PartitionSpec, lenient: bool = False) -> int:
+    """Documents in a partition (the same rule as :func:`read_partition`); ``lenient``:
+    under the row policy, where a bad row is a document too."""
+    if spec.documents is not None:
+        return spec.documents
+    if spec.format == "text":
+        try:
+            with storage.using(spec.storage_options):
+                return count_text_lines(spec)
+        except JobError:
+            raise
+        except READ_ERRORS as e:
+            raise InputError(f"cannot read {spec.describe()} as text: {e}") from None
+    return len(read_partition(spec, [] if lenient else None))

@@ -1,0 +1,110 @@
+"""Plain text partitions, one document per line. A byte range is read with one ``readinto`` into
+a buffer of the host memory pool and split there in place by one native pass
+(``daskwp/kernels/text_lines.cpp``) that also counts each line's invalid UTF-8 bytes, so the
+read stage allocates nothing but the offsets and needs no second pass. Counting a partition's
+lines reads it in cache-sized pieces into one reused buffer.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from ... import _ext
+from ...frames.storage import open_input
+from ..errors import InputError
+from .compression import READ_CHUNK, open_stream, read_all
+from .specs import PartitionSpec
+
+
+_COUNT_PIECE = 1 << 20  # counting a text partition: read in pieces that stay in cache
+_LF = ord("\n")
+
+
+def _lines_array(values: np.ndarray, offsets: np.ndarray) -> pa.Array:
+    """A large_binary array over NumPy buffers, without a copy."""
+    if len(offsets) == 1:
+        return pa.array([], type=pa.large_binary())
+    return pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(offsets) - 1, [
+        None, pa.py_buffer(offsets), pa.py_buffer(values[:int(offsets[-1])])])
+
+
+def _split_lines(data: np.ndarray, out: np.ndarray) -> tuple[pa.Array, tuple[int, int]]:
+    """``(lines, (invalid_bytes, invalid_documents))``: the lines of ``data`` (the bytes
+    written to ``out`` without their newlines; ``out`` may be ``data`` itself), and the
+    numbers :func:`count_invalid_utf8` gives for them, from the same native pass."""
+    offsets, bad_lines, bad_bytes = _ext.split_lines(data, out)
+    return _lines_array(out, offsets), (int(bad_bytes.sum()), len(bad_lines))
+
+
+def lines_to_arrow(data: bytes) -> pa.Array:
+    """Split UTF-8 bytes on b"\\n" only (one document per line; a final line without a
+    newline is a document too) into an Arrow large_binary array, with the newlines removed.
+    Bytes are not validated: invalid UTF-8 decodes to U+FFFD in the tokenizer.
+
+    One native pass (``daskwp/kernels/text_lines.cpp``) copies the bytes less their
+    newlines into a buffer of the host memory pool, which the array then holds."""
+    src = np.frombuffer(data, dtype=np.uint8)
+    return _split_lines(src, _ext.host_bytes(len(src)))[0]
+
+
+def read_text_lines(spec: PartitionSpec) -> tuple[pa.Array, tuple[int, int]]:
+    """``(lines, (invalid_bytes, invalid_documents))`` of a text partition.
+
+    An uncompressed byte range is read with one ``readinto`` into a buffer of the host
+    memory pool (a freed partition's block, already mapped, is reused) and split there in
+    place: the lines array holds that buffer, and the read stage allocates nothing else
+    but the offsets."""
+    if spec.compression:
+        data = read_all(spec.path, spec.compression)
+        src = np.frombuffer(data, dtype=np.uint8)
+        return _split_lines(src, _ext.host_bytes(len(src)))
+    size = spec.byte_end - spec.byte_start
+    buf = _ext.host_bytes(size)
+    view = memoryview(buf)
+    got = 0
+    with open_input(spec.path, buffering=0) as fh:
+        fh.seek(spec.byte_start)
+        while got < size:
+            k = fh.readinto(view[got:])
+            if not k:
+                break
+            got += k
+    view.release()
+    if got != size:
+        raise InputError(f"{spec.describe()}: the file is shorter than when the job was "
+                         f"planned (it changed during the job)")
+    return _split_lines(buf, buf)
+
+
+def count_text_lines(spec: PartitionSpec) -> int:
+    """Lines of a text partition, read in 1 MB pieces into one reused buffer (the
+    partition is never held whole; a compressed file is streamed)."""
+    n, last, size = 0, _LF, spec.byte_end - spec.byte_start
+    if spec.compression:
+        with open_stream(spec.path, spec.compression) as fh:
+            while True:
+                b = fh.read(READ_CHUNK)
+                if not b:
+                    break
+                b = np.frombuffer(b, dtype=np.uint8)
+                n += _ext.count_newlines(b)
+                last = int(b[-1])
+        return n + (last != _LF)
+    buf = np.empty(min(size, _COUNT_PIECE), dtype=np.uint8)
+    view = memoryview(buf)
+    got = 0
+    with open_input(spec.path, buffering=0) as fh:
+        fh.seek(spec.byte_start)
+        while got < size:
+            k = fh.readinto(view[:min(len(buf), size - got)])
+            if not k:
+                break
+            n += _ext.count_newlines(buf[:k])
+            last = int(buf[k - 1])
+            got += k
+    view.release()
+    if got != size:
+        raise InputError(f"{spec.describe()}: the file is shorter than when the job was "
+                         f"planned (it changed during the job)")
+    return n + (last != _LF)
