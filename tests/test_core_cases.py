@@ -514,7 +514,7 @@ def test_norm_blob_blocks_dedup_equals_numpy_unique():
     order of uint32 values (not of little-endian bytes), same index."""
     import numpy as np
 
-    from daskwp.core.normalizer import _unique_blocks
+    from daskwp.core.normalizer.blob import _unique_blocks
     rng = np.random.default_rng(7)
     palette = rng.integers(0, 2**32, size=(40, 256), dtype=np.uint32)
     palette[:8, :3] = [[0, 0, 1], [0, 0, 256], [0, 1, 0], [256, 0, 0],

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Generate ``daskwp/core/pipeline_tables.npz``: the per-code-point behaviour of the
 HuggingFace ``tokenizers`` normalizers and pre-tokenizers that daskwp composes into one
-normalization blob (``daskwp/core/normalizer.py``, ``compile_pipeline``), besides
+normalization blob (``daskwp/core/normalizer/``, ``compile_pipeline``), besides
 BertNormalizer + BertPreTokenizer (whose tables are ``daskwp/kernels/unicode_tables.npz``).
 
 Like that file, everything is derived from HF itself, one code point at a time (its Rust
