@@ -182,7 +182,7 @@ class DaskWordPieceResult(ResultMapping):
 
         The parts also carry ``input_index`` and the ``keep_columns``, as :meth:`to_frame`.
 
-        ``compression``: as for batch jobs (default ``lz4``; ``zstd`` for 25% smaller parts,
+        ``compression``: as for batch jobs (default ``lz4``; ``zstd`` for smaller parts,
         ``snappy``, ``none``, ...).
         ``path`` may be an fsspec URL (``s3://bucket/out``; ``storage_options``: the options
         of its filesystem, credentials otherwise from its usual sources): each part is

@@ -105,8 +105,8 @@ def tune_worker_malloc() -> bool:
 
     Why: setting ``MALLOC_TRIM_THRESHOLD_`` also fixes glibc's mmap threshold at 128 KB, so
     every NumPy and Arrow temporary of a partition of 128 KB and more is mapped, faulted in
-    and unmapped again; a 64 MB text partition's tables and writer then cost 4.5x and 1.7x
-    their CPU (benchmarks/results/worker_malloc.md, docs/design.md §3.5). With the
+    and unmapped again, which multiplies the CPU of a partition's tables and writer (the
+    figures: benchmarks/results/worker_malloc.md; docs/design.md §3.5). With the
     thresholds raised, such temporaries are reused from the heap, and up to 128 MB of freed
     heap stays with the process.
     ``DASKWP_WORKER_MALLOC=0`` leaves malloc alone. Returns whether it tuned (glibc only).

@@ -51,9 +51,9 @@ COMPRESSIONS = ("zstd", "snappy", "gzip", "brotli", "lz4", "none")
 #: (``.bin`` + ``.idx``, docs/batch-jobs.md "Megatron indexed datasets"), or a HuggingFace
 #: ``datasets`` dataset on disk (``load_from_disk``).
 OUTPUT_FORMATS = ("parquet", "megatron", "datasets")
-#: The compression of tokenized parts: lz4 (Parquet's LZ4_RAW) writes with 21% less of a
-#: part's write stage than zstd level 1 and reads back 1.26x faster, for 33% more bytes
-#: (benchmarks/results/codec_bench.md, docs/batch-jobs.md "Output");
+#: The compression of tokenized parts: lz4 (Parquet's LZ4_RAW), chosen over zstd level 1
+#: because it costs less of a part's write stage and reads back faster, for larger parts
+#: (the figures: benchmarks/results/codec_bench.md; docs/batch-jobs.md "Output");
 #: ``compression="zstd"`` for the smaller files.
 DEFAULT_COMPRESSION = "lz4"
 

@@ -71,7 +71,8 @@ def supports(schema: pa.Schema, compression) -> bool:
 
 # -- Thrift compact protocol ------------------------------------------------------------------
 
-def _uleb(v: int) -> bytes:
+def _varint(v: int) -> bytes:
+    """An unsigned integer as a ULEB128 varint (7 bits a byte, low first)."""
     out = bytearray()
     while v >= 0x80:
         out.append((v & 0x7F) | 0x80)
@@ -80,8 +81,10 @@ def _uleb(v: int) -> bytes:
     return bytes(out)
 
 
-def _zz(v: int) -> bytes:
-    return _uleb((v << 1) ^ (v >> 63))
+def _zigzag_varint(v: int) -> bytes:
+    """A signed 64-bit integer zigzag-encoded (0, -1, 1, -2, ... as 0, 1, 2, 3, ...), as a
+    varint: the compact protocol's integers and field ids."""
+    return _varint((v << 1) ^ (v >> 63))
 
 
 def _struct(fields) -> bytes:
@@ -102,17 +105,17 @@ def _struct(fields) -> bytes:
             out.append((delta << 4) | t)
         else:
             out.append(t)
-            out += _zz(fid)
+            out += _zigzag_varint(fid)
         last = fid
         if kind == "bool":
             pass
         elif kind == "i8":
             out += struct.pack("<b", value)
         elif kind in ("i16", "i32", "i64"):
-            out += _zz(int(value))
+            out += _zigzag_varint(int(value))
         elif kind == "bin":
             b = value.encode() if isinstance(value, str) else bytes(value)
-            out += _uleb(len(b)) + b
+            out += _varint(len(b)) + b
         elif kind == "struct":
             out += value
         else:  # ("list", (element kind, [values]))
@@ -121,13 +124,13 @@ def _struct(fields) -> bytes:
             n = len(items)
             out.append((n << 4) | et if n < 15 else 0xF0 | et)
             if n >= 15:
-                out += _uleb(n)
+                out += _varint(n)
             for item in items:
                 if ekind in ("i32", "i64"):
-                    out += _zz(int(item))
+                    out += _zigzag_varint(int(item))
                 elif ekind == "bin":
                     b = item.encode() if isinstance(item, str) else bytes(item)
-                    out += _uleb(len(b)) + b
+                    out += _varint(len(b)) + b
                 else:
                     out += item
     out.append(0)

@@ -453,8 +453,8 @@ class TokenizedDataset:
         missing = [c for c in _REQUIRED if c not in cols]
         if missing:
             raise ValueError(f"{f!r} is not a tokenized dataset: no column(s) {missing}")
-        # pq.read_table decodes the row groups on Arrow's threads (ParquetFile.read: one
-        # after another, 1.86x slower: benchmarks/results/codec_bench.md)
+        # pq.read_table, not ParquetFile.read: it decodes the row groups on Arrow's threads
+        # rather than one after another (measured: benchmarks/results/codec_bench.md)
         return pf, recorded_padding(pf), cols, pq.read_table(
             _source(f, self.storage_options), columns=cols) if read else None
 

@@ -44,10 +44,6 @@ _REFUSED_PRE_TOKENIZERS = {
 }
 
 
-def _step_name(spec) -> str:
-    return spec.get("type") if isinstance(spec, dict) else repr(spec)
-
-
 def normalizer_steps(spec) -> tuple:
     """The per-code-point steps of a HF normalizer (its ``tokenizer.json`` object; None: no
     normalizer). Raises ValueError naming a normalizer daskwp cannot run exactly."""
