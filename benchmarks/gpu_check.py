@@ -17,8 +17,9 @@ section is recorded and the next one still runs):
 ``throughput`` English partitions of ``--sizes-mb`` x ``--chunks``: the kernel on
                device-resident text, windows on the device, end to end from host Arrow;
                a per-stage breakdown (upload, checks, plan, count, scan, write, windows,
-               download) from a copy of the launcher's steps (``staged_encode``), timed with
-               synchronize + perf_counter and CUDA events around each stage; every corpus
+               download): the launcher's own stages through its timing hook
+               (``cuda.stage_timing``), timed with synchronize + perf_counter and CUDA
+               events around each stage; every corpus
                repeated to ``--corpus-mb`` against the CPU on all threads; one huge document
                at every chunk size; the largest partition with its documents sorted by
                length (lane balance, docs/gpu.md 3.2)
@@ -43,7 +44,7 @@ rewritten after every section, so a run cut short keeps what it measured.
 runs; the device steps run on the *emulated* CUDA backend of the test suite
 (``daskwp/testing/emulated_cuda.py``: the real kernel file compiled by the host compiler, launched
 by the real ``daskwp.backends.cuda`` with a NumPy stand-in for CuPy) on small inputs, so
-the check's own code (comparisons, the staged launcher copy) is exercised; their timings
+the check's own code (comparisons, the stage-timing hook) is exercised; their timings
 mean nothing. The cluster step then runs the CPU backend on both sides.
 
 Throughput is in GB/s = 10^9 input UTF-8 bytes per second (MB = 10^6 bytes).
@@ -388,9 +389,7 @@ def diff_windows(got, exp, docs=None, logid_offset: int = 0) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------
-# A copy of the launcher's steps (daskwp/backends/cuda.py: encode_cuda, _plan_chunks,
-# windows_cuda), each stage timed. Checked against encode_cuda's output on every use, so
-# a launcher that drifts from this copy shows as "staged != launcher".
+# Stages: the launcher's own steps, timed through its hook (daskwp.backends.cuda.stage_timing)
 # ---------------------------------------------------------------------------------------
 class StageTimer:
     """Per stage: wall ms (synchronize, perf_counter, stage, synchronize) and, on a real
@@ -414,71 +413,18 @@ class StageTimer:
         self.gpu[name] = None if ms is None else self.gpu.get(name, 0.0) + ms
 
 
-def staged_encode(tok, arr, be: Backend, chunk_bytes=None, windows_kw=None,
-                  download_windows=True):
-    """encode_cuda (and, with windows_kw, the window fill) step by step, timed.
+def timed_encode(tok, arr, be: Backend, chunk_bytes=None, windows_kw=None,
+                 download_windows=True):
+    """encode_cuda with each of its stages timed (``cuda.stage_timing``), then, with
+    windows_kw, the window fill on its result, and the downloads.
 
     Returns (host ids, host offsets, StageTimer, info dict)."""
     from daskwp.backends.protocol import kernel_model
     from daskwp.core.windows import fill_plan, window_params
 
-    cp = be.cp
     st = StageTimer(be)
-    BLOCK = cuda.BLOCK
-    i32, i64 = np.int32, np.int64
-    with st("upload"):
-        s = cuda.device_strings(arr)
-    n = s.n
-    with st("checks"):
-        doc_off = cp.ascontiguousarray(s.offsets, dtype=cp.int64)
-        size = int(s.data.shape[0])
-        bad = cp.stack([cp.any(doc_off[1:] < doc_off[:-1]),
-                        (doc_off[0] < 0) | (doc_off[-1] > size)]).get()
-        assert not np.asarray(bad).any(), "bad offsets"
-        data = s.data
-        has_validity = s.validity is not None
-        validity = cp.ascontiguousarray(s.validity).view(cp.uint8) if has_validity else \
-            cp.zeros(1, dtype=cp.uint8)
-        if chunk_bytes is None:
-            chunk_bytes = cuda._auto_chunk_bytes(size, cp)
-        model = cuda._device_model(tok)
-        mod = cuda._module()
-    with st("plan"):
-        n_slots = n + size // chunk_bytes + 1
-        piece_counts = cp.empty(n + 1, dtype=cp.int64)
-        mod.get_function("dwp_piece_counts")(
-            cuda._grid(n, cp), (BLOCK,),
-            (doc_off, validity, i64(s.validity_offset), i32(has_validity), i64(n),
-             i64(chunk_bytes), piece_counts))
-        piece_first = cp.cumsum(piece_counts)
-        chunk_begin = cp.empty(n_slots, dtype=cp.int64)
-        mod.get_function("dwp_chunk_starts")(
-            cuda._grid(n_slots, cp), (BLOCK,),
-            (doc_off, piece_first, i64(n), i64(n_slots), i64(chunk_bytes), data,
-             model.boundary, chunk_begin))
-        chunk_end = cp.empty(n_slots, dtype=cp.int64)
-        mod.get_function("dwp_chunk_ends")(
-            cuda._grid(n_slots, cp), (BLOCK,),
-            (doc_off, piece_first, i64(n), i64(n_slots), chunk_begin, chunk_end))
-    max_chars = i32(kernel_model(tok).max_input_chars_per_word)
-    tokenize = mod.get_function("dwp_chunk_tokenize")
-    grid = cuda._grid(n_slots, cp)
-    with st("count"):
-        counts = cp.empty(n_slots, dtype=cp.int64)
-        dummy_off, dummy_ids = cp.zeros(1, dtype=cp.int64), cp.zeros(1, dtype=cp.int32)
-        tokenize(grid, (BLOCK,),
-                 (model.vocab, model.norm, max_chars, data, chunk_begin, chunk_end,
-                  i64(n_slots), i32(0), counts, dummy_off, dummy_ids))
-    with st("scan"):
-        tok_off = cuda._exclusive_scan(counts, cp)
-        total = int(tok_off[-1])
-    with st("write"):
-        ids = cp.empty(max(total, 1), dtype=cp.int32)
-        tokenize(grid, (BLOCK,),
-                 (model.vocab, model.norm, max_chars, data, chunk_begin, chunk_end,
-                  i64(n_slots), i32(1), counts, tok_off, ids))
-        ids = ids[:total]
-        offsets = tok_off[piece_first]
+    with cuda.stage_timing(st) as plan:
+        ids, offsets = cuda.encode_cuda(tok, arr, chunk_bytes=chunk_bytes)
     out = None
     if windows_kw:
         with st("windows"):
@@ -497,9 +443,7 @@ def staged_encode(tok, arr, be: Backend, chunk_bytes=None, windows_kw=None,
             with st("download_windows"):
                 for a in out[:3]:
                     to_host(a)
-    info = dict(n_docs=n, n_slots=int(n_slots), chunk_bytes=int(chunk_bytes), grid=grid[0],
-                tokens=total, windows_bytes=out_bytes)
-    del s, doc_off, data, piece_counts, piece_first, chunk_begin, chunk_end, counts, tok_off
+    info = dict(plan, windows_bytes=out_bytes)
     del ids, offsets, out
     return h_ids, h_off, st, info
 
@@ -850,11 +794,11 @@ class Check:
                 tokens = int(ids.shape[0])
                 row.update(kernel_gbs=size / t / GB, kernel_s=t, tokens=tokens,
                            tokens_per_s=tokens / t)
-                h_ids, h_off, st, info = staged_encode(
+                h_ids, h_off, st, info = timed_encode(
                     tok, arr, be, cbv, win_kw, download_windows=size <= args.download_windows_mb * MB)
                 if e_ids is None:
                     e_ids, e_off = to_host(ids), to_host(off)
-                row["staged_matches_launcher"] = bool(np.array_equal(h_ids, e_ids)
+                row["timed_matches_untimed"] = bool(np.array_equal(h_ids, e_ids)
                                                       and np.array_equal(h_off, e_off))
                 row.update(info)
                 row["stages_wall_ms"] = {k: round(v, 3) for k, v in st.wall.items()}
@@ -878,7 +822,7 @@ class Check:
                     + " ".join(f"{w.get(k, float('nan')):.2f}" for k in
                                ("upload", "checks", "plan", "count", "scan", "write",
                                 "windows", "download"))
-                    + ("" if row["staged_matches_launcher"] else "  STAGED != LAUNCHER"))
+                    + ("" if row["timed_matches_untimed"] else "  TIMED != UNTIMED"))
             del dev
             be.free()
         # every corpus, repeated, against the CPU on all threads
@@ -1289,10 +1233,10 @@ class Check:
 
         P, C, A, T = sec("parity"), sec("cluster"), sec("anchors"), sec("throughput")
         parts = T.get("partitions", [])
-        staged_ok = all(p.get("staged_matches_launcher", True) for p in parts)
+        timed_ok = all(p.get("timed_matches_untimed", True) for p in parts)
         cluster_ok = C.get("ok") is True if isinstance(R.get("cluster"), dict) else True
-        staged_ok = staged_ok and sec("variants").get("ok", True)
-        parity_ok = bool(P.get("ok")) and cluster_ok and staged_ok and not R["errors"]
+        timed_ok = timed_ok and sec("variants").get("ok", True)
+        parity_ok = bool(P.get("ok")) and cluster_ok and timed_ok and not R["errors"]
         gpu = R["mode"] == "gpu"
         best_part = max(parts, key=lambda p: (p["mb"], p["kernel_gbs"])) if parts else None
         x = best_part["kernel_gbs"] if (gpu and best_part) else None

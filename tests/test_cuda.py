@@ -381,6 +381,43 @@ def test_empty_batch(cuda_backend):
     assert cuda_backend.host(ids).shape == (0,) and cuda_backend.host(off).tolist() == [0]
 
 
+def test_stage_timing_hook_sees_every_stage_and_changes_nothing(cuda_backend):
+    """``stage_timing``: every launcher stage runs inside the hook, in order, once per
+    launch (with offsets too), the plan is reported, and the ids are the untimed ones.
+    Without a hook a stage is the one shared no-op context."""
+    import contextlib
+
+    tok = daskwp.WordPieceTokenizer()
+    texts = ["Hello, world!", None, "", "ünïcödé " * 40, "a b c"]
+    plain_ids, plain_off = (cuda_backend.host(a) for a in cuda.encode_cuda(tok, texts))
+    seen = []
+
+    @contextlib.contextmanager
+    def hook(name):
+        seen.append(("enter", name))
+        yield
+        seen.append(("exit", name))
+
+    with cuda.stage_timing(hook) as plan:
+        ids, off = cuda.encode_cuda(tok, texts, chunk_bytes=16)
+    assert seen == [(e, n) for n in cuda.STAGES for e in ("enter", "exit")], seen
+    assert cuda.STAGES == ("upload", "checks", "plan", "count", "scan", "write")
+    assert np.array_equal(cuda_backend.host(ids), plain_ids)
+    assert np.array_equal(cuda_backend.host(off), plain_off)
+    assert plan["n_docs"] == 5 and plan["chunk_bytes"] == 16
+    assert plan["tokens"] == len(plain_ids) and plan["n_slots"] >= 5 and plan["grid"] >= 1
+
+    seen.clear()
+    with cuda.stage_timing(hook):
+        cuda.encode_cuda(tok, texts, offsets_unit="chars", word_ids=True)
+    assert [n for e, n in seen if e == "enter"] == list(cuda.STAGES)
+
+    seen.clear()
+    cuda.encode_cuda(tok, texts)      # the hook is gone after its block
+    assert seen == [] and not cuda._stage_hook
+    assert cuda._stage("count") is cuda._stage("write") is cuda._NO_STAGE
+
+
 # ---------------------------------------------------------------------------------------
 # Windows
 # ---------------------------------------------------------------------------------------

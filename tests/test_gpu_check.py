@@ -5,7 +5,7 @@ GPU time is rare, so the check must work the first time it meets a device. Here:
 * the dry run, ``GPU_CHECK_CPU_ONLY=1 GPU_CHECK_FAST=1 bash benchmarks/gpu_check.sh DATA``,
   exits 0 and writes a JSON whose sections are all there, with parity true for every step
   it runs without a device (CPU == HF, the emulated CUDA backend == CPU on every corpus x
-  vocabulary, the staged copy of the launcher == the launcher, the distributed job read
+  vocabulary, the launcher timed stage by stage == the launcher untimed, the distributed job read
   back == the CPU job) and a summary line last;
 * the comparisons name the first differing document when the outputs differ.
 """
@@ -67,7 +67,7 @@ def test_dry_run_writes_the_whole_report(tmp_path):
         assert len(P["matrix"]) == n_vocabs * R["env"]["corpus_files"]
         assert all(m["encode"] and not m["windows_failed"] for m in P["matrix"])
         T = R["throughput"]
-        assert T["partitions"] and all(p["staged_matches_launcher"] for p in T["partitions"])
+        assert T["partitions"] and all(p["timed_matches_untimed"] for p in T["partitions"])
         for p in T["partitions"]:
             assert {"upload", "checks", "plan", "count", "scan", "write", "windows",
                     "download"} <= set(p["stages_wall_ms"])

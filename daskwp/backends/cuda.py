@@ -12,6 +12,7 @@ windows_cuda(tok, texts, ...)      ``tok(texts, ...)`` on the device: :class:`Ba
 build_windows_cuda(ids, offsets, ...)  the device twin of ``_ext.build_windows``
 device_strings(texts)              any accepted input as :class:`DeviceStrings`
 is_device_input(texts)             True for cudf / CuPy / DeviceStrings input
+stage_timing(hook)                 run the launcher's stages inside ``hook(name)`` (timing)
 
 CuPy is imported lazily: importing this module never needs a GPU.
 
@@ -27,6 +28,7 @@ Caches
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import threading
 from dataclasses import dataclass
@@ -46,6 +48,7 @@ __all__ = [
     "encode_cuda",
     "is_device_input",
     "kernel_source",
+    "stage_timing",
     "windows_cuda",
 ]
 
@@ -289,6 +292,45 @@ def _exclusive_scan(counts, cp):
 
 
 # ---------------------------------------------------------------------------------------
+# Stage timing: off unless a hook is installed
+# ---------------------------------------------------------------------------------------
+#: The stages of :func:`encode_cuda`, in the order they run.
+STAGES = ("upload", "checks", "plan", "count", "scan", "write")
+_NO_STAGE = contextlib.nullcontext()   # one shared no-op context: nothing made per call
+_stage_hook: list = []                 # [(hook, plan dict)] while stage_timing is active
+
+
+def _stage(name: str):
+    """The context one launcher stage runs in: the installed hook's ``hook(name)``, else
+    the shared no-op one."""
+    return _stage_hook[-1][0](name) if _stage_hook else _NO_STAGE
+
+
+def _note_plan(**facts) -> None:
+    """Give the installed hook's plan dict the launch's shape (no-op without a hook)."""
+    if _stage_hook:
+        _stage_hook[-1][1].update(facts)
+
+
+@contextlib.contextmanager
+def stage_timing(hook):
+    """Within the block, :func:`encode_cuda` runs each of its :data:`STAGES` inside
+    ``hook(name)`` (a context manager: a timer that synchronizes the device around the
+    stage, records CUDA events, ...). Yields a dict that each launch fills with its plan:
+    ``n_docs``, ``chunk_bytes``, ``n_slots``, ``grid``, ``tokens``.
+
+    For measurement (``benchmarks/gpu_check.py``): the hook is process-wide while the
+    block runs, and the launcher does exactly what it does without one. Without a hook a
+    stage costs one shared no-op context."""
+    plan: dict = {}
+    _stage_hook.append((hook, plan))
+    try:
+        yield plan
+    finally:
+        _stage_hook.pop()
+
+
+# ---------------------------------------------------------------------------------------
 # Tokens
 # ---------------------------------------------------------------------------------------
 def _plan_chunks(mod, model, doc_off, data, validity, has_validity, validity_offset, n,
@@ -349,7 +391,8 @@ def encode_cuda(tok, texts, *, chunk_bytes: int | None = None, offsets_unit=None
     int32 offsets, an int64 copy of the offsets. The bytes are never copied on the device.
     """
     cp = _cupy()
-    s = device_strings(texts)
+    with _stage("upload"):
+        s = device_strings(texts)
     n = s.n
     if n < 0:
         raise ValueError("offsets must have at least one entry")
@@ -365,55 +408,64 @@ def encode_cuda(tok, texts, *, chunk_bytes: int | None = None, offsets_unit=None
                         f"with shape {tuple(s.data.shape)}")
     if s.offsets.dtype not in (cp.int32, cp.int64):
         raise TypeError(f"offsets must be int32 or int64, got {s.offsets.dtype}")
-    doc_off = cp.ascontiguousarray(s.offsets, dtype=cp.int64)
-    size = int(s.data.shape[0])
-    # The CPU extension's checks, in its order and with its words (one backend contract).
-    decreasing, outside = (bool(x) for x in cp.stack([
-        cp.any(doc_off[1:] < doc_off[:-1]),
-        (doc_off[0] < 0) | (doc_off[-1] > size)]).get())
-    if decreasing:
-        raise ValueError("offsets are not non-decreasing")
-    if outside:
-        raise ValueError("offsets point outside the data buffer")
-    data = s.data if s.data.flags.c_contiguous else cp.ascontiguousarray(s.data)
-    validity = s.validity
-    has_validity = validity is not None
-    if validity is not None:
-        validity = cp.ascontiguousarray(validity).view(cp.uint8)
-        if int(validity.shape[0]) * 8 < int(s.validity_offset) + n:
-            raise ValueError("validity bitmap too short")
-    else:
-        validity = cp.zeros(1, dtype=cp.uint8)
+    with _stage("checks"):
+        doc_off = cp.ascontiguousarray(s.offsets, dtype=cp.int64)
+        size = int(s.data.shape[0])
+        # The CPU extension's checks, in its order and with its words (one backend contract).
+        decreasing, outside = (bool(x) for x in cp.stack([
+            cp.any(doc_off[1:] < doc_off[:-1]),
+            (doc_off[0] < 0) | (doc_off[-1] > size)]).get())
+        if decreasing:
+            raise ValueError("offsets are not non-decreasing")
+        if outside:
+            raise ValueError("offsets point outside the data buffer")
+        data = s.data if s.data.flags.c_contiguous else cp.ascontiguousarray(s.data)
+        validity = s.validity
+        has_validity = validity is not None
+        if validity is not None:
+            validity = cp.ascontiguousarray(validity).view(cp.uint8)
+            if int(validity.shape[0]) * 8 < int(s.validity_offset) + n:
+                raise ValueError("validity bitmap too short")
+        else:
+            validity = cp.zeros(1, dtype=cp.uint8)
 
-    if chunk_bytes is None:
-        chunk_bytes = _auto_chunk_bytes(size, cp)
-    chunk_bytes = int(chunk_bytes)
-    if chunk_bytes < 1:
-        raise ValueError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
+        if chunk_bytes is None:
+            chunk_bytes = _auto_chunk_bytes(size, cp)
+        chunk_bytes = int(chunk_bytes)
+        if chunk_bytes < 1:
+            raise ValueError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
 
-    model = _device_model(tok)
-    mod = _module()
-    n_slots, piece_first, chunk_begin, chunk_end = _plan_chunks(
-        mod, model, doc_off, data, validity, has_validity, int(s.validity_offset), n,
-        chunk_bytes, cp)
+        model = _device_model(tok)
+        mod = _module()
+    with _stage("plan"):
+        n_slots, piece_first, chunk_begin, chunk_end = _plan_chunks(
+            mod, model, doc_off, data, validity, has_validity, int(s.validity_offset), n,
+            chunk_bytes, cp)
+    _note_plan(n_docs=n, chunk_bytes=chunk_bytes, n_slots=int(n_slots),
+               grid=_grid(n_slots, cp)[0])
 
     max_chars = _i32(kernel_model(tok).max_input_chars_per_word)
     if extras:
         return _encode_extras(mod, model, max_chars, data, n, n_slots, piece_first,
                               chunk_begin, chunk_end, offsets_unit, word_ids, cp)
     tokenize = mod.get_function("dwp_chunk_tokenize")
-    counts = cp.empty(n_slots, dtype=cp.int64)
-    dummy_off, dummy_ids = cp.zeros(1, dtype=cp.int64), cp.zeros(1, dtype=cp.int32)
-    tokenize(_grid(n_slots, cp), (BLOCK,),
-             (model.vocab, model.norm, max_chars, data, chunk_begin, chunk_end,
-              _i64(n_slots), _i32(0), counts, dummy_off, dummy_ids))
-    tok_off = _exclusive_scan(counts, cp)
-    total = int(tok_off[-1])
-    ids = cp.empty(max(total, 1), dtype=cp.int32)
-    tokenize(_grid(n_slots, cp), (BLOCK,),
-             (model.vocab, model.norm, max_chars, data, chunk_begin, chunk_end,
-              _i64(n_slots), _i32(1), counts, tok_off, ids))
-    return ids[:total], tok_off[piece_first]
+    with _stage("count"):
+        counts = cp.empty(n_slots, dtype=cp.int64)
+        dummy_off, dummy_ids = cp.zeros(1, dtype=cp.int64), cp.zeros(1, dtype=cp.int32)
+        tokenize(_grid(n_slots, cp), (BLOCK,),
+                 (model.vocab, model.norm, max_chars, data, chunk_begin, chunk_end,
+                  _i64(n_slots), _i32(0), counts, dummy_off, dummy_ids))
+    with _stage("scan"):
+        tok_off = _exclusive_scan(counts, cp)
+        total = int(tok_off[-1])
+    _note_plan(tokens=total)
+    with _stage("write"):
+        ids = cp.empty(max(total, 1), dtype=cp.int32)
+        tokenize(_grid(n_slots, cp), (BLOCK,),
+                 (model.vocab, model.norm, max_chars, data, chunk_begin, chunk_end,
+                  _i64(n_slots), _i32(1), counts, tok_off, ids))
+        out = ids[:total], tok_off[piece_first]
+    return out
 
 
 def _encode_extras(mod, model, max_chars, data, n, n_slots, piece_first, chunk_begin,
@@ -422,31 +474,36 @@ def _encode_extras(mod, model, max_chars, data, n, n_slots, piece_first, chunk_b
     counts each chunk's words and units, whose per-document exclusive scans shift the write
     pass's spans and word ids."""
     tokenize = mod.get_function("dwp_chunk_tokenize_offsets")
-    counts = cp.empty(n_slots, dtype=cp.int64)
-    words = cp.empty(n_slots, dtype=cp.int64)
-    units = cp.empty(n_slots, dtype=cp.int64)
     dummy64, dummy32 = cp.zeros(2, dtype=cp.int64), cp.zeros(1, dtype=cp.int32)
     flags = (_i32(offsets_unit == "chars"), _i32(offsets_unit is not None), _i32(bool(word_ids)))
-    tokenize(_grid(n_slots, cp), (BLOCK,),
-             (model.vocab, model.norm, max_chars, data, chunk_begin, chunk_end,
-              _i64(n_slots), _i32(0)) + flags +
-             (counts, words, units, dummy64, dummy64, dummy64, piece_first, _i64(n),
-              dummy32, dummy64, dummy32))
-    tok_off = _exclusive_scan(counts, cp)
-    word_off = _exclusive_scan(words, cp)
-    unit_off = _exclusive_scan(units, cp)
-    total = int(tok_off[-1])
-    ids = cp.empty(max(total, 1), dtype=cp.int32)
-    spans = cp.empty(max(2 * total, 2), dtype=cp.int64) if offsets_unit else dummy64
-    wids = cp.empty(max(total, 1), dtype=cp.int32) if word_ids else dummy32
-    tokenize(_grid(n_slots, cp), (BLOCK,),
-             (model.vocab, model.norm, max_chars, data, chunk_begin, chunk_end,
-              _i64(n_slots), _i32(1)) + flags +
-             (counts, words, units, tok_off, word_off, unit_off, piece_first, _i64(n),
-              ids, spans, wids))
-    return (ids[:total], tok_off[piece_first],
-            spans[:2 * total].reshape(total, 2) if offsets_unit else None,
-            wids[:total] if word_ids else None)
+    with _stage("count"):
+        counts = cp.empty(n_slots, dtype=cp.int64)
+        words = cp.empty(n_slots, dtype=cp.int64)
+        units = cp.empty(n_slots, dtype=cp.int64)
+        tokenize(_grid(n_slots, cp), (BLOCK,),
+                 (model.vocab, model.norm, max_chars, data, chunk_begin, chunk_end,
+                  _i64(n_slots), _i32(0)) + flags +
+                 (counts, words, units, dummy64, dummy64, dummy64, piece_first, _i64(n),
+                  dummy32, dummy64, dummy32))
+    with _stage("scan"):
+        tok_off = _exclusive_scan(counts, cp)
+        word_off = _exclusive_scan(words, cp)
+        unit_off = _exclusive_scan(units, cp)
+        total = int(tok_off[-1])
+    _note_plan(tokens=total)
+    with _stage("write"):
+        ids = cp.empty(max(total, 1), dtype=cp.int32)
+        spans = cp.empty(max(2 * total, 2), dtype=cp.int64) if offsets_unit else dummy64
+        wids = cp.empty(max(total, 1), dtype=cp.int32) if word_ids else dummy32
+        tokenize(_grid(n_slots, cp), (BLOCK,),
+                 (model.vocab, model.norm, max_chars, data, chunk_begin, chunk_end,
+                  _i64(n_slots), _i32(1)) + flags +
+                 (counts, words, units, tok_off, word_off, unit_off, piece_first, _i64(n),
+                  ids, spans, wids))
+        out = (ids[:total], tok_off[piece_first],
+               spans[:2 * total].reshape(total, 2) if offsets_unit else None,
+               wids[:total] if word_ids else None)
+    return out
 
 
 # ---------------------------------------------------------------------------------------
