@@ -849,7 +849,8 @@ def fmt(x: float, nd: int = 1) -> str:
     return "n/a" if x is None or not math.isfinite(x) else f"{x:.{nd}f}"
 
 
-def report(args, info: dict, rows, mem, pair, dsk, elapsed: float, peers=None) -> str:
+def _report_header(info: dict, elapsed: float) -> list[str]:
+    """The title and the run: machine, versions, command, load."""
     L = []
     L.append("# daskwp CPU benchmark")
     L.append("")
@@ -873,6 +874,12 @@ def report(args, info: dict, rows, mem, pair, dsk, elapsed: float, peers=None) -
     L.append("- MB = 10^6 bytes of UTF-8 input (lines without newline); MB/s = input MB / "
              "wall time")
     L.append("")
+    return L
+
+
+def _report_single_core(args, rows) -> list[str]:
+    """Single-core encode MB/s against HF and TF Text, and how each was run."""
+    L = []
     L.append("## Single core")
     L.append("")
     L.append("| corpus | MB | daskwp encode MB/s (1 core) | incl. list→Arrow | HF MB/s (1 core) "
@@ -915,8 +922,12 @@ def report(args, info: dict, rows, mem, pair, dsk, elapsed: float, peers=None) -
     L.append("- vocabularies: English and logs bert-base-uncased (lowercase=True); "
              "multilingual bert-base-multilingual-cased (lowercase=False).")
     L.append("")
-    if peers:
-        L.extend(peers_report(args, rows, peers))
+    return L
+
+
+def _report_windows(args, rows) -> list[str]:
+    """Windows (padded and ragged) against the encode they include."""
+    L = []
     L.append("## Windows (1 core)")
     L.append("")
     L.append("| corpus | daskwp encode MB/s | windows padded MB/s | windows ragged MB/s | "
@@ -950,6 +961,12 @@ def report(args, info: dict, rows, mem, pair, dsk, elapsed: float, peers=None) -
              "UTF-8 bytes. They come from daskwp's host memory pool (`daskwp.backends.memory`): from "
              "the second call on, the blocks a previous call freed are reused, already mapped.")
     L.append("")
+    return L
+
+
+def _report_offsets(rows) -> list[str]:
+    """Offsets and word ids against plain encode and windows (when run)."""
+    L = []
     if rows and rows[0].get("offsets"):
         L.append("## Offsets and word ids (1 core)")
         L.append("")
@@ -972,6 +989,12 @@ def report(args, info: dict, rows, mem, pair, dsk, elapsed: float, peers=None) -
                  "rounds; time ratios: paired, the median over the rounds of the ratio of the "
                  "two calls of a round, which run back to back.")
         L.append("")
+    return L
+
+
+def _report_cpu_seconds(rows) -> list[str]:
+    """The single-core figures per CPU second, with each run's CPU share."""
+    L = []
     L.append("## The same, per CPU second (shared machine)")
     L.append("")
     L.append("Wall-clock MB/s on a busy machine depends on how much of a core the process got. "
@@ -987,6 +1010,12 @@ def report(args, info: dict, rows, mem, pair, dsk, elapsed: float, peers=None) -
                  f"{r['enc1_share']:.2f} | {fmt(mbps(r['hf_bytes'], r['hf1_cpu']), 2)} | "
                  f"{r['hf1_share']:.2f} | {r['hf1_cpu'] / r['enc1_slice_cpu']:.1f}× |")
     L.append("")
+    return L
+
+
+def _report_corpus_shape(rows) -> list[str]:
+    """Documents, tokens, [UNK] and non-ASCII shares per corpus."""
+    L = []
     L.append("## Corpus shape")
     L.append("")
     L.append("| corpus | docs | bytes/doc | tokens | bytes/token | [UNK] % | non-ASCII bytes % |")
@@ -997,6 +1026,12 @@ def report(args, info: dict, rows, mem, pair, dsk, elapsed: float, peers=None) -
                  f"{r['bytes'] / max(1, r['tokens']):.2f} | {unk} | "
                  f"{100 * r['non_ascii']:.1f} |")
     L.append("")
+    return L
+
+
+def _report_multicore(args, info: dict, rows, pair) -> list[str]:
+    """All cores against one, and what the machine gives two processes."""
+    L = []
     L.append("## Multi-core")
     L.append("")
     L.append(f"| corpus | daskwp 1 core MB/s | CPU share | daskwp all cores "
@@ -1028,6 +1063,12 @@ def report(args, info: dict, rows, mem, pair, dsk, elapsed: float, peers=None) -
              f"cores on the full corpus "
              f"{fmt(mbps(r0['bytes'], r0['enc_all']))} MB/s.")
     L.append("")
+    return L
+
+
+def _report_memory(mem) -> list[str]:
+    """Peak memory growth of encode, per thread count."""
+    L = []
     L.append("## Peak memory (daskwp encode, English)")
     L.append("")
     for m in mem:
@@ -1050,6 +1091,12 @@ def report(args, info: dict, rows, mem, pair, dsk, elapsed: float, peers=None) -
              "ru_maxrss also holds peaks from before encode (construction temporaries, and the "
              "high-water mark Linux carries over at exec), so its delta can read low.")
     L.append("")
+    return L
+
+
+def _report_dask(args, dsk) -> list[str]:
+    """The Dask overhead and scaling runs (or why they did not run)."""
+    L = []
     L.append("## Dask")
     L.append("")
     if dsk is None:
@@ -1098,6 +1145,23 @@ def report(args, info: dict, rows, mem, pair, dsk, elapsed: float, peers=None) -
         if len(counts) > 1:
             L.append(f"- WARNING: counts differ between runs ({sorted(counts)})")
     L.append("")
+    return L
+
+
+def report(args, info: dict, rows, mem, pair, dsk, elapsed: float, peers=None) -> str:
+    """The Markdown report of a run, section by section."""
+    L = []
+    L += _report_header(info, elapsed)
+    L += _report_single_core(args, rows)
+    if peers:
+        L.extend(peers_report(args, rows, peers))
+    L += _report_windows(args, rows)
+    L += _report_offsets(rows)
+    L += _report_cpu_seconds(rows)
+    L += _report_corpus_shape(rows)
+    L += _report_multicore(args, info, rows, pair)
+    L += _report_memory(mem)
+    L += _report_dask(args, dsk)
     return "\n".join(L)
 
 

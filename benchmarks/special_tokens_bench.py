@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
-from _common import default_data_dir
+from _common import default_data_dir, read_lines, repeat_to
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -51,29 +51,6 @@ FAMILIES = [
     ("[tok_NNNNN]", lambda i: f"[tok_{i:05d}]"),
     ("tok_NNNNN", lambda i: f"tok_{i:05d}"),
 ]
-
-
-def read_lines(data: Path, patterns) -> list[str]:
-    lines = []
-    for pat in patterns:
-        files = sorted((data / "corpus").glob(pat))
-        if not files:
-            raise FileNotFoundError(f"no file matches {data / 'corpus' / pat}")
-        for f in files:
-            lines += [x.rstrip("\r") for x in f.read_text(encoding="utf-8").split("\n")
-                      if x.strip()]
-    return lines
-
-
-def repeat_to(base: list[str], target: int) -> list[str]:
-    out, got = [], 0
-    while got < target:
-        for s in base:
-            out.append(s)
-            got += len(s.encode("utf-8"))
-            if got >= target:
-                break
-    return out
 
 
 def splice(lines: list[str], token, every: int = 100) -> list[str]:
@@ -173,7 +150,9 @@ def main() -> None:
 
     corpora = []
     for cname, pats in CORPORA:
-        texts = repeat_to(read_lines(args.data, pats), int(args.size_mb * MB))
+        # whitespace-only lines are no documents here
+        base = [x for x in read_lines(args.data, pats) if x.strip()]
+        texts = repeat_to(base, int(args.size_mb * MB))[0]
         corpora.append((cname, texts))
     report += table("Plain corpora (no registered token in the text)",
                     [(c, (lambda f, t=t: t)) for c, t in corpora],
