@@ -116,3 +116,17 @@ def machine_info() -> dict:
             "numpy": np.__version__, "pyarrow": pa.__version__, "commit": commit,
             "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
             "load_start": os.getloadavg()[0], "psi_start": cpu_pressure()}
+
+
+def vm_hwm(pid="self") -> int | None:
+    """The peak RSS (``VmHWM`` of /proc/PID/status, bytes) of process ``pid``, or None when
+    it has gone. Not getrusage's ru_maxrss: Linux keeps that across fork + exec, so a
+    spawned worker would report the peak of the process that started it."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        return None
+    return None

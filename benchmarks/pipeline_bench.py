@@ -1,30 +1,48 @@
-"""The whole pipeline against the bare kernel, in ONE run: batch jobs (``daskwp tokenize``),
-the lazy accessor's ``to_parquet``, ``read_tokenized`` back to padded tensors, and a
-nanotoken + pyarrow script, on the same input and the same cores; plus Dask's per-partition
-overhead and the graph of a 10,000-partition job.
+"""The whole pipeline against the bare kernel at several input sizes, in ONE run: batch jobs
+(``daskwp tokenize``) at every size against the kernel measured cold and warm; at one size
+the lazy accessor's ``to_parquet``, the CLI on a running cluster, ``read_tokenized`` back to
+padded tensors, a nanotoken + pyarrow script, Dask's per-partition overhead and the graph of
+a 10,000-partition job; then the soak: one large job with a worker process killed half way.
 
-    python benchmarks/pipeline_bench.py                  # 500 MB input, ~10-15 min here
-    python benchmarks/pipeline_bench.py --size-mb 100    # quick look
+    python benchmarks/pipeline_bench.py --plan    # what a run does, disk and time needed
+    python benchmarks/pipeline_bench.py           # 0.3, 3 and 10 GB + the 10 GB soak
+    python benchmarks/pipeline_bench.py --sizes-gb 0.1 --extras-gb 0.1 --soak-gb 0   # a look
 
 The input is the non-empty lines of the shared English (UD EWT), English books and loghub
-logs corpora, repeated to ``--size-mb`` MB (MB = 10^6 bytes, newlines included), as one
-text file (the CLI's input) and as 8 Parquet files of a ``text`` column (the accessor's
-input: ``dd.read_parquet``). Every figure is MB/s of that text (input bytes / wall time).
+logs corpora, repeated to each size (GB = 10^9 bytes, newlines included) and written to the
+``--tmp`` folder streaming (the free disk is checked first), as one text file (the CLI's
+input) and, at ``--extras-gb``, as Parquet files of a ``text`` column (the accessor's input:
+``dd.read_parquet``). Every figure is MB/s of that text (input bytes / wall time).
+
+The bare kernel (``tok(arr, max_length=128, stride=32)``, all cores, in ``--partition-mb``
+batches as the jobs see them) is measured warm (this process, its word cache filled, on
+the first ``--kernel-mb`` MB of each size in every round, best kept) and cold (a fresh
+process, its first ``--cold-batches`` batches); every job row gives its ratio to both and
+the goals say which they use. The kernel, CLI and read-back rows are measured in each of
+``--rounds`` interleaved rounds and the best kept.
+
+The soak (``--soak-gb``): one ``daskwp tokenize`` of that size on its own 2-worker cluster,
+one worker process (not its nanny) SIGKILLed when half the parts exist; then the checks:
+it completes, every logID is present once (the parts' logID column read back), the output
+equals ``tok(...)`` in this process on the first, a killed-time and the last partition, the
+driver's and each worker's peak RSS (VmHWM) within 10% of a ``--soak-ref-gb`` job run the
+same way, its throughput within 10% of the ``--extras-gb`` job's.
+
 The report (``--out``, default benchmarks/results/pipeline_bench.md) gives every command,
-the ratios the pipeline issue asks for, the per-stage CPU breakdown of the job's parts, the
-peak RSS of every worker, and (``--callgrind-mb``) instruction counts per stage. The
-kernel, CLI and read-back rows (the CLI's ragged and padded parts read back as padded
-tensors, against the fastest write of the run) are measured in each of ``--rounds``
-interleaved rounds and the best kept; the read-back's first round is reported beside it.
+the ratios and goals of issue 42, the per-stage CPU of the job's parts, the peak RSS of
+every worker, and (``--callgrind-mb``) instruction counts per stage.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import math
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -35,12 +53,21 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from _common import default_data_dir
+from _common import default_data_dir, vm_hwm
 
 ROOT = Path(__file__).resolve().parents[1]
 MB = 1e6
+GB = 1e9
 MAX_LENGTH, STRIDE = 128, 32
 FILES = ["en_ewt.txt", "en_book_moby_dick.txt", "en_book_pride_and_prejudice.txt", "logs/*.log"]
+#: Output (Parquet parts) per input byte, an upper bound for the disk check (0.42 measured).
+OUT_PER_INPUT = 0.5
+#: Parquet (zstd) of the text per input byte, for the disk check.
+PARQUET_PER_INPUT = 0.4
+#: MB/s and seconds on the 2-core AMD EPYC VM of HISTORY.md (pipeline run 13), for the
+#: time estimate only.
+RATES = {"write_text": 400, "parquet": 150, "kernel": 350, "job": 180, "job_start": 5,
+         "accessor": 170, "read_back": 250, "nanotoken": 55, "checks": 600, "fixed": 150}
 
 
 def log(msg: str) -> None:
@@ -49,66 +76,122 @@ def log(msg: str) -> None:
 
 # -- input ----------------------------------------------------------------------------------
 
-def build_input(data: Path, size_mb: float, tmp: Path, n_parquet: int = 8) -> dict:
+def corpus_base(data: Path) -> tuple[bytes, int]:
+    """The corpora's non-empty lines, each ending in a newline, and their count."""
     lines = []
     for pat in FILES:
-        for f in sorted((data / "corpus").glob(pat)):
+        files = sorted((data / "corpus").glob(pat))
+        if not files:
+            raise FileNotFoundError(f"no file matches {data / 'corpus' / pat}")
+        for f in files:
             for line in f.read_bytes().split(b"\n"):
                 line = line.rstrip(b"\r")
                 if line:
                     lines.append(line)
-    base = b"\n".join(lines) + b"\n"
-    target = int(size_mb * MB)
-    out = base * (target // len(base))
-    rest = target - len(out)
-    if rest > 0:
-        out += base[:base.rfind(b"\n", 0, rest) + 1]
-    text = tmp / "big.txt"
-    text.write_bytes(out)
+    return b"\n".join(lines) + b"\n", len(lines)
+
+
+def write_text(base: tuple[bytes, int], size_bytes: int, path: Path) -> dict:
+    """``base`` repeated into ``path`` up to ``size_bytes`` (the last copy cut after a
+    newline), one copy at a time: never more than the base in memory."""
+    text, n_base = base
+    k, rest = divmod(size_bytes, len(text))
+    with open(path, "wb") as f:
+        for _ in range(k):
+            f.write(text)
+        tail = text[:text.rfind(b"\n", 0, rest) + 1] if rest else b""
+        f.write(tail)
+    size = k * len(text) + len(tail)
+    lines = k * n_base + tail.count(b"\n")
+    return {"text": path, "bytes": size, "lines": lines, "text_bytes": size - lines}
+
+
+def text_batches(path: Path, batch_bytes: int, limit: int | None = None):
+    """``(lines as an Arrow array, bytes)`` of the text file in batches of about
+    ``batch_bytes`` cut after a newline, up to ``limit`` bytes; one batch in memory."""
     from daskwp.jobs.inputs import lines_to_arrow
-    arr = lines_to_arrow(out).cast(pa.large_string())
-    pq_dir = tmp / "parquet"
-    pq_dir.mkdir()
-    n = len(arr)
-    bounds = np.linspace(0, n, n_parquet + 1).astype(int)
-    for i in range(n_parquet):
-        pq.write_table(pa.table({"text": arr.slice(bounds[i], bounds[i + 1] - bounds[i])}),
-                       pq_dir / f"part-{i}.parquet", compression="zstd")
-    return {"text": text, "parquet": pq_dir, "bytes": len(out), "lines": n,
-            "text_bytes": len(out) - n, "array": arr}
+    done = 0
+    with open(path, "rb") as f:
+        while limit is None or done < limit:
+            chunk = f.read(batch_bytes if limit is None else min(batch_bytes, limit - done))
+            if not chunk:
+                break
+            if not chunk.endswith(b"\n"):
+                chunk += f.readline()
+            done += len(chunk)
+            yield lines_to_arrow(chunk), len(chunk)
+
+
+def write_parquet(inp: dict, folder: Path, partition_bytes: int) -> int:
+    """The text file as Parquet files of a ``text`` column, one per partition's worth of
+    text (the accessor's partitions then match the CLI's); returns how many."""
+    folder.mkdir()
+    n = 0
+    for arr, _ in text_batches(inp["text"], partition_bytes):
+        pq.write_table(pa.table({"text": arr.cast(pa.large_string())}),
+                       folder / f"part-{n:05d}.parquet", compression="zstd")
+        n += 1
+    return n
+
+
+def ensure_disk(folder: Path, need: float, what: str) -> None:
+    """Refuse (SystemExit) when ``folder``'s disk has less than ``need`` bytes free."""
+    free = shutil.disk_usage(folder).free
+    if free < need:
+        raise SystemExit(f"pipeline_bench: {what} needs about {need / GB:,.1f} GB free in "
+                         f"{folder}, which has {free / GB:,.1f} GB; pass --tmp on a larger "
+                         f"disk or smaller --sizes-gb / --soak-gb")
+
+
+def phase_disk(size_gb: float, parquet: bool) -> float:
+    """Bytes a size's phase holds at most: its text, its Parquet copy, two outputs."""
+    return size_gb * GB * (1 + (PARQUET_PER_INPUT if parquet else 0) + 2 * OUT_PER_INPUT) \
+        + 0.2 * GB
 
 
 # -- helpers --------------------------------------------------------------------------------
 
 class RssPoller:
-    """Peak RSS of the worker processes under ``root_pid`` (Dask nannies' children), polled
-    every 20 ms: {pid: (first RSS seen, peak RSS)}."""
+    """Peak RSS of the Dask worker processes under ``root_pid`` (the nannies' spawned
+    children), polled every 20 ms: {pid: (first RSS seen, peak RSS)}. The peak is the
+    process's VmHWM with ``hwm`` (workers started for the run measured), else the highest
+    RSS polled (a running cluster's workers, whose VmHWM holds earlier runs' peaks); with
+    ``driver``, ``driver_peak`` is the root process's own VmHWM."""
 
-    def __init__(self, root_pid: int):
+    def __init__(self, root_pid: int, driver: bool = False, hwm: bool = True):
         import psutil
         self.root = psutil.Process(root_pid)
         self.rss: dict = {}
+        self.driver = driver
+        self.hwm = hwm
+        self.driver_peak = 0
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
 
     def _run(self):
         import psutil
         while not self._stop.is_set():
+            if self.driver:
+                self.driver_peak = max(self.driver_peak, vm_hwm(self.root.pid) or 0)
             try:
                 procs = self.root.children(recursive=True)
             except psutil.Error:
                 procs = []
             for p in procs:
                 try:
-                    cmd = " ".join(p.cmdline())
-                    if "spawn_main" not in cmd:
+                    if "spawn_main" not in " ".join(p.cmdline()):
                         continue
                     r = p.memory_info().rss
                 except psutil.Error:
                     continue
-                first, peak = self.rss.get(p.pid, (r, r))
-                self.rss[p.pid] = (first, max(peak, r))
+                peak = (vm_hwm(p.pid) or r) if self.hwm else r
+                first, old = self.rss.get(p.pid, (r, peak))
+                self.rss[p.pid] = (first, max(old, peak))
             self._stop.wait(0.02)
+
+    def alive_workers(self) -> list[int]:
+        import psutil
+        return [pid for pid in self.rss if psutil.pid_exists(pid)]
 
     def __enter__(self):
         self._t.start()
@@ -142,37 +225,75 @@ def machine_info() -> dict:
     return info
 
 
-# -- the rows -------------------------------------------------------------------------------
+# -- the kernel -----------------------------------------------------------------------------
 
-def bench_kernel(inp: dict, partition_mb: float, repeats: int) -> dict:
-    """The bare extension on the same cores (num_threads=0: all of them), over the input in
-    partition-sized batches (as the jobs see it), best of ``repeats``."""
+KERNEL_CALLS = {
+    "encode": lambda tok, b: tok.encode(b, num_threads=0),
+    "ragged": lambda tok, b: tok(b, max_length=MAX_LENGTH, stride=STRIDE, padding=False),
+    "padded": lambda tok, b: tok(b, max_length=MAX_LENGTH, stride=STRIDE),
+}
+
+
+def bench_kernel(tok, inp: dict, sample_bytes: int, partition_mb: float,
+                 repeats: int) -> dict:
+    """The bare extension on the same cores (num_threads=0: all of them) warm, over the
+    first ``sample_bytes`` of the input in partition-sized batches (as the jobs see them,
+    read from disk between the timed calls), best of ``repeats``."""
+    tok(next(text_batches(inp["text"], 1 << 20))[0], max_length=MAX_LENGTH, stride=STRIDE)
+    out = {}
+    for _ in range(repeats):
+        wall = dict.fromkeys(KERNEL_CALLS, 0.0)
+        cpu = dict.fromkeys(KERNEL_CALLS, 0.0)
+        done = 0
+        for b, nbytes in text_batches(inp["text"], int(partition_mb * MB), sample_bytes):
+            done += nbytes
+            for name, fn in KERNEL_CALLS.items():   # in turn: the noise hits them alike
+                t, c = time.perf_counter(), time.process_time()
+                r = fn(tok, b)
+                wall[name] += time.perf_counter() - t
+                cpu[name] += time.process_time() - c
+                del r
+        for name in KERNEL_CALLS:
+            if name not in out or wall[name] < out[name]["seconds"]:
+                out[name] = {"seconds": wall[name], "cpu": cpu[name], "bytes": done,
+                             "mbps": done / MB / wall[name]}
+    # output bytes per input byte (what a partition's output arrays hold)
+    first, nbytes = next(text_batches(inp["text"], int(partition_mb * MB)))
+    for name in ("ragged", "padded"):
+        r = KERNEL_CALLS[name](tok, first)
+        nb = sum(_nbytes(v) for v in r.values()) + _nbytes(r.doc_row_offsets)
+        out[name]["out_per_byte"] = nb / nbytes
+    return out
+
+
+def cold_kernel_main(path: str, mode: str, batches: int, partition_mb: float) -> None:
+    """In a fresh process (``--cold-kernel``): the tokenizer built, then ``mode``'s call
+    timed on the file's first ``batches`` batches; prints JSON."""
+    t = time.perf_counter()
     import daskwp
     tok = daskwp.WordPieceTokenizer()
-    arr = inp["array"]
-    from daskwp.distributed.tasks import _pieces
-    batches = [p for p, _ in _pieces(pa.chunked_array([arr]), int(partition_mb * MB))]
-    calls = {
-        "encode": lambda b: tok.encode(b, num_threads=0),
-        "ragged": lambda b: tok(b, max_length=MAX_LENGTH, stride=STRIDE, padding=False),
-        "padded": lambda b: tok(b, max_length=MAX_LENGTH, stride=STRIDE),
-    }
-    tok(batches[0][:1000], max_length=MAX_LENGTH, stride=STRIDE)
+    start = time.perf_counter() - t
+    data = list(itertools.islice(text_batches(Path(path), int(partition_mb * MB)), batches))
+    secs = []
+    for b, _ in data:
+        t = time.perf_counter()
+        KERNEL_CALLS[mode](tok, b)
+        secs.append(time.perf_counter() - t)
+    nbytes = sum(n for _, n in data)
+    print(json.dumps({"seconds": sum(secs), "batch_seconds": secs, "bytes": nbytes,
+                      "mbps": nbytes / MB / sum(secs), "start_seconds": start}))
+
+
+def bench_kernel_cold(inp: dict, batches: int, partition_mb: float) -> dict:
     out = {}
-    for _ in range(repeats):  # in turn, so that the machine's noise hits them alike
-        for name, fn in calls.items():
-            t, c = time.perf_counter(), time.process_time()
-            for b in batches:
-                r = fn(b)
-                del r
-            wall, cpu = time.perf_counter() - t, time.process_time() - c
-            if name not in out or wall < out[name]["seconds"]:
-                out[name] = {"seconds": wall, "cpu": cpu, "mbps": inp["bytes"] / MB / wall}
-    # output bytes per input byte (what a partition's output arrays hold)
-    for name in ("ragged", "padded"):
-        r = calls[name](batches[0])
-        nb = sum(_nbytes(v) for v in r.values()) + _nbytes(r.doc_row_offsets)
-        out[name]["out_per_byte"] = nb / max(1, _batch_bytes(batches[0]))
+    for mode in KERNEL_CALLS:
+        proc = subprocess.run([sys.executable, __file__, "--cold-kernel", mode,
+                               "--cold-input", str(inp["text"]), "--cold-batches", str(batches),
+                               "--partition-mb", str(partition_mb)],
+                              capture_output=True, text=True)
+        if proc.returncode:
+            raise RuntimeError(f"cold kernel {mode} failed:\n{proc.stderr[-2000:]}")
+        out[mode] = json.loads(proc.stdout.strip().splitlines()[-1])
     return out
 
 
@@ -182,34 +303,44 @@ def _nbytes(v) -> int:
     return int(getattr(v, "nbytes", 0))
 
 
-def _batch_bytes(b) -> int:
-    import pyarrow.compute as pc
-    return int(pc.sum(pc.binary_length(b)).as_py() or 0) + len(b)
+# -- the jobs -------------------------------------------------------------------------------
 
-
-def run_cli(inp: dict, out: Path, padding: str, partition_mb: float, workers: int,
-            scheduler: str | None = None) -> dict:
-    """The CLI job as a user runs it: its own fresh cluster of ``workers`` processes, or
-    ``--scheduler`` a running cluster (a batch job submitted to a cluster that is up)."""
+def cli_command(inp: dict, out: Path, padding: str, partition_mb: float,
+                workers: int | None, scheduler: str | None = None) -> list[str]:
     cmd = [sys.executable, "-m", "daskwp", "tokenize", str(inp["text"]), str(out),
            "--max-length", str(MAX_LENGTH), "--stride", str(STRIDE), "--padding", padding,
-           "--partition-size", f"{int(partition_mb)}MB"]
-    cmd += ["--scheduler", scheduler] if scheduler else \
-        ["--n-workers", str(workers), "--threads-per-worker", "1"]
-    cmd += ["--json"]
-    t = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    with RssPoller(proc.pid if scheduler is None else os.getpid()) as poll:
-        stdout, stderr = proc.communicate()
-    wall = time.perf_counter() - t
+           "--partition-size", f"{partition_mb:g}MB"]
+    if scheduler:
+        cmd += ["--scheduler", scheduler]
+    elif workers:
+        cmd += ["--n-workers", str(workers), "--threads-per-worker", "1"]
+    return cmd + ["--json"]
+
+
+def _finish_cli(cmd, proc, stdout, stderr, wall, inp, out, poll) -> dict:
     if proc.returncode:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{stderr[-3000:]}")
     s = json.loads(stdout)
     return {"command": " ".join(["daskwp"] + cmd[3:]), "wall": wall,
             "tokenize_seconds": s["tokenize_seconds"], "summary": s,
-            "mbps_wall": inp["bytes"] / MB / wall,
+            "mbps_wall": inp["bytes"] / MB / wall, "bytes_in": inp["bytes"],
             "mbps": inp["bytes"] / MB / s["tokenize_seconds"],
-            "rss": poll.workers(), "out_bytes": _dir_bytes(out)}
+            "rss": poll.workers(), "driver_rss": poll.driver_peak,
+            "out_bytes": _dir_bytes(out)}
+
+
+def run_cli(inp: dict, out: Path, padding: str, partition_mb: float, workers: int | None,
+            scheduler: str | None = None) -> dict:
+    """The CLI job as a user runs it: its own fresh cluster of ``workers`` processes, no
+    cluster option at all (``workers=None``: what the job picks), or ``--scheduler`` a
+    running cluster (a batch job submitted to a cluster that is up)."""
+    cmd = cli_command(inp, out, padding, partition_mb, workers, scheduler)
+    t = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with RssPoller(proc.pid if scheduler is None else os.getpid(),
+                   driver=scheduler is None, hwm=scheduler is None) as poll:
+        stdout, stderr = proc.communicate()
+    return _finish_cli(cmd, proc, stdout, stderr, time.perf_counter() - t, inp, out, poll)
 
 
 def _dir_bytes(path: Path) -> int:
@@ -232,7 +363,7 @@ def run_accessor(client, cluster, inp: dict, out: Path, padding) -> dict:
     ddf = dd.read_parquet(str(inp["parquet"]))
     res = ddf["text"].wordpiece.tokenize(max_length=MAX_LENGTH, stride=STRIDE, padding=padding)
     t = time.perf_counter()
-    with RssPoller(os.getpid()) as poll:
+    with RssPoller(os.getpid(), hwm=False) as poll:
         stats = res.to_parquet(str(out), compute=False).compute()
     wall = time.perf_counter() - t
     return {"command": f'dd.read_parquet({len(list(inp["parquet"].glob("*.parquet")))} files)'
@@ -397,7 +528,8 @@ def bench_callgrind(inp: dict, mb: float, tmp: Path) -> dict | None:
     if shutil.which("valgrind") is None or shutil.which("callgrind_annotate") is None:
         return None
     src = tmp / "cg.txt"
-    data = inp["text"].read_bytes()[:int(mb * MB)]
+    with open(inp["text"], "rb") as f:
+        data = f.read(int(mb * MB))
     src.write_bytes(data[:data.rfind(b"\n") + 1])
     script = tmp / "cg_script.py"
     script.write_text(CALLGRIND_SCRIPT)
@@ -419,174 +551,269 @@ def bench_callgrind(inp: dict, mb: float, tmp: Path) -> dict | None:
     return out
 
 
+# -- the soak -------------------------------------------------------------------------------
+
+def _parts(out: Path) -> list[str]:
+    from daskwp.jobs.parts import PART_PREFIX, PART_SUFFIX
+    try:
+        names = os.listdir(out)
+    except FileNotFoundError:
+        return []
+    return [n for n in names if n.startswith(PART_PREFIX) and n.endswith(PART_SUFFIX)]
+
+
+def run_soak(inp: dict, out: Path, partition_mb: float, workers: int,
+             kill_at: float = 0.5) -> dict:
+    """``daskwp tokenize`` (ragged) on its own cluster of ``workers`` processes; when
+    ``kill_at`` of the parts exist, one worker process (a nanny's spawned child, not the
+    nanny) gets SIGKILL. The driver's and every worker's VmHWM are polled throughout."""
+    cmd = cli_command(inp, out, "do_not_pad", partition_mb, workers)
+    n_parts = math.ceil(inp["bytes"] / (partition_mb * MB))   # until _job.json says
+    killed = None
+    t = time.perf_counter()
+    with tempfile.TemporaryFile("w+") as fo, tempfile.TemporaryFile("w+") as fe:
+        proc = subprocess.Popen(cmd, stdout=fo, stderr=fe, text=True)
+        with RssPoller(proc.pid, driver=True) as poll:
+            while proc.poll() is None:
+                if killed is None:
+                    try:
+                        n_parts = json.loads((out / "_job.json").read_text())["n_partitions"]
+                    except (OSError, ValueError, KeyError):
+                        pass
+                    done = _parts(out)
+                    alive = poll.alive_workers()
+                    if len(done) >= kill_at * n_parts and alive:
+                        os.kill(alive[0], signal.SIGKILL)
+                        killed = {"pid": alive[0], "seconds": time.perf_counter() - t,
+                                  "parts_done": len(done), "n_parts": n_parts,
+                                  "missing": sorted(set(range(n_parts)) - {
+                                      int(n.split("-")[1].split(".")[0]) for n in done})}
+                        log(f"soak: killed worker {alive[0]} at {killed['seconds']:.1f} s, "
+                            f"{len(done)} of {n_parts} parts written")
+                time.sleep(0.02)
+        wall = time.perf_counter() - t
+        fo.seek(0)
+        fe.seek(0)
+        stdout, stderr = fo.read(), fe.read()
+    if proc.returncode:   # a finding, not the benchmark's failure: the report says it
+        last = stderr.strip().splitlines()[-1:] or [""]
+        log(f"soak: the job failed (exit {proc.returncode}):\n{stderr[-3000:]}")
+        return {"failed": f"exit {proc.returncode}: {last[0][:300]}", "killed": killed,
+                "command": " ".join(["daskwp"] + cmd[3:]), "wall": wall,
+                "rss": poll.workers(), "driver_rss": poll.driver_peak,
+                "bytes_in": inp["bytes"]}
+    r = _finish_cli(cmd, proc, stdout, stderr, wall, inp, out, poll)
+    r["killed"] = killed
+    r["worker_pids"] = sorted(poll.rss)
+    return r
+
+
+def check_logids(out: Path, lines: int) -> tuple[bool, str]:
+    """Every logID 0..lines-1 present once: the parts' logID column read back (each part
+    its plan's documents, in order, no gap or overlap), and the documents summed equal to
+    the input's lines."""
+    from daskwp.jobs import JobError, verify_output
+    job = json.loads((out / "_job.json").read_text())
+    plan = [{"index": i, "logid_offset": p["logid_offset"], "documents": p["documents"]}
+            for i, p in enumerate(job["partitions"])]
+    try:
+        verify_output(str(out), plan)
+    except JobError as e:
+        return False, str(e)
+    docs = sum(p["documents"] for p in plan)
+    if docs != lines:
+        return False, f"the parts hold {docs:,} documents, the input {lines:,} lines"
+    extra = sorted(set(_parts(out)) - {_part_name(i, len(plan)) for i in range(len(plan))})
+    if extra:
+        return False, f"parts outside the plan: {extra[:5]}"
+    return True, f"logIDs 0..{lines - 1:,} once each over {len(plan)} parts"
+
+
+def _part_name(i: int, n: int) -> str:
+    from daskwp.jobs import part_name
+    return part_name(i, n)
+
+
+def check_sample(out: Path, indices, tok) -> tuple[bool, str]:
+    """Parts ``indices`` equal to ``tok(lines, max_length, stride, padding=False)`` in this
+    process on the same lines (the partition's byte range of the input, from _job.json):
+    input_ids and (logID - the part's first, start, stop) of every row."""
+    from daskwp.jobs.inputs import lines_to_arrow
+    job = json.loads((out / "_job.json").read_text())
+    parts = job["partitions"]
+    bad = []
+    for i in indices:
+        spec, offset = parts[i]["spec"], parts[i]["logid_offset"]
+        with open(spec["path"], "rb") as f:
+            f.seek(spec["byte_start"])
+            data = f.read(spec["byte_end"] - spec["byte_start"])
+        want = tok(lines_to_arrow(data), max_length=MAX_LENGTH, stride=STRIDE, padding=False)
+        got = pq.read_table(out / _part_name(i, len(parts)),
+                            columns=["logID", "start", "stop", "input_ids"])
+        meta = np.stack([got.column(c).to_numpy() for c in ("logID", "start", "stop")], 1)
+        meta[:, 0] -= offset
+        ids = got.column("input_ids").combine_chunks()
+        same = (np.array_equal(meta, np.asarray(want.metadata))
+                and np.array_equal(ids.offsets.to_numpy() - ids.offsets[0].as_py(),
+                                   np.asarray(want.input_ids.offsets))
+                and np.array_equal(ids.flatten().to_numpy().astype(np.int64),
+                                   np.asarray(want.input_ids.values).astype(np.int64)))
+        if not same:
+            bad.append(i)
+    if bad:
+        return False, f"partitions {bad} differ from tok(...) on their lines"
+    return True, f"partitions {list(indices)} equal tok(...) on their lines"
+
+
+def soak_checks(r: dict, inp: dict, out: Path, tok) -> dict:
+    """The soak's checks on its output (see :func:`run_soak`)."""
+    n = r["summary"]["partitions"]
+    k = r["killed"]
+    at_kill = k["missing"][0] if k and k["missing"] else n // 2
+    sample = sorted({0, at_kill, n - 1})
+    return {"logids": check_logids(out, inp["lines"]), "sample": check_sample(out, sample, tok),
+            "leftover": [n for n in os.listdir(out) if not n.startswith(("part-", "_"))]}
+
+
+# -- the plan -------------------------------------------------------------------------------
+
+def plan(args) -> dict:
+    """What a run does: the sizes, the free disk it needs, roughly how long it takes."""
+    R = RATES
+    sizes = args.sizes_gb
+    secs = R["fixed"]
+    for s in sizes:
+        mb = s * GB / MB
+        secs += mb / R["write_text"]
+        secs += args.rounds * (3 * min(mb, args.kernel_mb) / R["kernel"]
+                               + 2 * (mb / R["job"] + R["job_start"]))
+        if s == args.extras_gb:
+            secs += mb / R["parquet"] + mb / R["nanotoken"] + args.rounds * (
+                2 * mb / R["accessor"] + 2 * (mb / R["job"] + 2) + 2 * mb / R["read_back"])
+    secs += len(KERNEL_CALLS) * (args.cold_batches * args.partition_mb / R["kernel"] + 3)
+    if sizes:
+        secs += 2 * (min(sizes) * GB / MB / R["job"] + 1)   # the default command
+    need = max([phase_disk(s, s == args.extras_gb) for s in sizes] or [0])
+    if args.soak_gb:
+        for s in (args.soak_ref_gb, args.soak_gb):
+            mb = s * GB / MB
+            secs += mb / R["write_text"] + mb / R["job"] + R["job_start"] + 5 \
+                + mb * OUT_PER_INPUT / R["checks"]
+        need = max(need, args.soak_gb * GB * (1 + OUT_PER_INPUT) + 0.2 * GB)
+    return {"seconds": secs, "disk": need}
+
+
+def plan_text(args, tmp_root: Path) -> str:
+    p = plan(args)
+    free = shutil.disk_usage(tmp_root).free
+    return (f"pipeline_bench: sizes {', '.join(f'{s:g}' for s in args.sizes_gb)} GB "
+            f"({args.rounds} round(s) each), extras at {args.extras_gb:g} GB, "
+            + (f"soak {args.soak_gb:g} GB (reference {args.soak_ref_gb:g} GB)"
+               if args.soak_gb else "no soak")
+            + f"; needs ~{p['disk'] / GB:,.1f} GB free in {tmp_root} (has {free / GB:,.1f}); "
+            f"takes roughly {p['seconds'] / 60:,.0f} min on a quiet 2-core machine like "
+            f"the AMD EPYC VM of HISTORY.md")
+
+
 # -- report ---------------------------------------------------------------------------------
 
-def _rss_text(rss: list, idle: float) -> str:
+def _rss_text(rss: list, idle: float | None = None) -> str:
     if not rss:
         return "–"
-    return ", ".join(f"{peak / 2**20:,.0f} MiB (+{(peak - idle) / 2**20:,.0f})"
+    return ", ".join(f"{peak / 2**20:,.0f} MiB" + (f" (+{(peak - idle) / 2**20:,.0f})"
+                                                     if idle else "")
                      for first, peak in rss[:4])
 
 
-def report(args, info, inp, kernel, cli, acc, back, nano, ovh, graph, cg, elapsed,
-           cli_running=None) -> str:
-    cli_running = cli_running or {}
-    kr, kp = kernel["ragged"]["mbps"], kernel["padded"]["mbps"]
+def _pad_name(pad) -> str:
+    return "ragged" if pad in (False, "do_not_pad") else "padded"
+
+
+def _cpu_ratio(r: dict) -> float | None:
+    c = r.get("summary", {}).get("cpu_seconds") or {}
+    return c["write"] / c["tokenize"] if c.get("tokenize") and "write" in c else None
+
+
+def _gb(s: float) -> str:
+    return f"{s:g} GB"
+
+
+def report(args, info, cold, sized, extras, soak, cg, elapsed) -> str:
     L = []
     L.append("# Pipeline benchmark: batch jobs and Dask output against the bare kernel\n")
     L.append("Earlier runs, and what changed between them: [HISTORY.md](HISTORY.md).\n")
-    L.append(f"`python benchmarks/pipeline_bench.py --size-mb {args.size_mb:g} --rounds "
-             f"{args.rounds}` (each throughput the best of {args.rounds} interleaved rounds) "
-             f"({time.strftime('%Y-%m-%d %H:%M')}, {elapsed / 60:.1f} min). Machine: "
-             f"{info.get('cpu', '?')}, {info['cores']} cores (shared with other tenants' "
-             f"builds; load average at start {info['load'][0]:.1f}), Python {info['python']}, "
-             f"pyarrow {info['pyarrow']}, dask {info['dask']}.\n")
-    L.append(f"Input: {inp['bytes'] / MB:,.1f} MB, {inp['lines']:,} lines (English UD EWT, "
-             f"English books, loghub logs, repeated); the CLI reads it as one text file in "
-             f"{args.partition_mb:g} MB partitions, the accessor as 8 Parquet files. "
+    L.append(f"`python benchmarks/pipeline_bench.py --sizes-gb "
+             f"{','.join(f'{s:g}' for s in args.sizes_gb)} --extras-gb {args.extras_gb:g} "
+             f"--soak-gb {args.soak_gb:g} --rounds {args.rounds}` (each throughput the best "
+             f"of {args.rounds} interleaved rounds) ({time.strftime('%Y-%m-%d %H:%M')}, "
+             f"{elapsed / 60:.1f} min). Machine: {info.get('cpu', '?')}, {info['cores']} "
+             f"cores (load average at start {info['load'][0]:.1f}), Python "
+             f"{info['python']}, pyarrow {info['pyarrow']}, dask {info['dask']}.\n")
+    L.append(f"Input: English UD EWT, English books and loghub logs lines, repeated to each "
+             f"size; the CLI reads it as one text file in {args.partition_mb:g} MB partitions"
+             f", the accessor as Parquet files of one partition each. "
              f"max_length={MAX_LENGTH}, stride={STRIDE}; {args.workers} worker processes x 1 "
              f"thread for the CLI and the accessor, `num_threads=0` (all cores) for the bare "
-             f"kernel. MB/s = input bytes / wall seconds. Peak RSS growth: a worker's peak "
-             f"RSS less an idle, warmed worker's "
-             f"({info['idle_worker_rss'] / 2**20:,.0f} MiB: daskwp imported, tokenizer "
-             f"loaded).\n")
-    L.append("| row | what | MB/s | ratio to kernel (same padding) | output MB | peak RSS per "
-             "worker (growth) |")
-    L.append("|---|---|---|---|---|---|")
-    for name, key in (("bare kernel: encode", "encode"), ("bare kernel: windows ragged",
-                                                          "ragged"),
-                      ("bare kernel: windows padded", "padded")):
-        L.append(f"| {name} | `tok.encode(arr)` / `tok(arr, max_length={MAX_LENGTH}, "
-                 f"stride={STRIDE}{', padding=False' if key == 'ragged' else ''})` in "
-                 f"{args.partition_mb:g} MB batches | {fmt(kernel[key]['mbps'])} | | | |")
-    for pad, r in cli.items():
-        base = kr if pad == "do_not_pad" else kp
-        L.append(f"| CLI {pad} (tokenize+write) | `{r['command']}`; `tokenize_seconds` of "
-                 f"_summary.json (cluster up) | {fmt(r['mbps'])} | {r['mbps'] / base:.2f}x | "
-                 f"{r['out_bytes'] / MB:,.0f} | {_rss_text(r['rss'], info['idle_worker_rss'])} |")
-        L.append(f"| CLI {pad} (whole command) | the same, wall time of the command "
-                 f"(interpreter, cluster start, checks) | {fmt(r['mbps_wall'])} | "
-                 f"{r['mbps_wall'] / base:.2f}x | | |")
-    for pad, r in cli_running.items():
-        base = kr if pad == "do_not_pad" else kp
-        L.append(f"| CLI {pad} on a running cluster (tokenize+write) | `{r['command']}` "
-                 f"(the accessor rows' 2-worker LocalCluster, up and warm); "
-                 f"`tokenize_seconds` | {fmt(r['mbps'])} | {r['mbps'] / base:.2f}x | "
-                 f"{r['out_bytes'] / MB:,.0f} | |")
-    for pad, r in acc.items():
-        base = kr if pad is False else kp
-        L.append(f"| accessor to_parquet {'ragged' if pad is False else 'padded'} | "
-                 f"`{r['command']}` on a running 2-worker LocalCluster | {fmt(r['mbps'])} | "
-                 f"{r['mbps'] / base:.2f}x | {r['out_bytes'] / MB:,.0f} | "
-                 f"{_rss_text(r['rss'], info['idle_worker_rss'])} |")
-    for pad, b in back.items():
-        L.append(f"| read_tokenized, {'ragged' if pad == 'do_not_pad' else 'padded'} parts | "
-                 f"`{b['command']}` on the CLI's --padding {pad} output (padded int32 "
-                 f"tensors, pad_id {b['pad_id']} from the parts' metadata); first round "
-                 f"{fmt(b['first'])} (the process's first batches fault in fresh memory) | "
-                 f"{fmt(b['mbps'])} ({b['rows_per_s'] / 1e6:.2f} M rows/s) | | | |")
-    if nano:
-        L.append(f"| nanotoken + pyarrow | {nano['command']}; time inside the script | "
-                 f"{fmt(nano['mbps'])} | (no windows) | {nano['out_bytes'] / MB:,.0f} | |")
-    else:
-        L.append("| nanotoken + pyarrow | not installed (`pip install nanotoken==0.1.0`) | – | "
-                 "| | |")
+             f"kernel. MB/s = input bytes / wall seconds.\n")
+    # the kernel
+    L.append("## The bare kernel, cold and warm\n")
+    L.append(f"Cold: a fresh process (`daskwp` imported, the tokenizer built, then timed) on "
+             f"the input's first {args.cold_batches} x {args.partition_mb:g} MB batches, as a "
+             f"fresh worker meets its first partitions. Warm: this process, its word cache "
+             f"filled, on the first {args.kernel_mb:g} MB of each size in every round (best "
+             f"kept). Calls: encode `tok.encode(arr, num_threads=0)`, ragged `tok(arr, "
+             f"max_length={MAX_LENGTH}, stride={STRIDE}, padding=False)`, padded `tok(arr, "
+             f"max_length={MAX_LENGTH}, stride={STRIDE})`.\n")
+    L.append("| kernel | encode MB/s | windows ragged MB/s | windows padded MB/s |")
+    L.append("|---|---|---|---|")
+    if cold:
+        L.append(f"| cold ({cold['ragged']['bytes'] / MB:,.0f} MB; first batch ragged "
+                 f"{cold['ragged']['batch_seconds'][0]:.2f} s) | "
+                 + " | ".join(fmt(cold[m]["mbps"]) for m in KERNEL_CALLS) + " |")
+    for s, z in sized.items():
+        k = z["kernel"]
+        L.append(f"| warm, at {_gb(s)} ({k['ragged']['bytes'] / MB:,.0f} MB) | "
+                 + " | ".join(fmt(k[m]["mbps"]) for m in KERNEL_CALLS) + " |")
     L.append("")
-    # goals
-    rag_cli = cli.get("do_not_pad", {}).get("mbps")
-    pad_cli = cli.get("max_length", {}).get("mbps")
-    rag_acc = acc.get(False, {}).get("mbps")
-    pad_acc = acc.get("max_length", {}).get("mbps")
-    L.append("## Against the goals (ratios within this run)\n")
-    L.append("| goal | figure | met |")
-    L.append("|---|---|---|")
+    # the jobs by size
+    L.append("## Batch jobs by size\n")
+    L.append("`daskwp tokenize IN OUT --max-length 128 --stride 32 --padding P "
+             f"--partition-size {args.partition_mb:g}MB --n-workers {args.workers} "
+             "--threads-per-worker 1 --json` (its own fresh cluster). *tokenize+write*: "
+             "`tokenize_seconds` of _summary.json (cluster up); *whole command*: the "
+             "command's wall time (interpreter, cluster start, checks). Ratios: to the warm "
+             "kernel at the same size and to the cold kernel, same padding. CPU: the "
+             "parts' `cpu_seconds` (_summary.json) of the write stage over the tokenize "
+             "stage. The *default* row passes no cluster option (the job decides).\n")
+    L.append("| size | row | MB/s | / warm kernel | / cold kernel | write / tokenize CPU | "
+             "output MB | peak RSS: driver; workers |")
+    L.append("|---|---|---|---|---|---|---|---|")
 
-    def goal(name, value, target, fmtv="{:.2f}x"):
-        if value is None:
-            L.append(f"| {name} | – | – |")
-            return
-        L.append(f"| {name} (target {fmtv.format(target)}) | {fmtv.format(value)} | "
-                 f"{'yes' if value >= target else 'no'} |")
+    def job_row(s, name, r, key, mbps, with_cpu=True):
+        warm = sized[s]["kernel"][key]["mbps"] if s in sized else None
+        c = cold[key]["mbps"] if cold else None
+        cpu = _cpu_ratio(r) if with_cpu else None
+        L.append(f"| {_gb(s)} | {name} | {fmt(mbps)} | "
+                 f"{fmt(warm and mbps / warm, 2)}x | {fmt(c and mbps / c, 2)}x | "
+                 f"{fmt(cpu, 2)} | {r.get('out_bytes', 0) / MB:,.0f} | "
+                 f"{fmt(r.get('driver_rss', 0) / 2**20, 0)} MiB; {_rss_text(r.get('rss'))} |")
 
-    goal("CLI ragged / kernel ragged", rag_cli and rag_cli / kr, 0.5)
-    goal("CLI padded / kernel padded", pad_cli and pad_cli / kp, 0.35)
-    rag_run = cli_running.get("do_not_pad", {}).get("mbps")
-    pad_run = cli_running.get("max_length", {}).get("mbps")
-    goal("CLI on a running cluster ragged / kernel ragged", rag_run and rag_run / kr, 0.5)
-    goal("CLI on a running cluster padded / kernel padded", pad_run and pad_run / kp, 0.35)
-    goal("to_parquet ragged / kernel ragged", rag_acc and rag_acc / kr, 0.5)
-    goal("to_parquet padded / kernel padded", pad_acc and pad_acc / kp, 0.35)
-    if nano:
-        goal("CLI ragged / nanotoken script", rag_cli and rag_cli / nano["mbps"], 2.0)
-        goal("to_parquet ragged / nanotoken script", rag_acc and rag_acc / nano["mbps"], 2.0)
-        goal("CLI on a running cluster ragged / nanotoken script",
-             rag_run and rag_run / nano["mbps"], 2.0)
-    writes = [r["mbps"] for d in (cli, cli_running, acc) for r in d.values()]
-    for pad, b in back.items():
-        # "reading back at least as fast as writing": against the fastest write of the run
-        goal(f"read_tokenized of {'ragged' if pad == 'do_not_pad' else 'padded'} parts / "
-             f"the fastest write ({max(writes):.1f} MB/s)" if writes else "read_tokenized",
-             writes and b["mbps"] / max(writes), 1.0)
-    for mode, o in (ovh or {}).items():
-        L.append(f"| Dask overhead per partition, {mode} (target <= 5 ms) | "
-                 f"{o['overhead_ms']:.2f} ms over dask alone ({o['daskwp_ms']:.2f} ms in all, "
-                 f"dask's own `map_partitions(len).max()` {o['dask_ms']:.2f} ms) | "
-                 f"{'yes' if o['overhead_ms'] <= 5 else 'no'} |")
-    if graph:
-        L.append(f"| graph of a {graph['partitions']:,}-partition job built (target < 2 s) | "
-                 f"{graph['job_seconds']:.2f} s ({graph['job_tasks']:,} tasks; the accessor's "
-                 f"{graph['partitions']:,}-partition `to_frame()` graph from pandas "
-                 f"{graph['accessor_seconds']:.2f} s, {graph['accessor_tasks']:,} tasks, of "
-                 f"which dask's own `from_pandas(...).map_partitions(len)` graph takes "
-                 f"{graph['dask_seconds']:.2f} s) | "
-                 f"{'yes' if graph['job_seconds'] < 2 else 'no'} |")
-    rows = [(f"CLI {p}", p, r, min(args.partition_mb * MB, inp["bytes"]))
-            for p, r in cli.items()]
-    rows += [(f"to_parquet {'ragged' if p is False else 'padded'}",
-              "do_not_pad" if p is False else "max_length", r, inp["bytes"] / 8)
-             for p, r in acc.items()]
-    for name, pad, r, part in rows:
-        if not r.get("rss"):
-            continue
-        outb = part * kernel["ragged" if pad == "do_not_pad" else "padded"]["out_per_byte"]
-        limit = 2 * (part + outb)
-        growth = max(p for _, p in r["rss"]) - info["idle_worker_rss"]
-        L.append(f"| peak RSS growth per worker, {name} (target <= 2 x (partition input "
-                 f"{part / 2**20:,.0f} MiB + its output arrays {outb / 2**20:,.0f} MiB) = "
-                 f"{limit / 2**20:,.0f} MiB) | {growth / 2**20:,.0f} MiB (peak RSS "
-                 f"{max(p for _, p in r['rss']) / 2**20:,.0f} MiB) | "
-                 f"{'yes' if growth <= limit else 'no'} |")
+    for s, z in sized.items():
+        for pad, r in z["cli"].items():
+            key = _pad_name(pad)
+            job_row(s, f"CLI {key}, tokenize+write", r, key, r["mbps"])
+            job_row(s, f"CLI {key}, whole command", r, key, r["mbps_wall"], False)
+        if z.get("default"):
+            r = z["default"]
+            job_row(s, f"CLI ragged, default (no cluster option), whole command "
+                       f"({r['wall']:.2f} s)", r, "ragged", r["mbps_wall"], False)
     L.append("")
-    # stages
-    L.append("## Where the time goes: CPU seconds per stage of the job's parts\n")
-    L.append("Summed over the workers' threads (`_summary.json` `cpu_seconds`; the writer "
-             "thread's encode+compress overlaps the next piece's tokenization). The bare "
-             "kernel's CPU seconds over the same input are the reference.\n")
-    L.append("| stage | " + " | ".join(f"CLI {p}" for p in cli) + " |")
-    L.append("|---|" + "---|" * len(cli))
-    stages = ["read", "tokenize", "arrow", "write", "finish"]
-    for st in stages:
-        cells = []
-        for p, r in cli.items():
-            c = r["summary"].get("cpu_seconds", {})
-            tot = sum(c.values()) or 1
-            cells.append(f"{c.get(st, 0):.2f} s ({100 * c.get(st, 0) / tot:.0f}%)")
-        L.append(f"| {st} | " + " | ".join(cells) + " |")
-    cells = []
-    for p, r in cli.items():
-        c = r["summary"].get("cpu_seconds", {})
-        k = kernel["ragged" if p == "do_not_pad" else "padded"]["cpu"]
-        cells.append(f"{sum(c.values()):.2f} s = {sum(c.values()) / k:.2f}x the kernel's "
-                     f"{k:.2f} s")
-    L.append("| all | " + " | ".join(cells) + " |")
-    L.append("")
-    L.append("Stages: *read* = the partition's bytes read into a pooled buffer and split "
-             "in place with the invalid UTF-8 counted (`_ext.split_lines`, one native pass); "
-             "*tokenize* = the kernel's encode and window fill; *arrow* = the Arrow table "
-             "from its buffers, statistics; *write* = Parquet pages (daskwp's own writer, "
-             "`frames/parquet_writer.py`) and their compression (lz4, the default; writer "
-             "thread); *finish* = footer, "
-             "checksum, fsync, rename.\n")
+    if extras:
+        _report_extras(L, args, extras, sized, cold)
+    if soak:
+        _report_soak(L, args, soak)
+    _report_goals(L, args, cold, sized, extras, soak)
+    _report_stages(L, sized)
     if cg:
         L.append("## Instructions per stage (callgrind, one partition, one thread)\n")
         L.append("`valgrind --tool=callgrind` of `jobs.parts.write_partition` on the first "
@@ -594,23 +821,408 @@ def report(args, info, inp, kernel, cli, acc, back, nano, ovh, graph, cg, elapse
                  "stage's native entry point, per input byte; stable on a noisy machine).\n")
         L.append("| stage | " + " | ".join(cg) + " |")
         L.append("|---|" + "---|" * len(cg))
-        names = [s for s, _ in CALLGRIND_STAGES]
-        for s in names:
+        for s, _ in CALLGRIND_STAGES:
             L.append(f"| {s} | " + " | ".join(
                 f"{v['costs'].get(s, 0) / (v['mb'] * MB):.1f}" for v in cg.values()) + " |")
         L.append("")
-    if nano:
+    if extras and extras.get("nano"):
         L.append("nanotoken script (run as a subprocess; its time is measured inside, after "
                  "the imports):\n")
         L.append("```python" + NANOTOKEN_SCRIPT + "```\n")
     return "\n".join(L)
 
 
+def _report_extras(L, args, ex, sized, cold):
+    s = ex["size"]
+    k = sized[s]["kernel"]
+    L.append(f"## At {_gb(s)}: the accessor, a running cluster, reading back, nanotoken\n")
+    L.append(f"On a running {args.workers}-worker LocalCluster (up and warm: daskwp imported, "
+             f"tokenizer loaded; an idle worker's RSS {ex['idle_rss'] / 2**20:,.0f} MiB, the "
+             f"growth in brackets). The accessor reads {ex['n_parquet']} Parquet files.\n")
+    L.append("| row | what | MB/s | / warm kernel | / cold kernel | write / tokenize CPU | "
+             "output MB | peak RSS per worker (growth) |")
+    L.append("|---|---|---|---|---|---|---|---|")
+    rows = [(f"CLI {_pad_name(p)} on a running cluster (tokenize+write)",
+             f"`{r['command']}`; `tokenize_seconds`", p, r, fmt(_cpu_ratio(r), 2), "")
+            for p, r in ex["cli_running"].items()]
+    rows += [(f"accessor to_parquet {_pad_name(p)}", f"`{r['command']}`", p, r, "–",
+              _rss_text(r["rss"], ex["idle_rss"])) for p, r in ex["acc"].items()]
+    for name, what, pad, r, cpu, rss in rows:
+        key = _pad_name(pad)
+        L.append(f"| {name} | {what} | {fmt(r['mbps'])} | {r['mbps'] / k[key]['mbps']:.2f}x | "
+                 f"{fmt(cold and r['mbps'] / cold[key]['mbps'], 2)}x | {cpu} | "
+                 f"{r['out_bytes'] / MB:,.0f} | {rss} |")
+    for pad, b in ex["back"].items():
+        L.append(f"| read_tokenized, {_pad_name(pad)} parts | `{b['command']}` on the CLI's "
+                 f"--padding {pad} output (padded int32 tensors, pad_id {b['pad_id']}); first "
+                 f"round {fmt(b['first'])} | {fmt(b['mbps'])} ({b['rows_per_s'] / 1e6:.2f} M "
+                 f"rows/s) | | | | | |")
+    nano = ex.get("nano")
+    if nano:
+        L.append(f"| nanotoken + pyarrow | {nano['command']}; time inside the script | "
+                 f"{fmt(nano['mbps'])} | (no windows) | | | {nano['out_bytes'] / MB:,.0f} | |")
+    else:
+        L.append("| nanotoken + pyarrow | not installed (`pip install nanotoken==0.1.0`) | – | "
+                 "| | | | |")
+    L.append("")
+
+
+def _report_soak(L, args, soak):
+    L.append("## The soak: a worker killed half way\n")
+    L.append(f"`daskwp tokenize` ragged on its own {args.workers}-worker cluster; when "
+             f"{args.soak_kill_at:.0%} of the parts exist, one worker process (the nanny's "
+             "spawned child, not the nanny) gets SIGKILL; the nanny starts another. Peak RSS "
+             "is each process's VmHWM (/proc/PID/status), polled every 20 ms.\n")
+    L.append("| run | MB/s tokenize+write (whole command) | parts | killed | peak RSS driver "
+             "| peak RSS workers |")
+    L.append("|---|---|---|---|---|---|")
+    for name, r in (("reference", soak["ref"]), ("soak", soak["main"])):
+        k = r["killed"]
+        kill = (f"pid {k['pid']} at {k['seconds']:.1f} s, {k['parts_done']} of "
+                f"{k['n_parts']} parts written" if k else "no (the job ended first)")
+        speed = f"failed ({r['failed']})" if r.get("failed") else \
+            f"{fmt(r['mbps'])} ({fmt(r['mbps_wall'])})"
+        parts = "–" if r.get("failed") else r["summary"]["partitions"]
+        L.append(f"| {name}, {_gb(r['size_gb'])} | {speed} | {parts} | {kill} | "
+                 f"{r['driver_rss'] / 2**20:,.0f} MiB | {_rss_text(r['rss'])} |")
+    L.append("")
+
+
+def _report_goals(L, args, cold, sized, ex, soak):
+    L.append("## Against the goals (ratios within this run)\n")
+    L.append("Kernel ratios use the warm kernel at the same size (the stricter figure; the "
+             "cold kernel's ratio is given beside it).\n")
+    L.append("| goal | figure | met |")
+    L.append("|---|---|---|")
+
+    def goal(name, value, ok, figure=None):
+        if value is None:
+            L.append(f"| {name} | – | – |")
+        else:
+            L.append(f"| {name} | {figure or f'{value:.2f}x'} | {'yes' if ok else 'no'} |")
+
+    def vs_kernel(name, s, mbps, key, target):
+        if mbps is None or s not in sized:
+            return goal(f"{name} (target >= {target:.2f}x the warm kernel)", None, False)
+        w = mbps / sized[s]["kernel"][key]["mbps"]
+        c = f"; {mbps / cold[key]['mbps']:.2f}x the cold kernel" if cold else ""
+        goal(f"{name} (target >= {target:.2f}x the warm kernel)", w, w >= target,
+             f"{w:.2f}x the warm kernel ({mbps:.1f} MB/s){c}")
+
+    g = ex["size"] if ex else max(sized)
+    z = sized.get(g, {})
+    for pad, target in (("do_not_pad", 0.6), ("max_length", 0.45)):
+        r = z.get("cli", {}).get(pad)
+        vs_kernel(f"{_gb(g)} job {_pad_name(pad)}, tokenize+write", g, r and r["mbps"],
+                  _pad_name(pad), target)
+    if ex:
+        for pad, target in ((False, 0.6), ("max_length", 0.45)):
+            r = ex["acc"].get(pad)
+            vs_kernel(f"{_gb(g)} to_parquet {_pad_name(pad)}", g, r and r["mbps"],
+                      _pad_name(pad), target)
+        for pad, target in (("do_not_pad", 0.6), ("max_length", 0.45)):
+            r = ex["cli_running"].get(pad)
+            vs_kernel(f"{_gb(g)} job on a running cluster {_pad_name(pad)}", g,
+                      r and r["mbps"], _pad_name(pad), target)
+    for s in sized:
+        for pad, r in sized[s]["cli"].items():
+            v = _cpu_ratio(r)
+            goal(f"{_gb(s)} job {_pad_name(pad)}: write CPU / tokenize CPU (target <= 0.50)",
+                 v, v is not None and v <= 0.5, v is not None and f"{v:.2f}")
+    if ex:
+        for pad, r in ex["cli_running"].items():
+            v = _cpu_ratio(r)
+            goal(f"{_gb(g)} job on a running cluster {_pad_name(pad)}: write CPU / "
+                 f"tokenize CPU (target <= 0.50)", v, v is not None and v <= 0.5,
+                 v is not None and f"{v:.2f}")
+    small = min(sized) if sized else None
+    d = sized[small].get("default") if small is not None else None
+    if d:
+        kw = sized[small]["kernel"]["ragged"]
+        limit = d["bytes_in"] / MB / kw["mbps"] + 1.5
+        cold_t = f"; cold kernel's {d['bytes_in'] / MB / cold['ragged']['mbps']:.2f} s" \
+            if cold else ""
+        goal(f"{_gb(small)} job's whole command, default (no cluster option), ragged "
+             f"(target <= the warm kernel's time + 1.5 s)", d["wall"], d["wall"] <= limit,
+             f"{d['wall']:.2f} s against {limit:.2f} s (warm kernel "
+             f"{limit - 1.5:.2f} s{cold_t})")
+    if ex:
+        nano = ex.get("nano")
+        rag = [d.get(p) for d, p in ((z.get("cli", {}), "do_not_pad"),
+                                      (ex["acc"], False), (ex["cli_running"], "do_not_pad"))]
+        if nano:
+            for name, r in zip(("job", "to_parquet", "job on a running cluster"), rag):
+                v = r and r["mbps"] / nano["mbps"]
+                goal(f"{_gb(g)} {name} ragged / nanotoken script (target >= 2.00x)", v,
+                     v is not None and v >= 2)
+        writes = [r["mbps"] for r in rag if r]
+        for pad, b in ex["back"].items():
+            v = writes and b["mbps"] / max(writes)
+            goal(f"read_tokenized of {_pad_name(pad)} parts / the fastest write "
+                 f"(target >= 1.00x)", v or None, bool(v) and v >= 1)
+        for mode, o in (ex.get("ovh") or {}).items():
+            L.append(f"| Dask overhead per partition, {mode} (target <= 5 ms) | "
+                     f"{o['overhead_ms']:.2f} ms over dask alone ({o['daskwp_ms']:.2f} ms in "
+                     f"all, dask's own `map_partitions(len).max()` {o['dask_ms']:.2f} ms) | "
+                     f"{'yes' if o['overhead_ms'] <= 5 else 'no'} |")
+        graph = ex.get("graph")
+        if graph:
+            L.append(f"| graph of a {graph['partitions']:,}-partition job built (target < 2 s)"
+                     f" | {graph['job_seconds']:.2f} s ({graph['job_tasks']:,} tasks; the "
+                     f"accessor's `to_frame()` graph from pandas "
+                     f"{graph['accessor_seconds']:.2f} s, {graph['accessor_tasks']:,} tasks, "
+                     f"dask's own `from_pandas(...).map_partitions(len)` "
+                     f"{graph['dask_seconds']:.2f} s) | "
+                     f"{'yes' if graph['job_seconds'] < 2 else 'no'} |")
+        part = min(args.partition_mb * MB, ex["bytes"])
+        rows = [(f"{_gb(g)} job {_pad_name(p)} on a running cluster", p, r)
+                for p, r in ex["cli_running"].items()]
+        rows += [(f"{_gb(g)} to_parquet {_pad_name(p)}", p, r) for p, r in ex["acc"].items()]
+        for name, pad, r in rows:
+            if not r.get("rss"):
+                continue
+            outb = part * sized[g]["kernel"][_pad_name(pad)]["out_per_byte"]
+            limit = 2 * (part + outb)
+            peak = max(p for _, p in r["rss"])
+            growth = peak - ex["idle_rss"]
+            goal(f"peak RSS growth per worker, {name} (target <= 2 x (partition input "
+                 f"{part / 2**20:,.0f} MiB + its output arrays {outb / 2**20:,.0f} MiB) = "
+                 f"{limit / 2**20:,.0f} MiB)", growth, growth <= limit,
+                 f"{growth / 2**20:,.0f} MiB (peak RSS {peak / 2**20:,.0f} MiB)")
+    if soak:
+        _soak_goals(goal, sized, g, soak)
+    L.append("")
+
+
+def _soak_goals(goal, sized, g, soak):
+    m, ref = soak["main"], soak["ref"]
+    sg = _gb(m["size_gb"])
+    k = m["killed"]
+    goal(f"soak {sg}: a worker killed half way", 1, bool(k),
+         f"pid {k['pid']} at {k['parts_done']} of {k['n_parts']} parts" if k
+         else "the job ended before half the parts existed")
+    if m.get("failed"):
+        goal(f"soak {sg}: completes", 1, False, f"failed: {m['failed']}")
+        return
+    goal(f"soak {sg}: completes", 1, m["summary"]["partitions_written"] ==
+         m["summary"]["partitions"], f"{m['summary']['partitions_written']} of "
+         f"{m['summary']['partitions']} parts written, rejected rows "
+         f"{m['summary'].get('rejected_rows', 0)}")
+    c = soak["checks"]
+    goal(f"soak {sg}: every logID present exactly once", 1, c["logids"][0], c["logids"][1])
+    goal(f"soak {sg}: output equals single-machine tokenization on a sample", 1,
+         c["sample"][0], c["sample"][1])
+    if ref.get("failed"):
+        goal(f"soak {sg}: peak RSS against the {_gb(ref['size_gb'])} reference", 1, False,
+             f"the reference failed: {ref['failed']}")
+    else:
+        d = m["driver_rss"] / max(1, ref["driver_rss"])
+        goal(f"soak {sg}: the driver's peak RSS within 10% of its peak at "
+             f"{_gb(ref['size_gb'])}", d, d <= 1.1,
+             f"{m['driver_rss'] / 2**20:,.0f} MiB against {ref['driver_rss'] / 2**20:,.0f} "
+             f"MiB ({d:.2f}x)")
+        if m["rss"] and ref["rss"]:
+            pm, pr = m["rss"][0][1], ref["rss"][0][1]
+            goal(f"soak {sg}: each worker's peak RSS within 10% of the workers' peak at "
+                 f"{_gb(ref['size_gb'])}", pm / pr, pm <= 1.1 * pr,
+                 f"highest {pm / 2**20:,.0f} MiB against {pr / 2**20:,.0f} MiB "
+                 f"({pm / pr:.2f}x; all: {_rss_text(m['rss'])})")
+    base = sized.get(g, {}).get("cli", {}).get("do_not_pad")
+    v = base and m["mbps"] / base["mbps"]
+    goal(f"soak {sg}: throughput within 10% of the {_gb(g)} job's (tokenize+write, its best "
+         f"round)", v, v is not None and v >= 0.9, v and f"{m['mbps']:.1f} against "
+         f"{base['mbps']:.1f} MB/s ({v:.2f}x)")
+
+
+def _report_stages(L, sized):
+    L.append("## Where the time goes: CPU seconds per stage of the job's parts\n")
+    L.append("Summed over the workers' threads (`_summary.json` `cpu_seconds`; the writer "
+             "thread's encode+compress overlaps the next piece's tokenization). The warm "
+             "kernel's CPU seconds over the same input are the reference.\n")
+    cols = [(s, p, r) for s, z in sized.items() for p, r in z["cli"].items()]
+    L.append("| stage | " + " | ".join(f"{_gb(s)} {_pad_name(p)}" for s, p, _ in cols) + " |")
+    L.append("|---|" + "---|" * len(cols))
+    for st in ("read", "tokenize", "arrow", "write", "finish"):
+        cells = []
+        for _, _, r in cols:
+            c = r["summary"].get("cpu_seconds", {})
+            tot = sum(c.values()) or 1
+            cells.append(f"{c.get(st, 0):.2f} s ({100 * c.get(st, 0) / tot:.0f}%)")
+        L.append(f"| {st} | " + " | ".join(cells) + " |")
+    cells = []
+    for s, p, r in cols:
+        c = r["summary"].get("cpu_seconds", {})
+        k = sized[s]["kernel"][_pad_name(p)]
+        kc = k["cpu"] * r["bytes_in"] / k["bytes"]
+        cells.append(f"{sum(c.values()):.2f} s = {sum(c.values()) / kc:.2f}x the kernel's "
+                     f"{kc:.2f} s")
+    L.append("| all | " + " | ".join(cells) + " |")
+    L.append("")
+    L.append("Stages: *read* = the partition's bytes read and split in place with the invalid "
+             "UTF-8 counted (one native pass); *tokenize* = the kernel's encode and window "
+             "fill; *arrow* = the Arrow table from its buffers, statistics; *write* = Parquet "
+             "pages (daskwp's own writer, `frames/parquet_writer.py`) and their compression "
+             "(writer thread); *finish* = footer, checksum, fsync, rename.\n")
+
+
+# -- main -----------------------------------------------------------------------------------
+
+def _sizes(text: str) -> list[float]:
+    try:
+        sizes = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--sizes-gb takes GB figures separated by commas, "
+                                         f"got {text!r}") from None
+    if not sizes or min(sizes) <= 0:
+        raise argparse.ArgumentTypeError(f"--sizes-gb needs sizes above 0, got {text!r}")
+    return sorted(set(sizes))
+
+
+def run_size(args, base, tmp: Path, s: float, tok, cold_needed: bool) -> tuple:
+    """The rows of one size: input, rounds of (warm kernel, CLI ragged, CLI padded[, read
+    back]), the default command at the smallest size, the extras at ``--extras-gb``."""
+    ensure_disk(tmp, phase_disk(s, s == args.extras_gb), f"the {s:g} GB rows")
+    log(f"{s:g} GB: writing the input")
+    inp = write_text(base, int(s * GB), tmp / f"in-{s:g}.txt")
+    extra = s == args.extras_gb
+    z = {"bytes": inp["bytes"], "lines": inp["lines"], "kernel": {}, "cli": {}}
+    back = {}
+    cold = None
+    if cold_needed and (inp["bytes"] >= args.cold_batches * args.partition_mb * MB
+                        or s == max(args.sizes_gb)):
+        log(f"{s:g} GB: the cold kernel ({args.cold_batches} batches, fresh processes)")
+        cold = bench_kernel_cold(inp, args.cold_batches, args.partition_mb)
+    for rnd in range(args.rounds):
+        log(f"{s:g} GB, round {rnd + 1}/{args.rounds}: warm kernel")
+        k = bench_kernel(tok, inp, int(min(s * GB, args.kernel_mb * MB)), args.partition_mb,
+                         args.repeats)
+        for name, v in k.items():
+            if name not in z["kernel"] or v["mbps"] > z["kernel"][name]["mbps"]:
+                z["kernel"][name] = v
+        for pad in ("do_not_pad", "max_length"):
+            log(f"{s:g} GB, round {rnd + 1}/{args.rounds}: CLI --padding {pad}")
+            out = tmp / f"cli-{pad}"
+            shutil.rmtree(out, ignore_errors=True)
+            r = run_cli(inp, out, pad, args.partition_mb, args.workers)
+            if pad not in z["cli"] or r["mbps"] > z["cli"][pad]["mbps"]:
+                z["cli"][pad] = r
+        for pad in ("do_not_pad", "max_length"):
+            if extra:
+                # the first round's read is the process's first use of that much memory:
+                # its figure is kept too
+                log(f"{s:g} GB, round {rnd + 1}/{args.rounds}: read_tokenized of {pad} parts")
+                r = run_read_back(tmp / f"cli-{pad}", inp)
+                r["first"] = back[pad]["first"] if pad in back else r["mbps"]
+                if pad not in back or r["mbps"] > back[pad]["mbps"]:
+                    back[pad] = r
+            shutil.rmtree(tmp / f"cli-{pad}", ignore_errors=True)
+    if s == min(args.sizes_gb):
+        for rnd in range(args.rounds):
+            log(f"{s:g} GB, round {rnd + 1}/{args.rounds}: CLI without cluster options")
+            out = tmp / "cli-default"
+            shutil.rmtree(out, ignore_errors=True)
+            r = run_cli(inp, out, "do_not_pad", args.partition_mb, None)
+            if "default" not in z or r["wall"] < z["default"]["wall"]:
+                z["default"] = r
+            shutil.rmtree(out, ignore_errors=True)
+    ex = run_extras(args, inp, tmp, s, back) if extra else None
+    inp["text"].unlink()
+    return z, ex, cold
+
+
+def run_extras(args, inp: dict, tmp: Path, s: float, back: dict) -> dict:
+    log(f"{s:g} GB: Parquet input for the accessor")
+    n_parquet = write_parquet(inp, tmp / "parquet", int(args.partition_mb * MB))
+    inp = dict(inp, parquet=tmp / "parquet")
+    log(f"{s:g} GB: nanotoken")
+    nano = run_nanotoken(inp, tmp / "nanotoken.parquet",
+                         args.data / "vocab" / "bert-base-uncased" / "vocab.txt")
+    (tmp / "nanotoken.parquet").unlink(missing_ok=True)
+    from distributed import Client, LocalCluster
+    import daskwp  # noqa: F401  (the accessor)
+    import psutil
+    acc, cli_running = {}, {}
+    with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        warm_workers(client, tmp)
+        idle = max(client.run(lambda: psutil.Process().memory_info().rss).values())
+        for rnd in range(args.rounds):
+            for pad in (False, "max_length"):
+                log(f"{s:g} GB, round {rnd + 1}/{args.rounds}: accessor to_parquet "
+                    f"padding={pad!r}")
+                out = tmp / "acc"
+                shutil.rmtree(out, ignore_errors=True)
+                r = run_accessor(client, cluster, inp, out, pad)
+                if pad not in acc or r["mbps"] > acc[pad]["mbps"]:
+                    acc[pad] = r
+                shutil.rmtree(out, ignore_errors=True)
+            for pad in ("do_not_pad", "max_length"):
+                log(f"{s:g} GB, round {rnd + 1}/{args.rounds}: CLI --scheduler --padding {pad}")
+                out = tmp / "cli-running"
+                shutil.rmtree(out, ignore_errors=True)
+                r = run_cli(inp, out, pad, args.partition_mb, args.workers,
+                            scheduler=cluster.scheduler_address)
+                if pad not in cli_running or r["mbps"] > cli_running[pad]["mbps"]:
+                    cli_running[pad] = r
+                shutil.rmtree(out, ignore_errors=True)
+        ovh = None
+        if args.overhead_partitions:
+            log(f"overhead: {args.overhead_partitions} partitions of 10 lines")
+            ovh = bench_overhead(client, args.overhead_partitions, 2)
+    shutil.rmtree(tmp / "parquet", ignore_errors=True)
+    graph = None
+    if args.graph_partitions:
+        log(f"graph of {args.graph_partitions} partitions")
+        graph = bench_graph(args.graph_partitions, tmp)
+    cg = None
+    if args.callgrind_mb:
+        log(f"callgrind on {args.callgrind_mb:g} MB")
+        cg = bench_callgrind(inp, args.callgrind_mb, tmp)
+    return {"size": s, "bytes": inp["bytes"], "acc": acc, "cli_running": cli_running,
+            "back": back, "nano": nano, "ovh": ovh, "graph": graph, "cg": cg,
+            "idle_rss": idle, "n_parquet": n_parquet}
+
+
+def run_soaks(args, base, tmp: Path, tok) -> dict:
+    runs = {}
+    for name, s in (("ref", args.soak_ref_gb), ("main", args.soak_gb)):
+        ensure_disk(tmp, s * GB * (1 + OUT_PER_INPUT) + 0.2 * GB, f"the {s:g} GB soak")
+        log(f"soak {s:g} GB: writing the input")
+        inp = write_text(base, int(s * GB), tmp / f"soak-{s:g}.txt")
+        out = tmp / f"soak-{name}"
+        log(f"soak {s:g} GB: daskwp tokenize, a worker killed at "
+            f"{args.soak_kill_at:.0%} of the parts")
+        r = run_soak(inp, out, args.partition_mb, args.workers, args.soak_kill_at)
+        r["size_gb"] = s
+        if name == "main" and not r.get("failed"):
+            log(f"soak {s:g} GB: checks")
+            runs["checks"] = soak_checks(r, inp, out, tok)
+        runs[name] = r
+        shutil.rmtree(out, ignore_errors=True)
+        inp["text"].unlink()
+    return runs
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--size-mb", type=float, default=500)
+    ap.add_argument("--sizes-gb", type=_sizes, default=[0.3, 3.0, 10.0],
+                    help="input sizes of the job rows, GB, comma-separated (default 0.3,3,10)")
+    ap.add_argument("--extras-gb", type=float, default=3.0,
+                    help="the size (one of --sizes-gb) of the accessor, running-cluster, "
+                         "read-back, nanotoken, overhead and graph rows and of the goals; "
+                         "0: none")
+    ap.add_argument("--soak-gb", type=float, default=10.0,
+                    help="the soak's size, GB (a worker killed half way); 0: no soak")
+    ap.add_argument("--soak-ref-gb", type=float, default=1.0,
+                    help="the size of the soak's reference run (peak RSS), GB")
+    ap.add_argument("--soak-kill-at", type=float, default=0.5,
+                    help="kill a worker when this fraction of the parts exists")
     ap.add_argument("--partition-mb", type=float, default=64)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--kernel-mb", type=float, default=1000,
+                    help="the warm kernel's sample of each size, MB")
+    ap.add_argument("--cold-batches", type=int, default=2,
+                    help="batches the cold kernel (a fresh process) tokenizes")
     ap.add_argument("--repeats", type=int, default=1,
                     help="bare kernel passes per round (best kept)")
     ap.add_argument("--rounds", type=int, default=2,
@@ -623,81 +1235,44 @@ def main(argv=None) -> int:
     ap.add_argument("--graph-partitions", type=int, default=10000)
     ap.add_argument("--callgrind-mb", type=float, default=0,
                     help="also count instructions per stage on this many MB (0: off)")
+    ap.add_argument("--plan", action="store_true",
+                    help="print what a run does, the disk it needs and roughly how long it "
+                         "takes, then stop")
+    ap.add_argument("--cold-kernel", choices=list(KERNEL_CALLS), help=argparse.SUPPRESS)
+    ap.add_argument("--cold-input", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.cold_kernel:
+        cold_kernel_main(args.cold_input, args.cold_kernel, args.cold_batches,
+                         args.partition_mb)
+        return 0
+    if args.extras_gb and args.extras_gb not in args.sizes_gb:
+        ap.error(f"--extras-gb {args.extras_gb:g} is not one of --sizes-gb "
+                 f"{','.join(f'{s:g}' for s in args.sizes_gb)}")
+    if not 0 < args.soak_kill_at < 1:
+        ap.error(f"--soak-kill-at is a fraction of the parts, in (0, 1); got "
+                 f"{args.soak_kill_at:g}")
+    tmp_root = args.tmp or Path(tempfile.gettempdir())
+    text = plan_text(args, tmp_root)
+    print(text, file=sys.stderr, flush=True)
+    if args.plan:
+        return 0
+    ensure_disk(tmp_root, plan(args)["disk"], "this run")
     t0 = time.perf_counter()
     info = machine_info()
     tmp = Path(tempfile.mkdtemp(prefix="daskwp-pipeline-", dir=args.tmp))
     try:
-        log(f"building {args.size_mb:g} MB of input in {tmp}")
-        inp = build_input(args.data, args.size_mb, tmp)
-        # Rounds of (kernel, CLI ragged, CLI padded), best of each: the machine's noise
-        # then hits the kernel and the pipeline alike.
-        kernel, cli, back = {}, {}, {}
-        for rnd in range(args.rounds):
-            log(f"round {rnd + 1}/{args.rounds}: bare kernel")
-            k = bench_kernel(inp, args.partition_mb, args.repeats)
-            for name, v in k.items():
-                if name not in kernel or v["mbps"] > kernel[name]["mbps"]:
-                    kernel[name] = v
-            for pad in ("do_not_pad", "max_length"):
-                log(f"round {rnd + 1}/{args.rounds}: CLI --padding {pad}")
-                out = tmp / f"cli-{pad}"
-                shutil.rmtree(out, ignore_errors=True)
-                r = run_cli(inp, out, pad, args.partition_mb, args.workers)
-                if pad not in cli or r["mbps"] > cli[pad]["mbps"]:
-                    cli[pad] = r
-            # read back both CLI outputs (ragged and padded parts) in every round: the
-            # first round's read is the process's first use of that much memory, so its
-            # figure is kept too (the report gives both)
-            for pad in ("do_not_pad", "max_length"):
-                log(f"round {rnd + 1}/{args.rounds}: read_tokenized of the CLI's {pad} parts")
-                r = run_read_back(tmp / f"cli-{pad}", inp)
-                r["first"] = back[pad]["first"] if pad in back else r["mbps"]
-                if pad not in back or r["mbps"] > back[pad]["mbps"]:
-                    back[pad] = r
-        log("nanotoken")
-        nano = run_nanotoken(inp, tmp / "nanotoken.parquet",
-                             args.data / "vocab" / "bert-base-uncased" / "vocab.txt")
-        from distributed import Client, LocalCluster
-        import daskwp  # noqa: F401  (the accessor)
-        acc, cli_running = {}, {}
-        with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
-                          dashboard_address=None) as cluster, Client(cluster) as client:
-            warm_workers(client, tmp)
-            import psutil
-            idle = client.run(lambda: psutil.Process().memory_info().rss)
-            baseline_rss = max(idle.values())
-            for rnd in range(args.rounds):
-                for pad in (False, "max_length"):
-                    log(f"round {rnd + 1}/{args.rounds}: accessor to_parquet padding={pad!r}")
-                    out = tmp / f"acc-{pad}"
-                    shutil.rmtree(out, ignore_errors=True)
-                    r = run_accessor(client, cluster, inp, out, pad)
-                    if pad not in acc or r["mbps"] > acc[pad]["mbps"]:
-                        acc[pad] = r
-                for pad in ("do_not_pad", "max_length"):
-                    log(f"round {rnd + 1}/{args.rounds}: CLI --scheduler --padding {pad}")
-                    out = tmp / f"cli-running-{pad}"
-                    shutil.rmtree(out, ignore_errors=True)
-                    r = run_cli(inp, out, pad, args.partition_mb, args.workers,
-                                scheduler=cluster.scheduler_address)
-                    if pad not in cli_running or r["mbps"] > cli_running[pad]["mbps"]:
-                        cli_running[pad] = r
-            ovh = None
-            if args.overhead_partitions:
-                log(f"overhead: {args.overhead_partitions} partitions of 10 lines")
-                ovh = bench_overhead(client, args.overhead_partitions, 2)
-        graph = None
-        if args.graph_partitions:
-            log(f"graph of {args.graph_partitions} partitions")
-            graph = bench_graph(args.graph_partitions, tmp)
-        cg = None
-        if args.callgrind_mb:
-            log(f"callgrind on {args.callgrind_mb:g} MB")
-            cg = bench_callgrind(inp, args.callgrind_mb, tmp)
-        info["idle_worker_rss"] = baseline_rss
-        text = report(args, info, inp, kernel, cli, acc, back, nano, ovh, graph, cg,
-                      time.perf_counter() - t0, cli_running)
+        import daskwp
+        tok = daskwp.WordPieceTokenizer()
+        base = corpus_base(args.data)
+        sized, extras, cold = {}, None, None
+        for s in args.sizes_gb:
+            z, ex, c = run_size(args, base, tmp, s, tok, cold is None)
+            sized[s] = z
+            extras = ex or extras
+            cold = c or cold
+        soak = run_soaks(args, base, tmp, tok) if args.soak_gb else None
+        text = report(args, info, cold, sized, extras, soak, extras and extras["cg"],
+                      time.perf_counter() - t0)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(text)

@@ -1,0 +1,148 @@
+"""``benchmarks/pipeline_bench.py`` cannot rot: its whole flow (sizes, the kernel cold and
+warm, the extras, the soak with a worker killed) at a tiny size, and its checks (the
+streaming input, the disk refusal, the soak's logID and sample checks) each shown to fail
+on a bad case."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import daskwp
+from conftest import DATA, REPO_ROOT, requires_full_data
+from daskwp.cli import main as cli_main
+
+sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+import pipeline_bench as pb  # noqa: E402
+
+pytestmark = requires_full_data
+
+
+@pytest.fixture(scope="module")
+def base():
+    return pb.corpus_base(DATA)
+
+
+def test_input_is_written_streaming_to_the_size_asked(base, tmp_path):
+    text, n = base
+    target = len(text) + len(text) // 3          # one copy and a cut one
+    inp = pb.write_text(base, target, tmp_path / "in.txt")
+    data = (tmp_path / "in.txt").read_bytes()
+    assert inp["bytes"] == len(data) <= target
+    assert target - len(data) < 10_000          # cut after the last whole line
+    assert data.endswith(b"\n") and data.startswith(text)
+    assert inp["lines"] == data.count(b"\n") > n
+    got = list(pb.text_batches(tmp_path / "in.txt", 1 << 20))
+    assert sum(b for _, b in got) == len(data)
+    assert sum(len(a) for a, _ in got) == inp["lines"]
+    assert len(got) > 1 and all(b >= 1 << 20 for _, b in got[:-1])
+    first = got[0][0]
+    assert first[0].as_py() == text[:text.index(b"\n")]
+    limited = list(pb.text_batches(tmp_path / "in.txt", 1 << 20, 3 << 20))
+    assert len(limited) == 3 and sum(b for _, b in limited) >= 3 << 20
+
+
+def test_short_disk_is_refused_before_anything_is_written(tmp_path, capsys):
+    with pytest.raises(SystemExit, match=r"the 10 GB soak needs about .* GB free in .*, "
+                                         r"which has .* GB; pass --tmp"):
+        pb.ensure_disk(tmp_path, 1e18, "the 10 GB soak")
+    pb.ensure_disk(tmp_path, 1, "a byte")
+    assert pb.main(["--plan", "--tmp", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert "sizes 0.3, 3, 10 GB" in err and "soak 10 GB (reference 1 GB)" in err
+    assert "takes roughly" in err and "needs ~" in err
+    p = pb.plan(pb.argparse.Namespace(sizes_gb=[0.3, 3, 10], extras_gb=3, soak_gb=10,
+                                      soak_ref_gb=1, rounds=2, kernel_mb=1000,
+                                      cold_batches=2, partition_mb=64))
+    assert 15e9 < p["disk"] < 30e9 and 5 * 60 < p["seconds"] < 60 * 60
+    with pytest.raises(SystemExit):
+        pb.main(["--sizes-gb", "0.3,3", "--extras-gb", "10", "--plan"])
+
+
+def _job(base, tmp_path):
+    inp = pb.write_text(base, 3 << 20, tmp_path / "in.txt")
+    out = tmp_path / "out"
+    rc = cli_main(["tokenize", str(inp["text"]), str(out), "--scheduler",
+                          "synchronous", "--partition-size", "1MB", "--max-length", "128",
+                          "--stride", "32", "--padding", "do_not_pad", "-q"])
+    assert rc == 0
+    return inp, out
+
+
+def test_soak_checks_pass_on_a_good_output_and_fail_on_a_bad_one(base, tmp_path):
+    inp, out = _job(base, tmp_path)
+    tok = daskwp.WordPieceTokenizer()
+    parts = sorted(out.glob("part-*.parquet"))
+    assert len(parts) >= 3
+    assert pb.check_logids(out, inp["lines"])[0]
+    assert pb.check_sample(out, [0, 1, len(parts) - 1], tok)[0]
+    # a document more or less than the input's lines
+    ok, why = pb.check_logids(out, inp["lines"] + 1)
+    assert not ok and "documents" in why
+    # one token id changed in part 1: the sample check names it
+    t = pq.read_table(parts[1])
+    ids = t.column("input_ids").combine_chunks()
+    vals = ids.values.to_numpy().copy()
+    vals[5] += 1
+    bad = pa.ListArray.from_arrays(ids.offsets, pa.array(vals, ids.type.value_type)) \
+        if isinstance(ids, pa.ListArray) else \
+        pa.LargeListArray.from_arrays(ids.offsets, pa.array(vals, ids.type.value_type))
+    pq.write_table(t.set_column(t.schema.get_field_index("input_ids"), "input_ids", bad),
+                   parts[1])
+    assert pb.check_sample(out, [0], tok)[0]
+    ok, why = pb.check_sample(out, [0, 1], tok)
+    assert not ok and "[1]" in why
+    # the last document's rows gone from the last part: its logID is missing
+    t = pq.read_table(parts[-1])
+    logid = t.column("logID").to_numpy()
+    pq.write_table(t.slice(0, int(np.searchsorted(logid, logid[-1]))), parts[-1])
+    ok, why = pb.check_logids(out, inp["lines"])
+    assert not ok and parts[-1].name in why
+
+
+@pytest.mark.slow
+def test_the_whole_flow_runs_at_a_tiny_size_with_a_worker_killed(tmp_path):
+    report = tmp_path / "report.md"
+    proc = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "benchmarks" / "pipeline_bench.py"),
+         "--sizes-gb", "0.006", "--extras-gb", "0.006", "--soak-gb", "0.02",
+         "--soak-ref-gb", "0.01", "--partition-mb", "1", "--rounds", "1",
+         "--kernel-mb", "2", "--cold-batches", "2", "--overhead-partitions", "20",
+         "--graph-partitions", "100", "--data", str(DATA), "--tmp", str(tmp_path),
+         "--out", str(report)], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "takes roughly" in proc.stderr
+    text = report.read_text()
+    for heading in ("## The bare kernel, cold and warm", "## Batch jobs by size",
+                    "## At 0.006 GB", "## The soak", "## Against the goals",
+                    "## Where the time goes"):
+        assert heading in text, heading
+    assert "[HISTORY.md](HISTORY.md)" in text
+    for row in ("| cold (", "| warm, at 0.006 GB",
+                "| 0.006 GB | CLI ragged, tokenize+write", "| 0.006 GB | CLI padded, whole",
+                "default (no cluster option)", "accessor to_parquet ragged",
+                "CLI padded on a running cluster", "read_tokenized, ragged parts",
+                "| reference, 0.01 GB |", "| soak, 0.02 GB |"):
+        assert row in text, row
+    goals = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines()
+             if line.startswith("| ") and line.endswith(("| yes |", "| no |"))}
+    for name in ("soak 0.02 GB: a worker killed half way", "soak 0.02 GB: completes",
+                 "soak 0.02 GB: every logID present exactly once",
+                 "soak 0.02 GB: output equals single-machine tokenization on a sample"):
+        assert goals[name].endswith("| yes |"), goals[name]
+    for name in ("0.006 GB job ragged, tokenize+write (target >= 0.60x the warm kernel)",
+                 "0.006 GB job padded, tokenize+write (target >= 0.45x the warm kernel)",
+                 "0.006 GB to_parquet ragged (target >= 0.60x the warm kernel)",
+                 "0.006 GB job on a running cluster ragged (target >= 0.60x the warm kernel)",
+                 "0.006 GB job ragged: write CPU / tokenize CPU (target <= 0.50)"):
+        assert name in goals, (name, list(goals))
+    assert any(n.startswith("soak 0.02 GB: the driver's peak RSS") for n in goals)
+    assert any(n.startswith("soak 0.02 GB: each worker's peak RSS") for n in goals)
+    assert any(n.startswith("soak 0.02 GB: throughput within 10%") for n in goals)
+    assert any(n.startswith("0.006 GB job's whole command, default") for n in goals)
+    assert list(tmp_path.glob("daskwp-pipeline-*")) == []     # cleaned up
