@@ -56,6 +56,10 @@ OUTPUT_FORMATS = ("parquet", "megatron", "datasets")
 #: (the figures: benchmarks/results/codec_bench.md; docs/batch-jobs.md "Output");
 #: ``compression="zstd"`` for the smaller files.
 DEFAULT_COMPRESSION = "lz4"
+#: A CPU job of at most this many input file bytes runs on threads in the calling process
+#: unless it asks for a cluster (docs/batch-jobs.md "Clusters"): below it, starting a
+#: local cluster costs more than the parallelism threads lose to the GIL.
+IN_PROCESS_MAX_BYTES = "1GB"
 
 
 class OptionTypeError(TypeError, ValueError):
@@ -231,15 +235,36 @@ def check_bytes(name: str, value) -> int:
     return int(n)
 
 
+#: The ``scheduler_address`` values that run a job in this process, without a cluster:
+#: dask's scheduler names (``dask.config.set(scheduler=...)``), its thread pool or one thread.
+IN_PROCESS_SCHEDULERS = ("threads", "synchronous")
+
+
 def check_scheduler(name: str, value):
     if value is None or (isinstance(value, str) and value.lower() in ("", "null", "none",
                                                                        "local")):
         return None
     if isinstance(value, str):
+        if value.lower() in IN_PROCESS_SCHEDULERS:
+            return value.lower()
         return value
     raise OptionValueError(f"{name} must be a scheduler address such as 'tcp://host:8786', "
-                           f"'synchronous' (no cluster), or null (start a local cluster); "
+                           f"'threads' or 'synchronous' (in this process, no cluster), or "
+                           f"null (a local cluster, or threads for a small input); "
                            f"got {value!r}")
+
+
+def check_size(name: str, value) -> int:
+    """A size in bytes (``check_bytes``), 0 allowed."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value == 0:
+        return 0
+    if isinstance(value, str) and value.strip() in ("0", "0B"):
+        return 0
+    try:
+        return check_bytes(name, value)
+    except OptionValueError:
+        raise OptionValueError(f"{name} must be a size such as '1GB', '500MiB', a number of "
+                               f"bytes or 0; got {value!r}") from None
 
 
 #: Keys of a ``security`` mapping (job YAML, ``daskwp.connect(security=...)``): the client's
@@ -581,13 +606,21 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
     _opt("overwrite", False, check_bool, "true or false", False, (JOB,),
          "replace the output of another job instead of refusing"),
     # Cluster (daskwp.connect and batch jobs)
-    _opt("scheduler_address", None, check_scheduler, "tcp://host:port, 'synchronous' or null",
-         False, (JOB, CONFIG), "a running scheduler (tcp://host:8786), or 'synchronous' to "
-         "run in this process without a cluster; default: a local cluster",
+    _opt("scheduler_address", None, check_scheduler, "tcp://host:port, 'threads', "
+         "'synchronous' or null", False, (JOB, CONFIG),
+         "a running scheduler (tcp://host:8786); 'threads' or 'synchronous' to run in this "
+         "process without a cluster, on dask's threaded or synchronous scheduler; default "
+         "(null): threads for an input of at most in_process_max_bytes, else a local cluster",
          metavar="ADDRESS", group="cluster"),
+    _opt("in_process_max_bytes", IN_PROCESS_MAX_BYTES, check_size, "a size such as '1GB', or "
+         "0 (always a cluster)", False, (JOB, CONFIG),
+         "a job with no scheduler_address, n_workers or threads_per_worker runs on threads "
+         "in this process (as scheduler_address 'threads') when its input files add up to at "
+         "most this size, and starts a local cluster otherwise (default 1GB; 0: always a "
+         "cluster; CPU jobs only)", metavar="SIZE", group="cluster"),
     _opt("n_workers", None, _int_range(1, INT32_MAX, optional=True), "an integer >= 1 or null",
          False, (JOB, CONFIG), "workers of a local cluster (default: one per GPU, or "
-         "LocalCluster's choice)", cli_type=int, metavar="N", group="cluster"),
+         "LocalCluster's choice); set, a job starts the cluster whatever its input size", cli_type=int, metavar="N", group="cluster"),
     _opt("threads_per_worker", None, _int_range(1, INT32_MAX, optional=True),
          "an integer >= 1 or null", False, (JOB, CONFIG),
          "threads per worker of a local cluster", cli_type=int, metavar="N",

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..core import config as dask_defaults
-from ..core.options import CONFIG, JOB, OPTIONS, TOKENIZER, names
+from ..core.options import CONFIG, IN_PROCESS_SCHEDULERS, JOB, OPTIONS, TOKENIZER, names
 from ..frames.storage import is_url, local_path
 from .errors import ConfigError
 
@@ -26,7 +26,7 @@ __all__ = ["CONFIG_KEYS", "JOB_KEYS", "JobConfig", "LOCAL_SCHEDULERS", "PACKAGE_
 
 PACKAGE_PREFIX = "package:"
 PACKAGE_DATA = Path(__file__).resolve().parent.parent / "data"
-LOCAL_SCHEDULERS = ("synchronous",)
+LOCAL_SCHEDULERS = IN_PROCESS_SCHEDULERS   # no cluster: this process
 
 #: Every job key, in the option table's order.
 CONFIG_KEYS = names(JOB)

@@ -52,13 +52,15 @@ def count_job_tokens(spec, tokenizer, device: str = "cpu",
 
 
 def _run(dsk: dict, keys: list, client, prog: Progress) -> list:
-    if client is None:
-        from dask.local import get_sync
-        out = []
-        for k in keys:   # one at a time: the progress moves
-            out.append(get_sync(dsk, [k])[0])
-            prog.update(1, out[-1][1].text_bytes)
-        return out
+    from ..distributed.local import InProcess
+    if isinstance(client, InProcess):
+        wanted = set(keys)
+
+        def done(key, result):   # the progress moves as each partition is counted
+            if key in wanted:
+                prog.update(1, result[1].text_bytes)
+
+        return client.get(dsk, keys, on_result=done)
     from distributed import as_completed
     futures = client.get(dsk, keys, sync=False)
     index = {f.key: i for i, f in enumerate(futures)}
@@ -81,7 +83,7 @@ def run_count(cfg: JobConfig, *, client=None, log: Callable[[str], None] | None 
     policy, ``cfg.on_bad_row``)."""
     from ..distributed.dask_compat import Task, TaskRef
     from ..distributed.graph import tokenizer_layer
-    from .driver import build_tokenizer, connect_cluster, resolve_device
+    from .driver import build_tokenizer, close_scheduler, open_scheduler, resolve_device
 
     t0 = time.perf_counter()
     if log is None:
@@ -102,27 +104,17 @@ def run_count(cfg: JobConfig, *, client=None, log: Callable[[str], None] | None 
         key = ("daskwp-count-tokens", s.index)
         dsk[key] = Task(key, count_job_tokens, s, TaskRef(tok_key), device, cfg.on_bad_row)
         keys.append(key)
-    own = False
-    if specs and not local and client is None:
-        client = connect_cluster(cfg, device)
-        own = True
-    if local:
-        client = None
+    # in-process threads, a local cluster or a running one, as a job's (driver.open_scheduler)
+    runner, own, run_record = open_scheduler(cfg, device, sum(f.size for f in files), client,
+                                             bool(specs), log)
     try:
-        if client is not None:
-            from ..distributed.plugin import register_worker_plugin
-            register_worker_plugin(client)
         prog = Progress("counting", len(specs), cfg.quiet)
         try:
-            results = _run(dsk, keys, client, prog) if specs else []
+            results = _run(dsk, keys, runner, prog) if specs else []
         finally:
             prog.close()
     finally:
-        if own:
-            cluster = getattr(client, "cluster", None)
-            client.close()
-            if cluster is not None:
-                cluster.close()
+        close_scheduler(runner, own)
     per_file: dict = {f.path: [] for f in files}
     rejects: list = []
     first = dict.fromkeys(per_file, 0)      # the file's rows read so far
@@ -152,6 +144,7 @@ def run_count(cfg: JobConfig, *, client=None, log: Callable[[str], None] | None 
             "vocab": cfg.vocab or getattr(tok.vocab, "source", None) or "(bundled)",
             "vocabulary_hash": tok.vocab.hash, "lowercase": tok.lowercase,
             "seconds": seconds,
+            "run": run_record,
             "mb_per_s": total.text_bytes / 1e6 / seconds if seconds else 0.0}
 
 

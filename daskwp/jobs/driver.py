@@ -94,6 +94,98 @@ def resolve_device(device: str) -> str:
         raise ConfigError(str(e)) from None
 
 
+def choose_scheduler(cfg: JobConfig, input_file_bytes: int, device: str
+                     ) -> tuple[str | None, str]:
+    """Where a job with ``input_file_bytes`` of input runs, and why: ``'threads'`` or
+    ``'synchronous'`` (this process), ``None`` (a local cluster) or the address of a running
+    scheduler.
+
+    ``scheduler_address`` decides when set. Without it, ``n_workers`` or
+    ``threads_per_worker`` (the job's or ``dask.config``'s) ask for a local cluster, as does
+    a GPU device (one worker per GPU); otherwise an input of at most
+    ``in_process_max_bytes`` runs on threads in this process and a larger one on a local
+    cluster."""
+    if cfg.scheduler_address:
+        return cfg.scheduler_address, "scheduler_address"
+    asked = [k for k in ("n_workers", "threads_per_worker") if getattr(cfg, k) is not None]
+    if asked:
+        return None, f"{' and '.join(asked)} set"
+    if device != "cpu":
+        return None, f"device {device}: one worker per GPU"
+    limit = cfg.in_process_max_bytes
+    if limit and input_file_bytes <= limit:
+        return "threads", f"input {_fmt_size(input_file_bytes)} <= in_process_max_bytes " \
+                          f"{_fmt_size(limit)}"
+    return None, (f"input {_fmt_size(input_file_bytes)} > in_process_max_bytes "
+                  f"{_fmt_size(limit)}" if limit else "in_process_max_bytes 0")
+
+
+def _fmt_size(n: int) -> str:
+    """Bytes in decimal units, as sizes are written in job files (``1GB``, ``64MB``)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{int(n)} B"
+
+
+def open_scheduler(cfg: JobConfig, device: str, input_file_bytes: int, client=None,
+                   work: bool = True, log: Callable[[str], None] = lambda msg: None
+                   ) -> tuple[object, bool, dict]:
+    """What runs a job's graphs: ``(runner, own, record)``. ``runner`` is the ``client``
+    given, an :class:`~daskwp.distributed.local.InProcess` scheduler, or a client of a
+    cluster started or joined here (``own``: close it with :func:`close_scheduler`).
+    ``record`` says which ran, for ``_job.json`` and the summary: ``mode`` (``threads``,
+    ``synchronous``, ``local_cluster`` or ``cluster``), ``threads``, and for a cluster
+    ``workers`` and ``address``; ``why`` the mode was chosen. Without ``work`` (every part
+    complete) nothing is started: the graph's known counts are summed in this process."""
+    from ..distributed.local import InProcess
+    if not work:
+        runner = InProcess("synchronous")
+        return runner, False, dict(runner.describe(), why="nothing to tokenize")
+    if client is not None and cfg.scheduler_address not in LOCAL_SCHEDULERS:
+        own, mode, why = False, "cluster", "client given"
+    else:
+        where, why = choose_scheduler(cfg, input_file_bytes, device)
+        if where in LOCAL_SCHEDULERS:
+            runner = InProcess(where)
+            return runner, False, dict(runner.describe(), why=why)
+        client = connect_cluster(cfg, device)
+        own, mode = True, "cluster" if where else "local_cluster"
+        dash = getattr(client, "dashboard_link", None)
+        log(f"daskwp: cluster {client.scheduler.address if client.scheduler else ''}"
+            + (f", dashboard {dash}" if dash else ""))
+    from ..distributed.plugin import register_worker_plugin
+    register_worker_plugin(client)
+    return client, own, dict(_cluster_record(client, mode), why=why)
+
+
+def _cluster_record(client, mode: str) -> dict:
+    try:
+        nthreads = client.nthreads()
+    except Exception:   # noqa: BLE001  a record, never a reason to fail
+        nthreads = {}
+    return {"mode": mode, "workers": len(nthreads), "threads": sum(nthreads.values()),
+            "address": getattr(client.scheduler, "address", None)}
+
+
+def close_scheduler(runner, own: bool) -> None:
+    """Close the cluster that :func:`open_scheduler` started (``own``)."""
+    if own and runner is not None:
+        _close_own_client(runner)
+
+
+def format_run_record(r: dict) -> str:
+    """``in-process threads (2): input 1 MiB <= in_process_max_bytes 1 GiB``, ``local
+    cluster, 2 workers (2 threads) at tcp://...: n_workers set``, ..."""
+    if r.get("mode") in LOCAL_SCHEDULERS:
+        what = ("in-process threads" if r["mode"] == "threads" else
+                "in-process, synchronous") + f" ({r.get('threads')})"
+    else:
+        what = ("local cluster" if r.get("mode") == "local_cluster" else "cluster") + \
+            f", {r.get('workers')} workers ({r.get('threads')} threads) at {r.get('address')}"
+    return what + (f": {r['why']}" if r.get("why") else "")
+
+
 def connect_cluster(cfg: JobConfig, device: str):
     """``daskwp.connect`` for the job: a running scheduler, or a local (CUDA) cluster."""
     from ..distributed.cluster import ClusterSecurityError, connect
@@ -458,23 +550,23 @@ def _task_failure(exc: BaseException, what: str) -> JobError:
 
 
 def run_graph(graph: JobGraph, client, on_write: Callable[[int, dict], None]) -> dict:
-    """Run a job graph on ``client`` (or dask's synchronous scheduler when None), calling
+    """Run a job graph on ``client`` (a ``distributed.Client``, an
+    :class:`~daskwp.distributed.local.InProcess` scheduler, or None: dask's synchronous
+    scheduler), calling
     ``on_write(i, stats)`` as each part is written. Returns the values of the offset and
     count keys. A failing task raises its JobError (naming the partition)."""
+    from ..distributed.local import InProcess
     keys = graph.offset_keys + graph.count_keys + list(graph.write_keys.values())
     part_of = {k: i for i, k in graph.write_keys.items()}
     values: dict = {}
-    if client is None:
-        from dask.callbacks import Callback
-        from dask.local import get_sync
-
-        def posttask(key, result, dsk, state, worker_id):
+    if client is None or isinstance(client, InProcess):
+        def posttask(key, result):
             if key in part_of:
                 on_write(part_of[key], result)
 
         try:
-            with Callback(posttask=posttask):
-                results = get_sync(graph.dsk, keys)
+            results = (client or InProcess("synchronous")).get(graph.dsk, keys,
+                                                               on_result=posttask)
         except Exception as e:
             raise _task_failure(e, "the job") from e
         values.update(zip(keys, results))
@@ -555,6 +647,7 @@ def format_summary(s: dict) -> str:
         *([f"  rejected     {_fmt_int(s['rejected_rows'])} rows (empty documents; why: "
            f"{s['output']}/{REJECTS_PREFIX}*{REJECTS_SUFFIX})"] if s.get("rejected_rows")
           else []),
+        *([f"  ran on       {format_run_record(s['run'])}"] if s.get("run") else []),
         f"  vocabulary   {s['vocab']} (hash {s['vocabulary_hash'][:12]})",
         f"  output       {s['output']}",
     ]
@@ -697,24 +790,19 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
     work = bool(missing) or any(c is None for c in counts)
     own_client = False
     written_bytes = 0
+    runner = None
     try:
-        if local or not work:
-            client = None  # the same graph on dask's synchronous scheduler
-        elif client is None:
-            client = connect_cluster(cfg, device)
-            own_client = True
-            dash = getattr(client, "dashboard_link", None)
-            log(f"daskwp: cluster {client.scheduler.address if client.scheduler else ''}"
-                + (f", dashboard {dash}" if dash else ""))
-        if client is not None:
-            from ..distributed.plugin import register_worker_plugin
-            register_worker_plugin(client)
+        # in-process threads, a local cluster or a running one (choose_scheduler)
+        runner, own_client, run_record = open_scheduler(
+            cfg, device, sum(f.size for f in files), client, work, log)
+        header["run"] = run_record
+        save_job()   # with the run record
         if missing:
             # _summary.json exists only while the dataset is complete.
             folder.remove(SUMMARY_FILE)
         t_work = time.perf_counter()  # the cluster is up: counting, tokenizing, writing
         if packing:   # two passes of their own (jobs/packing.py)
-            stats, packed_offsets, _ = run_packed_job(cfg, tok, specs, out, job_id, client,
+            stats, packed_offsets, _ = run_packed_job(cfg, tok, specs, out, job_id, runner,
                                                       log, device)
             written_bytes = sum(stats[i]["text_bytes"] for i in missing)
             missing_graph: list = []
@@ -732,13 +820,12 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
             prog.update(1, st["text_bytes"])
 
         try:
-            values = run_graph(graph, client, got_part)
+            values = run_graph(graph, runner, got_part)
         finally:
             prog.close()
         work_seconds = time.perf_counter() - t_work
     finally:
-        if own_client and client is not None:
-            _close_own_client(client)
+        close_scheduler(runner, own_client)
         # Temporary files of writes that did not finish (a worker died and the task was
         # rerun elsewhere, an error, an interrupt).
         remove_temporary_files(folder)
@@ -804,6 +891,7 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
         "parameters": params,
         "device": device,
         "scheduler_address": cfg.scheduler_address,
+        "run": run_record,
         "security": security,
         "output": out,
         "input": cfg.input,

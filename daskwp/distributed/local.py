@@ -1,0 +1,88 @@
+"""Task graphs in this process, without a cluster: dask's threaded or synchronous scheduler.
+
+:class:`InProcess` runs the graphs that a batch job would send to a cluster (the job, the
+token count, packing's two passes) on dask's threaded scheduler (a pool of threads, one
+per core; the kernel and the part writer release the GIL) or its synchronous one. Its
+:meth:`InProcess.get` takes ``distributed.Client.get``'s ``(dsk, keys, sync=True)``, so that
+code written for a client runs on it unchanged, and calls ``on_result(key, value)`` for each
+key of the graph as its task finishes (on the calling thread: progress needs no lock).
+
+This module imports neither ``distributed`` nor anything else heavy: a small job that runs
+in-process never pays for them (docs/batch-jobs.md "Clusters").
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ..core.options import IN_PROCESS_SCHEDULERS
+
+__all__ = ["InProcess"]
+
+
+class InProcess:
+    """dask's ``scheduler`` (``'threads'`` or ``'synchronous'``) in this process.
+
+    ``num_workers``: threads of the threaded scheduler (default: dask's, one per core
+    available to this process).
+    """
+
+    def __init__(self, scheduler: str = "threads", num_workers: int | None = None):
+        if scheduler not in IN_PROCESS_SCHEDULERS:
+            raise ValueError(f"scheduler must be one of {', '.join(IN_PROCESS_SCHEDULERS)}; "
+                             f"got {scheduler!r}")
+        self.scheduler = scheduler
+        if scheduler == "synchronous":
+            num_workers = 1
+        elif num_workers is None:
+            from dask.system import CPU_COUNT
+            num_workers = CPU_COUNT
+        self.num_workers = int(num_workers)
+
+    def __repr__(self) -> str:
+        return f"InProcess({self.scheduler!r}, num_workers={self.num_workers})"
+
+    def __reduce__(self):
+        return InProcess, (self.scheduler, self.num_workers)
+
+    def describe(self) -> dict:
+        """What ran, as a job records it: ``{"mode": "threads", "threads": N}`` or
+        ``{"mode": "synchronous", "threads": 1}``."""
+        return {"mode": self.scheduler, "threads": self.num_workers}
+
+    def get(self, dsk: dict, keys: list, sync: bool = True,
+            on_result: Callable[[object, object], None] | None = None) -> list:
+        """The values of ``keys`` (a list) of graph ``dsk``; ``on_result(key, value)`` for
+        every task of the graph as it finishes. ``sync`` must be true (there are no
+        futures in a process without a cluster)."""
+        if not sync:
+            raise ValueError("InProcess.get computes in the calling thread: sync=False "
+                             "(futures) needs a distributed.Client")
+        if not keys:
+            return []
+        if self.scheduler == "synchronous":
+            from dask.local import get_sync
+            return self._get(get_sync, dsk, keys, on_result)
+        from concurrent.futures import ThreadPoolExecutor
+
+        from dask.threaded import get
+        # A pool of the call's own: when a task fails or the call is interrupted, the tasks
+        # running on other threads finish before it returns, so that nothing writes into
+        # the output after the caller has cleaned up (a job's temporary files).
+        pool = ThreadPoolExecutor(self.num_workers, thread_name_prefix="daskwp-task")
+        try:
+            return self._get(get, dsk, keys, on_result, pool=pool)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    @staticmethod
+    def _get(get, dsk, keys, on_result, **kwargs) -> list:
+        if on_result is None:
+            return list(get(dsk, keys, **kwargs))
+        from dask.callbacks import Callback
+
+        def posttask(key, result, dsk_, state, worker_id):
+            on_result(key, result)
+
+        with Callback(posttask=posttask):
+            return list(get(dsk, keys, **kwargs))
