@@ -805,8 +805,9 @@ def report(args, info, cold, sized, extras, soak, cg, elapsed) -> str:
             job_row(s, f"CLI {key}, whole command", r, key, r["mbps_wall"], False)
         if z.get("default"):
             r = z["default"]
-            job_row(s, f"CLI ragged, default (no cluster option), whole command "
-                       f"({r['wall']:.2f} s)", r, "ragged", r["mbps_wall"], False)
+            ran = (r["summary"].get("run") or {}).get("mode", "?")   # threads: in-process
+            job_row(s, f"CLI ragged, default (no cluster option; ran on: {ran}), whole "
+                       f"command ({r['wall']:.2f} s)", r, "ragged", r["mbps_wall"], False)
     L.append("")
     if extras:
         _report_extras(L, args, extras, sized, cold)
