@@ -849,6 +849,16 @@ def fmt(x: float, nd: int = 1) -> str:
     return "n/a" if x is None or not math.isfinite(x) else f"{x:.{nd}f}"
 
 
+def _table(header: str) -> list[str]:
+    """The head of a Markdown table: ``header`` and its separator row."""
+    return [header, "|" + "---|" * (header.count("|") - 1)]
+
+
+def _section(title: str, body: list[str]) -> list[str]:
+    """A section of the report: its title, its lines, a blank line."""
+    return [f"## {title}", ""] + body + [""]
+
+
 def _report_header(info: dict, elapsed: float) -> list[str]:
     """The title and the run: machine, versions, command, load."""
     L = []
@@ -879,13 +889,10 @@ def _report_header(info: dict, elapsed: float) -> list[str]:
 
 def _report_single_core(args, rows) -> list[str]:
     """Single-core encode MB/s against HF and TF Text, and how each was run."""
-    L = []
-    L.append("## Single core")
-    L.append("")
-    L.append("| corpus | MB | daskwp encode MB/s (1 core) | incl. list→Arrow | HF MB/s (1 core) "
-             "| ratio daskwp/HF | TF Text FastBert / FastWordpiece MB/s | ratio daskwp/TF "
-             "FastBert | ceiling MB/s | parity |")
-    L.append("|---|---|---|---|---|---|---|---|---|---|")
+    hf_mb = rows[0]["hf_bytes"] / MB
+    L = _table("| corpus | MB | daskwp encode MB/s (1 core) | incl. list→Arrow | HF MB/s (1 core) "
+               "| ratio daskwp/HF | TF Text FastBert / FastWordpiece MB/s | ratio daskwp/TF "
+               "FastBert | ceiling MB/s | parity |")
     for r in rows:
         ratio = r["hf1"] and (r["hf_bytes"] / r["enc1_slice"]) / (r["hf_bytes"] / r["hf1"])
         tf_ratio = (f"{fmt(r['tf_fbt'] / r['enc1_slice'])}×" if r.get("tf_fbt") else "n/a")
@@ -896,7 +903,6 @@ def _report_single_core(args, rows) -> list[str]:
                  f"{fmt(mbps(r['bytes'], r['ceiling']), 0)} | "
                  f"{r['parity']} |")
     L.append("")
-    hf_mb = rows[0]["hf_bytes"] / MB
     L.append(f"- daskwp encode: `tok.encode(arr, num_threads=1)` on a pyarrow large_string array "
              f"built before timing (best of {args.repeats}); incl. list→Arrow: "
              f"`tok.encode(list_of_str, num_threads=1)` (best of {max(1, args.repeats - 2)}).")
@@ -921,19 +927,14 @@ def _report_single_core(args, rows) -> list[str]:
              "corpus (lines checked/lines).")
     L.append("- vocabularies: English and logs bert-base-uncased (lowercase=True); "
              "multilingual bert-base-multilingual-cased (lowercase=False).")
-    L.append("")
     return L
 
 
 def _report_windows(args, rows) -> list[str]:
     """Windows (padded and ragged) against the encode they include."""
-    L = []
-    L.append("## Windows (1 core)")
-    L.append("")
-    L.append("| corpus | daskwp encode MB/s | windows padded MB/s | windows ragged MB/s | "
-             "windows/encode time, padded / ragged | fill alone, padded (% of encode) | "
-             "padded output bytes per input byte |")
-    L.append("|---|---|---|---|---|---|---|")
+    L = _table("| corpus | daskwp encode MB/s | windows padded MB/s | windows ragged MB/s | "
+               "windows/encode time, padded / ragged | fill alone, padded (% of encode) | "
+               "padded output bytes per input byte |")
     for r in rows:
         L.append(f"| {r['name']} | {fmt(mbps(r['bytes'], r['win_enc1']))} | "
                  f"{fmt(mbps(r['bytes'], r['win1']))} | "
@@ -960,7 +961,6 @@ def _report_windows(args, rows) -> list[str]:
              "returns (`input_ids`, `attention_mask`, `metadata`, `doc_row_offsets`) / input "
              "UTF-8 bytes. They come from daskwp's host memory pool (`daskwp.backends.memory`): from "
              "the second call on, the blocks a previous call freed are reused, already mapped.")
-    L.append("")
     return L
 
 
@@ -995,8 +995,6 @@ def _report_offsets(rows) -> list[str]:
 def _report_cpu_seconds(rows) -> list[str]:
     """The single-core figures per CPU second, with each run's CPU share."""
     L = []
-    L.append("## The same, per CPU second (shared machine)")
-    L.append("")
     L.append("Wall-clock MB/s on a busy machine depends on how much of a core the process got. "
              "This table divides by the process's own CPU time instead (min over the runs; "
              "`time.process_time()`, all threads), and shows the CPU share (CPU s per wall s) "
@@ -1009,31 +1007,23 @@ def _report_cpu_seconds(rows) -> list[str]:
         L.append(f"| {r['name']} | {fmt(mbps(r['bytes'], r['enc1_cpu']))} | "
                  f"{r['enc1_share']:.2f} | {fmt(mbps(r['hf_bytes'], r['hf1_cpu']), 2)} | "
                  f"{r['hf1_share']:.2f} | {r['hf1_cpu'] / r['enc1_slice_cpu']:.1f}× |")
-    L.append("")
     return L
 
 
 def _report_corpus_shape(rows) -> list[str]:
     """Documents, tokens, [UNK] and non-ASCII shares per corpus."""
-    L = []
-    L.append("## Corpus shape")
-    L.append("")
-    L.append("| corpus | docs | bytes/doc | tokens | bytes/token | [UNK] % | non-ASCII bytes % |")
-    L.append("|---|---|---|---|---|---|---|")
+    L = _table("| corpus | docs | bytes/doc | tokens | bytes/token | [UNK] % | non-ASCII bytes % |")
     for r in rows:
         unk = "n/a" if r["unk"] is None else f"{100 * r['unk'] / max(1, r['tokens']):.2f}"
         L.append(f"| {r['name']} | {r['docs']} | {r['bytes'] / r['docs']:.0f} | {r['tokens']} | "
                  f"{r['bytes'] / max(1, r['tokens']):.2f} | {unk} | "
                  f"{100 * r['non_ascii']:.1f} |")
-    L.append("")
     return L
 
 
 def _report_multicore(args, info: dict, rows, pair) -> list[str]:
     """All cores against one, and what the machine gives two processes."""
     L = []
-    L.append("## Multi-core")
-    L.append("")
     L.append(f"| corpus | daskwp 1 core MB/s | CPU share | daskwp all cores "
              f"({info['affinity']}) MB/s | CPU share | speed-up |")
     L.append("|---|---|---|---|---|---|")
@@ -1062,15 +1052,12 @@ def _report_multicore(args, info: dict, rows, pair) -> list[str]:
              f"({r0['hf1'] / r0['hf_all']:.2f}×, CPU share {r0['hf_all_share']:.2f}); daskwp all "
              f"cores on the full corpus "
              f"{fmt(mbps(r0['bytes'], r0['enc_all']))} MB/s.")
-    L.append("")
     return L
 
 
 def _report_memory(mem) -> list[str]:
     """Peak memory growth of encode, per thread count."""
     L = []
-    L.append("## Peak memory (daskwp encode, English)")
-    L.append("")
     for m in mem:
         denom = m["input_bytes"] + m["output_bytes"]
         delta = m["maxrss_after"] - m["maxrss_before"]
@@ -1090,15 +1077,12 @@ def _report_memory(mem) -> list[str]:
              "output / (input + output) would mean no working memory beyond the result. "
              "ru_maxrss also holds peaks from before encode (construction temporaries, and the "
              "high-water mark Linux carries over at exec), so its delta can read low.")
-    L.append("")
     return L
 
 
 def _report_dask(args, dsk) -> list[str]:
     """The Dask overhead and scaling runs (or why they did not run)."""
     L = []
-    L.append("## Dask")
-    L.append("")
     if dsk is None:
         L.append("- not run (--no-dask)")
     elif "error" in dsk:
@@ -1144,7 +1128,6 @@ def _report_dask(args, dsk) -> list[str]:
         counts = {o[1]["count"], sc[1]["count"], sc[2]["count"]}
         if len(counts) > 1:
             L.append(f"- WARNING: counts differ between runs ({sorted(counts)})")
-    L.append("")
     return L
 
 
@@ -1152,16 +1135,16 @@ def report(args, info: dict, rows, mem, pair, dsk, elapsed: float, peers=None) -
     """The Markdown report of a run, section by section."""
     L = []
     L += _report_header(info, elapsed)
-    L += _report_single_core(args, rows)
+    L += _section("Single core", _report_single_core(args, rows))
     if peers:
         L.extend(peers_report(args, rows, peers))
-    L += _report_windows(args, rows)
+    L += _section("Windows (1 core)", _report_windows(args, rows))
     L += _report_offsets(rows)
-    L += _report_cpu_seconds(rows)
-    L += _report_corpus_shape(rows)
-    L += _report_multicore(args, info, rows, pair)
-    L += _report_memory(mem)
-    L += _report_dask(args, dsk)
+    L += _section("The same, per CPU second (shared machine)", _report_cpu_seconds(rows))
+    L += _section("Corpus shape", _report_corpus_shape(rows))
+    L += _section("Multi-core", _report_multicore(args, info, rows, pair))
+    L += _section("Peak memory (daskwp encode, English)", _report_memory(mem))
+    L += _section("Dask", _report_dask(args, dsk))
     return "\n".join(L)
 
 
