@@ -11,6 +11,7 @@ import datetime
 import os
 import platform
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -21,6 +22,20 @@ def default_data_dir() -> Path:
     """The shared data: ``DASKWP_SHARED_DATA``, else ``<repo>/../shared/data``."""
     env = os.environ.get("DASKWP_SHARED_DATA")
     return Path(env) if env else ROOT.parent / "shared" / "data"
+
+
+def find_data(arg=None, needs=("corpus", "vocab"), extra=()) -> Path:
+    """The data folder: the first of ``arg``, ``DASKWP_SHARED_DATA``, ``extra``,
+    ``<repo>/../shared/data``, ``<repo>/shared/data`` and the bundled ``<repo>/tests/data``
+    that holds every path of ``needs``; exits naming the folders tried."""
+    cands = [arg, os.environ.get("DASKWP_SHARED_DATA"), *extra, ROOT.parent / "shared" / "data",
+             ROOT / "shared" / "data", ROOT / "tests" / "data"]
+    tried = [Path(c) for c in cands if c]
+    for c in tried:
+        if all((c / n).exists() for n in needs):
+            return c
+    sys.exit(f"no data folder with {', '.join(needs)} found (tried {[str(c) for c in tried]}); "
+             f"pass --data DIR")
 
 
 def read_lines(data: Path, patterns) -> list[str]:

@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _common import find_data
 
 import daskwp
 
@@ -45,15 +46,6 @@ FAMILIES = [
     ("Multilingual (14 languages)", ["multi/*.txt"], "bert-base-multilingual-cased", False),
 ]
 GRID = [(128, 32), (512, 128)]
-
-
-def _data_dir(arg):
-    for c in ([arg] if arg else []) + [os.environ.get("DASKWP_SHARED_DATA"),
-                                       str(ROOT.parent / "shared" / "data"),
-                                       str(ROOT / "tests" / "data")]:
-        if c and Path(c, "corpus").is_dir():
-            return Path(c)
-    raise SystemExit("no data: pass --data DIR (a folder with corpus/ and vocab/)")
 
 
 def _lines(data: Path, patterns) -> list[str]:
@@ -190,7 +182,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out-cg", default=str(ROOT / "benchmarks" / "results"
                                             / "bucket_callgrind.md"))
     args = ap.parse_args(argv)
-    data = _data_dir(args.data)
+    data = find_data(args.data, ("corpus",))
     if args.callgrind:
         return _callgrind(data, Path(args.out_cg))
     rows = []

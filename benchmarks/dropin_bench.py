@@ -29,17 +29,9 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from _common import find_data
 
-ROOT = Path(__file__).resolve().parents[1]
 BATCH_SIZES = (32, 256, 4096)
-
-
-def find_data(arg):
-    for cand in ([Path(arg)] if arg else []) + [ROOT.parent / "shared" / "data",
-                                               ROOT / "shared" / "data", ROOT / "tests" / "data"]:
-        if (cand / "vocab" / "bert-base-uncased" / "vocab.txt").is_file():
-            return cand
-    sys.exit("no data folder with vocab/bert-base-uncased/vocab.txt (pass --data)")
 
 
 def corpus(data: Path) -> list[str]:
@@ -75,7 +67,7 @@ def main(argv=None):
         tensors = "pt"
     except ImportError:
         tensors = "np"
-    data = find_data(args.data)
+    data = find_data(args.data, ("vocab/bert-base-uncased/vocab.txt",))
     vocab = str(data / "vocab" / "bert-base-uncased" / "vocab.txt")
     lines = corpus(data)
     with warnings.catch_warnings():

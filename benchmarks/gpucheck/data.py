@@ -6,12 +6,11 @@ per document, or one huge document).
 from __future__ import annotations
 
 import json
-import os
-import sys
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+from _common import find_data as common_find_data
 
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,14 +38,9 @@ def log(*a):
 
 
 def find_data(arg: str | None) -> Path:
-    cands = [arg] if arg else []
-    cands += [os.environ.get("DASKWP_SHARED_DATA"), str(REPO / ".gpudata"),
-              str(REPO.parent / "shared" / "data"), str(REPO / "shared" / "data"),
-              str(REPO / "tests" / "data")]
-    for c in cands:
-        if c and (Path(c) / "corpus").is_dir() and (Path(c) / "vocab").is_dir():
-            return Path(c)
-    sys.exit(f"no data folder with corpus/ and vocab/ found (tried {[c for c in cands if c]})")
+    """The data folder (``_common.find_data``; ``.gpudata``, where gpu_check.sh unpacks it,
+    after ``DASKWP_SHARED_DATA``)."""
+    return common_find_data(arg, ("corpus", "vocab"), extra=(REPO / ".gpudata",))
 
 
 def read_documents(path: Path) -> list[str]:
