@@ -44,19 +44,29 @@ _REFUSED_PRE_TOKENIZERS = {
 }
 
 
+def _component(spec, what: str, list_key: str) -> tuple:
+    """``(type, parts)`` of a ``tokenizer.json`` normalizer or pre-tokenizer object (``what``):
+    ``parts`` is a Sequence's list (under ``list_key``), else None. Raises ValueError for
+    anything else."""
+    if not isinstance(spec, dict) or not isinstance(spec.get("type"), str):
+        raise ValueError(f"a {what} must be a tokenizers JSON object with a 'type', got "
+                         f"{spec!r:.80}")
+    kind = spec["type"]
+    if kind != "Sequence":
+        return kind, None
+    parts = spec.get(list_key)
+    if not isinstance(parts, list):
+        raise ValueError(f"{what} Sequence has no '{list_key}' list")
+    return kind, parts
+
+
 def normalizer_steps(spec) -> tuple:
     """The per-code-point steps of a HF normalizer (its ``tokenizer.json`` object; None: no
     normalizer). Raises ValueError naming a normalizer daskwp cannot run exactly."""
     if spec is None:
         return ()
-    if not isinstance(spec, dict) or not isinstance(spec.get("type"), str):
-        raise ValueError(f"a normalizer must be a tokenizers JSON object with a 'type', got "
-                         f"{spec!r:.80}")
-    kind = spec["type"]
-    if kind == "Sequence":
-        parts = spec.get("normalizers")
-        if not isinstance(parts, list):
-            raise ValueError("normalizer Sequence has no 'normalizers' list")
+    kind, parts = _component(spec, "normalizer", "normalizers")
+    if parts is not None:
         return tuple(s for part in parts for s in normalizer_steps(part))
     if kind == "BertNormalizer":
         flags = []
@@ -106,14 +116,8 @@ def pre_tokenizer_splits(spec) -> tuple:
     pre-tokenizer daskwp cannot run exactly."""
     if spec is None:
         return ()
-    if not isinstance(spec, dict) or not isinstance(spec.get("type"), str):
-        raise ValueError(f"a pre-tokenizer must be a tokenizers JSON object with a 'type', "
-                         f"got {spec!r:.80}")
-    kind = spec["type"]
-    if kind == "Sequence":
-        parts = spec.get("pretokenizers")
-        if not isinstance(parts, list):
-            raise ValueError("pre-tokenizer Sequence has no 'pretokenizers' list")
+    kind, parts = _component(spec, "pre-tokenizer", "pretokenizers")
+    if parts is not None:
         return tuple(s for part in parts for s in pre_tokenizer_splits(part))
     if kind == "BertPreTokenizer":
         return BERT_SPLITS
