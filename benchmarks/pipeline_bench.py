@@ -730,7 +730,9 @@ def _pad_name(pad) -> str:
 
 
 def _cpu_ratio(r: dict) -> float | None:
-    c = r.get("summary", {}).get("cpu_seconds") or {}
+    """Write over tokenize CPU seconds of a job's parts (its summary) or of the accessor's
+    (``to_parquet``'s statistics)."""
+    c = (r.get("summary") or r.get("stats") or {}).get("cpu_seconds") or {}
     return c["write"] / c["tokenize"] if c.get("tokenize") and "write" in c else None
 
 
@@ -846,7 +848,8 @@ def _report_extras(L, args, ex, sized, cold):
     rows = [(f"CLI {_pad_name(p)} on a running cluster (tokenize+write)",
              f"`{r['command']}`; `tokenize_seconds`", p, r, fmt(_cpu_ratio(r), 2), "")
             for p, r in ex["cli_running"].items()]
-    rows += [(f"accessor to_parquet {_pad_name(p)}", f"`{r['command']}`", p, r, "–",
+    rows += [(f"accessor to_parquet {_pad_name(p)}", f"`{r['command']}`", p, r,
+              fmt(_cpu_ratio(r), 2),
               _rss_text(r["rss"], ex["idle_rss"])) for p, r in ex["acc"].items()]
     for name, what, pad, r, cpu, rss in rows:
         key = _pad_name(pad)
@@ -931,11 +934,12 @@ def _report_goals(L, args, cold, sized, ex, soak):
             goal(f"{_gb(s)} job {_pad_name(pad)}: write CPU / tokenize CPU (target <= 0.50)",
                  v, v is not None and v <= 0.5, v is not None and f"{v:.2f}")
     if ex:
-        for pad, r in ex["cli_running"].items():
-            v = _cpu_ratio(r)
-            goal(f"{_gb(g)} job on a running cluster {_pad_name(pad)}: write CPU / "
-                 f"tokenize CPU (target <= 0.50)", v, v is not None and v <= 0.5,
-                 v is not None and f"{v:.2f}")
+        for name, d in (("job on a running cluster", ex["cli_running"]),
+                        ("to_parquet", ex["acc"])):
+            for pad, r in d.items():
+                v = _cpu_ratio(r)
+                goal(f"{_gb(g)} {name} {_pad_name(pad)}: write CPU / tokenize CPU (target "
+                     f"<= 0.50)", v, v is not None and v <= 0.5, v is not None and f"{v:.2f}")
     small = min(sized) if sized else None
     d = sized[small].get("default") if small is not None else None
     if d:

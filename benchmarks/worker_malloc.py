@@ -64,7 +64,7 @@ STAGES = ["read", "tokenize", "arrow", "write", "finish"]
 
 
 def main(argv=None) -> int:
-    from pipeline_bench import build_input, default_data_dir
+    from pipeline_bench import corpus_base, default_data_dir, write_text
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mb", type=float, default=64, help="partition size in MB (default 64)")
     ap.add_argument("--rounds", type=int, default=4, help="partitions per process (default 4)")
@@ -74,7 +74,7 @@ def main(argv=None) -> int:
     results = {}
     with tempfile.TemporaryDirectory(prefix="worker_malloc-") as td:
         tmp = Path(td)
-        inp = build_input(args.data, args.mb, tmp, n_parquet=1)
+        inp = write_text(corpus_base(args.data), int(args.mb * 1e6), tmp / "big.txt")
         for name, extra in ENVS.items():
             env = dict(os.environ)
             for k, v in extra.items():

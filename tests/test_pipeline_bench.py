@@ -105,6 +105,25 @@ def test_soak_checks_pass_on_a_good_output_and_fail_on_a_bad_one(base, tmp_path)
     assert not ok and parts[-1].name in why
 
 
+def test_a_failed_soak_is_reported_as_not_met():
+    rows = []
+    killed = {"pid": 1, "seconds": 3.0, "parts_done": 5, "n_parts": 10, "missing": [5]}
+    soak = {"ref": {"failed": "exit 1: boom", "killed": killed, "size_gb": 1},
+            "main": {"failed": "exit 1: JobError: partition 5 lost", "killed": killed,
+                     "size_gb": 10}}
+    pb._soak_goals(lambda name, value, ok, figure=None: rows.append((name, ok, figure)),
+                   {}, 3, soak)
+    assert rows == [("soak 10 GB: a worker killed half way", True, "pid 1 at 5 of 10 parts"),
+                    ("soak 10 GB: completes", False,
+                     "failed: exit 1: JobError: partition 5 lost")]
+    lines = []
+    pb._report_soak(lines, pb.argparse.Namespace(workers=2, soak_kill_at=0.5), dict(
+        soak, ref=dict(soak["ref"], rss=[], driver_rss=0),
+        main=dict(soak["main"], rss=[], driver_rss=0)))
+    assert any("| soak, 10 GB | failed (exit 1: JobError: partition 5 lost) |" in x
+               for x in lines), lines
+
+
 @pytest.mark.slow
 def test_the_whole_flow_runs_at_a_tiny_size_with_a_worker_killed(tmp_path):
     report = tmp_path / "report.md"
@@ -125,7 +144,7 @@ def test_the_whole_flow_runs_at_a_tiny_size_with_a_worker_killed(tmp_path):
     assert "[HISTORY.md](HISTORY.md)" in text
     for row in ("| cold (", "| warm, at 0.006 GB",
                 "| 0.006 GB | CLI ragged, tokenize+write", "| 0.006 GB | CLI padded, whole",
-                "default (no cluster option)", "accessor to_parquet ragged",
+                "default (no cluster option", "accessor to_parquet ragged",
                 "CLI padded on a running cluster", "read_tokenized, ragged parts",
                 "| reference, 0.01 GB |", "| soak, 0.02 GB |"):
         assert row in text, row
@@ -139,7 +158,8 @@ def test_the_whole_flow_runs_at_a_tiny_size_with_a_worker_killed(tmp_path):
                  "0.006 GB job padded, tokenize+write (target >= 0.45x the warm kernel)",
                  "0.006 GB to_parquet ragged (target >= 0.60x the warm kernel)",
                  "0.006 GB job on a running cluster ragged (target >= 0.60x the warm kernel)",
-                 "0.006 GB job ragged: write CPU / tokenize CPU (target <= 0.50)"):
+                 "0.006 GB job ragged: write CPU / tokenize CPU (target <= 0.50)",
+                 "0.006 GB to_parquet ragged: write CPU / tokenize CPU (target <= 0.50)"):
         assert name in goals, (name, list(goals))
     assert any(n.startswith("soak 0.02 GB: the driver's peak RSS") for n in goals)
     assert any(n.startswith("soak 0.02 GB: each worker's peak RSS") for n in goals)
