@@ -6,8 +6,10 @@ The package is layered (docs/design.md §8): core → backends → frames → di
 accessors, jobs → cli; this module is the public face and re-exports the API.
 """
 
+import warnings as _warnings
+
 from .core import config as _config  # noqa: F401  (registers daskwp's dask.config defaults)
-from .core.cache import cache_info, clear_caches
+from .core import cache as _cache
 from .core.decode import decode, merge_wordpieces
 from .core.labels import align_labels, labels_to_spans, spans_to_labels
 from .core.ragged import BatchWindows, Encoding, RaggedRows
@@ -15,18 +17,47 @@ from .core.stitch import stitch, stitch_flat
 from .core.version import __version__
 from .core.vocab import Vocabulary
 from .core.windows import OutputSizeError
-from .backends.cpu import windows_from_encoding, word_cache_info
-from .backends.memory import host_pool_info, release_host_memory, set_host_pool_limit
+from .backends import cpu as _cpu
+from .backends import memory as _host_memory
+from .backends.cpu import windows_from_encoding
 from .backends.tokenizer import WordPieceTokenizer
 from .backends.transformers_compat import TransformersTokenizer
 from .distributed.cluster import connect
 from .accessors.register import register_accessors
 from .io.tokenized import read_tokenized
+from . import memory
 
 register_accessors()  # .wordpiece on pandas, Dask and (when it imports) cudf Series
 
 __all__ = ["BatchWindows", "Encoding", "OutputSizeError", "RaggedRows", "TransformersTokenizer", "Vocabulary", "WordPieceTokenizer",
-           "__version__", "align_labels", "cache_info", "clear_caches", "connect", "decode",
-           "host_pool_info", "labels_to_spans", "merge_wordpieces", "read_tokenized",
-           "register_accessors", "release_host_memory", "set_host_pool_limit", "spans_to_labels",
-           "stitch", "stitch_flat", "windows_from_encoding", "word_cache_info"]
+           "__version__", "align_labels", "connect", "decode",
+           "labels_to_spans", "memory", "merge_wordpieces", "read_tokenized",
+           "register_accessors", "spans_to_labels",
+           "stitch", "stitch_flat", "windows_from_encoding"]
+
+
+# -- the memory functions' old names: deprecated aliases for one release (0.x: removed in the
+# next), outside __all__; daskwp.memory holds them now.
+def _deprecated(old: str, new: str, fn):
+    def alias(*args, **kwargs):
+        _warnings.warn(f"daskwp.{old} is deprecated and will be removed in the next release; "
+                       f"use {new}", DeprecationWarning, stacklevel=2)
+        return fn(*args, **kwargs)
+    alias.__name__ = alias.__qualname__ = old
+    alias.__module__ = __name__
+    alias.__doc__ = f"Deprecated: use {new}. (Same result as before.)"
+    return alias
+
+
+cache_info = _deprecated("cache_info", 'daskwp.memory.info()["caches"]', _cache.cache_info)
+clear_caches = _deprecated("clear_caches", "daskwp.memory.clear()", _cache.clear_caches)
+word_cache_info = _deprecated("word_cache_info", 'daskwp.memory.info()["word_cache"]',
+                              _cpu.word_cache_info)
+host_pool_info = _deprecated("host_pool_info", 'daskwp.memory.info()["host_pool"]',
+                             _host_memory.host_pool_info)
+release_host_memory = _deprecated(
+    "release_host_memory", "daskwp.memory.release() (which also gives back the word cache's "
+    "spare mappings)", _host_memory.release_host_memory)
+set_host_pool_limit = _deprecated("set_host_pool_limit",
+                                  "daskwp.memory.set_limit(host_pool=nbytes)",
+                                  _host_memory.set_host_pool_limit)

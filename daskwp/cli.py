@@ -21,7 +21,7 @@ import sys
 import time
 
 from .core.options import OPTIONS, check_bool, check_opt_bool, check_truncation
-from .core.options import SECURITY_KEYS
+from .core.options import SECURITY_KEYS, env_value
 from .core.version import __version__
 from .jobs import (CONFIG_KEYS, ConfigError, InputError, JobError, OutputConflictError,
                    format_summary, load_config, make_config, parse_override, remove_spool_dir,
@@ -271,7 +271,7 @@ def _quietly(cfg, run):
     """``run(cfg)``; in quiet mode with standard error in a :class:`_QuietLog` (a job, a
     count), so that a failure prints only its one error line."""
     quiet_log = None
-    if cfg.quiet and not os.environ.get("DASKWP_DEBUG"):
+    if cfg.quiet and not env_value("debug"):
         try:
             quiet_log = _QuietLog()
         except OSError:   # no temporary folder to log to: standard error as it is
@@ -412,7 +412,7 @@ def main(argv=None) -> int:
             return _cmd_count(ns)
         return _cmd_job(ns)
     except JobError as e:
-        if os.environ.get("DASKWP_DEBUG"):
+        if env_value("debug"):
             raise
         print(f"daskwp: error: {e}{getattr(e, 'log_note', '')}", file=sys.stderr)
         return 2 if isinstance(e, (ConfigError, InputError, OutputConflictError)) else 1

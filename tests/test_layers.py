@@ -3,7 +3,7 @@ no module imports another module's private name.
 
 Every import statement counts, function-level ones included (they hide cycles, not remove
 them). Layers, lowest first: the compiled extension ``daskwp._ext``; ``core``; ``backends``;
-``frames``; ``distributed``; ``accessors``, ``jobs``, ``io`` and ``testing`` (side by side:
+``frames`` and ``memory`` (side by side); ``distributed``; ``accessors``, ``jobs``, ``io`` and ``testing`` (side by side:
 none imports another); ``cli``. The package root ``daskwp/__init__.py`` is the public face:
 it may import any layer, and no module imports from it.
 """
@@ -26,6 +26,7 @@ LAYERS = {
     "daskwp.core": 1,
     "daskwp.backends": 2,
     "daskwp.frames": 3,
+    "daskwp.memory": 3,
     "daskwp.distributed": 4,
     "daskwp.accessors": 5,
     "daskwp.jobs": 5,

@@ -319,9 +319,7 @@ def _cases(tok, folder) -> dict:
         "transformers_tokenizer": lambda: tok.as_transformers(model_max_length=64),
         "batch_encoding": lambda: _batch_encoding(tok),
         # information and errors
-        "cache_info": daskwp.cache_info,
-        "word_cache_info": daskwp.word_cache_info,
-        "host_pool_info": daskwp.host_pool_info,
+        "memory_info": daskwp.memory.info,
         "option_value_error": lambda: _error(lambda: tok(TEXTS, max_length=2)),
         "option_type_error": lambda: _error(lambda: tok(TEXTS, max_length=3.5)),
         "partition_error": lambda: _error(lambda: _lazy_bad(tok)),
@@ -375,15 +373,13 @@ def test_every_export_is_covered():
             "Encoding": "encoding", "RaggedRows": "windows_ragged",
             "BatchWindows": "windows", "TransformersTokenizer": "transformers_tokenizer",
             "align_labels": "align_labels", "labels_to_spans": "labels_to_spans",
-            "spans_to_labels": "spans_to_labels", "cache_info": "cache_info",
-            "word_cache_info": "word_cache_info", "host_pool_info": "host_pool_info",
+            "spans_to_labels": "spans_to_labels", "memory": "memory_info",
             "decode": "decode", "merge_wordpieces": "merge_wordpieces",
             "read_tokenized": "tokenized_dataset", "stitch": "stitch",
             "stitch_flat": "stitch_flat", "windows_from_encoding": "windows_from_encoding",
             "__version__": "version"}
-    # no object of daskwp's own: a Client, None, None, None, None
-    returns_none_or_foreign = {"connect", "register_accessors", "clear_caches",
-                               "release_host_memory", "set_host_pool_limit"}
+    # no object of daskwp's own: a Client, None
+    returns_none_or_foreign = {"connect", "register_accessors"}
     # exception classes: each is an instance in the errors case (every class daskwp defines)
     errors = {name for name in daskwp.__all__
               if isinstance(getattr(daskwp, name), type)

@@ -10,9 +10,9 @@ call, so that later calls with the same model run warm. A memo is keyed by a has
 vocabulary blob, the normalization blob and ``max_input_chars_per_word`` (computed here
 once per model), so tokenizers with other vocabularies or settings never share entries.
 The pool's memory (idle and in use) is at most ``word_cache_mb`` MB: the ``dask.config``
-value ``daskwp.word_cache_mb`` when set, else ``DASKWP_WORD_CACHE_MB`` (read when the
-extension loads), else 256; 0 keeps nothing between calls. :func:`word_cache_info` reports
-it and :func:`daskwp.clear_caches` empties it.
+value ``daskwp.word_cache_mb`` when set, else ``DASKWP_WORD_CACHE_MB`` (read here, through
+the option table, when this module is imported), else 256; 0 keeps nothing between calls.
+:func:`word_cache_info` reports it and :func:`daskwp.memory.clear` empties it.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from .. import _ext
 from ..core import config
 from ..core.buckets import fill_buckets
 from ..core.cache import register_cache
-from ..core.options import check_int
+from ..core.options import check_int, env_value
 from ..core.pairs import build_pair_windows, finish_windows, framed_single_windows
 from ..core.ragged import BatchWindows, Encoding
 from ..core.strings import chunk_buffers, text_chunks
@@ -36,11 +36,14 @@ from ..core.windows import WindowParams, check_output_size, convert_tensors, fil
     window_params
 from .protocol import KernelModel
 
-__all__ = ["CPUBackend", "default_num_threads", "windows_from_encoding", "word_cache_info",
-           "word_cache_release"]
+__all__ = ["CPUBackend", "default_num_threads", "set_word_cache_limit", "windows_from_encoding",
+           "word_cache_info", "word_cache_release"]
 
-#: The pool's limit when the extension loaded (DASKWP_WORD_CACHE_MB, else 256 MB).
-_INITIAL_LIMIT = int(_ext.word_cache_info()["limit"])
+#: The pool's limit unless ``daskwp.word_cache_mb`` says otherwise: DASKWP_WORD_CACHE_MB,
+#: else 256 MB; the extension reads no environment variable.
+_ENV_MB = env_value("word_cache_mb")
+_INITIAL_LIMIT = (256 if _ENV_MB is None else _ENV_MB) << 20
+_ext.word_cache_set_limit(_INITIAL_LIMIT)
 _limit_lock = threading.Lock()
 _applied_mb: "list" = [None]  # the word_cache_mb last applied (None: the initial limit)
 _keys: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -90,23 +93,25 @@ def word_cache_info() -> dict:
         ``refused`` (threads that ran without a memo for lack of room), ``spare_bytes``
         (mappings of freed memos kept, within ``limit``, for the next memos;
         ``word_cache_mb=0`` gives them back) and ``recycled`` (memos made in such a mapping).
-
-    Examples
-    --------
-    >>> import daskwp
-    >>> _ = daskwp.WordPieceTokenizer().encode(["Hello world"] * 100)
-    >>> info = daskwp.word_cache_info()
-    >>> info["memos"] >= 1, info["bytes"] <= info["limit"]
-    (True, True)
+        Public as ``daskwp.memory.info()["word_cache"]``.
     """
     _apply_word_cache_limit()
     return {k: int(v) for k, v in _ext.word_cache_info().items()}
 
 
+def set_word_cache_limit(nbytes: int) -> None:
+    """Set the word-memo pool's limit to ``nbytes`` (>= 0) now; idle memos above it are
+    freed. It holds until ``daskwp.word_cache_mb`` changes (the next call applies that)."""
+    nbytes = check_int("word_cache", nbytes, lo=0, allowed="a number of bytes >= 0")
+    with _limit_lock:
+        _applied_mb[0] = config.get("word_cache_mb")
+        _ext.word_cache_set_limit(nbytes)
+
+
 def word_cache_release() -> int:
     """Give back the memory the word-memo pool keeps from freed memos (``spare_bytes`` of
     :func:`word_cache_info`: the next memos are made in it, docs/design.md §3.5); returns
-    its bytes. :func:`daskwp.clear_caches` empties the memos but keeps this memory."""
+    its bytes. :func:`daskwp.memory.clear` empties the memos but keeps this memory."""
     return int(_ext.word_cache_release())
 
 

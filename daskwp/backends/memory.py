@@ -6,8 +6,9 @@ later call that needs about as much. Writing fresh memory costs page faults on f
 touch; on some machines (virtual machines above all) that costs as much as tokenizing, and
 Dask workers return freed memory to the system at once, so every partition paid it again.
 
-The pool keeps at most ``limit`` bytes of freed blocks: ``DASKWP_HOST_POOL_MB`` (read at
-import; 0 turns reuse off), else an eighth of the physical memory, between 256 MB and
+The pool keeps at most ``limit`` bytes of freed blocks: ``DASKWP_HOST_POOL_MB`` (the option
+``host_pool_mb``, read here through the option table when this module is imported and
+passed to the extension; 0 turns reuse off), else an eighth of the physical memory, between 256 MB and
 16 GB (a Dask worker then reuses one partition's outputs; padded 128-wide windows of short
 documents take ~14 bytes per input byte). Memory in use is never limited.
 """
@@ -15,8 +16,20 @@ documents take ~14 bytes per input byte). Memory in use is never limited.
 from __future__ import annotations
 
 from .. import _ext
+from ..core.options import env_value
 
 __all__ = ["host_pool_info", "release_host_memory", "set_host_pool_limit", "tune_worker_malloc"]
+
+
+def _limit_from_environment() -> None:
+    """Pass ``DASKWP_HOST_POOL_MB`` (when set) to the extension, whose default is an eighth
+    of the physical memory, between 256 MB and 16 GB."""
+    mb = env_value("host_pool_mb")
+    if mb is not None:
+        _ext.host_pool_set_limit(mb << 20)
+
+
+_limit_from_environment()
 
 
 def host_pool_info() -> dict:
@@ -28,15 +41,7 @@ def host_pool_info() -> dict:
         ``{"limit", "cached", "live"}`` in bytes: the most kept for reuse, the freed blocks
         kept now, and the pooled blocks in use.
 
-    See Also
-    --------
-    set_host_pool_limit, release_host_memory
-
-    Examples
-    --------
-    >>> import daskwp
-    >>> sorted(daskwp.host_pool_info())
-    ['cached', 'limit', 'live']
+    Public as ``daskwp.memory.info()["host_pool"]``.
     """
     limit, cached, live = _ext.host_pool_info()
     return {"limit": int(limit), "cached": int(cached), "live": int(live)}
@@ -56,14 +61,7 @@ def set_host_pool_limit(nbytes: int) -> None:
     ValueError
         ``nbytes`` is negative.
 
-    Examples
-    --------
-    >>> import daskwp
-    >>> limit = daskwp.host_pool_info()["limit"]
-    >>> daskwp.set_host_pool_limit(64 << 20)     # keep at most 64 MB of freed blocks
-    >>> daskwp.host_pool_info()["limit"]
-    67108864
-    >>> daskwp.set_host_pool_limit(limit)
+    Public as ``daskwp.memory.set_limit(host_pool=nbytes)``.
     """
     nbytes = int(nbytes)
     if nbytes < 0:
@@ -74,19 +72,12 @@ def set_host_pool_limit(nbytes: int) -> None:
 def release_host_memory() -> int:
     """Free every cached block of the host memory pool.
 
-    On Dask workers: ``client.run(daskwp.release_host_memory)``.
-
     Returns
     -------
     int
         The bytes freed.
 
-    Examples
-    --------
-    >>> import daskwp
-    >>> freed = daskwp.release_host_memory()     # on Dask workers: client.run(daskwp.release_host_memory)
-    >>> daskwp.host_pool_info()["cached"]
-    0
+    Public, with the word cache's spare mappings, as :func:`daskwp.memory.release`.
     """
     return int(_ext.host_pool_release())
 
@@ -116,8 +107,8 @@ def tune_worker_malloc() -> bool:
         return _tuned
     import os
     _tuned = False
-    env = os.environ.get("MALLOC_TRIM_THRESHOLD_")
-    if os.environ.get("DASKWP_WORKER_MALLOC", "1") == "0" or env is None:
+    env = os.environ.get("MALLOC_TRIM_THRESHOLD_")   # the nanny's, not an option of daskwp
+    if env_value("worker_malloc") is False or env is None:
         return False
     try:
         if int(env) >= WORKER_TRIM_THRESHOLD:

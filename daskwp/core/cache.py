@@ -6,7 +6,7 @@ a :class:`BoundedCache`: least recently used entries go first once ``maxsize`` i
 keys hold everything that changes the cached answer (a file's path, size and modification
 time; a vocabulary's content hash and the normalizer settings; a device id), and every cache
 is listed by :func:`cache_info` and emptied by :func:`clear_caches` (which the per-worker
-plugin's teardown calls).
+plugin's teardown calls); users reach both through :mod:`daskwp.memory`.
 """
 
 from __future__ import annotations
@@ -151,14 +151,7 @@ def cache_info() -> dict:
         ``{name: {"entries", "maxsize", "hits", "misses"}}``: vocabularies read from paths,
         tokenizers on a worker, normalization blobs, decode tables, GPU device models and
         modules (docs/design.md §3.5). The CPU word cache has its own report,
-        :func:`word_cache_info`.
-
-    Examples
-    --------
-    >>> import daskwp
-    >>> info = daskwp.cache_info()
-    >>> sorted(info["decode_tables"])
-    ['entries', 'hits', 'maxsize', 'misses']
+        ``daskwp.memory.info()["word_cache"]``. Public as ``daskwp.memory.info()["caches"]``.
     """
     with _REGISTRY_LOCK:
         caches = list(_REGISTRY.values())
@@ -176,21 +169,7 @@ def clear_caches(names=None) -> int:
     Returns
     -------
     int
-        The entries dropped.
-
-    Notes
-    -----
-    **Memory.** The word cache's memos are dropped; their mappings are kept for the next memos
-    within the cache's limit (``word_cache_info()["spare_bytes"]``).
-
-    Examples
-    --------
-    >>> import daskwp
-    >>> daskwp.WordPieceTokenizer().encode(["warm the word cache"]).to_list()
-    [[4010, 1996, 2773, 17053]]
-    >>> dropped = daskwp.clear_caches()          # every cache of this process
-    >>> daskwp.word_cache_info()["memos"]
-    0
+        The entries dropped. Public as :func:`daskwp.memory.clear`.
     """
     with _REGISTRY_LOCK:
         caches = [c for n, c in _REGISTRY.items() if names is None or n in names]

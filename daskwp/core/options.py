@@ -19,6 +19,8 @@ configured ``daskwp.<name>`` (see :func:`daskwp.core.config.get`), else the tabl
 from __future__ import annotations
 
 import dataclasses
+import os
+import warnings
 from typing import Any, Callable
 
 import numpy as np
@@ -27,7 +29,7 @@ __all__ = [
     "DEVICES", "INPUT_FORMATS", "OPTIONS", "Option", "OptionTypeError", "OptionValueError",
     "PADDING_CHOICES", "TENSOR_TYPES", "check", "check_bool", "check_int",
     "check_mask_dtype", "check_padding", "check_truncation", "config_defaults",
-    "default", "names", "normalize_device", "options_table_markdown",
+    "default", "env_value", "names", "normalize_device", "options_table_markdown",
 ]
 
 INT32_MAX = 2**31 - 1
@@ -405,6 +407,7 @@ WINDOWS = "windows"          # tok(texts, ...) and both accessors' tokenize(...)
 JOB = "job"                  # job YAML keys, CLI flags, JobConfig fields
 CONFIG = "config"            # a dask.config default daskwp.<name>
 ACCESSOR = "accessor"        # both accessors' tokenize(...) only (not tok(...))
+ENV = "env"                  # read from its environment variable only (Option.env)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -429,6 +432,9 @@ class Option:
     #: CLI help group; default from the surfaces ("tokenizer", "windows", else "input and
     #: output").
     group: str | None = None
+    #: The environment variable that sets it for the process (read by :func:`env_value`,
+    #: the one place daskwp reads its environment variables; the C++ reads none).
+    env: str | None = None
 
     @property
     def cli_group(self) -> str:
@@ -443,6 +449,10 @@ class Option:
     @property
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
+
+
+#: A size in MB (word_cache_mb, host_pool_mb): an integer >= 0, or None.
+_check_opt_mb = _int_range(0, 2**40, "an integer >= 0 (MB) or None", optional=True)
 
 
 def _opt(*args, **kw) -> Option:
@@ -471,14 +481,13 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
                                           "None", optional=True),
          "an integer >= 0 or null (all cores; 1 inside a Dask worker)", False, (TOKENIZER,),
          "threads for one batch"),
-    _opt("word_cache_mb", None, _int_range(0, 2**40, "an integer >= 0 (MB) or None",
-                                             optional=True),
+    _opt("word_cache_mb", None, _check_opt_mb,
          "an integer >= 0 (MB; 0: nothing kept between calls) or null (the environment "
          "variable DASKWP_WORD_CACHE_MB, else 256)", False, (CONFIG,),
          "most memory of the CPU word cache, per process: word memos that threads keep "
          "between encode calls so that a process tokenizing batch after batch runs warm "
-         "(daskwp.word_cache_info() reports it, daskwp.clear_caches() empties it)",
-         cli_type=int, metavar="MB", cli_flag=False),
+         "(daskwp.memory.info() reports it, daskwp.memory.clear() empties it)",
+         cli_type=int, metavar="MB", cli_flag=False, env="DASKWP_WORD_CACHE_MB"),
     _opt("max_output_bytes", None, lambda n, v: None if v is None else check_bytes(n, v),
          "a size such as '8GB' or a number of bytes >= 1, or null (a quarter of the "
          "machine's physical memory)", False, (CONFIG,),
@@ -692,6 +701,22 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
     _opt("merge_parts", True, check_bool, "true or false", True, (JOB,),
          "megatron output: merge the partitions' .bin/.idx pairs into one pair (default); "
          "false: keep the per-partition pairs only, listed in _megatron_data_args.txt"),
+    # Process settings read from the environment only (when daskwp is imported, except
+    # debug and worker_malloc: when used)
+    _opt("host_pool_mb", None, _check_opt_mb,
+         "an integer >= 0 (MB; 0: no reuse) or null (an eighth of the physical memory, "
+         "between 256 MB and 16 GB)", False, (ENV,),
+         "most memory of freed output arrays of 4 MB and more that a process keeps for "
+         "reuse (daskwp.memory.set_limit changes it at run time, daskwp.memory.info() "
+         "reports it)", cli_flag=False, env="DASKWP_HOST_POOL_MB"),
+    _opt("worker_malloc", True, check_bool, "true or false", False, (ENV,),
+         "in a Dask worker whose nanny set MALLOC_TRIM_THRESHOLD_ below 128 MB, raise "
+         "glibc's mmap and trim thresholds to 32 and 128 MB (docs/design.md §3.5); false: "
+         "leave malloc alone", cli_flag=False, env="DASKWP_WORKER_MALLOC"),
+    _opt("debug", False, check_bool, "true or false", False, (ENV,),
+         "the daskwp command raises a failed job's exception with its traceback instead of "
+         "printing one error line, and -q keeps standard error as it is", cli_flag=False,
+         env="DASKWP_DEBUG"),
 )}
 
 
@@ -709,6 +734,39 @@ def default(name: str):
 def check(name: str, value):
     """``value`` validated and normalized by option ``name``'s validator."""
     return OPTIONS[name].check(name, value)
+
+
+#: How an environment variable spells true and false (case-insensitive).
+_ENV_TRUE = ("1", "true", "yes", "on")
+_ENV_FALSE = ("0", "false", "no", "off")
+
+
+def env_value(name: str):
+    """The value of option ``name`` from its environment variable (:attr:`Option.env`),
+    validated by the option; None when the variable is unset or empty.
+
+    A value the option does not allow warns (a ``RuntimeWarning`` naming the variable, the
+    value and what is allowed) and reads as unset: the option's default applies. Integers
+    are written in decimal, booleans as 1/true/yes/on or 0/false/no/off.
+    """
+    opt = OPTIONS[name]
+    raw = os.environ.get(opt.env or "", "").strip()
+    if not raw:
+        return None
+    value: Any = raw
+    if isinstance(opt.default, bool):
+        value = True if raw.lower() in _ENV_TRUE else False if raw.lower() in _ENV_FALSE \
+            else raw
+    elif raw.lstrip("+-").isdigit():
+        value = int(raw)
+    try:
+        return opt.check(opt.env, value)
+    except (OptionTypeError, OptionValueError):
+        allowed = ("1/true/yes/on or 0/false/no/off" if isinstance(opt.default, bool)
+                   else opt.allowed)
+        warnings.warn(f"environment variable {opt.env}={raw!r} ignored: it must be "
+                      f"{allowed}; using the default of {name}", RuntimeWarning, stacklevel=2)
+        return None
 
 
 def config_defaults() -> dict:
@@ -743,9 +801,24 @@ def options_table_markdown() -> str:
             where.append("YAML")
         if CONFIG in o.surfaces:
             where.append(f"dask.config `daskwp.{o.name}`")
+        if o.env:
+            where.append(f"environment `{o.env}`")
         rows.append(f"| `{o.name}` | `{o.default!r}` | {o.allowed} | "
                     f"{'yes' if o.affects_output else 'no'} | {', '.join(where)} | "
                     f"{o.help} |")
+    rows += ["", "## Environment variables", "",
+             "The options with an environment variable, read in Python "
+             "(`daskwp.core.options.env_value`; the extension reads none): `debug` and "
+             "`worker_malloc` when used, the others when `daskwp` is imported, whose "
+             "limits are then passed to the extension. A value that is not allowed warns "
+             "(a `RuntimeWarning` naming it) and the option's default applies.", "",
+             "| variable | option | allowed |", "|---|---|---|"]
+    rows += [f"| `{o.env}` | `{o.name}` | "
+             f"{'1/true/yes/on or 0/false/no/off' if isinstance(o.default, bool) else o.allowed} |"
+             for o in OPTIONS.values() if o.env]
+    rows += ["", "daskwp also reads, and never sets, `MALLOC_TRIM_THRESHOLD_` (set by a Dask "
+             "nanny; see `worker_malloc`), and the test helpers of `daskwp.testing` read "
+             "`CXX` (the compiler of the emulated CUDA build)."]
     return "\n".join(rows) + "\n"
 
 

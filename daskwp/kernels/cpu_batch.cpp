@@ -57,23 +57,14 @@ struct IdBuffer {
 // after batch of one corpus runs warm. Each thread of a call takes a memo of its call's key
 // from the pool for the whole call (one thread at a time uses a memo: nothing is locked on
 // the hot path) and gives it back at the end. The memory of all memos, idle and in use, is
-// at most the limit (DASKWP_WORD_CACHE_MB, else kDefaultWordCacheMB; word_cache_set_limit):
+// at most the limit (kDefaultWordCacheMB until word_cache_set_limit; the Python layer sets
+// it from the option word_cache_mb, its dask.config key or DASKWP_WORD_CACHE_MB):
 // least recently used idle memos go first, and a thread that finds no room runs without a
 // memo. Limit 0 keeps nothing between calls (each call makes its own memos, as before the
 // pool, for batches of ~1 MB per thread and more). Fork: the pool's lock is held across
 // fork() (pthread_atfork), and a child that finds another pid drops the memos that threads
 // of its parent held (they do not exist in the child); its idle memos stay valid.
 constexpr size_t kDefaultWordCacheMB = 256;
-
-size_t initial_word_cache_limit() {
-  const char* env = std::getenv("DASKWP_WORD_CACHE_MB");
-  if (env && *env) {
-    char* end = nullptr;
-    const long long mb = std::strtoll(env, &end, 10);
-    if (end && *end == '\0' && mb >= 0) return static_cast<size_t>(mb) << 20;
-  }
-  return kDefaultWordCacheMB << 20;
-}
 
 struct IdleMemo {
   WordCache* memo;
@@ -89,7 +80,7 @@ struct SpareMapping {
 
 struct MemoPool {
   std::mutex mu;
-  size_t limit = initial_word_cache_limit();
+  size_t limit = kDefaultWordCacheMB << 20;
   size_t bytes = 0;      // every pooled memo alive, idle or in use
   // Mappings of freed memos, kept while they and the memos fit the limit: a new memo
   // made in one of them writes its tables empty instead of faulting in fresh pages. On a

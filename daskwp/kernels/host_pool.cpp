@@ -20,15 +20,10 @@ namespace {
 constexpr size_t kHuge = size_t(2) << 20;
 constexpr size_t kPooled = 2 * kHuge;  // requests from this size up are pooled
 
-// DASKWP_HOST_POOL_MB (MB, 0 turns reuse off), else an eighth of the physical memory,
-// between 256 MB and 16 GB: enough for a Dask worker to reuse one partition's outputs.
+// An eighth of the physical memory, between 256 MB and 16 GB: enough for a Dask worker to
+// reuse one partition's outputs. (The Python layer passes the option host_pool_mb,
+// DASKWP_HOST_POOL_MB, through host_pool_set_limit when it is set.)
 size_t initial_limit() {
-  const char* env = std::getenv("DASKWP_HOST_POOL_MB");
-  if (env && *env) {
-    char* end = nullptr;
-    const long long mb = std::strtoll(env, &end, 10);
-    if (end && *end == '\0' && mb >= 0) return static_cast<size_t>(mb) << 20;
-  }
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   const size_t phys = pages > 0 && page > 0 ? size_t(pages) * size_t(page) : size_t(8) << 30;
   return std::min(std::max(phys / 8, size_t(256) << 20), size_t(16) << 30);
