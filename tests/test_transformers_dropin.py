@@ -370,6 +370,86 @@ def test_alignment_methods_every_corpus_line(form, corpus_lines):
     assert rows >= len(corpus_lines)
 
 
+# The NER pattern's calls (offsets, word ids; issue 38 remainder): answered by the vectorized
+# windows (the kernel's offsets and word ids arrays), checked equal to transformers with the
+# general path switched off, so a call that fell back to it fails here.
+OFFSET_CALLS = [
+    ("single", {}),
+    ("single", {"padding": True}),
+    ("single", {"padding": True, "return_tensors": "np", "return_special_tokens_mask": True}),
+    ("single", {"padding": "max_length", "truncation": True, "max_length": 24,
+                "pad_to_multiple_of": 8, "return_length": True}),
+    ("single", {"truncation": True, "max_length": 12}),
+    ("single", {"truncation": True, "max_length": 12, "stride": 3, "padding": True,
+                "return_overflowing_tokens": True}),
+    ("single", {"truncation": True, "max_length": 12, "stride": 4,
+                "return_overflowing_tokens": True}),
+    ("pairs", {}),
+    ("pairs", {"padding": True, "truncation": True, "max_length": 20}),
+    ("question", {"padding": True, "truncation": "only_second", "max_length": 32,
+               "return_tensors": "np"}),
+    ("context", {"truncation": "only_first", "max_length": 32}),
+    ("one", {}),
+    ("one pair", {"padding": "max_length", "max_length": 48, "truncation": True}),
+]
+
+
+def _offset_call_args(form, lines):
+    batch = lines[:24]
+    return {"single": (batch,), "pairs": (batch, batch[5:] + batch[:5]), "one": (batch[7],),
+            "question": ([t[:20] for t in batch], batch),
+            "context": (batch, [t[:20] for t in batch]),
+            "one pair": (batch[7], batch[9])}[form]
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("form,kw", OFFSET_CALLS,
+                         ids=[f"{f}-{sorted(k.items())}" for f, k in OFFSET_CALLS])
+def test_offsets_on_the_vectorized_path(form, kw, side, corpus_lines, monkeypatch):
+    hf, dt = pair_for(VOCABS[0])
+    lines = [t for t in corpus_lines if 60 < len(t) < 120][::37]
+    args = _offset_call_args(form, lines)
+
+    def general_path(*a, **k):
+        raise AssertionError("the general per-row path answered an offsets call")
+    monkeypatch.setattr(type(dt), "_docs", general_path)
+    kw = dict(kw, return_offsets_mapping=True)
+    assert compare_call(hf, dt, args, kw, (side, "right")) == "ok"
+    # every alignment method on every token / word / character of two rows
+    dt.padding_side = hf.padding_side = side
+    try:
+        got, want = dt(*args, **kw), hf(*args, **kw)
+    finally:
+        dt.padding_side = hf.padding_side = "right"
+    ids = want["input_ids"]
+    batched = kw.get("return_tensors") or kw.get("return_overflowing_tokens") or \
+        isinstance(args[0], list)
+    for b in (0, len(ids) - 1) if batched else (0,):
+        row = ids[b] if batched else ids
+        spans = (want["offset_mapping"][b] if batched else want["offset_mapping"])
+        n_chars = int(max([int(e) for _, e in spans] + [0]))
+        n_words = max([w for w in want.word_ids(b) if w is not None] + [-1]) + 1
+        assert _alignment_calls(got, b, len(row), n_words, n_chars) == \
+            _alignment_calls(want, b, len(row), n_words, n_chars), b
+
+
+def test_offsets_path_word_ids_are_lazy(corpus_lines):
+    """The vectorized path keeps the kernel's word ids and offsets as arrays until a row
+    is asked for; then one conversion answers every row (and pickles with the result)."""
+    hf, dt = pair_for(VOCABS[0])
+    batch = corpus_lines[:300]
+    kw = dict(padding=True, truncation=True, max_length=64, return_offsets_mapping=True)
+    got, want = dt(batch, **kw), hf(batch, **kw)
+    rows = got._rows
+    assert rows._lists == {}                       # nothing converted yet
+    assert isinstance(rows._src["words"], np.ndarray)
+    assert [got.word_ids(i) for i in range(len(batch))] == \
+        [want.word_ids(i) for i in range(len(batch))]
+    assert set(rows._lists) == {"words"}             # only the table asked for
+    assert got.word_ids(3) is not got.word_ids(3)  # each call its own list, as HF
+    assert got["offset_mapping"] == want["offset_mapping"]
+
+
 def test_alignment_methods_api():
     """Single-row forms, spans as named tuples, transformers' errors (negative indices,
     word_to_chars of a word with no tokens), is_fast / n_sequences."""
@@ -810,8 +890,7 @@ def test_over_length_warning(caplog):
 def test_lstrip_rstrip_added_tokens_offsets(tmp_path, corpus_lines):
     """An added token with lstrip / rstrip: HF's span of it takes the whitespace next to
     it; the drop-in's too, through from_transformers, add_tokens and a saved folder (issue
-    38, item 4). Where the flags are not known (a tokenizer.json loaded by daskwp itself),
-    offsets are refused by name."""
+    38, item 4), and a tokenizer.json loaded by daskwp itself (the core's offsets)."""
     from tokenizers import AddedToken
     from daskwp.backends.transformers_loader import from_pretrained
     base = ["a   <R>   b", "x<R>y", "<R>", "  <R>  <L>\t<R> ", "a\u3000<L>\u00a0b <B>  c"]
@@ -840,9 +919,9 @@ def test_lstrip_rstrip_added_tokens_offsets(tmp_path, corpus_lines):
         folder = tmp_path / "_".join(sorted(flags))
         dt.save_pretrained(folder)
         assert dict(from_pretrained(folder)(texts, **kw)) == dict(hf(texts, **kw))
-        with pytest.raises(ValueError, match="<[RL]>.*lstrip / rstrip"):
-            daskwp.WordPieceTokenizer(str(folder / "tokenizer.json")).as_transformers()(
-                texts[0], return_offsets_mapping=True)
+        # read by daskwp itself: the core's offsets take the whitespace (core/added_spans)
+        own = daskwp.WordPieceTokenizer(str(folder / "tokenizer.json")).as_transformers()
+        assert dict(own(texts, **kw)) == dict(hf(texts, **kw))
 
 
 def test_from_transformers_refuses_other_pipelines_by_name():

@@ -14,7 +14,7 @@ from conftest import corpus_files, read_documents
 from test_transformers_dropin import VOCABS, assert_same, pair_for, torch
 
 # Calls covering the drop-in's paths: the vectorized windows (ragged lists, padded lists,
-# NumPy, torch), overflow, pairs, the general path (offsets, words, left sides).
+# NumPy, torch; offsets), overflow, pairs, the general path (words, left truncation).
 CALLS = [
     {},
     {"padding": True},
@@ -26,6 +26,9 @@ CALLS = [
      "return_overflowing_tokens": True, "padding": True},
     {"words": True, "padding": True},
     {"padding": True, "padding_side": "left", "return_length": True},
+    {"return_offsets_mapping": True, "padding": True, "padding_side": "left",
+     "return_tensors": "np"},
+    {"pair": True, "return_offsets_mapping": True, "truncation": True, "max_length": 16},
 ]
 if torch is not None:
     CALLS += [{"padding": True, "return_tensors": "pt"},

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core import config
+from ..core.added_spans import strip_flags, widen_added_spans
 from ..core.cache import BoundedCache
 from ..core.decode import decode as decode_ids
 from ..core.normalizer import (compile_pipeline, internal_prefix, make_pipeline,
@@ -358,10 +359,12 @@ class WordPieceTokenizer:
             if unit or words:
                 token_ids, offsets, spans, wids = encode_cuda(self, texts, offsets_unit=unit,
                                                               word_ids=words)
-                return Encoding(token_ids, offsets, spans, wids, unit)
+                return widen_added_spans(Encoding(token_ids, offsets, spans, wids, unit),
+                                         texts, strip_flags(self.vocab))
             token_ids, offsets = encode_cuda(self, texts)
             return Encoding(token_ids, offsets)
-        return CPU.encode(self.kernel_model, texts, threads, unit, words)
+        enc = CPU.encode(self.kernel_model, texts, threads, unit, words)
+        return widen_added_spans(enc, texts, strip_flags(self.vocab)) if unit else enc
 
     def __call__(self, texts, max_length: int | None = None, stride: int | None = None,
                  truncation: bool | str | None = None, add_special_tokens: bool | None = None,
@@ -459,7 +462,14 @@ class WordPieceTokenizer:
         extras = extras_options(return_offsets_mapping, return_word_ids,
                                 return_special_tokens_mask, offsets_unit)
         unit = extras["offsets_unit"] if extras["offset_mapping"] else None
+        strips = strip_flags(self.vocab) if unit else {}
         if self._on_gpu(texts):
+            if strips:
+                raise NotImplementedError(
+                    f"return_offsets_mapping on the GPU windows: added token "
+                    f"{self.vocab.id_to_token(next(iter(strips)))!r} has lstrip / rstrip "
+                    f"(HF's span takes the whitespace next to it), which only the CPU windows "
+                    f"and encode() widen; call it on CPU texts or without offsets")
             from .cuda import windows_cuda
             return windows_cuda(self, texts, max_length=max_length, stride=stride,
                                 truncation=truncation, add_special_tokens=add_special_tokens,
@@ -473,9 +483,13 @@ class WordPieceTokenizer:
         p, seq = sequence_options(p, text_pair is not None, return_overflowing_tokens,
                                   return_token_type_ids, return_sequence_ids)
         threads = self._threads(None)
-        enc = CPU.encode(self.kernel_model, texts, threads, unit, extras["word_ids"])
+        enc = widen_added_spans(
+            CPU.encode(self.kernel_model, texts, threads, unit, extras["word_ids"]), texts,
+            strips)
         if text_pair is not None:
-            enc_b = CPU.encode(self.kernel_model, text_pair, threads, unit, extras["word_ids"])
+            enc_b = widen_added_spans(
+                CPU.encode(self.kernel_model, text_pair, threads, unit, extras["word_ids"]),
+                text_pair, strips)
             return CPU.build_pair_windows(enc, enc_b, self.vocab, p, seq, extras)
         return CPU.build_windows(enc, self.vocab, p, threads, seq, extras)
 

@@ -20,6 +20,7 @@ duck typing), so that module imports this one at its top.
 
 from __future__ import annotations
 
+import gc
 import inspect
 import json
 import logging
@@ -278,24 +279,104 @@ class BatchEncoding(UserDict):
 
 
 class _SeqRows:
-    """Per-row (sequence ids, None, ids, None, number of sequences) of the vectorized path,
-    made when asked from its arrays (a 2-D array or a list of rows each: sequence ids with
-    -1 for None, token ids). Plain data, so a BatchEncoding holding it pickles."""
+    """Per-row (sequence ids, word ids or None, ids, offsets or None, number of sequences)
+    of the vectorized path, made when asked from its arrays (a 2-D array, or a list of rows,
+    each: sequence ids and word ids with -1 for None, token ids; offsets a 3-D array or a
+    list of rows of ``(start, end)`` tuples). A table is converted to Python lists the
+    first time one of its rows is asked for (one NumPy pass, not one per row), so
+    ``word_ids(i)`` over every row costs one conversion. Plain data: a BatchEncoding
+    holding it pickles."""
 
-    def __init__(self, seq, ids, n_sequences):
-        self._seq, self._ids, self._n = seq, ids, n_sequences
+    def __init__(self, seq, ids, n_sequences, words=None, offsets=None):
+        self._src = {"seq": seq, "ids": ids, "words": words, "offsets": offsets}
+        self._lists: dict = {}
+        self._n = n_sequences
+        self._len = len(ids)
+
+    def __getstate__(self):
+        return {"src": self._src, "n": self._n}
+
+    def __setstate__(self, state):
+        self._src, self._n = state["src"], state["n"]
+        self._lists = {}
+        self._len = len(self._src["ids"])
+
+    def _table(self, key):
+        if key not in self._lists:
+            src = self._src[key]
+            if src is None:
+                self._lists[key] = None
+            elif key in ("seq", "words"):
+                self._lists[key] = _none_rows(src)
+            elif key == "offsets" and isinstance(src, np.ndarray):
+                self._lists[key] = _span_rows(src)
+            else:
+                self._lists[key] = src.tolist() if isinstance(src, np.ndarray) else src
+        return self._lists[key]
 
     def __getitem__(self, i):
-        n = len(self._ids)
-        if not -n <= i < n:
-            raise IndexError(f"batch index {i} out of range for {n} rows")
-        seq, ids = self._seq[i], self._ids[i]
-        seq = seq.tolist() if isinstance(seq, np.ndarray) else seq
-        ids = ids.tolist() if isinstance(ids, np.ndarray) else list(ids)
-        return [None if v < 0 else v for v in seq], None, ids, None, self._n
+        if not -self._len <= i < self._len:
+            raise IndexError(f"batch index {i} out of range for {self._len} rows")
+        return _LazyRow(self, i)
 
     def __len__(self):
-        return len(self._ids)
+        return self._len
+
+
+class _LazyRow:
+    """One row of :class:`_SeqRows`; ``row[k]`` as the general path's row tuples."""
+
+    __slots__ = ("_rows", "_i")
+    _KEYS = ("seq", "words", "ids", "offsets")
+
+    def __init__(self, rows, i):
+        self._rows, self._i = rows, i
+
+    def __getitem__(self, k):
+        if k == 4:
+            return self._rows._n
+        table = self._rows._table(self._KEYS[k])
+        return None if table is None else table[self._i]
+
+
+def _to_left(a, shift, fill):
+    """Right-padded rows of ``a`` (2-D, or 3-D for offsets) with their padding moved to the
+    left: row ``r``'s cells shifted ``shift[r]`` places right, ``fill`` before them."""
+    src = np.arange(a.shape[1], dtype=np.int64)[None, :] - shift[:, None]
+    keep = src >= 0
+    src = np.where(keep, src, 0)
+    if a.ndim == 3:
+        src, keep = src[..., None], keep[..., None]
+    return np.where(keep, np.take_along_axis(a, src, axis=1), fill).astype(a.dtype)
+
+
+#: One (start, end) span as a NumPy record: a span array viewed with it converts to tuples.
+_SPAN = np.dtype([("start", np.int64), ("end", np.int64)])
+
+
+def _span_rows(a) -> list:
+    """An int (..., 2) array of spans as (nested) lists of ``(start, end)`` tuples, as HF
+    gives ``offset_mapping``: one NumPy conversion, with the garbage collector paused (its
+    passes over the growing list of new tuples would otherwise cost more than making
+    them)."""
+    spans = np.ascontiguousarray(a, dtype=np.int64).view(_SPAN)[..., 0]
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return spans.tolist()
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _none_rows(a) -> list:
+    """Rows of ``a`` (a 2-D integer array or a list of lists) as lists with None for the
+    negative values (special tokens, padding)."""
+    if isinstance(a, np.ndarray):
+        o = a.astype(object)
+        o[a < 0] = None
+        return o.tolist()
+    return [[None if v < 0 else v for v in r] for r in a]
 
 
 def _tensor_kind(tensor_type) -> str:
@@ -527,8 +608,10 @@ class TransformersTokenizer:
         self._added_special: dict = {}
         # added token -> (lstrip, rstrip): HF's span of such a token takes the whitespace
         # next to it (ids are the same: the pre-tokenizer drops that whitespace)
-        self._strips: dict = {t: (bool(a), bool(b))
-                              for t, (a, b) in (added_token_strips or {}).items() if a or b}
+        # (the core widens the spans of those its tokenizer.json names: _core_strips)
+        self._strips: dict = {t: (bool(a), bool(b)) for t, (a, b) in
+                              {**self._core_strips(tokenizer), **(added_token_strips or {})}
+                              .items() if a or b}
         self.init_inputs: tuple = ()
         # transformers' named special tokens and extra special tokens: the names the
         # transformers tokenizer had (from_transformers), else the daskwp vocabulary's; the
@@ -1087,6 +1170,13 @@ class TransformersTokenizer:
                 om[k] = (start, end)
                 prev = end
 
+    @staticmethod
+    def _core_strips(tokenizer) -> dict:
+        """``{token: (lstrip, rstrip)}`` that the daskwp tokenizer's own offsets honour
+        (core/added_spans.py: the flags its tokenizer.json gave)."""
+        flags = (getattr(tokenizer.vocab, "config", None) or {}).get("added_token_strips")
+        return {t: (bool(a), bool(b)) for t, (a, b) in (flags or {}).items() if a or b}
+
     def _check_offsets_exact(self) -> None:
         """Refuse character offsets where daskwp's differ from HF's: an added token with
         ``lstrip`` / ``rstrip`` (HF's span takes the whitespace next to it; the ids are the
@@ -1378,12 +1468,16 @@ class TransformersTokenizer:
                       max_length, stride, split, multiple, side, return_tensors, rtt, ram,
                       overflow, rstm, roff, rlen):
         """The common calls through daskwp's vectorized windows (``tok(texts, ...)``,
-        docs/design.md §2, §2.8): one row per text or pair, right sides, special tokens;
-        None where the general path must answer (it gives the same result, slower)."""
+        docs/design.md §2, §2.8, §2.9): one row per text or pair, right truncation, special
+        tokens, character offsets and word ids from the kernel's arrays (padding on the left
+        moves the padded arrays' cells); None where the general path must answer (it gives
+        the same result, slower)."""
         paired = seconds is not None
-        if split or roff or (overflow and paired) or not special or side != "right" or \
-                self.truncation_side != "right":
+        if split or (overflow and paired) or not special or self.truncation_side != "right":
             return None
+        if roff and (self._strips != self._core_strips(self.tokenizer) or
+                     not offsets_available(self._encoder())):
+            return None                # spans widened here, or the general path's error
         INT32_MAX = 2**31 - 1
         if strategy is None:
             if padding == "max_length":
@@ -1408,19 +1502,24 @@ class TransformersTokenizer:
                 self.vocab_obj.special_names.get("pad_token")):
             return None                # pad_token set to another token: the general path
         truncation = True if strategy in (None, "longest_first") else strategy
+        offs = {"return_offsets_mapping": True, "return_word_ids": True,
+                "offsets_unit": "chars"} if roff else {}
         try:
             bw = self._encoder()(firsts, max_length=ml, stride=stride if overflow else 0,
                                 truncation=truncation,
                                 padding=pad, return_tensors="np", text_pair=seconds,
                                 return_token_type_ids=bool(rtt or rtt is None),
                                 return_sequence_ids=True,
-                                return_overflowing_tokens=overflow and strategy is not None)
+                                return_overflowing_tokens=overflow and strategy is not None,
+                                **offs)
         except ValueError:
             return None                # let the general path raise HF's error
         ids, seq = bw["input_ids"], bw["sequence_ids"]
         types = bw.get("token_type_ids")
         att = bw["attention_mask"]
+        om, wid = bw.get("offset_mapping"), bw.get("word_ids")
         n = len(ids)
+        n_seq = 2 if paired else 1
         sample = bw["metadata"][:, 0].astype(np.int64)
         if pad is False:
             # ragged rows: lists (the general path makes the same, but this one is vectorized)
@@ -1432,21 +1531,39 @@ class TransformersTokenizer:
                 data["attention_mask"] = att.to_list()
             if rstm:
                 data["special_tokens_mask"] = [[1 if v < 0 else 0 for v in r] for r in seq_l]
+            om_l = None
+            if roff:
+                spans = _span_rows(om.values)
+                bounds = om.offsets.tolist()
+                om_l = [spans[bounds[r]:bounds[r + 1]] for r in range(n)]
+                data["offset_mapping"] = om_l
             if rlen:
                 data["length"] = [len(r) for r in ids_l]
             if overflow:
                 data["overflow_to_sample_mapping"] = sample.tolist()
-            rows = _SeqRows(seq_l, ids_l, 2 if paired else 1)
+            rows = _SeqRows(seq_l, ids_l, n_seq, None if wid is None else wid.to_list(), om_l)
         else:
             width = ids.shape[1]
             if multiple is not None and multiple > 0 and width % multiple:
                 extra = multiple - width % multiple
-                ids = np.pad(ids, ((0, 0), (0, extra)), constant_values=self.pad_token_id)
-                att = np.pad(att, ((0, 0), (0, extra)))
-                seq = np.pad(seq, ((0, 0), (0, extra)), constant_values=-1)
+                grow = ((0, 0), (0, extra))
+                ids = np.pad(ids, grow, constant_values=self.pad_token_id)
+                att = np.pad(att, grow)
+                seq = np.pad(seq, grow, constant_values=-1)
                 if types is not None:
-                    types = np.pad(types, ((0, 0), (0, extra)))
+                    types = np.pad(types, grow)
+                if roff:
+                    wid = np.pad(wid, grow, constant_values=-1)
+                    om = np.pad(om, grow + ((0, 0),))
                 width += extra
+            if side == "left":
+                shift = width - att.sum(axis=1).astype(np.int64)
+                ids = _to_left(ids, shift, self.pad_token_id)
+                att, seq = _to_left(att, shift, 0), _to_left(seq, shift, -1)
+                if types is not None:
+                    types = _to_left(types, shift, 0)
+                if roff:
+                    wid, om = _to_left(wid, shift, -1), _to_left(om, shift, 0)
             data = {"input_ids": ids.astype(np.int64)}
             if rtt or rtt is None:
                 data["token_type_ids"] = types.astype(np.int64)
@@ -1454,21 +1571,25 @@ class TransformersTokenizer:
                 data["attention_mask"] = att.astype(np.int64)
             if rstm:
                 data["special_tokens_mask"] = (seq < 0).astype(np.int64)
+            if roff:
+                data["offset_mapping"] = om.astype(np.int64)
             if rlen:
                 data["length"] = np.full(n, width, dtype=np.int64)
             if overflow:
                 data["overflow_to_sample_mapping"] = sample
-            rows = _SeqRows(seq, ids, 2 if paired else 1)
             if return_tensors is None:
-                data = {k: v.tolist() for k, v in data.items()}
+                data = {k: _span_rows(v) if k == "offset_mapping" else v.tolist()
+                        for k, v in data.items()}
             elif return_tensors == "pt" or getattr(return_tensors, "value", None) == "pt":
                 data = {k: _as_tensor(k, v, "pt") for k, v in data.items()}
+            rows = _SeqRows(seq, ids, n_seq, wid,
+                            data.get("offset_mapping") if return_tensors is None else om)
         if not batched and return_tensors is None and not overflow:
             data = {k: (v[0] if v and isinstance(v[0], list) else v) for k, v in data.items()}
         elif return_tensors is not None and pad is False:
-            return BatchEncoding(data, return_tensors, rows=rows,
-                                 n_sequences=2 if paired else 1, owner=self)
-        return BatchEncoding(data, rows=rows, n_sequences=2 if paired else 1, owner=self)
+            return BatchEncoding(data, return_tensors, rows=rows, n_sequences=n_seq,
+                                 owner=self)
+        return BatchEncoding(data, rows=rows, n_sequences=n_seq, owner=self)
 
     # -- pad ---------------------------------------------------------------------------------
     def pad(self, encoded_inputs, padding=True, max_length: int | None = None,

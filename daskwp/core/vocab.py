@@ -261,6 +261,7 @@ class Vocabulary:
                 tokens[i] = t
                 taken[i] = True
         specials, added, stripped, nonspecial = [], {}, [], []
+        strips = {}   # content -> [lstrip, rstrip]: core/added_spans.py widens their spans
         for at in spec.get("added_tokens") or []:
             if not isinstance(at, dict) or not isinstance(at.get("content"), str):
                 raise ValueError(f"tokenizer file {str(p)!r}: an added token is not an object "
@@ -284,6 +285,7 @@ class Vocabulary:
                     f"character), which daskwp does not support")
             if at.get("lstrip", False) or at.get("rstrip", False):
                 stripped.append(content)  # the tokenizer checks them against its pipeline
+                strips[content] = [bool(at.get("lstrip")), bool(at.get("rstrip"))]
             specials.append(content)
             if not at.get("special", False):
                 nonspecial.append(content)
@@ -294,6 +296,7 @@ class Vocabulary:
                   "pre_tokenizer": spec.get("pre_tokenizer"),
                   "max_input_chars_per_word": model.get("max_input_chars_per_word", 100),
                   "stripped_added_tokens": stripped,
+                  "added_token_strips": strips,
                   # what the tokenizer frames rows with (core/postprocess.py), and the
                   # cls / sep names the file gives (a rename of them is refused there)
                   "post_processor": spec.get("post_processor"),
