@@ -105,7 +105,7 @@ for max_length, stride in B.GRID:
                                                               padding="bucket",
                                                               num_threads=1))]
     for label, fn in calls:
-        daskwp.clear_caches()                 # each measured call: one warm call after
+        daskwp.memory.clear()                 # each measured call: one warm call after
         fn()                                  # an empty word memo, then itself
         lib.cg_start()
         fn()

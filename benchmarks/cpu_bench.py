@@ -402,7 +402,7 @@ def worker_peers(job: dict) -> dict:
             return e.token_ids, e.offsets
 
         def d_clear():
-            daskwp.clear_caches(["word_cache"])
+            daskwp.memory.clear(["word_cache"])
         runners = {"daskwp": (d_enc, d_clear)}
         if nanotoken is not None:
             nt = nanotoken.Tokenizer.from_vocab(item["vocab"], lowercase=item["lowercase"])
@@ -1162,7 +1162,7 @@ def peers_report(args, rows, peers) -> list[str]:
              f"{args.size_mb:g} MB); **once**: its lines once. **warm**: the same process "
              "after earlier calls on that input (daskwp: its word cache kept between calls; "
              "nanotoken: its per-thread chunk caches); **cold**: caches emptied before the "
-             "call (daskwp `clear_caches()`, nanotoken `clear_cache()`; tokie has no cache "
+             "call (daskwp `memory.clear()`, nanotoken `clear_cache()`; tokie has no cache "
              "API, so a fresh `Tokenizer` object). Versions: "
              + ", ".join(f"{n} {v}" for n, v in vers.items() if v) + ".")
     L.append("")
