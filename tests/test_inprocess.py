@@ -5,8 +5,9 @@ threaded scheduler, and writes what a cluster writes.
 Here: every job kind (Parquet windows, sentence pairs, Megatron, HF datasets, packing, the
 token count) gives the same files on threads as on a cluster; a partial in-process run
 resumes; the summary and ``_job.json`` say which ran; the option switches as documented
-(and an explicit ``n_workers`` still starts a cluster); the in-process path imports no
-``distributed``.
+(and an explicit ``n_workers`` still starts a cluster); the in-process path imports neither
+``distributed`` nor ``dask.dataframe``, and the ``.wordpiece`` accessors still register
+whichever library is imported first.
 """
 
 from __future__ import annotations
@@ -232,16 +233,22 @@ def test_explicit_n_workers_or_a_large_input_starts_a_cluster(tmp_path, client,
         assert run["workers"] == 2 and run["address"] == client.scheduler.address
 
 
+def _python(code: str) -> str:
+    """The standard output of ``code`` run by a fresh interpreter (which must succeed)."""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=REPO, timeout=300)
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
 def test_the_in_process_path_imports_no_distributed(tmp_path):
     code = ("import sys\nfrom daskwp.cli import main\n"
             f"assert main(['tokenize', {_text_input(tmp_path)!r}, {str(tmp_path / 'o')!r}, "
             "'-q']) == 0\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('distributed', 'tornado', 'torch', 'transformers')))")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=REPO, timeout=300)
-    assert res.returncode == 0, res.stderr
-    assert res.stdout.strip() == "[]"
+            "('distributed', 'tornado', 'torch', 'transformers') or "
+            "m.startswith('dask.dataframe')))")
+    assert _python(code).strip() == "[]"
     assert json.loads((tmp_path / "o" / "_summary.json").read_text())["run"]["mode"] == \
         "threads"
 
@@ -255,3 +262,36 @@ def test_in_process_pickles_and_refuses_futures():
     with pytest.raises(ValueError, match="scheduler must be one of"):
         InProcess("processes")
     assert r.get({"a": 1, "b": (sum, ["a", "a"])}, ["b"]) == [2]
+
+
+_IMPORT_ORDERS = {
+    # daskwp first: the accessors register as pandas and dask.dataframe are imported
+    "daskwp-first": "import daskwp\nimport pandas as pd\nimport dask.dataframe as dd\n",
+    "dask-first": "import pandas as pd\nimport dask.dataframe as dd\nimport daskwp\n",
+    # dask.dataframe imported by daskwp's own graph module, midway through daskwp's imports
+    "graph-first": "import daskwp.distributed.graph\nimport pandas as pd\n"
+                   "import dask.dataframe as dd\n",
+}
+
+
+@pytest.mark.parametrize("order", sorted(_IMPORT_ORDERS))
+def test_import_daskwp_leaves_dask_dataframe_out_and_the_accessors_still_register(order):
+    """``import daskwp`` (and the command) imports neither ``dask.dataframe`` nor
+    ``distributed``; ``.wordpiece`` is on pandas and Dask Series whichever comes first."""
+    code = ("import sys\nimport daskwp.cli\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('dask.dataframe', "
+            "'dask.array', 'distributed'))))\n" if order == "daskwp-first" else "") + \
+        _IMPORT_ORDERS[order] + (
+            "from daskwp.accessors.eager import WordPieceAccessor\n"
+            "from daskwp.accessors.lazy import DaskWordPieceAccessor\n"
+            "s = pd.Series(['Hello world!', 'naive'])\n"
+            "assert isinstance(s.wordpiece, WordPieceAccessor)\n"
+            "d = dd.from_pandas(s, npartitions=2)\n"
+            "assert isinstance(d.wordpiece, DaskWordPieceAccessor)\n"
+            "ids = d.wordpiece.tokenize(max_length=8).input_ids.compute(scheduler='sync')\n"
+            "assert (ids == s.wordpiece.tokenize(max_length=8).input_ids).all()\n"
+            "print('ok')\n")
+    lines = _python(code).splitlines()
+    assert lines[-1] == "ok"
+    if order == "daskwp-first":
+        assert lines[0] == "[]"

@@ -165,9 +165,10 @@ def test_unusable_output_path_is_an_error_with_exit_2(tmp_path, capsys):
 
 @pytest.mark.slow   # a subprocess per cluster, signalled mid-job
 @pytest.mark.parametrize("cluster", [["--scheduler", "synchronous"],
+                                     ["--scheduler", "threads"],
                                      pytest.param(["--n-workers", "1", "--threads-per-worker", "1",
                                       "--device", "cpu"], marks=pytest.mark.slow)],
-                         ids=["synchronous", "local-cluster"])
+                         ids=["synchronous", "threads", "local-cluster"])
 def test_sigterm_is_handled_like_an_interrupt(tmp_path, tok, cluster):
     """SIGTERM mid-job: the message, exit status 130, no temporary part left; the rerun
     completes the dataset."""

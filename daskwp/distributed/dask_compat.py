@@ -23,18 +23,41 @@ import dask
 #: requirements in pyproject.toml. 2026.6 lacks what they need; 2026.9 is not tested yet.
 TESTED_DASK = ">=2026.7.0,<2026.9"
 
-try:
-    from dask._collections import new_collection
-    from dask._task_spec import DataNode, Task, TaskRef
-    from dask.dataframe.dask_expr._expr import (Blockwise, Expr, Fused, Lengths, Literal,
-                                                Partitions, Projection,
-                                                optimize_blockwise_fusion)
-    from dask.dataframe.dask_expr.io.io import FusedIO
-except ImportError as e:  # pragma: no cover - depends on the installed dask
-    raise ImportError(
+
+def _unsupported(e: ImportError) -> ImportError:
+    return ImportError(
         f"daskwp needs dask {TESTED_DASK} (its graphs use dask's expression and task "
-        f"classes); dask {dask.__version__} is installed and lacks one of them: {e}"
-    ) from e
+        f"classes); dask {dask.__version__} is installed and lacks one of them: {e}")
+
+
+try:
+    from dask._task_spec import DataNode, Task, TaskRef
+except ImportError as e:  # pragma: no cover - depends on the installed dask
+    raise _unsupported(e) from e
+
+#: The names that live in dask.dataframe, imported on first use (PEP 562): task graphs
+#: alone (a batch job's) need only the task classes above, and ``dask.dataframe`` (with
+#: pandas and dask.array) costs most of ``import daskwp``'s time.
+_DATAFRAME_NAMES = {
+    "new_collection": "dask._collections",
+    **dict.fromkeys(("Blockwise", "Expr", "Fused", "Lengths", "Literal", "Partitions",
+                     "Projection", "optimize_blockwise_fusion"),
+                    "dask.dataframe.dask_expr._expr"),
+    "FusedIO": "dask.dataframe.dask_expr.io.io",
+}
+
+
+def __getattr__(name: str):
+    module = _DATAFRAME_NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+    try:
+        value = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as e:  # pragma: no cover - the installed dask
+        raise _unsupported(ImportError(str(e))) from e
+    globals()[name] = value
+    return value
 
 __all__ = ["Blockwise", "DataNode", "Expr", "Fused", "FusedIO", "Lengths",
            "Literal", "Partitions", "Projection", "TESTED_DASK", "Task", "TaskRef",

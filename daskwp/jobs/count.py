@@ -82,7 +82,7 @@ def run_count(cfg: JobConfig, *, client=None, log: Callable[[str], None] | None 
     of each row that could not be read, ``row`` counted as logIDs count them; the row
     policy, ``cfg.on_bad_row``)."""
     from ..distributed.dask_compat import Task, TaskRef
-    from ..distributed.graph import tokenizer_layer
+    from ..distributed.offset_pass import tokenizer_layer
     from .driver import build_tokenizer, close_scheduler, open_scheduler, resolve_device
 
     t0 = time.perf_counter()

@@ -508,7 +508,7 @@ def job_graph(specs: Sequence[PartitionSpec], counts: Sequence, missing: Sequenc
     Keys carry the job id and ``run_id``, so two runs on one cluster never share a task.
     """
     from ..distributed.dask_compat import Task, TaskRef
-    from ..distributed.graph import PartitionCounts, tokenizer_layer
+    from ..distributed.offset_pass import PartitionCounts, tokenizer_layer
 
     n = len(specs)
     tag = f"{job_id[:8]}-{run_id}" if run_id else job_id[:8]

@@ -224,7 +224,7 @@ def run_packed_job(cfg, tok, specs, out: str, job_id: str, client, log,
     ``(stats, offsets, missing)``: every part's statistics, the logID offsets (n + 1) and
     the parts this run wrote."""
     from ..distributed.dask_compat import Task, TaskRef
-    from ..distributed.graph import tokenizer_layer
+    from ..distributed.offset_pass import tokenizer_layer
 
     n = len(specs)
     stats = [check_part_record(out, i, n, job_id, None) for i in range(n)]
