@@ -38,14 +38,14 @@ def find_data(arg=None, needs=("corpus", "vocab"), extra=()) -> Path:
              f"pass --data DIR")
 
 
-def read_lines(data: Path, patterns) -> list[str]:
+def read_lines(data: Path, patterns, missing_ok: bool = False) -> list[str]:
     """Non-empty lines (no newline, no trailing CR) of the corpus files matching
     ``patterns`` (globs under ``data/corpus``), in order; a pattern matching nothing is an
-    error."""
+    error, or with ``missing_ok`` passed over."""
     lines: list[str] = []
     for pat in patterns:
         files = sorted((data / "corpus").glob(pat))
-        if not files:
+        if not files and not missing_ok:
             raise FileNotFoundError(f"no file matches {data / 'corpus' / pat}")
         for f in files:
             for line in f.read_text(encoding="utf-8").split("\n"):

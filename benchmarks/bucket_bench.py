@@ -24,18 +24,16 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import glob
 import os
 import json
 import platform
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
-from _common import find_data
+from _common import best, find_data, read_lines
 
 import daskwp
 
@@ -48,15 +46,6 @@ FAMILIES = [
 GRID = [(128, 32), (512, 128)]
 
 
-def _lines(data: Path, patterns) -> list[str]:
-    out = []
-    for pat in patterns:
-        for f in sorted(glob.glob(str(data / "corpus" / pat))):
-            text = Path(f).read_text(encoding="utf-8").split("\n")
-            out += [t for t in text if t]
-    return out
-
-
 def _padding(out) -> tuple[int, int]:
     """(padding cells, real cells) of a padded or bucketed result."""
     masks = [b["attention_mask"] for _, b in out.buckets] if hasattr(out, "buckets") \
@@ -64,15 +53,6 @@ def _padding(out) -> tuple[int, int]:
     real = sum(int(np.asarray(m).sum()) for m in masks)
     cells = sum(int(np.asarray(m).size) for m in masks)
     return cells - real, real
-
-
-def _best(fn, repeats):
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
 
 
 # The callgrind child: client requests through a tiny C helper (callgrind.h macros).
@@ -91,7 +71,7 @@ from daskwp.backends.cpu import windows_from_encoding
 lib = ctypes.CDLL(sys.argv[2])
 data, fam = B.Path(sys.argv[3]), int(sys.argv[4])
 name, patterns, vocab, lower = B.FAMILIES[fam]
-texts = B._lines(data, patterns)
+texts = B.read_lines(data, patterns, missing_ok=True)
 tok = daskwp.WordPieceTokenizer(str(data / "vocab" / vocab / "vocab.txt"), lowercase=lower,
                                 num_threads=1)
 enc = tok.encode(texts)
@@ -122,7 +102,8 @@ def _callgrind(data: Path, out: Path) -> int:
     (work / "child.py").write_text(_CG_CHILD)
     counts = {}
     for fam, (name, patterns, vocab, _) in enumerate(FAMILIES):
-        if not (data / "vocab" / vocab / "vocab.txt").exists() or not _lines(data, patterns):
+        if not (data / "vocab" / vocab / "vocab.txt").exists() or \
+                not read_lines(data, patterns, missing_ok=True):
             print(f"skip {name}: not in {data}")
             continue
         cg_out = work / f"cg.{fam}"
@@ -188,7 +169,7 @@ def main(argv=None) -> int:
     rows = []
     for name, patterns, vocab, lower in FAMILIES:
         vpath = data / "vocab" / vocab / "vocab.txt"
-        texts = _lines(data, patterns)
+        texts = read_lines(data, patterns, missing_ok=True)
         if not vpath.exists() or not texts:
             print(f"skip {name}: not in {data}")
             continue
@@ -206,8 +187,8 @@ def main(argv=None) -> int:
             # interleaved timing: plain, bucket, plain, bucket, ...
             t_plain = t_bucket = float("inf")
             for _ in range(args.repeats):
-                t_plain = min(t_plain, _best(lambda: tok(texts, **kw), 1))
-                t_bucket = min(t_bucket, _best(lambda: tok(texts, **kw, padding="bucket"), 1))
+                t_plain = min(t_plain, best(lambda: tok(texts, **kw), 1))
+                t_bucket = min(t_bucket, best(lambda: tok(texts, **kw, padding="bucket"), 1))
             rows.append(dict(name=name, mb=mb, max_length=max_length, stride=stride,
                              rows=plain.num_rows, plain=p_plain / real, auto=p_auto / real,
                              auto_widths=auto.widths, fixed=p_fixed / real,
