@@ -192,6 +192,31 @@ def test_a_text_partition_reads_its_byte_range_only(bucket, monkeypatch):
     assert sum(e - s for s, e in fetched) == mid.byte_end - mid.byte_start
 
 
+def test_counting_a_text_partition_fetches_big_ranges(bucket, monkeypatch):
+    """The count of a URL partition's lines (the global-offset pass) reads its byte range in
+    a few big GETs, not 1 MB ones: each request has a fixed cost (storage_bench.py)."""
+    import s3fs
+    name, options, fs = bucket
+    line = ("\n".join(sample_lines()) + "\n").encode()
+    data = line * (6_000_000 // len(line) + 1)
+    fs.pipe(f"{name}/big.txt", data)
+    with storage.using(options):
+        specs = inputs.plan_partitions(inputs.list_input_files(f"s3://{name}/big.txt"),
+                                       "text", 5_000_000)
+    assert len(specs) == 2 and specs[0].byte_end - specs[0].byte_start > 4_500_000
+    fetched = []
+    real = s3fs.core.S3File._fetch_range
+
+    def spy(self, start, end):
+        fetched.append((start, end))
+        return real(self, start, end)
+    monkeypatch.setattr(s3fs.core.S3File, "_fetch_range", spy)
+    spec = specs[0]
+    assert inputs.count_partition(spec) == data[:spec.byte_end].count(b"\n")
+    assert len(fetched) == 1, fetched
+    assert fetched[0] == (spec.byte_start, spec.byte_end)
+
+
 def test_storage_options_from_the_cli_are_never_recorded(tmp_path, bucket, capsys):
     """--storage-option key=value reaches the filesystem; the credentials given that way
     appear in neither _job.json, the summary, nor the printed JSON."""
