@@ -166,17 +166,9 @@ def test_memory_urls_globs_and_include_exclude(tmp_path):
         inputs.list_input_files(f"memory://{root}/*.csv")
 
 
-def test_a_text_partition_reads_its_byte_range_only(bucket, monkeypatch):
-    """Planning and reading a partition of an object fetch byte ranges near the partition,
-    never the whole object."""
+def spy_fetches(monkeypatch) -> list[tuple[int, int]]:
+    """From now on, the byte range of every GET of an s3fs file, appended to the list."""
     import s3fs
-    name, options, fs = bucket
-    data = ("\n".join(sample_lines()) + "\n").encode()
-    fs.pipe(f"{name}/big.txt", data)
-    with storage.using(options):
-        files = inputs.list_input_files(f"s3://{name}/big.txt")
-        specs = inputs.plan_partitions(files, "text", 20_000)
-    assert len(specs) > 5
     fetched = []
     real = s3fs.core.S3File._fetch_range
 
@@ -184,6 +176,20 @@ def test_a_text_partition_reads_its_byte_range_only(bucket, monkeypatch):
         fetched.append((start, end))
         return real(self, start, end)
     monkeypatch.setattr(s3fs.core.S3File, "_fetch_range", spy)
+    return fetched
+
+
+def test_a_text_partition_reads_its_byte_range_only(bucket, monkeypatch):
+    """Planning and reading a partition of an object fetch byte ranges near the partition,
+    never the whole object."""
+    name, options, fs = bucket
+    data = ("\n".join(sample_lines()) + "\n").encode()
+    fs.pipe(f"{name}/big.txt", data)
+    with storage.using(options):
+        files = inputs.list_input_files(f"s3://{name}/big.txt")
+        specs = inputs.plan_partitions(files, "text", 20_000)
+    assert len(specs) > 5
+    fetched = spy_fetches(monkeypatch)
     mid = specs[len(specs) // 2]
     got = inputs.read_partition(mid)
     expected = data[mid.byte_start:mid.byte_end].decode().splitlines()
@@ -195,7 +201,6 @@ def test_a_text_partition_reads_its_byte_range_only(bucket, monkeypatch):
 def test_counting_a_text_partition_fetches_big_ranges(bucket, monkeypatch):
     """The count of a URL partition's lines (the global-offset pass) reads its byte range in
     a few big GETs, not 1 MB ones: each request has a fixed cost (storage_bench.py)."""
-    import s3fs
     name, options, fs = bucket
     line = ("\n".join(sample_lines()) + "\n").encode()
     data = line * (6_000_000 // len(line) + 1)
@@ -204,13 +209,7 @@ def test_counting_a_text_partition_fetches_big_ranges(bucket, monkeypatch):
         specs = inputs.plan_partitions(inputs.list_input_files(f"s3://{name}/big.txt"),
                                        "text", 5_000_000)
     assert len(specs) == 2 and specs[0].byte_end - specs[0].byte_start > 4_500_000
-    fetched = []
-    real = s3fs.core.S3File._fetch_range
-
-    def spy(self, start, end):
-        fetched.append((start, end))
-        return real(self, start, end)
-    monkeypatch.setattr(s3fs.core.S3File, "_fetch_range", spy)
+    fetched = spy_fetches(monkeypatch)
     spec = specs[0]
     assert inputs.count_partition(spec) == data[:spec.byte_end].count(b"\n")
     assert len(fetched) == 1, fetched
