@@ -256,14 +256,30 @@ def _footer_start(path: Path) -> int:
     return len(data) - 8 - struct.unpack("<i", data[-8:-4])[0]
 
 
-def test_resume_rewrites_a_part_whose_data_pages_are_corrupt(tmp_path, tok, capsys):
-    lines = sample_lines()[:600]
+def _job_of_small_parts(tmp_path, capsys, n_lines: int):
+    """A synchronous job on ``n_lines`` sample lines in 10 KB partitions: the lines, the
+    output folder, the command's arguments, the output's table and the part names."""
+    lines = sample_lines()[:n_lines]
     inp = write_text(tmp_path / "in.txt", lines)
     out = tmp_path / "out"
     args = sync(inp, out, "--partition-size", "10KB", "--json")
     assert cli(*args, capsys=capsys)[0] == 0
-    first = read_output(out)
-    names = sorted(mtimes(out))
+    return lines, out, args, read_output(out), sorted(mtimes(out))
+
+
+def _rerun_rewrites_only(out, args, names, victim, capsys) -> None:
+    """Running the job again writes ``victim`` and keeps every other part."""
+    before = mtimes(out)
+    time.sleep(0.01)
+    rc, stdout, err = cli(*args, capsys=capsys)
+    assert rc == 0, err
+    assert json.loads(stdout)["partitions_written"] == 1
+    after = mtimes(out)
+    assert {n for n in names if after[n] != before[n]} == {victim.name}
+
+
+def test_resume_rewrites_a_part_whose_data_pages_are_corrupt(tmp_path, tok, capsys):
+    lines, out, args, first, names = _job_of_small_parts(tmp_path, capsys, 600)
     assert len(names) >= 4
     victim = out / names[2]
     md = pq.read_metadata(victim)
@@ -279,14 +295,7 @@ def test_resume_rewrites_a_part_whose_data_pages_are_corrupt(tmp_path, tok, caps
     raw[at:at + 16] = bytes(b ^ 0xFF for b in raw[at:at + 16])
     victim.write_bytes(bytes(raw))
     pq.read_metadata(victim)  # the footer still reads
-    before = mtimes(out)
-    time.sleep(0.01)
-    rc, stdout, err = cli(*args, capsys=capsys)
-    assert rc == 0, err
-    summary = json.loads(stdout)
-    assert summary["partitions_written"] == 1
-    after = mtimes(out)
-    assert {n for n in names if after[n] != before[n]} == {victim.name}
+    _rerun_rewrites_only(out, args, names, victim, capsys)
     assert read_output(out).equals(first)
     assert_matches(out, tok, lines)
 
@@ -305,6 +314,34 @@ def test_check_part_verifies_the_recorded_checksum(tmp_path, capsys):
     raw[8] ^= 0x01  # the first column chunk's bytes
     part.write_bytes(bytes(raw))
     assert jobs.check_part(str(part), 0, job_id, 50, 0) is None
+
+
+def test_resume_keeps_parts_with_the_older_sha256_checksum(tmp_path, tok, capsys):
+    """Parts written before the 128-bit part checksum record the first 128 bits of SHA-256
+    under ``daskwp.data_sha256``: a rerun still verifies and keeps them, and rewrites one
+    whose data pages changed."""
+    import hashlib
+    lines, out, args, first, names = _job_of_small_parts(tmp_path, capsys, 300)
+    job_id = json.loads((out / "_job.json").read_text())["job_id"]
+    for name in names:   # rewrite every footer as an older daskwp wrote it
+        raw = (out / name).read_bytes()
+        start = _footer_start(out / name)
+        kv = pq.read_metadata(out / name).metadata
+        footer = raw[start:-8].replace(b"\x13daskwp.data_hash128", b"\x12daskwp.data_sha256")
+        footer = footer.replace(kv[b"daskwp.data_hash128"],
+                                hashlib.sha256(raw[:start]).hexdigest()[:32].encode())
+        (out / name).write_bytes(raw[:start] + footer + struct.pack("<i", len(footer))
+                                 + b"PAR1")
+        assert b"daskwp.data_hash128" not in pq.read_metadata(out / name).metadata
+    meta = json.loads(pq.read_metadata(out / names[0]).metadata[b"daskwp"])
+    assert jobs.check_part(str(out / names[0]), 0, job_id, meta["documents"], 0) is not None
+    victim = out / names[1]
+    raw = bytearray(victim.read_bytes())
+    raw[8] ^= 0x01
+    victim.write_bytes(bytes(raw))
+    _rerun_rewrites_only(out, args, names, victim, capsys)
+    assert read_output(out).equals(first)
+    assert_matches(out, tok, lines)
 
 
 # -- (g) the summary's timing line ---------------------------------------------------------

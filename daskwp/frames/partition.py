@@ -569,15 +569,29 @@ def portable_pandas_metadata(table: pa.Table) -> pa.Table:
 #: Parquet key-value metadata of a part that daskwp writes: a JSON object (the part's rows,
 #: documents, logID offset, the vocabulary's ``pad_id``, ...; batch jobs add their job id).
 PART_METADATA_KEY = b"daskwp"
-#: Key-value metadata of a part: the first 128 bits (32 hex digits) of the SHA-256 of the
-#: file's bytes before the footer. SHA-256 runs on the CPU's SHA instructions (OpenSSL): about
-#: twice blake2b's speed here, so hashing the pages as they are written costs ~3% of a part.
-CHECKSUM_KEY = b"daskwp.data_sha256"
+#: Key-value metadata of a part: a 128-bit checksum (32 hex digits) of the file's bytes
+#: before the footer, :class:`daskwp._ext.PartHash` (docs/design.md §4.2). It replaced the
+#: first 128 bits of SHA-256 (:data:`SHA256_CHECKSUM_KEY`): the checksum tells a rerun whether
+#: a part's data pages are the ones written (damage, a foreign or half-copied file), which
+#: needs no collision resistance against an attacker (who could rewrite the footer too), and
+#: SHA-256 cost about a tenth of the tokenizer's CPU on the writer thread even on the CPU's
+#: SHA instructions (1.2 GB/s here, against 7 GB/s).
+CHECKSUM_KEY = b"daskwp.data_hash128"
+#: The checksum key of parts written by daskwp before :data:`CHECKSUM_KEY`: the first 128
+#: bits of the SHA-256 of the same bytes; such parts are still verified when a job resumes.
+SHA256_CHECKSUM_KEY = b"daskwp.data_sha256"
 
 
-def checksum_hash():
-    """A new hash object of the part checksum (:data:`CHECKSUM_KEY`); ``checksum_hex(h)``
-    gives its value as recorded."""
+def checksum_hash(key: bytes = CHECKSUM_KEY):
+    """A new hash object of a part checksum recorded under ``key`` (:data:`CHECKSUM_KEY`,
+    or :data:`SHA256_CHECKSUM_KEY` for SHA-256); ``checksum_hex(h)`` gives its value as
+    recorded."""
+    if key == CHECKSUM_KEY:
+        from .. import _ext
+        return _ext.PartHash()
+    if key != SHA256_CHECKSUM_KEY:
+        raise ValueError(f"unknown part checksum key {key!r}: {CHECKSUM_KEY!r} or "
+                         f"{SHA256_CHECKSUM_KEY!r}")
     import hashlib
     return hashlib.sha256()
 

@@ -4,7 +4,7 @@ parts (resume) and verify the whole dataset.
 
 Layout of an output directory: ``part-NNNNN.parquet`` per partition (the accessor's partition
 frame with global logIDs; Parquet key-value metadata ``daskwp`` records the job id, the
-partition, its logID offset and its statistics, and ``daskwp.data_sha256`` a checksum of the
+partition, its logID offset and its statistics, and ``daskwp.data_hash128`` a checksum of the
 file's bytes before the footer, i.e. its data pages), ``_job.json`` (what the job is) and
 ``_summary.json`` (what it did; present only while the dataset is complete), and for a
 partition with rows it rejected (the row policy, ``on_bad_row: reject``)
@@ -32,8 +32,8 @@ from ..core.cache import BoundedCache
 from ..distributed.state import cached_tokenizer
 from ..distributed.tasks import (add_logid_offset, call_options, owned_unknown_tokens,
                                  tokenize_partition, write_tokenized_part)
-from ..frames.partition import CHECKSUM_KEY, PART_METADATA_KEY, checksum_hash, checksum_hex, \
-    is_cudf
+from ..frames.partition import CHECKSUM_KEY, PART_METADATA_KEY, SHA256_CHECKSUM_KEY, \
+    checksum_hash, checksum_hex, is_cudf
 from ..frames import storage
 from ..frames.storage import is_url, open_input
 from .errors import InputError, JobError
@@ -203,8 +203,11 @@ def _footer_start(fh) -> int:
     return start
 
 
-def sha256_of(fh, end: int) -> str:
-    h = checksum_hash()
+def sha256_of(fh, end: int, key: bytes = SHA256_CHECKSUM_KEY) -> str:
+    """The checksum of ``fh``'s first ``end`` bytes, read in 4 MB pieces: SHA-256 (first 128
+    bits, hex), or the part checksum recorded under ``key``
+    (:func:`~daskwp.frames.partition.checksum_hash`)."""
+    h = checksum_hash(key)
     fh.seek(0)
     left = end
     while left > 0:
@@ -216,13 +219,14 @@ def sha256_of(fh, end: int) -> str:
     return checksum_hex(h)
 
 
-def data_checksum(path: str) -> str:
-    """SHA-256 (first 128 bits, hex) of a Parquet file's bytes before its footer: the pages,
-    dictionary pages and page headers of every column chunk.
+def data_checksum(path: str, key: bytes = CHECKSUM_KEY) -> str:
+    """The checksum (32 hex digits) of a Parquet file's bytes before its footer: the pages,
+    dictionary pages and page headers of every column chunk; of the kind a part records
+    under ``key`` (:data:`CHECKSUM_KEY`, or ``daskwp.data_sha256`` of older parts).
 
     Memory: reads the file in 4 MB pieces."""
     with open_input(path) as fh:
-        return sha256_of(fh, _footer_start(fh))
+        return sha256_of(fh, _footer_start(fh), key)
 
 
 def write_partition(spec: PartitionSpec, logid_offset: int, out_dir: str, tokenizer,
@@ -419,7 +423,9 @@ def check_part(path: str, index: int, job_id: str, documents: int | None,
             md = pq.read_metadata(path)
         kv = md.metadata or {}
         meta = json.loads(kv.get(METADATA_KEY, b"{}"))
-        checksum = kv.get(CHECKSUM_KEY, b"").decode("ascii", "replace")
+        # parts of older daskwp versions record SHA-256 under its own key
+        key = CHECKSUM_KEY if CHECKSUM_KEY in kv else SHA256_CHECKSUM_KEY
+        checksum = kv.get(key, b"").decode("ascii", "replace")
     except (OSError, ValueError, pa.ArrowException):
         return None
     ok = (meta.get("job_id") == job_id and meta.get("partition") == index
@@ -429,7 +435,7 @@ def check_part(path: str, index: int, job_id: str, documents: int | None,
     if not ok or len(checksum) != len(_CHECKSUM_PLACEHOLDER):
         return None
     try:
-        if data_checksum(path) != checksum:
+        if data_checksum(path, key) != checksum:
             return None
     except (OSError, ValueError):
         return None

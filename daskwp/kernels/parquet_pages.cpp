@@ -351,9 +351,99 @@ nb::list list_pages(AnyInts values, I32 offsets, int64_t page_bytes, bool split)
   return out;
 }
 
+// The part checksum (docs/design.md §4.2): a 128-bit hash of the bytes before a part's
+// footer, fed as they are written. Four 64-bit lanes take the 8-byte words of each 32-byte
+// block in turn (lane = rotl(lane + word * K2, 31) * K1: xxHash64's round); the last partial
+// block is padded with zeros and the byte count mixed in, and the two 64-bit halves of the
+// digest fold the four lanes in opposite orders through a multiply-xorshift avalanche. Every
+// bit of every word reaches its lane's state through an odd multiply (a bijection), so any
+// change of the content or length changes the digest except by chance (about 2^-64 for an
+// accidental change). Not cryptographic: it detects damaged or foreign data pages on resume,
+// like the SHA-256 it replaced, at a few percent of SHA-256's cost on the writer thread.
+class PartHash {
+ public:
+  void update(nb::handle data) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(data.ptr(), &view, PyBUF_SIMPLE) != 0) throw nb::python_error();
+    const uint8_t* p = static_cast<const uint8_t*>(view.buf);
+    const size_t n = static_cast<size_t>(view.len);
+    if (n >= (1u << 16)) {
+      nb::gil_scoped_release release;
+      consume(p, n);
+    } else {
+      consume(p, n);
+    }
+    PyBuffer_Release(&view);
+  }
+
+  std::string hexdigest() const {
+    uint64_t v[4] = {lane_[0], lane_[1], lane_[2], lane_[3]};
+    uint8_t last[32] = {0};
+    std::memcpy(last, buf_, fill_);
+    block(v, last);
+    const uint64_t h1 = fold(v, 0, total_), h2 = fold(v, 1, total_ ^ kK3);
+    static const char* hex = "0123456789abcdef";
+    std::string out(32, '0');
+    for (int i = 0; i < 16; ++i) {
+      out[i] = hex[(h1 >> (60 - 4 * i)) & 15];
+      out[16 + i] = hex[(h2 >> (60 - 4 * i)) & 15];
+    }
+    return out;
+  }
+
+ private:
+  static constexpr uint64_t kK1 = 0x9E3779B185EBCA87ull, kK2 = 0xC2B2AE3D27D4EB4Full,
+                            kK3 = 0x165667B19E3779F9ull, kK4 = 0x85EBCA77C2B2AE63ull;
+  static uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+  static uint64_t round(uint64_t lane, uint64_t w) { return rotl(lane + w * kK2, 31) * kK1; }
+  static void block(uint64_t* v, const uint8_t* p) {
+    for (int k = 0; k < 4; ++k) {
+      uint64_t w;
+      std::memcpy(&w, p + 8 * k, 8);
+      v[k] = round(v[k], w);
+    }
+  }
+  static uint64_t fold(const uint64_t* v, int reverse, uint64_t seed) {
+    uint64_t h = seed * kK1 + kK4;
+    for (int k = 0; k < 4; ++k) h = (h ^ round(0, v[reverse ? 3 - k : k])) * kK1 + kK4;
+    h ^= h >> 33;
+    h *= kK2;
+    h ^= h >> 29;
+    h *= kK3;
+    h ^= h >> 32;
+    return h;
+  }
+  void consume(const uint8_t* p, size_t n) {
+    total_ += n;
+    if (fill_) {
+      const size_t take = std::min<size_t>(32 - fill_, n);
+      std::memcpy(buf_ + fill_, p, take);
+      fill_ += take;
+      p += take;
+      n -= take;
+      if (fill_ < 32) return;
+      block(lane_, buf_);
+      fill_ = 0;
+    }
+    for (; n >= 32; p += 32, n -= 32) block(lane_, p);
+    std::memcpy(buf_, p, n);
+    fill_ = n;
+  }
+  uint64_t lane_[4] = {kK1 + kK2, kK2, 0, 0 - kK1};
+  uint8_t buf_[32] = {0};
+  size_t fill_ = 0;
+  uint64_t total_ = 0;
+};
+
 }  // namespace
 
 void bind_parquet(nb::module_& m) {
+  nb::class_<PartHash>(m, "PartHash",
+                       "The part checksum's 128-bit hash (docs/design.md §4.2): update(bytes-like) "
+                       "as the bytes are written, hexdigest() gives 32 hex digits.")
+      .def(nb::init<>())
+      .def("update", &PartHash::update, nb::arg("data"))
+      .def("hexdigest", &PartHash::hexdigest);
   m.def("parquet_scalar_pages", &scalar_pages, nb::arg("values"), nb::arg("page_values"),
         "Uncompressed v1 data pages of an optional integer column without nulls: a list of "
         "(body, num_values); DELTA_BINARY_PACKED values.");
