@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import daskwp
+from daskwp.backends import memory as host_pool
 
 BIG = ["the quick brown fox jumps over the lazy dog " * 4] * 60_000  # ~10.6 MB of text
 
@@ -20,72 +21,72 @@ def _address(a: np.ndarray) -> int:
 @pytest.fixture
 def pool_limit():
     """Restores the pool's limit (and empties it) after the test."""
-    before = daskwp.host_pool_info()["limit"]
+    before = host_pool.host_pool_info()["limit"]
     yield
-    daskwp.set_host_pool_limit(before)
-    daskwp.release_host_memory()
+    host_pool.set_host_pool_limit(before)
+    host_pool.release_host_memory()
 
 
 def test_freed_blocks_are_handed_out_again(pool_limit):
     tok = daskwp.WordPieceTokenizer(num_threads=1)
-    daskwp.set_host_pool_limit(1 << 30)
-    daskwp.release_host_memory()
+    host_pool.set_host_pool_limit(1 << 30)
+    host_pool.release_host_memory()
     first = tok(BIG, max_length=128, stride=32)
     ids, mask = first["input_ids"], first["attention_mask"]
     assert ids.nbytes >= 4 << 20 and mask.nbytes >= 4 << 20
     expected = ids.copy()
     blocks = {_address(ids), _address(mask)}
-    info = daskwp.host_pool_info()
+    info = host_pool.host_pool_info()
     assert info["live"] >= ids.nbytes + mask.nbytes
     pooled = info["live"] + info["cached"]
     del first, ids, mask
-    info = daskwp.host_pool_info()
+    info = host_pool.host_pool_info()
     assert info["live"] == 0 and info["cached"] == pooled
     again = tok(BIG, max_length=128, stride=32)
     # The same blocks, already mapped: nothing new was allocated.
     assert {_address(again["input_ids"]), _address(again["attention_mask"])} == blocks
-    info = daskwp.host_pool_info()
+    info = host_pool.host_pool_info()
     assert info["live"] + info["cached"] == pooled
     np.testing.assert_array_equal(again["input_ids"], expected)
 
 
 def test_limit_zero_keeps_nothing(pool_limit):
     tok = daskwp.WordPieceTokenizer(num_threads=1)
-    daskwp.set_host_pool_limit(0)
+    host_pool.set_host_pool_limit(0)
     out = tok(BIG, max_length=128, stride=32)
-    assert daskwp.host_pool_info()["live"] > 0
+    assert host_pool.host_pool_info()["live"] > 0
     del out
-    info = daskwp.host_pool_info()
+    info = host_pool.host_pool_info()
     assert info == {"limit": 0, "cached": 0, "live": 0}
 
 
 def test_lowering_the_limit_and_release_free_cached_blocks(pool_limit):
     tok = daskwp.WordPieceTokenizer(num_threads=1)
-    daskwp.set_host_pool_limit(1 << 30)
-    daskwp.release_host_memory()
+    host_pool.set_host_pool_limit(1 << 30)
+    host_pool.release_host_memory()
     tok.encode(BIG)  # freed at once: its id buffer and word memo blocks are cached
-    cached = daskwp.host_pool_info()["cached"]
+    cached = host_pool.host_pool_info()["cached"]
     assert cached >= 4 << 20
-    daskwp.set_host_pool_limit(cached - 1)  # the oldest blocks go until the rest fits
-    assert 0 <= daskwp.host_pool_info()["cached"] < cached
-    daskwp.set_host_pool_limit(0)
-    assert daskwp.host_pool_info()["cached"] == 0
-    daskwp.set_host_pool_limit(1 << 30)
+    host_pool.set_host_pool_limit(cached - 1)  # the oldest blocks go until the rest fits
+    assert 0 <= host_pool.host_pool_info()["cached"] < cached
+    host_pool.set_host_pool_limit(0)
+    assert host_pool.host_pool_info()["cached"] == 0
+    host_pool.set_host_pool_limit(1 << 30)
     tok.encode(BIG)
-    assert daskwp.release_host_memory() == cached
-    assert daskwp.host_pool_info()["cached"] == 0
+    assert host_pool.release_host_memory() == cached
+    assert host_pool.host_pool_info()["cached"] == 0
 
 
 def test_small_outputs_are_not_pooled(pool_limit):
-    daskwp.release_host_memory()
+    host_pool.release_host_memory()
     enc = daskwp.WordPieceTokenizer().encode(["hello world"] * 100)
-    assert daskwp.host_pool_info()["live"] == 0
+    assert host_pool.host_pool_info()["live"] == 0
     assert enc.to_list()[0] == daskwp.WordPieceTokenizer().encode(["hello world"]).to_list()[0]
 
 
 def test_negative_limit_is_refused():
     with pytest.raises(ValueError, match=">= 0"):
-        daskwp.set_host_pool_limit(-1)
+        host_pool.set_host_pool_limit(-1)
 
 
 def _default_limit() -> int:
@@ -100,7 +101,7 @@ def _default_limit() -> int:
     pytest.param("", None, marks=pytest.mark.slow)])
 def test_limit_from_the_environment(value, expected):
     expected = _default_limit() if expected is None else expected
-    code = "import daskwp; print(daskwp.host_pool_info()['limit'])"
+    code = "import daskwp; print(daskwp.memory.info()['host_pool']['limit'])"
     env = dict(os.environ, DASKWP_HOST_POOL_MB=value)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True).stdout

@@ -55,9 +55,9 @@ def _tok(vocab_name, **opts):
 
 @pytest.fixture(autouse=True)
 def _fresh_pool():
-    daskwp.clear_caches()
+    daskwp.memory.clear()
     yield
-    daskwp.clear_caches()
+    daskwp.memory.clear()
 
 
 def _same(a, b):
@@ -82,11 +82,11 @@ def test_second_call_hits_and_ids_stay_exact():
     tok = _tok(UNCASED, lowercase=True)
     docs = _english()
     first = tok.encode(docs, num_threads=1)
-    i1 = daskwp.word_cache_info()
+    i1 = daskwp.memory.info()["word_cache"]
     assert i1["memos"] == 1 and i1["idle"] == 1 and i1["keys"] == 1
     assert i1["misses"] > 0 and i1["bytes"] > 0
     second = tok.encode(docs, num_threads=1)
-    i2 = daskwp.word_cache_info()
+    i2 = daskwp.memory.info()["word_cache"]
     assert i2["reused"] == i1["reused"] + 1 and i2["created"] == i1["created"]
     hits, misses = i2["hits"] - i1["hits"], i2["misses"] - i1["misses"]
     assert hits > 20 * max(misses, 1), (hits, misses)  # warm: nearly everything hits
@@ -101,10 +101,10 @@ def test_small_calls_share_the_warm_memo():
     tok = _tok(UNCASED, lowercase=True)
     docs = read_documents(corpus_files()[0])[:2000]
     tok.encode(docs, num_threads=1)
-    before = daskwp.word_cache_info()
+    before = daskwp.memory.info()["word_cache"]
     for k in range(0, len(docs), 100):
         tok.encode(docs[k:k + 100], num_threads=1)
-    after = daskwp.word_cache_info()
+    after = daskwp.memory.info()["word_cache"]
     assert after["created"] == before["created"]
     assert after["hits"] - before["hits"] > 10 * max(1, after["misses"] - before["misses"])
 
@@ -121,7 +121,7 @@ from test_word_cache import CONFIGS, _docs, _tok
 name = sys.argv[1]
 cfg = {{n: (v, o) for n, v, o in CONFIGS}}[name]
 enc = _tok(cfg[0], **cfg[1]).encode(_docs(), num_threads=1)
-assert daskwp.word_cache_info()["memos"] == 0
+assert daskwp.memory.info()["word_cache"]["memos"] == 0
 np.savez(sys.argv[2], ids=enc.token_ids, lengths=enc.lengths)
 """
     out = {}
@@ -160,13 +160,13 @@ def _models_never_share_entries(docs, toks, expected):
             lengths = np.concatenate([a.lengths, b.lengths])
             np.testing.assert_array_equal(lengths, expected[name][1], err_msg=f"{name} {rnd}")
             np.testing.assert_array_equal(ids, expected[name][0], err_msg=f"{name} {rnd}")
-    info = daskwp.word_cache_info()
+    info = daskwp.memory.info()["word_cache"]
     # One memo per configuration (the 512 MB limit holds them all: 10 x 30 MB).
     assert info["keys"] == len(CONFIGS), info
     # Two tokenizer objects of one configuration share a memo (same key).
     again = _tok(UNCASED, lowercase=True)
     again.encode(docs[:100], num_threads=1)
-    assert daskwp.word_cache_info()["keys"] == len(CONFIGS)
+    assert daskwp.memory.info()["word_cache"]["keys"] == len(CONFIGS)
 
 
 @pytest.mark.slow
@@ -179,16 +179,16 @@ def test_memory_limit_is_respected():
         for rnd in range(2):
             for name, tok in toks.items():
                 enc = tok.encode(docs, num_threads=2)
-                info = daskwp.word_cache_info()
+                info = daskwp.memory.info()["word_cache"]
                 assert info["limit"] == limit_mb << 20
                 assert info["bytes"] <= limit_mb << 20, info
                 np.testing.assert_array_equal(enc.token_ids, walked[name], err_msg=name)
-        info = daskwp.word_cache_info()
+        info = daskwp.memory.info()["word_cache"]
         assert info["evictions"] > 0 and info["idle"] >= 1, info
         # A limit too small for any memo: no memo, exact ids all the same.
         _ext.word_cache_set_limit(40_000)
         try:
-            before = daskwp.word_cache_info()
+            before = daskwp.memory.info()["word_cache"]
             assert before["bytes"] == 0  # the idle memos above the new limit were freed
             enc = toks["uncased"].encode(docs, num_threads=1)
             after = _ext.word_cache_info()
@@ -198,7 +198,7 @@ def test_memory_limit_is_respected():
         np.testing.assert_array_equal(enc.token_ids, walked["uncased"])
     # Back to the initial limit (DASKWP_WORD_CACHE_MB or 256 MB) once the setting is gone.
     from daskwp.backends.cpu import _INITIAL_LIMIT
-    assert daskwp.word_cache_info()["limit"] == _INITIAL_LIMIT
+    assert daskwp.memory.info()["word_cache"]["limit"] == _INITIAL_LIMIT
 
 
 def test_zero_keeps_nothing_between_calls():
@@ -206,7 +206,7 @@ def test_zero_keeps_nothing_between_calls():
     tok = _tok(UNCASED, lowercase=True)
     with dask.config.set({"daskwp.word_cache_mb": 0}):
         a = tok.encode(docs, num_threads=1)
-        info = daskwp.word_cache_info()
+        info = daskwp.memory.info()["word_cache"]
         assert info["limit"] == 0 and info["memos"] == 0 and info["bytes"] == 0
     _same(a, tok.encode(docs, num_threads=1))
 
@@ -215,14 +215,14 @@ def test_clear_caches_empties_it():
     tok = _tok(MULTI, lowercase=False)
     docs = _docs()
     tok.encode(docs, num_threads=1)
-    assert daskwp.cache_info()["word_cache"]["entries"] == 1
-    assert daskwp.clear_caches(["word_cache"]) == 1
-    info = daskwp.word_cache_info()
+    assert daskwp.memory.info()["caches"]["word_cache"]["entries"] == 1
+    assert daskwp.memory.clear(["word_cache"]) == 1
+    info = daskwp.memory.info()["word_cache"]
     assert info["memos"] == 0 and info["bytes"] == 0 and info["idle"] == 0
     created = info["created"]
     m0 = info["misses"]
     tok.encode(docs, num_threads=1)
-    info = daskwp.word_cache_info()
+    info = daskwp.memory.info()["word_cache"]
     assert info["created"] == created + 1 and info["misses"] - m0 > 1000  # cold again
 
 
@@ -236,19 +236,19 @@ def test_freed_memos_mappings_make_the_next_memos(unit):
     kw = {} if unit is None else {"return_offsets_mapping": True, "return_word_ids": True,
                                   "offsets_unit": unit}
     with dask.config.set({"daskwp.word_cache_mb": 256}):
-        daskwp.clear_caches(["word_cache"])
+        daskwp.memory.clear(["word_cache"])
         _ext.word_cache_set_limit(0)  # (gives every kept mapping back)
-        assert daskwp.word_cache_info()["spare_bytes"] == 0
+        assert daskwp.memory.info()["word_cache"]["spare_bytes"] == 0
         _ext.word_cache_set_limit(256 << 20)
-        i0 = daskwp.word_cache_info()
+        i0 = daskwp.memory.info()["word_cache"]
         first = tok.encode(docs, num_threads=1, **kw)
-        i1 = daskwp.word_cache_info()
+        i1 = daskwp.memory.info()["word_cache"]
         assert i1["memos"] == 1 and i1["spare_bytes"] == 0
-        daskwp.clear_caches(["word_cache"])
-        i2 = daskwp.word_cache_info()
+        daskwp.memory.clear(["word_cache"])
+        i2 = daskwp.memory.info()["word_cache"]
         assert i2["memos"] == 0 and i2["bytes"] == 0 and i2["spare_bytes"] == i1["bytes"]
         second = tok.encode(docs, num_threads=1, **kw)
-        i3 = daskwp.word_cache_info()
+        i3 = daskwp.memory.info()["word_cache"]
         assert i3["recycled"] == i2["recycled"] + 1 and i3["created"] == i2["created"] + 1
         assert i3["spare_bytes"] == 0 and i3["bytes"] == i1["bytes"]
         # cold: every word walked again, as in the first call (the old tables are gone)
@@ -259,23 +259,23 @@ def test_freed_memos_mappings_make_the_next_memos(unit):
             np.testing.assert_array_equal(first.word_ids, second.word_ids)
         # A warm memo copied for a second thread is made in a kept mapping too.
         tok.encode(docs, num_threads=2, **kw)  # a second memo
-        daskwp.clear_caches(["word_cache"])
-        assert daskwp.word_cache_info()["spare_bytes"] == 2 * i1["bytes"]
+        daskwp.memory.clear(["word_cache"])
+        assert daskwp.memory.info()["word_cache"]["spare_bytes"] == 2 * i1["bytes"]
         tok.encode(docs[:50], num_threads=1, **kw)  # a memo in one of the two mappings
-        i4 = daskwp.word_cache_info()
+        i4 = daskwp.memory.info()["word_cache"]
         many = tok.encode(docs, num_threads=2, **kw)  # ~4 MB a thread
-        i5 = daskwp.word_cache_info()
+        i5 = daskwp.memory.info()["word_cache"]
         assert i5["copied"] == i4["copied"] + 1 and i5["recycled"] == i4["recycled"] + 1
         _same(many, first)
         if unit is not None:
             np.testing.assert_array_equal(many.offset_mapping, first.offset_mapping)
         # A lower limit gives back the mappings that no longer fit; 0 gives back all.
-        daskwp.clear_caches(["word_cache"])
-        assert daskwp.word_cache_info()["spare_bytes"] == 2 * i1["bytes"]
+        daskwp.memory.clear(["word_cache"])
+        assert daskwp.memory.info()["word_cache"]["spare_bytes"] == 2 * i1["bytes"]
         _ext.word_cache_set_limit(i1["bytes"])
-        assert daskwp.word_cache_info()["spare_bytes"] == i1["bytes"]
+        assert daskwp.memory.info()["word_cache"]["spare_bytes"] == i1["bytes"]
         _ext.word_cache_set_limit(0)
-        assert daskwp.word_cache_info()["spare_bytes"] == 0
+        assert daskwp.memory.info()["word_cache"]["spare_bytes"] == 0
         _ext.word_cache_set_limit(256 << 20)
 
 
@@ -289,22 +289,22 @@ def test_worker_state_close_gives_the_kept_memory_back():
     docs = _docs()[:2000]
     with dask.config.set({"daskwp.word_cache_mb": 256}):
         tok.encode(docs, num_threads=1)
-        daskwp.clear_caches(["word_cache"])
-        kept = daskwp.word_cache_info()["spare_bytes"]
+        daskwp.memory.clear(["word_cache"])
+        kept = daskwp.memory.info()["word_cache"]["spare_bytes"]
         assert kept > 0
         WorkerState("test_worker_state_close").close()
-        assert daskwp.word_cache_info()["spare_bytes"] == 0
+        assert daskwp.memory.info()["word_cache"]["spare_bytes"] == 0
         tok.encode(docs, num_threads=1)
-        daskwp.clear_caches(["word_cache"])
+        daskwp.memory.clear(["word_cache"])
         assert word_cache_release() == kept
-        assert daskwp.word_cache_info()["spare_bytes"] == 0
+        assert daskwp.memory.info()["word_cache"]["spare_bytes"] == 0
 
 
 @pytest.mark.slow   # a subprocess
 def test_environment_variable_sets_the_limit():
     code = ("import daskwp, json; t = daskwp.WordPieceTokenizer(); "
             "t.encode(['hello world'] * 10, num_threads=1); "
-            "print(json.dumps(daskwp.word_cache_info()))")
+            "print(json.dumps(daskwp.memory.info()['word_cache']))")
     for mb, memos in (("0", 0), ("7", 1)):
         out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
                              text=True, env=dict(os.environ, DASKWP_WORD_CACHE_MB=mb),
@@ -327,7 +327,7 @@ def test_threads_equal_one_thread_cold_and_warm(vocab_name, lowercase, threads):
     one = tok.encode(docs, num_threads=1)
     for _ in range(2):
         _same(tok.encode(docs, num_threads=threads), one)
-    assert daskwp.word_cache_info()["memos"] >= 2
+    assert daskwp.memory.info()["word_cache"]["memos"] >= 2
 
 
 @pytest.mark.parametrize("unit", [None, "chars"])
@@ -340,13 +340,13 @@ def test_other_threads_start_with_copies_of_the_warm_memo(unit):
     assert sum(len(d.encode("utf-8", "surrogatepass")) for d in docs) > 3 << 20
     kw = {} if unit is None else {"return_offsets_mapping": True, "return_word_ids": True,
                                   "offsets_unit": unit}
-    i0 = daskwp.word_cache_info()  # (its counters outlive clear_caches)
+    i0 = daskwp.memory.info()["word_cache"]  # (its counters outlive clear_caches)
     one = tok.encode(docs, num_threads=1, **kw)
-    i1 = daskwp.word_cache_info()
+    i1 = daskwp.memory.info()["word_cache"]
     assert i1["memos"] == 1
     cold_misses = i1["misses"] - i0["misses"]
     many = tok.encode(docs, num_threads=3, **kw)
-    i2 = daskwp.word_cache_info()
+    i2 = daskwp.memory.info()["word_cache"]
     assert i2["copied"] == i1["copied"] + 2 and i2["created"] == i1["created"] + 2 and i2["memos"] == 3
     # Without the copies two threads walked about two thirds of the distinct words again.
     assert i2["misses"] - i1["misses"] < cold_misses // 50, (i2["misses"] - i1["misses"],
@@ -357,7 +357,7 @@ def test_other_threads_start_with_copies_of_the_warm_memo(unit):
         np.testing.assert_array_equal(many.word_ids, one.word_ids)
     # Three idle memos of the key now: the next call copies nothing.
     tok.encode(docs, num_threads=3, **kw)
-    assert daskwp.word_cache_info()["copied"] == i2["copied"]
+    assert daskwp.memory.info()["word_cache"]["copied"] == i2["copied"]
 
 
 @pytest.mark.parametrize("unit", [None, "chars"])
@@ -377,12 +377,12 @@ def test_small_calls_take_one_thread_more_than_the_idle_memos(unit):
     kw = {} if unit is None else {"return_offsets_mapping": True, "return_word_ids": True,
                                   "offsets_unit": unit}
     one = tok.encode(small, num_threads=1, **kw)
-    daskwp.clear_caches()
+    daskwp.memory.clear()
     made = []
     for _ in range(4):
-        before = daskwp.word_cache_info()["created"]
+        before = daskwp.memory.info()["word_cache"]["created"]
         many = tok.encode(small, num_threads=3, **kw)
-        made.append(daskwp.word_cache_info()["created"] - before)
+        made.append(daskwp.memory.info()["word_cache"]["created"] - before)
         _same(many, one)
         if unit is not None:
             np.testing.assert_array_equal(many.offset_mapping, one.offset_mapping)
@@ -391,12 +391,12 @@ def test_small_calls_take_one_thread_more_than_the_idle_memos(unit):
     # (Not an exact sequence such as [1, 1, 1, 0]: a thread may take a memo that another
     # thread of its call has already given back, and then makes none.)
     assert made[0] == 1 and all(m <= 1 for m in made), made
-    assert daskwp.word_cache_info()["memos"] == sum(made)
+    assert daskwp.memory.info()["word_cache"]["memos"] == sum(made)
     # A call of 1 MB a thread or more takes its threads whatever the pool holds.
-    daskwp.clear_caches()
-    before = daskwp.word_cache_info()["created"]
+    daskwp.memory.clear()
+    before = daskwp.memory.info()["word_cache"]["created"]
     tok.encode(small * 2, num_threads=2, **kw)
-    assert daskwp.word_cache_info()["created"] - before == 2
+    assert daskwp.memory.info()["word_cache"]["created"] - before == 2
 
 
 @pytest.mark.parametrize("unit", [None, pytest.param("bytes", marks=pytest.mark.slow)])
@@ -410,13 +410,13 @@ def test_memos_one_call_made_are_merged_before_a_large_call(unit):
     assert sum(len(d.encode("utf-8", "surrogatepass")) for d in big) > 8 << 20
     kw = {} if unit is None else {"return_offsets_mapping": True, "return_word_ids": True,
                                   "offsets_unit": unit}
-    i0 = daskwp.word_cache_info()
+    i0 = daskwp.memory.info()["word_cache"]
     tok.encode(docs, num_threads=2, **kw)        # cold, two threads: two partial memos
-    i1 = daskwp.word_cache_info()
+    i1 = daskwp.memory.info()["word_cache"]
     assert i1["memos"] == 2 and i1["created"] == i0["created"] + 2
     cold_misses = i1["misses"] - i0["misses"]
     many = tok.encode(big, num_threads=2, **kw)
-    i2 = daskwp.word_cache_info()
+    i2 = daskwp.memory.info()["word_cache"]
     assert i2["merged"] == i1["merged"] + 2 and i2["created"] == i1["created"]
     # Unmerged, each thread walked the words only the other memo held: about a third of the
     # cold call's misses (35.5K of 120K plain, 42.7K of 123K in bytes). The offsets layout's
@@ -429,7 +429,7 @@ def test_memos_one_call_made_are_merged_before_a_large_call(unit):
         np.testing.assert_array_equal(many.offset_mapping, one.offset_mapping)
         np.testing.assert_array_equal(many.word_ids, one.word_ids)
     tok.encode(big, num_threads=2, **kw)          # merged once: not again
-    assert daskwp.word_cache_info()["merged"] == i2["merged"]
+    assert daskwp.memory.info()["word_cache"]["merged"] == i2["merged"]
 
 
 @pytest.mark.slow
@@ -455,16 +455,16 @@ def test_python_threads_with_different_models_at_once():
     for t in threads:
         t.join(timeout=600)
     assert not errors, errors
-    info = daskwp.word_cache_info()
+    info = daskwp.memory.info()["word_cache"]
     assert info["bytes"] <= info["limit"]
 
 
 def _child_encode(vocab_name, lowercase, docs, conn):
     try:
         tok = daskwp.WordPieceTokenizer(vocab_path(vocab_name), lowercase=lowercase)
-        before = daskwp.word_cache_info()
+        before = daskwp.memory.info()["word_cache"]
         enc = tok.encode(docs, num_threads=1)
-        after = daskwp.word_cache_info()
+        after = daskwp.memory.info()["word_cache"]
         two = tok.encode(docs, num_threads=2)
         assert np.array_equal(two.token_ids, enc.token_ids)
         assert np.array_equal(two.lengths, enc.lengths)
@@ -553,11 +553,11 @@ def test_many_token_short_strings_and_long_table_resets():
     tok = _tok(UNCASED, lowercase=True)
     ids, lengths = _walked(tok, docs)
     with dask.config.set({"daskwp.word_cache_mb": 1}):
-        before = daskwp.word_cache_info()
+        before = daskwp.memory.info()["word_cache"]
         for _ in range(3):
             enc = tok.encode(docs, num_threads=1)
             np.testing.assert_array_equal(enc.lengths, lengths)
             np.testing.assert_array_equal(enc.token_ids, ids)
-        after = daskwp.word_cache_info()
+        after = daskwp.memory.info()["word_cache"]
     assert after["long_resets"] > before["long_resets"], (before, after)
     assert after["hits"] > before["hits"]

@@ -18,9 +18,9 @@ pytestmark = requires_data
 
 @pytest.fixture(autouse=True)
 def _fresh_pool():
-    daskwp.clear_caches(["word_cache"])
+    daskwp.memory.clear(["word_cache"])
     yield
-    daskwp.clear_caches(["word_cache"])
+    daskwp.memory.clear(["word_cache"])
 
 
 def _walk(tok, docs, chunk=2000):
@@ -46,7 +46,7 @@ def test_memo_equals_walk_on_all_corpora(vocab_name, lowercase):
         memo = tok.encode(docs, num_threads=1)
         np.testing.assert_array_equal(memo.lengths, lengths)
         np.testing.assert_array_equal(memo.token_ids, ids)
-    assert daskwp.word_cache_info()["hits"] > 0
+    assert daskwp.memory.info()["word_cache"]["hits"] > 0
 
 
 def test_memo_respects_max_input_chars_per_word():
@@ -145,11 +145,11 @@ def test_offsets_memo_equals_walk_on_all_corpora(vocab_name, lowercase, unit):
     docs = [d for f in corpus_files() for d in read_documents(f)]
     docs = docs + docs
     want = _walk_extras(tok, docs, unit)
-    before = daskwp.word_cache_info()
+    before = daskwp.memory.info()["word_cache"]
     for _ in range(2):
         _assert_extras(tok.encode(docs, num_threads=1, return_offsets_mapping=True,
                                   return_word_ids=True, offsets_unit=unit), want)
-    assert daskwp.word_cache_info()["hits"] > before["hits"]
+    assert daskwp.memory.info()["word_cache"]["hits"] > before["hits"]
     # Either array alone (the memo keeps both either way), and several threads.
     _assert_extras(tok.encode(docs, num_threads=1, return_offsets_mapping=True,
                               offsets_unit=unit), want)
@@ -172,7 +172,7 @@ def test_offsets_memos_are_apart_from_ids_memos():
         else:
             _assert_extras(tok.encode(docs, num_threads=1, return_offsets_mapping=True,
                                       return_word_ids=True, offsets_unit=unit), want[unit])
-    assert daskwp.word_cache_info()["keys"] == 3
+    assert daskwp.memory.info()["word_cache"]["keys"] == 3
 
 
 @pytest.mark.slow
@@ -226,12 +226,12 @@ def test_memo_with_letter_first_special_tokens_equals_walk(family):
         walked = [tok.encode(docs[i:i + 2000], num_threads=1) for i in range(0, len(docs), 2000)]
     ids = np.concatenate([w.token_ids for w in walked])
     lengths = np.concatenate([w.lengths for w in walked])
-    before = daskwp.word_cache_info()
+    before = daskwp.memory.info()["word_cache"]
     for _ in range(2):
         memo = tok.encode(docs, num_threads=1)
         np.testing.assert_array_equal(memo.lengths, lengths)
         np.testing.assert_array_equal(memo.token_ids, ids)
-    assert daskwp.word_cache_info()["hits"] > before["hits"]
+    assert daskwp.memory.info()["word_cache"]["hits"] > before["hits"]
     for unit in ("chars", "bytes"):
         want = _walk_extras(tok, docs, unit)
         for _ in range(2):
@@ -308,7 +308,7 @@ def test_mid_chunks_and_long_references_equal_walk(vocab_name, lowercase, memo_m
             memo = tok.encode(docs, num_threads=1)
             np.testing.assert_array_equal(memo.lengths, lengths)
             np.testing.assert_array_equal(memo.token_ids, ids)
-        info = daskwp.word_cache_info()
+        info = daskwp.memory.info()["word_cache"]
     assert info["hits"] > len(docs)
     if memo_mb is not None:
         assert info["long_resets"] > 10
@@ -348,7 +348,7 @@ def test_keys_three_to_a_set_stop_evicting_each_other():
     with dask.config.set({"daskwp.word_cache_mb": 1}):
         for _ in range(3):
             np.testing.assert_array_equal(tok.encode(docs).token_ids, walked)
-        before = daskwp.word_cache_info()
+        before = daskwp.memory.info()["word_cache"]
         np.testing.assert_array_equal(tok.encode(docs).token_ids, walked)
-        after = daskwp.word_cache_info()
+        after = daskwp.memory.info()["word_cache"]
     assert after["misses"] - before["misses"] < 50, four  # 4 x 4,000 without the moves
