@@ -33,16 +33,16 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 import struct
 from typing import Sequence
 
 import numpy as np
 
 __all__ = ["DTYPE_CODES", "INDEX_HEADER", "INDEX_VERSION", "MegatronIndex",
-           "OPTIMAL_DTYPE_LIMIT", "document_sequences", "frame_pieces", "index_size",
-           "megatron_sequences", "merge_pairs", "merge_pairs_in",
-           "read_index", "read_sequences", "token_dtype", "write_index", "write_pair"]
+           "OPTIMAL_DTYPE_LIMIT", "append_file", "document_sequences", "encode_pieces",
+           "frame_pieces", "index_size", "megatron_sequences", "merge_pairs",
+           "merge_pairs_in", "read_index", "read_sequences", "sequences_of", "token_dtype",
+           "write_index", "write_pair"]
 
 INDEX_HEADER = b"MMIDIDX\x00\x00"
 INDEX_VERSION = 1
@@ -112,9 +112,17 @@ def write_index(path: str, sequence_lengths, document_indices, dtype) -> None:
                          f"{docs[:3].tolist()}...{docs[-3:].tolist()} ({len(docs)} entries)")
     with open(path, "wb") as fh:
         fh.write(_header(dtype, len(lengths), len(docs)))
-        fh.write(lengths.tobytes())
-        fh.write(_pointers(lengths, np.dtype(dtype).itemsize).tobytes())
-        fh.write(docs.tobytes())
+        for a in (lengths, _pointers(lengths, np.dtype(dtype).itemsize), docs):
+            _write_array(fh, a)
+
+
+def _write_array(fh, a: np.ndarray) -> None:
+    """Write the bytes of ``a`` (little-endian, C order) to ``fh`` without a copy."""
+    a = np.ascontiguousarray(a)
+    if a.dtype.byteorder == ">":
+        a = a.astype(a.dtype.newbyteorder("<"))
+    if a.size:
+        fh.write(memoryview(a.reshape(-1)).cast("B"))
 
 
 def write_pair(prefix: str, tokens: np.ndarray, sequence_lengths, document_indices, *,
@@ -126,7 +134,7 @@ def write_pair(prefix: str, tokens: np.ndarray, sequence_lengths, document_indic
         raise ValueError(f"the sequence lengths add up to {int(lengths.sum())} tokens, "
                          f"the data holds {len(tokens)}")
     with open(prefix + ".bin", "wb") as fh:
-        fh.write(tokens.tobytes())
+        _write_array(fh, tokens)
         if fsync:
             fh.flush()
             os.fsync(fh.fileno())
@@ -200,12 +208,38 @@ def read_sequences(prefix: str) -> tuple[MegatronIndex, list]:
     return idx, [data[e - k:e] for e, k in zip(ends, idx.sequence_lengths)]
 
 
+def append_file(src, out) -> int:
+    """Copy what is left of the open file ``src`` to the end of the open file ``out`` (both
+    unbuffered); returns the bytes copied. In the kernel where it can (``copy_file_range``:
+    no copy through this process, a reflink or server-side copy where the filesystem has
+    one), else in 16 MB pieces."""
+    copied = 0
+    if hasattr(os, "copy_file_range"):
+        while True:
+            try:
+                n = os.copy_file_range(src.fileno(), out.fileno(), 1 << 30)
+            except OSError:   # not across these filesystems, or not at all: read + write
+                break
+            if n == 0:
+                return copied
+            copied += n
+    while True:
+        buf = src.read(_COPY_CHUNK)
+        if not buf:
+            return copied
+        view = memoryview(buf)
+        while view:
+            view = view[out.write(view):]
+        copied += len(buf)
+
+
 def merge_pairs(prefixes: Sequence[str], out_prefix: str, *, fsync: bool = False) -> dict:
     """Concatenate the datasets ``prefixes`` (same dtype, in order) into ``out_prefix``: the
     bytes megatron-core's ``IndexedDatasetBuilder`` writes after ``add_index`` of each of
     them and ``finalize``. Returns ``{"sequences", "documents", "tokens", "dtype"}``.
 
-    Memory: streams; the largest input index at a time, ``.bin`` data in 16 MB pieces."""
+    Memory: streams; the largest input index at a time; the ``.bin`` data is copied by the
+    kernel (:func:`append_file`), else in 16 MB pieces."""
     indexes = [read_index(p + ".idx") for p in prefixes]
     if not indexes:
         raise ValueError("merge_pairs needs at least one dataset")
@@ -218,16 +252,16 @@ def merge_pairs(prefixes: Sequence[str], out_prefix: str, *, fsync: bool = False
             raise ValueError(f"{ix.path} is multimodal; only text datasets are merged")
     n = sum(ix.sequences for ix in indexes)
     d = sum(ix.documents for ix in indexes)
-    with open(out_prefix + ".bin", "wb") as out:
-        for p, ix in zip(prefixes, indexes):
-            want = ix.tokens * dtype.itemsize
-            with open(p + ".bin", "rb") as src:
-                shutil.copyfileobj(src, out, _COPY_CHUNK)
-            if os.path.getsize(p + ".bin") != want:
-                raise ValueError(f"{p}.bin holds {os.path.getsize(p + '.bin')} bytes, its "
-                                 f"index {want}")
+    for p, ix in zip(prefixes, indexes):
+        want = ix.tokens * dtype.itemsize
+        if os.path.getsize(p + ".bin") != want:
+            raise ValueError(f"{p}.bin holds {os.path.getsize(p + '.bin')} bytes, its "
+                             f"index {want}")
+    with open(out_prefix + ".bin", "wb", buffering=0) as out:
+        for p in prefixes:
+            with open(p + ".bin", "rb", buffering=0) as src:
+                append_file(src, out)
         if fsync:
-            out.flush()
             os.fsync(out.fileno())
     with open(out_prefix + ".idx", "wb") as out:
         out.write(_header(dtype, n, d + 1))
@@ -315,12 +349,14 @@ def document_sequences(token_ids: np.ndarray, offsets: np.ndarray, dtype, *,
     ids = np.asarray(token_ids)
     lens = np.diff(offsets)
     n_pieces = len(lens)
-    if pieces_per_document is None:
-        pieces_per_document = np.arange(n_pieces + 1, dtype=np.int64)
-    ppd = np.asarray(pieces_per_document, dtype=np.int64)
-    n_docs = len(ppd) - 1
     kept = np.flatnonzero(lens > 0)
-    doc_of_kept = np.searchsorted(ppd, kept, side="right") - 1
+    if pieces_per_document is None:   # a piece per document
+        n_docs = n_pieces
+        doc_of_kept = kept
+    else:
+        ppd = np.asarray(pieces_per_document, dtype=np.int64)
+        n_docs = len(ppd) - 1
+        doc_of_kept = np.searchsorted(ppd, kept, side="right") - 1
     per_doc = np.bincount(doc_of_kept, minlength=n_docs) if n_docs else np.zeros(0, np.int64)
     document_indices = np.zeros(n_docs + 1, dtype=np.int64)
     np.cumsum(per_doc, out=document_indices[1:])
@@ -338,6 +374,54 @@ def _host(a) -> np.ndarray:
     return a.get() if hasattr(a, "get") else np.asarray(a)
 
 
+def encode_pieces(tokenizer, texts, options: dict, to_device=None):
+    """The token ids of documents (a pyarrow string or binary array; null: empty), or of
+    the pieces between ``options["document_separator"]`` strings in them:
+    ``(ids, offsets, pieces_per_document, documents)`` on the host
+    (``pieces_per_document``: None without a separator). ``to_device(pieces)``, when given,
+    turns the texts into the tokenizer's input type (a cudf Series for the GPU).
+
+    The result holds no reference to ``texts``: a caller that drops its own frees the text
+    before the sequences are framed (:func:`sequences_of`)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if isinstance(texts, pa.ChunkedArray):
+        texts = texts.combine_chunks()
+    sep = options.get("document_separator")
+    pieces_per_document = None
+    pieces = texts
+    if sep is not None:
+        lists = pc.split_pattern(texts, pattern=sep)
+        counts = pc.fill_null(pc.list_value_length(lists), 0).to_numpy(zero_copy_only=False)
+        pieces_per_document = np.zeros(len(texts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=pieces_per_document[1:])
+        pieces = pc.list_flatten(lists)
+        del lists
+    enc = tokenizer.encode(pieces if to_device is None else to_device(pieces))
+    return _host(enc.token_ids), _host(enc.offsets), pieces_per_document, len(texts)
+
+
+def sequences_of(vocab, ids, offsets, pieces_per_document, documents: int, options: dict):
+    """:func:`encode_pieces`' result as Megatron sequences (the options and the return
+    value of :func:`megatron_sequences`)."""
+    special = bool(options.get("add_special_tokens"))
+    eod_token = options.get("eod_token") or vocab.sep_token
+    eod_id = vocab.token_to_id(eod_token) if options.get("append_eod") else None
+    if options.get("append_eod") and eod_id is None:
+        raise ValueError(f"eod_token {eod_token!r} is not a token of the vocabulary")
+    per_document = offsets if pieces_per_document is None else offsets[pieces_per_document]
+    stats = {"documents": documents, "tokens": len(ids),
+             "unknown_tokens": int(np.count_nonzero(ids == vocab.unk_id)),
+             "document_lengths": np.diff(per_document)}
+    tokens, lengths, docs = document_sequences(
+        ids, offsets, token_dtype(len(vocab)), pieces_per_document=pieces_per_document,
+        cls_id=vocab.cls_id if special else None, sep_id=vocab.sep_id if special else None,
+        eod_id=eod_id)
+    stats.update(rows=len(lengths), tokens_written=len(tokens))
+    return tokens, lengths, docs, stats
+
+
 def megatron_sequences(tokenizer, texts, options: dict, to_device=None):
     """Documents (a pyarrow string or binary array; null: empty) as Megatron sequences:
     ``(tokens, sequence_lengths, document_indices, stats)``.
@@ -351,36 +435,7 @@ def megatron_sequences(tokenizer, texts, options: dict, to_device=None):
     added special ids), ``unknown_tokens`` among them, ``tokens_written``,
     ``document_lengths`` (the text's tokens per document, an array).
 
-    Memory: the text, its ids (int32) and the ``.bin`` data."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    vocab = tokenizer.vocab
-    if isinstance(texts, pa.ChunkedArray):
-        texts = texts.combine_chunks()
-    sep = options.get("document_separator")
-    pieces_per_document = None
-    pieces = texts
-    if sep is not None:
-        lists = pc.split_pattern(texts, pattern=sep)
-        counts = pc.fill_null(pc.list_value_length(lists), 0).to_numpy(zero_copy_only=False)
-        pieces_per_document = np.zeros(len(texts) + 1, dtype=np.int64)
-        np.cumsum(counts, out=pieces_per_document[1:])
-        pieces = pc.list_flatten(lists)
-    enc = tokenizer.encode(pieces if to_device is None else to_device(pieces))
-    ids = _host(enc.token_ids)
-    offsets = _host(enc.offsets)
-    special = bool(options.get("add_special_tokens"))
-    eod_token = options.get("eod_token") or vocab.sep_token
-    eod_id = vocab.token_to_id(eod_token) if options.get("append_eod") else None
-    if options.get("append_eod") and eod_id is None:
-        raise ValueError(f"eod_token {eod_token!r} is not a token of the vocabulary")
-    tokens, lengths, docs = document_sequences(
-        ids, offsets, token_dtype(len(vocab)), pieces_per_document=pieces_per_document,
-        cls_id=vocab.cls_id if special else None, sep_id=vocab.sep_id if special else None,
-        eod_id=eod_id)
-    per_document = offsets if pieces_per_document is None else offsets[pieces_per_document]
-    stats = {"documents": len(texts), "rows": len(lengths), "tokens": len(ids),
-             "unknown_tokens": int(np.count_nonzero(ids == vocab.unk_id)),
-             "tokens_written": len(tokens), "document_lengths": np.diff(per_document)}
-    return tokens, lengths, docs, stats
+    Memory: the text, its ids (int32) and the ``.bin`` data (:func:`encode_pieces` then
+    :func:`sequences_of`, which a caller can call itself to free the text in between)."""
+    return sequences_of(tokenizer.vocab, *encode_pieces(tokenizer, texts, options, to_device),
+                        options)

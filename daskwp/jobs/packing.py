@@ -87,6 +87,7 @@ def spill_partition(spec, out_dir: str, tokenizer, options: dict, device: str = 
     special = bool(options.get("add_special_tokens"))
     units, lens = document_units(ids, offsets, tok.vocab.cls_id if special else None,
                                  tok.vocab.sep_id if special else None)
+    c2 = time.thread_time()
     for what, arr in (("ids", units), ("lens", lens)):
         tmp = os.path.join(out_dir, f"{TMP_PREFIX}pack-w-{uuid.uuid4().hex}.npy")
         np.save(tmp, arr)
@@ -97,7 +98,8 @@ def spill_partition(spec, out_dir: str, tokenizer, options: dict, device: str = 
             "text_bytes": text_bytes(texts),
             "invalid_utf8_bytes": bad_bytes, "invalid_utf8_documents": bad_docs,
             "bad": bad, "length_counts": LengthCounts.of(np.diff(offsets)).to_json(),
-            "cpu_seconds": {"read": read_cpu, "tokenize": time.thread_time() - c1}}
+            "cpu_seconds": {"read": read_cpu, "tokenize": c2 - c1,
+                            "spill": time.thread_time() - c2}}
 
 
 def _block_range(i: int, starts, block_size: int, pad_last: bool) -> tuple[int, int]:
@@ -197,10 +199,7 @@ def write_packed_partition(spec, starts, logid_offset: int, out_dir: str, tokeni
             stats["features"] = features_of(table.schema)
             files = {shard_name(i, n): tmp}
         else:
-            import pyarrow.parquet as pq
-            pq.write_table(table, tmp, compression=options.get("compression") or "none")
-            with open(tmp, "rb+") as fh:
-                os.fsync(fh.fileno())
+            _write_parquet(table, tmp, options.get("compression"))
             files = {part_stem(i, n) + ".parquet": tmp}
         commit_part(out_dir, i, n, job_id, stats, files, rejects)
     finally:
@@ -209,6 +208,29 @@ def write_packed_partition(spec, starts, logid_offset: int, out_dir: str, tokeni
                 os.unlink(t)
     stats["cpu_seconds"] = dict(spill["cpu_seconds"], write=time.thread_time() - t0)
     return stats
+
+
+def _write_parquet(table: pa.Table, path: str, compression) -> None:
+    """``table`` as a Parquet file at ``path`` (fsync'ed), in the layout of the job's parts
+    (:func:`daskwp.frames.partition.parquet_write_options`: no dictionaries, statistics
+    only for logID), by daskwp's own writer where it takes the table (integer columns and
+    lists of them), else Arrow's."""
+    import pyarrow.parquet as pq
+
+    from ..frames import parquet_writer
+    from ..frames.partition import LIST_ENCODING, parquet_write_options
+    opts = parquet_write_options(table.schema, compression)
+    with open(path, "wb") as fh:
+        if parquet_writer.supports(table.schema, opts["compression"]):
+            writer = parquet_writer.NativeParquetWriter(
+                fh, table.schema, opts["compression"],
+                byte_stream_split=LIST_ENCODING == "BYTE_STREAM_SPLIT")
+            writer.write_table(table)
+            writer.close()
+        else:
+            pq.write_table(table, fh, **opts)
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 def _run_tasks(client, dsk: dict, keys: list) -> list:

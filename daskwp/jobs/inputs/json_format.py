@@ -151,6 +151,14 @@ def _blank_lines(lines: pa.Array) -> np.ndarray:
     return blank
 
 
+def count_jsonl_documents(data: bytes) -> int:
+    """The documents of JSON Lines bytes, its non-blank lines (as :func:`read_jsonl` maps
+    lines to documents), counted without parsing the JSON: a bad line is found when the
+    bytes are read."""
+    lines = lines_to_arrow(data)
+    return len(lines) - int(np.count_nonzero(_blank_lines(lines)))
+
+
 def read_jsonl(data: bytes, spec: PartitionSpec, with_kept: bool, bad: list | None = None):
     """The documents (and kept columns) of a JSON Lines partition, parsed by Arrow's
     reader. ``bad`` (the row policy, ``on_bad_row: reject``): a partition that reader
