@@ -764,3 +764,22 @@ def test_partition_specs_round_trip_through_json(tmp_path):
     old = {"index": 0, "path": "x.txt", "format": "text", "column": "text", "byte_start": 0,
            "byte_end": 3, "row_groups": [], "documents": None}
     assert inputs.PartitionSpec.from_json(old).quoting == "csv"
+
+
+def test_json_lines_are_counted_without_parsing(tmp_path, monkeypatch):
+    """The count pass of a JSON Lines partition counts its non-blank lines (the documents,
+    a bad line included, as the row policy reads it) without parsing any JSON."""
+    lines = ['{"text": "a"}', "", "  \t", '{"text": "b\\nc"}', "not json", "{}",
+             '{"text": null}', " \r", '{"text": "d", "x": 1}'] * 50
+    (tmp_path / "in.jsonl").write_text("\n".join(lines), encoding="utf-8")
+    specs, _ = plan(tmp_path / "in.jsonl", partition_size=200)
+    assert len(specs) > 5
+    want = [len(inputs.read_partition(s, [])) for s in specs]
+    assert sum(want) == 6 * 50
+
+    def no_parsing(*a, **k):
+        raise AssertionError("the count pass parsed JSON")
+    monkeypatch.setattr(inputs.json_format, "read_jsonl", no_parsing)
+    monkeypatch.setattr(inputs.reading, "read_partition", no_parsing)
+    assert [inputs.count_partition(s, lenient=True) for s in specs] == want
+    assert [inputs.count_partition(s) for s in specs] == want

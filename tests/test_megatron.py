@@ -10,6 +10,7 @@ it, on every shared corpus, and that ``IndexedDataset`` opens daskwp's files.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import struct
@@ -114,7 +115,19 @@ def test_read_index_refuses_what_is_not_an_index(tmp_path):
             read_index(str(tmp_path / "bad.idx"))
 
 
-def test_merge_equals_writing_everything_at_once(tmp_path):
+@pytest.mark.parametrize("kernel_copy", [True, False])
+def test_merge_equals_writing_everything_at_once(tmp_path, monkeypatch, kernel_copy):
+    """Also where the kernel cannot copy between the files (copy_file_range refused: read
+    and write instead)."""
+    calls = []
+    real = os.copy_file_range
+
+    def copy_file_range(*args):
+        calls.append(args)
+        if not kernel_copy:
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+        return real(*args)
+    monkeypatch.setattr(os, "copy_file_range", copy_file_range)
     rng = np.random.default_rng(3)
     docs = [list(rng.integers(0, 60000, rng.integers(0, 6))) for _ in range(300)]
     flat = np.array([t for d in docs for t in d], np.int32)
@@ -129,6 +142,7 @@ def test_merge_equals_writing_everything_at_once(tmp_path):
                                           np.uint16, eod_id=3))
         prefixes.append(p)
     info = merge_pairs(prefixes, str(tmp_path / "merged"))
+    assert calls
     assert info["documents"] == 300
     for ext in (".bin", ".idx"):
         assert (tmp_path / f"merged{ext}").read_bytes() == Path(whole + ext).read_bytes()
@@ -208,6 +222,8 @@ def test_job_equals_hf_with_the_numpy_reader(tmp_path):
         assert prefix.endswith("text_sentence" if "document_separator" in opts
                                else "text_document")
         assert _documents(prefix) == _reference(hf, docs, **ref), opts
+        assert {"read", "tokenize", "frame", "write"} <= set(s["cpu_seconds"])
+        assert s["megatron"]["merge_cpu_seconds"] >= 0
 
 
 def test_partitioning_does_not_change_the_bytes(tmp_path):

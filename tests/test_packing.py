@@ -93,6 +93,22 @@ def test_blocks_equal_group_texts_over_the_whole_corpus(tmp_path, block_size):
         assert s["packing"]["blocks"] == len(want)
 
 
+def test_packed_parquet_parts_have_the_parts_layout(tmp_path):
+    """Blocks go through daskwp's part writer layout (no dictionaries: ids have tens of
+    thousands of values), as the unpacked job's parts do."""
+    inp = _input(tmp_path)
+    _job(inp, tmp_path / "o", packing=128, partition_size="200kB")
+    parts = sorted(Path(tmp_path / "o").glob("part-*.parquet"))
+    assert len(parts) > 1
+    for part in parts:
+        meta = pq.ParquetFile(part).metadata
+        assert meta.created_by.startswith("daskwp parquet writer")
+        for rg in range(meta.num_row_groups):
+            for c in range(meta.num_columns):
+                assert not any("DICTIONARY" in e
+                               for e in meta.row_group(rg).column(c).encodings)
+
+
 def test_pad_last_and_no_special_tokens(tmp_path):
     inp = _input(tmp_path)
     hf = hf_tokenizer(UNCASED)
