@@ -218,8 +218,10 @@ def main() -> int:
         part = min(os.path.getsize(jsonl),
                    daskwp.core.options.check_bytes("p", args.partition_size))
         limit = 2 * part * (1 + out_per_byte)
-        base = max(idle.values())
-        growth = max(rss.values()) - base
+        # per worker: its peak less its own idle RSS
+        grow_by = {w: rss[w] - idle.get(w, rss[w]) for w in rss}
+        worst = max(grow_by, key=grow_by.get)
+        base, growth = idle.get(worst, rss[worst]), grow_by[worst]
         lines = [
             "# Pretraining outputs: Megatron job, count, packing (one run)", "",
             "Earlier runs: [HISTORY.md](HISTORY.md).", "",
@@ -241,7 +243,8 @@ def main() -> int:
                   "(the whole peak RSS within 2x the partition) is shown beside it.", "",
                   "| memory of the Megatron job's workers | value | goal | met |",
                   "|---|---|---|---|",
-                  f"| peak RSS growth over an idle warmed worker ({base / 1e6:.0f} MB) | "
+                  f"| peak RSS growth over the same worker warmed and idle ({base / 1e6:.0f} "
+                  f"MB), the largest | "
                   f"{growth / 1e6:.0f} MB | <= 2 x ({part / 1e6:.0f} MB input + "
                   f"{part * out_per_byte / 1e6:.0f} MB output arrays) = {limit / 1e6:.0f} MB | "
                   f"{'yes' if growth <= limit else 'no'} |",
@@ -252,11 +255,11 @@ def main() -> int:
                   "CPU seconds per stage (`_summary.json` `cpu_seconds`, summed over the "
                   "workers' task threads; the kernel's own threads are not in them; "
                   "`merge`: the driver's, Megatron's `merge_cpu_seconds`). The bare kernel "
-                  f"took {kernel_cpu:.1f} CPU seconds (all its threads) over the same text.",
+                  f"took {kernel_cpu:.2f} CPU seconds (all its threads) over the same text.",
                   "", "| job | " + " | ".join(sorted({k for v in stages.values() for k in v}))
                   + " |", "|---" * (1 + len({k for v in stages.values() for k in v})) + "|"]
         keys = sorted({k for v in stages.values() for k in v})
-        lines += [f"| {name} | " + " | ".join(f"{v[k]:.1f}" if k in v else "" for k in keys)
+        lines += [f"| {name} | " + " | ".join(f"{v[k]:.2f}" if k in v else "" for k in keys)
                   + " |" for name, v in stages.items()]
         lines += [""]
         report = "\n".join(lines)

@@ -145,6 +145,7 @@ def write_megatron_partition(spec, logid_offset: int, out_dir: str, tokenizer, o
     n_bytes = text_bytes(texts)
     encoded = encode_pieces(tok, texts, options, to_device)
     del texts   # the text is freed before the sequences are framed (peak memory)
+    _release_arrow_memory()
     c_frame = time.thread_time()
     tokens, lengths, docs, stats = sequences_of(tok.vocab, *encoded, options)
     del encoded
@@ -174,6 +175,13 @@ def write_megatron_partition(spec, logid_offset: int, out_dir: str, tokenizer, o
                             "frame": c2 - c_frame, "write": time.thread_time() - c2}
     stats["seconds"] = time.perf_counter() - t0
     return stats
+
+
+def _release_arrow_memory() -> None:
+    """Hand back to the system what Arrow's allocator keeps of freed buffers (the
+    partition's text, the JSON reader's blocks), so that the framing's arrays reuse it."""
+    import pyarrow as pa
+    pa.default_memory_pool().release_unused()
 
 
 def verify_megatron_output(out_dir: str, plan) -> None:
