@@ -236,6 +236,7 @@ def report(res: dict, args, info: dict, inputs: dict, server_info: dict, minutes
             L.append(f"| {fmt_name} | {where} | "
                      + " | ".join(f"{c.get(k, 0.0):.2f}" for k in STAGES)
                      + (f" | {r[where]['moto_cpu']:.1f} |" if where == "s3" else " | |"))
+    L += ["", NOTE]
     L += ["", f"Outputs: the first round's local and S3 parts are equal table by table "
           f"(checked by the script). moto's resident memory at the end: "
           f"{server_info['rss_end']:.0f} MiB.", ""]
@@ -243,6 +244,16 @@ def report(res: dict, args, info: dict, inputs: dict, server_info: dict, minutes
 
 
 STAGES = ("read", "tokenize", "arrow", "write", "finish")
+#: What the report says the S3 job does beyond the local one.
+NOTE = ("What the S3 job does beyond the local one: it moves every input byte twice (the "
+        "global-offset pass reads each partition from the store to count its documents, text "
+        "in 16 MB ranged GETs and JSON Lines in one GET, then the partition's write task reads "
+        "its range again in one GET; locally the second read comes from the page cache) and "
+        "every part once (one PUT, or a multipart upload for a part of 100 MiB or more, "
+        "twice s3fs's chunk), plus a few small requests per part (its rejects file removed, "
+        "`_job.json` and `_summary.json` written, the logIDs read back). moto spends CPU per "
+        "request and per byte on the same cores as the workers, which a remote endpoint "
+        "would not.")
 
 
 # -- main -----------------------------------------------------------------------------------
