@@ -787,7 +787,9 @@ def report(args, info, cold, sized, extras, soak, cg, elapsed) -> str:
              "command's wall time (interpreter, cluster start, checks). Ratios: to the warm "
              "kernel at the same size and to the cold kernel, same padding. CPU: the "
              "parts' `cpu_seconds` (_summary.json) of the write stage over the tokenize "
-             "stage. The *default* row passes no cluster option (the job decides).\n")
+             "stage. The *default* row passes no cluster option (the job decides); the "
+             "*--scheduler threads* rows (one run, larger sizes) run in-process whatever the "
+             "size, to compare with the cluster when choosing `in_process_max_bytes`.\n")
     L.append("| size | row | MB/s | / warm kernel | / cold kernel | write / tokenize CPU | "
              "output MB | peak RSS: driver; workers |")
     L.append("|---|---|---|---|---|---|---|---|")
@@ -811,6 +813,12 @@ def report(args, info, cold, sized, extras, soak, cg, elapsed) -> str:
             ran = (r["summary"].get("run") or {}).get("mode", "?")   # threads: in-process
             job_row(s, f"CLI ragged, default (no cluster option; ran on: {ran}), whole "
                        f"command ({r['wall']:.2f} s)", r, "ragged", r["mbps_wall"], False)
+        if z.get("threads"):   # one run: compare with the cluster's whole command above
+            r = z["threads"]
+            job_row(s, "CLI ragged, --scheduler threads (in-process), tokenize+write", r,
+                    "ragged", r["mbps"])
+            job_row(s, f"CLI ragged, --scheduler threads (in-process), whole command "
+                       f"({r['wall']:.2f} s)", r, "ragged", r["mbps_wall"], False)
     L.append("")
     if extras:
         _report_extras(L, args, extras, sized, cold)
@@ -1131,6 +1139,13 @@ def run_size(args, base, tmp: Path, s: float, tok, cold_needed: bool) -> tuple:
             if "default" not in z or r["wall"] < z["default"]["wall"]:
                 z["default"] = r
             shutil.rmtree(out, ignore_errors=True)
+    else:   # the larger sizes on threads in-process too: data for in_process_max_bytes
+        log(f"{s:g} GB: CLI --scheduler threads (in-process), one run")
+        out = tmp / "cli-threads"
+        shutil.rmtree(out, ignore_errors=True)
+        z["threads"] = run_cli(inp, out, "do_not_pad", args.partition_mb, None,
+                               scheduler="threads")
+        shutil.rmtree(out, ignore_errors=True)
     ex = run_extras(args, inp, tmp, s, back) if extra else None
     inp["text"].unlink()
     return z, ex, cold

@@ -59,8 +59,12 @@ OUTPUT_FORMATS = ("parquet", "megatron", "datasets")
 #: ``compression="zstd"`` for the smaller files.
 DEFAULT_COMPRESSION = "lz4"
 #: A CPU job of at most this many input file bytes runs on threads in the calling process
-#: unless it asks for a cluster (docs/batch-jobs.md "Clusters"): below it, starting a
-#: local cluster costs more than the parallelism threads lose to the GIL.
+#: unless it asks for a cluster (docs/batch-jobs.md "Clusters"). The partition tasks release
+#: the GIL in the kernel, the page encoder and the compression, so threads lose little to
+#: it, while a local cluster's start is a fixed cost that dominates small jobs; above the
+#: limit a job gets worker processes (isolation, a worker lost costs only its tasks).
+#: benchmarks/pipeline_bench.py's ``--scheduler threads`` rows beside the cluster's, at
+#: each size, are the data to move it by.
 IN_PROCESS_MAX_BYTES = "1GB"
 
 
