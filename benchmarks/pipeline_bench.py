@@ -337,8 +337,8 @@ def run_cli(inp: dict, out: Path, padding: str, partition_mb: float, workers: in
     cmd = cli_command(inp, out, padding, partition_mb, workers, scheduler)
     t = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    with RssPoller(proc.pid if scheduler is None else os.getpid(),
-                   driver=scheduler is None, hwm=scheduler is None) as poll:
+    own = scheduler in (None, "threads", "synchronous")   # the command's own processes
+    with RssPoller(proc.pid if own else os.getpid(), driver=own, hwm=own) as poll:
         stdout, stderr = proc.communicate()
     return _finish_cli(cmd, proc, stdout, stderr, time.perf_counter() - t, inp, out, poll)
 

@@ -255,8 +255,9 @@ def test_the_in_process_path_imports_no_distributed(tmp_path):
 
 def test_in_process_pickles_and_refuses_futures():
     import pickle
-    r = pickle.loads(pickle.dumps(InProcess("threads", 3)))
-    assert r.describe() == {"mode": "threads", "threads": 3}
+    from dask.system import CPU_COUNT
+    r = pickle.loads(pickle.dumps(InProcess("threads", 3, tasks=1)))
+    assert r.describe() == {"mode": "threads", "threads": 3, "kernel_threads": CPU_COUNT}
     with pytest.raises(ValueError, match="sync=False"):
         r.get({"a": 1}, ["a"], sync=False)
     with pytest.raises(ValueError, match="scheduler must be one of"):
@@ -295,3 +296,20 @@ def test_import_daskwp_leaves_dask_dataframe_out_and_the_accessors_still_registe
     assert lines[-1] == "ok"
     if order == "daskwp-first":
         assert lines[0] == "[]"
+
+
+@pytest.mark.parametrize("workers, tasks", [(2, 1), (2, 2), (2, 7), (4, 3), (1, 5)])
+def test_each_task_thread_gets_its_share_of_the_cores(workers, tasks):
+    """The kernel threads of a tokenizer call on a task thread: the cores shared among the
+    threads that have a partition (all of them for one partition); this thread's default
+    is left alone."""
+    from dask.system import CPU_COUNT
+
+    from daskwp.backends.cpu import default_num_threads
+    r = InProcess("threads", workers, tasks=tasks)
+    want = max(1, CPU_COUNT // min(workers, tasks))
+    assert r.kernel_threads == want
+    dsk = {("t", i): (default_num_threads,) for i in range(tasks)}
+    assert r.get(dsk, list(dsk)) == [want] * tasks
+    assert default_num_threads() == 0
+    assert InProcess("synchronous").get(dsk, list(dsk)) == [0] * tasks

@@ -36,7 +36,7 @@ from ..core.windows import WindowParams, check_output_size, convert_tensors, fil
     window_params
 from .protocol import KernelModel
 
-__all__ = ["CPUBackend", "default_num_threads", "set_word_cache_limit", "windows_from_encoding",
+__all__ = ["CPUBackend", "default_num_threads", "set_task_num_threads", "set_word_cache_limit", "windows_from_encoding",
            "word_cache_info", "word_cache_release"]
 
 #: The pool's limit unless ``daskwp.word_cache_mb`` says otherwise: DASKWP_WORD_CACHE_MB,
@@ -123,9 +123,23 @@ def _word_cache_info_for_registry() -> dict:
 register_cache("word_cache", _ext.word_cache_clear, _word_cache_info_for_registry)
 
 
+_TASK_THREADS = threading.local()
+
+
+def set_task_num_threads(num_threads: int | None) -> None:
+    """The kernel threads of the calls made on this thread that set none
+    (:func:`default_num_threads`); None: the default's own choice. The threads of a job that
+    runs in-process set it (:class:`daskwp.distributed.local.InProcess`): with several
+    partitions on as many threads, each call gets its share of the cores."""
+    _TASK_THREADS.num_threads = num_threads
+
+
 def default_num_threads() -> int:
     """All cores (0), except inside a Dask worker thread (1), where the worker owns the
-    parallelism."""
+    parallelism, and on a thread given its share (:func:`set_task_num_threads`)."""
+    share = getattr(_TASK_THREADS, "num_threads", None)
+    if share is not None:
+        return share
     if "distributed" in sys.modules:
         try:
             from distributed import get_worker

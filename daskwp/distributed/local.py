@@ -24,31 +24,46 @@ class InProcess:
     """dask's ``scheduler`` (``'threads'`` or ``'synchronous'``) in this process.
 
     ``num_workers``: threads of the threaded scheduler (default: dask's, one per core
-    available to this process).
+    available to this process). ``tasks``: how many heavy tasks (partitions) a graph runs,
+    when known: the cores are shared among the threads that have one, and each task's
+    tokenizer calls get that share as their kernel threads (``kernel_threads``; a
+    partition alone gets every core, as on dask's synchronous scheduler; see
+    :func:`daskwp.backends.cpu.set_task_num_threads`).
     """
 
-    def __init__(self, scheduler: str = "threads", num_workers: int | None = None):
+    def __init__(self, scheduler: str = "threads", num_workers: int | None = None,
+                 tasks: int | None = None):
         if scheduler not in IN_PROCESS_SCHEDULERS:
             raise ValueError(f"scheduler must be one of {', '.join(IN_PROCESS_SCHEDULERS)}; "
                              f"got {scheduler!r}")
+        from dask.system import CPU_COUNT
         self.scheduler = scheduler
         if scheduler == "synchronous":
             num_workers = 1
         elif num_workers is None:
-            from dask.system import CPU_COUNT
             num_workers = CPU_COUNT
         self.num_workers = int(num_workers)
+        self.tasks = tasks
+        busy = min(self.num_workers, max(1, tasks if tasks is not None else self.num_workers))
+        # one thread at a time (synchronous): the kernel's own default, every core
+        self.kernel_threads = None if scheduler == "synchronous" else \
+            max(1, CPU_COUNT // busy)
 
     def __repr__(self) -> str:
-        return f"InProcess({self.scheduler!r}, num_workers={self.num_workers})"
+        return (f"InProcess({self.scheduler!r}, num_workers={self.num_workers}, "
+                f"tasks={self.tasks})")
 
     def __reduce__(self):
-        return InProcess, (self.scheduler, self.num_workers)
+        return InProcess, (self.scheduler, self.num_workers, self.tasks)
 
     def describe(self) -> dict:
-        """What ran, as a job records it: ``{"mode": "threads", "threads": N}`` or
+        """What ran, as a job records it: ``{"mode": "threads", "threads": N,
+        "kernel_threads": K}`` (K: each task's tokenizer threads), or
         ``{"mode": "synchronous", "threads": 1}``."""
-        return {"mode": self.scheduler, "threads": self.num_workers}
+        out = {"mode": self.scheduler, "threads": self.num_workers}
+        if self.kernel_threads is not None:
+            out["kernel_threads"] = self.kernel_threads
+        return out
 
     def get(self, dsk: dict, keys: list, sync: bool = True,
             on_result: Callable[[object, object], None] | None = None) -> list:
@@ -65,11 +80,15 @@ class InProcess:
             return self._get(get_sync, dsk, keys, on_result)
         from concurrent.futures import ThreadPoolExecutor
 
+        from ..backends.cpu import set_task_num_threads
+
         from dask.threaded import get
         # A pool of the call's own: when a task fails or the call is interrupted, the tasks
         # running on other threads finish before it returns, so that nothing writes into
         # the output after the caller has cleaned up (a job's temporary files).
-        pool = ThreadPoolExecutor(self.num_workers, thread_name_prefix="daskwp-task")
+        pool = ThreadPoolExecutor(self.num_workers, thread_name_prefix="daskwp-task",
+                                  initializer=set_task_num_threads,
+                                  initargs=(self.kernel_threads,))
         try:
             return self._get(get, dsk, keys, on_result, pool=pool)
         finally:

@@ -106,7 +106,7 @@ def run_count(cfg: JobConfig, *, client=None, log: Callable[[str], None] | None 
         keys.append(key)
     # in-process threads, a local cluster or a running one, as a job's (driver.open_scheduler)
     runner, own, run_record = open_scheduler(cfg, device, sum(f.size for f in files), client,
-                                             bool(specs), log)
+                                             bool(specs), log, tasks=len(specs))
     try:
         prog = Progress("counting", len(specs), cfg.quiet)
         try:

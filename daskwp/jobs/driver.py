@@ -129,15 +129,16 @@ def _fmt_size(n: int) -> str:
 
 
 def open_scheduler(cfg: JobConfig, device: str, input_file_bytes: int, client=None,
-                   work: bool = True, log: Callable[[str], None] = lambda msg: None
-                   ) -> tuple[object, bool, dict]:
+                   work: bool = True, log: Callable[[str], None] = lambda msg: None,
+                   tasks: int | None = None) -> tuple[object, bool, dict]:
     """What runs a job's graphs: ``(runner, own, record)``. ``runner`` is the ``client``
     given, an :class:`~daskwp.distributed.local.InProcess` scheduler, or a client of a
     cluster started or joined here (``own``: close it with :func:`close_scheduler`).
     ``record`` says which ran, for ``_job.json`` and the summary: ``mode`` (``threads``,
     ``synchronous``, ``local_cluster`` or ``cluster``), ``threads``, and for a cluster
     ``workers`` and ``address``; ``why`` the mode was chosen. Without ``work`` (every part
-    complete) nothing is started: the graph's known counts are summed in this process."""
+    complete) nothing is started: the graph's known counts are summed in this process.
+    ``tasks``: the partitions to read, for the in-process threads' share of the cores."""
     from ..distributed.local import InProcess
     if not work:
         runner = InProcess("synchronous")
@@ -147,7 +148,7 @@ def open_scheduler(cfg: JobConfig, device: str, input_file_bytes: int, client=No
     else:
         where, why = choose_scheduler(cfg, input_file_bytes, device)
         if where in LOCAL_SCHEDULERS:
-            runner = InProcess(where)
+            runner = InProcess(where, tasks=tasks)
             return runner, False, dict(runner.describe(), why=why)
         client = connect_cluster(cfg, device)
         own, mode = True, "cluster" if where else "local_cluster"
@@ -794,7 +795,8 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
     try:
         # in-process threads, a local cluster or a running one (choose_scheduler)
         runner, own_client, run_record = open_scheduler(
-            cfg, device, sum(f.size for f in files), client, work, log)
+            cfg, device, sum(f.size for f in files), client, work, log,
+            tasks=n if packing else len(missing))
         header["run"] = run_record
         save_job()   # with the run record
         if missing:
