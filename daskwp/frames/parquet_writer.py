@@ -221,7 +221,7 @@ class NativeParquetWriter:
         if compression is not None:
             codec = pa.Codec(_ARROW_CODECS[compression], compression_level=compression_level
                              if compression == "zstd" else None)
-            self._compress = lambda body: codec.compress(body, asbytes=True)
+            self._compress = codec.compress   # a pyarrow Buffer: not copied into bytes
         self._columns = [_Column(f, byte_stream_split) for f in schema]
         self._row_groups: list[bytes] = []
         self._rows = 0

@@ -651,7 +651,8 @@ class _HashingFile:
     when it closes) in memory so that the footer can be patched before it reaches the file."""
 
     def __init__(self, path: str):
-        self._fh = open(path, "xb", buffering=1 << 20)
+        # compressed pages (hundreds of KB) go to the file directly, not through the buffer
+        self._fh = open(path, "xb", buffering=1 << 16)
         self._hash = checksum_hash()
         self._pos = 0
         self._held: list | None = None
