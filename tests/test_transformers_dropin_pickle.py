@@ -117,3 +117,35 @@ def test_torch_dataloader_with_workers(texts):
         want = hf(texts[3 * k:3 * k + 3], padding=True, truncation=True, max_length=32,
                   return_tensors="pt")
         _same_result(got, want)
+
+
+def test_pickles_made_before_the_split_load(texts, monkeypatch):
+    """Pickles that name the classes by their paths before transformers_compat.py was split
+    (issue 41), with the row table's state of then (``_seq``, ``_ids``, ``_n``), load."""
+    import numpy as np
+
+    import daskwp.backends.transformers_compat as compat
+    from daskwp.backends.transformers_batch import ArrayRows, BatchEncoding
+
+    hf, dt = pair_for(VOCABS[0])
+    want = hf(texts, padding=True, return_tensors="np")
+
+    class OldRows:              # the state of the row table as it was pickled then
+        pass
+
+    OldRows.__module__, OldRows.__qualname__ = compat.__name__, "_SeqRows"
+    old = OldRows()
+    seq = np.array([[-1 if s is None else s for s in want.sequence_ids(i)]
+                    for i in range(len(texts))])
+    old.__dict__.update(_seq=seq, _ids=want["input_ids"], _n=1)
+    enc = BatchEncoding(dict(want), rows=old, n_sequences=1)
+    monkeypatch.setattr(compat, "_SeqRows", OldRows)
+    monkeypatch.setattr(BatchEncoding, "__module__", compat.__name__)
+    blob = pickle.dumps(enc)
+    monkeypatch.undo()
+    assert b"transformers_compat" in blob and b"transformers_batch" not in blob
+    again = pickle.loads(blob)
+    assert type(again) is BatchEncoding and isinstance(again._rows, ArrayRows)
+    assert again.n_sequences == 1
+    for i in range(len(texts)):
+        assert again.sequence_ids(i) == want.sequence_ids(i)

@@ -14,17 +14,19 @@ refuses with a ``ValueError``.
 :func:`from_transformers` reads a transformers BERT tokenizer (fast or slow) or a
 ``tokenizers.Tokenizer`` into the keyword arguments of a daskwp tokenizer.
 
-This module does not import :mod:`daskwp.backends.tokenizer` (the tokenizer is passed in;
-duck typing), so that module imports this one at its top.
+This module holds the tokenizer class and its call resolution; the result class is in
+:mod:`~daskwp.backends.transformers_batch`, HF's truncation rules in
+:mod:`~daskwp.backends.transformers_truncation`, the reader in
+:mod:`~daskwp.backends.transformers_importer` (all re-exported here: the public import paths
+and the pickled classes' old paths keep working). It does not import
+:mod:`daskwp.backends.tokenizer` (the tokenizer is passed in; duck typing), so that module
+imports this one at its top.
 """
 
 from __future__ import annotations
 
-import gc
-import inspect
 import json
 import logging
-import tempfile
 from collections import UserDict
 from pathlib import Path
 
@@ -34,10 +36,16 @@ from ..core.decode import cleanup_token
 from ..core.normalizer import whitespace_vanishes
 from ..core.vocab import WHITE_SPACE, Vocabulary
 from ..core.windows import check_padded_bytes
-from . import transformers_alignment as align
+from .transformers_batch import (ArrayRows, BatchEncoding, as_tensor, offsets_available,
+                                 pad_left, span_rows, tensor_kind)
+from .transformers_importer import SPECIAL_ATTRS, from_transformers
+from .transformers_truncation import merged_rows, padded_row, truncate_pair
 
 __all__ = ["BatchEncoding", "TransformersTokenizer", "from_transformers",
            "is_added_token", "offsets_available"]
+
+#: The class's name in pickles made before the split (daskwp.backends.transformers_compat).
+_SeqRows = ArrayRows
 
 #: transformers' logger for its tokenizers' warnings: the drop-in's over-length warning goes
 #: where transformers' goes (``assertLogs("transformers")``, transformers' verbosity).
@@ -50,474 +58,7 @@ LARGE_INTEGER = int(1e20)
 
 PADDING_STRATEGIES = ("longest", "max_length", "do_not_pad")
 TRUNCATION_STRATEGIES = ("only_first", "only_second", "longest_first", "do_not_truncate")
-SPECIAL_ATTRS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
-                 "mask_token")
 
-# The BERT template (``[CLS] $A [SEP]`` / ``[CLS] $A [SEP] $B:1 [SEP]:1``) as tokenizers.json
-# spells it; what from_transformers accepts as a post-processor.
-_SINGLE = [{"SpecialToken": {"type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
-           {"SpecialToken": {"type_id": 0}}]
-_PAIR_TAIL = [{"Sequence": {"id": "B", "type_id": 1}}, {"SpecialToken": {"type_id": 1}}]
-
-
-def offsets_available(tok) -> bool:
-    """Whether the daskwp tokenizer ``tok`` gives character offsets and word ids
-    (``tok.encode(..., return_offsets_mapping=True, return_word_ids=True,
-    offsets_unit="chars")``). The one feature check of this module: where it is False,
-    ``return_offsets_mapping=True`` and ``BatchEncoding.word_ids`` raise NotImplementedError."""
-    try:
-        params = inspect.signature(tok.encode).parameters
-    except (TypeError, ValueError):
-        return False
-    return all(k in params for k in ("return_offsets_mapping", "return_word_ids",
-                                     "offsets_unit"))
-
-
-# ---------------------------------------------------------------------------------------
-# The result: a BatchEncoding look-alike
-# ---------------------------------------------------------------------------------------
-
-_DETACHED = ("{what} needs the tokenizer, which a BatchEncoding does not carry when it is "
-             "pickled (the inputs, sequence ids and any word ids already asked for do): ask "
-             "for it before pickling, or call the tokenizer again")
-
-
-class BatchEncoding(UserDict):
-    """What :class:`TransformersTokenizer` returns: a mapping of the model inputs with
-    attribute access (``enc.input_ids``), as transformers' ``BatchEncoding``.
-
-    ``word_ids(i)``, ``sequence_ids(i)`` and ``tokens(i)`` describe row ``i`` (for an
-    un-batched result, ``i = 0``); ``to(device)`` moves torch tensors; ``convert_to_tensors``
-    converts in place. Integer indexing (transformers' ``tokenizers.Encoding`` objects) is not
-    available.
-    """
-
-    def __init__(self, data=None, tensor_type=None, *, rows=None, n_sequences=None,
-                 owner=None, redo=None):
-        super().__init__(data or {})
-        self._rows = rows              # per row: (sequence ids, word ids or None, ids)
-        self._n_sequences = n_sequences
-        self._owner = owner
-        self._redo = redo              # the same call with word ids (made when asked)
-        if tensor_type is not None:
-            self.convert_to_tensors(tensor_type)
-
-    def __getattr__(self, item):
-        if item.startswith("__") or item in ("data", "_rows", "_n_sequences", "_owner",
-                                             "_redo"):
-            raise AttributeError(item)
-        try:
-            return self.data[item]
-        except KeyError:
-            raise AttributeError(item) from None
-
-    def __getitem__(self, item):
-        if isinstance(item, str):
-            return self.data[item]
-        if isinstance(item, slice):
-            return {k: v[item] for k, v in self.data.items()}
-        raise KeyError("Invalid key: this BatchEncoding takes strings (the inputs' names) and "
-                       "slices; integer indices (HF's tokenizers.Encoding objects) are not "
-                       "available from daskwp")
-
-    def __getstate__(self):
-        return {"data": self.data, "rows": self._rows, "n_sequences": self._n_sequences}
-
-    def __setstate__(self, state):
-        self.data = state["data"]
-        self._rows = state.get("rows")
-        self._n_sequences = state.get("n_sequences")
-        self._owner = None
-        self._redo = None
-
-    @property
-    def n_sequences(self):
-        return self._n_sequences
-
-    @property
-    def is_fast(self) -> bool:
-        return True
-
-    @property
-    def encodings(self):
-        return None
-
-    def _row(self, batch_index: int):
-        if self._rows is None:
-            raise ValueError("this BatchEncoding was not built by the tokenizer (pad() or a "
-                             "copy): it has no word or sequence ids")
-        return self._rows[batch_index]
-
-    def sequence_ids(self, batch_index: int = 0) -> list:
-        """Per token of row ``batch_index``: 0 or 1 (the sequence it comes from), None for
-        special tokens and padding."""
-        return list(self._row(batch_index)[0])
-
-    def _complete(self, batch_index: int, offsets: bool = False):
-        """Row ``batch_index`` with its word ids (and offsets): the same call made again
-        with offsets the first time they are asked for."""
-        row = self._row(batch_index)
-        if row[1] is None or (offsets and row[3] is None):
-            if self._redo is not None and self._owner is not None and \
-                    offsets_available(self._owner.tokenizer):
-                self._rows = self._redo()._rows   # the same rows, with word ids, offsets
-                self._redo = None
-                row = self._row(batch_index)
-            elif self._owner is None:
-                raise ValueError(_DETACHED.format(what="word ids and offsets"))
-            else:
-                raise NotImplementedError(
-                    "word_ids / offsets: this daskwp tokenizer does not give word ids yet "
-                    "(tok.encode(..., return_word_ids=True) is not available in this build)")
-        if offsets:
-            if self._owner is not None:
-                self._owner._check_offsets_exact()
-            if row[3] is None:
-                raise ValueError("character offsets are not available for this row")
-        return row
-
-    def word_ids(self, batch_index: int = 0) -> list:
-        """Per token of row ``batch_index``: the index of the word it comes from (in its own
-        sequence), None for special tokens and padding."""
-        return list(self._complete(batch_index)[1])
-
-    def words(self, batch_index: int = 0) -> list:
-        """``word_ids`` (transformers' older name)."""
-        return self.word_ids(batch_index)
-
-    @staticmethod
-    def _where(a, b, what):
-        """transformers' (batch index, index) of ``f(i)`` / ``f(batch, i)``; a negative
-        index is an AttributeError there (its BatchEncoding has no ``_seq_len``)."""
-        batch, index = (a, b) if b is not None else (0, a)
-        if batch < 0 or (what and index < 0):
-            raise AttributeError(f"negative {'batch' if batch < 0 else what} index: "
-                                 f"transformers' BatchEncoding has no '_seq_len' / "
-                                 f"'_batch_size' to resolve it")
-        return batch, index
-
-    def token_to_sequence(self, batch_or_token_index: int, token_index: int | None = None):
-        """The sequence (0 / 1) token ``token_index`` of a row comes from; None for special
-        tokens and padding."""
-        b, t = self._where(batch_or_token_index, token_index, "token")
-        return align.token_to_sequence(self._row(b)[0], t)
-
-    def token_to_word(self, batch_or_token_index: int, token_index: int | None = None):
-        """The word (in its own sequence) a token comes from; None for special tokens."""
-        b, t = self._where(batch_or_token_index, token_index, "token")
-        row = self._complete(b)
-        return align.token_to_word(row[0], row[1], t)
-
-    def token_to_chars(self, batch_or_token_index: int, token_index: int | None = None):
-        """``CharSpan(start, end)`` of a token in its own text; None for special tokens."""
-        b, t = self._where(batch_or_token_index, token_index, None)
-        row = self._complete(b, offsets=True)
-        return align.token_to_chars(row[0], row[3], t)
-
-    def char_to_token(self, batch_or_char_index: int, char_index: int | None = None,
-                      sequence_index: int = 0):
-        """The first token of sequence ``sequence_index`` whose span holds the character;
-        None where none does."""
-        b, c = self._where(batch_or_char_index, char_index, None)
-        row = self._complete(b, offsets=True)
-        return align.char_to_token(row[0], row[3], row[4], c, sequence_index)
-
-    def char_to_word(self, batch_or_char_index: int, char_index: int | None = None,
-                     sequence_index: int = 0):
-        """The word of the token :meth:`char_to_token` finds."""
-        b, c = self._where(batch_or_char_index, char_index, None)
-        row = self._complete(b, offsets=True)
-        return align.char_to_word(row[0], row[1], row[3], row[4], c, sequence_index)
-
-    def word_to_tokens(self, batch_or_word_index: int, word_index: int | None = None,
-                       sequence_index: int = 0):
-        """``TokenSpan(start, end)`` of a word of sequence ``sequence_index``; None if it
-        has no tokens."""
-        b, w = self._where(batch_or_word_index, word_index, "word")
-        row = self._complete(b)
-        return align.word_to_tokens(row[0], row[1], row[4], w, sequence_index)
-
-    def word_to_chars(self, batch_or_word_index: int, word_index: int | None = None,
-                      sequence_index: int = 0):
-        """``CharSpan(start, end)`` of a word; a TypeError where it has no tokens (as
-        transformers)."""
-        b, w = self._where(batch_or_word_index, word_index, None)
-        row = self._complete(b, offsets=True)
-        return align.word_to_chars(row[0], row[1], row[3], row[4], w, sequence_index)
-
-    def tokens(self, batch_index: int = 0) -> list:
-        """The token strings of row ``batch_index``."""
-        ids = self._row(batch_index)[2]
-        if self._owner is None:
-            raise ValueError(_DETACHED.format(what="tokens()"))
-        return self._owner.convert_ids_to_tokens(list(ids))
-
-    def convert_to_tensors(self, tensor_type=None, prepend_batch_axis: bool = False):
-        if tensor_type is None:
-            return self
-        kind = _tensor_kind(tensor_type)
-        for key, value in list(self.data.items()):
-            if prepend_batch_axis:
-                value = [value]
-            self.data[key] = _as_tensor(key, value, kind)
-        return self
-
-    def to(self, device, *, non_blocking: bool = False):
-        """Every torch tensor moved to ``device`` (this object, changed in place)."""
-        try:
-            import torch  # noqa: F401
-        except ImportError:
-            raise ImportError("BatchEncoding.to() needs PyTorch, which is not installed") \
-                from None
-        self.data = {k: v.to(device=device, non_blocking=non_blocking)
-                     if hasattr(v, "to") and callable(v.to) else v
-                     for k, v in self.data.items()}
-        return self
-
-    def __repr__(self) -> str:
-        return repr(self.data)
-
-
-class _SeqRows:
-    """Per-row (sequence ids, word ids or None, ids, offsets or None, number of sequences)
-    of the vectorized path, made when asked from its arrays (a 2-D array, or a list of rows,
-    each: sequence ids and word ids with -1 for None, token ids; offsets a 3-D array or a
-    list of rows of ``(start, end)`` tuples). A table is converted to Python lists the
-    first time one of its rows is asked for (one NumPy pass, not one per row), so
-    ``word_ids(i)`` over every row costs one conversion. Plain data: a BatchEncoding
-    holding it pickles."""
-
-    def __init__(self, seq, ids, n_sequences, words=None, offsets=None):
-        self._src = {"seq": seq, "ids": ids, "words": words, "offsets": offsets}
-        self._lists: dict = {}
-        self._n = n_sequences
-        self._len = len(ids)
-
-    def __getstate__(self):
-        return {"src": self._src, "n": self._n}
-
-    def __setstate__(self, state):
-        self._src, self._n = state["src"], state["n"]
-        self._lists = {}
-        self._len = len(self._src["ids"])
-
-    def _table(self, key):
-        if key not in self._lists:
-            src = self._src[key]
-            if src is None:
-                self._lists[key] = None
-            elif key in ("seq", "words"):
-                self._lists[key] = _none_rows(src)
-            elif key == "offsets" and isinstance(src, np.ndarray):
-                self._lists[key] = _span_rows(src)
-            else:
-                self._lists[key] = src.tolist() if isinstance(src, np.ndarray) else src
-        return self._lists[key]
-
-    def __getitem__(self, i):
-        if not -self._len <= i < self._len:
-            raise IndexError(f"batch index {i} out of range for {self._len} rows")
-        return _LazyRow(self, i)
-
-    def __len__(self):
-        return self._len
-
-
-class _LazyRow:
-    """One row of :class:`_SeqRows`; ``row[k]`` as the general path's row tuples."""
-
-    __slots__ = ("_rows", "_i")
-    _KEYS = ("seq", "words", "ids", "offsets")
-
-    def __init__(self, rows, i):
-        self._rows, self._i = rows, i
-
-    def __getitem__(self, k):
-        if k == 4:
-            return self._rows._n
-        table = self._rows._table(self._KEYS[k])
-        return None if table is None else table[self._i]
-
-
-def _to_left(a, shift, fill):
-    """Right-padded rows of ``a`` (2-D, or 3-D for offsets) with their padding moved to the
-    left: row ``r``'s cells shifted ``shift[r]`` places right, ``fill`` before them."""
-    src = np.arange(a.shape[1], dtype=np.int64)[None, :] - shift[:, None]
-    keep = src >= 0
-    src = np.where(keep, src, 0)
-    if a.ndim == 3:
-        src, keep = src[..., None], keep[..., None]
-    return np.where(keep, np.take_along_axis(a, src, axis=1), fill).astype(a.dtype)
-
-
-#: One (start, end) span as a NumPy record: a span array viewed with it converts to tuples.
-_SPAN = np.dtype([("start", np.int64), ("end", np.int64)])
-
-
-def _span_rows(a) -> list:
-    """An int (..., 2) array of spans as (nested) lists of ``(start, end)`` tuples, as HF
-    gives ``offset_mapping``: one NumPy conversion, with the garbage collector paused (its
-    passes over the growing list of new tuples would otherwise cost more than making
-    them)."""
-    spans = np.ascontiguousarray(a, dtype=np.int64).view(_SPAN)[..., 0]
-    paused = gc.isenabled()
-    gc.disable()
-    try:
-        return spans.tolist()
-    finally:
-        if paused:
-            gc.enable()
-
-
-def _none_rows(a) -> list:
-    """Rows of ``a`` (a 2-D integer array or a list of lists) as lists with None for the
-    negative values (special tokens, padding)."""
-    if isinstance(a, np.ndarray):
-        o = a.astype(object)
-        o[a < 0] = None
-        return o.tolist()
-    return [[None if v < 0 else v for v in r] for r in a]
-
-
-def _tensor_kind(tensor_type) -> str:
-    kind = getattr(tensor_type, "value", tensor_type)
-    if kind not in ("np", "pt"):
-        raise ValueError(f"return_tensors={tensor_type!r} is not available from daskwp's "
-                         f"transformers drop-in; use None (lists), 'np' or 'pt'")
-    return kind
-
-
-def _as_tensor(key, value, kind):
-    if kind == "pt":
-        try:
-            import torch
-        except ImportError:
-            raise ImportError("Unable to convert output to PyTorch tensors format, PyTorch is "
-                              "not installed.") from None
-        if torch.is_tensor(value):
-            return value
-        if isinstance(value, np.ndarray):
-            return torch.from_numpy(value)
-        try:
-            if isinstance(value, list) and len(value) == 0:
-                return torch.tensor(value, dtype=torch.int64)
-            return torch.tensor(value)
-        except (ValueError, TypeError, RuntimeError) as e:
-            raise ValueError(
-                f"Unable to create tensor, you should probably activate truncation and/or "
-                f"padding with 'padding=True' 'truncation=True' to have batched tensors with "
-                f"the same length (`{key}` has rows of different lengths).") from e
-    if isinstance(value, np.ndarray):
-        return value
-    if isinstance(value, (list, tuple)) and value and \
-            isinstance(value[0], (list, tuple, np.ndarray)):
-        if len({len(v) for v in value}) > 1:
-            out = np.empty(len(value), dtype=object)
-            for i, v in enumerate(value):
-                out[i] = np.asarray(v)
-            return out
-    if isinstance(value, (list, tuple)) and len(value) == 0:
-        return np.asarray(value, dtype=np.int64)
-    return np.asarray(value)
-
-
-# ---------------------------------------------------------------------------------------
-# HuggingFace tokenizers' truncation, as windows of index ranges
-# ---------------------------------------------------------------------------------------
-
-def _windows(n: int, max_len: int, stride: int, direction: str):
-    """``Encoding::truncate(max_len, stride, direction)`` of a sequence of ``n`` tokens: the
-    ``(start, stop)`` ranges of the kept part, then of its overflows."""
-    if max_len >= n:
-        return [(0, n)]
-    if max_len == 0:
-        return [(0, 0), (0, n)]
-    if stride >= max_len:
-        raise ValueError(
-            f"stride={stride} must be smaller than the {max_len} tokens a sequence keeps "
-            f"(max_length less the special tokens, and for pairs less the other sequence); "
-            f"HuggingFace tokenizers panics here (`stride` must be strictly less than "
-            f"`max_len={max_len}`)")
-    step = max_len - stride
-    out = []
-    if direction == "right":
-        for start in range(0, n, step):
-            stop = min(start + max_len, n)
-            out.append((start, stop))
-            if stop == n:
-                break
-    else:
-        for last in range(n - 1, -1, -step):
-            stop = last + 1
-            start = max(0, stop - max_len)
-            out.append((start, stop))
-            if start == 0:
-                break
-    return out
-
-
-def _truncate_pair(na: int, nb: int | None, strategy: str | None, max_len: int | None,
-                   stride: int, direction: str):
-    """``truncate_encodings``: the windows of the first and (for pairs) second sequence."""
-    whole_a = [(0, na)]
-    whole_b = None if nb is None else [(0, nb)]
-    if strategy is None or max_len is None:
-        return whole_a, whole_b
-    if max_len == 0:
-        return (_windows(na, 0, stride, direction),
-                None if nb is None else _windows(nb, 0, stride, direction))
-    total = na + (nb or 0)
-    if total <= max_len:
-        return whole_a, whole_b
-    to_remove = total - max_len
-    if strategy == "longest_first":
-        if nb is None:
-            return _windows(na, total - to_remove, stride, direction), None
-        n1, n2, swap = na, nb, False
-        if n1 > n2:
-            n1, n2, swap = n2, n1, True
-        n2 = n1 if n1 > max_len else max(n1, max_len - n1)
-        if n1 + n2 > max_len:
-            n1 = max_len // 2
-            n2 = n1 + max_len % 2
-        if swap:
-            n1, n2 = n2, n1
-        return (_windows(na, n1, stride, direction), _windows(nb, n2, stride, direction))
-    if strategy == "only_second" and nb is None:
-        raise ValueError("Truncation error: Second sequence not provided (truncation="
-                         "'only_second' needs a text_pair)")
-    target = na if strategy == "only_first" else nb
-    if target <= to_remove:
-        raise ValueError(
-            f"Truncation error: Sequence to truncate too short to respect the provided "
-            f"max_length (truncation={strategy!r}: the sequences have {na} and {nb} tokens, "
-            f"{max_len} fit)")
-    keep = _windows(target, target - to_remove, stride, direction)
-    return (keep, whole_b) if strategy == "only_first" else (whole_a, keep)
-
-
-def _padded(row: list, fill, d: int, side: str) -> list:
-    """``row`` with ``d`` copies of ``fill`` on ``side`` ("right" or "left")."""
-    return row + [fill] * d if side == "right" else [fill] * d + row
-
-
-def _merged(wa, wb):
-    """The rows ``Encoding::merge_with`` makes of two sides' windows (primary first, then
-    transformers' flat ``[encoding] + encoding.overflowing``)."""
-    if wb is None:
-        return [(a, None) for a in wa]
-    rows = [(wa[0], wb[0])]
-    for a in wa[1:]:
-        for b in wb:
-            rows.append((a, b))
-    for b in wb[1:]:
-        rows.append((wa[0], b))
-    return rows
-
-
-# ---------------------------------------------------------------------------------------
-# The facade
-# ---------------------------------------------------------------------------------------
 
 def is_added_token(value) -> bool:
     """A ``tokenizers.AddedToken`` (duck typing: this module does not import tokenizers)."""
@@ -1049,7 +590,7 @@ class TransformersTokenizer:
         if padding_side is not None and padding_side not in ("left", "right"):
             raise ValueError(f"Invalid padding strategy:{padding_side}")
         if return_tensors is not None:
-            _tensor_kind(return_tensors)
+            tensor_kind(return_tensors)
         call = (text, text_pair, bool(add_special_tokens), padding, strategy, max_length,
                 int(stride), bool(is_split_into_words), pad_to_multiple_of,
                 padding_side or self.padding_side)
@@ -1369,10 +910,10 @@ class TransformersTokenizer:
         rows, primary = [], []
         for i, da in enumerate(docs_a):
             db = docs_b[i] if paired else None
-            wa, wb = _truncate_pair(len(da[0]), None if db is None else len(db[0]),
+            wa, wb = truncate_pair(len(da[0]), None if db is None else len(db[0]),
                                     strategy, trunc_len_of(db is not None), stride,
                                     direction)
-            merged = _merged(wa, wb)
+            merged = merged_rows(wa, wb)
             if not overflow:
                 merged = merged[:1]
             for k, (ra, rb) in enumerate(merged):
@@ -1433,15 +974,15 @@ class TransformersTokenizer:
                 if d <= 0:
                     att_rows.append([1] * n)
                     continue
-                ids_rows[r] = _padded(ids_rows[r], pad_id, d, side)
-                type_rows[r] = _padded(type_rows[r], 0, d, side)
-                spec_rows[r] = _padded(spec_rows[r], 1, d, side)
-                seq_rows[r] = _padded(seq_rows[r], None, d, side)
-                att_rows.append(_padded([1] * n, 0, d, side))
+                ids_rows[r] = padded_row(ids_rows[r], pad_id, d, side)
+                type_rows[r] = padded_row(type_rows[r], 0, d, side)
+                spec_rows[r] = padded_row(spec_rows[r], 1, d, side)
+                seq_rows[r] = padded_row(seq_rows[r], None, d, side)
+                att_rows.append(padded_row([1] * n, 0, d, side))
                 if roff:
-                    off_rows[r] = _padded(off_rows[r], (0, 0), d, side)
+                    off_rows[r] = padded_row(off_rows[r], (0, 0), d, side)
                 if word_rows[r] is not None:
-                    word_rows[r] = _padded(word_rows[r], None, d, side)
+                    word_rows[r] = padded_row(word_rows[r], None, d, side)
         if att_rows is None and ram:
             att_rows = [[1] * len(r) for r in ids_rows]
         data = {"input_ids": ids_rows}
@@ -1533,7 +1074,7 @@ class TransformersTokenizer:
                 data["special_tokens_mask"] = [[1 if v < 0 else 0 for v in r] for r in seq_l]
             om_l = None
             if roff:
-                spans = _span_rows(om.values)
+                spans = span_rows(om.values)
                 bounds = om.offsets.tolist()
                 om_l = [spans[bounds[r]:bounds[r + 1]] for r in range(n)]
                 data["offset_mapping"] = om_l
@@ -1541,7 +1082,7 @@ class TransformersTokenizer:
                 data["length"] = [len(r) for r in ids_l]
             if overflow:
                 data["overflow_to_sample_mapping"] = sample.tolist()
-            rows = _SeqRows(seq_l, ids_l, n_seq, None if wid is None else wid.to_list(), om_l)
+            rows = ArrayRows(seq_l, ids_l, n_seq, None if wid is None else wid.to_list(), om_l)
         else:
             width = ids.shape[1]
             if multiple is not None and multiple > 0 and width % multiple:
@@ -1558,12 +1099,12 @@ class TransformersTokenizer:
                 width += extra
             if side == "left":
                 shift = width - att.sum(axis=1).astype(np.int64)
-                ids = _to_left(ids, shift, self.pad_token_id)
-                att, seq = _to_left(att, shift, 0), _to_left(seq, shift, -1)
+                ids = pad_left(ids, shift, self.pad_token_id)
+                att, seq = pad_left(att, shift, 0), pad_left(seq, shift, -1)
                 if types is not None:
-                    types = _to_left(types, shift, 0)
+                    types = pad_left(types, shift, 0)
                 if roff:
-                    wid, om = _to_left(wid, shift, -1), _to_left(om, shift, 0)
+                    wid, om = pad_left(wid, shift, -1), pad_left(om, shift, 0)
             data = {"input_ids": ids.astype(np.int64)}
             if rtt or rtt is None:
                 data["token_type_ids"] = types.astype(np.int64)
@@ -1578,11 +1119,11 @@ class TransformersTokenizer:
             if overflow:
                 data["overflow_to_sample_mapping"] = sample
             if return_tensors is None:
-                data = {k: _span_rows(v) if k == "offset_mapping" else v.tolist()
+                data = {k: span_rows(v) if k == "offset_mapping" else v.tolist()
                         for k, v in data.items()}
             elif return_tensors == "pt" or getattr(return_tensors, "value", None) == "pt":
-                data = {k: _as_tensor(k, v, "pt") for k, v in data.items()}
-            rows = _SeqRows(seq, ids, n_seq, wid,
+                data = {k: as_tensor(k, v, "pt") for k, v in data.items()}
+            rows = ArrayRows(seq, ids, n_seq, wid,
                             data.get("offset_mapping") if return_tensors is None else om)
         if not batched and return_tensors is None and not overflow:
             data = {k: (v[0] if v and isinstance(v[0], list) else v) for k, v in data.items()}
@@ -1667,7 +1208,7 @@ class TransformersTokenizer:
                 if k == "attention_mask" and not ram:
                     continue
                 if k in enc:
-                    enc[k] = _padded(enc[k], f, d, side)
+                    enc[k] = padded_row(enc[k], f, d, side)
         return enc
 
     # -- saving -----------------------------------------------------------------------------
@@ -1809,183 +1350,3 @@ def _to_py(x):
         return [_to_py(v) if hasattr(v, "tolist") or isinstance(v, (list, tuple)) else v
                 for v in x]
     return x
-
-
-# ---------------------------------------------------------------------------------------
-# from_transformers
-# ---------------------------------------------------------------------------------------
-
-def _template_ok(post, cls, sep) -> bool:
-    if post is None:
-        return False
-    t = post.get("type")
-    if t == "BertProcessing":
-        return (post.get("cls") or [None])[0] == cls and (post.get("sep") or [None])[0] == sep
-    if t != "TemplateProcessing":
-        return False
-
-    def strip(items):
-        out = []
-        for it in items or []:
-            if "SpecialToken" in it:
-                out.append({"SpecialToken": {"type_id": it["SpecialToken"].get("type_id")}})
-            else:
-                out.append({"Sequence": {"id": it["Sequence"].get("id"),
-                                         "type_id": it["Sequence"].get("type_id")}})
-        return out
-
-    single, pair = post.get("single") or [], post.get("pair") or []
-    if strip(single) != _SINGLE or strip(pair) != _SINGLE + _PAIR_TAIL:
-        return False
-    names = [single[0]["SpecialToken"]["id"], single[2]["SpecialToken"]["id"],
-             pair[0]["SpecialToken"]["id"], pair[2]["SpecialToken"]["id"],
-             pair[4]["SpecialToken"]["id"]]
-    return names == [cls, sep, cls, sep, sep]
-
-
-def _check_spec(spec: dict, cls, sep, where: str) -> None:
-    model = spec.get("model") or {}
-    if model.get("type") != "WordPiece":
-        raise ValueError(f"{where}: the model is {model.get('type')!r}; daskwp reads "
-                         f"WordPiece models only")
-    post = spec.get("post_processor")
-    if not _template_ok(post, cls, sep):
-        kind = "none" if post is None else post.get("type")
-        raise ValueError(
-            f"{where}: the post_processor ({kind}) is not BERT's template ([CLS] $A [SEP] / "
-            f"[CLS] $A [SEP] $B:1 [SEP]:1 with {cls!r} and {sep!r}); daskwp's drop-in frames "
-            f"rows that way only")
-    dec = spec.get("decoder")
-    if dec is not None and (dec.get("type") != "WordPiece" or
-                            dec.get("prefix", "##") != model.get("continuing_subword_prefix",
-                                                                  "##")
-                            or dec.get("cleanup", True) is not True):
-        raise ValueError(f"{where}: the decoder ({dec.get('type')}, {dec!r:.80}) is not a "
-                         f"WordPiece decoder with cleanup and the model's prefix; daskwp "
-                         f"decodes that way only")
-
-
-def from_transformers(obj) -> tuple[dict, dict]:
-    """``(arguments of WordPieceTokenizer, transformers settings)`` from a transformers BERT
-    tokenizer (fast: its ``backend_tokenizer``; slow: its vocabulary and init flags) or a
-    ``tokenizers.Tokenizer``. The arguments hold ``vocab`` (a :class:`Vocabulary`), the
-    normalizer / flags and the special-token names; the settings ``model_max_length``,
-    ``padding_side``, ``truncation_side``, ``clean_up_tokenization_spaces`` and ``added`` (the
-    slow tokenizer's added tokens, to register with ``add_special_tokens``).
-
-    Refused with a ``ValueError`` naming the component: a model that is not WordPiece, a
-    post-processor that is not BERT's template, a decoder that is not WordPiece's, a
-    normalizer or pre-tokenizer daskwp does not run (the tokenizer.json reader's and the
-    tokenizer's own refusals), ``normalized`` / ``single_word`` added tokens, a slow
-    tokenizer's ``do_basic_tokenize=False`` or ``never_split``.
-    """
-    settings = {"model_max_length": None, "padding_side": "right",
-                "truncation_side": "right", "clean_up_tokenization_spaces": False,
-                "name_or_path": "", "added": []}
-    names: dict = {}
-    backend = getattr(obj, "backend_tokenizer", None)
-    if backend is None and hasattr(obj, "to_str") and hasattr(obj, "get_vocab"):
-        backend = obj                                  # a tokenizers.Tokenizer
-        where = "tokenizers.Tokenizer"
-    else:
-        where = f"transformers {type(obj).__name__}"
-    if obj is not backend:
-        for k in ("model_max_length", "padding_side", "truncation_side",
-                  "clean_up_tokenization_spaces", "name_or_path"):
-            if hasattr(obj, k):
-                settings[k] = getattr(obj, k)
-        for k in ("unk_token", "cls_token", "sep_token", "pad_token", "mask_token"):
-            v = getattr(obj, k, None)
-            if v is not None:
-                names[k] = str(v)
-        # transformers' named and extra special tokens, as the tokenizer has them
-        smap = getattr(obj, "special_tokens_map", None)
-        if isinstance(smap, dict):
-            settings["special_tokens"] = {k: str(v) for k, v in smap.items()
-                                          if k in SPECIAL_ATTRS and v is not None}
-            settings["extra_special_tokens"] = [
-                str(t) for t in (getattr(obj, "extra_special_tokens", None) or [])]
-    if backend is not None:
-        spec = json.loads(backend.to_str())
-        cls = names.get("cls_token")
-        sep = names.get("sep_token")
-        post = spec.get("post_processor") or {}
-        if cls is None or sep is None:
-            single = post.get("single") or []
-            if post.get("type") == "TemplateProcessing" and len(single) == 3:
-                cls = cls or single[0].get("SpecialToken", {}).get("id")
-                sep = sep or single[2].get("SpecialToken", {}).get("id")
-            elif post.get("type") == "BertProcessing":
-                cls = cls or post["cls"][0]
-                sep = sep or post["sep"][0]
-        _check_spec(spec, cls, sep, where)
-        spec["truncation"] = None
-        spec["padding"] = None
-        settings["added_token_strips"] = {
-            at["content"]: (bool(at.get("lstrip")), bool(at.get("rstrip")))
-            for at in spec.get("added_tokens") or []
-            if isinstance(at, dict) and (at.get("lstrip") or at.get("rstrip"))}
-        with tempfile.TemporaryDirectory() as d:
-            path = Path(d) / "tokenizer.json"
-            path.write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
-            try:
-                vocab = Vocabulary.from_file(path, **{k: v for k, v in names.items()
-                                                      if k in ("unk_token",)})
-            except ValueError as e:
-                raise ValueError(str(e).replace(f"tokenizer file {str(path)!r}", where)) \
-                    from None
-        for k, v in (("cls_token", cls), ("sep_token", sep)):
-            if v is not None:
-                names[k] = v
-        source = settings["name_or_path"] or where
-        vocab = vocab.with_special_names(**{k: v for k, v in names.items()
-                                            if vocab.token_to_id(v) is not None})
-        args = {"vocab": vocab, "normalizer": json.dumps(spec.get("normalizer")),
-                "pre_tokenizer": json.dumps(spec.get("pre_tokenizer")),
-                "_where": source}
-        return args, settings
-    # A slow (Python) BertTokenizer: its vocabulary and flags.
-    vocab_map = getattr(obj, "vocab", None)
-    if not isinstance(vocab_map, dict) or not hasattr(obj, "do_lower_case"):
-        raise TypeError(f"from_transformers takes a transformers BERT tokenizer (fast or "
-                        f"slow) or a tokenizers.Tokenizer, got {type(obj).__name__}")
-    if getattr(obj, "do_basic_tokenize", True) is False:
-        raise ValueError(f"{where}: do_basic_tokenize=False (WordPiece on whitespace-split "
-                         f"text only) is not supported; daskwp runs BERT's basic tokenizer")
-    basic = getattr(obj, "basic_tokenizer", None)
-    never = set(getattr(basic, "never_split", None) or ()) | \
-        set(getattr(obj, "never_split", None) or ())
-    specials = {str(t) for t in getattr(obj, "all_special_tokens", [])}
-    extra = sorted(never - specials)
-    if extra:
-        raise ValueError(f"{where}: never_split={extra[:5]} is not supported (daskwp keeps "
-                         f"only special tokens whole); register them as special tokens "
-                         f"instead")
-    size = max(vocab_map.values()) + 1
-    tokens = [""] * size
-    for t, i in sorted(vocab_map.items(), key=lambda kv: kv[1]):
-        tokens[i] = t
-    v = Vocabulary(tokens, source=settings["name_or_path"] or where,
-                   **{k: names[k] for k in names})
-    added = []
-    decoder = getattr(obj, "added_tokens_decoder", {}) or {}
-    for i, at in sorted(decoder.items()):
-        content = str(at)
-        if v.token_to_id(content) == i:
-            continue
-        if getattr(at, "normalized", False) and not getattr(at, "special", False):
-            raise ValueError(f"{where}: added token {content!r} is normalized (matched in "
-                             f"the normalized text), which daskwp does not support")
-        added.append((content, int(i)))
-    settings["added"] = added
-    lower = bool(obj.do_lower_case)
-    args = {"vocab": v, "lowercase": lower,
-            "strip_accents": getattr(obj, "strip_accents", None),
-            "handle_chinese_chars": bool(getattr(obj, "tokenize_chinese_chars", True)),
-            "_where": where}
-    if basic is not None:
-        args["lowercase"] = bool(getattr(basic, "do_lower_case", lower))
-        args["strip_accents"] = getattr(basic, "strip_accents", args["strip_accents"])
-        args["handle_chinese_chars"] = bool(getattr(basic, "tokenize_chinese_chars",
-                                                    args["handle_chinese_chars"]))
-    return args, settings
