@@ -203,6 +203,34 @@ def _mixed_documents():
     return docs
 
 
+def test_slices_write_the_bytes_of_the_whole_partition(tmp_path, monkeypatch):
+    """A partition tokenized and written slice by slice (megatron_slices into
+    write_pair_from) gives the bytes and statistics of the whole at once."""
+    import pyarrow as pa
+    import daskwp.frames.megatron as fm
+    docs = _mixed_documents()
+    texts = pa.array(docs, pa.large_string())
+    tok = daskwp.WordPieceTokenizer(vocab_path(UNCASED))
+    for k, opts in enumerate([{}, {"append_eod": True, "add_special_tokens": True},
+                              {"document_separator": "\n", "append_eod": True}]):
+        tokens, lengths, d, want = fm.megatron_sequences(tok, texts, opts)
+        write_pair(str(tmp_path / f"w{k}"), tokens, lengths, d)
+        monkeypatch.setattr(fm, "SLICE_BYTES", 500)
+        assert len(fm.document_slices(texts)) > 20
+        assert sum(len(p) for p in fm.document_slices(texts)) == len(docs)
+        clock = {}
+        got = fm.write_pair_from(str(tmp_path / f"s{k}"), fm.megatron_slices(
+            tok, texts, opts, clock=clock), tokens.dtype)
+        monkeypatch.undo()
+        assert set(clock) == {"tokenize", "frame"}
+        np.testing.assert_array_equal(got.pop("document_lengths"),
+                                      want.pop("document_lengths"))
+        assert got == want
+        for ext in (".bin", ".idx"):
+            assert (tmp_path / f"s{k}{ext}").read_bytes() == \
+                (tmp_path / f"w{k}{ext}").read_bytes(), (opts, ext)
+
+
 def test_job_equals_hf_with_the_numpy_reader(tmp_path):
     """Fast tier: a JSON Lines job (nulls, empty and blank documents, several partitions)
     read back with daskwp's reader equals HF's ids per document, every option set."""

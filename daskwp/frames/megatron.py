@@ -39,10 +39,11 @@ from typing import Sequence
 import numpy as np
 
 __all__ = ["DTYPE_CODES", "INDEX_HEADER", "INDEX_VERSION", "MegatronIndex",
-           "OPTIMAL_DTYPE_LIMIT", "append_file", "document_sequences", "encode_pieces",
-           "frame_pieces", "index_size", "megatron_sequences", "merge_pairs",
-           "merge_pairs_in", "read_index", "read_sequences", "sequences_of", "token_dtype",
-           "write_index", "write_pair"]
+           "OPTIMAL_DTYPE_LIMIT", "SLICE_BYTES", "append_file", "document_sequences",
+           "document_slices", "encode_pieces", "frame_pieces", "index_size",
+           "megatron_sequences", "megatron_slices", "merge_pairs", "merge_pairs_in",
+           "read_index", "read_sequences", "sequences_of", "token_dtype", "write_index",
+           "write_pair", "write_pair_from"]
 
 INDEX_HEADER = b"MMIDIDX\x00\x00"
 INDEX_VERSION = 1
@@ -420,6 +421,85 @@ def sequences_of(vocab, ids, offsets, pieces_per_document, documents: int, optio
         eod_id=eod_id)
     stats.update(rows=len(lengths), tokens_written=len(tokens))
     return tokens, lengths, docs, stats
+
+
+#: Text bytes of a slice of a partition's documents tokenized at a time by
+#: :func:`megatron_slices` (the ids of a whole partition, int32, and the kernel's buffers
+#: for them would otherwise be held at once, several times the ``.bin`` data).
+SLICE_BYTES = 8 << 20
+
+
+def document_slices(texts, nbytes: int | None = None) -> list:
+    """``texts`` (a pyarrow string or binary array) cut into consecutive slices of whole
+    documents of about ``nbytes`` (default :data:`SLICE_BYTES`) bytes of text each
+    (zero-copy views; at least one)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    nbytes = SLICE_BYTES if nbytes is None else nbytes
+    if isinstance(texts, pa.ChunkedArray):
+        texts = texts.combine_chunks()
+    if len(texts) == 0:
+        return [texts]
+    sizes = pc.fill_null(pc.binary_length(texts), 0).to_numpy(zero_copy_only=False)
+    ends = np.cumsum(sizes, dtype=np.int64)
+    k = max(1, -(-int(ends[-1]) // max(int(nbytes), 1)))
+    cuts = np.searchsorted(ends, np.arange(1, k, dtype=np.int64) * nbytes, side="left") + 1
+    cuts = np.unique(np.concatenate([[0], np.clip(cuts, 0, len(texts)), [len(texts)]]))
+    return [texts.slice(int(a), int(b - a)) for a, b in zip(cuts[:-1], cuts[1:])]
+
+
+def megatron_slices(tokenizer, texts, options: dict, to_device=None, clock=None):
+    """:func:`megatron_sequences` of each of :func:`document_slices` in turn: yields
+    ``(tokens, sequence_lengths, document_indices, stats)`` per slice (document indices
+    from 0 in each). ``clock`` (a dict), when given, accumulates ``tokenize`` and ``frame``
+    thread CPU seconds. Memory: one slice's ids at a time."""
+    import time
+    clock = {} if clock is None else clock
+    for piece in document_slices(texts):
+        c0 = time.thread_time()
+        encoded = encode_pieces(tokenizer, piece, options, to_device)
+        c1 = time.thread_time()
+        out = sequences_of(tokenizer.vocab, *encoded, options)
+        del encoded
+        c2 = time.thread_time()
+        clock["tokenize"] = clock.get("tokenize", 0.0) + c1 - c0
+        clock["frame"] = clock.get("frame", 0.0) + c2 - c1
+        yield out
+
+
+def write_pair_from(prefix: str, pieces, dtype, *, fsync: bool = False) -> dict:
+    """Write ``prefix.bin`` / ``prefix.idx`` from consecutive ``(tokens, sequence_lengths,
+    document_indices, stats)`` pieces (:func:`megatron_slices`): the bytes
+    :func:`write_pair` writes for them concatenated. ``.bin`` data is streamed; returns the
+    pieces' statistics added up (``document_lengths`` concatenated)."""
+    dtype = np.dtype(dtype)
+    lengths, docs, stats = [], [np.zeros(1, np.int64)], {}
+    sequences = 0
+    with open(prefix + ".bin", "wb") as fh:
+        for tokens, lens, doc_idx, st in pieces:
+            if tokens.dtype != dtype:
+                raise ValueError(f"a piece holds {tokens.dtype} tokens, the dataset {dtype}")
+            _write_array(fh, tokens)
+            lengths.append(np.asarray(lens, dtype=np.int32))
+            docs.append(np.asarray(doc_idx[1:], dtype=np.int64) + sequences)
+            sequences += len(lens)
+            for k, v in st.items():
+                if k == "document_lengths":
+                    stats.setdefault(k, []).append(v)
+                else:
+                    stats[k] = stats.get(k, 0) + v
+        if fsync:
+            fh.flush()
+            os.fsync(fh.fileno())
+    if "document_lengths" in stats:
+        stats["document_lengths"] = np.concatenate(stats["document_lengths"])
+    write_index(prefix + ".idx", np.concatenate(lengths) if lengths else
+                np.zeros(0, np.int32), np.concatenate(docs), dtype)
+    if fsync:
+        with open(prefix + ".idx", "rb+") as fh:
+            os.fsync(fh.fileno())
+    return stats
 
 
 def megatron_sequences(tokenizer, texts, options: dict, to_device=None):

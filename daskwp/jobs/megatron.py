@@ -31,8 +31,8 @@ from ..core.lengths import LengthCounts
 from ..distributed.state import cached_tokenizer
 from ..distributed.tasks import text_bytes
 from ..frames import storage
-from ..frames.megatron import (encode_pieces, index_size, merge_pairs, merge_pairs_in,
-                               read_index, sequences_of, write_pair)
+from ..frames.megatron import (index_size, megatron_slices, merge_pairs, merge_pairs_in,
+                               read_index, token_dtype, write_pair_from)
 from .errors import ConfigError, JobError
 from .parts import PART_PREFIX, TMP_PREFIX, worker_device, worker_series
 from .records import (commit_part, naming_partition, part_stem,
@@ -135,33 +135,33 @@ def write_megatron_partition(spec, logid_offset: int, out_dir: str, tokenizer, o
     record that makes the pair complete, is renamed last. A retried task writes the same
     bytes. Errors name the partition and its file.
 
-    Memory: the partition's text, its ids (int32), the ``.bin`` data."""
+    Memory: the partition's text and the ``.idx`` arrays; the ids and ``.bin`` data of a
+    slice of it at a time (:func:`daskwp.frames.megatron.megatron_slices`)."""
     t0 = time.perf_counter()
     texts, _, (bad_bytes, bad_docs), bad, read_cpu = timed_read(spec, documents, options)
-    c1 = time.thread_time()
     dev = worker_device(device)
     to_device = None if dev == "cpu" else functools.partial(worker_series, device=dev)
     tok = cached_tokenizer(tokenizer)
     n_bytes = text_bytes(texts)
-    encoded = encode_pieces(tok, texts, options, to_device)
-    del texts   # the text is freed before the sequences are framed (peak memory)
-    _release_arrow_memory()
-    c_frame = time.thread_time()
-    tokens, lengths, docs, stats = sequences_of(tok.vocab, *encoded, options)
-    del encoded
-    c2 = time.thread_time()
-    stats["length_counts"] = LengthCounts.of(stats.pop("document_lengths")).to_json()
+    dtype = token_dtype(len(tok.vocab))
     prefix = part_prefix(spec.index, n_partitions)
+    clock: dict = {}
+    c1 = time.thread_time()
     # on an object store the part is committed in a local staging folder, then uploaded
     # file by file, its record last (records.publish_part)
     folder = storage.Folder(out_dir, options.get("storage_options"))
     with folder.staging() as staging:
         tmp = temporary_path(staging, spec.index)
         try:
-            write_pair(tmp, tokens, lengths, docs, fsync=True)
+            # the slices' sequences streamed into the pair: tokenize, frame, write
+            stats = write_pair_from(tmp, megatron_slices(tok, texts, options, to_device,
+                                                         clock), dtype, fsync=True)
+            del texts
+            _release_arrow_memory()
+            stats["length_counts"] = LengthCounts.of(stats.pop("document_lengths")).to_json()
             stats.update(partition=spec.index, logid_offset=int(logid_offset),
                          text_bytes=n_bytes, invalid_utf8_bytes=bad_bytes,
-                         invalid_utf8_documents=bad_docs, dtype=str(tokens.dtype),
+                         invalid_utf8_documents=bad_docs, dtype=str(dtype),
                          rejected=len(bad or ()))
             rejects = write_part_rejects(staging, spec, n_partitions, bad, logid_offset,
                                          file_offset)
@@ -171,15 +171,17 @@ def write_megatron_partition(spec, logid_offset: int, out_dir: str, tokenizer, o
         finally:
             _remove_pair(tmp)
         publish_part(folder, staging, spec.index, n_partitions)
-    stats["cpu_seconds"] = {"read": read_cpu, "tokenize": c_frame - c1,
-                            "frame": c2 - c_frame, "write": time.thread_time() - c2}
+    work = time.thread_time() - c1
+    stats["cpu_seconds"] = {"read": read_cpu, "tokenize": clock.get("tokenize", 0.0),
+                            "frame": clock.get("frame", 0.0),
+                            "write": work - sum(clock.values())}
     stats["seconds"] = time.perf_counter() - t0
     return stats
 
 
 def _release_arrow_memory() -> None:
     """Hand back to the system what Arrow's allocator keeps of freed buffers (the
-    partition's text, the JSON reader's blocks), so that the framing's arrays reuse it."""
+    partition's text, the JSON reader's blocks) before the next partition is read."""
     import pyarrow as pa
     pa.default_memory_pool().release_unused()
 
