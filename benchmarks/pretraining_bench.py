@@ -73,6 +73,13 @@ def current_rss_bytes() -> int:
     raise RuntimeError("no VmRSS in /proc/self/status")
 
 
+def kept_caches() -> tuple[int, int]:
+    """Bytes the kernel keeps between calls in this process: the word memos and the host
+    pool's cached blocks (both bounded by their limits; part of a worker's RSS growth)."""
+    import daskwp
+    return int(daskwp.word_cache_info()["bytes"]), int(daskwp.host_pool_info()["cached"])
+
+
 def build_input(data: Path, size_mb: float, path: Path) -> tuple[int, int]:
     """JSON Lines of ``size_mb`` MB of text; returns (documents, text bytes)."""
     lines = []
@@ -192,6 +199,7 @@ def main() -> int:
             s, megatron = job("megatron", output_format="megatron", add_special_tokens=False,
                               append_eod=True)
             rss = client.run(peak_rss_bytes)
+            caches = client.run(kept_caches)
             stages = {"megatron": dict(s["cpu_seconds"],
                                        merge=s["megatron"]["merge_cpu_seconds"])}
             rows.append(("daskwp --output-format megatron --append-eod", megatron,
@@ -252,6 +260,10 @@ def main() -> int:
                   + ", ".join(f"{v / 1e6:.0f} MB" for v in rss.values())
                   + f" ({max(rss.values()) / part:.1f}x the {part / 1e6:.0f} MB partition) | "
                   f"<= 2x | {'yes' if max(rss.values()) <= 2 * part else 'no'} |", "",
+                  "Kept by the kernel between calls after the job (in the growth above; "
+                  "bounded by word_cache_mb and the host pool's limit), per worker: "
+                  + ", ".join(f"word memos {m / 1e6:.0f} MB + host pool {h / 1e6:.0f} MB"
+                              for m, h in caches.values()) + ".", "",
                   "CPU seconds per stage (`_summary.json` `cpu_seconds`, summed over the "
                   "workers' task threads; the kernel's own threads are not in them; "
                   "`merge`: the driver's, Megatron's `merge_cpu_seconds`). The bare kernel "
