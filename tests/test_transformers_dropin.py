@@ -391,12 +391,28 @@ OFFSET_CALLS = [
     ("context", {"truncation": "only_first", "max_length": 32}),
     ("one", {}),
     ("one pair", {"padding": "max_length", "max_length": 48, "truncation": True}),
+    # is_split_into_words: the words joined by a space, spans and word ids mapped back
+    ("words", {"is_split_into_words": True}),
+    ("words", {"is_split_into_words": True, "padding": True, "return_tensors": "np"}),
+    ("words", {"is_split_into_words": True, "truncation": True, "max_length": 12,
+               "stride": 3, "return_overflowing_tokens": True, "padding": True}),
+    ("word pairs", {"is_split_into_words": True, "padding": True, "truncation": True,
+                    "max_length": 24}),
+    ("one words", {"is_split_into_words": True}),
 ]
+
+#: Words as callers split them: inner and outer spaces, empty words, punctuation, accents,
+#: CJK, a special token as a word.
+ODD_WORDS = [[" a b ", "", "x,y", "Café", "日本語", "[SEP]", "don't", "\u00a0"],
+             ["", "only"], ["tab\there", "end."]]
 
 
 def _offset_call_args(form, lines):
     batch = lines[:24]
+    words = ODD_WORDS + [t.split() for t in batch]
     return {"single": (batch,), "pairs": (batch, batch[5:] + batch[:5]), "one": (batch[7],),
+            "words": (words,), "word pairs": (words, words[5:] + words[:5]),
+            "one words": (ODD_WORDS[0],),
             "question": ([t[:20] for t in batch], batch),
             "context": (batch, [t[:20] for t in batch]),
             "one pair": (batch[7], batch[9])}[form]
@@ -423,7 +439,7 @@ def test_offsets_on_the_vectorized_path(form, kw, side, corpus_lines, monkeypatc
         dt.padding_side = hf.padding_side = "right"
     ids = want["input_ids"]
     batched = kw.get("return_tensors") or kw.get("return_overflowing_tokens") or \
-        isinstance(args[0], list)
+        _batched(args, kw)
     for b in (0, len(ids) - 1) if batched else (0,):
         row = ids[b] if batched else ids
         spans = (want["offset_mapping"][b] if batched else want["offset_mapping"])

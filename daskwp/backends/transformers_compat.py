@@ -711,6 +711,19 @@ class TransformersTokenizer:
                 om[k] = (start, end)
                 prev = end
 
+    def _words_join_exactly(self) -> bool:
+        """Whether words joined by a space tokenize as each word alone (the ids of
+        ``is_split_into_words=True``): BERT's normalizer (per character) or none, and a
+        pre-tokenizer that always splits at whitespace."""
+        tok = self._encoder()
+        try:
+            norm = json.loads(tok.normalizer) if tok.normalizer else None
+            pre = json.loads(tok.pre_tokenizer) if tok.pre_tokenizer else None
+        except (TypeError, ValueError):
+            return False
+        return (norm is None or norm.get("type") == "BertNormalizer") and \
+            isinstance(pre, dict) and pre.get("type") in ("BertPreTokenizer", "WhitespaceSplit")
+
     @staticmethod
     def _core_strips(tokenizer) -> dict:
         """``{token: (lstrip, rstrip)}`` that the daskwp tokenizer's own offsets honour
@@ -1014,8 +1027,17 @@ class TransformersTokenizer:
         moves the padded arrays' cells); None where the general path must answer (it gives
         the same result, slower)."""
         paired = seconds is not None
-        if split or (overflow and paired) or not special or self.truncation_side != "right":
+        if (overflow and paired) or not special or self.truncation_side != "right":
             return None
+        joined = None
+        if split:
+            if self._strips or not self._words_join_exactly():
+                return None
+            joined = [_JoinedWords.of(firsts)] + ([_JoinedWords.of(seconds)] if paired else [])
+            if None in joined:
+                return None
+            firsts = joined[0].texts
+            seconds = joined[1].texts if paired else None
         if roff and (self._strips != self._core_strips(self.tokenizer) or
                      not offsets_available(self._encoder())):
             return None                # spans widened here, or the general path's error
@@ -1062,6 +1084,17 @@ class TransformersTokenizer:
         n = len(ids)
         n_seq = 2 if paired else 1
         sample = bw["metadata"][:, 0].astype(np.int64)
+        if joined is not None and roff:
+            if pad is False:
+                cells_seq, cells_om, cells_wid = seq.values, om.values, wid.values
+                row_of = np.repeat(np.arange(n), np.diff(seq.offsets))
+            else:
+                cells_seq, cells_om, cells_wid = seq.reshape(-1), om.reshape(-1, 2), \
+                    wid.reshape(-1)
+                row_of = np.repeat(np.arange(n), seq.shape[1])
+            for side_index, words in enumerate(joined):
+                cells = np.flatnonzero(cells_seq == side_index)
+                words.remap(cells_om, cells_wid, cells, sample[row_of[cells]])
         if pad is False:
             # ragged rows: lists (the general path makes the same, but this one is vectorized)
             ids_l, seq_l = ids.to_list(), seq.to_list()
@@ -1299,6 +1332,41 @@ class TransformersTokenizer:
         return (f"TransformersTokenizer(daskwp {self.tokenizer!r}, model_max_length="
                 f"{self.model_max_length}, padding_side={self.padding_side!r}, "
                 f"truncation_side={self.truncation_side!r})")
+
+
+class _JoinedWords:
+    """Documents of words (``is_split_into_words=True``) as one text each, the words joined
+    by a space, for the windows path (:meth:`TransformersTokenizer._words_join_exactly`
+    says when the ids are the same); :meth:`remap` turns the joined text's spans and word
+    ids into HF's: the word's index in its document, the span within the word."""
+
+    @classmethod
+    def of(cls, docs):
+        """None where the general path must answer: a row without this side (a batch of
+        pairs and single texts), an empty document, a word that is not a str."""
+        if any(not isinstance(d, (list, tuple)) or len(d) == 0 or
+               not all(isinstance(w, str) for w in d) for d in docs):
+            return None
+        return cls(docs)
+
+    def __init__(self, docs):
+        counts = np.fromiter((len(d) for d in docs), np.int64, len(docs))
+        flat = [w for d in docs for w in d]
+        room = np.fromiter((len(w) for w in flat), np.int64, len(flat)) + 1  # word + space
+        where = np.cumsum(room) - room            # start of every word in all texts
+        self.first = np.concatenate(([0], np.cumsum(counts)))
+        self.starts = where - np.repeat(where[self.first[:-1]], counts)
+        self.texts = [" ".join(d) for d in docs]
+        # one sorted key per word: its start, its document's number above every start
+        self.stride = int(room.max()) + int((self.starts + room).max()) + 1
+        self.keys = self.starts + np.repeat(np.arange(len(docs)), counts) * self.stride
+
+    def remap(self, spans, words, cells, docs) -> None:
+        """In place: ``spans[cells]`` (in the joined text of ``docs``) and ``words[cells]``
+        as HF's for the words."""
+        gi = np.searchsorted(self.keys, spans[cells, 0] + docs * self.stride, "right") - 1
+        words[cells] = gi - self.first[docs]
+        spans[cells] -= self.starts[gi][:, None]
 
 
 def _pair_items(items: list, split: bool):
