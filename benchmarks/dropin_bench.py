@@ -135,6 +135,7 @@ def main(argv=None):
                 f"{n}: {t * 1e3:8.2f} ms" for n, t in result.items()), flush=True)
     names = list(runners)
     out = [f"# transformers drop-in benchmark ({datetime.date.today()})", "",
+           "Earlier runs: [HISTORY.md](HISTORY.md).", "",
            f"{platform.platform()}, Python {platform.python_version()}, return_tensors="
            f"{tensors!r}, max_length=128, truncation=True; best of {repeats}; "
            f"nanotoken {nt_version}" + (" (quick: not a measurement)" if args.quick else ""),
