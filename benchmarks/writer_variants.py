@@ -6,7 +6,7 @@
 The first ``--mb`` MB of the pipeline benchmark's input (its corpora, repeated) are
 tokenized once (max_length=128, stride=32; ragged and padded, the stored tables of
 ``frames.partition.table_from_output``), saved as Arrow IPC, and each variant writes one
-table through ``frames.partition.PartWriter`` in its own ``valgrind --tool=callgrind``
+table through ``frames.part_writer.PartWriter`` in its own ``valgrind --tool=callgrind``
 process. Costs: callgrind's inclusive count of ``FileWriterImpl::WriteTable`` (encoding,
 compression, the part checksum of the pages as they are written) per input byte, and its parts.
 The report goes to benchmarks/results/writer_variants.md.
@@ -60,7 +60,8 @@ def baseline_of(name: str) -> str:
 CHILD = r'''
 import sys, os, json
 import numpy as np, pyarrow as pa
-import daskwp.frames.partition as P
+import daskwp.frames.part_writer as P
+import daskwp.frames.partition as F
 src, variant, out = sys.argv[1:4]
 table = pa.ipc.open_file(pa.memory_map(src)).read_all()
 parts = variant.split("+")[1:]
@@ -77,7 +78,7 @@ def fsl(t):
         cols[n] = c
     return pa.table(cols)
 def trim(t):
-    return P.frame_to_table(t.to_pandas(types_mapper=pd.ArrowDtype), attention_mask=False)
+    return F.frame_to_table(t.to_pandas(types_mapper=pd.ArrowDtype), attention_mask=False)
 def lenonly(t):
     m = t.column("attention_mask").combine_chunks()
     lens = m.values.to_numpy().reshape(len(m), -1).sum(1).astype(np.int32)

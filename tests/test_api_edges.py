@@ -73,7 +73,7 @@ def test_decode_takes_the_windows_of_a_call():
 
 
 def test_stitch_frame_requires_window_once_rows_may_move():
-    from daskwp.frames.partition import stitch_frame
+    from daskwp.frames.stitching import stitch_frame
     texts = ["one two three four five six seven eight nine ten"] * 2 + ["eleven"]
     res = pd.Series(texts).wordpiece.tokenize(max_length=6, stride=1)
     frame = res.to_frame()

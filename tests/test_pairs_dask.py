@@ -34,7 +34,8 @@ import daskwp
 from conftest import DATA, read_documents
 from daskwp.cli import main
 from daskwp.core.ragged import BatchWindows, RaggedRows
-from daskwp.frames.partition import frame_from_output, stitch_frame, table_from_output
+from daskwp.frames.partition import frame_from_output, table_from_output
+from daskwp.frames.stitching import stitch_frame
 from daskwp.frames.schema import POSITION_OUTPUTS
 
 REPO = Path(__file__).resolve().parent.parent

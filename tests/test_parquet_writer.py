@@ -18,7 +18,8 @@ import pytest
 import daskwp
 from conftest import every_corpus_line, slow_unless
 from daskwp.frames import parquet_writer
-from daskwp.frames.partition import PartWriter, table_from_output
+from daskwp.frames.partition import table_from_output
+from daskwp.frames.part_writer import PartWriter
 
 TOK = daskwp.WordPieceTokenizer()
 CORPUS = every_corpus_line()   # every shared corpus line and the edge cases
@@ -250,9 +251,9 @@ def test_dask_and_dataset_readers(tmp_path):
 
 def test_plain_list_values_where_readers_lack_byte_stream_split(tmp_path, monkeypatch):
     """With pyarrow < 17 the stored layout writes PLAIN id values; daskwp's writer follows
-    the same setting (partition.LIST_ENCODING), so both writers still give the same file."""
-    import daskwp.frames.partition as partition
-    monkeypatch.setattr(partition, "LIST_ENCODING", "PLAIN")
+    the same setting (part_writer.LIST_ENCODING), so both writers still give the same file."""
+    import daskwp.frames.part_writer as part_writer
+    monkeypatch.setattr(part_writer, "LIST_ENCODING", "PLAIN")
     table = table_from_output(TOK(CORPUS[:4000], max_length=48, stride=12, padding=False))
     a = _write(tmp_path / "a.parquet", [table], native=False)
     n = _write(tmp_path / "n.parquet", [table], native=True)

@@ -13,10 +13,10 @@ from ..core.outputs import ResultMapping
 from ..core.windows import resolve_window_options
 from ..distributed.tasks import CALL_OPTIONS, tokenize_partition
 from ..frames.partition import (attention_mask_block, check_text_dtype, input_ids_block,
-                                is_fixed_width, rows_of_buckets, unpadded_block,
-                                is_cudf, position_block, require_fixed_width,
-                                select_metadata, stitch_frame, stitch_rows, value_column,
-                                write_parquet)
+                                is_fixed_width, rows_of_buckets, unpadded_block, is_cudf,
+                                position_block, require_fixed_width, select_metadata)
+from ..frames.part_writer import write_parquet
+from ..frames.stitching import stitch_frame, stitch_rows, value_column
 from ..frames.schema import (FRAME_COLUMNS, INPUT_INDEX_COLUMN, POSITION_OUTPUTS,
                              position_outputs_of)
 

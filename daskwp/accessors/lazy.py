@@ -22,10 +22,10 @@ from .eager import (WordPieceResult, check_kept_names, resolve_call, source_fram
                     token_count_part)
 from ..frames.partition import (METADATA_COLUMNS, attention_mask_block, check_text_dtype,
                                 input_ids_block, is_cudf, is_fixed_width, metadata_block,
-                                rows_of_buckets,
-                                portable_pandas_metadata,
-                                position_block, require_fixed_width, select_metadata,
-                                stitch_frame, stitch_rows, value_column)
+                                rows_of_buckets, position_block, require_fixed_width,
+                                select_metadata)
+from ..frames.part_writer import portable_pandas_metadata
+from ..frames.stitching import stitch_frame, stitch_rows, value_column
 from ..frames.schema import position_output, position_outputs_of
 
 __all__ = ["DaskWordPieceAccessor", "DaskWordPieceResult", "register_dask_accessor"]

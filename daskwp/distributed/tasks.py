@@ -18,9 +18,10 @@ from ..core.lengths import LengthCounts
 from ..core.options import DEFAULT_COMPRESSION, WINDOWS, names
 from ..frames.storage import Folder, is_url
 from ..core.windows import WINDOW_OPTIONS
-from ..frames.partition import (PartWriter, attach_kept_columns, attach_source,
-                                frame_from_output, frame_to_table, is_cudf, source_table,
-                                split_source, stores_mask, table_from_output)
+from ..frames.partition import (attach_kept_columns, attach_source, frame_from_output,
+                                frame_to_table, is_cudf, source_table, split_source, stores_mask,
+                                table_from_output)
+from ..frames.part_writer import PartWriter
 from ..frames.schema import INPUT_INDEX_COLUMN, position_outputs_of
 from .state import cached_tokenizer
 
@@ -302,7 +303,7 @@ def write_tokenized_part(texts, tokenizer, options: dict, path: str, tmp_path: s
 
     ``table_hook(table) -> table``, when given, adds to every piece's table before it is
     written (the batch jobs' kept input columns). ``parquet_compat``: list values PLAIN
-    (:func:`~daskwp.frames.partition.parquet_write_options`).
+    (:func:`~daskwp.frames.part_writer.parquet_write_options`).
 
     Memory: the partition's text, about two pieces' outputs, the writer's pages.
     """

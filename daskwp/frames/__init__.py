@@ -1,2 +1,4 @@
-"""Layer 3 (docs/design.md §8): partition frames (pandas, cudf), Arrow list columns, the frame
-schema, portable Parquet metadata, stitching frames. Imports no Dask."""
+"""Layer 3 (docs/design.md §8): partition frames (pandas, cudf) and Arrow list columns
+(``partition``), the frame schema (``schema``), Parquet parts (``part_writer``, daskwp's own
+writer ``parquet_writer``), stitching frames (``stitching``), Megatron datasets
+(``megatron``), local paths and fsspec URLs (``storage``). Imports no Dask."""

@@ -6,7 +6,7 @@ The data pages come from the native core (``_ext.parquet_scalar_pages`` /
 DELTA_BINARY_PACKED, one pass over the buffers); this module compresses them (Arrow's codec),
 writes the page headers and the footer (Thrift compact protocol) and records the same
 schema, encodings and key-value metadata (``ARROW:schema``, ``pandas``) as
-``pyarrow.parquet.ParquetWriter`` with :func:`daskwp.frames.partition.parquet_write_options`,
+``pyarrow.parquet.ParquetWriter`` with :func:`daskwp.frames.part_writer.parquet_write_options`,
 so every reader sees the same file. It costs about a third of Arrow's writer on these columns
 (benchmarks/results/writer_variants.md): Arrow builds levels and encodes values per element
 through its generic nested-data path.
@@ -165,7 +165,7 @@ class _Column:
         self.ann = _leaf_annotations(leaf)
         self.path = [self.name, "list", "element"] if self.is_list else [self.name]
         # the encodings of parquet_write_options: delta scalars; list values BYTE_STREAM_SPLIT
-        # where the readers take it (partition.LIST_ENCODING), else PLAIN
+        # where the readers take it (part_writer.LIST_ENCODING), else PLAIN
         self.split = byte_stream_split
         self.encoding = (_BSS if byte_stream_split else _PLAIN) if self.is_list else _DELTA
         self.elements = self._elements(field, leaf)
@@ -289,7 +289,7 @@ class NativeParquetWriter:
     @staticmethod
     def _statistics(col: _Column, arr: pa.Array):
         """Min, max and null count of the logID column (the statistics the stored layout
-        keeps, :func:`~daskwp.frames.partition.parquet_write_options`)."""
+        keeps, :func:`~daskwp.frames.part_writer.parquet_write_options`)."""
         if col.name != "logID" or col.is_list or not len(arr):
             return None
         values = arr.to_numpy(zero_copy_only=True)

@@ -201,8 +201,8 @@ def connect_cluster(cfg: JobConfig, device: str):
     import dask
     import distributed  # noqa: F401  its config defaults first: the set below restores them
     # The job's own workers run without distributed's statistical profiler: it samples
-    # every task thread's stack each 10 ms, 3.5% of a 2-worker job's CPU in one perf run of
-    # the workers (docs/batch-jobs.md "Clusters").
+    # every task thread's stack each 10 ms, CPU a batch job has no use for (a perf profile of
+    # the workers showed it; docs/batch-jobs.md "Clusters").
     with dask.config.set({"distributed.worker.profile.enabled": False}):
         return connect(device=device, n_workers=cfg.n_workers,
                        threads_per_worker=cfg.threads_per_worker, dashboard_address=":0")

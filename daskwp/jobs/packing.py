@@ -212,13 +212,13 @@ def write_packed_partition(spec, starts, logid_offset: int, out_dir: str, tokeni
 
 def _write_parquet(table: pa.Table, path: str, compression) -> None:
     """``table`` as a Parquet file at ``path`` (fsync'ed), in the layout of the job's parts
-    (:func:`daskwp.frames.partition.parquet_write_options`: no dictionaries, statistics
+    (:func:`daskwp.frames.part_writer.parquet_write_options`: no dictionaries, statistics
     only for logID), by daskwp's own writer where it takes the table (integer columns and
     lists of them), else Arrow's."""
     import pyarrow.parquet as pq
 
     from ..frames import parquet_writer
-    from ..frames.partition import LIST_ENCODING, parquet_write_options
+    from ..frames.part_writer import LIST_ENCODING, parquet_write_options
     opts = parquet_write_options(table.schema, compression)
     with open(path, "wb") as fh:
         if parquet_writer.supports(table.schema, opts["compression"]):

@@ -32,8 +32,9 @@ from ..core.cache import BoundedCache
 from ..distributed.state import cached_tokenizer
 from ..distributed.tasks import (add_logid_offset, call_options, owned_unknown_tokens,
                                  tokenize_partition, write_tokenized_part)
-from ..frames.partition import CHECKSUM_KEY, PART_METADATA_KEY, SHA256_CHECKSUM_KEY, \
-    checksum_hash, checksum_hex, is_cudf
+from ..frames.part_writer import CHECKSUM_KEY, PART_METADATA_KEY, SHA256_CHECKSUM_KEY, \
+    checksum_hash, checksum_hex
+from ..frames.schema import is_cudf
 from ..frames import storage
 from ..frames.storage import is_url, open_input
 from .errors import InputError, JobError
@@ -206,7 +207,7 @@ def _footer_start(fh) -> int:
 def sha256_of(fh, end: int, key: bytes = SHA256_CHECKSUM_KEY) -> str:
     """The checksum of ``fh``'s first ``end`` bytes, read in 4 MB pieces: SHA-256 (first 128
     bits, hex), or the part checksum recorded under ``key``
-    (:func:`~daskwp.frames.partition.checksum_hash`)."""
+    (:func:`~daskwp.frames.part_writer.checksum_hash`)."""
     h = checksum_hash(key)
     fh.seek(0)
     left = end

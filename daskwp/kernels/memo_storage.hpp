@@ -192,11 +192,12 @@ struct WordCache {
   int32_t mid_bits;   // 2^mid_bits mid entries
   uint64_t arena_cap, arena_used;
   uint64_t arena_epoch = 0;  // times the arena was emptied (mid entries' long references)
-  // Whether the last window of ~64K lookups hit 8 times or more to a miss (note_window):
+  // Whether the last window of ~64K lookups hit 8 times or more to a miss
+  // (recheck_displacement):
   // then record() moves entries pushed out of full sets to their second sets.
   bool displace = false;
   uint64_t window_hits = 0, window_misses = 0;  // the counts where the window began
-  void note_window() {
+  void recheck_displacement() {
     const uint64_t h = stats.hits - window_hits, m = stats.misses - window_misses;
     if (h + m < (uint64_t(1) << 16)) return;
     displace = h >= 8 * m;

@@ -1,4 +1,4 @@
-// daskwp — the read stage of a text partition in one native pass (daskwp/jobs/inputs.py):
+// daskwp — the read stage of a text partition in one native pass (daskwp/jobs/inputs/text.py):
 // split bytes into lines on '\n', remove the newlines (in place or into another buffer) so
 // that the bytes and the line offsets form an Arrow large_binary array, and count the bytes
 // of each line outside well-formed UTF-8 sequences. Also the pooled buffer a partition is

@@ -128,7 +128,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
   }
 
   // The general path from s[i] on, until no word is open and no mark waits.
-  DWP_NOINLINE int64_t general_until_idle(const uint8_t* s, int64_t i, int64_t len) {
+  DWP_NOINLINE int64_t general_path_until_no_word_open(const uint8_t* s, int64_t i, int64_t len) {
     do {
       i = general_step(s, i, len);
     } while (i < len && (active || n_pending));
@@ -177,8 +177,8 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
   }
 
   // -- the offsets layout (kOff) ------------------------------------------------------
-  DWP_FORCEINLINE int64_t off_cdelta() const {
-    if constexpr (kOff) return os.cdelta;
+  DWP_FORCEINLINE int64_t off_bytes_minus_units() const {
+    if constexpr (kOff) return os.bytes_minus_units;
     return 0;
   }
   DWP_FORCEINLINE int32_t off_word() const {
@@ -263,10 +263,10 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
                                         int64_t cap, int64_t* offs, int32_t* wids,
                                         int32_t* out, int64_t i, int64_t& cd, int32_t& wd) {
     if (__builtin_expect(n + nt + 4 > cap, 0)) {
-      os.cdelta = cd;
+      os.bytes_minus_units = cd;
       os.word = wd;
       const int64_t got = emit_off(nullptr, rec, nt, len, n, i - cd, wd);
-      cd = os.cdelta;
+      cd = os.bytes_minus_units;
       wd = os.word;
       return got;
     }
@@ -279,7 +279,8 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
 
   // The tokens of an entry of the offsets layout for a string of len bytes (a short entry
   // en, or the long record rec of nt tokens when en is null) at out[n] (none at or past
-  // cap), spans from unit u, word ids from w; os.cdelta and os.word move past the string.
+  // cap), spans from unit u, word ids from w; os.bytes_minus_units and os.word move past
+  // the string.
   // Returns the tokens' count, or -1 when they were in the long table and are gone: a
   // miss.
   DWP_NOINLINE int64_t emit_off(const WordCacheEntry* en, const int32_t* rec, int32_t nt,
@@ -299,7 +300,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
           os.offs[2 * (n + k) + 1] = oe[k];
           os.wids[n + k] = ow[k];
         }
-      os.cdelta += len - eb[17];
+      os.bytes_minus_units += len - eb[17];
       os.word += eb[18] & 15u;
       return m;
     }
@@ -323,7 +324,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
           wids[n + k] = w + meta[2 * nt + k];
         }
     }
-    os.cdelta += len - units;
+    os.bytes_minus_units += len - units;
     os.word += (int32_t)words;
     return nt;
   }
@@ -334,7 +335,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
   // every byte of a plain letter's valid UTF-8 that is no continuation byte starts one).
   DWP_NOINLINE void memo_miss_off(const uint8_t* s, int64_t i, int64_t e, uint64_t k0,
                                   uint64_t k1) {
-    const int64_t len = e - i, u0 = i - os.cdelta;  // len <= kLongMaxBytes
+    const int64_t len = e - i, u0 = i - os.bytes_minus_units;  // len <= kLongMaxBytes
     start_word();
     const int64_t n0 = sink.n;
     OffRec& r = os.rec[0];
@@ -368,7 +369,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
     end_word();
     ++cache->stats.misses;
     const int64_t units = os.chars ? nc : len;
-    os.cdelta += len - units;
+    os.bytes_minus_units += len - units;
     const int64_t n = sink.n;
     const int64_t nt = n - n0;
     if (n > sink.cap || nt > kLongMaxTokens) {  // not recorded: the written spans in units
@@ -460,7 +461,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
     int64_t n = sink.n;
     const int64_t start = i;
     // kOff: the units consumed before the chunk, in bytes minus units, and its first word.
-    const int64_t cd0 = off_cdelta();
+    const int64_t cd0 = off_bytes_minus_units();
     const int32_t word0 = off_word();
     int64_t e = i;
     bool ok = false;
@@ -558,7 +559,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
               if (const WordCacheEntry* en = short_get(wc, w0, w1)) {
                 int64_t got;
                 if constexpr (kOff) {
-                  got = emit_off(en, nullptr, 0, wlen, n, i - os.cdelta, os.word);
+                  got = emit_off(en, nullptr, 0, wlen, n, i - os.bytes_minus_units, os.word);
                 } else {
                   got = emit_short(wc, en, out, n, cap);
                 }
@@ -574,7 +575,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
             int32_t nt;
             if (const int32_t* t = long_get(wc, long_hash(s + i, wlen), s + i, wlen, &nt)) {
               if constexpr (kOff) {
-                emit_off(nullptr, t, nt, wlen, n, i - os.cdelta, os.word);
+                emit_off(nullptr, t, nt, wlen, n, i - os.bytes_minus_units, os.word);
               } else {
                 put_tokens(out, n, cap, t, nt);
               }
@@ -600,8 +601,8 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
           if (n < cap) {
             out[n] = t;
             if constexpr (kOff) {
-              os.offs[2 * n] = i - os.cdelta;
-              os.offs[2 * n + 1] = i - os.cdelta + 1;
+              os.offs[2 * n] = i - os.bytes_minus_units;
+              os.offs[2 * n + 1] = i - os.bytes_minus_units + 1;
               os.wids[n] = os.word;
             }
           }
@@ -612,7 +613,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
         }
       }
       sink.n = n;
-      i = general_until_idle(s, i, len);
+      i = general_path_until_no_word_open(s, i, len);
       if (ok && i >= len) {  // the document's end closes the chunk's last word
         if (n_pending) flush_pending();
         end_word();
@@ -623,7 +624,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
       sink.n = n;
       if constexpr (kOff) {
         const int64_t off = record_off(s, start, e, k0, k1, n0, n, start - cd0, word0,
-                                       (e - start) - (os.cdelta - cd0), os.word - word0);
+                                       (e - start) - (os.bytes_minus_units - cd0), os.word - word0);
         if (off >= 0 && e - start >= kMidMinBytes)
           mid_put(wc, s + start, e - start, out + n0, n - n0,
                   reinterpret_cast<const int32_t*>(wc.arena + off));
@@ -654,8 +655,8 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
     const int64_t cap = sink.cap;
     int64_t n = sink.n;
     uint64_t hits = 0;
-    // kOff: os.cdelta and os.word as locals (synced around chunk_slow), and the arrays.
-    int64_t cd = off_cdelta();
+    // kOff: os.bytes_minus_units and os.word as locals (synced around chunk_slow), and the arrays.
+    int64_t cd = off_bytes_minus_units();
     int32_t wd = off_word();
     int64_t* offs = nullptr;
     int32_t* wids = nullptr;
@@ -809,10 +810,10 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
                     get_long_ref(wc, reinterpret_cast<const uint8_t*>(en) + 18, &cnt);
                 got = rec ? put_long_here(rec, cnt, w, n, cap, offs, wids, out, i, cd, wd) : -1;
               } else {
-                os.cdelta = cd;
+                os.bytes_minus_units = cd;
                 os.word = wd;
                 got = emit_off(en, nullptr, 0, w, n, i - cd, wd);
-                cd = os.cdelta;
+                cd = os.bytes_minus_units;
                 wd = os.word;
               }
             } else if (u16) {
@@ -878,13 +879,13 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
 #endif
       sink.n = n;
       if constexpr (kOff) {
-        os.cdelta = cd;
+        os.bytes_minus_units = cd;
         os.word = wd;
       }
       i = chunk_slow(s, i, len, readable, missed, k0, k1);
       n = sink.n;
       if constexpr (kOff) {
-        cd = os.cdelta;
+        cd = os.bytes_minus_units;
         wd = os.word;
       }
     }
@@ -894,11 +895,11 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
 #endif
     sink.n = n;
     if constexpr (kOff) {
-      os.cdelta = cd;
+      os.bytes_minus_units = cd;
       os.word = wd;
     }
     wc.stats.hits += hits;
-    wc.note_window();
+    wc.recheck_displacement();
     return finish();
   }
 

@@ -188,7 +188,7 @@ struct OffState<true> {
   int64_t* offs;   // 2 per token: begin, end
   int32_t* wids;   // 1 per token: word index within the document
   bool chars;      // unit: characters (else bytes)
-  int64_t cdelta;  // bytes minus characters consumed so far (chars)
+  int64_t bytes_minus_units;  // bytes minus characters consumed so far (chars)
   int32_t word;    // index of the current (next) word
   int32_t head, count, fo;  // the queue: front index, size, bytes consumed of the front
   int32_t open_at, open_base;
@@ -246,7 +246,7 @@ struct WordPieceE2E {
     if constexpr (kOff) {
       os.offs = nullptr;
       os.wids = nullptr;
-      os.cdelta = 0;
+      os.bytes_minus_units = 0;
       os.word = 0;
       os.head = os.count = os.fo = 0;
       os.word_ob = -1;
@@ -268,15 +268,15 @@ struct WordPieceE2E {
 
   // -- offsets helpers (kOff only) --------------------------------------------------------
   DWP_HD DWP_FORCEINLINE int64_t unit_at(int64_t i) const {
-    if constexpr (kOff) return os.chars ? i - os.cdelta : i;
+    if constexpr (kOff) return os.chars ? i - os.bytes_minus_units : i;
     return i;
   }
   // The span of the code point s[i, i + l) becomes the current one (l > 1: chars count it).
   DWP_HD DWP_FORCEINLINE void cur_code_point(int64_t i, int32_t l) {
     if constexpr (kOff) {
       if (os.chars) {
-        os.cur_ob = i - os.cdelta;
-        os.cdelta += l - 1;
+        os.cur_ob = i - os.bytes_minus_units;
+        os.bytes_minus_units += l - 1;
         os.cur_oe = os.cur_ob + 1;
       } else {
         os.cur_ob = i;
@@ -648,7 +648,7 @@ struct WordPieceE2E {
         if (os.chars) {
           int64_t cont = 0;
           for (int64_t j = i; j < i + best_len; ++j) cont += (s[j] & 0xC0u) == 0x80u;
-          os.cdelta += cont;
+          os.bytes_minus_units += cont;
         }
         emit(best_id, b, unit_at(i + best_len));
         ++os.word;
@@ -810,7 +810,7 @@ DWP_HD inline int64_t tokenize_document_offsets(const CoreContext& ctx, const ui
   t.set_offsets(out ? offs : nullptr, out ? wids : nullptr, chars);
   const int64_t n = t.run(s, len);
   if (n_words) *n_words = t.os.word;
-  if (n_units) *n_units = chars ? len - t.os.cdelta : len;
+  if (n_units) *n_units = chars ? len - t.os.bytes_minus_units : len;
   return n;
 }
 
