@@ -697,10 +697,9 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
     // across a document boundary is only a useless prefetch).
     // 64 chunks rather than 16: when other work has evicted the memo from the CPU caches
     // (a short input between other tokenizers' calls), 16 chunks of ~10 ns each are less
-    // than a memory access, and the loop waited on its sets. core_bench with
-    // DASKWP_CORE_BENCH_THRASH=64 (MB/s, best of two runs of 7, kAhead 16 -> 64): EWT
-    // 326 -> 396, Latin 275 -> 307, ar+he 346 -> 414; in cache no slower, and 0.6% fewer
-    // instructions (callgrind, warm EWT).
+    // than a memory access, and the loop waited on its sets. 64 was faster with the memo
+    // evicted (core_bench's DASKWP_CORE_BENCH_THRASH) and no slower in cache; the figures
+    // are in benchmarks/results/HISTORY.md ("Prefetcher 64 chunks ahead").
     constexpr int kAhead = 64;
     int64_t ahead = prefetch_at > s && prefetch_at - s <= readable16 ? prefetch_at - s : 0;
     // The document the prefetcher is in and where it ends (relative to s): a chunk ends
