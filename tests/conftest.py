@@ -385,6 +385,15 @@ def data_dir() -> Path:
     return DATA
 
 
+def cache_root() -> Path:
+    """Where tests keep what they fetch from the package registry at test time (transformers'
+    sdist, the transformers 4.x oracle): ``DASKWP_TEST_CACHE``, default
+    ``~/.cache/daskwp-tests``."""
+    root = os.environ.get("DASKWP_TEST_CACHE") or \
+        Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "daskwp-tests"
+    return Path(root)
+
+
 def vocab_path(vocab_name: str) -> Path:
     """``DATA/vocab/<vocab_name>/vocab.txt`` (skips a vocabulary the bundled set lacks)."""
     return data_file(Path("vocab") / vocab_name / "vocab.txt")

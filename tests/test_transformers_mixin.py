@@ -27,7 +27,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
-import os
 import re
 import subprocess
 import sys
@@ -38,7 +37,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import corpus_files, read_documents, vocab_path
+from conftest import cache_root, corpus_files, read_documents, vocab_path
 
 transformers = pytest.importorskip("transformers", reason="transformers is a test-only "
                                    "dependency (pip install -e .[test])")
@@ -51,12 +50,6 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 HF_FILES = ("test_tokenization_common.py", "test_tokenizers_backend_mixin.py",
             "test_sentencepiece_backend_mixin.py")
-
-
-def cache_root() -> Path:
-    root = os.environ.get("DASKWP_TEST_CACHE") or \
-        Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "daskwp-tests"
-    return Path(root)
 
 
 def fetch_transformers_tests() -> Path:

@@ -39,6 +39,7 @@ from ..core.windows import check_padded_bytes
 from .transformers_batch import (ArrayRows, BatchEncoding, as_tensor, offsets_available,
                                  pad_left, span_rows, tensor_kind)
 from .transformers_importer import SPECIAL_ATTRS, from_transformers
+from .transformers_prepare import prepare_for_model, truncate_sequences
 from .transformers_truncation import merged_rows, padded_row, truncate_pair
 
 __all__ = ["BatchEncoding", "TransformersTokenizer", "from_transformers",
@@ -454,6 +455,20 @@ class TransformersTokenizer:
 
     def num_special_tokens_to_add(self, pair: bool = False) -> int:
         return 3 if pair else 2
+
+    def truncate_sequences(self, ids, pair_ids=None, num_tokens_to_remove: int = 0,
+                           truncation_strategy="longest_first", stride: int = 0):
+        """transformers 4's ``truncate_sequences`` on ids: ``(ids, pair_ids,
+        overflowing_tokens)``, ``num_tokens_to_remove`` tokens cut on ``truncation_side``
+        (see ``daskwp.backends.transformers_prepare``; docs/design.md §3.6)."""
+        return truncate_sequences(self, ids, pair_ids, num_tokens_to_remove,
+                                  truncation_strategy, stride)
+
+    def prepare_for_model(self, ids, pair_ids=None, **kwargs) -> BatchEncoding:
+        """transformers 4's ``prepare_for_model``: ids (and pair ids) framed with the special
+        tokens, truncated and padded as one text would be, with 4.x's keyword arguments
+        (see ``daskwp.backends.transformers_prepare``; docs/design.md §3.6)."""
+        return prepare_for_model(self, ids, pair_ids, **kwargs)
 
     @property
     def max_len_single_sentence(self) -> int:

@@ -3,14 +3,18 @@
 ``Encoding::truncate`` (:func:`truncate_windows`: the kept window of a sequence and its
 overflowing windows, right or left, with stride), ``truncate_encodings`` (:func:`truncate_pair`:
 the three strategies for a text or a pair, and their two errors), ``Encoding::merge_with``'s
-row order for pairs (:func:`merged_rows`) and one padded row (:func:`padded_row`). Plain
+row order for pairs (:func:`merged_rows`) and one padded row (:func:`padded_row`); and
+transformers 4's own Python rules for ids (``truncate_sequences``: :func:`cut_one` and
+:func:`longest_first_cuts`), which differ from HF tokenizers' (one overflow of the removed
+tokens and ``stride`` more, no stride check, nothing cut where the sequence is too short). Plain
 functions on lengths, so the drop-in's general path can cut the ids, offsets and word ids of
 a row with the same ranges; HF's panics are ``ValueError`` here.
 """
 
 from __future__ import annotations
 
-__all__ = ["merged_rows", "padded_row", "truncate_pair", "truncate_windows"]
+__all__ = ["cut_one", "longest_first_cuts", "merged_rows", "padded_row", "truncate_pair",
+           "truncate_windows"]
 
 
 def truncate_windows(n: int, max_len: int, stride: int, direction: str):
@@ -101,3 +105,33 @@ def merged_rows(wa, wb):
     for b in wb[1:]:
         rows.append((wa[0], b))
     return rows
+
+
+def cut_one(n: int, remove: int, stride: int, side: str):
+    """transformers 4's cut of one sequence of ``n`` tokens by ``remove`` > 0 tokens
+    (``truncate_sequences``' ``only_first`` / ``only_second``, and ``longest_first`` without a
+    pair): ``((start, stop) kept, (start, stop) overflowing)``, the overflow being the removed
+    tokens and the ``stride`` tokens next to them (at most ``n``); None where ``n <= remove``
+    (transformers 4 then logs an error and cuts nothing)."""
+    if n <= remove:
+        return None
+    window = min(n, stride + remove)
+    if side == "left":
+        return (remove, n), (0, window)
+    return (0, n - remove), (n - window, n)
+
+
+def longest_first_cuts(na: int, nb: int, remove: int, side: str):
+    """transformers 4's ``longest_first`` for a pair: the kept ``(start, stop)`` of each
+    sequence when ``remove`` tokens go, first from the longer one down to the other's length,
+    then half from each (the extra one from the second); a side may be cut to nothing."""
+    first = min(abs(nb - na), remove)
+    second = remove - first
+    if na > nb:
+        cut_a, cut_b = first + second // 2, second - second // 2
+    else:
+        cut_a, cut_b = second // 2, first + second - second // 2
+
+    def kept(n, cut):
+        return (min(cut, n), n) if side == "left" else (0, max(0, n - cut))
+    return kept(na, cut_a), kept(nb, cut_b)
