@@ -21,6 +21,9 @@ _REGISTRY: "dict[str, BoundedCache]" = {}
 _REGISTRY_LOCK = threading.Lock()
 
 
+#: ``get``'s default when a value may be None.
+_MISSING = object()
+
 class BoundedCache:
     """A thread-safe least-recently-used map of at most ``maxsize`` entries.
 
@@ -74,13 +77,8 @@ class BoundedCache:
     def get_or_create(self, key, factory: Callable[[], Any]):
         """The cached value of ``key``, made by ``factory()`` on a miss (outside the lock,
         so two threads may both build it; the first stored is kept)."""
-        with self._lock:
-            if key in self._data:
-                self._data.move_to_end(key)
-                self.hits += 1
-                return self._data[key]
-            self.misses += 1
-        return self.put(key, factory())
+        value = self.get(key, _MISSING)
+        return self.put(key, factory()) if value is _MISSING else value
 
     def keys(self) -> list:
         with self._lock:
