@@ -19,10 +19,9 @@ __all__ = ["BoundedCache", "NativeCache", "cache_info", "clear_caches", "registe
 
 _REGISTRY: "dict[str, BoundedCache]" = {}
 _REGISTRY_LOCK = threading.Lock()
-
-
 #: ``get``'s default when a value may be None.
 _MISSING = object()
+
 
 class BoundedCache:
     """A thread-safe least-recently-used map of at most ``maxsize`` entries.
