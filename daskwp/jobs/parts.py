@@ -43,7 +43,7 @@ from .inputs import (PartitionSpec, attach_kept_columns, count_partition, read_p
 
 __all__ = ["CHECKSUM_KEY", "JOB_FILE", "JOB_FORMAT", "METADATA_KEY", "PART_PREFIX",
            "PART_SUFFIX", "REJECTS_PREFIX", "REJECTS_SUFFIX", "SUMMARY_FILE", "TMP_PREFIX",
-           "sha256_of",
+           "checksum_of",
            "check_part", "count_job_partition", "rejects_path",
            "data_checksum", "empty_partition", "part_name", "partition_failure",
            "partition_statistics", "read_counted_partition", "remove_temporary_files",
@@ -204,7 +204,7 @@ def _footer_start(fh) -> int:
     return start
 
 
-def sha256_of(fh, end: int, key: bytes = SHA256_CHECKSUM_KEY) -> str:
+def checksum_of(fh, end: int, key: bytes = SHA256_CHECKSUM_KEY) -> str:
     """The checksum of ``fh``'s first ``end`` bytes, read in 4 MB pieces: SHA-256 (first 128
     bits, hex), or the part checksum recorded under ``key``
     (:func:`~daskwp.frames.part_writer.checksum_hash`)."""
@@ -227,7 +227,7 @@ def data_checksum(path: str, key: bytes = CHECKSUM_KEY) -> str:
 
     Memory: reads the file in 4 MB pieces."""
     with open_input(path) as fh:
-        return sha256_of(fh, _footer_start(fh), key)
+        return checksum_of(fh, _footer_start(fh), key)
 
 
 def write_partition(spec: PartitionSpec, logid_offset: int, out_dir: str, tokenizer,

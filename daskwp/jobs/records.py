@@ -19,7 +19,7 @@ import uuid
 
 from ..frames import storage
 from .parts import (PART_SUFFIX, TMP_PREFIX, part_name, partition_failure,
-                    read_counted_partition, rejects_path, sha256_of, write_rejects)
+                    read_counted_partition, rejects_path, checksum_of, write_rejects)
 
 __all__ = ["RECORD_SUFFIX", "check_part_record", "commit_part", "file_digest", "part_stem",
            "naming_partition", "publish_part", "refuse_set_options", "temporary_path",
@@ -42,7 +42,7 @@ def temporary_path(out_dir: str, index: int, what: str = "") -> str:
 def file_digest(path: str) -> str:
     """SHA-256 (first 128 bits, hex) of a file, read in 4 MB pieces."""
     with storage.open_input(path) as fh:
-        return sha256_of(fh, fh.seek(0, os.SEEK_END))
+        return checksum_of(fh, fh.seek(0, os.SEEK_END))
 
 
 def commit_part(out_dir: str, index: int, n_partitions: int, job_id: str, stats: dict,
