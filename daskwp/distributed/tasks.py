@@ -21,7 +21,7 @@ from ..core.windows import WINDOW_OPTIONS
 from ..frames.partition import (attach_kept_columns, attach_source, frame_from_output,
                                 frame_to_table, is_cudf, source_table, split_source, stores_mask,
                                 table_from_output)
-from ..frames.part_writer import PartWriter
+from ..frames.part_writer import PartWriter, native_for_kept
 from ..frames.schema import INPUT_INDEX_COLUMN, position_outputs_of
 from .state import cached_tokenizer
 
@@ -177,8 +177,8 @@ def write_partition_part(texts, tokenizer, options: dict, write: dict, partition
     texts, kept, index = split_source(texts, options.get("keep_columns"))
     hook = None
     if index is not None:   # the accessors: the input index and the kept columns
-        hook = functools.partial(attach_kept_columns, kept=source_table(index, kept),
-                                 logid_offset=offset)
+        kept = source_table(index, kept)
+        hook = functools.partial(attach_kept_columns, kept=kept, logid_offset=offset)
     with folder.staging() as staging:
         tmp = os.path.join(staging, f".{name}.{uuid.uuid4().hex}.tmp")
         stats = write_tokenized_part(texts, tokenizer, options, os.path.join(staging, name),
@@ -186,6 +186,7 @@ def write_partition_part(texts, tokenizer, options: dict, write: dict, partition
                                      compression=write["compression"],
                                      metadata={"partition": partition, "logid_offset": offset},
                                      partition=partition, table_hook=hook,
+                                     hook_native=native_for_kept(kept),
                                      parquet_compat=bool(write.get("parquet_compat")))
         if folder.remote:
             folder.publish(os.path.join(staging, name), name)
@@ -286,7 +287,8 @@ def _timed_write(writer, table, clock: dict) -> None:
 def write_tokenized_part(texts, tokenizer, options: dict, path: str, tmp_path: str, *,
                          logid_offset: int = 0, compression=DEFAULT_COMPRESSION, metadata=None,
                          partition=None, piece_bytes: int = PIECE_BYTES,
-                         table_hook=None, parquet_compat: bool = False) -> dict:
+                         table_hook=None, parquet_compat: bool = False,
+                         hook_native: bool | None = False) -> dict:
     """Tokenize one partition and write it as one Parquet part, atomically: the stored
     layout of docs/batch-jobs.md "Output" (global logIDs from ``logid_offset``; the mask
     only for padded rows), the part's statistics and the vocabulary's ``pad_id`` in its
@@ -302,7 +304,10 @@ def write_tokenized_part(texts, tokenizer, options: dict, path: str, tmp_path: s
     (``tokenize``, ``arrow``, ``write``, ``finish``: footer, fsync, rename).
 
     ``table_hook(table) -> table``, when given, adds to every piece's table before it is
-    written (the batch jobs' kept input columns). ``parquet_compat``: list values PLAIN
+    written (the batch jobs' kept input columns); ``hook_native``: the part writer's choice
+    then (False: Arrow's writer, which writes nulls; None: daskwp's own wherever it takes
+    the columns, for kept columns without nulls, :func:`~daskwp.frames.part_writer.
+    native_for_kept`). ``parquet_compat``: list values PLAIN
     (:func:`~daskwp.frames.part_writer.parquet_write_options`).
 
     Memory: the partition's text, about two pieces' outputs, the writer's pages.
@@ -310,9 +315,10 @@ def write_tokenized_part(texts, tokenizer, options: dict, path: str, tmp_path: s
     tok = cached_tokenizer(tokenizer)
     clock = {"tokenize": 0.0, "arrow": 0.0, "write": 0.0, "finish": 0.0}
     with_mask = stores_mask(options["padding"])
-    # kept input columns (table_hook) may hold nulls: Arrow's writer, which writes them
+    # kept input columns (table_hook) may hold nulls: Arrow's writer, which writes them,
+    # unless the caller says they hold none (hook_native)
     writer = PartWriter(path, tmp_path, compression, compat=parquet_compat,
-                        native=False if table_hook is not None else None)
+                        native=hook_native if table_hook is not None else None)
     if table_hook is not None:
         write_table = writer.write
         writer.write = lambda table: write_table(table_hook(table))

@@ -129,6 +129,17 @@ def _portable_pandas_schema_metadata(schema: pa.Schema) -> dict:
     return {b"pandas": table.schema.metadata[b"pandas"]}
 
 
+def native_for_kept(kept: pa.Table | None) -> bool | None:
+    """:class:`PartWriter`'s ``native`` for a part whose tables carry the columns of ``kept``
+    (kept input columns and the accessors' ``input_index``, one row per document: every
+    value a table carries is one of them): None, daskwp's own writer wherever it takes their
+    types (signed integers), when none holds a null (it writes none); False, Arrow's writer,
+    when one does."""
+    if kept is not None and any(c.null_count for c in kept.columns):
+        return False
+    return None
+
+
 class _HashingFile:
     """A write-only file for ``ParquetWriter`` that hashes what it writes (the checksum) and,
     once :meth:`hold` is called, keeps the rest (the footer, and pages the writer flushes
@@ -215,8 +226,11 @@ class PartWriter:
     with portable pandas metadata (``pd.read_parquet`` reads the parts). Tables of integer
     and list<integer> columns (every table daskwp's tokenizer makes) go through daskwp's own
     writer (:mod:`daskwp.frames.parquet_writer`: the same file to every reader, at a third of
-    Arrow's writer cost); others (kept input columns, compressions other than zstd and none)
-    through ``pyarrow.parquet.ParquetWriter``. ``native`` forces one or the other. A table of padded
+    Arrow's writer cost), kept integer columns too; others (kept columns of other types,
+    compressions it does not write)
+    through ``pyarrow.parquet.ParquetWriter``. ``native`` forces one or the other; None (the
+    own writer wherever it takes the schema and compression) needs tables without nulls:
+    :func:`native_for_kept` chooses for kept columns. A table of padded
     rows stored trimmed (:data:`PADDED_KEY` in its schema metadata, from
     :func:`table_from_output`) records the row width and mask dtype in the footer's
     ``daskwp`` object as ``padded`` (docs/design.md §3.3).

@@ -33,7 +33,7 @@ from ..distributed.state import cached_tokenizer
 from ..distributed.tasks import (add_logid_offset, call_options, owned_unknown_tokens,
                                  tokenize_partition, write_tokenized_part)
 from ..frames.part_writer import CHECKSUM_KEY, PART_METADATA_KEY, SHA256_CHECKSUM_KEY, \
-    checksum_hash, checksum_hex
+    checksum_hash, checksum_hex, native_for_kept
 from ..frames.schema import is_cudf
 from ..frames import storage
 from ..frames.storage import is_url, open_input
@@ -387,7 +387,7 @@ def _write_partition(spec, logid_offset, out_dir, tokenizer, options, job_id, n_
             return write_tokenized_part(texts, tokenizer, options, path, tmp,
                                         logid_offset=int(logid_offset),
                                         compression=options["compression"], metadata=meta,
-                                        table_hook=hook,
+                                        table_hook=hook, hook_native=native_for_kept(kept),
                                         parquet_compat=bool(options.get("parquet_compat")))
 
         try:
