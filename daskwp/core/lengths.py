@@ -21,6 +21,10 @@ __all__ = ["LengthCounts", "PERCENTILES", "TokenCounts", "count_tokens"]
 #: The percentiles reported by default.
 PERCENTILES = (50, 90, 95, 99)
 
+#: :meth:`LengthCounts.of` counts lengths with one ``np.bincount`` (no sort) when the longest
+#: is at most this or four times the number of lengths (the counts array stays small).
+_BINCOUNT_MIN_TOP = 1 << 16
+
 
 @dataclasses.dataclass
 class LengthCounts:
@@ -34,14 +38,43 @@ class LengthCounts:
     def of(cls, lengths) -> "LengthCounts":
         """The distribution of an array of lengths."""
         lengths = np.asarray(lengths, dtype=np.int64)
+        if len(lengths) == 0:
+            return cls()
+        lo, hi = int(lengths.min()), int(lengths.max())
+        if lo >= 0 and hi <= max(_BINCOUNT_MIN_TOP, 4 * len(lengths)):
+            # one counting pass (the lengths are small integers) instead of a sort
+            per_length = np.bincount(lengths)
+            values = np.flatnonzero(per_length)
+            return cls(values.astype(np.int64), per_length[values].astype(np.int64))
         values, counts = np.unique(lengths, return_counts=True)
         return cls(values.astype(np.int64), counts.astype(np.int64))
 
     @classmethod
-    def of_rows(cls, logid, owned) -> "LengthCounts":
+    def of_rows(cls, logid, owned, doc_row_offsets=None) -> "LengthCounts":
         """The distribution of document lengths from rows of windows: each row's logID and
         the tokens it owns (``stop - start + 1``). Every document has a row (an empty one a
-        row owning none); rows may come in any order."""
+        row owning none); rows may come in any order.
+
+        ``doc_row_offsets`` (``documents + 1`` entries, as the tokenizer's output gives
+        them): the rows are in document order, document ``d``'s rows
+        ``doc_row_offsets[d]:doc_row_offsets[d + 1]``; its length is their sum (``logid``
+        is then not read)."""
+        if doc_row_offsets is not None:
+            starts = np.asarray(doc_row_offsets, dtype=np.int64)
+            owned = np.asarray(owned, dtype=np.int64)
+            if len(starts) < 2:
+                return cls()
+            rows = np.diff(starts)
+            if len(rows) == len(owned) and (rows == 1).all():   # one row per document
+                return cls.of(owned)
+            first = starts[:-1] - starts[0]
+            if (rows > 0).all():
+                return cls.of(np.add.reduceat(owned, first))
+            lengths = np.zeros(len(rows), dtype=np.int64)   # documents without a row: 0
+            has = rows > 0
+            if has.any():
+                lengths[has] = np.add.reduceat(owned, first[has])
+            return cls.of(lengths)
         logid = np.asarray(logid, dtype=np.int64)
         if len(logid) == 0:
             return cls()

@@ -246,6 +246,26 @@ def owned_unknown_tokens(table, unk_id: int) -> int:
     return int(np.sum(np.searchsorted(unk, hi) - np.searchsorted(unk, lo)))
 
 
+#: Ids compared at a time by :func:`_count_equal` (its boolean buffer stays in cache).
+_COUNT_STEP = 1 << 18
+
+
+def _count_equal(values, value: int) -> int:
+    """How many of ``values`` (a 1-D NumPy array) equal ``value``, compared in steps of
+    :data:`_COUNT_STEP` into one reused buffer (no temporary as large as ``values``)."""
+    values = np.asarray(values)
+    if len(values) <= _COUNT_STEP:
+        return int(np.count_nonzero(values == value))
+    buf = np.empty(_COUNT_STEP, dtype=bool)
+    n = 0
+    for i in range(0, len(values), _COUNT_STEP):
+        part = values[i:i + _COUNT_STEP]
+        hit = buf[:len(part)]
+        np.equal(part, value, out=hit)
+        n += int(np.count_nonzero(hit))
+    return n
+
+
 def _pieces(arr, piece_bytes: int):
     """Zero-copy slices of a chunked string/binary array, about ``piece_bytes`` of text
     each (a piece holds at least one document)."""
@@ -355,9 +375,23 @@ def write_tokenized_part(texts, tokenizer, options: dict, path: str, tmp_path: s
     return stats
 
 
-def _account(stats: dict, table, out_meta, enc, tok, options) -> None:
+def _account(stats: dict, table, out_meta, enc, tok, options, doc_rows=None) -> None:
+    """Adds a piece's rows, document tokens, unknown tokens and document lengths to
+    ``stats``. ``out_meta``: the piece's metadata (rows x 3; None: read from ``table``);
+    ``enc``: the encoding its windows were filled from (None: ``tok(...)`` made them);
+    ``doc_rows``: its ``doc_row_offsets`` (rows in document order)."""
     stats.setdefault("position_outputs", position_outputs_of(table.column_names))
     stats["rows"] += table.num_rows
+    whole = enc is not None and not options["truncation"]
+    if whole:
+        # untruncated windows own every token of their document once: the encoding's
+        # lengths are the documents' (no pass over the rows' metadata)
+        offsets = np.asarray(enc.offsets)
+        if len(offsets) > 1:
+            stats["tokens"] += int(offsets[-1] - offsets[0])
+            stats.setdefault("length_counts", []).append(LengthCounts.of(np.diff(offsets)))
+        stats["unknown_tokens"] += _count_equal(enc.token_ids, tok.vocab.unk_id)
+        return
     if table.num_rows:
         if out_meta is None:
             start = table.column("start").to_numpy()
@@ -366,12 +400,13 @@ def _account(stats: dict, table, out_meta, enc, tok, options) -> None:
             start, stop = out_meta[:, 1], out_meta[:, 2]
         owned = stop - start + 1
         stats["tokens"] += int(np.sum(owned))
-        logid = table.column("logID").to_numpy() if out_meta is None else out_meta[:, 0]
-        stats.setdefault("length_counts", []).append(LengthCounts.of_rows(logid, owned))
-    if enc is not None and not options["truncation"]:
-        stats["unknown_tokens"] += int(np.count_nonzero(enc.token_ids == tok.vocab.unk_id))
-    else:
-        stats["unknown_tokens"] += owned_unknown_tokens(table, tok.vocab.unk_id)
+        if doc_rows is not None:
+            lengths = LengthCounts.of_rows(None, owned, doc_rows)
+        else:
+            logid = table.column("logID").to_numpy() if out_meta is None else out_meta[:, 0]
+            lengths = LengthCounts.of_rows(logid, owned)
+        stats.setdefault("length_counts", []).append(lengths)
+    stats["unknown_tokens"] += owned_unknown_tokens(table, tok.vocab.unk_id)
 
 
 def _plain(options: dict) -> bool:
@@ -446,9 +481,10 @@ def _write_pieces(texts, tok, options, logid_offset, with_mask, writer, stats, c
             t1 = time.thread_time()
             table = table_from_output(out, attention_mask=with_mask, padded_width=padded_width,
                                       mask_dtype=options.get("mask_dtype", "int32"))
-            meta = None if isinstance(out, BucketedWindows) else \
-                np.asarray(out["metadata"]).reshape(-1, 3)
-            _account(stats, table, meta, enc, tok, options)
+            bucketed = isinstance(out, BucketedWindows)
+            meta = None if bucketed else np.asarray(out["metadata"]).reshape(-1, 3)
+            _account(stats, table, meta, enc, tok, options,
+                     None if bucketed else getattr(out, "doc_row_offsets", None))
             stats["documents"] += len(piece)
             stats["text_bytes"] += nbytes
             base += len(piece)

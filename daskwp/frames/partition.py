@@ -239,12 +239,18 @@ def window_numbers(doc_row_offsets, rows: int) -> np.ndarray:
     """Each row's number inside its document (0, 1, ...), from the rows each document
     starts at (``doc_row_offsets``, ``documents + 1`` entries), as int32."""
     starts = np.asarray(doc_row_offsets, dtype=np.int64)
-    return (np.arange(rows, dtype=np.int64) -
-            np.repeat(starts[:-1], np.diff(starts))).astype(np.int32)
-
-
-def _int64_column(a) -> pa.Array:
-    return pa.array(np.ascontiguousarray(a, dtype=np.int64))
+    out = np.zeros(rows, dtype=np.int32)   # a document's first row is its window 0
+    per_doc = np.diff(starts)
+    multi = np.flatnonzero(per_doc > 1)
+    if len(multi) == 0:
+        return out
+    # only the rows after the first of documents of several rows are written
+    k = per_doc[multi] - 1
+    first = np.cumsum(k) - k
+    total = int(first[-1] + k[-1])
+    within = np.arange(1, total + 1, dtype=np.int64) - np.repeat(first, k)
+    out[np.repeat(starts[multi] - starts[0], k) + within] = within
+    return out
 
 
 #: Schema metadata that :func:`table_from_output` and :func:`frame_to_table` put on a table
@@ -319,7 +325,8 @@ def table_from_output(out, *, attention_mask: bool | None = None,
             ids, rows = trimmed[0], dict(zip(names, trimmed[1:]))
         else:
             rows = {name: out[name] for name in names}
-    cols = {name: _int64_column(meta[:, k]) for k, name in enumerate(METADATA_COLUMNS)}
+    columns = np.ascontiguousarray(meta.T, dtype=np.int64)   # one pass: three int64 columns
+    cols = {name: pa.array(columns[k]) for k, name in enumerate(METADATA_COLUMNS)}
     cols["input_ids"] = list_array(ids)
     if attention_mask:
         cols["attention_mask"] = list_array(mask)
