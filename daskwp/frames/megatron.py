@@ -39,8 +39,8 @@ from typing import Sequence
 import numpy as np
 
 __all__ = ["DTYPE_CODES", "INDEX_HEADER", "INDEX_VERSION", "MegatronIndex",
-           "OPTIMAL_DTYPE_LIMIT", "SLICE_BYTES", "append_file", "document_sequences",
-           "document_slices", "encode_pieces", "frame_pieces", "index_size",
+           "OPTIMAL_DTYPE_LIMIT", "PairAppender", "SLICE_BYTES", "append_file",
+           "document_sequences", "document_slices", "encode_pieces", "frame_pieces", "index_size",
            "megatron_sequences", "megatron_slices", "merge_pairs", "merge_pairs_in",
            "read_index", "read_sequences", "sequences_of", "token_dtype", "write_index",
            "write_pair", "write_pair_from"]
@@ -234,54 +234,162 @@ def append_file(src, out) -> int:
         copied += len(buf)
 
 
+def _copy_range(src, out, offset: int, count: int) -> None:
+    """Copy ``count`` bytes of the open file ``src`` from ``offset`` to the end of the open
+    file ``out`` (unbuffered): in the kernel where it can, else in 16 MB pieces."""
+    if hasattr(os, "copy_file_range"):
+        try:
+            while count:
+                n = os.copy_file_range(src.fileno(), out.fileno(), count, offset)
+                if n == 0:
+                    break
+                offset += n
+                count -= n
+        except OSError:   # not across these filesystems, or not at all: read + write
+            pass
+    while count:
+        buf = os.pread(src.fileno(), min(count, _COPY_CHUNK), offset)
+        if not buf:
+            raise ValueError(f"{src.name} ends {count} bytes early")
+        view = memoryview(buf)
+        while view:
+            view = view[out.write(view):]
+        offset += len(buf)
+        count -= len(buf)
+
+
+#: Index entries shifted at a time by :class:`PairAppender` (8 MB of int64).
+_SHIFT_ENTRIES = 1 << 20
+
+
+def _write_shifted(out, a: np.ndarray, shift: int, buf: np.ndarray) -> None:
+    """Write ``a + shift`` (int64) to ``out``, ``len(buf)`` entries at a time."""
+    for lo in range(0, len(a), len(buf)):
+        piece = a[lo:lo + len(buf)]
+        chunk = buf[:len(piece)]
+        np.add(piece, shift, out=chunk)
+        _write_array(out, chunk)
+
+
+class PairAppender:
+    """Concatenate Megatron datasets into ``out_prefix.bin`` / ``.idx``, one at a time in
+    order (:meth:`append`), then :meth:`finish`: the bytes megatron-core's
+    ``IndexedDatasetBuilder`` writes after ``add_index`` of each and ``finalize``.
+
+    Each append copies the dataset's ``.bin`` data and sequence lengths in the kernel
+    (``copy_file_range``; else read + write), and writes its sequence pointers and document
+    indices shifted by what came before (the ``.idx`` keeps its lengths in place; pointers
+    and indices go to two section files, ``out_prefix.idx.pointers`` / ``.documents``, copied
+    after them by :meth:`finish`, the only work left once every dataset is appended).
+    :meth:`close` removes the section files (and, before :meth:`finish`, the output pair).
+
+    Memory: 8 MB of shifted entries at a time."""
+
+    def __init__(self, out_prefix: str, *, fsync: bool = False):
+        self.prefix = out_prefix
+        self.fsync = fsync
+        self.dtype: np.dtype | None = None
+        self.sequences = self.documents = self.bin_bytes = 0
+        self.finished = False
+        self._buf = np.empty(_SHIFT_ENTRIES, dtype=np.int64)
+        self._files = []
+        self._bin = self._open(".bin")
+        self._idx = self._open(".idx")
+        self._ptr = self._open(".idx.pointers")
+        self._doc = self._open(".idx.documents")
+        self._idx.write(bytes(_FIXED))          # the header, written by finish
+        _write_array(self._doc, np.zeros(1, dtype=np.int64))
+
+    def _open(self, ext: str):
+        fh = open(self.prefix + ext, "w+b", buffering=0)
+        self._files.append((ext, fh))
+        return fh
+
+    def append(self, prefix: str) -> None:
+        """Append the dataset ``prefix`` (checked: the dtype of the others, a text dataset,
+        its pointers following its lengths and its ``.bin`` of their size)."""
+        ix = read_index(prefix + ".idx")
+        if self.finished:
+            raise ValueError(f"{self.prefix} is finished; cannot append {prefix}")
+        if self.dtype is None:
+            self.dtype = ix.dtype
+        elif ix.dtype != self.dtype:
+            raise ValueError(f"{ix.path} holds {ix.dtype} tokens, the datasets before it "
+                             f"{self.dtype}: datasets of one dtype only")
+        if ix.sequence_modes is not None:
+            raise ValueError(f"{ix.path} is multimodal; only text datasets are merged")
+        size = ix.tokens * ix.dtype.itemsize
+        have = os.path.getsize(prefix + ".bin")
+        if have != size:
+            raise ValueError(f"{prefix}.bin holds {have} bytes, its index {size}")
+        n = ix.sequences
+        if n and (ix.sequence_pointers[0] != 0 or int(ix.sequence_pointers[-1]) +
+                  int(ix.sequence_lengths[-1]) * ix.dtype.itemsize != size):
+            raise ValueError(f"{ix.path}: its sequence pointers do not follow its lengths")
+        with open(prefix + ".bin", "rb", buffering=0) as src:
+            append_file(src, self._bin)
+        with open(prefix + ".idx", "rb", buffering=0) as src:
+            _copy_range(src, self._idx, _FIXED, 4 * n)
+        _write_shifted(self._ptr, ix.sequence_pointers, self.bin_bytes, self._buf)
+        _write_shifted(self._doc, ix.document_indices[1:], self.sequences, self._buf)
+        self.sequences += n
+        self.documents += ix.documents
+        self.bin_bytes += size
+        if self.fsync:   # written back a dataset at a time, not all at the end
+            for _, fh in self._files:
+                os.fdatasync(fh.fileno())
+
+    def finish(self) -> dict:
+        """Complete the ``.idx`` (header, pointers, document indices) and close both files;
+        returns ``{"sequences", "documents", "tokens", "dtype"}``."""
+        if self.dtype is None:
+            raise ValueError("merge_pairs needs at least one dataset")
+        for sec in (self._ptr, self._doc):
+            sec.seek(0)
+            append_file(sec, self._idx)
+        os.pwrite(self._idx.fileno(), _header(self.dtype, self.sequences,
+                                              self.documents + 1), 0)
+        if self.fsync:
+            os.fsync(self._bin.fileno())
+            os.fsync(self._idx.fileno())
+        self.finished = True
+        self.close()
+        return {"sequences": self.sequences, "documents": self.documents,
+                "tokens": self.bin_bytes // self.dtype.itemsize, "dtype": str(self.dtype)}
+
+    def close(self) -> None:
+        """Close the files and remove the section files; before :meth:`finish`, the output
+        pair too."""
+        for ext, fh in self._files:
+            fh.close()
+            if ext.startswith(".idx.") or not self.finished:
+                try:
+                    os.unlink(self.prefix + ext)
+                except FileNotFoundError:
+                    pass
+        self._files = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
 def merge_pairs(prefixes: Sequence[str], out_prefix: str, *, fsync: bool = False) -> dict:
     """Concatenate the datasets ``prefixes`` (same dtype, in order) into ``out_prefix``: the
     bytes megatron-core's ``IndexedDatasetBuilder`` writes after ``add_index`` of each of
-    them and ``finalize``. Returns ``{"sequences", "documents", "tokens", "dtype"}``.
+    them and ``finalize`` (:class:`PairAppender`; nothing is left at ``out_prefix`` when a
+    dataset is refused). Returns ``{"sequences", "documents", "tokens", "dtype"}``.
 
-    Memory: streams; the largest input index at a time; the ``.bin`` data is copied by the
-    kernel (:func:`append_file`), else in 16 MB pieces."""
-    indexes = [read_index(p + ".idx") for p in prefixes]
-    if not indexes:
+    Memory: streams; the ``.bin`` data and lengths are copied by the kernel
+    (:func:`append_file`), else in 16 MB pieces."""
+    if not prefixes:
         raise ValueError("merge_pairs needs at least one dataset")
-    dtype = indexes[0].dtype
-    for ix in indexes:
-        if ix.dtype != dtype:
-            raise ValueError(f"{ix.path} holds {ix.dtype} tokens, {indexes[0].path} "
-                             f"{dtype}: datasets of one dtype only")
-        if ix.sequence_modes is not None:
-            raise ValueError(f"{ix.path} is multimodal; only text datasets are merged")
-    n = sum(ix.sequences for ix in indexes)
-    d = sum(ix.documents for ix in indexes)
-    for p, ix in zip(prefixes, indexes):
-        want = ix.tokens * dtype.itemsize
-        if os.path.getsize(p + ".bin") != want:
-            raise ValueError(f"{p}.bin holds {os.path.getsize(p + '.bin')} bytes, its "
-                             f"index {want}")
-    with open(out_prefix + ".bin", "wb", buffering=0) as out:
+    with PairAppender(out_prefix, fsync=fsync) as out:
         for p in prefixes:
-            with open(p + ".bin", "rb", buffering=0) as src:
-                append_file(src, out)
-        if fsync:
-            os.fsync(out.fileno())
-    with open(out_prefix + ".idx", "wb") as out:
-        out.write(_header(dtype, n, d + 1))
-        for ix in indexes:
-            out.write(np.ascontiguousarray(ix.sequence_lengths).tobytes())
-        start = 0
-        for ix in indexes:
-            out.write(_pointers(ix.sequence_lengths, dtype.itemsize, start).tobytes())
-            start += ix.tokens * dtype.itemsize
-        out.write(np.zeros(1, dtype=np.int64).tobytes())
-        base = 0
-        for ix in indexes:
-            out.write((ix.document_indices[1:] + base).tobytes())
-            base += ix.sequences
-        if fsync:
-            out.flush()
-            os.fsync(out.fileno())
-    return {"sequences": n, "documents": d, "tokens": start // dtype.itemsize,
-            "dtype": str(dtype)}
+            out.append(p)
+        return out.finish()
 
 
 def merge_pairs_in(folder, part_names: Sequence[str], merged_name: str) -> None:

@@ -48,6 +48,7 @@ Resume design
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import glob
@@ -79,8 +80,9 @@ from .parts import (JOB_FILE, JOB_FORMAT, PART_PREFIX, PART_SUFFIX, REJECTS_PREF
 from .megatron import PART_FILES as MEGATRON_PART_FILES
 from .datasets import (finish_datasets, is_datasets_file, verify_datasets_output,
                        write_datasets_partition)
-from .megatron import (check_output_format_options, finish_megatron, is_megatron_file,
-                       megatron_options, verify_megatron_output, write_megatron_partition)
+from .megatron import (PartMerger, check_output_format_options, finish_megatron,
+                       is_megatron_file, megatron_options, verify_megatron_output,
+                       write_megatron_partition)
 from .records import check_part_record
 from .packing import check_packing_config, packing_summary, run_packed_job
 from .progress import Progress
@@ -700,16 +702,20 @@ def run_job(cfg: JobConfig, *, client=None, tokenizer=None,
     deleted. Inputs and the output may be fsspec URLs (``cfg.storage_options``: the options
     of their filesystems, never recorded).
     """
-    with storage.using(cfg.storage_options):
+    with storage.using(cfg.storage_options), contextlib.ExitStack() as cleanup:
         try:
-            return _run_job(cfg, client=client, tokenizer=tokenizer, log=log)
+            return _run_job(cfg, client=client, tokenizer=tokenizer, log=log,
+                            cleanup=cleanup)
         except storage.StorageError as e:
             raise JobError(str(e)) from None
 
 
 def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
-             log: Callable[[str], None] | None = None) -> dict:
-    """run_job within the storage options of its URLs."""
+             log: Callable[[str], None] | None = None,
+             cleanup: contextlib.ExitStack | None = None) -> dict:
+    """run_job within the storage options of its URLs (``cleanup``: what to close when it
+    returns or fails)."""
+    cleanup = contextlib.ExitStack() if cleanup is None else cleanup
     t_start = time.perf_counter()
     if log is None:
         log = (lambda msg: None) if cfg.quiet else (
@@ -783,8 +789,15 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
     options = {k: getattr(cfg, k) for k in _PARTITION_OPTIONS}
     if is_url(out):   # the workers' filesystem of the output (never recorded)
         options["storage_options"] = cfg.storage_options
+    merger = None
     if megatron:
         options.update(megatron_options(cfg))
+        if cfg.merge_parts and missing and not packing and not folder.remote:
+            # the parts merged in order as they complete, while the job runs
+            merger = cleanup.enter_context(PartMerger(out, n))
+            for i in range(n):
+                if stats[i] is not None:
+                    merger.part_done(i)
     local = cfg.scheduler_address in LOCAL_SCHEDULERS
     # A running cluster's workers resolve "auto" themselves (this machine may have no GPU).
     device = cfg.device if cfg.scheduler_address and not local else resolve_device(cfg.device)
@@ -820,6 +833,8 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
             stats[i] = st
             written_bytes += st["text_bytes"]
             prog.update(1, st["text_bytes"])
+            if merger is not None:
+                merger.part_done(i)
 
         try:
             values = run_graph(graph, runner, got_part)
@@ -905,7 +920,7 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
     if megatron:   # packed: each block is a document of one sequence
         summary["megatron"] = finish_megatron(
             out, cfg, [dict(s, documents=s["rows"]) for s in stats] if packing else stats,
-            bool(missing))
+            bool(missing), merger)
     elif cfg.output_format == "datasets":
         summary["datasets"] = finish_datasets(out, stats, job_id)
     unknown = unknown_rate_warnings(summary, tok)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 import time
 import uuid
 
@@ -31,15 +32,17 @@ from ..core.lengths import LengthCounts
 from ..distributed.state import cached_tokenizer
 from ..distributed.tasks import text_bytes
 from ..frames import storage
-from ..frames.megatron import (index_size, megatron_slices, merge_pairs, merge_pairs_in,
-                               read_index, token_dtype, write_pair_from)
+from ..frames.megatron import (PairAppender, index_size, megatron_slices, merge_pairs,
+                               merge_pairs_in, read_index, token_dtype, write_pair_from)
 from .errors import ConfigError, JobError
-from .parts import PART_PREFIX, TMP_PREFIX, worker_device, worker_series
+from .parts import (PART_PREFIX, TMP_PREFIX, remove_temporary_files, worker_device,
+                    worker_series)
 from .records import (commit_part, naming_partition, part_stem,
                       publish_part, refuse_set_options, temporary_path, timed_read,
                       write_part_rejects)
 
-__all__ = ["DATA_ARGS_FILE", "MEGATRON_ONLY", "MEGATRON_OPTIONS", "PART_FILES",
+__all__ = ["DATA_ARGS_FILE", "MEGATRON_ONLY", "MEGATRON_OPTIONS", "MERGE_TMP_PREFIX",
+           "PART_FILES", "PartMerger", "remove_merge_temporaries",
            "check_megatron_config", "check_output_format_options",
            "finish_megatron", "is_megatron_file", "megatron_options",
            "megatron_prefix", "verify_megatron_output",
@@ -50,6 +53,9 @@ MEGATRON_OPTIONS = ("add_special_tokens", "append_eod", "eod_token", "document_s
 #: Megatron's ``--data-args-path`` file: the dataset prefixes (weighted by tokens when there
 #: are several).
 DATA_ARGS_FILE = "_megatron_data_args.txt"
+#: The merged pair while the driver writes it (:class:`PartMerger`): not ``TMP_PREFIX``,
+#: whose files the driver removes when the parts are written, before the merge is done.
+MERGE_TMP_PREFIX = ".tmp-merge-"
 #: What a Megatron part is made of: ``part-NNNNN`` + each of these.
 PART_FILES = (".bin", ".idx", ".json")
 #: Window, pair and per-position options that do not apply to whole-document sequences:
@@ -74,7 +80,7 @@ part_prefix = part_stem
 
 def is_megatron_file(name: str, cfg=None) -> bool:
     """Whether ``name`` (in an output directory) is one of the files a Megatron job writes."""
-    if name == DATA_ARGS_FILE or name.startswith(TMP_PREFIX):
+    if name == DATA_ARGS_FILE or name.startswith((TMP_PREFIX, MERGE_TMP_PREFIX)):
         return True
     if name.startswith(PART_PREFIX) and name.endswith(PART_FILES):
         return True
@@ -215,11 +221,83 @@ def _remove_pair(prefix: str) -> None:
             pass
 
 
-def finish_megatron(out_dir: str, cfg, stats: list, rewritten: bool) -> dict:
+class PartMerger:
+    """The driver's merge of a Megatron job's parts into one pair while the job runs: the
+    parts are appended in order as soon as every part before them is complete
+    (:meth:`part_done`, from the driver's callback of each written part), so that when the
+    last part is written only the end of the ``.idx`` is left to write
+    (:class:`daskwp.frames.megatron.PairAppender`). The pair is written under
+    ``MERGE_TMP_PREFIX`` names in ``out_dir`` (a local folder), renamed by
+    :func:`finish_megatron`; :meth:`close` removes what is left of it, and the constructor
+    what an earlier driver left (killed).
+
+    A part that cannot be appended (it is refused, or the disk is full) stops the merge
+    here: :func:`finish_megatron` then merges the parts after the job, which reports the
+    error. ``cpu_seconds``: the CPU seconds of the appends (on the callback's threads)."""
+
+    def __init__(self, out_dir: str, n_partitions: int):
+        remove_merge_temporaries(out_dir)
+        self.n = n_partitions
+        self.out_dir = out_dir
+        self.prefix = os.path.join(out_dir, f"{MERGE_TMP_PREFIX}{uuid.uuid4().hex}")
+        self.appender = PairAppender(self.prefix, fsync=True)
+        self.complete = [False] * n_partitions
+        self.appended = 0
+        self.failed: BaseException | None = None
+        self.cpu_seconds = 0.0
+        self._lock = threading.Lock()
+
+    def part_done(self, index: int) -> None:
+        """Part ``index`` is complete: append it and the complete parts after it when every
+        part before it is appended."""
+        with self._lock:
+            c0 = time.thread_time()
+            self.complete[index] = True
+            try:
+                while (self.failed is None and self.appended < self.n
+                       and self.complete[self.appended]):
+                    self.appender.append(os.path.join(
+                        self.out_dir, part_prefix(self.appended, self.n)))
+                    self.appended += 1
+            except (OSError, ValueError) as e:
+                self.failed = e
+                self.appender.close()
+            self.cpu_seconds += time.thread_time() - c0
+
+    def finish(self, merged: str) -> dict | None:
+        """Complete the merged pair and rename it to ``merged`` (a prefix); None when not
+        every part could be appended."""
+        with self._lock:
+            if self.failed is not None or self.appended != self.n:
+                return None
+            info = self.appender.finish()
+            os.replace(self.prefix + ".bin", merged + ".bin")
+            os.replace(self.prefix + ".idx", merged + ".idx")
+            return info
+
+    def close(self) -> None:
+        self.appender.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def remove_merge_temporaries(out_dir: str) -> None:
+    """Remove the files of a merge that did not finish (``MERGE_TMP_PREFIX``)."""
+    remove_temporary_files(out_dir, MERGE_TMP_PREFIX)
+
+
+def finish_megatron(out_dir: str, cfg, stats: list, rewritten: bool,
+                    merger: PartMerger | None = None) -> dict:
     """Merge the parts into one pair (``merge_parts``; kept when nothing was rewritten and
     the merged files have the expected sizes) or list them, and write
-    ``_megatron_data_args.txt``. Returns the summary's ``megatron`` entry (with
-    ``merge_cpu_seconds``: this thread's CPU seconds for it)."""
+    ``_megatron_data_args.txt``. ``merger``: the parts merged while the job ran (used when
+    it holds every part). Returns the summary's ``megatron`` entry (with
+    ``merge_cpu_seconds``: the CPU seconds of the merge, and ``merge_tail_cpu_seconds``:
+    those of this thread, after the parts were written)."""
     n = len(stats)
     folder = storage.Folder(out_dir, storage.current_options())
     prefixes = [folder.join(part_prefix(i, n)) for i in range(n)]
@@ -243,6 +321,8 @@ def finish_megatron(out_dir: str, cfg, stats: list, rewritten: bool) -> dict:
                                megatron_prefix(cfg))
             with folder.local_copies([megatron_prefix(cfg) + ".idx"]) as (idx,):
                 ix = read_index(idx)
+        elif merger is not None and merger.finish(merged) is not None:
+            pass
         elif rewritten or have != sizes:
             tmp = os.path.join(out_dir, f"{TMP_PREFIX}merged-{uuid.uuid4().hex}")
             try:
@@ -252,6 +332,7 @@ def finish_megatron(out_dir: str, cfg, stats: list, rewritten: bool) -> dict:
             finally:
                 _remove_pair(tmp)
         if not folder.remote:
+            remove_merge_temporaries(out_dir)   # of a driver killed while it merged
             ix = read_index(merged + ".idx")
         if ix.documents != documents or ix.sequences != sequences:
             raise JobError(f"merged dataset {merged!r} holds {ix.documents} documents and "
@@ -272,6 +353,8 @@ def finish_megatron(out_dir: str, cfg, stats: list, rewritten: bool) -> dict:
     info["data_args_path"] = path
     # the driver's CPU seconds of the merge (copy_file_range: the copy itself is the
     # kernel's, counted as this thread's system time)
-    info["merge_cpu_seconds"] = round(time.thread_time() - c0, 4)
+    tail = time.thread_time() - c0
+    info["merge_tail_cpu_seconds"] = round(tail, 4)
+    info["merge_cpu_seconds"] = round(tail + (merger.cpu_seconds if merger else 0.0), 4)
     return info
 

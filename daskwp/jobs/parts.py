@@ -457,15 +457,15 @@ def check_part(path: str, index: int, job_id: str, documents: int | None,
     return out
 
 
-def remove_temporary_files(out_dir) -> None:
+def remove_temporary_files(out_dir, prefix: str = TMP_PREFIX) -> None:
     """Remove the temporary files of part writes that did not finish (a killed worker or
-    job, an interrupt). ``out_dir``: a path, or a :class:`daskwp.frames.storage.Folder` (an
-    object store's parts are staged outside it: only temporary objects of other writers
-    are found there)."""
+    job, an interrupt): those whose names start with ``prefix``. ``out_dir``: a path, or a
+    :class:`daskwp.frames.storage.Folder` (an object store's parts are staged outside it:
+    only temporary objects of other writers are found there)."""
     if isinstance(out_dir, storage.Folder):
         if out_dir.remote:
             for name in out_dir.listdir():
-                if name.startswith(TMP_PREFIX):
+                if name.startswith(prefix):
                     out_dir.remove(name)
             return
         out_dir = out_dir.location
@@ -474,7 +474,7 @@ def remove_temporary_files(out_dir) -> None:
     except OSError:
         return
     for name in names:
-        if name.startswith(TMP_PREFIX):
+        if name.startswith(prefix):
             try:
                 os.unlink(os.path.join(out_dir, name))
             except FileNotFoundError:

@@ -1,0 +1,115 @@
+"""The merge of a Megatron job's parts while the job runs (``jobs.megatron.PartMerger``,
+``frames.megatron.PairAppender``): parts appended in order as they complete, the same bytes
+as merging them all at the end, nothing left behind when a part is refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import requires_data, vocab_path
+from daskwp.frames.megatron import (PairAppender, document_sequences, merge_pairs,
+                                    read_index, write_pair)
+from daskwp.jobs import make_config, run_job
+from daskwp.jobs import megatron as jm
+
+
+def _parts(folder: Path, n: int, seed: int = 5) -> list[str]:
+    """``n`` parts named as a job names them (``part-NNNNN``), one of them empty, and
+    ``folder/whole``: all their documents written at once (what merging them gives)."""
+    rng = np.random.default_rng(seed)
+    docs = [list(rng.integers(0, 30000, rng.integers(0, 9))) for _ in range(60 * n)]
+    flat = np.array([t for d in docs for t in d], np.int32)
+    off = np.concatenate([[0], np.cumsum([len(d) for d in docs])]).astype(np.int64)
+    write_pair(str(folder / "whole"), *document_sequences(flat, off, np.uint16, eod_id=102))
+    cuts = np.sort(rng.integers(0, len(docs), n - 1))
+    cuts = [0, *cuts[:1], *cuts[:1], *cuts[2:], len(docs)]   # part 1 empty
+    prefixes = []
+    for k, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):
+        p = str(folder / jm.part_prefix(k, n))
+        write_pair(p, *document_sequences(flat[off[a]:off[b]], off[a:b + 1] - off[a],
+                                          np.uint16, eod_id=102))
+        prefixes.append(p)
+    return prefixes
+
+
+def test_parts_are_appended_in_order_as_they_complete(tmp_path):
+    n = 6
+    prefixes = _parts(tmp_path, n)
+    merger = jm.PartMerger(str(tmp_path), n)
+    appended = []
+    for i in [2, 0, 1, 5, 3, 4]:   # completion order
+        merger.part_done(i)
+        appended.append(merger.appended)
+    assert appended == [0, 1, 3, 3, 4, 6]
+    info = merger.finish(str(tmp_path / "got"))
+    merger.close()
+    assert info["documents"] == sum(read_index(p + ".idx").documents for p in prefixes)
+    for ext in (".bin", ".idx"):
+        assert (tmp_path / f"got{ext}").read_bytes() == (tmp_path / f"whole{ext}").read_bytes()
+    assert not list(tmp_path.glob(".tmp*"))
+
+
+def test_a_refused_part_stops_the_merge_and_leaves_nothing(tmp_path):
+    n = 4
+    prefixes = _parts(tmp_path, n)
+    with open(prefixes[2] + ".bin", "ab") as fh:   # longer than its index says
+        fh.write(b"\x00\x00")
+    (tmp_path / ".tmp-merge-dead.bin").write_bytes(b"x")   # a killed driver's
+    with jm.PartMerger(str(tmp_path), n) as merger:
+        assert not (tmp_path / ".tmp-merge-dead.bin").exists()
+        for i in range(n):
+            merger.part_done(i)
+        assert merger.appended == 2
+        assert "holds" in str(merger.failed)
+        assert merger.finish(str(tmp_path / "got")) is None
+    assert not list(tmp_path.glob(".tmp*"))
+    assert not (tmp_path / "got.bin").exists()
+    with pytest.raises(ValueError, match="part-00002.bin holds"):
+        merge_pairs(prefixes, str(tmp_path / "m"))
+    assert not list(tmp_path.glob("m.*"))
+
+
+def test_appender_refuses_mixed_dtypes_and_an_empty_merge(tmp_path):
+    write_pair(str(tmp_path / "a"), np.array([1, 2], np.uint16), [2], [0, 1])
+    write_pair(str(tmp_path / "b"), np.array([1, 2], np.int32), [2], [0, 1])
+    with pytest.raises(ValueError, match="one dtype only"):
+        merge_pairs([str(tmp_path / "a"), str(tmp_path / "b")], str(tmp_path / "m"))
+    with pytest.raises(ValueError, match="at least one dataset"):
+        merge_pairs([], str(tmp_path / "m"))
+    with PairAppender(str(tmp_path / "e")) as out:
+        with pytest.raises(ValueError, match="at least one dataset"):
+            out.finish()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.bin", "a.idx", "b.bin", "b.idx"]
+
+
+@requires_data
+def test_job_merges_each_part_before_the_next_is_written(tmp_path, monkeypatch):
+    """On the synchronous scheduler (parts complete in order) every part is appended as
+    soon as it is written: when the last part is written, the others are in the merge."""
+    from test_megatron import _jsonl, _mixed_documents
+    inp = _jsonl(tmp_path / "docs.jsonl", _mixed_documents())
+    seen = []
+    real = jm.PartMerger.part_done
+
+    def part_done(self, index):
+        real(self, index)
+        seen.append((index, self.appended))
+    monkeypatch.setattr(jm.PartMerger, "part_done", part_done)
+    values = dict(input=inp, output=str(tmp_path / "o"), output_format="megatron",
+                  vocab=str(vocab_path("bert-base-uncased")), scheduler_address="synchronous",
+                  quiet=True, append_eod=True, partition_size="5KB")
+    s = run_job(make_config(values))
+    n = s["partitions"]
+    assert n > 4
+    assert seen == [(i, i + 1) for i in range(n)]
+    m = s["megatron"]
+    assert 0 <= m["merge_tail_cpu_seconds"] <= m["merge_cpu_seconds"]
+    monkeypatch.undo()
+    want = run_job(make_config(dict(values, output=str(tmp_path / "w"), merge_parts=False)))
+    merge_pairs(want["megatron"]["prefixes"], str(tmp_path / "end"))
+    for ext in (".bin", ".idx"):
+        assert Path(m["prefix"] + ext).read_bytes() == (tmp_path / f"end{ext}").read_bytes()
+    assert not list((tmp_path / "o").glob(".tmp*"))
