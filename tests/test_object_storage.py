@@ -447,13 +447,15 @@ def test_accessor_to_parquet_writes_to_a_bucket(tmp_path, bucket):
 
 
 @pytest.mark.slow
-def test_worker_killed_mid_job_then_rerun_rewrites_nothing(tmp_path, bucket):
+def test_worker_killed_mid_job_then_rerun_rewrites_nothing(tmp_path, bucket, spool_tmp,
+                                                          monkeypatch):
     """Kill a worker process while a bucket-to-bucket job runs on a real cluster: Dask
     reruns its tasks, no temporary or torn object is left, the parts equal those of the same
     job on local files; a rerun then uploads nothing (every part kept, same ETag and
-    time)."""
+    time). The workers' fetch spool (in their temporary folder) is empty at the end."""
     from conftest import run_killing_a_worker
     from distributed import Client, LocalCluster
+    monkeypatch.setenv("TMPDIR", str(spool_tmp.parent))   # the workers' temporary folder
     name, options, fs = bucket
     data = ("\n".join(sample_lines() * 2) + "\n").encode()
     fs.pipe(f"{name}/in.txt", data)
@@ -470,6 +472,8 @@ def test_worker_killed_mid_job_then_rerun_rewrites_nothing(tmp_path, bucket):
             cluster, lambda: jobs.run_job(cfg, client=client), parts_written, poll=0.05)
         assert killed, "the job ended before a worker could be killed"
         written = objects(fs, f"{name}/out")
+        assert spool_tmp.exists() and spool_files(spool_tmp) == []
+        assert [p for p in spool_tmp.iterdir() if p.is_dir()] == []
         again = jobs.run_job(cfg, client=client)
     assert again["partitions_written"] == 0 and again["partitions_skipped"] == \
         summary["partitions"]
@@ -591,3 +595,170 @@ def test_accessor_to_megatron_writes_to_a_bucket(tmp_path, bucket, merge_parts):
         assert fs.cat_file(f"{name}/m/{f}") == (tmp_path / "m" / f).read_bytes(), f
     assert {k: v for k, v in remote.items() if k not in ("prefix", "prefixes")} == \
         {k: v for k, v in local.items() if k not in ("prefix", "prefixes")}
+
+
+# -- the fetch spool: each input byte fetched once ------------------------------------------
+
+@pytest.fixture
+def spool_tmp(tmp_path, monkeypatch):
+    """The system temporary folder of this process (where the spool lives) in tmp_path."""
+    import tempfile
+    d = tmp_path / "systmp"
+    d.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(d))
+    from daskwp.jobs.inputs import fetch_spool
+    return Path(fetch_spool.spool_root())
+
+
+def spool_files(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*")
+                  if p.is_file() and p.name != ".lock") if root.exists() else []
+
+
+def spy_object_fetches(monkeypatch) -> list[tuple[str, int, int]]:
+    """From now on, ``(key, start, end)`` of every GET of an s3fs file."""
+    import s3fs
+    fetched = []
+    real = s3fs.core.S3File._fetch_range
+
+    def spy(self, start, end):
+        fetched.append((self.path.rsplit("/", 1)[-1], start, end))
+        return real(self, start, end)
+    monkeypatch.setattr(s3fs.core.S3File, "_fetch_range", spy)
+    return fetched
+
+
+@pytest.mark.parametrize("kind", ["a.txt", "b.jsonl", "c.csv"])
+def test_each_partition_is_fetched_once_with_the_spool(tmp_path, bucket, kind, spool_tmp,
+                                                       monkeypatch):
+    """The count pass fetches a partition's byte range into the spool and the write reads it
+    from there: each range is fetched once (twice with spool_max_bytes 0); the parts equal
+    those of the same job on local files; no spool file is left."""
+    name, options, fs = bucket
+    data = corpus_files(sample_lines(600))[kind]
+    fs.pipe(f"{name}/{kind}", data)
+    (tmp_path / kind).write_bytes(data)
+    local = jobs.run_job(job_config(str(tmp_path / kind), str(tmp_path / "local")))
+    with storage.using(options):
+        specs = inputs.plan_partitions(inputs.list_input_files(f"s3://{name}/{kind}"),
+                                       "text", 8000)
+    assert len(specs) > 3
+    for spool, times in (("4GB", 1), (0, 2)):
+        fetched = spy_object_fetches(monkeypatch)
+        out = f"s3://{name}/out-{times}"
+        remote = jobs.run_job(job_config(f"s3://{name}/{kind}", out, storage_options=options,
+                                         spool_max_bytes=spool))
+        assert remote["documents"] == local["documents"] == 600
+        assert_same_parts(tmp_path / "local", out, options)
+        for s in specs[1:]:    # (the first partition's range is also the listing's head)
+            assert fetched.count((kind, s.byte_start, s.byte_end)) == times, (spool, s)
+        assert spool_files(spool_tmp) == []
+    assert [p.name for p in spool_tmp.iterdir() if p.is_dir()] == []
+
+
+def test_spooled_partitions_compressed_and_csv_equal_local(tmp_path, bucket, spool_tmp):
+    """Whole compressed objects and CSV pieces (the header read with every piece) are
+    spooled too: the same parts as on local files, nothing left in the spool."""
+    name, options, fs = bucket
+    files = corpus_files(sample_lines(500))
+    (tmp_path / "in").mkdir()
+    for k in ("c.csv", "e.txt.gz", "f.jsonl.bz2", "g.csv.gz"):
+        (tmp_path / "in" / k).write_bytes(files[k])
+        fs.pipe(f"{name}/in/{k}", files[k])
+    local = jobs.run_job(job_config(str(tmp_path / "in"), str(tmp_path / "local"),
+                                    partition_size=4000))
+    remote = jobs.run_job(job_config(f"s3://{name}/in", str(tmp_path / "remote"),
+                                     storage_options=options, partition_size=4000))
+    assert remote["documents"] == local["documents"] == 2000
+    assert_same_parts(tmp_path / "local", tmp_path / "remote")
+    assert spool_files(spool_tmp) == []
+
+
+def test_the_write_reads_the_spool_of_this_version_only(bucket, spool_tmp, monkeypatch):
+    """count_partition leaves the fetched range in the spool; read_partition reads it (no
+    GET) and removes it; without a spool file (another host) the range is fetched; a spool
+    file of another version of the object (changed since it was counted) is never read."""
+    import dataclasses
+
+    from daskwp.jobs.inputs import fetch_spool
+    name, options, fs = bucket
+    data = ("\n".join(sample_lines()) + "\n").encode()
+    fs.pipe(f"{name}/t.txt", data)
+    with storage.using(options):
+        specs = inputs.plan_partitions(inputs.list_input_files(f"s3://{name}/t.txt"),
+                                       "text", 20_000)
+    spec = dataclasses.replace(specs[2], spool=(fetch_spool.run_token("ab" * 8, "r1"), 1 << 30))
+    want = [x.encode() for x in data[spec.byte_start:spec.byte_end].decode().splitlines()]
+    fetched = spy_object_fetches(monkeypatch)
+    assert inputs.count_partition(spec) == len(want)
+    assert fetched == [("t.txt", spec.byte_start, spec.byte_end)]
+    assert len(spool_files(spool_tmp)) == 1
+    assert inputs.read_partition(spec).to_pylist() == want
+    assert len(fetched) == 1 and spool_files(spool_tmp) == []
+    # no spool file here: fetched from the store
+    assert inputs.read_partition(spec).to_pylist() == want
+    assert fetched[1:] == [("t.txt", spec.byte_start, spec.byte_end)]
+    # the object replaced after the count (same size, other bytes): the spool is not read
+    assert inputs.count_partition(spec) == len(want)
+    changed = data[:spec.byte_start] + data[spec.byte_start:spec.byte_end].upper() + \
+        data[spec.byte_end:]
+    fs.pipe(f"{name}/t.txt", changed)
+    fs.invalidate_cache()
+    got = inputs.read_partition(spec).to_pylist()
+    assert got == [x.upper() for x in want]
+    assert spool_files(spool_tmp) == []
+    # over spool_max_bytes: nothing spooled, the write fetches again
+    small = dataclasses.replace(spec, spool=(spec.spool[0], 100))
+    n = len(fetched)
+    assert inputs.count_partition(small) == len(want)
+    assert spool_files(spool_tmp) == []
+    assert inputs.read_partition(small).to_pylist() == [x.upper() for x in want]
+    assert len(fetched) == n + 2
+
+
+def test_a_new_run_removes_the_spool_of_a_killed_one(bucket, spool_tmp):
+    """Spool folders of an earlier run of the same job (its driver killed before its
+    cleanup) are removed when a run of that job starts spooling on the host; another job's
+    recent folder is left alone."""
+    import dataclasses
+
+    from daskwp.jobs.inputs import fetch_spool
+    name, options, fs = bucket
+    fs.pipe(f"{name}/t.txt", ("\n".join(sample_lines(300)) + "\n").encode())
+    with storage.using(options):
+        spec = inputs.plan_partitions(inputs.list_input_files(f"s3://{name}/t.txt"),
+                                      "text", 1 << 20)[0]
+    job = "cd" * 8
+    old = spool_tmp / fetch_spool.run_token(job, "killed")
+    other = spool_tmp / fetch_spool.run_token("ef" * 8, "running")
+    for d in (old, other):
+        d.mkdir(parents=True)
+        (d / "000000-x.bin").write_bytes(b"left")
+    spec = dataclasses.replace(spec, spool=(fetch_spool.run_token(job, "new"), 1 << 30))
+    assert inputs.count_partition(spec) == 300
+    assert not old.exists() and (other / "000000-x.bin").exists()
+    fetch_spool.remove_run_spools(spec.spool[0])
+    assert spool_files(spool_tmp) == ["ef" * 8 + "-running/000000-x.bin"]
+
+
+def test_a_failed_job_leaves_no_spool(tmp_path, bucket, spool_tmp, monkeypatch):
+    """A job that fails after its count pass removes the spool files of the partitions it
+    did not write."""
+    from daskwp.jobs import parts
+    name, options, fs = bucket
+    fs.pipe(f"{name}/t.txt", ("\n".join(sample_lines()) + "\n").encode())
+    real = parts.read_counted_partition
+    spooled = []
+
+    def fail_third(spec, *a, **kw):
+        if spec.index == 2:
+            spooled.extend(spool_files(spool_tmp))
+            raise jobs.InputError("partition 2 fails")
+        return real(spec, *a, **kw)
+    monkeypatch.setattr(parts, "read_counted_partition", fail_third)
+    with pytest.raises(jobs.InputError, match="partition 2 fails"):
+        jobs.run_job(job_config(f"s3://{name}/t.txt", str(tmp_path / "out"),
+                                storage_options=options))
+    assert any(f.split("/")[1].startswith("000002-") for f in spooled), spooled
+    assert spool_files(spool_tmp) == []
+    assert [p for p in spool_tmp.iterdir() if p.is_dir()] == []

@@ -653,6 +653,11 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
          "never recorded in _job.json or the summary (CLI: --storage-option KEY=VALUE; "
          "Python: storage_options= of to_parquet, to_megatron and read_tokenized)",
          metavar="KEY=VALUE", repeatable=True),
+    _opt("spool_max_bytes", "4GB", check_size, "a size such as '4GB', or 0 (no spool)", False,
+         (JOB,), "object-store inputs: the local disk (system temporary folder) that the "
+         "partitions fetched by a job's count pass may take on each host, kept for their "
+         "write tasks so that each input byte is fetched once (default 4GB; a partition that "
+         "does not fit, or 0, is fetched again by its write)", metavar="SIZE"),
     _opt("quiet", False, check_bool, "true or false", False, (JOB,),
          "no progress and no summary (it is in OUTPUT/_summary.json)", group="run"),
     # Batch jobs: which files of a directory, CSV quotes, input columns kept in the output

@@ -11,6 +11,11 @@ Storage options reach the code that opens files in two ways: explicitly (``Folde
 context (a ``contextvars`` variable: per thread and per task) that :func:`open_input`
 reads. They are never written anywhere by daskwp: they may hold secrets.
 
+A byte range that a task has already fetched to a local file can be read from there instead:
+within :func:`local_copy`'s block, :func:`open_input` of the URL opens the local file (the
+positions stay those of the object). The job's count pass keeps the bytes it fetched this
+way for the partition's write task (``daskwp/jobs/inputs/fetch_spool.py``).
+
 Errors of the object store (no such bucket, an endpoint that does not answer, no
 credentials, access denied) become a :class:`StorageError` (an ``OSError``) whose message is
 one line naming the URL.
@@ -20,19 +25,23 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import io
 import os
 import re
 import shutil
 import tempfile
 import uuid
 
-__all__ = ["TMP_PREFIX", "Folder", "StorageError", "current_options", "describe_storage_error",
-           "filesystem", "is_url", "local_path", "open_input", "size", "storage_error",
-           "url_info", "using"]
+__all__ = ["TMP_PREFIX", "Folder", "LocalCopy", "StorageError", "current_options",
+           "describe_storage_error", "filesystem", "has_local_copy", "is_url", "local_copy",
+           "local_path", "open_input", "size", "storage_error", "url_info", "using"]
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _OPTIONS: contextvars.ContextVar = contextvars.ContextVar("daskwp_storage_options",
                                                           default=None)
+#: URL -> (local file, byte ranges it holds) within :func:`local_copy` blocks
+_LOCAL_COPIES: contextvars.ContextVar = contextvars.ContextVar("daskwp_local_copies",
+                                                               default={})
 
 
 class StorageError(OSError):
@@ -146,13 +155,87 @@ def size(path: str) -> int:
     return url_info(path)["size"] if is_url(path) else os.path.getsize(local_path(path))
 
 
+class LocalCopy(io.RawIOBase):
+    """A binary, seekable, read-only file over a local file that holds byte ranges of an
+    object one after the other: positions are the object's. A read stops at the end of the
+    range it starts in (the end of the last range is the end of the file); a position
+    outside every range is an OSError (the copy does not hold it)."""
+
+    def __init__(self, path: str, ranges, url: str = ""):
+        super().__init__()
+        self._fh = open(path, "rb", buffering=0)
+        self._ranges, at = [], 0
+        for start, end in ranges:
+            self._ranges.append((int(start), int(end), at))
+            at += int(end) - int(start)
+        self._end = max(e for _, e, _ in self._ranges) if self._ranges else 0
+        self._pos = 0
+        self.name = url or path
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self._pos, 2: self._end}[whence]
+        if base + pos < 0:
+            raise ValueError(f"negative seek position {base + pos}")
+        self._pos = base + pos
+        return self._pos
+
+    def readinto(self, b) -> int:
+        n = len(b)
+        if n == 0 or self._pos >= self._end:
+            return 0
+        for start, end, at in self._ranges:
+            if start <= self._pos < end:
+                self._fh.seek(at + self._pos - start)
+                k = self._fh.readinto(memoryview(b)[:min(n, end - self._pos)])
+                self._pos += k
+                return k
+        raise OSError(f"{self.name}: byte {self._pos} is not in the local copy of the "
+                      f"object (ranges {[(s, e) for s, e, _ in self._ranges]})")
+
+    def close(self) -> None:
+        self._fh.close()
+        super().close()
+
+
+@contextlib.contextmanager
+def local_copy(url: str, path: str, ranges):
+    """Within the block, :func:`open_input` of ``url`` reads the local file ``path``, which
+    holds the object's byte ranges ``ranges`` (``[(start, end), ...]``, one after the
+    other) instead of fetching them (:class:`LocalCopy`)."""
+    copies = dict(_LOCAL_COPIES.get())
+    copies[url] = (path, tuple(ranges))
+    token = _LOCAL_COPIES.set(copies)
+    try:
+        yield
+    finally:
+        _LOCAL_COPIES.reset(token)
+
+
+def has_local_copy(url: str) -> bool:
+    """Whether ``url`` is read from a local copy here (:func:`local_copy`)."""
+    return url in _LOCAL_COPIES.get()
+
+
 def open_input(path: str, buffering: int = -1, sequential: bool = False):
     """A binary, seekable file object to read ``path``: ``open(path, "rb")`` for a local
     path; for a URL the filesystem's file without a read cache, so that each ``read`` of a
     byte range fetches that range only (no whole-object download), or, ``sequential``,
-    with a read-ahead of 8 MB blocks (a stream read from start to end)."""
+    with a read-ahead of 8 MB blocks (a stream read from start to end); within a
+    :func:`local_copy` block of the URL, its local copy."""
     if not is_url(path):
         return open(local_path(path), "rb", buffering=buffering)
+    copy = _LOCAL_COPIES.get().get(path)
+    if copy is not None:
+        return LocalCopy(copy[0], copy[1], path)
     fs, p = filesystem(path)
     try:
         if sequential:

@@ -73,6 +73,7 @@ from ..frames.storage import is_url
 from .config import CONFIG_KEYS, JOB_KEYS, LOCAL_SCHEDULERS, JobConfig, default_value
 from .errors import ConfigError, JobError, OutputConflictError
 from .inputs import PartitionSpec, input_fingerprint, list_input_files, plan_partitions
+from .inputs.fetch_spool import remove_run_spools, run_token
 from .parts import (JOB_FILE, JOB_FORMAT, PART_PREFIX, PART_SUFFIX, REJECTS_PREFIX,
                     REJECTS_SUFFIX, SUMMARY_FILE, TMP_PREFIX, check_part, count_job_partition,
                     empty_partition, part_name, rejects_path, remove_temporary_files,
@@ -539,6 +540,30 @@ def job_graph(specs: Sequence[PartitionSpec], counts: Sequence, missing: Sequenc
     return JobGraph(dsk, offset_keys, count_keys, write_keys, tok_key)
 
 
+def _with_spool(specs: Sequence[PartitionSpec], counts: Sequence, cfg: JobConfig,
+                job_id: str, run_id: str):
+    """``(token, specs)``: the partitions of URLs to count, with this run's fetch spool
+    (:mod:`.inputs.fetch_spool`), or None when no partition has one."""
+    if not cfg.spool_max_bytes or cfg.packing is not None:
+        return None
+    token = run_token(job_id, run_id)
+    spool = (token, int(cfg.spool_max_bytes))
+    out = [dataclasses.replace(s, spool=spool) if counts[i] is None and is_url(s.path) else s
+           for i, s in enumerate(specs)]
+    return (token, out) if any(s.spool for s in out) else None
+
+
+def remove_spools(runner, token: str) -> None:
+    """Remove a run's spool folders on this host and on every worker's host."""
+    remove_run_spools(token)
+    run = getattr(runner, "run", None)
+    if run is not None and getattr(runner, "scheduler_info", None) is not None:
+        try:
+            run(remove_run_spools, token)
+        except Exception:   # a lost cluster: its hosts remove them at their next run
+            pass
+
+
 #: Each output format's partition writer and output check.
 _WRITERS = {"parquet": write_partition, "megatron": write_megatron_partition,
             "datasets": write_datasets_partition}
@@ -805,6 +830,7 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
     own_client = False
     written_bytes = 0
     runner = None
+    spool_token = None
     try:
         # in-process threads, a local cluster or a running one (choose_scheduler)
         runner, own_client, run_record = open_scheduler(
@@ -823,8 +849,10 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
             missing_graph: list = []
         else:
             missing_graph = missing
-        graph = job_graph(specs, counts, missing_graph, out, tok, options, job_id, device,
-                          run_id=uuid.uuid4().hex[:8],
+        run_id = uuid.uuid4().hex[:8]
+        spool_token = _with_spool(specs, counts, cfg, job_id, run_id)
+        graph = job_graph(spool_token[1] if spool_token else specs, counts, missing_graph,
+                          out, tok, options, job_id, device, run_id=run_id,
                           write=_WRITERS[cfg.output_format])
         prog = Progress("tokenizing", len(missing), cfg.quiet)
 
@@ -842,6 +870,8 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
             prog.close()
         work_seconds = time.perf_counter() - t_work
     finally:
+        if spool_token:
+            remove_spools(runner, spool_token[0])
         close_scheduler(runner, own_client)
         # Temporary files of writes that did not finish (a worker died and the task was
         # rerun elsewhere, an error, an interrupt).

@@ -1,7 +1,9 @@
 """Reading a partition on a worker: the documents (and kept columns) of any format, the row
 policy's bad rows as empty documents, the invalid-UTF-8 counts for the job summary, and
 counting a partition's documents without holding them. These are partition tasks: they
-import no Dask and run on workers, under the storage options of a URL partition.
+import no Dask and run on workers, under the storage options of a URL partition. A URL
+partition's count fetches its bytes once into a spool file that its write reads
+(:mod:`.fetch_spool`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from .byte_ranges import read_bytes
 from .columns import partition_documents
 from .compression import READ_ERRORS
 from .csv_format import read_csv
+from .fetch_spool import fetched, spooled
 from .json_format import count_jsonl_documents, read_json_array, read_jsonl
 from .parquet_format import read_parquet
 from .specs import PartitionSpec
@@ -52,10 +55,11 @@ def _read_documents(spec: PartitionSpec, with_kept: bool, bad: list | None = Non
 
 
 def _read(spec: PartitionSpec, with_kept: bool, bad: list | None = None):
-    """:func:`_read_documents` with the storage options of a URL partition."""
+    """:func:`_read_documents` with the storage options of a URL partition, from the
+    spool file of its count when there is one on this host."""
     if spec.storage_options is None:
         return _read_documents(spec, with_kept, bad)
-    with storage.using(spec.storage_options):
+    with storage.using(spec.storage_options), spooled(spec):
         return _read_documents(spec, with_kept, bad)
 
 
@@ -86,9 +90,15 @@ def read_partition_with_counts(spec: PartitionSpec, bad: list | None = None) -> 
 
 def count_partition(spec: PartitionSpec, lenient: bool = False) -> int:
     """Documents in a partition (the same rule as :func:`read_partition`); ``lenient``:
-    under the row policy, where a bad row is a document too."""
+    under the row policy, where a bad row is a document too. A URL partition of a job with
+    a spool is fetched into its spool file first and counted from there."""
     if spec.documents is not None:
         return spec.documents
+    with fetched(spec):
+        return _count(spec, lenient)
+
+
+def _count(spec: PartitionSpec, lenient: bool) -> int:
     if spec.format == "text":
         try:
             with storage.using(spec.storage_options):

@@ -60,6 +60,9 @@ class PartitionSpec:
     column_pair: str | None = None
     #: The fsspec options of a URL ``path`` (travel with the task; never in ``to_json``).
     storage_options: dict | None = dataclasses.field(default=None, repr=False, compare=False)
+    #: A URL partition's fetch spool in this run, ``(run token, spool_max_bytes)``
+    #: (:mod:`.fetch_spool`; travels with the task, never in ``to_json``), or None.
+    spool: tuple | None = dataclasses.field(default=None, repr=False, compare=False)
 
     def describe(self) -> str:
         if self.format == "parquet":
@@ -75,6 +78,7 @@ class PartitionSpec:
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
         del d["storage_options"]   # may hold secrets: never recorded
+        del d["spool"]             # this run's only
         for k in ("row_groups", "keep_columns", "keep_types"):
             d[k] = list(d[k])
         return d

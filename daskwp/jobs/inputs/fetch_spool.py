@@ -1,0 +1,252 @@
+"""Fetching an object-store partition once: the job's count pass (the documents of each
+partition, for the global logIDs) reads every byte of a partition, and so does its write
+task. For a partition of a URL, the count task fetches the byte ranges the partition reads
+(one GET per range, up to 64 MB each) into a spool file on its host's local disk and counts
+from there; the write task, on the same host, reads the spool file instead of fetching the
+ranges again and removes it. A write task on another host (or after the spool was lost, or
+was not made) fetches the ranges from the store as before: a spool is only ever a shortcut.
+
+Spool files live in ``<system temporary folder>/daskwp-spool-<uid>/<job>-<run>/``, named by
+the partition, its ranges and the object's identity (size and ETag, or what the store has
+instead), so a write task never reads the bytes of another version of the object: when the
+object changed since it was counted the spool is dropped and the ranges fetched again (the
+write then finds the count changed and fails, as without a spool). The driver removes the
+run's folder on every worker's host at the end of the run (success or failure); a count task
+that starts a run on a host removes the folders of earlier runs of the same job (a killed
+driver's) and any folder left for a day. The spool files of a host take at most
+``spool_max_bytes`` (the option) of disk together, and never the last GiB of free space: a
+partition that does not fit is counted from the store and fetched again by its write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import tempfile
+import time
+import uuid
+
+from ...frames import storage
+from ...frames.storage import has_local_copy, is_url, local_copy
+from ..errors import InputError
+from .compression import READ_ERRORS
+from .specs import PartitionSpec
+
+#: One GET fetches at most this much (a partition's range is fetched in pieces this big).
+FETCH_PIECE = 64 << 20
+#: Spooling never leaves less free disk than this.
+DISK_RESERVE = 1 << 30
+#: A run folder untouched for this long is a leftover (a driver killed before its cleanup).
+STALE_SECONDS = 24 * 3600
+_LOCK = ".lock"
+_TMP = ".fetching-"
+
+
+def spool_root() -> str:
+    """This host's folder of spool folders (one per job run), for this user."""
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    return os.path.join(tempfile.gettempdir(), f"daskwp-spool-{uid}")
+
+
+def run_token(job_id: str, run_id: str) -> str:
+    """The name of a run's spool folder."""
+    return f"{job_id[:16]}-{run_id}"
+
+
+def remove_run_spools(token: str) -> None:
+    """Remove a run's spool folder on this host (nothing when there is none)."""
+    shutil.rmtree(os.path.join(spool_root(), os.path.basename(token)), ignore_errors=True)
+
+
+def regions(spec: PartitionSpec) -> list | None:
+    """The byte ranges of its object that reading ``spec`` reads, in order, or None when
+    the partition is not spooled (a local file, a Parquet partition, no spool for the job,
+    an empty range)."""
+    if spec.spool is None or not is_url(spec.path) or spec.format == "parquet":
+        return None
+    if spec.compression or spec.format == "json":
+        ranges = [(0, spec.byte_end)]     # the whole object
+    elif spec.format in ("csv", "tsv") and spec.header_end and \
+            spec.byte_start > spec.header_end:
+        ranges = [(0, spec.header_end), (spec.byte_start, spec.byte_end)]
+    elif spec.format in ("csv", "tsv"):
+        ranges = [(0, spec.byte_end)]     # the whole file, or the first piece with its header
+    else:
+        ranges = [(spec.byte_start, spec.byte_end)]
+    return ranges if sum(e - s for s, e in ranges) > 0 else None
+
+
+def _identity(info: dict | None) -> str:
+    """What identifies a version of an object in the store's ``info``: its size and ETag
+    (or generation, version id; the creation time of a store that has none of them)."""
+    info = info or {}
+    keys = [k for k in ("ETag", "etag", "generation", "VersionId", "version_id")
+            if info.get(k) not in (None, "")] or ["created", "LastModified", "mtime"]
+    return repr([info.get("size")] + [(k, str(info.get(k))) for k in keys])
+
+
+def _name(spec: PartitionSpec, ranges: list, identity: str) -> str:
+    h = hashlib.blake2b(repr((spec.path, ranges, identity)).encode(), digest_size=12)
+    return f"{spec.index:06d}-{h.hexdigest()}.bin"
+
+
+def _folder(spec: PartitionSpec) -> str:
+    return os.path.join(spool_root(), os.path.basename(spec.spool[0]))
+
+
+@contextlib.contextmanager
+def _locked(root: str):
+    """The host's spool lock (one count task at a time reserves its space)."""
+    try:
+        import fcntl
+    except ImportError:     # no flock: the limit is then checked without a lock
+        yield
+        return
+    with open(os.path.join(root, _LOCK), "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _used_bytes(root: str) -> int:
+    total = 0
+    for d in os.scandir(root):
+        if d.is_dir(follow_symlinks=False):
+            for f in os.scandir(d.path):
+                try:
+                    total += f.stat(follow_symlinks=False).st_size
+                except FileNotFoundError:
+                    pass
+    return total
+
+
+def _start_run(root: str, folder: str) -> None:
+    """Create the run's folder; the first time on this host, remove the folders of earlier
+    runs of the same job and those untouched for a day."""
+    if os.path.isdir(folder):
+        return
+    os.makedirs(folder, exist_ok=True)
+    job = os.path.basename(folder).split("-")[0]
+    now = time.time()
+    for d in os.scandir(root):
+        if not d.is_dir(follow_symlinks=False) or d.path == folder:
+            continue
+        try:
+            stale = now - d.stat(follow_symlinks=False).st_mtime > STALE_SECONDS
+        except FileNotFoundError:
+            continue
+        if d.name.split("-")[0] == job or stale:
+            shutil.rmtree(d.path, ignore_errors=True)
+
+
+def _reserve(spec: PartitionSpec, need: int) -> str | None:
+    """A new temporary file of ``need`` bytes in the run's folder, or None when it does not
+    fit within ``spool_max_bytes`` and the free disk."""
+    root = spool_root()
+    limit = int(spec.spool[1])
+    if need > limit:
+        return None
+    os.makedirs(root, mode=0o700, exist_ok=True)
+    folder = _folder(spec)
+    with _locked(root):
+        _start_run(root, folder)
+        if _used_bytes(root) + need > limit or \
+                shutil.disk_usage(root).free - need < DISK_RESERVE:
+            return None
+        tmp = os.path.join(folder, f"{_TMP}{uuid.uuid4().hex}")
+        with open(tmp, "wb") as fh:
+            fh.truncate(need)    # counted by the next task's _used_bytes
+    return tmp
+
+
+def _fetch(spec: PartitionSpec, ranges: list) -> str | None:
+    """Fetch ``ranges`` of the partition's object into a spool file: its path, or None when
+    there is no room for it."""
+    need = sum(e - s for s, e in ranges)
+    try:
+        tmp = _reserve(spec, need)
+    except OSError:
+        return None     # no usable local disk: read from the store
+    if tmp is None:
+        return None
+    try:
+        with storage.using(spec.storage_options), storage.open_input(spec.path) as src, \
+                open(tmp, "r+b") as out:
+            details = getattr(src, "details", None)
+            identity = _identity(details if details is not None else
+                                 storage.url_info(spec.path))
+            for start, end in ranges:
+                src.seek(start)
+                pos = start
+                while pos < end:
+                    data = src.read(min(FETCH_PIECE, end - pos))
+                    if not data:
+                        raise InputError(f"{spec.describe()}: the file is shorter than when "
+                                         f"the job was planned (it changed during the job)")
+                    out.write(data)
+                    pos += len(data)
+        final = os.path.join(_folder(spec), _name(spec, ranges, identity))
+        os.replace(tmp, final)
+        return final
+    except READ_ERRORS as e:
+        if isinstance(e, InputError):
+            raise
+        raise InputError(f"cannot read {spec.describe()}: {e}") from None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+@contextlib.contextmanager
+def fetched(spec: PartitionSpec):
+    """The count side: within the block, the partition's object is read from a spool file
+    holding its ranges, fetched now (left for the write task); or from the store as usual
+    when the partition is not spooled or there is no room."""
+    ranges = regions(spec)
+    path = _fetch(spec, ranges) if ranges and not has_local_copy(spec.path) else None
+    if path is None:
+        yield
+        return
+    with local_copy(spec.path, path, ranges):
+        yield
+
+
+@contextlib.contextmanager
+def spooled(spec: PartitionSpec):
+    """The write side: within the block, the partition's object is read from the spool
+    file its count task left on this host, when there is one for this version of the
+    object (the spool file is removed at the end of the block); else from the store."""
+    ranges = regions(spec)
+    folder = _folder(spec) if ranges and not has_local_copy(spec.path) else None
+    prefix = f"{spec.index:06d}-"
+    try:
+        found = [n for n in os.listdir(folder) if n.startswith(prefix)] if folder else []
+    except OSError:
+        found = []
+    if not found:
+        yield
+        return
+    with storage.using(spec.storage_options):
+        try:
+            identity = _identity(storage.url_info(spec.path))
+        except (OSError, ValueError):
+            identity = None
+    name = _name(spec, ranges, identity) if identity is not None else None
+    for n in found:
+        if n != name:    # another version of the object: never read
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(folder, n))
+    path = os.path.join(folder, name) if name in found else None
+    if path is None:
+        yield
+        return
+    try:
+        with local_copy(spec.path, path, ranges):
+            yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
