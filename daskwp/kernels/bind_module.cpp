@@ -9,4 +9,5 @@ NB_MODULE(_ext, m) {
   bind_windows(m);
   bind_parquet(m);
   bind_text_lines(m);
+  bind_jsonl_reader(m);
 }

@@ -20,3 +20,4 @@ void bind_encode(nb::module_& m);   // bind_encode.cpp: encode32, encode64, ceil
 void bind_windows(nb::module_& m);  // bind_windows.cpp: windows, buckets, pad_rows
 void bind_parquet(nb::module_& m);  // parquet_pages.cpp: the part writer's data pages
 void bind_text_lines(nb::module_& m);  // text_lines.cpp: split_lines, count_newlines, host_bytes
+void bind_jsonl_reader(nb::module_& m);  // jsonl_reader.cpp: read_jsonl_fields

@@ -1,5 +1,9 @@
 """JSON Lines and JSON array inputs: sampling the first objects for the column names and the
-kept columns' types at planning time, and reading a partition with Arrow's JSON reader
+kept columns' types at planning time, and reading a partition. A JSON Lines partition's text
+columns are read by the native reader (``daskwp/kernels/jsonl_reader.hpp``: one pass, JSON
+escapes decoded straight into the documents' buffer), which accepts only what it reads
+exactly as Arrow's JSON reader does; anything else (a bad line, invalid UTF-8, a lone
+surrogate, a text field given twice, kept columns) is read as before: by Arrow's JSON reader
 (invalid UTF-8 put back into the documents that held it) or, under the row policy, one line
 or item at a time so that a bad one becomes an empty document recorded with its reason.
 """
@@ -13,6 +17,7 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
+from ... import _ext
 from ..errors import InputError
 from .columns import kept_table, partition_documents, text_columns_of, type_from_str
 from .compression import open_stream, read_head
@@ -159,11 +164,39 @@ def count_jsonl_documents(data: bytes) -> int:
     return len(lines) - int(np.count_nonzero(_blank_lines(lines)))
 
 
+def read_jsonl_native(data: bytes, spec: PartitionSpec) -> tuple:
+    """``(documents, None)`` of a JSON Lines partition read by the native reader (each text
+    column a large_string array over one buffer of the host memory pool, nulls where the
+    field is absent or null), or ``(None, why)`` when a line holds something it leaves to
+    Arrow's JSON reader (``why``: the line and what it holds)."""
+    src = np.frombuffer(data, dtype=np.uint8)
+    fields = text_columns_of(spec)
+    outs = [_ext.host_bytes(len(src) + _JSONL_SLACK) for _ in fields]
+    why, rows, columns = _ext.read_jsonl_fields(src, fields, outs)
+    if why is not None:
+        return None, f"line {rows + 1}: {why}"
+    arrays = []
+    for out, (offsets, validity, nulls) in zip(outs, columns):
+        arrays.append(pa.Array.from_buffers(pa.large_string(), rows, [
+            pa.py_buffer(validity) if nulls else None, pa.py_buffer(offsets),
+            pa.py_buffer(out[:int(offsets[-1])])], null_count=nulls))
+    return partition_documents(spec, arrays), None
+
+
+_JSONL_SLACK = 16  # the native reader's output buffer: the input's bytes + this
+
+
 def read_jsonl(data: bytes, spec: PartitionSpec, with_kept: bool, bad: list | None = None):
-    """The documents (and kept columns) of a JSON Lines partition, parsed by Arrow's
-    reader. ``bad`` (the row policy, ``on_bad_row: reject``): a partition that reader
-    refuses is parsed line by line instead (:func:`_read_jsonl_lines`), each bad line an
-    empty document recorded in ``bad``; None: the reader's error."""
+    """The documents (and kept columns) of a JSON Lines partition, read by the native
+    reader (:func:`read_jsonl_native`) when no kept column is asked for and it reads every
+    line, else parsed by Arrow's reader. ``bad`` (the row policy, ``on_bad_row: reject``):
+    a partition that reader refuses is parsed line by line instead
+    (:func:`_read_jsonl_lines`), each bad line an empty document recorded in ``bad``;
+    None: the reader's error."""
+    if not (with_kept and spec.keep_columns):
+        docs, _ = read_jsonl_native(data, spec)
+        if docs is not None:
+            return docs, None
     try:
         return _read_jsonl_arrow(data, spec, with_kept)
     except (ValueError, InputError):   # pa.ArrowInvalid and json's errors are ValueErrors

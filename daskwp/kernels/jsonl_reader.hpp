@@ -1,0 +1,479 @@
+// daskwp — the text fields of JSON Lines in one pass (daskwp/jobs/inputs/json_format.py):
+// for each line, the value of one or two named string fields, JSON escapes decoded to UTF-8
+// into an output buffer, so that the bytes, the offsets and a validity bitmap form an Arrow
+// large_string array per field. No Python here (jsonl_reader.cpp binds it).
+//
+// The reader stands in for Arrow's JSON reader (pyarrow.json with the fields as an explicit
+// schema, other fields ignored) and must never give another answer. It therefore accepts
+// only what it handles fully and reports anything else as unsupported, with the line and a
+// reason; the caller then parses the whole buffer with Arrow (which reproduces Arrow's
+// result or error exactly). Accepted:
+//   * lines of one JSON object each (RFC 8259 grammar: no comments, no trailing commas, no
+//     NaN/Infinity, numbers whose magnitude stays well inside a double), or `null` (Arrow: a
+//     null row), surrounded by spaces, tabs and CRs; blank lines (only those) are no row;
+//   * a named field holding a string or null; absent: null;
+//   * other fields holding any JSON value (objects and arrays nested up to 63 deep);
+//   * strings of well-formed UTF-8 without raw control bytes (< 0x20), escapes
+//     \" \\ \/ \b \f \n \r \t \uXXXX (a high surrogate only followed by a low one);
+//   * keys compared after decoding their escapes ("t\u0065xt" is "text").
+// Unsupported (Arrow errors on, or may read otherwise): anything else, among it a named
+// field given twice in a line, a named field holding a number, boolean, array or object,
+// an object spanning lines or two objects on one line, invalid UTF-8 (Arrow's path puts
+// the original bytes back), lone surrogates, invalid escapes, a byte-order mark, an empty
+// buffer (Arrow: "Empty JSON file").
+//
+// Strings are scanned 16 bytes at a time (SSE2): a block without a quote, backslash,
+// control byte or byte >= 0x80 is copied whole; bytes >= 0x80 are checked by the UTF-8
+// rule (no overlongs, surrogates or code points above U+10FFFF) and copied as they are.
+// The output needs 16 bytes of slack past the input's length (a block is stored whole
+// before the write position moves on by its string bytes only); decoding never lengthens
+// a string (an escape is at least as long as the bytes it stands for).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+namespace daskwp {
+
+struct JsonlColumn {
+  uint8_t* out = nullptr;         // decoded bytes (capacity >= input bytes + 16)
+  size_t written = 0;             // bytes written to out
+  std::vector<int64_t> offsets;   // rows + 1
+  std::vector<uint8_t> validity;  // Arrow bitmap (LSB first), (rows + 7) / 8 bytes
+  int64_t nulls = 0;
+};
+
+struct JsonlOutcome {
+  const char* unsupported = nullptr;  // null: every line read; else why not
+  int64_t line = 0;                   // 0-based line where it was found
+  int64_t rows = 0;
+};
+
+class JsonlReader {
+ public:
+  static constexpr size_t kSlack = 16;
+  static constexpr int kMaxDepth = 63;
+
+  JsonlReader(const uint8_t* s, size_t n, const std::vector<std::string>& names,
+              std::vector<JsonlColumn>* columns)
+      : s_(s), n_(n), names_(names), cols_(*columns) {}
+
+  JsonlOutcome run() {
+    JsonlOutcome r;
+    if (n_ == 0) return fail(r, "an empty buffer");
+    if (names_.size() == 2 && names_[0] == names_[1]) return fail(r, "the same field twice");
+    for (auto& c : cols_) {
+      c.offsets.assign(1, 0);
+      c.offsets.reserve(n_ / 128 + 16);
+      c.validity.clear();
+      c.validity.reserve(n_ / 1024 + 16);
+    }
+    while (p_ < n_) {
+      skip_space();
+      if (p_ == n_) break;
+      if (s_[p_] == '\n') {  // blank line
+        ++p_;
+        ++line_;
+        continue;
+      }
+      seen_ = 0;
+      if (s_[p_] == '{') {
+        if (!object()) return fail(r, reason_);
+      } else if (!literal("null", 4)) {
+        return fail(r, "a line that is not a JSON object");
+      }
+      skip_space();
+      if (p_ < n_) {
+        if (s_[p_] != '\n') return fail(r, "more than one JSON value on a line");
+        ++p_;
+      }
+      end_row();
+      ++line_;
+    }
+    r.rows = rows_;
+    return r;
+  }
+
+ private:
+  const uint8_t* s_;
+  size_t n_;
+  const std::vector<std::string>& names_;
+  std::vector<JsonlColumn>& cols_;
+  size_t p_ = 0;
+  size_t vpos_ = 0;  // first byte the UTF-8 rule has not read yet
+  int64_t line_ = 0;
+  int64_t rows_ = 0;
+  unsigned seen_ = 0;   // named fields given in this line (bit per field)
+  unsigned valid_ = 0;  // ... of which strings
+  const char* reason_ = "";
+  std::string key_;
+
+  JsonlOutcome& fail(JsonlOutcome& r, const char* why) {
+    r.unsupported = why;
+    r.line = line_;
+    return r;
+  }
+
+  bool no(const char* why) {
+    reason_ = why;
+    return false;
+  }
+
+  void end_row() {
+    for (size_t i = 0; i < cols_.size(); ++i) {
+      JsonlColumn& c = cols_[i];
+      c.offsets.push_back(static_cast<int64_t>(c.written));
+      if ((rows_ & 7) == 0) c.validity.push_back(0);
+      if (valid_ & (1u << i)) {
+        c.validity.back() |= static_cast<uint8_t>(1u << (rows_ & 7));
+      } else {
+        ++c.nulls;
+      }
+    }
+    valid_ = 0;
+    ++rows_;
+  }
+
+  void skip_space() {
+    while (p_ < n_ && (s_[p_] == ' ' || s_[p_] == '\t' || s_[p_] == '\r')) ++p_;
+  }
+
+  bool literal(const char* word, size_t len) {
+    if (n_ - p_ < len || std::memcmp(s_ + p_, word, len) != 0) return false;
+    p_ += len;
+    return true;
+  }
+
+  // Well-formed UTF-8 at s[j] (s[j] >= 0x80): its length, or 0.
+  size_t utf8_length(size_t j) const {
+    const uint8_t c = s_[j];
+    if (c < 0xC2 || c > 0xF4) return 0;
+    const size_t need = c < 0xE0 ? 1 : c < 0xF0 ? 2 : 3;
+    uint8_t lo = 0x80, hi = 0xBF;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;
+    if (j + 1 >= n_ || s_[j + 1] < lo || s_[j + 1] > hi) return 0;
+    for (size_t k = 2; k <= need; ++k)
+      if (j + k >= n_ || (s_[j + k] & 0xC0) != 0x80) return 0;
+    return need + 1;
+  }
+
+  // The UTF-8 rule over the bytes >= 0x80 at p + (bits of `high`), from vpos on.
+  bool check_high(size_t p, uint32_t high) {
+    size_t j = vpos_ > p ? vpos_ : p;
+    while (j < p + 16) {
+      const uint32_t rest = high & ~((1u << (j - p)) - 1u);
+      if (!rest) break;
+      j = p + static_cast<size_t>(__builtin_ctz(rest));
+      const size_t len = utf8_length(j);
+      if (!len) return no("invalid UTF-8");
+      j += len;
+    }
+    if (j > vpos_) vpos_ = j;
+    return true;
+  }
+
+  int hex4(size_t at) const {  // 4 hex digits at s[at], or -1
+    if (at > n_ || n_ - at < 4) return -1;
+    int v = 0;
+    for (size_t k = 0; k < 4; ++k) {
+      const uint8_t c = s_[at + k];
+      int d;
+      if (c >= '0' && c <= '9') d = c - '0';
+      else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+      else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
+      else return -1;
+      v = v * 16 + d;
+    }
+    return v;
+  }
+
+  // An escape at s[p] == '\\': decoded to out + w when kStore.
+  template <bool kStore>
+  bool escape(uint8_t* out, size_t& w) {
+    if (p_ + 1 >= n_) return no("an unterminated string");
+    const uint8_t e = s_[p_ + 1];
+    uint8_t c;
+    switch (e) {
+      case '"': c = '"'; break;
+      case '\\': c = '\\'; break;
+      case '/': c = '/'; break;
+      case 'b': c = '\b'; break;
+      case 'f': c = '\f'; break;
+      case 'n': c = '\n'; break;
+      case 'r': c = '\r'; break;
+      case 't': c = '\t'; break;
+      case 'u': {
+        int cp = hex4(p_ + 2);
+        if (cp < 0) return no("an invalid \\u escape");
+        p_ += 6;
+        if (cp >= 0xDC00 && cp <= 0xDFFF) return no("a lone surrogate escape");
+        if (cp >= 0xD800 && cp <= 0xDBFF) {
+          if (n_ - p_ < 6 || s_[p_] != '\\' || s_[p_ + 1] != 'u')
+            return no("a lone surrogate escape");
+          const int lo = hex4(p_ + 2);
+          if (lo < 0xDC00 || lo > 0xDFFF) return no("a lone surrogate escape");
+          p_ += 6;
+          cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+        }
+        if (kStore) {
+          if (cp < 0x80) {
+            out[w++] = static_cast<uint8_t>(cp);
+          } else if (cp < 0x800) {
+            out[w++] = static_cast<uint8_t>(0xC0 | (cp >> 6));
+            out[w++] = static_cast<uint8_t>(0x80 | (cp & 0x3F));
+          } else if (cp < 0x10000) {
+            out[w++] = static_cast<uint8_t>(0xE0 | (cp >> 12));
+            out[w++] = static_cast<uint8_t>(0x80 | ((cp >> 6) & 0x3F));
+            out[w++] = static_cast<uint8_t>(0x80 | (cp & 0x3F));
+          } else {
+            out[w++] = static_cast<uint8_t>(0xF0 | (cp >> 18));
+            out[w++] = static_cast<uint8_t>(0x80 | ((cp >> 12) & 0x3F));
+            out[w++] = static_cast<uint8_t>(0x80 | ((cp >> 6) & 0x3F));
+            out[w++] = static_cast<uint8_t>(0x80 | (cp & 0x3F));
+          }
+        }
+        return true;
+      }
+      default:
+        return no("an invalid escape");
+    }
+    if (kStore) out[w++] = c;
+    p_ += 2;
+    return true;
+  }
+
+  // A string from just after its opening quote to just after its closing one; its decoded
+  // bytes written to out + w when kStore.
+  template <bool kStore>
+  bool string_body(uint8_t* out, size_t& w) {
+    for (;;) {
+#if defined(__SSE2__)
+      const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\');
+      const __m128i ctrl = _mm_set1_epi8(0x1F);
+      while (p_ + 16 <= n_) {
+        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s_ + p_));
+        const __m128i sp = _mm_or_si128(
+            _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, bslash)),
+            _mm_cmpeq_epi8(_mm_min_epu8(v, ctrl), v));
+        const uint32_t special = static_cast<uint32_t>(_mm_movemask_epi8(sp));
+        const uint32_t stop = special ? static_cast<uint32_t>(__builtin_ctz(special)) : 16;
+        const uint32_t high = static_cast<uint32_t>(_mm_movemask_epi8(v)) &
+                              ((1u << stop) - 1u);
+        if (high && vpos_ < p_ + stop && !check_high(p_, high)) return false;
+        if (kStore) _mm_storeu_si128(reinterpret_cast<__m128i*>(out + w), v);
+        if (kStore) w += stop;
+        p_ += stop;
+        if (special) break;
+      }
+#endif
+      if (p_ >= n_) return no("an unterminated string");
+      const uint8_t c = s_[p_];
+      if (c == '"') {
+        ++p_;
+        return true;
+      }
+      if (c == '\\') {
+        if (!escape<kStore>(out, w)) return false;
+        continue;
+      }
+      if (c < 0x20) return no("a control byte in a string");
+      if (c >= 0x80 && p_ >= vpos_) {
+        const size_t len = utf8_length(p_);
+        if (!len) return no("invalid UTF-8");
+        vpos_ = p_ + len;
+      }
+      if (kStore) out[w++] = c;
+      ++p_;
+    }
+  }
+
+  bool number() {
+    if (s_[p_] == '-') ++p_;
+    long digits = 0;  // integer digits
+    if (p_ < n_ && s_[p_] == '0') {
+      ++p_;
+      digits = 1;
+    } else {
+      while (p_ < n_ && s_[p_] >= '0' && s_[p_] <= '9') ++p_, ++digits;
+      if (!digits) return no("an invalid value");
+    }
+    if (p_ < n_ && s_[p_] == '.') {
+      ++p_;
+      size_t f = 0;
+      while (p_ < n_ && s_[p_] >= '0' && s_[p_] <= '9') ++p_, ++f;
+      if (!f) return no("an invalid number");
+    }
+    long exp = 0;
+    if (p_ < n_ && (s_[p_] == 'e' || s_[p_] == 'E')) {
+      ++p_;
+      bool neg = false;
+      if (p_ < n_ && (s_[p_] == '+' || s_[p_] == '-')) neg = s_[p_++] == '-';
+      size_t e = 0;
+      while (p_ < n_ && s_[p_] >= '0' && s_[p_] <= '9') {
+        if (exp < 100000) exp = exp * 10 + (s_[p_] - '0');
+        ++p_, ++e;
+      }
+      if (!e) return no("an invalid number");
+      if (neg) exp = -exp;
+    }
+    // Arrow refuses numbers beyond a double's range: leave any near it to Arrow
+    if (digits + exp > 300 || exp < -300) return no("a number near a double's limits");
+    return true;
+  }
+
+  // Any JSON value, checked and passed over; objects and arrays nested up to kMaxDepth.
+  bool skip_value() {
+    uint64_t arrays = 0;  // bit d: the container at depth d + 1 is an array
+    int depth = 0;
+    for (;;) {
+      // a value
+      skip_space();
+      if (p_ >= n_) return no("a line that ends inside a value");
+      switch (s_[p_]) {
+        case '"': {
+          size_t w = 0;
+          ++p_;
+          if (!string_body<false>(nullptr, w)) return false;
+          break;
+        }
+        case '{':
+          if (++depth > kMaxDepth) return no("values nested too deep");
+          arrays &= ~(1ull << (depth - 1));
+          ++p_;
+          skip_space();
+          if (p_ < n_ && s_[p_] == '}') {
+            ++p_;
+            --depth;
+            break;
+          }
+          if (!member_key()) return false;
+          continue;
+        case '[':
+          if (++depth > kMaxDepth) return no("values nested too deep");
+          arrays |= 1ull << (depth - 1);
+          ++p_;
+          skip_space();
+          if (p_ < n_ && s_[p_] == ']') {
+            ++p_;
+            --depth;
+            break;
+          }
+          continue;
+        case 't':
+          if (!literal("true", 4)) return no("an invalid value");
+          break;
+        case 'f':
+          if (!literal("false", 5)) return no("an invalid value");
+          break;
+        case 'n':
+          if (!literal("null", 4)) return no("an invalid value");
+          break;
+        default:
+          if (s_[p_] != '-' && (s_[p_] < '0' || s_[p_] > '9')) return no("an invalid value");
+          if (!number()) return false;
+      }
+      // after a value: close containers until a comma starts the next value
+      for (;;) {
+        if (depth == 0) return true;
+        skip_space();
+        if (p_ >= n_) return no("a line that ends inside a value");
+        const bool array = arrays >> (depth - 1) & 1;
+        const uint8_t c = s_[p_++];
+        if (c == ',') {
+          if (!array && !member_key()) return false;
+          break;
+        }
+        if (c != (array ? ']' : '}')) return no("a missing comma or bracket");
+        --depth;
+      }
+    }
+  }
+
+  // `"key" :` inside a skipped object, p at the key's quote (after spaces).
+  bool member_key() {
+    skip_space();
+    if (p_ >= n_ || s_[p_] != '"') return no("a missing object key");
+    ++p_;
+    size_t w = 0;
+    if (!string_body<false>(nullptr, w)) return false;
+    skip_space();
+    if (p_ >= n_ || s_[p_] != ':') return no("a missing colon");
+    ++p_;
+    return true;
+  }
+
+  // Which named field the key from `start` (after its quote) to p (after its closing quote)
+  // is, or -1.
+  int field_of_key(size_t start) {
+    const uint8_t* raw = s_ + start;
+    size_t len = p_ - 1 - start;
+    if (std::memchr(raw, '\\', len)) {  // decode its escapes
+      key_.resize(len + kSlack);
+      uint8_t* out = reinterpret_cast<uint8_t*>(&key_[0]);
+      size_t w = 0;
+      const size_t end = p_;
+      p_ = start;
+      string_body<true>(out, w);  // succeeded once already
+      p_ = end;
+      raw = out;
+      len = w;
+    }
+    for (size_t i = 0; i < names_.size(); ++i)
+      if (names_[i].size() == len && std::memcmp(names_[i].data(), raw, len) == 0)
+        return static_cast<int>(i);
+    return -1;
+  }
+
+  // The line's object, p at its '{'.
+  bool object() {
+    ++p_;
+    skip_space();
+    if (p_ < n_ && s_[p_] == '}') {
+      ++p_;
+      return true;
+    }
+    for (;;) {
+      skip_space();
+      if (p_ >= n_ || s_[p_] != '"') return no("a missing object key");
+      const size_t start = ++p_;
+      size_t w = 0;
+      if (!string_body<false>(nullptr, w)) return false;
+      const int field = field_of_key(start);
+      skip_space();
+      if (p_ >= n_ || s_[p_] != ':') return no("a missing colon");
+      ++p_;
+      if (field < 0) {
+        if (!skip_value()) return false;
+      } else {
+        if (seen_ & (1u << field)) return no("a field given twice");
+        seen_ |= 1u << field;
+        skip_space();
+        if (p_ < n_ && s_[p_] == '"') {
+          JsonlColumn& c = cols_[field];
+          ++p_;
+          if (!string_body<true>(c.out, c.written)) return false;
+          valid_ |= 1u << field;
+        } else if (!literal("null", 4)) {
+          return no("a field holding neither a string nor null");
+        }
+      }
+      skip_space();
+      if (p_ >= n_) return no("a line that ends inside an object");
+      const uint8_t c = s_[p_++];
+      if (c == '}') return true;
+      if (c != ',') return no("a missing comma or brace");
+    }
+  }
+};
+
+}  // namespace daskwp
