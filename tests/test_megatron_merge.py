@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from conftest import requires_data, vocab_path
-from daskwp.frames.megatron import (PairAppender, document_sequences, merge_pairs,
-                                    read_index, write_pair)
+from daskwp.frames.megatron import (PairAppender, document_sequences, frame_pieces,
+                                    merge_pairs, read_index, write_pair)
 from daskwp.jobs import make_config, run_job
 from daskwp.jobs import megatron as jm
 
@@ -113,3 +113,40 @@ def test_job_merges_each_part_before_the_next_is_written(tmp_path, monkeypatch):
     for ext in (".bin", ".idx"):
         assert Path(m["prefix"] + ext).read_bytes() == (tmp_path / f"end{ext}").read_bytes()
     assert not list((tmp_path / "o").glob(".tmp*"))
+
+
+@pytest.mark.parametrize("dtype", [np.uint16, np.int32, np.int64])
+@pytest.mark.parametrize("cls_id,sep_id,eod_id", [(None, None, None), (None, None, 3),
+                                                  (101, 102, None), (101, 102, 3),
+                                                  (7, None, None)])
+def test_frame_pieces_table(dtype, cls_id, sep_id, eod_id):
+    """The native framing (uint16, int32) and NumPy's (other dtypes) against pieces framed
+    one by one in Python, empty pieces included."""
+    rng = np.random.default_rng(1)
+    lengths = rng.integers(0, 6, 200)
+    lengths[:3] = 0
+    ids = rng.integers(0, 30000, int(lengths.sum())).astype(np.int32)
+    last = rng.random(200) < 0.4
+    want, start = [], 0
+    for k, m in enumerate(lengths):
+        piece = ([] if cls_id is None else [cls_id]) + ids[start:start + m].tolist() + \
+            ([] if sep_id is None else [sep_id]) + ([eod_id] if eod_id is not None and
+                                                    last[k] else [])
+        want += piece
+        start += m
+    out, out_lens = frame_pieces(ids, lengths, dtype, cls_id, sep_id, eod_id, last)
+    assert out.dtype == dtype
+    assert out.tolist() == want
+    assert int(out_lens.sum()) == len(want)
+
+
+def test_frame_pieces_refuses_ids_the_dtype_cannot_hold():
+    with pytest.raises(ValueError, match="token id 70000 does not fit the output dtype"):
+        frame_pieces(np.array([1, 70000], np.int32), np.array([2]), np.uint16, eod_id=3,
+                     last=np.array([True]))
+    with pytest.raises(ValueError, match="token id -1 does not fit"):
+        frame_pieces(np.array([-1, 2], np.int32), np.array([2]), np.uint16)
+    with pytest.raises(ValueError, match="token id 300 does not fit"):
+        frame_pieces(np.array([300], np.int32), np.array([1]), np.uint8)
+    with pytest.raises(ValueError, match="lengths add up to 3 tokens, values holds 2"):
+        frame_pieces(np.array([1, 2], np.int32), np.array([3]), np.int32, 101, 102)

@@ -409,22 +409,43 @@ def merge_pairs_in(folder, part_names: Sequence[str], merged_name: str) -> None:
 def frame_pieces(ids, lengths, dtype, cls_id=None, sep_id=None, eod_id=None, last=None):
     """Each piece (``lengths`` consecutive ids of the flat ``ids``) as
     ``[cls_id] ids [sep_id] [eod_id]`` (each when not None; ``eod_id`` only on the pieces
-    the bool array ``last`` marks): ``(flat ids in dtype, lengths int64)``."""
-    lead = int(cls_id is not None)
-    trail = int(sep_id is not None)
-    if not (lead or trail or eod_id is not None):
-        return np.asarray(ids, dtype=dtype), lengths
-    out_lens = lengths + lead + trail
+    the bool array ``last`` marks): ``(flat ids in dtype, lengths int64)``, written by the
+    native core in one pass (``_ext.frame_sequences``, uint16 or int32 output; other
+    dtypes by NumPy). ValueError for an id ``dtype`` cannot hold."""
+    from .. import _ext
+    dtype = np.dtype(dtype)
+    lengths = np.ascontiguousarray(lengths, dtype=np.int64)
+    out_lens = lengths + (cls_id is not None) + (sep_id is not None)
     if eod_id is not None:
+        last = np.ascontiguousarray(last, dtype=bool)
         out_lens = out_lens + last
+    total = int(out_lens.sum(dtype=np.int64))
+    if dtype not in (np.dtype(np.uint16), np.dtype(np.int32)):
+        return _frame_pieces_numpy(ids, lengths, out_lens, total, dtype, cls_id, sep_id,
+                                   eod_id, last), out_lens
+    out = np.empty(total, dtype=dtype)
+    _ext.frame_sequences(np.ascontiguousarray(ids, dtype=np.int32), lengths,
+                         -1 if cls_id is None else int(cls_id),
+                         -1 if sep_id is None else int(sep_id),
+                         -1 if eod_id is None else int(eod_id),
+                         None if eod_id is None else last.view(np.uint8), out)
+    return out, out_lens
+
+
+def _frame_pieces_numpy(ids, lengths, out_lens, total, dtype, cls_id, sep_id, eod_id, last):
+    """:func:`frame_pieces` for a dtype the native core does not write."""
+    ids = np.asarray(ids)
+    if len(ids) and (int(ids.max()) > np.iinfo(dtype).max or int(ids.min()) < 0):
+        raise ValueError(f"token id {int(ids.max())} does not fit the output dtype {dtype}")
+    lead = int(cls_id is not None)
     ends = np.cumsum(out_lens, dtype=np.int64)
     starts = ends - out_lens
-    out = np.empty(int(ends[-1]) if len(ends) else 0, dtype=dtype)
-    body = np.ones(len(out), dtype=bool)
+    out = np.empty(total, dtype=dtype)
+    body = np.ones(total, dtype=bool)
     if lead:
         body[starts] = False
         out[starts] = cls_id
-    if trail:
+    if sep_id is not None:
         pos = starts + lead + lengths
         body[pos] = False
         out[pos] = sep_id
@@ -433,7 +454,7 @@ def frame_pieces(ids, lengths, dtype, cls_id=None, sep_id=None, eod_id=None, las
         body[pos] = False
         out[pos] = eod_id
     out[body] = ids
-    return out, out_lens
+    return out
 
 
 def document_sequences(token_ids: np.ndarray, offsets: np.ndarray, dtype, *,
@@ -472,9 +493,6 @@ def document_sequences(token_ids: np.ndarray, offsets: np.ndarray, dtype, *,
     lengths = lens[kept]
     last = np.ones(len(kept), dtype=bool)
     last[:-1] = doc_of_kept[:-1] != doc_of_kept[1:]
-    if len(ids) and int(ids.max()) > np.iinfo(dtype).max:
-        raise ValueError(f"token id {int(ids.max())} does not fit the dataset's dtype "
-                         f"{dtype}")
     out, out_lens = frame_pieces(ids, lengths, dtype, cls_id, sep_id, eod_id, last)
     return out, _check_lengths(out_lens), document_indices
 

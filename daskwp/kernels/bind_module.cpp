@@ -10,4 +10,5 @@ NB_MODULE(_ext, m) {
   bind_parquet(m);
   bind_text_lines(m);
   bind_jsonl_reader(m);
+  bind_frame(m);
 }

@@ -21,3 +21,4 @@ void bind_windows(nb::module_& m);  // bind_windows.cpp: windows, buckets, pad_r
 void bind_parquet(nb::module_& m);  // parquet_pages.cpp: the part writer's data pages
 void bind_text_lines(nb::module_& m);  // text_lines.cpp: split_lines, count_newlines, host_bytes
 void bind_jsonl_reader(nb::module_& m);  // jsonl_reader.cpp: read_jsonl_fields
+void bind_frame(nb::module_& m);    // frame_sequences.cpp: frame_sequences

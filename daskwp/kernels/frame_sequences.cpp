@@ -1,0 +1,105 @@
+// daskwp — framing of ragged token ids into one flat sequence of sequences
+// (daskwp/frames/megatron.py frame_pieces: Megatron's .bin data with [CLS]/[SEP] and the
+// end-of-document id, and global packing's document units). Each piece becomes
+// [lead] ids [trail] [eod if last[piece]] in the output's dtype, one memcpy-like copy per
+// piece: the masked NumPy assignment it replaces cost ~3 ns per token.
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include <nanobind/stl/optional.h>
+
+#include "bindings.hpp"
+
+namespace {
+
+using Flags = nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+template <typename T>
+using Out = nb::ndarray<T, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+// An id of `what` that the output dtype T cannot hold (negative: none).
+template <typename T>
+void check_special(int64_t id, const char* what) {
+  if (id >= 0 && id > static_cast<int64_t>(std::numeric_limits<T>::max()))
+    throw std::invalid_argument(std::string(what) + " id " + std::to_string(id) +
+                                " does not fit the output dtype");
+}
+
+// m ids from src to dst, converted to T (a plain copy for int32).
+template <typename T>
+inline void copy_ids(const int32_t* __restrict src, T* __restrict dst, int64_t m) {
+  if constexpr (std::is_same_v<T, int32_t>) {
+    std::memcpy(dst, src, static_cast<size_t>(m) * sizeof(T));
+  } else {
+    for (int64_t j = 0; j < m; ++j) dst[j] = static_cast<T>(src[j]);
+  }
+}
+
+template <typename T>
+void frame_sequences(I32 values, I64 lengths, int64_t lead_id, int64_t trail_id,
+                     int64_t eod_id, std::optional<Flags> last, Out<T> out) {
+  const int64_t n_pieces = static_cast<int64_t>(lengths.shape(0));
+  const int64_t n_values = static_cast<int64_t>(values.shape(0));
+  const int64_t* len = lengths.data();
+  const uint8_t* is_last = last ? last->data() : nullptr;
+  if (eod_id >= 0 && (!last || static_cast<int64_t>(last->shape(0)) != n_pieces))
+    throw std::invalid_argument("an eod id needs `last`, one flag per piece");
+  check_special<T>(lead_id, "lead");
+  check_special<T>(trail_id, "trail");
+  check_special<T>(eod_id, "eod");
+  const int64_t per_piece = (lead_id >= 0) + (trail_id >= 0);
+  int64_t total = 0, want = n_pieces * per_piece;
+  for (int64_t k = 0; k < n_pieces; ++k) {
+    if (len[k] < 0) throw std::invalid_argument("lengths must not be negative");
+    total += len[k];
+    if (eod_id >= 0 && is_last[k]) ++want;
+  }
+  if (total != n_values)
+    throw std::invalid_argument("lengths add up to " + std::to_string(total) +
+                                " tokens, values holds " + std::to_string(n_values));
+  want += total;
+  if (static_cast<int64_t>(out.shape(0)) != want)
+    throw std::invalid_argument("out holds " + std::to_string(out.shape(0)) +
+                                " entries, the framed sequences " + std::to_string(want));
+  const int32_t* src = values.data();
+  T* dst = out.data();
+  int32_t hi = 0, lo = 0;
+  {
+    nb::gil_scoped_release release;
+    for (int64_t j = 0; j < n_values; ++j) {   // the range, apart: this loop vectorizes
+      hi = src[j] > hi ? src[j] : hi;
+      lo = src[j] < lo ? src[j] : lo;
+    }
+    if (lo >= 0 && static_cast<int64_t>(hi) <= static_cast<int64_t>(std::numeric_limits<T>::max()))
+      for (int64_t k = 0; k < n_pieces; ++k) {
+        if (lead_id >= 0) *dst++ = static_cast<T>(lead_id);
+        copy_ids(src, dst, len[k]);
+        src += len[k];
+        dst += len[k];
+        if (trail_id >= 0) *dst++ = static_cast<T>(trail_id);
+        if (eod_id >= 0 && is_last[k]) *dst++ = static_cast<T>(eod_id);
+      }
+  }
+  if (lo < 0 || static_cast<int64_t>(hi) > static_cast<int64_t>(std::numeric_limits<T>::max()))
+    throw std::invalid_argument("token id " + std::to_string(lo < 0 ? lo : hi) +
+                                " does not fit the output dtype");
+}
+
+}  // namespace
+
+void bind_frame(nb::module_& m) {
+  const char* doc =
+      "Write each piece of the ragged ids (values, lengths) into out (uint16 or int32, its\n"
+      "size exactly the result's) as [lead_id] ids [trail_id] [eod_id where last[piece]];\n"
+      "an id < 0 is left out. Raises ValueError for an id out does not hold.";
+  m.def("frame_sequences", &frame_sequences<uint16_t>, nb::arg("values"), nb::arg("lengths"),
+        nb::arg("lead_id"), nb::arg("trail_id"), nb::arg("eod_id"), nb::arg("last").none(),
+        nb::arg("out"), doc);
+  m.def("frame_sequences", &frame_sequences<int32_t>, nb::arg("values"), nb::arg("lengths"),
+        nb::arg("lead_id"), nb::arg("trail_id"), nb::arg("eod_id"), nb::arg("last").none(),
+        nb::arg("out"), doc);
+}
