@@ -60,11 +60,12 @@ def check_packing_config(cfg, default_value) -> None:
                        "leave it unset, or drop packing")
 
 
-def document_units(token_ids, offsets, cls_id=None, sep_id=None):
+def document_units(token_ids, offsets, cls_id=None, sep_id=None, dtype=np.int32):
     """Each document as ``[cls_id] ids [sep_id]`` (each when not None; an empty document is
-    ``[cls_id, sep_id]``, as HF's tokenizer call gives it): ``(flat int32, lengths int64)``."""
+    ``[cls_id, sep_id]``, as HF's tokenizer call gives it): ``(flat ids in dtype, lengths
+    int64)``."""
     lens = np.diff(np.asarray(offsets, dtype=np.int64))
-    return frame_pieces(np.asarray(token_ids, dtype=np.int32), lens, np.int32, cls_id, sep_id)
+    return frame_pieces(token_ids, lens, dtype, cls_id, sep_id)
 
 
 def _spill_path(out_dir: str, index: int, what: str) -> str:
@@ -75,8 +76,9 @@ def _spill_path(out_dir: str, index: int, what: str) -> str:
 def spill_partition(spec, out_dir: str, tokenizer, options: dict, device: str = "cpu",
                     documents: int | None = None) -> dict:
     """Pass 1 of a packed job: tokenize partition ``spec``, spill its documents' units
-    (``.ids.npy``, int32) and their lengths (``.lens.npy``), atomically; return its counts
-    and statistics (rejected rows: the row policy, listed at write time)."""
+    (``.ids.npy``, in the vocabulary's token dtype: uint16 below 65,500 ids, as Megatron's
+    ``.bin``, else int32) and their lengths (``.lens.npy``, int32), atomically; return its
+    counts and statistics (rejected rows: the row policy, listed at write time)."""
     texts, _, (bad_bytes, bad_docs), bad, read_cpu = timed_read(spec, documents, options)
     c1 = time.thread_time()
     tok = cached_tokenizer(tokenizer)
@@ -86,7 +88,9 @@ def spill_partition(spec, out_dir: str, tokenizer, options: dict, device: str = 
     offsets = enc.offsets.get() if hasattr(enc.offsets, "get") else np.asarray(enc.offsets)
     special = bool(options.get("add_special_tokens"))
     units, lens = document_units(ids, offsets, tok.vocab.cls_id if special else None,
-                                 tok.vocab.sep_id if special else None)
+                                 tok.vocab.sep_id if special else None,
+                                 token_dtype(len(tok.vocab)))
+    lens = lens.astype(np.int32)   # a document's units: < 2**31 (the kernel's int32 ids)
     c2 = time.thread_time()
     for what, arr in (("ids", units), ("lens", lens)):
         tmp = os.path.join(out_dir, f"{TMP_PREFIX}pack-w-{uuid.uuid4().hex}.npy")
@@ -112,46 +116,49 @@ def _block_range(i: int, starts, block_size: int, pad_last: bool) -> tuple[int, 
     return min(b0, n_blocks), min(b1, n_blocks)
 
 
-def _gather(out_dir: str, i: int, starts, lo: int, hi: int) -> np.ndarray:
+def _gather(out_dir: str, i: int, starts, lo: int, hi: int, out: np.ndarray) -> int:
     """Global token positions ``[lo, hi)`` from the spills of partitions i, i+1, ...
-    (memory-mapped: only the tokens asked for are read)."""
-    pieces = []
-    j = i
+    (memory-mapped: only the tokens asked for are read), copied into the front of ``out``;
+    returns how many."""
+    j, filled = i, 0
     while lo < hi and j < len(starts) - 1:
         s, e = int(starts[j]), int(starts[j + 1])
         if e > lo:
             units = np.load(_spill_path(out_dir, j, "ids"), mmap_mode="r")
-            pieces.append(np.asarray(units[lo - s:min(hi, e) - s]))
-            lo = min(hi, e)
+            k = min(hi, e) - lo
+            out[filled:filled + k] = units[lo - s:lo - s + k]
+            filled += k
+            lo += k
         j += 1
-    return np.concatenate(pieces) if pieces else np.zeros(0, np.int32)
+    return filled
 
 
 def block_table(out_dir: str, i: int, starts, logid_offset: int, block_size: int,
-                pad_last: bool, pad_id: int | None):
-    """The blocks partition i owns as an Arrow table ``block, logID, offset, input_ids`` (+
-    ``attention_mask`` with ``pad_last``)."""
+                pad_last: bool, pad_id: int | None, dtype=np.int32, input_ids: bool = True):
+    """The blocks partition i owns as an Arrow table ``block, logID, offset``, +
+    ``input_ids`` (when ``input_ids``) and ``attention_mask`` (with ``pad_last``), and as a
+    blocks x block_size matrix in ``dtype`` (the spilled tokens copied once, into it)."""
     b0, b1 = _block_range(i, starts, block_size, pad_last)
     s = int(starts[i])
     total = int(starts[-1])
-    blocks = np.zeros((b1 - b0, block_size), np.int32)
+    blocks = np.empty((b1 - b0, block_size), dtype)
     if b1 > b0:
-        flat = _gather(out_dir, i, starts, b0 * block_size, min(b1 * block_size, total))
-        blocks.reshape(-1)[:len(flat)] = flat
-        if len(flat) < blocks.size:
-            blocks.reshape(-1)[len(flat):] = pad_id
+        flat = blocks.reshape(-1)
+        k = _gather(out_dir, i, starts, b0 * block_size, min(b1 * block_size, total), flat)
+        if k < len(flat):   # the padded last block
+            flat[k:] = pad_id
     lens = np.load(_spill_path(out_dir, i, "lens"))
-    ends = np.cumsum(lens)
+    ends = np.cumsum(lens, dtype=np.int64)
     pos = np.arange(b0, b1, dtype=np.int64) * block_size - s
     doc = np.searchsorted(ends, pos, side="right")
     offset = pos - (ends[doc] - lens[doc]) if len(pos) else pos
     cols = {"block": pa.array(np.arange(b0, b1, dtype=np.int64)),
             "logID": pa.array(doc.astype(np.int64) + int(logid_offset)),
-            "offset": pa.array(offset.astype(np.int64)),
-            "input_ids": pa.FixedSizeListArray.from_arrays(pa.array(blocks.reshape(-1)),
-                                                           block_size).cast(
-                                                               pa.list_(pa.int32()))}
-    if pad_last:
+            "offset": pa.array(offset.astype(np.int64))}
+    if input_ids:
+        cols["input_ids"] = pa.FixedSizeListArray.from_arrays(
+            pa.array(blocks.reshape(-1)), block_size).cast(pa.list_(pa.int32()))
+    if pad_last and input_ids:
         real = np.clip(total - np.arange(b0, b1, dtype=np.int64) * block_size, 0, block_size)
         mask = (np.arange(block_size)[None, :] < real[:, None]).astype(np.int32)
         cols["attention_mask"] = pa.FixedSizeListArray.from_arrays(
@@ -169,9 +176,15 @@ def write_packed_partition(spec, starts, logid_offset: int, out_dir: str, tokeni
     from .datasets import shard_name, write_shard
     tok = cached_tokenizer(tokenizer)
     packing = options["packing"]
+    fmt = options["output_format"]
+    megatron = fmt == "megatron"
+    # Megatron's .bin takes the blocks in its token dtype as they are; the other formats'
+    # input_ids are int32
     table, blocks = block_table(out_dir, spec.index, starts, logid_offset,
                                 packing["block_size"], packing["pad_last"],
-                                tok.vocab.pad_id if packing["pad_last"] else None)
+                                tok.vocab.pad_id if packing["pad_last"] else None,
+                                token_dtype(len(tok.vocab)) if megatron else np.int32,
+                                input_ids=not megatron)
     i, n = spec.index, n_partitions
     stats = {k: spill[k] for k in ("documents", "tokens", "unknown_tokens", "text_bytes",
                                    "invalid_utf8_bytes", "invalid_utf8_documents",
@@ -181,13 +194,12 @@ def write_packed_partition(spec, starts, logid_offset: int, out_dir: str, tokeni
                  blocks=[int(table.column("block")[0].as_py()) if table.num_rows else None,
                          table.num_rows])
     rejects = write_part_rejects(out_dir, spec, n, spill["bad"], logid_offset, file_offset)
-    fmt = options["output_format"]
     tmp = temporary_path(out_dir, i, "packed-")
     try:
         if fmt == "megatron":
             dtype = token_dtype(len(tok.vocab))
             k = table.num_rows
-            write_pair(tmp, blocks.reshape(-1).astype(dtype),
+            write_pair(tmp, blocks.reshape(-1),
                        np.full(k, packing["block_size"], np.int64), np.arange(k + 1),
                        fsync=True)
             stats.update(dtype=str(dtype), tokens_written=int(blocks.size))
