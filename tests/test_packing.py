@@ -93,6 +93,25 @@ def test_blocks_equal_group_texts_over_the_whole_corpus(tmp_path, block_size):
         assert s["packing"]["blocks"] == len(want)
 
 
+def test_the_input_is_read_once(tmp_path, monkeypatch):
+    """Pass 1 counts every partition's documents: the global-offset pass after it reads
+    nothing (it counted every partition again, a second read of the whole input), and the
+    blocks stay group_texts'."""
+    import daskwp.jobs.parts as parts
+    counted = []
+    real = parts.count_partition
+
+    def count_partition(spec, *args, **kw):
+        counted.append(spec.index)
+        return real(spec, *args, **kw)
+    monkeypatch.setattr(parts, "count_partition", count_partition)
+    inp = _input(tmp_path)
+    s = _job(inp, tmp_path / "o", packing=128, partition_size="100kB")
+    assert s["partitions"] > 3
+    assert counted == []
+    np.testing.assert_array_equal(_parquet_blocks(tmp_path / "o")[0], group_texts(128)[0])
+
+
 def test_packed_parquet_parts_have_the_parts_layout(tmp_path):
     """Blocks go through daskwp's part writer layout (no dictionaries: ids have tens of
     thousands of values), as the unpacked job's parts do."""

@@ -846,6 +846,8 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
             stats, packed_offsets, _ = run_packed_job(cfg, tok, specs, out, job_id, runner,
                                                       log, device)
             written_bytes = sum(stats[i]["text_bytes"] for i in missing)
+            # pass 1 counted every partition's documents: the offset pass reads nothing
+            counts = [s["documents"] for s in stats]
             missing_graph: list = []
         else:
             missing_graph = missing
