@@ -22,7 +22,7 @@ from ..frames.partition import (attach_kept_columns, attach_source, frame_from_o
                                 frame_to_table, is_cudf, source_table, split_source, stores_mask,
                                 table_from_output)
 from ..frames.part_writer import PartWriter, native_for_kept
-from ..frames.schema import INPUT_INDEX_COLUMN, position_outputs_of
+from ..frames.schema import INPUT_INDEX_COLUMN, numpy_of_arrow, position_outputs_of
 from .state import cached_tokenizer
 
 __all__ = ["CALL_OPTIONS", "PIECE_BYTES", "add_counts", "add_logid_offset", "call_options",
@@ -237,10 +237,10 @@ def owned_unknown_tokens(table, unk_id: int) -> int:
     if table.num_rows == 0:
         return 0
     ids = table.column("input_ids").combine_chunks()
-    offsets = ids.offsets.to_numpy().astype(np.int64)
-    values = ids.values.to_numpy(zero_copy_only=False)
-    start = table.column("start").to_numpy()
-    stop = table.column("stop").to_numpy()
+    offsets = numpy_of_arrow(ids.offsets).astype(np.int64)
+    values = numpy_of_arrow(ids.values)
+    start = numpy_of_arrow(table.column("start"))
+    stop = numpy_of_arrow(table.column("stop"))
     lo, hi = offsets[:-1] + start, offsets[:-1] + stop + 1
     unk = np.flatnonzero(values == unk_id)  # few: count those inside the owned slices
     return int(np.sum(np.searchsorted(unk, hi) - np.searchsorted(unk, lo)))
@@ -394,8 +394,8 @@ def _account(stats: dict, table, out_meta, enc, tok, options, doc_rows=None) -> 
         return
     if table.num_rows:
         if out_meta is None:
-            start = table.column("start").to_numpy()
-            stop = table.column("stop").to_numpy()
+            start = numpy_of_arrow(table.column("start"))
+            stop = numpy_of_arrow(table.column("stop"))
         else:
             start, stop = out_meta[:, 1], out_meta[:, 2]
         owned = stop - start + 1
@@ -403,7 +403,8 @@ def _account(stats: dict, table, out_meta, enc, tok, options, doc_rows=None) -> 
         if doc_rows is not None:
             lengths = LengthCounts.of_rows(None, owned, doc_rows)
         else:
-            logid = table.column("logID").to_numpy() if out_meta is None else out_meta[:, 0]
+            logid = numpy_of_arrow(table.column("logID")) if out_meta is None else \
+                out_meta[:, 0]
             lengths = LengthCounts.of_rows(logid, owned)
         stats.setdefault("length_counts", []).append(lengths)
     stats["unknown_tokens"] += owned_unknown_tokens(table, tok.vocab.unk_id)

@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 from .. import _ext
+from .schema import numpy_of_arrow
 
 __all__ = ["NativeParquetWriter", "supports"]
 
@@ -186,13 +187,13 @@ class _Column:
         if arr.null_count:
             raise ValueError(f"column {self.name!r} holds nulls: daskwp's parts have none")
         if not self.is_list:
-            values = arr.to_numpy(zero_copy_only=True)
+            values = numpy_of_arrow(arr)
             return _ext.parquet_scalar_pages(values, PAGE_VALUES)
-        offsets = np.asarray(arr.offsets.to_numpy(zero_copy_only=True))
+        offsets = numpy_of_arrow(arr.offsets)
         child = arr.values
         if child.null_count:
             raise ValueError(f"column {self.name!r} holds null items: daskwp's parts have none")
-        values = child.to_numpy(zero_copy_only=True)
+        values = numpy_of_arrow(child)
         return [(body, n) for body, n, _ in
                 _ext.parquet_list_pages(values, offsets, PAGE_BYTES, self.split)]
 
@@ -292,7 +293,7 @@ class NativeParquetWriter:
         keeps, :func:`~daskwp.frames.part_writer.parquet_write_options`)."""
         if col.name != "logID" or col.is_list or not len(arr):
             return None
-        values = arr.to_numpy(zero_copy_only=True)
+        values = numpy_of_arrow(arr)
         fmt = "<q" if col.ann["type"] == _INT64 else "<i"
         lo, hi = struct.pack(fmt, int(values.min())), struct.pack(fmt, int(values.max()))
         return _struct([(1, "bin", hi), (2, "bin", lo), (3, "i64", 0), (5, "bin", hi),

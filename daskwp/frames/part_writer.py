@@ -10,10 +10,10 @@ in the footer (hashed as the pages are written, :class:`_HashingFile`), then fsy
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 
-import pandas as pd
 import pyarrow as pa
 
 from ..core.options import DEFAULT_COMPRESSION
@@ -118,9 +118,52 @@ def parquet_write_options(schema: pa.Schema, compression=DEFAULT_COMPRESSION,
     return opts
 
 
+@functools.lru_cache(maxsize=1)
+def _pandas_version() -> str | None:
+    """The installed pandas' version, read without importing pandas (None: not installed)."""
+    import sys
+    if "pandas" in sys.modules:
+        return sys.modules["pandas"].__version__
+    from importlib import metadata
+    try:
+        return metadata.version("pandas")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _integer_pandas_metadata(schema: pa.Schema) -> bytes | None:
+    """The ``pandas`` metadata of :func:`_portable_pandas_schema_metadata` for a schema of
+    integer and list<integer> columns (every table daskwp's tokenizer makes), built without
+    importing pandas (about 0.2 s of a small job's start): the same JSON, byte for byte, as
+    ``pa.Table.from_pandas`` of such a frame (integer columns numpy, list columns recorded
+    as ``object``). None for other schemas."""
+    version = _pandas_version()
+    if version is None:
+        return None
+    columns = []
+    for f in schema:
+        t = f.type
+        if pa.types.is_integer(t):
+            pandas_type = numpy_type = str(t)
+        elif pa.types.is_list(t) and pa.types.is_integer(t.value_type):
+            pandas_type, numpy_type = f"list[{t.value_type}]", "object"
+        else:
+            return None
+        columns.append({"name": f.name, "field_name": f.name, "pandas_type": pandas_type,
+                        "numpy_type": numpy_type, "metadata": None})
+    return json.dumps({"index_columns": [], "column_indexes": [], "columns": columns,
+                       "attributes": {}, "creator": {"library": "pyarrow",
+                                                     "version": pa.__version__},
+                       "pandas_version": version}).encode("utf-8")
+
+
 def _portable_pandas_schema_metadata(schema: pa.Schema) -> dict:
     """The schema metadata ``pandas`` metadata (portable, see :func:`portable_pandas_metadata`)
     that ``pa.Table.from_pandas`` would record for a frame of these columns, no index."""
+    built = _integer_pandas_metadata(schema)
+    if built is not None:
+        return {b"pandas": built}
+    import pandas as pd
     empty = schema.empty_table().to_pandas(types_mapper=pd.ArrowDtype)
     for f in schema:  # numpy columns where the partition frame has them
         if pa.types.is_integer(f.type):

@@ -25,13 +25,13 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from ..core.buckets import BucketedWindows
 from ..core.ragged import RaggedRows
 from .schema import (FRAME_COLUMNS, INPUT_INDEX_COLUMN, MAX_LIST_VALUES, METADATA_COLUMNS,
-                     is_cudf, is_cupy, position_output, position_outputs_of, window_index)
+                     arrow_of_numpy, is_cudf, is_cupy, position_output, position_outputs_of,
+                     window_index)
 
 def _fixed_width(padding) -> bool:
     """Whether rows are padded to max_length (so ids form a rows x max_length matrix)."""
@@ -101,6 +101,7 @@ def is_fixed_width(options: dict) -> bool:
 
 def check_text_dtype(dtype, what: str = "the column") -> None:
     """Raise a TypeError unless ``dtype`` holds strings (object, str, string, Arrow string)."""
+    import pandas as pd
     text = str(dtype)
     if isinstance(dtype, pd.CategoricalDtype):
         check_text_dtype(dtype.categories.dtype, f"{what} (its categories)")
@@ -154,7 +155,7 @@ def list_array(matrix) -> pa.ListArray:
         raise ValueError(
             f"a partition of {rows} rows holds {total} token values, more than the 2**31 - 1 "
             f"that one Arrow list<int32> column stores; repartition into smaller partitions")
-    child = pa.array(np.ascontiguousarray(values))
+    child = arrow_of_numpy(values)
     return pa.ListArray.from_buffers(pa.list_(child.type), rows,
                                      [None, pa.py_buffer(offsets.astype(np.int32))],
                                      children=[child])
@@ -163,6 +164,7 @@ def list_array(matrix) -> pa.ListArray:
 def list_column(matrix) -> pd.Series:
     """Rows as a pandas Series of Arrow ``list<...>`` values (one list per row): the
     :func:`list_array` of ``matrix`` (its values shared, not copied)."""
+    import pandas as pd
     return pd.Series(pd.arrays.ArrowExtensionArray(list_array(matrix)))
 
 
@@ -206,6 +208,7 @@ def frame_from_output(out, columns=None) -> pd.DataFrame:
 
     ``columns``: build only these (in frame order; None: all), e.g. the metadata alone
     without its list columns."""
+    import pandas as pd
     if columns is not None and not isinstance(out, BucketedWindows):
         return _frame_columns(out, list(columns))
     if isinstance(out, BucketedWindows):
@@ -303,7 +306,7 @@ def table_from_output(out, *, attention_mask: bool | None = None,
     if isinstance(out, BucketedWindows):
         rows, meta, window, width = _merge_buckets(out)
         ids, mask = rows.pop("input_ids"), rows.pop("attention_mask")
-        extra = {"bucket": pa.array(np.ascontiguousarray(width, dtype=np.int32))}
+        extra = {"bucket": arrow_of_numpy(np.asarray(width, dtype=np.int32))}
         ragged = False
         if attention_mask is None:
             attention_mask = True
@@ -326,11 +329,11 @@ def table_from_output(out, *, attention_mask: bool | None = None,
         else:
             rows = {name: out[name] for name in names}
     columns = np.ascontiguousarray(meta.T, dtype=np.int64)   # one pass: three int64 columns
-    cols = {name: pa.array(columns[k]) for k, name in enumerate(METADATA_COLUMNS)}
+    cols = {name: arrow_of_numpy(columns[k]) for k, name in enumerate(METADATA_COLUMNS)}
     cols["input_ids"] = list_array(ids)
     if attention_mask:
         cols["attention_mask"] = list_array(mask)
-    cols["window"] = pa.array(np.ascontiguousarray(window, dtype=np.int32))
+    cols["window"] = arrow_of_numpy(np.asarray(window, dtype=np.int32))
     cols.update(extra)
     for name, r in rows.items():
         cols[name] = list_array(r)
@@ -394,6 +397,7 @@ def frame_to_table(frame, attention_mask: bool = True) -> pa.Table:
 
 
 def _frame_columns(out, columns: list) -> pd.DataFrame:
+    import pandas as pd
     meta = np.asarray(out["metadata"], dtype=np.int64).reshape(-1, 3)
     if all(c in METADATA_COLUMNS for c in columns):  # one int64 block, no list columns
         idx = [METADATA_COLUMNS.index(c) for c in columns]
@@ -473,6 +477,7 @@ def split_source(texts, keep_columns):
 
 def _source_values(values, pos):
     """``values`` (an Index or a Series) at positions ``pos``, as an array of their dtype."""
+    import pandas as pd
     if is_cudf(values):   # a Series on the frame's RangeIndex
         taken = values.take(pos)
         if not hasattr(taken, "reset_index"):
@@ -521,6 +526,7 @@ def source_table(index, kept) -> pa.Table:
     """:data:`INPUT_INDEX_COLUMN` and the kept columns of a source partition
     (:func:`split_source`) as an Arrow table, one row per document, for
     :func:`attach_kept_columns`."""
+    import pandas as pd
     if is_cudf(index):
         index = index.to_pandas()
         kept = None if kept is None else kept.to_pandas()

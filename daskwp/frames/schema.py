@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 
 from ..core.outputs import BY_NAME, POSITION_OUTPUTS, PositionOutput, position_output
 
 __all__ = ["FRAME_COLUMNS", "INPUT_INDEX_COLUMN", "MAX_LIST_VALUES", "METADATA_COLUMNS", "POSITION_OUTPUTS",
-           "PositionOutput", "is_cudf", "is_cupy", "position_output", "position_outputs_of",
-           "window_index"]
+           "PositionOutput", "arrow_of_numpy", "empty_texts", "is_cudf", "is_cupy",
+           "numpy_of_arrow", "position_output", "position_outputs_of", "window_index"]
 
 #: Columns of a tokenized partition, in order.
 FRAME_COLUMNS = ("logID", "start", "stop", "input_ids", "attention_mask", "window")
@@ -56,3 +57,43 @@ def window_index(logid, xp=np):
     xp.not_equal(logid[1:], logid[:-1], out=first[1:])
     starts = xp.flatnonzero(first)
     return (xp.arange(n) - starts[xp.cumsum(first) - 1]).astype(xp.int32)
+
+
+# pyarrow's ``pa.array``, ``Array.to_numpy`` and ``np.asarray(array)`` import pandas (its
+# pandas check), about 0.2 s of CPU at a small job's start: the batch job's Arrow path, which
+# needs no pandas, converts with these two instead.
+
+def arrow_of_numpy(values) -> pa.Array:
+    """A 1-D numeric numpy array as an Arrow array sharing its buffer (copied only when not
+    contiguous), as ``pa.array(values)`` gives, without importing pandas. Other arrays go
+    through ``pa.array``."""
+    values = np.ascontiguousarray(values)
+    if values.ndim != 1 or values.dtype.kind not in "iuf" or not values.dtype.isnative:
+        return pa.array(values)
+    return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values),
+                                 [None, pa.py_buffer(values)])
+
+
+def numpy_of_arrow(arr) -> np.ndarray:
+    """The values of a numeric Arrow array without nulls as a read-only numpy view, as
+    ``arr.to_numpy(zero_copy_only=True)`` gives, without importing pandas (a chunked array
+    of several chunks: their values concatenated). Other arrays go through ``to_numpy``."""
+    if isinstance(arr, pa.ChunkedArray):
+        if arr.num_chunks != 1:
+            if not arr.num_chunks:
+                return np.zeros(0, dtype=arr.type.to_pandas_dtype())
+            return np.concatenate([numpy_of_arrow(c) for c in arr.chunks])
+        arr = arr.chunk(0)
+    t = arr.type
+    if arr.null_count or not (pa.types.is_integer(t) or pa.types.is_floating(t)):
+        return arr.to_numpy(zero_copy_only=False)
+    dtype = np.dtype(t.to_pandas_dtype())
+    return np.frombuffer(arr.buffers()[1], dtype=dtype, count=len(arr) + arr.offset)[arr.offset:]
+
+
+def empty_texts(n: int = 1) -> pa.Array:
+    """``n`` empty documents as an Arrow ``large_string`` array (without pandas, see
+    :func:`arrow_of_numpy`)."""
+    return pa.Array.from_buffers(pa.large_string(), n,
+                                 [None, pa.py_buffer(np.zeros(n + 1, dtype=np.int64)),
+                                  pa.py_buffer(b"")])

@@ -67,8 +67,9 @@ from ..core.lengths import LengthCounts
 from ..core.options import TOKENIZER, names
 from ..core.version import __version__
 from ..distributed.cluster import security_record
-from ..distributed.tasks import CALL_OPTIONS
+from ..distributed.tasks import CALL_OPTIONS, call_options
 from ..frames import storage
+from ..frames.schema import empty_texts
 from ..frames.storage import is_url
 from .config import CONFIG_KEYS, JOB_KEYS, LOCAL_SCHEDULERS, JobConfig, default_value
 from .errors import ConfigError, JobError, OutputConflictError
@@ -249,11 +250,13 @@ def check_window_parameters(cfg: JobConfig, tokenizer, source: str = "config") -
     else:
         check_output_format_options(cfg, tokenizer, default_value)
     options = {k: getattr(cfg, k) for k in _PARTITION_OPTIONS}
-    sample = pa.array([""], type=pa.large_string())
+    # one empty document through the tokenizer's call (its validation; without pandas,
+    # which an in-process job does not import otherwise)
+    sample, pair = empty_texts(), {}
     if cfg.column_pair is not None:   # sentence pairs: the pair options are checked too
-        sample = pa.Table.from_arrays([sample, sample], names=["text", "text_pair"])
+        pair = {"text_pair": sample}
     try:
-        tokenize_job_partition(tokenizer, sample, options, 0)
+        tokenizer(sample, **call_options(options), **pair, return_tensors="np")
     except (ValueError, TypeError) as e:
         raise ConfigError(f"{source}: {e}") from None
 

@@ -34,7 +34,7 @@ from ..distributed.tasks import (add_logid_offset, call_options, owned_unknown_t
                                  tokenize_partition, write_tokenized_part)
 from ..frames.part_writer import CHECKSUM_KEY, PART_METADATA_KEY, SHA256_CHECKSUM_KEY, \
     checksum_hash, checksum_hex, native_for_kept
-from ..frames.schema import is_cudf
+from ..frames.schema import is_cudf, numpy_of_arrow
 from ..frames import storage
 from ..frames.storage import is_url, open_input
 from .errors import InputError, JobError
@@ -484,7 +484,8 @@ def remove_temporary_files(out_dir, prefix: str = TMP_PREFIX) -> None:
 def _parquet_logids(path: str) -> np.ndarray:
     import pyarrow.parquet as pq
     source = open_input(path) if is_url(path) else path
-    return pq.read_table(source, columns=["logID"]).column("logID").to_numpy()
+    # ParquetFile, not read_table: pyarrow.dataset (read_table's) imports pandas
+    return numpy_of_arrow(pq.ParquetFile(source).read(columns=["logID"]).column("logID"))
 
 
 def verify_output(out_dir: str, plan: Sequence[dict], *, read_logids=_parquet_logids,
