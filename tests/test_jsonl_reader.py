@@ -13,6 +13,7 @@ Megatron outputs are the same bytes either way.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import random
@@ -261,19 +262,26 @@ def _corpus_jsonl(docs) -> bytes:
 
 
 def test_plain_jsonl_is_read_without_arrows_parser(tmp_path, monkeypatch):
-    """Plain JSON Lines (also compressed) never reaches Arrow's JSON reader; kept columns
-    and lines the native reader declines still do."""
+    """Plain JSON Lines (also compressed) never reaches Arrow's JSON reader, nor the
+    invalid-UTF-8 count (the native reader reads well-formed UTF-8 only); kept columns and
+    lines the native reader declines still do."""
     docs = every_corpus_line()[:5000]
     data = _corpus_jsonl(docs)
     (tmp_path / "a.jsonl").write_bytes(data)
     (tmp_path / "b.jsonl.gz").write_bytes(gzip.compress(data))
     calls = []
     real = json_format._read_jsonl_arrow
+    real_count = inputs.reading.count_invalid_utf8
 
     def counted(*args):
-        calls.append(args[1].path)
+        calls.append("arrow")
         return real(*args)
+
+    def counted_utf8(texts):
+        calls.append("count")
+        return real_count(texts)
     monkeypatch.setattr(json_format, "_read_jsonl_arrow", counted)
+    monkeypatch.setattr(inputs.reading, "count_invalid_utf8", counted_utf8)
     for name in ("a.jsonl", "b.jsonl.gz"):
         (spec,) = _specs(tmp_path / name)
         texts, kept, counts = inputs.read_partition_with_counts(spec)
@@ -282,7 +290,17 @@ def test_plain_jsonl_is_read_without_arrows_parser(tmp_path, monkeypatch):
     (tmp_path / "c.jsonl").write_bytes(data + b'{"text": "\\ud800"}\n')
     with pytest.raises(InputError, match="surrogate"):
         inputs.read_partition(_specs(tmp_path / "c.jsonl")[0])
-    assert len(calls) == 1
+    assert calls == ["arrow"]
+    # invalid UTF-8: Arrow's path, counted after reading
+    (tmp_path / "d.jsonl").write_bytes(data + b'{"text": "bad \xff\xfe bytes"}\n')
+    texts, _, counts = inputs.read_partition_with_counts(_specs(tmp_path / "d.jsonl")[0])
+    assert counts == (2, 1) and texts[-1].as_py() == b"bad \xff\xfe bytes"
+    assert calls == ["arrow", "arrow", "count"]
+    (spec,) = _specs(tmp_path / "a.jsonl")
+    assert inputs.read_partition_with_columns(dataclasses.replace(
+        spec, keep_columns=("id",), keep_types=("int64",)))[1].column("id").to_pylist() == \
+        list(range(len(docs)))
+    assert calls[-1] == "arrow"
 
 
 def test_the_row_policy_rejects_the_same_rows(tmp_path, monkeypatch):

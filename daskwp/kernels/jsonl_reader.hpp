@@ -142,7 +142,9 @@ class JsonlReader {
   }
 
   void skip_space() {
-    while (p_ < n_ && (s_[p_] == ' ' || s_[p_] == '\t' || s_[p_] == '\r')) ++p_;
+    size_t p = p_;
+    while (p < n_ && (s_[p] == ' ' || s_[p] == '\t' || s_[p] == '\r')) ++p;
+    p_ = p;
   }
 
   bool literal(const char* word, size_t len) {
@@ -253,15 +255,19 @@ class JsonlReader {
   }
 
   // A string from just after its opening quote to just after its closing one; its decoded
-  // bytes written to out + w when kStore.
+  // bytes written to out + w when kStore. The positions live in locals (stores through
+  // `out` may alias the members), written back before an escape and at the end.
   template <bool kStore>
-  bool string_body(uint8_t* out, size_t& w) {
+  bool string_body(uint8_t* out, size_t& w_out) {
+    const uint8_t* const s = s_;
+    const size_t n = n_;
+    size_t p = p_, w = w_out;
     for (;;) {
 #if defined(__SSE2__)
       const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\');
       const __m128i ctrl = _mm_set1_epi8(0x1F);
-      while (p_ + 16 <= n_) {
-        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s_ + p_));
+      while (p + 16 <= n) {
+        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + p));
         const __m128i sp = _mm_or_si128(
             _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, bslash)),
             _mm_cmpeq_epi8(_mm_min_epu8(v, ctrl), v));
@@ -269,31 +275,36 @@ class JsonlReader {
         const uint32_t stop = special ? static_cast<uint32_t>(__builtin_ctz(special)) : 16;
         const uint32_t high = static_cast<uint32_t>(_mm_movemask_epi8(v)) &
                               ((1u << stop) - 1u);
-        if (high && vpos_ < p_ + stop && !check_high(p_, high)) return false;
-        if (kStore) _mm_storeu_si128(reinterpret_cast<__m128i*>(out + w), v);
-        if (kStore) w += stop;
-        p_ += stop;
+        if (high && vpos_ < p + stop && !check_high(p, high)) return false;
+        if (kStore) {
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(out + w), v);
+          w += stop;
+        }
+        p += stop;
         if (special) break;
       }
 #endif
-      if (p_ >= n_) return no("an unterminated string");
-      const uint8_t c = s_[p_];
+      if (p >= n) return no("an unterminated string");
+      const uint8_t c = s[p];
       if (c == '"') {
-        ++p_;
+        p_ = p + 1;
+        w_out = w;
         return true;
       }
       if (c == '\\') {
+        p_ = p;
         if (!escape<kStore>(out, w)) return false;
+        p = p_;
         continue;
       }
       if (c < 0x20) return no("a control byte in a string");
-      if (c >= 0x80 && p_ >= vpos_) {
-        const size_t len = utf8_length(p_);
+      if (c >= 0x80 && p >= vpos_) {
+        const size_t len = utf8_length(p);
         if (!len) return no("invalid UTF-8");
-        vpos_ = p_ + len;
+        vpos_ = p + len;
       }
       if (kStore) out[w++] = c;
-      ++p_;
+      ++p;
     }
   }
 

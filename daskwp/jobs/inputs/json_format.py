@@ -187,22 +187,23 @@ _JSONL_SLACK = 16  # the native reader's output buffer: the input's bytes + this
 
 
 def read_jsonl(data: bytes, spec: PartitionSpec, with_kept: bool, bad: list | None = None):
-    """The documents (and kept columns) of a JSON Lines partition, read by the native
-    reader (:func:`read_jsonl_native`) when no kept column is asked for and it reads every
-    line, else parsed by Arrow's reader. ``bad`` (the row policy, ``on_bad_row: reject``):
-    a partition that reader refuses is parsed line by line instead
-    (:func:`_read_jsonl_lines`), each bad line an empty document recorded in ``bad``;
-    None: the reader's error."""
+    """``(documents, kept, invalid)`` of a JSON Lines partition, read by the native reader
+    (:func:`read_jsonl_native`) when no kept column is asked for and it reads every line,
+    else parsed by Arrow's reader. ``invalid``: the :func:`count_invalid_utf8` of the
+    documents where reading knows it (the native reader reads well-formed UTF-8 only:
+    ``(0, 0)``), else None. ``bad`` (the row policy, ``on_bad_row: reject``): a partition
+    Arrow's reader refuses is parsed line by line instead (:func:`_read_jsonl_lines`), each
+    bad line an empty document recorded in ``bad``; None: the reader's error."""
     if not (with_kept and spec.keep_columns):
         docs, _ = read_jsonl_native(data, spec)
         if docs is not None:
-            return docs, None
+            return docs, None, (0, 0)
     try:
-        return _read_jsonl_arrow(data, spec, with_kept)
+        return (*_read_jsonl_arrow(data, spec, with_kept), None)
     except (ValueError, InputError):   # pa.ArrowInvalid and json's errors are ValueErrors
         if bad is None:
             raise
-    return _read_jsonl_lines(data, spec, with_kept, bad)
+    return (*_read_jsonl_lines(data, spec, with_kept, bad), None)
 
 
 def _read_jsonl_arrow(data: bytes, spec: PartitionSpec, with_kept: bool):

@@ -26,7 +26,7 @@ from .utf8 import count_invalid_utf8
 
 def _read_documents(spec: PartitionSpec, with_kept: bool, bad: list | None = None):
     """``(documents, kept, invalid)``: ``invalid`` is :func:`count_invalid_utf8` of the
-    documents where reading found it (text), else None. ``bad``: the row policy
+    documents where reading found it (text, JSON Lines read natively), else None. ``bad``: the row policy
     (``on_bad_row: reject``): a row that cannot be read (a JSON Lines line that is not a
     JSON object, a CSV record with another number of fields, a non-text value in the text
     column) is an empty document (null) and ``(its index in the partition, the reason)`` is
@@ -40,7 +40,7 @@ def _read_documents(spec: PartitionSpec, with_kept: bool, bad: list | None = Non
                 return partition_documents(spec, [lines, lines]), None, None
             return lines, None, invalid
         if spec.format == "jsonl":
-            return (*read_jsonl(read_bytes(spec), spec, with_kept, bad), None)
+            return read_jsonl(read_bytes(spec), spec, with_kept, bad)
         if spec.format == "json":
             return (*read_json_array(read_bytes(spec), spec, with_kept, bad), None)
         if spec.format in ("csv", "tsv"):
