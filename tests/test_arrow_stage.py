@@ -208,3 +208,47 @@ def test_table_metadata_columns_are_the_outputs(tok):
         np.testing.assert_array_equal(col.to_numpy(), meta[:, k])
     np.testing.assert_array_equal(table.column("window").to_numpy(),
                                   _naive_windows(out.doc_row_offsets, len(meta)))
+
+
+def _job_options(**keys) -> dict:
+    """The options a batch job passes to its partition writer for these config keys."""
+    from daskwp.jobs import make_config
+    from daskwp.jobs.driver import _PARTITION_OPTIONS
+    cfg = make_config(dict(input="in.txt", output="out", **keys))
+    return {k: getattr(cfg, k) for k in _PARTITION_OPTIONS}
+
+
+@pytest.mark.parametrize("keys", [{}, {"padding": "max_length"}, {"truncation": True}],
+                         ids=["ragged", "max_length", "truncated"])
+@requires_data
+def test_job_options_take_the_encode_path_and_write_the_same_part(tmp_path, tok, docs,
+                                                                    monkeypatch, keys):
+    """A job's options (``offsets_unit`` is always set, ``return_offsets_mapping`` off) take
+    the encode + fill path; the part is byte for byte the one ``tok(...)`` gives."""
+    options = _job_options(max_length=48, stride=8, **keys)
+    assert options["offsets_unit"] and not options["return_offsets_mapping"]
+    assert tasks._plain(options)
+    assert not tasks._plain(dict(options, return_offsets_mapping=True))
+    texts = pa.array(docs, pa.string())
+    encoded = []
+    real_encode = type(tok).encode
+
+    def encode(self, *a, **k):
+        encoded.append(1)
+        return real_encode(self, *a, **k)
+
+    def write(name):
+        return write_tokenized_part(texts, tok, options, str(tmp_path / name),
+                                    str(tmp_path / f".{name}.tmp"), logid_offset=5,
+                                    piece_bytes=8192)
+    monkeypatch.setattr(type(tok), "encode", encode)
+    plain = write("plain.parquet")
+    assert encoded   # the encode + fill path ran
+    monkeypatch.setattr(tasks, "_plain", lambda options: False)
+    del encoded[:]
+    called = write("called.parquet")
+    assert not encoded   # tok(...) on each piece
+    assert (tmp_path / "plain.parquet").read_bytes() == \
+        (tmp_path / "called.parquet").read_bytes()
+    for k in ("rows", "tokens", "unknown_tokens", "documents", "length_counts"):
+        assert plain[k] == called[k], k

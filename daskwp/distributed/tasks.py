@@ -410,13 +410,26 @@ def _account(stats: dict, table, out_meta, enc, tok, options, doc_rows=None) -> 
     stats["unknown_tokens"] += owned_unknown_tokens(table, tok.vocab.unk_id)
 
 
+#: Options that only qualify another one (the unit of ``return_offsets_mapping``'s
+#: offsets): they change nothing while that one is off.
+_QUALIFIERS = {"offsets_unit": "return_offsets_mapping"}
+
+
 def _plain(options: dict) -> bool:
     """Whether a call asks for ids, mask and metadata only (the encode + native fill path):
     no per-position output and no overflow option (``return_overflowing_tokens`` changes
-    the rows of a truncating call)."""
+    the rows of a truncating call). A qualifier (:data:`_QUALIFIERS`: ``offsets_unit``,
+    which every job sets) counts only with the option it qualifies."""
     extra = [k for k in call_options(options) if k not in WINDOW_OPTIONS]
-    return not any(options[k] for k in extra if k != "mask_dtype") and \
+    return not any(options[k] for k in extra if k != "mask_dtype" and
+                   (k not in _QUALIFIERS or options.get(_QUALIFIERS[k]))) and \
         options.get("mask_dtype", "int32") == "int32"
+
+
+def _bert_frame(tok) -> bool:
+    """Whether ``tok`` frames rows as :func:`~daskwp.backends.cpu.windows_from_encoding`
+    does (BERT's ``[CLS] ... [SEP]`` from the vocabulary): its post-processor is BERT's."""
+    return getattr(getattr(tok, "processor", None), "kind", None) == "bert"
 
 
 def _pair_pieces(table, piece_bytes: int):
@@ -450,7 +463,7 @@ def _write_pieces(texts, tok, options, logid_offset, with_mask, writer, stats, c
 
     t = time.thread_time()
     pairs = _is_pairs(texts)
-    plain = not pairs and _plain(options)
+    plain = not pairs and _plain(options) and _bert_frame(tok)
     if pairs:
         table = _pair_table(texts)
         pieces = list(_pair_pieces(table, piece_bytes)) or [(table.slice(0, 0), 0)]
