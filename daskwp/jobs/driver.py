@@ -580,12 +580,89 @@ def _task_failure(exc: BaseException, what: str) -> JobError:
     return JobError(f"{what} failed: {type(exc).__name__}: {exc}")
 
 
-def run_graph(graph: JobGraph, client, on_write: Callable[[int, dict], None]) -> dict:
+#: Seconds without a task of the job finishing after which the driver logs what it waits
+#: for (:class:`StallWatch`), and again after as many more.
+STALL_REPORT_SECONDS = 600.0
+
+
+class StallWatch:
+    """A diagnostic of a job that stops moving on a cluster (the driver waits for results,
+    the workers look idle): after ``seconds`` without a future of ``futures`` finishing,
+    ``log`` gets which tasks are not done, where each one runs or which of its inputs it
+    waits on (from ``dsk``), and what each worker is processing; again after as many more
+    seconds. It changes nothing else. :meth:`finished` with each result's key;
+    :meth:`stop` at the end."""
+
+    def __init__(self, client, futures, dsk: dict, log: Callable[[str], None],
+                 seconds: float = STALL_REPORT_SECONDS):
+        import threading
+        self.client, self.futures, self.dsk, self.log = client, futures, dsk, log
+        self.seconds = float(seconds)
+        self.last = time.monotonic()
+        self.done: set = set()
+        self.reports = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="daskwp-stall-watch",
+                                        daemon=True)
+        self._thread.start()
+
+    def finished(self, key) -> None:
+        self.done.add(key)
+        self.last = time.monotonic()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        reported = self.last
+        while not self._stop.wait(min(self.seconds / 4, 15.0)):
+            now = time.monotonic()
+            if now - max(self.last, reported) >= self.seconds:
+                reported = now
+                try:
+                    text = self.describe(now - self.last)
+                except Exception as e:   # the diagnostic must never fail the job
+                    text = (f"no task finished for {now - self.last:.0f} s (no details: "
+                            f"{type(e).__name__}: {e})")
+                self.reports += 1
+                self.log(f"daskwp: stall: {text}")
+
+    def describe(self, idle: float) -> str:
+        """What the job waits for, in a few lines."""
+        done = self.done | {f.key for f in self.futures if f.done()}
+        pending = [f for f in self.futures if f.key not in done]
+        processing = self.client.processing()   # worker -> keys it runs or has queued
+        where = {k: w for w, keys in processing.items() for k in keys}
+        lines = [f"no task finished for {idle:.0f} s; {len(pending)} of {len(self.futures)}"
+                 f" results not in:"]
+        for f in pending[:20]:
+            task = self.dsk.get(f.key)
+            deps = sorted(getattr(task, "dependencies", ()) or (), key=str)
+            waiting = [d for d in deps if d not in done]
+            on = (f"processing on {where[f.key]}" if f.key in where else
+                  "on no worker" + (f", waiting on {', '.join(map(str, waiting[:5]))}"
+                                    if waiting else " (its inputs are done)"))
+            lines.append(f"  {f.key}: {on}")
+        if len(pending) > 20:
+            lines.append(f"  ... and {len(pending) - 20} more")
+        for w, keys in sorted(processing.items()):
+            lines.append(f"  worker {w}: {len(keys)} tasks processing")
+        if not processing:
+            lines.append("  no worker")
+        return "\n".join(lines)
+
+
+def run_graph(graph: JobGraph, client, on_write: Callable[[int, dict], None],
+              log: Callable[[str], None] | None = None,
+              stall_seconds: float = STALL_REPORT_SECONDS) -> dict:
     """Run a job graph on ``client`` (a ``distributed.Client``, an
     :class:`~daskwp.distributed.local.InProcess` scheduler, or None: dask's synchronous
     scheduler), calling
     ``on_write(i, stats)`` as each part is written. Returns the values of the offset and
-    count keys. A failing task raises its JobError (naming the partition)."""
+    count keys. A failing task raises its JobError (naming the partition). On a
+    ``distributed.Client``, ``log`` (when given) gets a :class:`StallWatch` report after
+    ``stall_seconds`` without a result."""
     from ..distributed.local import InProcess
     keys = graph.offset_keys + graph.count_keys + list(graph.write_keys.values())
     part_of = {k: i for i, k in graph.write_keys.items()}
@@ -616,10 +693,14 @@ def run_graph(graph: JobGraph, client, on_write: Callable[[int, dict], None]) ->
     if writes:
         futures += client.get({k: graph.dsk[k] for k in writes}, list(writes), sync=False,
                               priority=0)
+    watch = StallWatch(client, [*futures, tok_future], graph.dsk, log,
+                       stall_seconds) if log else None
     try:
         # Results come with the completions, fetched in batches: one slow host does not
         # make every small offset and count result a round trip of its own.
         for fut, result in as_completed(futures, with_results=True, raise_errors=False):
+            if watch is not None:
+                watch.finished(fut.key)
             key = fut.key
             what = f"partition {part_of[key]}" if key in part_of else f"task {key}"
             if fut.status == "error":
@@ -637,6 +718,8 @@ def run_graph(graph: JobGraph, client, on_write: Callable[[int, dict], None]) ->
                        f"parts are kept: run the same command again (against a running "
                        f"scheduler) to resume") from e
     finally:
+        if watch is not None:
+            watch.stop()
         try:
             client.cancel([f for f in (*futures, tok_future) if not f.done()])
         except OSError:
@@ -870,7 +953,7 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
                 merger.part_done(i)
 
         try:
-            values = run_graph(graph, runner, got_part)
+            values = run_graph(graph, runner, got_part, log)
         finally:
             prog.close()
         work_seconds = time.perf_counter() - t_work
