@@ -129,3 +129,34 @@ def test_arrow_numpy_conversions_equal_pyarrows():
     assert arrow_of_numpy(np.array([True, False])).equals(pa.array([True, False]))
     texts = empty_texts(3)
     assert texts.type == pa.large_string() and texts.to_pylist() == ["", "", ""]
+
+
+def _pool_after_worker_state(env: dict) -> str:
+    import os
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("MALLOC_TRIM_THRESHOLD_", "ARROW_DEFAULT_MEMORY_POOL",
+                          "DASKWP_WORKER_MALLOC")}
+    code = ("import pyarrow as pa\nfrom daskwp.distributed.state import WorkerState\n"
+            "before = pa.default_memory_pool().backend_name\nWorkerState()\n"
+            "print(before, pa.default_memory_pool().backend_name)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=REPO, timeout=120, env={**clean, **env})
+    assert res.returncode == 0, res.stderr
+    return res.stdout.split()
+
+
+def test_a_nannys_worker_gives_arrow_allocations_to_jemalloc():
+    """In a nanny's worker (``MALLOC_TRIM_THRESHOLD_`` set) the per-worker state makes
+    Arrow's default pool jemalloc (docs/design.md §3.5); not elsewhere, not when
+    ``ARROW_DEFAULT_MEMORY_POOL`` chose one, not with ``DASKWP_WORKER_MALLOC=0``."""
+    try:
+        pa.jemalloc_memory_pool()
+    except NotImplementedError:
+        pytest.skip("this pyarrow has no jemalloc pool")
+    default, after = _pool_after_worker_state({})
+    assert after == default != "jemalloc"
+    assert _pool_after_worker_state({"MALLOC_TRIM_THRESHOLD_": "65536"}) == [default, "jemalloc"]
+    assert _pool_after_worker_state({"MALLOC_TRIM_THRESHOLD_": "65536",
+                                     "DASKWP_WORKER_MALLOC": "0"}) == [default, default]
+    assert _pool_after_worker_state({"MALLOC_TRIM_THRESHOLD_": "65536",
+                                     "ARROW_DEFAULT_MEMORY_POOL": "system"}) == ["system"] * 2

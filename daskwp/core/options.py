@@ -720,8 +720,10 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
          "reports it)", cli_flag=False, env="DASKWP_HOST_POOL_MB"),
     _opt("worker_malloc", True, check_bool, "true or false", False, (ENV,),
          "in a Dask worker whose nanny set MALLOC_TRIM_THRESHOLD_ below 128 MB, raise "
-         "glibc's mmap and trim thresholds to 32 and 128 MB (docs/design.md §3.5); false: "
-         "leave malloc alone", cli_flag=False, env="DASKWP_WORKER_MALLOC"),
+         "glibc's mmap and trim thresholds to 32 and 128 MB, and in any nanny's worker make "
+         "Arrow's default memory pool jemalloc unless ARROW_DEFAULT_MEMORY_POOL is set "
+         "(docs/design.md §3.5); false: leave malloc alone", cli_flag=False,
+         env="DASKWP_WORKER_MALLOC"),
     _opt("debug", False, check_bool, "true or false", False, (ENV,),
          "the daskwp command raises a failed job's exception with its traceback instead of "
          "printing one error line, and -q keeps standard error as it is", cli_flag=False,

@@ -17,7 +17,7 @@ import sys
 import threading
 
 from ..backends.cpu import word_cache_release
-from ..backends.memory import tune_worker_malloc
+from ..backends.memory import tune_worker_arrow_pool, tune_worker_malloc
 from ..core.cache import BoundedCache, clear_caches
 
 __all__ = ["WorkerState", "cached_tokenizer", "cached_tokenizer_keys", "current_state",
@@ -39,8 +39,10 @@ class WorkerState:
     def __init__(self, name: str = "worker_tokenizers"):
         self.tokenizers = BoundedCache(name, TOKENIZERS_PER_WORKER)
         # Every partition task reaches its tokenizer through a state: under a nanny's
-        # MALLOC_TRIM_THRESHOLD_ the process's malloc is tuned first (docs/design.md §3.5).
+        # MALLOC_TRIM_THRESHOLD_ the process's malloc and Arrow's pool are tuned first
+        # (docs/design.md §3.5).
         tune_worker_malloc()
+        tune_worker_arrow_pool()
 
     def tokenizer(self, tok):
         """The first instance of a tokenizer equal to ``tok`` this state has seen."""
