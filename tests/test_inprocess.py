@@ -154,7 +154,7 @@ def test_summary_and_job_file_record_which_ran(tmp_path, capsys):
     assert "<= in_process_max_bytes" in run["why"]
     assert json.loads((out / "_job.json").read_text())["run"] == run
     line = next(l for l in printed.splitlines() if l.strip().startswith("ran on"))
-    assert "in-process threads" in line and "in_process_max_bytes 1 GB" in line, line
+    assert "in-process threads" in line and "in_process_max_bytes 16 GB" in line, line
     # nothing to do: nothing started, and the summary says so
     assert main(["tokenize", inp, str(out), "--partition-size", "8KB", "-q"]) == 0
     run = json.loads((out / "_summary.json").read_text())["run"]
@@ -170,8 +170,8 @@ def test_a_cluster_run_records_its_workers(tmp_path, client):
 
 @pytest.mark.parametrize("keys, size, want", [
     ({}, 1000, "threads"),
-    ({}, 10**9, "threads"),                              # the default limit: 1GB
-    ({}, 10**9 + 1, None),
+    ({}, 16 * 10**9, "threads"),                         # the default limit: 16GB
+    ({}, 16 * 10**9 + 1, None),
     ({"in_process_max_bytes": "10kB"}, 10_001, None),
     ({"in_process_max_bytes": "10kB"}, 10_000, "threads"),
     ({"in_process_max_bytes": 0}, 0, None),              # 0: always a cluster
