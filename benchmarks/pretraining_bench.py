@@ -201,7 +201,8 @@ def main() -> int:
             rss = client.run(peak_rss_bytes)
             caches = client.run(kept_caches)
             stages = {"megatron": dict(s["cpu_seconds"],
-                                       merge=s["megatron"]["merge_cpu_seconds"])}
+                                       merge=s["megatron"]["merge_cpu_seconds"],
+                                       merge_tail=s["megatron"]["merge_tail_cpu_seconds"])}
             rows.append(("daskwp --output-format megatron --append-eod", megatron,
                          f"{megatron / kernel:.2f}x kernel"))
             t0 = time.perf_counter()
@@ -266,7 +267,9 @@ def main() -> int:
                               for m, h in caches.values()) + ".", "",
                   "CPU seconds per stage (`_summary.json` `cpu_seconds`, summed over the "
                   "workers' task threads; the kernel's own threads are not in them; "
-                  "`merge`: the driver's, Megatron's `merge_cpu_seconds`). The bare kernel "
+                  "`merge`: the driver's, Megatron's `merge_cpu_seconds`, appending each part "
+                  "as it completes; `merge_tail`: those of them after the last part was "
+                  "written, `merge_tail_cpu_seconds`). The bare kernel "
                   f"took {kernel_cpu:.2f} CPU seconds (all its threads) over the same text.",
                   "", "| job | " + " | ".join(sorted({k for v in stages.values() for k in v}))
                   + " |", "|---" * (1 + len({k for v in stages.values() for k in v})) + "|"]

@@ -150,3 +150,20 @@ def test_frame_pieces_refuses_ids_the_dtype_cannot_hold():
         frame_pieces(np.array([300], np.int32), np.array([1]), np.uint8)
     with pytest.raises(ValueError, match="lengths add up to 3 tokens, values holds 2"):
         frame_pieces(np.array([1, 2], np.int32), np.array([3]), np.int32, 101, 102)
+
+
+@requires_data
+def test_a_partition_keeps_no_freed_host_pool_blocks(tmp_path):
+    """A Megatron partition hands the host pool's freed blocks (its text, its slices' ids)
+    back when it is written: the pool's cache does not grow from partition to partition."""
+    import daskwp
+    from test_megatron import _jsonl, _mixed_documents
+    inp = _jsonl(tmp_path / "docs.jsonl", _mixed_documents() * 130)   # 12.5 MB of text
+    daskwp.memory.release()
+    s = run_job(make_config(dict(input=inp, output=str(tmp_path / "o"),
+                                 output_format="megatron", append_eod=True,
+                                 vocab=str(vocab_path("bert-base-uncased")),
+                                 scheduler_address="synchronous", quiet=True,
+                                 partition_size="7MB")))
+    assert s["partitions"] > 1
+    assert daskwp.memory.info()["host_pool"]["cached"] == 0

@@ -28,6 +28,7 @@ import uuid
 
 import numpy as np
 
+from ..backends.memory import release_host_memory
 from ..core.lengths import LengthCounts
 from ..distributed.state import cached_tokenizer
 from ..distributed.tasks import text_bytes
@@ -163,7 +164,7 @@ def write_megatron_partition(spec, logid_offset: int, out_dir: str, tokenizer, o
             stats = write_pair_from(tmp, megatron_slices(tok, texts, options, to_device,
                                                          clock), dtype, fsync=True)
             del texts
-            _release_arrow_memory()
+            _release_partition_memory()
             stats["length_counts"] = LengthCounts.of(stats.pop("document_lengths")).to_json()
             stats.update(partition=spec.index, logid_offset=int(logid_offset),
                          text_bytes=n_bytes, invalid_utf8_bytes=bad_bytes,
@@ -185,11 +186,16 @@ def write_megatron_partition(spec, logid_offset: int, out_dir: str, tokenizer, o
     return stats
 
 
-def _release_arrow_memory() -> None:
-    """Hand back to the system what Arrow's allocator keeps of freed buffers (the
-    partition's text, the JSON reader's blocks) before the next partition is read."""
+def _release_partition_memory() -> None:
+    """Hand back to the system what Arrow's allocator and the kernel's host pool keep of
+    freed buffers (the partition's text, the JSON reader's blocks, the slices' ids) before
+    the next partition is read: the pool kept blocks of every size the slices and
+    partitions asked for, and its cached bytes grew from partition to partition (86, 103,
+    138 MB over three 29 MB partitions); a partition's buffers are few and large, and
+    allocating them again cost no measurable CPU (64 MB in 5 partitions)."""
     import pyarrow as pa
     pa.default_memory_pool().release_unused()
+    release_host_memory()
 
 
 def verify_megatron_output(out_dir: str, plan) -> None:
