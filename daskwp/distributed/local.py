@@ -13,11 +13,30 @@ in-process never pays for them (docs/batch-jobs.md "Clusters").
 
 from __future__ import annotations
 
+import threading
 from typing import Callable
 
 from ..core.options import IN_PROCESS_SCHEDULERS
 
-__all__ = ["InProcess"]
+__all__ = ["InProcess", "in_process_share"]
+
+#: The :class:`InProcess` whose task a pool thread runs (``runner``), per thread.
+_THREAD = threading.local()
+
+
+def in_process_share() -> int | None:
+    """The kernel threads a task on an :class:`InProcess` thread may use now: the cores
+    shared among the tasks running at this moment, so that a partition left alone at the
+    end of a job (the others done) tokenizes its next pieces on every core. None on any
+    other thread (a worker's, the caller's)."""
+    runner = getattr(_THREAD, "runner", None)
+    return None if runner is None else runner.share()
+
+
+def _start_thread(runner: "InProcess") -> None:
+    from ..backends.cpu import set_task_num_threads
+    set_task_num_threads(runner.kernel_threads)
+    _THREAD.runner = runner
 
 
 class InProcess:
@@ -28,7 +47,10 @@ class InProcess:
     when known: the cores are shared among the threads that have one, and each task's
     tokenizer calls get that share as their kernel threads (``kernel_threads``; a
     partition alone gets every core, as on dask's synchronous scheduler; see
-    :func:`daskwp.backends.cpu.set_task_num_threads`).
+    :func:`daskwp.backends.cpu.set_task_num_threads`). While a graph runs, ``running``
+    counts its tasks in flight and :func:`in_process_share` gives a partition writer the
+    cores shared among them before each piece (the last partition of a job, left alone,
+    takes the cores the others freed).
     """
 
     def __init__(self, scheduler: str = "threads", num_workers: int | None = None,
@@ -43,6 +65,8 @@ class InProcess:
         elif num_workers is None:
             num_workers = CPU_COUNT
         self.num_workers = int(num_workers)
+        self.cores = int(CPU_COUNT)
+        self.running = 0   # tasks submitted and not yet collected (the calling thread counts)
         self.tasks = tasks
         busy = min(self.num_workers, max(1, tasks if tasks is not None else self.num_workers))
         # one thread at a time (synchronous): the kernel's own default, every core
@@ -55,6 +79,10 @@ class InProcess:
 
     def __reduce__(self):
         return InProcess, (self.scheduler, self.num_workers, self.tasks)
+
+    def share(self) -> int:
+        """The cores shared among the tasks running now (at least 1 each)."""
+        return max(1, self.cores // max(1, self.running))
 
     def describe(self) -> dict:
         """What ran, as a job records it: ``{"mode": "threads", "threads": N,
@@ -80,28 +108,41 @@ class InProcess:
             return self._get(get_sync, dsk, keys, on_result)
         from concurrent.futures import ThreadPoolExecutor
 
-        from ..backends.cpu import set_task_num_threads
-
         from dask.threaded import get
         # A pool of the call's own: when a task fails or the call is interrupted, the tasks
         # running on other threads finish before it returns, so that nothing writes into
         # the output after the caller has cleaned up (a job's temporary files).
         pool = ThreadPoolExecutor(self.num_workers, thread_name_prefix="daskwp-task",
-                                  initializer=set_task_num_threads,
-                                  initargs=(self.kernel_threads,))
+                                  initializer=_start_thread, initargs=(self,))
+        self.running = 0
+
+        def started(key):
+            self.running += 1
+
+        def finished(key):
+            self.running -= 1
         try:
-            return self._get(get, dsk, keys, on_result, pool=pool)
+            return self._get(get, dsk, keys, on_result, pool=pool, started=started,
+                             finished=finished)
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
+            self.running = 0
 
     @staticmethod
-    def _get(get, dsk, keys, on_result, **kwargs) -> list:
-        if on_result is None:
+    def _get(get, dsk, keys, on_result, started=None, finished=None, **kwargs) -> list:
+        if on_result is None and started is None:
             return list(get(dsk, keys, **kwargs))
         from dask.callbacks import Callback
 
-        def posttask(key, result, dsk_, state, worker_id):
-            on_result(key, result)
+        def pretask(key, dsk_, state):
+            if started is not None:
+                started(key)
 
-        with Callback(posttask=posttask):
+        def posttask(key, result, dsk_, state, worker_id):
+            if finished is not None:
+                finished(key)
+            if on_result is not None:
+                on_result(key, result)
+
+        with Callback(pretask=pretask, posttask=posttask):
             return list(get(dsk, keys, **kwargs))
