@@ -127,6 +127,8 @@ def test_arrow_numpy_conversions_equal_pyarrows():
     flags = pa.array([True, False, True])
     np.testing.assert_array_equal(numpy_of_arrow(flags), flags.to_numpy(zero_copy_only=False))
     assert arrow_of_numpy(np.array([True, False])).equals(pa.array([True, False]))
+    empty = pa.Array.from_buffers(pa.int64(), 0, [None, None])   # no data buffer
+    assert numpy_of_arrow(empty).dtype == np.int64 and len(numpy_of_arrow(empty)) == 0
     texts = empty_texts(3)
     assert texts.type == pa.large_string() and texts.to_pylist() == ["", "", ""]
 

@@ -88,7 +88,10 @@ def numpy_of_arrow(arr) -> np.ndarray:
     if arr.null_count or not (pa.types.is_integer(t) or pa.types.is_floating(t)):
         return arr.to_numpy(zero_copy_only=False)
     dtype = np.dtype(t.to_pandas_dtype())
-    return np.frombuffer(arr.buffers()[1], dtype=dtype, count=len(arr) + arr.offset)[arr.offset:]
+    data = arr.buffers()[1]
+    if data is None:   # an empty array may have no data buffer
+        return np.zeros(0, dtype=dtype)
+    return np.frombuffer(data, dtype=dtype, count=len(arr) + arr.offset)[arr.offset:]
 
 
 def empty_texts(n: int = 1) -> pa.Array:
