@@ -167,3 +167,39 @@ def test_a_partition_keeps_no_freed_host_pool_blocks(tmp_path):
                                  partition_size="7MB")))
     assert s["partitions"] > 1
     assert daskwp.memory.info()["host_pool"]["cached"] == 0
+
+
+@requires_data
+def test_records_hold_the_part_checksum_and_older_sha256_records_resume(tmp_path):
+    """A part record holds each file's 128-bit part checksum (``hash128``, computed as the
+    pair is written); records of earlier versions (``sha256``) are still verified: kept
+    when their files match, rewritten when one does not."""
+    import json
+
+    from daskwp.frames.part_writer import SHA256_CHECKSUM_KEY
+    from daskwp.jobs.records import file_digest
+    from test_megatron import _jsonl, _mixed_documents
+    inp = _jsonl(tmp_path / "docs.jsonl", _mixed_documents())
+    values = dict(input=inp, output=str(tmp_path / "o"), output_format="megatron",
+                  vocab=str(vocab_path("bert-base-uncased")), scheduler_address="synchronous",
+                  quiet=True, partition_size="20KB")
+    s = run_job(make_config(values))
+    n = s["partitions"]
+    want = {ext: Path(s["megatron"]["prefix"] + ext).read_bytes() for ext in (".bin", ".idx")}
+    records = sorted((tmp_path / "o").glob("part-*.json"))
+    assert len(records) == n > 2
+    for r in records:
+        rec = json.loads(r.read_text())
+        for name, f in rec["files"].items():
+            assert set(f) == {"bytes", "hash128"}
+            assert f["hash128"] == file_digest(str(tmp_path / "o" / name))
+            del f["hash128"]   # as an earlier version wrote it
+            f["sha256"] = file_digest(str(tmp_path / "o" / name), SHA256_CHECKSUM_KEY)
+        r.write_text(json.dumps(rec))
+    data = bytearray((tmp_path / "o" / "part-00001.bin").read_bytes())
+    data[0] ^= 0xFF
+    (tmp_path / "o" / "part-00001.bin").write_bytes(bytes(data))
+    s2 = run_job(make_config(values))
+    assert s2["partitions_skipped"] == n - 1 and s2["partitions_written"] == 1
+    for ext in (".bin", ".idx"):
+        assert Path(s2["megatron"]["prefix"] + ext).read_bytes() == want[ext]

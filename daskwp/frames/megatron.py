@@ -99,11 +99,12 @@ def _check_lengths(lengths) -> np.ndarray:
     return lengths.astype(np.int32, copy=False)
 
 
-def write_index(path: str, sequence_lengths, document_indices, dtype) -> None:
+def write_index(path: str, sequence_lengths, document_indices, dtype, *,
+                digest=None) -> None:
     """Write the ``.idx`` of a text dataset: ``sequence_lengths`` (tokens per sequence),
     ``document_indices`` (starting with 0, one more than the documents, non-decreasing,
     ending at the number of sequences) and the token ``dtype``. The bytes are those of
-    megatron-core's ``_IndexWriter``."""
+    megatron-core's ``_IndexWriter``. ``digest``: a hash object updated with them."""
     lengths = _check_lengths(sequence_lengths)
     docs = np.asarray(document_indices, dtype=np.int64)
     if len(docs) == 0 or docs[0] != 0 or docs[-1] != len(lengths) or \
@@ -111,10 +112,22 @@ def write_index(path: str, sequence_lengths, document_indices, dtype) -> None:
         raise ValueError(f"document_indices must start at 0, never decrease and end at the "
                          f"number of sequences ({len(lengths)}); got "
                          f"{docs[:3].tolist()}...{docs[-3:].tolist()} ({len(docs)} entries)")
-    with open(path, "wb") as fh:
+    with open(path, "wb") as raw:
+        fh = raw if digest is None else _Hashing(raw, digest)
         fh.write(_header(dtype, len(lengths), len(docs)))
         for a in (lengths, _pointers(lengths, np.dtype(dtype).itemsize), docs):
             _write_array(fh, a)
+
+
+class _Hashing:
+    """A file object that updates ``digest`` with every buffer written to ``fh``."""
+
+    def __init__(self, fh, digest):
+        self.fh, self.digest = fh, digest
+
+    def write(self, data) -> int:
+        self.digest.update(data)
+        return self.fh.write(data)
 
 
 def _write_array(fh, a: np.ndarray) -> None:
@@ -594,15 +607,20 @@ def megatron_slices(tokenizer, texts, options: dict, to_device=None, clock=None)
         yield out
 
 
-def write_pair_from(prefix: str, pieces, dtype, *, fsync: bool = False) -> dict:
+def write_pair_from(prefix: str, pieces, dtype, *, fsync: bool = False,
+                    digests: dict | None = None) -> dict:
     """Write ``prefix.bin`` / ``prefix.idx`` from consecutive ``(tokens, sequence_lengths,
     document_indices, stats)`` pieces (:func:`megatron_slices`): the bytes
     :func:`write_pair` writes for them concatenated. ``.bin`` data is streamed; returns the
-    pieces' statistics added up (``document_lengths`` concatenated)."""
+    pieces' statistics added up (``document_lengths`` concatenated). ``digests``: hash
+    objects by ``".bin"`` / ``".idx"``, updated with each file's bytes as they are written
+    (its checksum without reading it back)."""
     dtype = np.dtype(dtype)
     lengths, docs, stats = [], [np.zeros(1, np.int64)], {}
     sequences = 0
-    with open(prefix + ".bin", "wb") as fh:
+    digests = digests or {}
+    with open(prefix + ".bin", "wb") as raw:
+        fh = raw if digests.get(".bin") is None else _Hashing(raw, digests[".bin"])
         for tokens, lens, doc_idx, st in pieces:
             if tokens.dtype != dtype:
                 raise ValueError(f"a piece holds {tokens.dtype} tokens, the dataset {dtype}")
@@ -616,12 +634,13 @@ def write_pair_from(prefix: str, pieces, dtype, *, fsync: bool = False) -> dict:
                 else:
                     stats[k] = stats.get(k, 0) + v
         if fsync:
-            fh.flush()
-            os.fsync(fh.fileno())
+            raw.flush()
+            os.fsync(raw.fileno())
     if "document_lengths" in stats:
         stats["document_lengths"] = np.concatenate(stats["document_lengths"])
     write_index(prefix + ".idx", np.concatenate(lengths) if lengths else
-                np.zeros(0, np.int32), np.concatenate(docs), dtype)
+                np.zeros(0, np.int32), np.concatenate(docs), dtype,
+                digest=digests.get(".idx"))
     if fsync:
         with open(prefix + ".idx", "rb+") as fh:
             os.fsync(fh.fileno())

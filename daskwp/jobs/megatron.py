@@ -33,6 +33,7 @@ from ..core.lengths import LengthCounts
 from ..distributed.state import cached_tokenizer
 from ..distributed.tasks import text_bytes
 from ..frames import storage
+from ..frames.part_writer import checksum_hash, checksum_hex
 from ..frames.megatron import (PairAppender, index_size, megatron_slices, merge_pairs,
                                merge_pairs_in, read_index, token_dtype, write_pair_from)
 from .errors import ConfigError, JobError
@@ -161,8 +162,11 @@ def write_megatron_partition(spec, logid_offset: int, out_dir: str, tokenizer, o
         tmp = temporary_path(staging, spec.index)
         try:
             # the slices' sequences streamed into the pair: tokenize, frame, write
+            # the files' part checksums computed as they are written (commit_part's)
+            hashes = {ext: checksum_hash() for ext in (".bin", ".idx")}
             stats = write_pair_from(tmp, megatron_slices(tok, texts, options, to_device,
-                                                         clock), dtype, fsync=True)
+                                                         clock), dtype, fsync=True,
+                                    digests=hashes)
             del texts
             _release_partition_memory()
             stats["length_counts"] = LengthCounts.of(stats.pop("document_lengths")).to_json()
@@ -174,7 +178,7 @@ def write_megatron_partition(spec, logid_offset: int, out_dir: str, tokenizer, o
                                          file_offset)
             commit_part(staging, spec.index, n_partitions, job_id, stats,
                         {prefix + ".bin": tmp + ".bin", prefix + ".idx": tmp + ".idx"},
-                        rejects)
+                        rejects, {prefix + ext: checksum_hex(h) for ext, h in hashes.items()})
         finally:
             _remove_pair(tmp)
         publish_part(folder, staging, spec.index, n_partitions)

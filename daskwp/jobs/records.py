@@ -3,10 +3,12 @@
 
 A part's files are written under hidden temporary names and fsync'ed; then
 :func:`commit_part` writes the record ``part-NNNNN.json`` (the job id, the partition, its
-statistics, and the size and SHA-256 of every file), renames the files to their names, and
+statistics, and the size and checksum of every file: ``hash128``, the part checksum of
+Parquet parts' ``daskwp.data_hash128``, a 128-bit native hash; records of earlier versions
+hold ``sha256``, the first 128 bits of SHA-256), renames the files to their names, and
 renames the record last: a part whose record exists is complete. :func:`check_part_record`
 is what a rerun asks: the record names this job and partition, and every file has the
-recorded size and checksum.
+recorded size and checksum (either kind).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import time
 import uuid
 
 from ..frames import storage
+from ..frames.part_writer import CHECKSUM_KEY, SHA256_CHECKSUM_KEY
 from .parts import (PART_SUFFIX, TMP_PREFIX, part_name, partition_failure,
                     read_counted_partition, rejects_path, checksum_of, write_rejects)
 
@@ -39,20 +42,29 @@ def temporary_path(out_dir: str, index: int, what: str = "") -> str:
     return os.path.join(out_dir, f"{TMP_PREFIX}{index}-{what}{uuid.uuid4().hex}")
 
 
-def file_digest(path: str) -> str:
-    """SHA-256 (first 128 bits, hex) of a file, read in 4 MB pieces."""
+#: A record's checksum field: the part checksum key it is computed with.
+_RECORD_CHECKSUMS = {"hash128": CHECKSUM_KEY, "sha256": SHA256_CHECKSUM_KEY}
+
+
+def file_digest(path: str, key: bytes = CHECKSUM_KEY) -> str:
+    """The part checksum of a file's bytes (``key``: the 128-bit native hash, or
+    ``daskwp.data_sha256``: the first 128 bits of SHA-256; hex), read in 4 MB pieces."""
     with storage.open_input(path) as fh:
-        return checksum_of(fh, fh.seek(0, os.SEEK_END))
+        return checksum_of(fh, fh.seek(0, os.SEEK_END), key)
 
 
 def commit_part(out_dir: str, index: int, n_partitions: int, job_id: str, stats: dict,
-                files: dict, written: tuple = ()) -> None:
+                files: dict, written: tuple = (), digests: dict | None = None) -> None:
     """Make partition ``index`` complete: ``files`` maps each final file name (in
     ``out_dir``) to the fsync'ed temporary file that holds it; ``written`` names files of
     the part already in place (its rejects file). Records ``stats`` with the sizes and
-    checksums of all of them, renames the files, then the record."""
+    checksums of all of them (``digests``: final name to the :func:`file_digest` its
+    writer computed as it wrote the file; the others are read back), renames the files,
+    then the record."""
     paths = {**{n: os.path.join(out_dir, n) for n in written}, **files}
-    stats["files"] = {name: {"bytes": os.path.getsize(tmp), "sha256": file_digest(tmp)}
+    digests = digests or {}
+    stats["files"] = {name: {"bytes": os.path.getsize(tmp),
+                             "hash128": digests.get(name) or file_digest(tmp)}
                       for name, tmp in paths.items()}
     record = temporary_path(out_dir, index, "record-")
     try:
@@ -103,7 +115,9 @@ def check_part_record(out_dir: str, index: int, n_partitions: int, job_id: str,
             return None
         for name, f in rec["files"].items():
             p = folder.join(name)
-            if storage.size(p) != f["bytes"] or file_digest(p) != f["sha256"]:
+            field = "hash128" if "hash128" in f else "sha256"
+            if storage.size(p) != f["bytes"] or \
+                    file_digest(p, _RECORD_CHECKSUMS[field]) != f[field]:
                 return None
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
