@@ -17,7 +17,7 @@ from daskwp.core.buckets import BucketedWindows
 from daskwp.core.lengths import LengthCounts
 from daskwp.distributed import tasks
 from daskwp.distributed.tasks import write_tokenized_part
-from daskwp.frames.partition import table_from_output, window_numbers
+from daskwp.frames.partition import frame_from_output, table_from_output, window_numbers
 
 UNCASED = "bert-base-uncased"
 
@@ -208,6 +208,10 @@ def test_table_metadata_columns_are_the_outputs(tok):
         np.testing.assert_array_equal(col.to_numpy(), meta[:, k])
     np.testing.assert_array_equal(table.column("window").to_numpy(),
                                   _naive_windows(out.doc_row_offsets, len(meta)))
+    frame = frame_from_output(out)   # the accessors' frame numbers its rows the same way
+    np.testing.assert_array_equal(frame["window"].to_numpy(),
+                                  _naive_windows(out.doc_row_offsets, len(meta)))
+    assert frame["window"].dtype == np.int32
 
 
 def _job_options(**keys) -> dict:

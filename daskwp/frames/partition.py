@@ -229,9 +229,7 @@ def frame_from_output(out, columns=None) -> pd.DataFrame:
     frame["input_ids"] = list_column(out["input_ids"])
     frame["attention_mask"] = list_column(out["attention_mask"])
     # The row number inside each document, from the rows each document starts at.
-    starts = np.asarray(out.doc_row_offsets, dtype=np.int64)
-    frame["window"] = (np.arange(len(meta), dtype=np.int64) -
-                       np.repeat(starts[:-1], np.diff(starts))).astype(np.int32)
+    frame["window"] = window_numbers(out.doc_row_offsets, len(meta))
     for name in _position_columns(out):
         frame[name] = list_column(out[name])
     return frame
