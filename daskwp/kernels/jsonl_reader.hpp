@@ -56,6 +56,49 @@ struct JsonlOutcome {
   int64_t rows = 0;
 };
 
+// Per lead byte of a UTF-8 sequence: its length (0: cannot lead) and the second byte's range.
+struct Lead {
+  uint8_t length, lo, hi;
+};
+struct LeadTable {
+  Lead at[256];
+  LeadTable() : at{} {
+    for (int c = 0xC2; c <= 0xF4; ++c) {
+      at[c] = {static_cast<uint8_t>(c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4), 0x80, 0xBF};
+    }
+    at[0xE0].lo = 0xA0;  // no overlong 3-byte forms
+    at[0xED].hi = 0x9F;  // no surrogates
+    at[0xF0].lo = 0x90;  // no overlong 4-byte forms
+    at[0xF4].hi = 0x8F;  // nothing above U+10FFFF
+  }
+};
+// Hex digit values (-1: not one); the byte each one-character escape stands for (0: none).
+struct HexTable {
+  int8_t at[256];
+  HexTable() {
+    for (int c = 0; c < 256; ++c)
+      at[c] = static_cast<int8_t>(c >= '0' && c <= '9' ? c - '0'
+                                  : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                  : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1);
+  }
+};
+struct EscapeTable {
+  uint8_t at[256];
+  EscapeTable() : at{} {
+    at['"'] = '"';
+    at['\\'] = '\\';
+    at['/'] = '/';
+    at['b'] = '\b';
+    at['f'] = '\f';
+    at['n'] = '\n';
+    at['r'] = '\r';
+    at['t'] = '\t';
+  }
+};
+inline const LeadTable kLead;
+inline const HexTable kHex;
+inline const EscapeTable kEscape;
+
 class JsonlReader {
  public:
   static constexpr size_t kSlack = 16;
@@ -153,20 +196,15 @@ class JsonlReader {
     return true;
   }
 
-  // Well-formed UTF-8 at s[j] (s[j] >= 0x80): its length, or 0.
+  // Well-formed UTF-8 at s[j] (s[j] >= 0x80): its length, or 0 (kLead: no overlongs,
+  // surrogates or code points above U+10FFFF).
   size_t utf8_length(size_t j) const {
-    const uint8_t c = s_[j];
-    if (c < 0xC2 || c > 0xF4) return 0;
-    const size_t need = c < 0xE0 ? 1 : c < 0xF0 ? 2 : 3;
-    uint8_t lo = 0x80, hi = 0xBF;
-    if (c == 0xE0) lo = 0xA0;
-    if (c == 0xED) hi = 0x9F;
-    if (c == 0xF0) lo = 0x90;
-    if (c == 0xF4) hi = 0x8F;
-    if (j + 1 >= n_ || s_[j + 1] < lo || s_[j + 1] > hi) return 0;
-    for (size_t k = 2; k <= need; ++k)
-      if (j + k >= n_ || (s_[j + k] & 0xC0) != 0x80) return 0;
-    return need + 1;
+    const Lead l = kLead.at[s_[j]];
+    if (!l.length || n_ - j < l.length) return 0;
+    if (s_[j + 1] < l.lo || s_[j + 1] > l.hi) return 0;
+    if (l.length > 2 && (s_[j + 2] & 0xC0) != 0x80) return 0;
+    if (l.length > 3 && (s_[j + 3] & 0xC0) != 0x80) return 0;
+    return l.length;
   }
 
   // The UTF-8 rule over the bytes >= 0x80 at p + (bits of `high`), from vpos on.
@@ -186,71 +224,52 @@ class JsonlReader {
 
   int hex4(size_t at) const {  // 4 hex digits at s[at], or -1
     if (at > n_ || n_ - at < 4) return -1;
-    int v = 0;
-    for (size_t k = 0; k < 4; ++k) {
-      const uint8_t c = s_[at + k];
-      int d;
-      if (c >= '0' && c <= '9') d = c - '0';
-      else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-      else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
-      else return -1;
-      v = v * 16 + d;
-    }
-    return v;
+    const int8_t* h = kHex.at;
+    const int a = h[s_[at]], b = h[s_[at + 1]], c = h[s_[at + 2]], d = h[s_[at + 3]];
+    if ((a | b | c | d) < 0) return -1;
+    return a << 12 | b << 8 | c << 4 | d;
   }
 
-  // An escape at s[p] == '\\': decoded to out + w when kStore.
+  // An escape at s[p] == '\\', p moved past it: decoded to out + w when kStore.
   template <bool kStore>
-  bool escape(uint8_t* out, size_t& w) {
-    if (p_ + 1 >= n_) return no("an unterminated string");
-    const uint8_t e = s_[p_ + 1];
-    uint8_t c;
-    switch (e) {
-      case '"': c = '"'; break;
-      case '\\': c = '\\'; break;
-      case '/': c = '/'; break;
-      case 'b': c = '\b'; break;
-      case 'f': c = '\f'; break;
-      case 'n': c = '\n'; break;
-      case 'r': c = '\r'; break;
-      case 't': c = '\t'; break;
-      case 'u': {
-        int cp = hex4(p_ + 2);
-        if (cp < 0) return no("an invalid \\u escape");
-        p_ += 6;
-        if (cp >= 0xDC00 && cp <= 0xDFFF) return no("a lone surrogate escape");
-        if (cp >= 0xD800 && cp <= 0xDBFF) {
-          if (n_ - p_ < 6 || s_[p_] != '\\' || s_[p_ + 1] != 'u')
-            return no("a lone surrogate escape");
-          const int lo = hex4(p_ + 2);
-          if (lo < 0xDC00 || lo > 0xDFFF) return no("a lone surrogate escape");
-          p_ += 6;
-          cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-        }
-        if (kStore) {
-          if (cp < 0x80) {
-            out[w++] = static_cast<uint8_t>(cp);
-          } else if (cp < 0x800) {
-            out[w++] = static_cast<uint8_t>(0xC0 | (cp >> 6));
-            out[w++] = static_cast<uint8_t>(0x80 | (cp & 0x3F));
-          } else if (cp < 0x10000) {
-            out[w++] = static_cast<uint8_t>(0xE0 | (cp >> 12));
-            out[w++] = static_cast<uint8_t>(0x80 | ((cp >> 6) & 0x3F));
-            out[w++] = static_cast<uint8_t>(0x80 | (cp & 0x3F));
-          } else {
-            out[w++] = static_cast<uint8_t>(0xF0 | (cp >> 18));
-            out[w++] = static_cast<uint8_t>(0x80 | ((cp >> 12) & 0x3F));
-            out[w++] = static_cast<uint8_t>(0x80 | ((cp >> 6) & 0x3F));
-            out[w++] = static_cast<uint8_t>(0x80 | (cp & 0x3F));
-          }
-        }
-        return true;
-      }
-      default:
-        return no("an invalid escape");
+  bool escape(size_t& p, uint8_t* out, size_t& w) {
+    if (n_ - p < 2) return no("an unterminated string");
+    const uint8_t e = s_[p + 1];
+    if (e != 'u') {
+      const uint8_t c = kEscape.at[e];
+      if (!c) return no("an invalid escape");
+      if (kStore) out[w++] = c;
+      p += 2;
+      return true;
     }
-    if (kStore) out[w++] = c;
-    p_ += 2;
+    int cp = hex4(p + 2);
+    if (cp < 0) return no("an invalid \\u escape");
+    p += 6;
+    if (cp >= 0xD800 && cp <= 0xDFFF) {
+      if (cp >= 0xDC00) return no("a lone surrogate escape");
+      if (n_ - p < 6 || s_[p] != '\\' || s_[p + 1] != 'u') return no("a lone surrogate escape");
+      const int lo = hex4(p + 2);
+      if (lo < 0xDC00 || lo > 0xDFFF) return no("a lone surrogate escape");
+      p += 6;
+      cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+    }
+    if (kStore) {
+      if (cp < 0x80) {
+        out[w++] = static_cast<uint8_t>(cp);
+      } else if (cp < 0x800) {
+        out[w++] = static_cast<uint8_t>(0xC0 | (cp >> 6));
+        out[w++] = static_cast<uint8_t>(0x80 | (cp & 0x3F));
+      } else if (cp < 0x10000) {
+        out[w++] = static_cast<uint8_t>(0xE0 | (cp >> 12));
+        out[w++] = static_cast<uint8_t>(0x80 | ((cp >> 6) & 0x3F));
+        out[w++] = static_cast<uint8_t>(0x80 | (cp & 0x3F));
+      } else {
+        out[w++] = static_cast<uint8_t>(0xF0 | (cp >> 18));
+        out[w++] = static_cast<uint8_t>(0x80 | ((cp >> 12) & 0x3F));
+        out[w++] = static_cast<uint8_t>(0x80 | ((cp >> 6) & 0x3F));
+        out[w++] = static_cast<uint8_t>(0x80 | (cp & 0x3F));
+      }
+    }
     return true;
   }
 
@@ -291,10 +310,10 @@ class JsonlReader {
         w_out = w;
         return true;
       }
-      if (c == '\\') {
-        p_ = p;
-        if (!escape<kStore>(out, w)) return false;
-        p = p_;
+      if (c == '\\') {  // escapes often follow each other (\uXXXX runs): no block between
+        do {
+          if (!escape<kStore>(p, out, w)) return false;
+        } while (p < n && s[p] == '\\');
         continue;
       }
       if (c < 0x20) return no("a control byte in a string");
