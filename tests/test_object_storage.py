@@ -616,15 +616,20 @@ def spool_files(root: Path) -> list[str]:
 
 
 def spy_object_fetches(monkeypatch) -> list[tuple[str, int, int]]:
-    """From now on, ``(key, start, end)`` of every GET of an s3fs file."""
+    """From now on, ``(name, start, end)`` of every GET that s3fs sends (``end``
+    exclusive; a GET without a range: the whole object, ``end`` None)."""
     import s3fs
     fetched = []
-    real = s3fs.core.S3File._fetch_range
+    real = s3fs.core.S3FileSystem._call_s3
 
-    def spy(self, start, end):
-        fetched.append((self.path.rsplit("/", 1)[-1], start, end))
-        return real(self, start, end)
-    monkeypatch.setattr(s3fs.core.S3File, "_fetch_range", spy)
+    async def spy(self, method, *args, **kw):
+        if method == "get_object":
+            r = kw.get("Range")
+            start, end = r.split("=")[1].split("-") if r else (0, None)
+            fetched.append((kw["Key"].rsplit("/", 1)[-1], int(start),
+                            int(end) + 1 if end else None))
+        return await real(self, method, *args, **kw)
+    monkeypatch.setattr(s3fs.core.S3FileSystem, "_call_s3", spy)
     return fetched
 
 
@@ -762,3 +767,26 @@ def test_a_failed_job_leaves_no_spool(tmp_path, bucket, spool_tmp, monkeypatch):
     assert any(f.split("/")[1].startswith("000002-") for f in spooled), spooled
     assert spool_files(spool_tmp) == []
     assert [p for p in spool_tmp.iterdir() if p.is_dir()] == []
+
+
+@pytest.mark.parametrize("kind,gets", [("a.txt", 1), ("b.jsonl", 1), ("c.csv", 2),
+                                       ("f.jsonl.bz2", 1)])
+def test_listing_and_planning_fetch_an_objects_head_once(bucket, monkeypatch, kind, gets):
+    """Listing (codec and format sniffed) and planning (the columns found, the JSON keys
+    sampled) look at an object's first bytes several times: one GET of its first MB serves
+    them all, where a look fetched a read-ahead block of 8 MB each before (pyarrow's CSV
+    reader reads blocks ahead of the header's: then one more GET, from the first MB on)."""
+    name, options, fs = bucket
+    data = corpus_files(sample_lines() * 40)[kind]
+    assert len(data) > storage.HEAD_BYTES
+    fs.pipe(f"{name}/{kind}", data)
+    fetched = spy_object_fetches(monkeypatch)
+    with storage.using(options):
+        specs = inputs.plan_partitions(inputs.list_input_files(f"s3://{name}/{kind}"),
+                                       "text", 1 << 40)
+    assert len(specs) == 1
+    assert fetched[0] == (kind, 0, storage.HEAD_BYTES) and len(fetched) == gets, fetched
+    assert all(s >= storage.HEAD_BYTES for _, s, _ in fetched[1:])
+    fetched.clear()   # reading the partition: as before
+    assert len(inputs.read_partition(specs[0])) == len(sample_lines()) * 40
+    assert sum(e - s for _, s, e in fetched) >= len(data)

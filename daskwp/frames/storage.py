@@ -32,9 +32,10 @@ import shutil
 import tempfile
 import uuid
 
-__all__ = ["TMP_PREFIX", "Folder", "LocalCopy", "StorageError", "current_options",
-           "describe_storage_error", "filesystem", "has_local_copy", "is_url", "local_copy",
-           "local_path", "open_input", "size", "storage_error", "url_info", "using"]
+__all__ = ["TMP_PREFIX", "Folder", "HeadCached", "LocalCopy", "StorageError",
+           "caching_heads", "current_options", "describe_storage_error", "filesystem",
+           "has_local_copy", "is_url", "local_copy", "local_path", "open_input", "size",
+           "storage_error", "url_info", "using"]
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _OPTIONS: contextvars.ContextVar = contextvars.ContextVar("daskwp_storage_options",
@@ -188,6 +189,12 @@ class LocalCopy(io.RawIOBase):
         self._pos = base + pos
         return self._pos
 
+    def read(self, n: int = -1) -> bytes:
+        if n is None or n < 0:    # to the end of the range the position is in
+            n = max([e - self._pos for s, e, _ in self._ranges if s <= self._pos < e] or [0])
+        b = bytearray(n)
+        return bytes(b[:self.readinto(b)])
+
     def readinto(self, b) -> int:
         n = len(b)
         if n == 0 or self._pos >= self._end:
@@ -195,7 +202,7 @@ class LocalCopy(io.RawIOBase):
         for start, end, at in self._ranges:
             if start <= self._pos < end:
                 self._fh.seek(at + self._pos - start)
-                k = self._fh.readinto(memoryview(b)[:min(n, end - self._pos)])
+                k = self._fh.readinto(memoryview(b).cast("B")[:min(n, end - self._pos)])
                 self._pos += k
                 return k
         raise OSError(f"{self.name}: byte {self._pos} is not in the local copy of the "
@@ -204,6 +211,96 @@ class LocalCopy(io.RawIOBase):
     def close(self) -> None:
         self._fh.close()
         super().close()
+
+
+#: Within :func:`caching_heads`: the first bytes of an object fetched once and kept.
+HEAD_BYTES = 1 << 20
+_HEAD_CACHING: contextvars.ContextVar = contextvars.ContextVar("daskwp_head_caching",
+                                                               default=False)
+_HEADS: dict = {}      # (url, size, ETag...) -> the object's first bytes (recently used last)
+_HEADS_KEPT = 16
+
+
+def _version(details) -> tuple | None:
+    """What identifies an object's version in fsspec's ``details`` (size and ETag, or
+    generation, version id, modification time), or None when nothing does."""
+    if not isinstance(details, dict):
+        return None
+    keys = [k for k in ("ETag", "etag", "generation", "VersionId", "LastModified", "mtime")
+            if details.get(k) not in (None, "")]
+    return (details.get("size"), *(str(details[k]) for k in keys)) if keys else None
+
+
+class HeadCached(io.RawIOBase):
+    """An object's file whose reads within its first :data:`HEAD_BYTES` come from one
+    fetch of those bytes, kept for the next opening of the same version of the object
+    (listing and planning read an object's head several times: the codec and format
+    sniffed, the JSON keys sampled, the CSV header). Other reads go to the file."""
+
+    def __init__(self, f, fs, path: str, url: str, key: tuple):
+        super().__init__()
+        self._f, self._fs, self._path, self._key = f, fs, path, key
+        self.details = getattr(f, "details", None)
+        self.size = key[1]
+        self.name = url
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self._pos, 2: self.size}[whence]
+        self._pos = max(0, base + pos)
+        return self._pos
+
+    def _head(self) -> bytes:
+        head = _HEADS.pop(self._key, None)
+        if head is None:
+            head = self._fs.cat_file(self._path, start=0, end=min(self.size, HEAD_BYTES))
+        _HEADS[self._key] = head
+        while len(_HEADS) > _HEADS_KEPT:
+            del _HEADS[next(iter(_HEADS))]
+        return head
+
+    def read(self, n: int = -1) -> bytes:
+        end = self.size if n is None or n < 0 else min(self._pos + n, self.size)
+        if end <= self._pos:
+            return b""
+        data = b""
+        if end <= HEAD_BYTES or (self._pos < HEAD_BYTES and self._key in _HEADS):
+            data = self._head()[self._pos:end]   # (a read past the head: its start)
+        if self._pos + len(data) < end:
+            self._f.seek(self._pos + len(data))
+            data += self._f.read(end - self._pos - len(data))
+        self._pos += len(data)
+        return data
+
+    def readinto(self, b) -> int:
+        data = self.read(len(b))
+        memoryview(b).cast("B")[:len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self._f.close()
+        super().close()
+
+
+@contextlib.contextmanager
+def caching_heads():
+    """Within the block, :func:`open_input` of an object gives a :class:`HeadCached` file:
+    its first MB is fetched once for every opening of the same version (for listing and
+    planning, which read each input's head several times)."""
+    token = _HEAD_CACHING.set(True)
+    try:
+        yield
+    finally:
+        _HEAD_CACHING.reset(token)
 
 
 @contextlib.contextmanager
@@ -230,7 +327,8 @@ def open_input(path: str, buffering: int = -1, sequential: bool = False):
     path; for a URL the filesystem's file without a read cache, so that each ``read`` of a
     byte range fetches that range only (no whole-object download), or, ``sequential``,
     with a read-ahead of 8 MB blocks (a stream read from start to end); within a
-    :func:`local_copy` block of the URL, its local copy."""
+    :func:`local_copy` block of the URL, its local copy; within :func:`caching_heads`, a
+    :class:`HeadCached` file."""
     if not is_url(path):
         return open(local_path(path), "rb", buffering=buffering)
     copy = _LOCAL_COPIES.get().get(path)
@@ -239,9 +337,13 @@ def open_input(path: str, buffering: int = -1, sequential: bool = False):
     fs, p = filesystem(path)
     try:
         if sequential:
-            return fs.open(p, "rb", cache_type="readahead",
-                           block_size=SEQUENTIAL_BLOCK_BYTES)
-        return fs.open(p, "rb", cache_type="none")
+            f = fs.open(p, "rb", cache_type="readahead", block_size=SEQUENTIAL_BLOCK_BYTES)
+        else:
+            f = fs.open(p, "rb", cache_type="none")
+        version = _version(getattr(f, "details", None)) if _HEAD_CACHING.get() else None
+        if version is None or not isinstance(version[0], int):
+            return f
+        return HeadCached(f, fs, p, path, (path, *version))
     except FileNotFoundError:
         raise
     except Exception as e:

@@ -251,6 +251,7 @@ def _url_files(item: str, include: _Patterns, excluded: _Excluded) -> list[str]:
     raise InputError(f"input not found: {item!r}")
 
 
+@storage.caching_heads()   # its head read for the codec, the format, then by planning
 def _url_input_file(url: str, input_format: str) -> InputFile:
     """An InputFile of an object: its size and modification time from the store, its
     compression and format as for a local file."""

@@ -67,6 +67,7 @@ def _default_warn(msg: str) -> None:
     warnings.warn(msg, InputWarning, stacklevel=3)
 
 
+@storage.caching_heads()   # an object's first MB: fetched once (listing looked at it too)
 def plan_partitions(files: Sequence[InputFile], column: str, partition_size: int, *,
                     quoting: str = "csv", keep_columns: Sequence[str] | None = None,
                     warn: Callable[[str], None] | None = None,
