@@ -156,7 +156,31 @@ def size(path: str) -> int:
     return url_info(path)["size"] if is_url(path) else os.path.getsize(local_path(path))
 
 
-class LocalCopy(io.RawIOBase):
+class _ObjectFile(io.RawIOBase):
+    """A read-only, seekable binary file over bytes of an object of ``size`` bytes, read
+    from the position ``_pos``."""
+
+    size = 0
+    _pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self._pos, 2: self.size}[whence]
+        if base + pos < 0:
+            raise ValueError(f"negative seek position {base + pos}")
+        self._pos = base + pos
+        return self._pos
+
+
+class LocalCopy(_ObjectFile):
     """A binary, seekable, read-only file over a local file that holds byte ranges of an
     object one after the other: positions are the object's. A read stops at the end of the
     range it starts in (the end of the last range is the end of the file); a position
@@ -169,25 +193,8 @@ class LocalCopy(io.RawIOBase):
         for start, end in ranges:
             self._ranges.append((int(start), int(end), at))
             at += int(end) - int(start)
-        self._end = max(e for _, e, _ in self._ranges) if self._ranges else 0
-        self._pos = 0
+        self.size = max(e for _, e, _ in self._ranges) if self._ranges else 0
         self.name = url or path
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, pos: int, whence: int = 0) -> int:
-        base = {0: 0, 1: self._pos, 2: self._end}[whence]
-        if base + pos < 0:
-            raise ValueError(f"negative seek position {base + pos}")
-        self._pos = base + pos
-        return self._pos
 
     def read(self, n: int = -1) -> bytes:
         if n is None or n < 0:    # to the end of the range the position is in
@@ -197,7 +204,7 @@ class LocalCopy(io.RawIOBase):
 
     def readinto(self, b) -> int:
         n = len(b)
-        if n == 0 or self._pos >= self._end:
+        if n == 0 or self._pos >= self.size:
             return 0
         for start, end, at in self._ranges:
             if start <= self._pos < end:
@@ -231,7 +238,7 @@ def _version(details) -> tuple | None:
     return (details.get("size"), *(str(details[k]) for k in keys)) if keys else None
 
 
-class HeadCached(io.RawIOBase):
+class HeadCached(_ObjectFile):
     """An object's file whose reads within its first :data:`HEAD_BYTES` come from one
     fetch of those bytes, kept for the next opening of the same version of the object
     (listing and planning read an object's head several times: the codec and format
@@ -243,21 +250,6 @@ class HeadCached(io.RawIOBase):
         self.details = getattr(f, "details", None)
         self.size = key[1]
         self.name = url
-        self._pos = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, pos: int, whence: int = 0) -> int:
-        base = {0: 0, 1: self._pos, 2: self.size}[whence]
-        self._pos = max(0, base + pos)
-        return self._pos
 
     def _head(self) -> bytes:
         head = _HEADS.pop(self._key, None)
