@@ -190,6 +190,13 @@ def test_adversarial_lines(data, reads):
         assert native(data).to_pylist() == loads(data)
 
 
+def test_a_first_line_of_null_is_a_null_document():
+    """Arrow reads a ``null`` line as a null row, but crashes (pyarrow 26) when it is the
+    buffer's first row; the native reader gives the null row there too."""
+    assert native(b'null\n{"text": "a"}\n').to_pylist() == [None, "a"]
+    assert native(b'  null \r\n').to_pylist() == [None]
+
+
 _PIECES = ["\\n", "\\\"", "\\\\", "\\/", "\\u00e9", "\\u4e2d", "\\ud83d\\ude00", "\\u0000",
            "\u00e9", "\u4e2d", "\U0001f600", "\x7f", "{", "}", "[", "]", ":", ","]
 
