@@ -222,8 +222,9 @@ def _job_options(**keys) -> dict:
     return {k: getattr(cfg, k) for k in _PARTITION_OPTIONS}
 
 
-@pytest.mark.parametrize("keys", [{}, {"padding": "max_length"}, {"truncation": True}],
-                         ids=["ragged", "max_length", "truncated"])
+@pytest.mark.parametrize("keys", [{}, {"padding": "max_length"}, {"truncation": True},
+                                  {"padding": "longest"}, {"padding": "bucket"}],
+                         ids=["ragged", "max_length", "truncated", "longest", "bucket"])
 @requires_data
 def test_job_options_take_the_encode_path_and_write_the_same_part(tmp_path, tok, docs,
                                                                     monkeypatch, keys):
