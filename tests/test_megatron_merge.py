@@ -42,6 +42,7 @@ def test_parts_are_appended_in_order_as_they_complete(tmp_path):
     appended = []
     for i in [2, 0, 1, 5, 3, 4]:   # completion order
         merger.part_done(i)
+        merger.drain()
         appended.append(merger.appended)
     assert appended == [0, 1, 3, 3, 4, 6]
     info = merger.finish(str(tmp_path / "got"))
@@ -62,6 +63,7 @@ def test_a_refused_part_stops_the_merge_and_leaves_nothing(tmp_path):
         assert not (tmp_path / ".tmp-merge-dead.bin").exists()
         for i in range(n):
             merger.part_done(i)
+        merger.drain()
         assert merger.appended == 2
         assert "holds" in str(merger.failed)
         assert merger.finish(str(tmp_path / "got")) is None
@@ -96,6 +98,7 @@ def test_job_merges_each_part_before_the_next_is_written(tmp_path, monkeypatch):
 
     def part_done(self, index):
         real(self, index)
+        self.drain()
         seen.append((index, self.appended))
     monkeypatch.setattr(jm.PartMerger, "part_done", part_done)
     values = dict(input=inp, output=str(tmp_path / "o"), output_format="megatron",
@@ -203,3 +206,21 @@ def test_records_hold_the_part_checksum_and_older_sha256_records_resume(tmp_path
     assert s2["partitions_skipped"] == n - 1 and s2["partitions_written"] == 1
     for ext in (".bin", ".idx"):
         assert Path(s2["megatron"]["prefix"] + ext).read_bytes() == want[ext]
+
+
+@requires_data
+def test_threads_merge_the_bytes_of_the_synchronous_scheduler(tmp_path):
+    """Parts completing out of order on dask's threaded scheduler (the merge thread
+    appending while other parts are written) merge into the same bytes."""
+    from test_megatron import _jsonl, _mixed_documents
+    inp = _jsonl(tmp_path / "docs.jsonl", _mixed_documents() * 3)
+    values = dict(input=inp, vocab=str(vocab_path("bert-base-uncased")), quiet=True,
+                  output_format="megatron", append_eod=True, partition_size="4KB")
+    got = {}
+    for sched in ("synchronous", "threads"):
+        s = run_job(make_config(dict(values, output=str(tmp_path / sched),
+                                     scheduler_address=sched)))
+        assert s["partitions"] > 20
+        got[sched] = [Path(s["megatron"]["prefix"] + ext).read_bytes()
+                      for ext in (".bin", ".idx")]
+    assert got["threads"] == got["synchronous"]

@@ -236,14 +236,16 @@ class PartMerger:
     parts are appended in order as soon as every part before them is complete
     (:meth:`part_done`, from the driver's callback of each written part), so that when the
     last part is written only the end of the ``.idx`` is left to write
-    (:class:`daskwp.frames.megatron.PairAppender`). The pair is written under
-    ``MERGE_TMP_PREFIX`` names in ``out_dir`` (a local folder), renamed by
-    :func:`finish_megatron`; :meth:`close` removes what is left of it, and the constructor
-    what an earlier driver left (killed).
+    (:class:`daskwp.frames.megatron.PairAppender`). The appends run on a thread of their
+    own (``daskwp-merge``): the callback only marks the part, so neither the driver's
+    result loop nor the in-process scheduler that calls it waits for a copy or an fsync.
+    The pair is written under ``MERGE_TMP_PREFIX`` names in ``out_dir`` (a local folder),
+    renamed by :meth:`finish`; :meth:`close` removes what is left of it, and the
+    constructor what an earlier driver left (killed).
 
     A part that cannot be appended (it is refused, or the disk is full) stops the merge
     here: :func:`finish_megatron` then merges the parts after the job, which reports the
-    error. ``cpu_seconds``: the CPU seconds of the appends (on the callback's threads)."""
+    error. ``cpu_seconds``: the CPU seconds of the appends (the merge thread's)."""
 
     def __init__(self, out_dir: str, n_partitions: int):
         remove_merge_temporaries(out_dir)
@@ -255,37 +257,68 @@ class PartMerger:
         self.appended = 0
         self.failed: BaseException | None = None
         self.cpu_seconds = 0.0
-        self._lock = threading.Lock()
+        self._closed = False
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(target=self._merge, name="daskwp-merge", daemon=True)
+        self._thread.start()
 
     def part_done(self, index: int) -> None:
-        """Part ``index`` is complete: append it and the complete parts after it when every
-        part before it is appended."""
-        with self._lock:
-            c0 = time.thread_time()
+        """Part ``index`` is complete: the merge thread appends it once every part before
+        it is appended."""
+        with self._cond:
             self.complete[index] = True
+            self._cond.notify_all()
+
+    def _next(self) -> bool:
+        return (self.failed is None and self.appended < self.n
+                and self.complete[self.appended])
+
+    def _merge(self) -> None:
+        c0 = time.thread_time()
+        while True:
+            with self._cond:
+                while not (self._closed or self._next()):
+                    self._cond.wait()
+                if not self._next():
+                    return
+                index = self.appended
             try:
-                while (self.failed is None and self.appended < self.n
-                       and self.complete[self.appended]):
-                    self.appender.append(os.path.join(
-                        self.out_dir, part_prefix(self.appended, self.n)))
-                    self.appended += 1
-            except (OSError, ValueError) as e:
-                self.failed = e
-                self.appender.close()
-            self.cpu_seconds += time.thread_time() - c0
+                self.appender.append(os.path.join(self.out_dir, part_prefix(index, self.n)))
+            except BaseException as e:   # refused, disk full: finish_megatron merges
+                with self._cond:
+                    self.failed = e
+                    self._cond.notify_all()
+                return
+            with self._cond:
+                self.appended += 1
+                self.cpu_seconds = time.thread_time() - c0
+                self._cond.notify_all()
+
+    def drain(self) -> None:
+        """Wait until every part that can be appended now is."""
+        with self._cond:
+            while self._next():
+                self._cond.wait()
 
     def finish(self, merged: str) -> dict | None:
-        """Complete the merged pair and rename it to ``merged`` (a prefix); None when not
-        every part could be appended."""
-        with self._lock:
+        """Wait for the appends, complete the merged pair and rename it to ``merged`` (a
+        prefix); None when not every part could be appended."""
+        self.drain()
+        with self._cond:
             if self.failed is not None or self.appended != self.n:
                 return None
-            info = self.appender.finish()
-            os.replace(self.prefix + ".bin", merged + ".bin")
-            os.replace(self.prefix + ".idx", merged + ".idx")
-            return info
+        info = self.appender.finish()
+        os.replace(self.prefix + ".bin", merged + ".bin")
+        os.replace(self.prefix + ".idx", merged + ".idx")
+        return info
 
     def close(self) -> None:
+        """Stop the merge thread (after the append it is in) and remove the unfinished
+        pair."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join()
         self.appender.close()
 
     def __enter__(self):
