@@ -15,7 +15,10 @@ best of each is kept. MB/s = input file bytes / seconds, for the whole command (
 cluster start, planning, checks) and for tokenize+write (``tokenize_seconds`` of the job's
 summary: the parts read, tokenized, written and, on S3, uploaded). The moto server's CPU
 seconds during each S3 job are read from /proc; the report states them beside the figures,
-since the server shares the machine's cores with the workers. The first round's outputs are
+since the server shares the machine's cores with the workers, with the job's own CPU seconds
+(the command and every process it started: driver, workers, their I/O threads) and moto's
+CPU per request on the input object (a HEAD, and a ranged GET of 1 kB), measured once
+before the rounds. The first round's outputs are
 compared part by part (the Parquet tables without their metadata, which hold the job id):
 the script fails if they differ.
 """
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import socket
 import subprocess
@@ -134,18 +138,40 @@ def job_command(inp: str, out: str, args, endpoint: str | None) -> list[str]:
     return cmd + ["--json"]
 
 
+def children_cpu() -> float:
+    """User + system CPU seconds of this process's finished children and their own."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def run_job(cmd: list[str], server: MotoServer | None) -> dict:
     cpu0 = server.cpu_seconds() if server else 0.0
+    job0 = children_cpu()
     t = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "daskwp"] + cmd[1:], capture_output=True,
                           text=True)
     wall = time.perf_counter() - t
+    job_cpu = children_cpu() - job0
     if proc.returncode:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
     s = json.loads(proc.stdout)
     return {"wall": wall, "tokenize_seconds": s["tokenize_seconds"], "summary": s,
             "moto_cpu": (server.cpu_seconds() - cpu0) if server else None,
-            "cpu_seconds": s.get("cpu_seconds") or {}}
+            "job_cpu": job_cpu, "cpu_seconds": s.get("cpu_seconds") or {}}
+
+
+def request_costs(server: MotoServer, fs, key: str, n: int = 5) -> dict:
+    """moto's CPU milliseconds per HEAD and per ranged GET of 1 kB of ``key``."""
+    out = {}
+    for what, call in (("head", lambda: fs.info(key, refresh=True)),
+                       ("get_1kb", lambda: fs.cat_file(key, start=0, end=1000))):
+        call()
+        c = server.cpu_seconds()
+        for _ in range(n):
+            fs.invalidate_cache()
+            call()
+        out[what] = 1000 * (server.cpu_seconds() - c) / n
+    return out
 
 
 def part_tables(folder: str, options: dict | None):
@@ -201,8 +227,8 @@ def report(res: dict, args, info: dict, inputs: dict, server_info: dict, minutes
              f"stride={STRIDE}, no padding, zstd parts. MB/s = input file bytes / seconds.")
     L.append("")
     L.append("| format | job | command | MB/s whole command | MB/s tokenize+write | "
-             "moto CPU s (best round's) | parts |")
-    L.append("|---|---|---|---|---|---|---|")
+             "job CPU s (best round's) | moto CPU s (best round's) | parts |")
+    L.append("|---|---|---|---|---|---|---|---|")
     goals = []
     for fmt_name, r in res.items():
         mb = r["bytes"] / MB
@@ -210,6 +236,7 @@ def report(res: dict, args, info: dict, inputs: dict, server_info: dict, minutes
             x = r[where]
             L.append(f"| {fmt_name} ({mb:,.1f} MB) | {where} -> {where} | `{x['command']}` | "
                      f"{fmt(mb / x['best_wall'])} | {fmt(mb / x['best_tokenize'])} | "
+                     f"{x['job_cpu']:.1f} | "
                      + (f"{x['moto_cpu']:.1f}" if where == "s3" else "") + f" | {r['parts']} |")
         for what, key in (("whole command", "best_wall"), ("tokenize+write", "best_tokenize")):
             ratio = r["local"][key] / r["s3"][key]
@@ -218,13 +245,15 @@ def report(res: dict, args, info: dict, inputs: dict, server_info: dict, minutes
     L += ["", "## Against the goal (ratios within this run)", "",
           "| goal | figure | met |", "|---|---|---|"] + goals
     L += ["", "## Every round", "",
-          "Seconds (whole command / tokenize+write; moto's CPU seconds during the S3 job).", "",
-          "| format | round | local | S3 | moto CPU s |", "|---|---|---|---|---|"]
+          "Seconds (whole command / tokenize+write; the job's CPU seconds, all its processes; "
+          "moto's CPU seconds during the S3 job).", "",
+          "| format | round | local | S3 | job CPU s local / S3 | moto CPU s |",
+          "|---|---|---|---|---|---|"]
     for fmt_name, r in res.items():
         for i, (lo, s3) in enumerate(zip(r["local"]["rounds"], r["s3"]["rounds"])):
             L.append(f"| {fmt_name} | {i + 1} | {lo['wall']:.2f} / {lo['tokenize_seconds']:.2f} "
                      f"| {s3['wall']:.2f} / {s3['tokenize_seconds']:.2f} | "
-                     f"{s3['moto_cpu']:.1f} |")
+                     f"{lo['job_cpu']:.1f} / {s3['job_cpu']:.1f} | {s3['moto_cpu']:.1f} |")
     L += ["", "## CPU seconds of the job's parts per stage (best round)", "",
           "Summed over the workers' threads (`_summary.json` `cpu_seconds`); the upload of a "
           "part is not a stage of its own (it is in tokenize+write's wall time).", "",
@@ -237,6 +266,11 @@ def report(res: dict, args, info: dict, inputs: dict, server_info: dict, minutes
                      + " | ".join(f"{c.get(k, 0.0):.2f}" for k in STAGES)
                      + (f" | {r[where]['moto_cpu']:.1f} |" if where == "s3" else " | |"))
     L += ["", NOTE]
+    for fmt_name, r in res.items():
+        c = r["request_ms"]
+        L.append(f"- moto's CPU per request on the {fmt_name} input object "
+                 f"({r['bytes'] / MB:,.1f} MB), measured before the rounds: "
+                 f"{c['head']:.1f} ms per HEAD, {c['get_1kb']:.1f} ms per ranged GET of 1 kB.")
     L += ["", f"Outputs: the first round's local and S3 parts are equal table by table "
           f"(checked by the script). moto's resident memory at the end: "
           f"{server_info['rss_end']:.0f} MiB.", ""]
@@ -245,15 +279,19 @@ def report(res: dict, args, info: dict, inputs: dict, server_info: dict, minutes
 
 STAGES = ("read", "tokenize", "arrow", "write", "finish")
 #: What the report says the S3 job does beyond the local one.
-NOTE = ("What the S3 job does beyond the local one: it moves every input byte twice (the "
-        "global-offset pass reads each partition from the store to count its documents, text "
-        "in 16 MB ranged GETs and JSON Lines in one GET, then the partition's write task reads "
-        "its range again in one GET; locally the second read comes from the page cache) and "
-        "every part once (one PUT, or a multipart upload for a part of 100 MiB or more, "
-        "twice s3fs's chunk), plus a few small requests per part (its rejects file removed, "
-        "`_job.json` and `_summary.json` written, the logIDs read back). moto spends CPU per "
-        "request and per byte on the same cores as the workers, which a remote endpoint "
-        "would not.")
+NOTE = ("What the S3 job does beyond the local one: planning fetches the input object's "
+        "first MB once (codec, format, JSON keys) and 1 MB at each partition boundary (to find "
+        "the line end); the global-offset pass fetches each partition's byte range once (one "
+        "GET of up to 64 MB) into a spool file on the worker's host and counts it there; the "
+        "partition's write task reads that spool file, not the store (docs/batch-jobs.md, "
+        "\"Each input byte is fetched once\"). Every part is uploaded once (one PUT, or a "
+        "multipart upload for a part of 100 MiB or more, twice s3fs's chunk), plus a few "
+        "small requests per part (its rejects file removed, `_job.json` and `_summary.json` "
+        "written, the logIDs read back). moto's server spends CPU on the same cores as the "
+        "workers, which a remote endpoint would not, and for every GET it reads the whole "
+        "object, whatever the range asked for (moto/s3/responses.py: `key.value`, then the "
+        "range sliced from it), so each GET of the input object costs it CPU in proportion "
+        "to the object's size (figures below).")
 
 
 # -- main -----------------------------------------------------------------------------------
@@ -298,7 +336,8 @@ def main(argv=None) -> int:
             fs.put_file(str(path), f"{BUCKET}/in/{path.name}")
             log(f"uploaded {path.name} in {time.perf_counter() - t:.1f} s")
             res[name] = {"bytes": path.stat().st_size, "parts": None,
-                         "local": {"rounds": []}, "s3": {"rounds": []}}
+                         "local": {"rounds": []}, "s3": {"rounds": []},
+                         "request_ms": request_costs(server, fs, f"{BUCKET}/in/{path.name}")}
         for rnd in range(args.rounds):
             for name, path in inputs["files"].items():
                 r = res[name]
@@ -312,7 +351,8 @@ def main(argv=None) -> int:
                     r[where]["rounds"].append(x)
                     r[where]["command"] = " ".join(cmd)
                     log(f"round {rnd + 1} {name} {where}: wall {x['wall']:.2f} s, "
-                        f"tokenize+write {x['tokenize_seconds']:.2f} s"
+                        f"tokenize+write {x['tokenize_seconds']:.2f} s, job CPU "
+                        f"{x['job_cpu']:.1f} s"
                         + (f", moto CPU {x['moto_cpu']:.1f} s" if x["moto_cpu"] is not None
                            else ""))
                 if rnd == 0:
@@ -328,6 +368,7 @@ def main(argv=None) -> int:
                 x["best_tokenize"] = best["tokenize_seconds"]
                 x["best_cpu"] = best["cpu_seconds"]
                 x["moto_cpu"] = best["moto_cpu"]
+                x["job_cpu"] = best["job_cpu"]
         server_info = {"dask": dask.__version__, "s3fs": s3fs.__version__,
                        "moto": moto.__version__, "rss_end": server.rss_mib()}
         text = report(res, args, info, inputs, server_info,
