@@ -276,3 +276,35 @@ def test_parts_are_lz4_from_daskwps_writer_by_default(tmp_path):
     assert back.equals(table.replace_schema_metadata(back.schema.metadata))
     z = _write(tmp_path / "z.parquet", [table], native=None, compression="zstd")
     assert pq.read_metadata(z).row_group(0).column(0).compression == "ZSTD"
+
+
+@pytest.mark.parametrize("compression", ["lz4", "zstd"])
+def test_compressed_pages_from_a_pool_that_keeps_its_pages(tmp_path, monkeypatch, compression):
+    """Each page's compressed copy comes from the system allocator (glibc keeps the freed
+    block for the next page) where malloc keeps freed blocks, from Arrow's default pool where
+    a nanny's malloc setting would map each one afresh; the files are the same bytes."""
+    from daskwp.backends import memory
+    for k in ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_",
+              "MALLOC_MMAP_MAX_"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setattr(memory, "_tuned", False)
+    system = pa.system_memory_pool()
+    assert parquet_writer.compression_pool().backend_name == "system"
+    texts = [line for line in CORPUS if line][:3000] * 4
+    table = table_from_output(TOK(texts, max_length=128, stride=32, padding=False))
+    before = system.total_bytes_allocated()
+    kept = _write(tmp_path / "kept.parquet", [table], native=True, compression=compression)
+    md = pq.read_metadata(kept)
+    compressed = sum(md.row_group(g).column(c).total_compressed_size
+                     for g in range(md.num_row_groups) for c in range(md.num_columns))
+    assert system.total_bytes_allocated() - before >= compressed, \
+        "the compressed pages were not allocated from the system pool"
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "65536")   # a nanny's, not tuned
+    assert parquet_writer.compression_pool() is None
+    monkeypatch.setattr(memory, "_tuned", True)              # tune_worker_malloc() ran
+    assert parquet_writer.compression_pool().backend_name == "system"
+    monkeypatch.setattr(parquet_writer, "compression_pool", lambda: None)
+    default = _write(tmp_path / "default.parquet", [table], native=True,
+                     compression=compression)
+    with open(kept, "rb") as a, open(default, "rb") as b:
+        assert a.read() == b.read()

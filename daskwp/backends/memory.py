@@ -90,6 +90,20 @@ WORKER_TRIM_THRESHOLD = 128 << 20
 _tuned = None
 
 
+def malloc_keeps_freed_blocks() -> bool:
+    """Whether glibc's malloc in this process keeps freed blocks of up to a few MB for
+    reuse instead of unmapping them: its dynamic mmap threshold (none of the ``MALLOC_*_``
+    variables that fix it set), or :func:`tune_worker_malloc` raised the thresholds. The
+    part writer then takes its compressed pages from the system allocator
+    (:mod:`daskwp.frames.parquet_writer`); a nanny's worker with ``DASKWP_WORKER_MALLOC=0``
+    maps each one afresh, and keeps Arrow's default pool."""
+    import os
+    if _tuned:
+        return True
+    return not any(k in os.environ for k in ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_",
+                                             "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_"))
+
+
 def tune_worker_malloc() -> bool:
     """In a Dask worker process whose nanny set ``MALLOC_TRIM_THRESHOLD_`` below 128 MB (its
     default is 64 KB, so that freed memory goes back to the system at once), raise glibc's

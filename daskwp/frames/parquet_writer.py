@@ -18,15 +18,17 @@ else (kept input columns of batch jobs, other compressions).
 from __future__ import annotations
 
 import base64
+import functools
 import struct
 
 import numpy as np
 import pyarrow as pa
 
 from .. import _ext
+from ..backends import memory
 from .schema import numpy_of_arrow
 
-__all__ = ["NativeParquetWriter", "supports"]
+__all__ = ["NativeParquetWriter", "compression_pool", "supports"]
 
 #: Page size of list columns: a page closes after the row that brings its values to this
 #: many bytes (Arrow's default data page size).
@@ -54,6 +56,20 @@ _T_TRUE, _T_FALSE, _T_I8, _T_I16, _T_I32, _T_I64, _T_BIN, _T_LIST, _T_STRUCT = \
 
 def _int_type(t: pa.DataType) -> bool:
     return pa.types.is_signed_integer(t)
+
+
+def compression_pool() -> pa.MemoryPool | None:
+    """The memory pool of the compressed pages: the system allocator (glibc's malloc) where
+    it keeps freed blocks (:func:`daskwp.backends.memory.malloc_keeps_freed_blocks`), else
+    None (Arrow's default pool).
+
+    Each page's compressed copy is a fresh buffer of up to a page (pyarrow's
+    ``Codec.compress`` takes no output buffer). Arrow's default pool (mimalloc, or jemalloc in
+    a nanny's worker) hands freed pages back to the system and faults fresh zeroed ones in
+    for the next page: in a 2-worker job that was a tenth of the writer thread's CPU samples
+    (``clear_page_erms`` under ``mi_page_free_list_extend`` and LZ4's stores). glibc reuses
+    the block the previous page freed."""
+    return pa.system_memory_pool() if memory.malloc_keeps_freed_blocks() else None
 
 
 def supports(schema: pa.Schema, compression) -> bool:
@@ -222,7 +238,8 @@ class NativeParquetWriter:
         if compression is not None:
             codec = pa.Codec(_ARROW_CODECS[compression], compression_level=compression_level
                              if compression == "zstd" else None)
-            self._compress = codec.compress   # a pyarrow Buffer: not copied into bytes
+            # a pyarrow Buffer (not copied into bytes), from a pool that keeps its pages
+            self._compress = functools.partial(codec.compress, memory_pool=compression_pool())
         self._columns = [_Column(f, byte_stream_split) for f in schema]
         self._row_groups: list[bytes] = []
         self._rows = 0
