@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -110,6 +111,20 @@ def test_the_input_is_read_once(tmp_path, monkeypatch):
     assert s["partitions"] > 3
     assert counted == []
     np.testing.assert_array_equal(_parquet_blocks(tmp_path / "o")[0], group_texts(128)[0])
+
+
+def test_partitions_spilled_slice_by_slice(tmp_path, monkeypatch):
+    """Pass 1 tokenizes and spills a partition a slice of documents at a time: with slices
+    of a few kB (many per partition) the blocks and statistics are the same."""
+    import daskwp.frames.megatron as fm
+    inp = _input(tmp_path)
+    want = _job(inp, tmp_path / "w", packing=128, partition_size="200kB")
+    monkeypatch.setattr(fm, "SLICE_BYTES", 3000)
+    assert len(fm.document_slices(pa.array(list(_corpus())))) > 100
+    got = _job(inp, tmp_path / "g", packing=128, partition_size="200kB")
+    np.testing.assert_array_equal(_parquet_blocks(tmp_path / "g")[0], group_texts(128)[0])
+    for key in ("documents", "rows", "tokens", "unknown_tokens", "length_percentiles"):
+        assert got[key] == want[key], key
 
 
 def test_packed_parquet_parts_have_the_parts_layout(tmp_path):

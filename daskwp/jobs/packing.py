@@ -36,7 +36,7 @@ import pyarrow as pa
 from ..core.lengths import LengthCounts
 from ..distributed.state import cached_tokenizer
 from ..distributed.tasks import text_bytes
-from ..frames.megatron import frame_pieces, token_dtype, write_pair
+from ..frames.megatron import document_slices, frame_pieces, token_dtype, write_pair
 from .errors import JobError
 from .parts import TMP_PREFIX, worker_device, worker_series
 from .records import (check_part_record, commit_part, naming_partition, part_stem,
@@ -69,41 +69,77 @@ def document_units(token_ids, offsets, cls_id=None, sep_id=None, dtype=np.int32)
 
 
 def _spill_path(out_dir: str, index: int, what: str) -> str:
-    return os.path.join(out_dir, f"{TMP_PREFIX}pack-{index:06d}.{what}.npy")
+    return os.path.join(out_dir, f"{TMP_PREFIX}pack-{index:06d}.{what}")
+
+
+def _spilled(out_dir: str, index: int, what: str, dtype) -> np.ndarray:
+    """Partition ``index``'s spill ``what`` (raw ``dtype`` values), memory-mapped."""
+    path = _spill_path(out_dir, index, what)
+    if os.path.getsize(path) == 0:   # mmap refuses an empty file
+        return np.zeros(0, dtype)
+    return np.memmap(path, dtype=dtype, mode="r")
 
 
 @naming_partition
 def spill_partition(spec, out_dir: str, tokenizer, options: dict, device: str = "cpu",
                     documents: int | None = None) -> dict:
     """Pass 1 of a packed job: tokenize partition ``spec``, spill its documents' units
-    (``.ids.npy``, in the vocabulary's token dtype: uint16 below 65,500 ids, as Megatron's
-    ``.bin``, else int32) and their lengths (``.lens.npy``, int32), atomically; return its
-    counts and statistics (rejected rows: the row policy, listed at write time)."""
+    (``.ids``, raw, in the vocabulary's token dtype: uint16 below 65,500 ids, as Megatron's
+    ``.bin``, else int32) and their lengths (``.lens``, raw int32), atomically; return its
+    counts and statistics (rejected rows: the row policy, listed at write time).
+
+    Memory: the partition's text and the ids of a slice of it at a time
+    (:func:`daskwp.frames.megatron.document_slices`), appended to the spill."""
     texts, _, (bad_bytes, bad_docs), bad, read_cpu = timed_read(spec, documents, options)
     c1 = time.thread_time()
     tok = cached_tokenizer(tokenizer)
     dev = worker_device(device)
-    enc = tok.encode(worker_series(texts, dev) if dev != "cpu" else texts)
-    ids = enc.token_ids.get() if hasattr(enc.token_ids, "get") else np.asarray(enc.token_ids)
-    offsets = enc.offsets.get() if hasattr(enc.offsets, "get") else np.asarray(enc.offsets)
     special = bool(options.get("add_special_tokens"))
-    units, lens = document_units(ids, offsets, tok.vocab.cls_id if special else None,
-                                 tok.vocab.sep_id if special else None,
-                                 token_dtype(len(tok.vocab)))
-    lens = lens.astype(np.int32)   # a document's units: < 2**31 (the kernel's int32 ids)
-    c2 = time.thread_time()
-    for what, arr in (("ids", units), ("lens", lens)):
-        tmp = os.path.join(out_dir, f"{TMP_PREFIX}pack-w-{uuid.uuid4().hex}.npy")
-        np.save(tmp, arr)
-        os.replace(tmp, _spill_path(out_dir, spec.index, what))
-    return {"index": spec.index, "units": int(len(units)), "documents": len(texts),
-            "tokens": int(len(ids)),
-            "unknown_tokens": int(np.count_nonzero(ids == tok.vocab.unk_id)),
-            "text_bytes": text_bytes(texts),
+    dtype = token_dtype(len(tok.vocab))
+    n_docs, n_bytes = len(texts), text_bytes(texts)
+    counts = {"units": 0, "tokens": 0, "unknown_tokens": 0}
+    doc_lengths, spill_cpu = [], 0.0
+    tmp = {what: os.path.join(out_dir, f"{TMP_PREFIX}pack-w-{uuid.uuid4().hex}.{what}")
+           for what in ("ids", "lens")}
+    try:
+        with open(tmp["ids"], "wb") as ids_fh, open(tmp["lens"], "wb") as lens_fh:
+            for piece in document_slices(texts):
+                enc = tok.encode(worker_series(piece, dev) if dev != "cpu" else piece)
+                ids = enc.token_ids.get() if hasattr(enc.token_ids, "get") else \
+                    np.asarray(enc.token_ids)
+                offsets = enc.offsets.get() if hasattr(enc.offsets, "get") else \
+                    np.asarray(enc.offsets)
+                del enc
+                units, lens = document_units(ids, offsets,
+                                             tok.vocab.cls_id if special else None,
+                                             tok.vocab.sep_id if special else None, dtype)
+                counts["tokens"] += len(ids)
+                counts["unknown_tokens"] += int(np.count_nonzero(ids == tok.vocab.unk_id))
+                counts["units"] += len(units)
+                doc_lengths.append(np.diff(offsets))
+                del ids, offsets
+                c = time.thread_time()
+                # a document's units: < 2**31 (the kernel's int32 ids)
+                for fh, arr in ((ids_fh, units), (lens_fh, lens.astype(np.int32))):
+                    if len(arr):
+                        fh.write(memoryview(np.ascontiguousarray(arr)).cast("B"))
+                spill_cpu += time.thread_time() - c
+            del texts
+        c = time.thread_time()
+        for what, path in tmp.items():
+            os.replace(path, _spill_path(out_dir, spec.index, what))
+        spill_cpu += time.thread_time() - c
+    finally:
+        for path in tmp.values():
+            if os.path.exists(path):
+                os.unlink(path)
+    lengths = np.concatenate(doc_lengths) if doc_lengths else np.zeros(0, np.int64)
+    return {"index": spec.index, **counts, "documents": n_docs, "text_bytes": n_bytes,
             "invalid_utf8_bytes": bad_bytes, "invalid_utf8_documents": bad_docs,
-            "bad": bad, "length_counts": LengthCounts.of(np.diff(offsets)).to_json(),
-            "cpu_seconds": {"read": read_cpu, "tokenize": c2 - c1,
-                            "spill": time.thread_time() - c2}}
+            "bad": bad, "length_counts": LengthCounts.of(lengths).to_json(),
+            "cpu_seconds": {"read": read_cpu,
+                            "tokenize": time.thread_time() - c1 - spill_cpu,
+                            "spill": spill_cpu}}
 
 
 def _block_range(i: int, starts, block_size: int, pad_last: bool) -> tuple[int, int]:
@@ -116,7 +152,8 @@ def _block_range(i: int, starts, block_size: int, pad_last: bool) -> tuple[int, 
     return min(b0, n_blocks), min(b1, n_blocks)
 
 
-def _gather(out_dir: str, i: int, starts, lo: int, hi: int, out: np.ndarray) -> int:
+def _gather(out_dir: str, i: int, starts, lo: int, hi: int, out: np.ndarray,
+            spill_dtype) -> int:
     """Global token positions ``[lo, hi)`` from the spills of partitions i, i+1, ...
     (memory-mapped: only the tokens asked for are read), copied into the front of ``out``;
     returns how many."""
@@ -124,7 +161,7 @@ def _gather(out_dir: str, i: int, starts, lo: int, hi: int, out: np.ndarray) -> 
     while lo < hi and j < len(starts) - 1:
         s, e = int(starts[j]), int(starts[j + 1])
         if e > lo:
-            units = np.load(_spill_path(out_dir, j, "ids"), mmap_mode="r")
+            units = _spilled(out_dir, j, "ids", spill_dtype)
             k = min(hi, e) - lo
             out[filled:filled + k] = units[lo - s:lo - s + k]
             filled += k
@@ -134,20 +171,23 @@ def _gather(out_dir: str, i: int, starts, lo: int, hi: int, out: np.ndarray) -> 
 
 
 def block_table(out_dir: str, i: int, starts, logid_offset: int, block_size: int,
-                pad_last: bool, pad_id: int | None, dtype=np.int32, input_ids: bool = True):
+                pad_last: bool, pad_id: int | None, spill_dtype, dtype=np.int32,
+                input_ids: bool = True):
     """The blocks partition i owns as an Arrow table ``block, logID, offset``, +
     ``input_ids`` (when ``input_ids``) and ``attention_mask`` (with ``pad_last``), and as a
-    blocks x block_size matrix in ``dtype`` (the spilled tokens copied once, into it)."""
+    blocks x block_size matrix in ``dtype`` (the spilled tokens, ``spill_dtype``, copied
+    once, into it)."""
     b0, b1 = _block_range(i, starts, block_size, pad_last)
     s = int(starts[i])
     total = int(starts[-1])
     blocks = np.empty((b1 - b0, block_size), dtype)
     if b1 > b0:
         flat = blocks.reshape(-1)
-        k = _gather(out_dir, i, starts, b0 * block_size, min(b1 * block_size, total), flat)
+        k = _gather(out_dir, i, starts, b0 * block_size, min(b1 * block_size, total), flat,
+                    spill_dtype)
         if k < len(flat):   # the padded last block
             flat[k:] = pad_id
-    lens = np.load(_spill_path(out_dir, i, "lens"))
+    lens = np.array(_spilled(out_dir, i, "lens", np.int32))
     ends = np.cumsum(lens, dtype=np.int64)
     pos = np.arange(b0, b1, dtype=np.int64) * block_size - s
     doc = np.searchsorted(ends, pos, side="right")
@@ -183,6 +223,7 @@ def write_packed_partition(spec, starts, logid_offset: int, out_dir: str, tokeni
     table, blocks = block_table(out_dir, spec.index, starts, logid_offset,
                                 packing["block_size"], packing["pad_last"],
                                 tok.vocab.pad_id if packing["pad_last"] else None,
+                                token_dtype(len(tok.vocab)),
                                 token_dtype(len(tok.vocab)) if megatron else np.int32,
                                 input_ids=not megatron)
     i, n = spec.index, n_partitions
