@@ -496,10 +496,13 @@ from daskwp.jobs.inputs import PartitionSpec
 from daskwp.jobs.parts import write_partition
 path, out, padding = sys.argv[1:4]
 size = os.path.getsize(path)
-from daskwp.core.options import DEFAULT_COMPRESSION
+from daskwp.jobs import driver
+from daskwp.jobs.config import make_config
 tok = daskwp.WordPieceTokenizer(num_threads=1)
-opts = dict(max_length=128, stride=32, truncation=False, add_special_tokens=True,
-            padding=padding, bucket_widths="auto", compression=DEFAULT_COMPRESSION)
+# the options a `daskwp tokenize` job passes its partitions
+cfg = make_config({"input": path, "output": out, "max_length": 128, "stride": 32,
+                   "padding": padding})
+opts = {k: getattr(cfg, k) for k in driver._PARTITION_OPTIONS}
 os.makedirs(out, exist_ok=True)
 spec = PartitionSpec(index=0, path=path, format="text", column="text", byte_start=0,
                      byte_end=size)
@@ -692,8 +695,8 @@ def plan(args) -> dict:
             secs += mb / R["parquet"] + mb / R["nanotoken"] + args.rounds * (
                 2 * mb / R["accessor"] + 2 * (mb / R["job"] + 2) + 2 * mb / R["read_back"])
     secs += len(KERNEL_CALLS) * (args.cold_batches * args.partition_mb / R["kernel"] + 3)
-    if sizes:
-        secs += 2 * (min(sizes) * GB / MB / R["job"] + 1)   # the default command
+    for s in sizes:   # the default command
+        secs += args.rounds * (s * GB / MB / R["job"] + 1)
     need = max([phase_disk(s, s == args.extras_gb) for s in sizes] or [0])
     if args.soak_gb:
         for s in (args.soak_ref_gb, args.soak_gb):
@@ -751,7 +754,9 @@ def report(args, info, cold, sized, extras, soak, cg, elapsed) -> str:
              f"of {args.rounds} interleaved rounds) ({time.strftime('%Y-%m-%d %H:%M')}, "
              f"{elapsed / 60:.1f} min). Machine: {info.get('cpu', '?')}, {info['cores']} "
              f"cores (load average at start {info['load'][0]:.1f}), Python "
-             f"{info['python']}, pyarrow {info['pyarrow']}, dask {info['dask']}.\n")
+             f"{info['python']}, pyarrow {info['pyarrow']}, dask {info['dask']}; daskwp's "
+             f"modules byte-compiled first (`python -m compileall daskwp`), as an installed "
+             f"wheel has them.\n")
     L.append(f"Input: English UD EWT, English books and loghub logs lines, repeated to each "
              f"size; the CLI reads it as one text file in {args.partition_mb:g} MB partitions"
              f", the accessor as Parquet files of one partition each. "
@@ -787,9 +792,9 @@ def report(args, info, cold, sized, extras, soak, cg, elapsed) -> str:
              "command's wall time (interpreter, cluster start, checks). Ratios: to the warm "
              "kernel at the same size and to the cold kernel, same padding. CPU: the "
              "parts' `cpu_seconds` (_summary.json) of the write stage over the tokenize "
-             "stage. The *default* row passes no cluster option (the job decides); the "
-             "*--scheduler threads* rows (one run, larger sizes) run in-process whatever the "
-             "size, to compare with the cluster when choosing `in_process_max_bytes`.\n")
+             "stage. The *default* rows pass no cluster option (the job decides where it "
+             "runs: in-process on threads up to `in_process_max_bytes`; *ran on* says "
+             "which), the command a user types.\n")
     L.append("| size | row | MB/s | / warm kernel | / cold kernel | write / tokenize CPU | "
              "output MB | peak RSS: driver; workers |")
     L.append("|---|---|---|---|---|---|---|---|")
@@ -811,14 +816,10 @@ def report(args, info, cold, sized, extras, soak, cg, elapsed) -> str:
         if z.get("default"):
             r = z["default"]
             ran = (r["summary"].get("run") or {}).get("mode", "?")   # threads: in-process
+            job_row(s, f"CLI ragged, default (no cluster option; ran on: {ran}), "
+                       f"tokenize+write", r, "ragged", r["mbps"])
             job_row(s, f"CLI ragged, default (no cluster option; ran on: {ran}), whole "
                        f"command ({r['wall']:.2f} s)", r, "ragged", r["mbps_wall"], False)
-        if z.get("threads"):   # one run: compare with the cluster's whole command above
-            r = z["threads"]
-            job_row(s, "CLI ragged, --scheduler threads (in-process), tokenize+write", r,
-                    "ragged", r["mbps"])
-            job_row(s, f"CLI ragged, --scheduler threads (in-process), whole command "
-                       f"({r['wall']:.2f} s)", r, "ragged", r["mbps_wall"], False)
     L.append("")
     if extras:
         _report_extras(L, args, extras, sized, cold)
@@ -924,10 +925,15 @@ def _report_goals(L, args, cold, sized, ex, soak):
 
     g = ex["size"] if ex else max(sized)
     z = sized.get(g, {})
+    d = z.get("default")
+    if d:
+        ran = (d["summary"].get("run") or {}).get("mode", "?")
+        vs_kernel(f"{_gb(g)} job ragged, default command (no cluster option; ran on: {ran}),"
+                  f" tokenize+write", g, d["mbps"], "ragged", 0.6)
     for pad, target in (("do_not_pad", 0.6), ("max_length", 0.45)):
         r = z.get("cli", {}).get(pad)
-        vs_kernel(f"{_gb(g)} job {_pad_name(pad)}, tokenize+write", g, r and r["mbps"],
-                  _pad_name(pad), target)
+        vs_kernel(f"{_gb(g)} job {_pad_name(pad)} on its own {args.workers}-worker cluster, "
+                  f"tokenize+write", g, r and r["mbps"], _pad_name(pad), target)
     if ex:
         for pad, target in ((False, 0.6), ("max_length", 0.45)):
             r = ex["acc"].get(pad)
@@ -938,9 +944,12 @@ def _report_goals(L, args, cold, sized, ex, soak):
             vs_kernel(f"{_gb(g)} job on a running cluster {_pad_name(pad)}", g,
                       r and r["mbps"], _pad_name(pad), target)
     for s in sized:
-        for pad, r in sized[s]["cli"].items():
+        rows = [(f"job {_pad_name(pad)}", r) for pad, r in sized[s]["cli"].items()]
+        if sized[s].get("default"):
+            rows.append(("job ragged, default command", sized[s]["default"]))
+        for name, r in rows:
             v = _cpu_ratio(r)
-            goal(f"{_gb(s)} job {_pad_name(pad)}: write CPU / tokenize CPU (target <= 0.50)",
+            goal(f"{_gb(s)} {name}: write CPU / tokenize CPU (target <= 0.50)",
                  v, v is not None and v <= 0.5, v is not None and f"{v:.2f}")
     if ex:
         for name, d in (("job on a running cluster", ex["cli_running"]),
@@ -1094,7 +1103,7 @@ def _sizes(text: str) -> list[float]:
 
 def run_size(args, base, tmp: Path, s: float, tok, cold_needed: bool) -> tuple:
     """The rows of one size: input, rounds of (warm kernel, CLI ragged, CLI padded[, read
-    back]), the default command at the smallest size, the extras at ``--extras-gb``."""
+    back, the default command), the extras at ``--extras-gb``."""
     ensure_disk(tmp, phase_disk(s, s == args.extras_gb), f"the {s:g} GB rows")
     log(f"{s:g} GB: writing the input")
     inp = write_text(base, int(s * GB), tmp / f"in-{s:g}.txt")
@@ -1130,21 +1139,13 @@ def run_size(args, base, tmp: Path, s: float, tok, cold_needed: bool) -> tuple:
                 if pad not in back or r["mbps"] > back[pad]["mbps"]:
                     back[pad] = r
             shutil.rmtree(tmp / f"cli-{pad}", ignore_errors=True)
-    if s == min(args.sizes_gb):
-        for rnd in range(args.rounds):
-            log(f"{s:g} GB, round {rnd + 1}/{args.rounds}: CLI without cluster options")
-            out = tmp / "cli-default"
-            shutil.rmtree(out, ignore_errors=True)
-            r = run_cli(inp, out, "do_not_pad", args.partition_mb, None)
-            if "default" not in z or r["wall"] < z["default"]["wall"]:
-                z["default"] = r
-            shutil.rmtree(out, ignore_errors=True)
-    else:   # the larger sizes on threads in-process too: data for in_process_max_bytes
-        log(f"{s:g} GB: CLI --scheduler threads (in-process), one run")
-        out = tmp / "cli-threads"
+    for rnd in range(args.rounds):   # what a user runs: the job decides where it runs
+        log(f"{s:g} GB, round {rnd + 1}/{args.rounds}: CLI without cluster options")
+        out = tmp / "cli-default"
         shutil.rmtree(out, ignore_errors=True)
-        z["threads"] = run_cli(inp, out, "do_not_pad", args.partition_mb, None,
-                               scheduler="threads")
+        r = run_cli(inp, out, "do_not_pad", args.partition_mb, None)
+        if "default" not in z or r["wall"] < z["default"]["wall"]:
+            z["default"] = r
         shutil.rmtree(out, ignore_errors=True)
     ex = run_extras(args, inp, tmp, s, back) if extra else None
     inp["text"].unlink()
@@ -1280,6 +1281,10 @@ def main(argv=None) -> int:
     ensure_disk(tmp_root, plan(args)["disk"], "this run")
     t0 = time.perf_counter()
     info = machine_info()
+    # the modules' bytecode, as an installed wheel has it (an editable install under
+    # PYTHONDONTWRITEBYTECODE=1 would compile ~80 modules at every command's start)
+    import compileall
+    info["compiled"] = compileall.compile_dir(str(ROOT / "daskwp"), quiet=1)
     tmp = Path(tempfile.mkdtemp(prefix="daskwp-pipeline-", dir=args.tmp))
     try:
         import daskwp

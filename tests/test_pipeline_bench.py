@@ -154,8 +154,12 @@ def test_the_whole_flow_runs_at_a_tiny_size_with_a_worker_killed(tmp_path):
                  "soak 0.02 GB: every logID present exactly once",
                  "soak 0.02 GB: output equals single-machine tokenization on a sample"):
         assert goals[name].endswith("| yes |"), goals[name]
-    for name in ("0.006 GB job ragged, tokenize+write (target >= 0.60x the warm kernel)",
-                 "0.006 GB job padded, tokenize+write (target >= 0.45x the warm kernel)",
+    for name in ("0.006 GB job ragged on its own 2-worker cluster, tokenize+write (target "
+                 ">= 0.60x the warm kernel)",
+                 "0.006 GB job padded on its own 2-worker cluster, tokenize+write (target "
+                 ">= 0.45x the warm kernel)",
+                 "0.006 GB job ragged, default command: write CPU / tokenize CPU (target "
+                 "<= 0.50)",
                  "0.006 GB to_parquet ragged (target >= 0.60x the warm kernel)",
                  "0.006 GB job on a running cluster ragged (target >= 0.60x the warm kernel)",
                  "0.006 GB job ragged: write CPU / tokenize CPU (target <= 0.50)",
@@ -165,4 +169,6 @@ def test_the_whole_flow_runs_at_a_tiny_size_with_a_worker_killed(tmp_path):
     assert any(n.startswith("soak 0.02 GB: each worker's peak RSS") for n in goals)
     assert any(n.startswith("soak 0.02 GB: throughput within 10%") for n in goals)
     assert any(n.startswith("0.006 GB job's whole command, default") for n in goals)
+    assert any(n.startswith("0.006 GB job ragged, default command (no cluster option; ran on: "
+                            "threads), tokenize+write") for n in goals), list(goals)
     assert list(tmp_path.glob("daskwp-pipeline-*")) == []     # cleaned up
