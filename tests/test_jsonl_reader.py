@@ -216,6 +216,35 @@ def test_every_piece_at_every_block_position_and_at_the_end():
             assert agrees(data) and native(data).to_pylist() == loads(data), (piece, pad)
 
 
+def test_utf8_rule_equals_pythons_decoder():
+    """Strings of valid and broken UTF-8 sequences (overlongs, surrogates, beyond U+10FFFF,
+    cut and stray continuations) at every offset of the 16-byte blocks: the reader reads a
+    line exactly when Python decodes its bytes, into the same text."""
+    rng = random.Random(5)
+    valid = ["a", "\u00e9", "\u07ff", "\u0800", "\u4e2d", "\ud7ff", "\ue000", "\uffff",
+             "\U00010000", "\U0001f600", "\U0010ffff"]
+    broken = [b"\x80", b"\xbf", b"\xc0\x80", b"\xc1\xbf", b"\xe0\x80\x80", b"\xe0\x9f\xbf",
+              b"\xed\xa0\x80", b"\xed\xbf\xbf", b"\xf0\x80\x80\x80", b"\xf0\x8f\xbf\xbf",
+              b"\xf4\x90\x80\x80", b"\xf5\x80\x80\x80", b"\xff", b"\xe4\xb8", b"\xf0\x9f\x98",
+              b"\xc3", b"\xe4", b"\xf0"]
+    reads = declines = 0
+    for k in range(6000):
+        pieces = [rng.choice(valid).encode() for _ in range(rng.randrange(1, 30))]
+        if k % 2:
+            pieces.insert(rng.randrange(len(pieces) + 1), rng.choice(broken))
+        value = b"".join(pieces)
+        data = b'{"id": 1, "text": "' + b"x" * rng.randrange(17) + value + b'"}'
+        try:
+            want = [data[data.index(b'"text": "') + 9:-2].decode("utf-8")]
+        except UnicodeDecodeError:
+            want = None
+        got = native(data)
+        assert (got.to_pylist() if got is not None else None) == want, data
+        reads += want is not None
+        declines += want is None
+    assert reads > 2500 and declines > 2500
+
+
 def _mutations(seed: int, count: int):
     rng = random.Random(seed)
     base = [
