@@ -27,16 +27,16 @@ from daskwp.jobs import InputError, inputs, make_config, run_job
 from daskwp.jobs.inputs import json_format
 from daskwp.jobs.inputs.specs import PartitionSpec
 
-SPEC = PartitionSpec(index=0, path="mem.jsonl", format="jsonl", column="text")
+TEXT_SPEC = PartitionSpec(index=0, path="mem.jsonl", format="jsonl", column="text")
 PAIR = PartitionSpec(index=0, path="mem.jsonl", format="jsonl", column="text",
                      column_pair="pair")
 
 
-def native(data: bytes, spec=SPEC):
+def native(data: bytes, spec=TEXT_SPEC):
     return json_format.read_jsonl_native(data, spec)[0]
 
 
-def arrow(data: bytes, spec=SPEC):
+def arrow(data: bytes, spec=TEXT_SPEC):
     """Today's path: Arrow's reader (a string is its error's text)."""
     try:
         return json_format._read_jsonl_arrow(data, spec, False)[0]
@@ -54,7 +54,7 @@ def loads(data: bytes, field: str = "text") -> list:
     return out
 
 
-def agrees(data: bytes, spec=SPEC) -> bool:
+def agrees(data: bytes, spec=TEXT_SPEC) -> bool:
     """The native reader declines, or it equals Arrow's path (same type, values and nulls).
     Returns whether it read the buffer."""
     got = native(data, spec)
@@ -95,7 +95,7 @@ def test_every_corpus_line_equals_arrow_and_json_loads():
     for name, text in _writings(docs).items():
         data = text.encode("utf-8")
         got = native(data)
-        assert got is not None, (name, json_format.read_jsonl_native(data, SPEC)[1])
+        assert got is not None, (name, json_format.read_jsonl_native(data, TEXT_SPEC)[1])
         assert agrees(data), name
         assert got.to_pylist() == loads(data), name
         # the last line without its newline
@@ -185,7 +185,7 @@ CASES = [
 
 @pytest.mark.parametrize("data,reads", CASES, ids=[repr(c[0][:40]) for c in CASES])
 def test_adversarial_lines(data, reads):
-    assert agrees(data) == reads, json_format.read_jsonl_native(data, SPEC)[1]
+    assert agrees(data) == reads, json_format.read_jsonl_native(data, TEXT_SPEC)[1]
     if reads and not data.lstrip().startswith(b"null"):
         assert native(data).to_pylist() == loads(data)
 
@@ -466,6 +466,6 @@ def test_reader_under_asan_and_ubsan(tmp_path):
                        timeout=600)
     assert r.returncode == 0 and not r.stderr, r.stderr[-4000:]
     want = "".join("u" if native(b, spec) is None else "r"
-                   for b in buffers for spec in (SPEC, PAIR))
+                   for b in buffers for spec in (TEXT_SPEC, PAIR))
     assert r.stdout.strip() == want
     assert want.count("r") > 2000
