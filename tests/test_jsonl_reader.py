@@ -197,6 +197,33 @@ def test_a_first_line_of_null_is_a_null_document():
     assert native(b'  null \r\n').to_pylist() == [None]
 
 
+def test_arrows_path_reads_a_first_line_of_null_without_crashing():
+    """When the native reader declines a buffer whose first row is ``null`` (here: kept
+    columns, invalid UTF-8), Arrow's path reads it as a null document instead of crashing
+    the process (pyarrow 26 segfaults on such a first row). In a subprocess, so that a
+    crash fails this test alone."""
+    import subprocess
+    import sys
+    script = """if True:
+        from daskwp.jobs.inputs import json_format
+        from daskwp.jobs.inputs.specs import PartitionSpec
+        kept = PartitionSpec(index=0, path="m.jsonl", format="jsonl", column="text",
+                             keep_columns=("k",), keep_types=("int64",))
+        docs, table = json_format._read_jsonl_arrow(b' null \\n{"text": "a", "k": 1}\\n',
+                                                    kept, True)[:2]
+        assert docs.to_pylist() == [None, "a"], docs
+        assert table.column("k").to_pylist() == [None, 1], table
+        plain = PartitionSpec(index=0, path="m.jsonl", format="jsonl", column="text")
+        docs, _, invalid = json_format.read_jsonl(b'null\\n{"text": "b\\xff"}\\n', plain,
+                                                  False)
+        assert docs.to_pylist()[0] is None and docs.to_pylist()[1].startswith(b"b"), docs
+        print("ok")
+    """
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", (r.returncode, r.stderr[-2000:])
+
+
 _PIECES = ["\\n", "\\\"", "\\\\", "\\/", "\\u00e9", "\\u4e2d", "\\ud83d\\ude00", "\\u0000",
            "\u00e9", "\u4e2d", "\U0001f600", "\x7f", "{", "}", "[", "]", ":", ","]
 

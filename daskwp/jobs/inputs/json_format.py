@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from typing import Sequence
 
 import numpy as np
@@ -206,6 +207,19 @@ def read_jsonl(data: bytes, spec: PartitionSpec, with_kept: bool, bad: list | No
     return (*_read_jsonl_lines(data, spec, with_kept, bad), None)
 
 
+_FIRST_NULL = re.compile(rb"[ \t\r\n]*(null)(?=[ \t\r\n]|$)")
+
+
+def _first_null_as_empty_object(data: bytes) -> bytes:
+    """``data`` with a first row of ``null`` written as ``{}`` (same length): pyarrow's
+    JSON reader crashes the process on a buffer whose first row is a top-level ``null``,
+    and reads ``{}`` as it reads a ``null`` row anywhere else (every column null)."""
+    m = _FIRST_NULL.match(data)
+    if m is None:
+        return data
+    return data[:m.start(1)] + b"{}  " + data[m.end(1):]
+
+
 def _read_jsonl_arrow(data: bytes, spec: PartitionSpec, with_kept: bool):
     import pyarrow.compute as pc
     import pyarrow.json as pj
@@ -218,6 +232,7 @@ def _read_jsonl_arrow(data: bytes, spec: PartitionSpec, with_kept: bool):
     schema = pa.schema(fields)
 
     def parse(b: bytes) -> pa.Table:
+        b = _first_null_as_empty_object(b)
         return pj.read_json(io.BytesIO(b), read_options=pj.ReadOptions(
             use_threads=False, block_size=int(min(max(len(b) + 1, 1 << 20), 2**31 - 1))),
             parse_options=pj.ParseOptions(explicit_schema=schema,
