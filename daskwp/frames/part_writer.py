@@ -302,8 +302,6 @@ class PartWriter:
         self._done = False
 
     def _open(self, schema: pa.Schema) -> None:
-        import pyarrow.parquet as pq
-
         from . import parquet_writer
         schema = schema.with_metadata(_portable_pandas_schema_metadata(schema))
         self._file = _HashingFile(self.tmp_path)
@@ -315,7 +313,8 @@ class PartWriter:
                 self._writer = parquet_writer.NativeParquetWriter(
                     self._file, schema, options["compression"],
                     byte_stream_split=LIST_ENCODING == "BYTE_STREAM_SPLIT" and not self.compat)
-            else:
+            else:   # pyarrow.parquet imported only here: its import is a writer's first ms
+                import pyarrow.parquet as pq
                 self._writer = pq.ParquetWriter(self._file, schema, **options)
         except BaseException:
             self.abort()
