@@ -281,13 +281,16 @@ def test_parts_are_lz4_from_daskwps_writer_by_default(tmp_path):
 @pytest.mark.parametrize("compression", ["lz4", "zstd"])
 def test_compressed_pages_from_a_pool_that_keeps_its_pages(tmp_path, monkeypatch, compression):
     """Each page's compressed copy comes from the system allocator (glibc keeps the freed
-    block for the next page) where malloc keeps freed blocks, from Arrow's default pool where
-    a nanny's malloc setting would map each one afresh; the files are the same bytes."""
+    block for the next page) where Arrow's default pool is mimalloc and malloc keeps freed
+    blocks; from Arrow's default pool where a nanny's malloc setting would map each one
+    afresh or the pool is jemalloc (a nanny's worker); the files are the same bytes."""
     from daskwp.backends import memory
     for k in ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_",
               "MALLOC_MMAP_MAX_"):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setattr(memory, "_tuned", False)
+    if pa.default_memory_pool().backend_name != "mimalloc":
+        monkeypatch.setattr(pa, "default_memory_pool", pa.mimalloc_memory_pool)
     system = pa.system_memory_pool()
     assert parquet_writer.compression_pool().backend_name == "system"
     texts = [line for line in CORPUS if line][:3000] * 4
@@ -303,6 +306,11 @@ def test_compressed_pages_from_a_pool_that_keeps_its_pages(tmp_path, monkeypatch
     assert parquet_writer.compression_pool() is None
     monkeypatch.setattr(memory, "_tuned", True)              # tune_worker_malloc() ran
     assert parquet_writer.compression_pool().backend_name == "system"
+
+    class Jemalloc:
+        backend_name = "jemalloc"
+    monkeypatch.setattr(pa, "default_memory_pool", Jemalloc)  # a nanny's worker's pool
+    assert parquet_writer.compression_pool() is None
     monkeypatch.setattr(parquet_writer, "compression_pool", lambda: None)
     default = _write(tmp_path / "default.parquet", [table], native=True,
                      compression=compression)

@@ -94,7 +94,7 @@ def malloc_keeps_freed_blocks() -> bool:
     """Whether glibc's malloc in this process keeps freed blocks of up to a few MB for
     reuse instead of unmapping them: its dynamic mmap threshold (none of the ``MALLOC_*_``
     variables that fix it set), or :func:`tune_worker_malloc` raised the thresholds. The
-    part writer then takes its compressed pages from the system allocator
+    part writer then takes its compressed pages from the system allocator instead of mimalloc
     (:mod:`daskwp.frames.parquet_writer`); a nanny's worker with ``DASKWP_WORKER_MALLOC=0``
     maps each one afresh, and keeps Arrow's default pool."""
     import os

@@ -60,15 +60,19 @@ def _int_type(t: pa.DataType) -> bool:
 
 def compression_pool() -> pa.MemoryPool | None:
     """The memory pool of the compressed pages: the system allocator (glibc's malloc) where
-    it keeps freed blocks (:func:`daskwp.backends.memory.malloc_keeps_freed_blocks`), else
-    None (Arrow's default pool).
+    Arrow's default pool is mimalloc and glibc keeps freed blocks
+    (:func:`daskwp.backends.memory.malloc_keeps_freed_blocks`), else None (Arrow's default
+    pool).
 
     Each page's compressed copy is a fresh buffer of up to a page (pyarrow's
-    ``Codec.compress`` takes no output buffer). Arrow's default pool (mimalloc, or jemalloc in
-    a nanny's worker) hands freed pages back to the system and faults fresh zeroed ones in
-    for the next page: in a 2-worker job that was a tenth of the writer thread's CPU samples
-    (``clear_page_erms`` under ``mi_page_free_list_extend`` and LZ4's stores). glibc reuses
-    the block the previous page freed."""
+    ``Codec.compress`` takes no output buffer). mimalloc hands freed pages back to the system
+    and faults fresh zeroed ones in for the next page: in a 2-worker job on mimalloc that was
+    a tenth of the writer threads' CPU samples (``clear_page_erms`` under
+    ``mi_page_free_list_extend`` and LZ4's stores), 3% from glibc, which reuses the block the
+    previous page freed. A nanny's worker gives Arrow's allocations to jemalloc
+    (docs/design.md §3.5), which keeps them as well as glibc does: there the default pool."""
+    if pa.default_memory_pool().backend_name != "mimalloc":
+        return None
     return pa.system_memory_pool() if memory.malloc_keeps_freed_blocks() else None
 
 
