@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 
+from ..core.cpu_clock import stage_cpu_seconds
 from ..core.lengths import LengthCounts
 from ..core.options import DEFAULT_COMPRESSION, WINDOWS, names
 from ..frames.storage import Folder, is_url
@@ -300,9 +301,9 @@ def _write_pool():
 
 
 def _timed_write(writer, table, clock: dict) -> None:
-    t = time.thread_time()
+    t = stage_cpu_seconds()
     writer.write(table)
-    clock["write"] += time.thread_time() - t
+    clock["write"] += stage_cpu_seconds() - t
 
 
 def write_tokenized_part(texts, tokenizer, options: dict, path: str, tmp_path: str, *,
@@ -367,9 +368,9 @@ def write_tokenized_part(texts, tokenizer, options: dict, path: str, tmp_path: s
         pad = vocabulary_pad_id(tok)
         if pad is not None:
             meta["pad_id"] = pad
-        t = time.thread_time()
+        t = stage_cpu_seconds()
         writer.close(meta)
-        clock["finish"] += time.thread_time() - t
+        clock["finish"] += stage_cpu_seconds() - t
     finally:
         writer.abort()
     stats["cpu_seconds"] = clock
@@ -469,7 +470,7 @@ def _write_pieces(texts, tok, options, logid_offset, with_mask, writer, stats, c
     from ..core.buckets import BucketedWindows
     from ..core.strings import to_arrow
 
-    t = time.thread_time()
+    t = stage_cpu_seconds()
     pairs = _is_pairs(texts)
     plain = not pairs and _plain(options) and _bert_frame(tok)
     if pairs:
@@ -485,13 +486,13 @@ def _write_pieces(texts, tok, options, logid_offset, with_mask, writer, stats, c
         padded_width = int(options["max_length"])
         options = dict(options, padding="do_not_pad")
     window_options = {k: options[k] for k in WINDOW_OPTIONS if k in options}
-    clock["tokenize"] += time.thread_time() - t
+    clock["tokenize"] += stage_cpu_seconds() - t
     pending = None
     base = int(logid_offset)
     pool = _write_pool()
     try:
         for piece, nbytes in pieces:
-            t = time.thread_time()
+            t = stage_cpu_seconds()
             enc = None
             if plain:
                 # each piece takes the cores it may use now: on in-process threads, a
@@ -503,7 +504,7 @@ def _write_pieces(texts, tok, options, logid_offset, with_mask, writer, stats, c
                                             logid_offset=base, num_threads=threads)
             else:
                 out = _tok_call(tok, piece, options, return_tensors="np", logid_offset=base)
-            t1 = time.thread_time()
+            t1 = stage_cpu_seconds()
             table = table_from_output(out, attention_mask=with_mask, padded_width=padded_width,
                                       mask_dtype=options.get("mask_dtype", "int32"))
             bucketed = isinstance(out, BucketedWindows)
@@ -515,7 +516,7 @@ def _write_pieces(texts, tok, options, logid_offset, with_mask, writer, stats, c
             base += len(piece)
             del out, enc, meta
             clock["tokenize"] += t1 - t
-            clock["arrow"] += time.thread_time() - t1
+            clock["arrow"] += stage_cpu_seconds() - t1
             if pending is not None:
                 pending.result()
             pending = pool.submit(_timed_write, writer, table, clock)
@@ -539,16 +540,16 @@ def _pair_table(texts):
 def _write_frame(texts, tok, options, logid_offset, with_mask, writer, stats,
                  clock) -> None:
     """A GPU worker's partition: tokenized on the device as a cudf frame, then written."""
-    t = time.thread_time()
+    t = stage_cpu_seconds()
     frame = add_logid_offset(tokenize_partition(texts, tok, call_options(options)),
                              int(logid_offset))
-    t1 = time.thread_time()
+    t1 = stage_cpu_seconds()
     table = frame_to_table(frame, attention_mask=with_mask)
     _account(stats, table, None, None, tok, dict(options, truncation=True))
     stats["documents"] += len(texts)
     stats["text_bytes"] += text_bytes(texts)
     clock["tokenize"] += t1 - t
-    clock["arrow"] += time.thread_time() - t1
+    clock["arrow"] += stage_cpu_seconds() - t1
     _timed_write(writer, table, clock)
 
 

@@ -592,16 +592,16 @@ def megatron_slices(tokenizer, texts, options: dict, to_device=None, clock=None)
     """:func:`megatron_sequences` of each of :func:`document_slices` in turn: yields
     ``(tokens, sequence_lengths, document_indices, stats)`` per slice (document indices
     from 0 in each). ``clock`` (a dict), when given, accumulates ``tokenize`` and ``frame``
-    thread CPU seconds. Memory: one slice's ids at a time."""
-    import time
+    CPU seconds (:func:`~daskwp.core.cpu_clock.stage_cpu_seconds`). Memory: one slice's ids at a time."""
+    from ..core.cpu_clock import stage_cpu_seconds
     clock = {} if clock is None else clock
     for piece in document_slices(texts):
-        c0 = time.thread_time()
+        c0 = stage_cpu_seconds()
         encoded = encode_pieces(tokenizer, piece, options, to_device)
-        c1 = time.thread_time()
+        c1 = stage_cpu_seconds()
         out = sequences_of(tokenizer.vocab, *encoded, options)
         del encoded
-        c2 = time.thread_time()
+        c2 = stage_cpu_seconds()
         clock["tokenize"] = clock.get("tokenize", 0.0) + c1 - c0
         clock["frame"] = clock.get("frame", 0.0) + c2 - c1
         yield out

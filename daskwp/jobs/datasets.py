@@ -24,6 +24,7 @@ import time
 import numpy as np
 import pyarrow as pa
 
+from ..core.cpu_clock import stage_cpu_seconds
 from ..core.lengths import LengthCounts
 from ..distributed.tasks import text_bytes as partition_text_bytes
 from ..frames import storage
@@ -110,7 +111,7 @@ def write_datasets_partition(spec, logid_offset: int, out_dir: str, tokenizer,
     Memory: the partition's text and its rows (as the accessor's frame)."""
     t0 = time.perf_counter()
     texts, kept, (bad_bytes, bad_docs), bad, read_cpu = timed_read(spec, documents, options)
-    c1 = time.thread_time()
+    c1 = stage_cpu_seconds()
     try:
         table, stats = tokenize_job_partition(tokenizer, texts, options, logid_offset, device,
                                               spec.index)
@@ -124,7 +125,7 @@ def write_datasets_partition(spec, logid_offset: int, out_dir: str, tokenizer,
                                               spec.index)
     if kept is not None:
         table = attach_kept_columns(table, kept, int(logid_offset))
-    c2 = time.thread_time()
+    c2 = stage_cpu_seconds()
     text_bytes = partition_text_bytes(texts)   # both sides of sentence pairs
     stats.update(documents=len(texts), partition=spec.index, logid_offset=int(logid_offset),
                  text_bytes=text_bytes, invalid_utf8_bytes=bad_bytes,
@@ -150,7 +151,7 @@ def write_datasets_partition(spec, logid_offset: int, out_dir: str, tokenizer,
                 os.unlink(tmp)
         publish_part(folder, staging, spec.index, n_partitions)
     stats["cpu_seconds"] = {"read": read_cpu, "tokenize": c2 - c1,
-                            "write": time.thread_time() - c2}
+                            "write": stage_cpu_seconds() - c2}
     stats["seconds"] = time.perf_counter() - t0
     return stats
 

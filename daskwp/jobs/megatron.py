@@ -28,6 +28,7 @@ import uuid
 
 import numpy as np
 
+from ..core.cpu_clock import stage_cpu_seconds
 from ..backends.memory import release_host_memory
 from ..core.lengths import LengthCounts
 from ..distributed.state import cached_tokenizer
@@ -154,7 +155,7 @@ def write_megatron_partition(spec, logid_offset: int, out_dir: str, tokenizer, o
     dtype = token_dtype(len(tok.vocab))
     prefix = part_prefix(spec.index, n_partitions)
     clock: dict = {}
-    c1 = time.thread_time()
+    c1 = stage_cpu_seconds()
     # on an object store the part is committed in a local staging folder, then uploaded
     # file by file, its record last (records.publish_part)
     folder = storage.Folder(out_dir, options.get("storage_options"))
@@ -182,7 +183,7 @@ def write_megatron_partition(spec, logid_offset: int, out_dir: str, tokenizer, o
         finally:
             _remove_pair(tmp)
         publish_part(folder, staging, spec.index, n_partitions)
-    work = time.thread_time() - c1
+    work = stage_cpu_seconds() - c1
     stats["cpu_seconds"] = {"read": read_cpu, "tokenize": clock.get("tokenize", 0.0),
                             "frame": clock.get("frame", 0.0),
                             "write": work - sum(clock.values())}
@@ -274,7 +275,7 @@ class PartMerger:
                 and self.complete[self.appended])
 
     def _merge(self) -> None:
-        c0 = time.thread_time()
+        c0 = stage_cpu_seconds()
         while True:
             with self._cond:
                 while not (self._closed or self._next()):
@@ -291,7 +292,7 @@ class PartMerger:
                 return
             with self._cond:
                 self.appended += 1
-                self.cpu_seconds = time.thread_time() - c0
+                self.cpu_seconds = stage_cpu_seconds() - c0
                 self._cond.notify_all()
 
     def drain(self) -> None:
@@ -350,7 +351,7 @@ def finish_megatron(out_dir: str, cfg, stats: list, rewritten: bool,
     dtype = np.dtype(stats[0]["dtype"])
     info = {"dtype": str(dtype), "sequences": sequences, "documents": documents,
             "tokens_written": written, "merged": bool(cfg.merge_parts)}
-    c0 = time.thread_time()
+    c0 = stage_cpu_seconds()
     if cfg.merge_parts:
         merged = folder.join(megatron_prefix(cfg))
         sizes = (written * dtype.itemsize, index_size(sequences, documents))
@@ -396,7 +397,7 @@ def finish_megatron(out_dir: str, cfg, stats: list, rewritten: bool,
     info["data_args_path"] = path
     # the driver's CPU seconds of the merge (copy_file_range: the copy itself is the
     # kernel's, counted as this thread's system time)
-    tail = time.thread_time() - c0
+    tail = stage_cpu_seconds() - c0
     info["merge_tail_cpu_seconds"] = round(tail, 4)
     info["merge_cpu_seconds"] = round(tail + (merger.cpu_seconds if merger else 0.0), 4)
     return info

@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import json
 import os
-import time
 import uuid
 
 import numpy as np
 import pyarrow as pa
 
+from ..core.cpu_clock import stage_cpu_seconds
 from ..core.lengths import LengthCounts
 from ..distributed.state import cached_tokenizer
 from ..distributed.tasks import text_bytes
@@ -91,7 +91,7 @@ def spill_partition(spec, out_dir: str, tokenizer, options: dict, device: str = 
     Memory: the partition's text and the ids of a slice of it at a time
     (:func:`daskwp.frames.megatron.document_slices`), appended to the spill."""
     texts, _, (bad_bytes, bad_docs), bad, read_cpu = timed_read(spec, documents, options)
-    c1 = time.thread_time()
+    c1 = stage_cpu_seconds()
     tok = cached_tokenizer(tokenizer)
     dev = worker_device(device)
     special = bool(options.get("add_special_tokens"))
@@ -118,17 +118,17 @@ def spill_partition(spec, out_dir: str, tokenizer, options: dict, device: str = 
                 counts["units"] += len(units)
                 doc_lengths.append(np.diff(offsets))
                 del ids, offsets
-                c = time.thread_time()
+                c = stage_cpu_seconds()
                 # a document's units: < 2**31 (the kernel's int32 ids)
                 for fh, arr in ((ids_fh, units), (lens_fh, lens.astype(np.int32))):
                     if len(arr):
                         fh.write(memoryview(np.ascontiguousarray(arr)).cast("B"))
-                spill_cpu += time.thread_time() - c
+                spill_cpu += stage_cpu_seconds() - c
             del texts
-        c = time.thread_time()
+        c = stage_cpu_seconds()
         for what, path in tmp.items():
             os.replace(path, _spill_path(out_dir, spec.index, what))
-        spill_cpu += time.thread_time() - c
+        spill_cpu += stage_cpu_seconds() - c
     finally:
         for path in tmp.values():
             if os.path.exists(path):
@@ -138,7 +138,7 @@ def spill_partition(spec, out_dir: str, tokenizer, options: dict, device: str = 
             "invalid_utf8_bytes": bad_bytes, "invalid_utf8_documents": bad_docs,
             "bad": bad, "length_counts": LengthCounts.of(lengths).to_json(),
             "cpu_seconds": {"read": read_cpu,
-                            "tokenize": time.thread_time() - c1 - spill_cpu,
+                            "tokenize": stage_cpu_seconds() - c1 - spill_cpu,
                             "spill": spill_cpu}}
 
 
@@ -212,7 +212,7 @@ def write_packed_partition(spec, starts, logid_offset: int, out_dir: str, tokeni
                            file_offset: int | None = None) -> dict:
     """Pass 2: the blocks partition ``spec.index`` owns, written in the job's output format
     with a record (:func:`.records.commit_part`)."""
-    t0 = time.thread_time()
+    t0 = stage_cpu_seconds()
     from .datasets import shard_name, write_shard
     tok = cached_tokenizer(tokenizer)
     packing = options["packing"]
@@ -259,7 +259,7 @@ def write_packed_partition(spec, starts, logid_offset: int, out_dir: str, tokeni
         for t in (tmp, tmp + ".bin", tmp + ".idx"):
             if os.path.exists(t):
                 os.unlink(t)
-    stats["cpu_seconds"] = dict(spill["cpu_seconds"], write=time.thread_time() - t0)
+    stats["cpu_seconds"] = dict(spill["cpu_seconds"], write=stage_cpu_seconds() - t0)
     return stats
 
 

@@ -28,6 +28,7 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
+from ..core.cpu_clock import stage_cpu_seconds
 from ..core.cache import BoundedCache
 from ..distributed.state import cached_tokenizer
 from ..distributed.tasks import (add_logid_offset, call_options, owned_unknown_tokens,
@@ -355,11 +356,11 @@ def read_counted_partition(spec: PartitionSpec, documents: int | None,
 def _write_partition(spec, logid_offset, out_dir, tokenizer, options, job_id, n_partitions,
                      device, documents, file_offset=None) -> dict:
     t0 = time.perf_counter()
-    c0 = time.thread_time()
+    c0 = stage_cpu_seconds()
     reject = options.get("on_bad_row") == "reject"
     bad = [] if reject else None
     texts, kept, (bad_bytes, bad_docs) = read_counted_partition(spec, documents, bad)
-    read_cpu = time.thread_time() - c0
+    read_cpu = stage_cpu_seconds() - c0
     name = part_name(spec.index, n_partitions)
     # An object store has no rename: the part is written complete to a local staging
     # folder, then uploaded under its name (one put, or a multipart upload that the store

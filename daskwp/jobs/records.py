@@ -16,9 +16,9 @@ from __future__ import annotations
 import functools
 import json
 import os
-import time
 import uuid
 
+from ..core.cpu_clock import stage_cpu_seconds
 from ..frames import storage
 from ..frames.part_writer import CHECKSUM_KEY, SHA256_CHECKSUM_KEY
 from .parts import (PART_SUFFIX, TMP_PREFIX, part_name, partition_failure,
@@ -130,10 +130,10 @@ def timed_read(spec, documents: int | None, options: dict) -> tuple:
     partition to write (:func:`.parts.read_counted_partition`); ``bad``: with the row policy
     (``options["on_bad_row"] == "reject"``) the ``[(row, reason)]`` of the rows that could
     not be read (read as empty documents), else None (such a row fails the partition)."""
-    c0 = time.thread_time()
+    c0 = stage_cpu_seconds()
     bad = [] if options.get("on_bad_row") == "reject" else None
     texts, kept, invalid = read_counted_partition(spec, documents, bad)
-    return texts, kept, invalid, bad, time.thread_time() - c0
+    return texts, kept, invalid, bad, stage_cpu_seconds() - c0
 
 
 def write_part_rejects(out_dir: str, spec, n_partitions: int, bad, logid_offset: int,

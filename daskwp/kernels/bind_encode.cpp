@@ -96,6 +96,9 @@ uint64_t ceiling_pass(U8 data) {
 void bind_encode(nb::module_& m) {
   m.def("ceiling_pass", &ceiling_pass, nb::arg("data"),
         "Benchmark ceiling: lowercase every byte into a scratch buffer; returns a checksum.");
+  m.def("helper_thread_cpu_seconds", &daskwp::helper_thread_cpu_seconds,
+        "CPU seconds of the threads the kernel spawned for the calling thread's calls, "
+        "a running total (add it to time.thread_time() for the thread's whole CPU).");
   m.def("encode32", &encode_impl<I32, int32_t>, nb::arg("vocab_blob"), nb::arg("norm_blob"),
         nb::arg("max_input_chars_per_word"), nb::arg("offsets"), nb::arg("data"),
         nb::arg("validity").none(), nb::arg("validity_offset"), nb::arg("num_threads"),

@@ -13,8 +13,10 @@
 #include <cstdlib>
 #include <mutex>
 #include <cstring>
+#include <ctime>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -605,7 +607,33 @@ void encode_range_extras(const CoreContext& ctx, const Off* offsets, const uint8
   }
 }
 
+int64_t thread_cpu_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+thread_local std::atomic<int64_t> own_helper_cpu{0};
+// On a spawned thread: the counter of the thread that spawned it (so that a thread it
+// spawns in turn charges the same caller).
+thread_local std::atomic<int64_t>* charged_helper_cpu = nullptr;
+
 }  // namespace
+
+std::atomic<int64_t>* helper_cpu_sink() {
+  return charged_helper_cpu ? charged_helper_cpu : &own_helper_cpu;
+}
+
+double helper_thread_cpu_seconds() { return own_helper_cpu.load() * 1e-9; }
+
+HelperCpu::HelperCpu(std::atomic<int64_t>* sink) : sink_(sink), start_(thread_cpu_ns()) {
+  charged_helper_cpu = sink;
+}
+
+HelperCpu::~HelperCpu() {
+  charged_helper_cpu = nullptr;
+  sink_->fetch_add(thread_cpu_ns() - start_);
+}
 
 int resolve_threads(int requested) {
   if (requested > 0) return requested;
@@ -676,7 +704,12 @@ EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
     std::atomic<int> next{0};
     std::vector<std::thread> pool;
     std::vector<std::exception_ptr> errors(threads);
+    std::atomic<int64_t>* sink = helper_cpu_sink();
     auto work = [&](int t) {
+      // A spawned thread (threads > 1) charges its CPU to the caller; one thread is the
+      // caller itself, on its own clock.
+      std::optional<HelperCpu> charge;
+      if (threads > 1) charge.emplace(sink);
       try {
         ThreadMemo memo(ctx, key, generation, threads, big, unit, call);
         for (int c = next++; c < chunks; c = next++)
@@ -704,8 +737,10 @@ EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
     std::atomic<int> next{0};
     std::vector<std::thread> pool;
     std::vector<std::exception_ptr> errors(threads);
+    std::atomic<int64_t>* sink = helper_cpu_sink();
     for (int t = 0; t < threads; ++t) {
       pool.emplace_back([&, t] {
+        HelperCpu charge(sink);
         try {
           ThreadMemo memo(ctx, key, generation, threads, big, 0, call);
           for (int c = next++; c < chunks; c = next++)

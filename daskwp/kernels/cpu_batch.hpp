@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -33,6 +34,25 @@ constexpr int32_t kOffsetsChars = 2;
 // Number of worker threads for `requested` (<= 0: all hardware threads).
 int resolve_threads(int requested);
 
+// CPU time of the threads the kernel spawns, charged to the thread that called the kernel
+// (its stage clocks see only their own thread's CPU otherwise). helper_cpu_sink(): the
+// calling thread's counter (nanoseconds), or, on a spawned thread, the counter it charges.
+// A spawned thread's body starts with a HelperCpu made from the spawner's sink.
+std::atomic<int64_t>* helper_cpu_sink();
+// The calling thread's running total of its spawned threads' CPU, in seconds.
+double helper_thread_cpu_seconds();
+class HelperCpu {
+ public:
+  explicit HelperCpu(std::atomic<int64_t>* sink);
+  ~HelperCpu();
+  HelperCpu(const HelperCpu&) = delete;
+  HelperCpu& operator=(const HelperCpu&) = delete;
+
+ private:
+  std::atomic<int64_t>* sink_;
+  int64_t start_;
+};
+
 // Runs fn(r0, r1) over [0, rows) on up to `threads` threads, contiguous ranges.
 template <typename Fn>
 void parallel_rows(int64_t rows, int threads, Fn fn) {
@@ -43,9 +63,11 @@ void parallel_rows(int64_t rows, int threads, Fn fn) {
   threads = static_cast<int>(std::min<int64_t>(threads, rows));
   std::vector<std::thread> pool;
   std::vector<std::exception_ptr> errors(threads);
+  std::atomic<int64_t>* sink = helper_cpu_sink();
   for (int t = 0; t < threads; ++t) {
     const int64_t r0 = rows * t / threads, r1 = rows * (t + 1) / threads;
     pool.emplace_back([&, t, r0, r1] {
+      HelperCpu charge(sink);
       try {
         fn(r0, r1);
       } catch (...) {
