@@ -266,7 +266,7 @@ def main() -> int:
                   + ", ".join(f"word memos {m / 1e6:.0f} MB + host pool {h / 1e6:.0f} MB"
                               for m, h in caches.values()) + ".", "",
                   "CPU seconds per stage (`_summary.json` `cpu_seconds`, summed over the "
-                  "workers' task threads; the kernel's own threads are not in them; "
+                  "workers' task threads; the kernel's own threads included; "
                   "`merge`: the driver's, Megatron's `merge_cpu_seconds`, appending each part "
                   "as it completes; `merge_tail`: those of them after the last part was "
                   "written, `merge_tail_cpu_seconds`). The bare kernel "
