@@ -361,3 +361,34 @@ def test_degenerate_files(tmp_path, data, lines):
     assert all(counts == (0, 0) for _, _, counts in got)
     assert inputs.lines_to_arrow(data).to_pylist() == lines
     assert sum(inputs.count_partition(s) for s in specs) == len(lines)
+
+
+def test_jsonl_count_equals_its_non_blank_lines(tmp_path):
+    """The count pass of JSON Lines (one native pass, no split) gives the documents the
+    reader's split gives: every line but those of only spaces, tabs and CRs, a last line
+    without a newline included; and count_partition the rows read_partition reads."""
+    from daskwp.jobs.inputs.json_format import _blank_lines, count_jsonl_documents
+    from daskwp.jobs.inputs.text import lines_to_arrow
+
+    def by_split(data):
+        lines = lines_to_arrow(data)
+        return len(lines) - int(np.count_nonzero(_blank_lines(lines)))
+
+    rng = random.Random(7)
+    cases = [b"", b"\n", b"a", b"a\n", b"\n\n", b" \n", b"\t\r\n{}", b"{}\n \t\r",
+             b"{}\r\n{}\r\n", b"  {}\n", b"\r", b"{}\n\n\n{}", b" ", b"x" * 40 + b"\n \n"]
+    cases += [bytes(rng.choice(b" \t\r\n{}a\xc3") for _ in range(rng.randint(0, 40)))
+              for _ in range(2000)]
+    assert [count_jsonl_documents(c) for c in cases] == [by_split(c) for c in cases]
+    rows = [json.dumps({"text": f"doc {i}"}) + rng.choice(["", "\r", " "])
+            for i in range(3000)]
+    blanks = ["", " ", "\t\r", "   "]
+    body = "\n".join(r if i % 7 else r + "\n" + rng.choice(blanks)
+                     for i, r in enumerate(rows))
+    path = tmp_path / "d.jsonl"
+    path.write_text("\n \n" + body)
+    specs = inputs.plan_partitions(inputs.list_input_files(str(path)), "text", 4096)
+    assert len(specs) > 5
+    assert [inputs.count_partition(s) for s in specs] == \
+        [len(inputs.read_partition(s)) for s in specs]
+    assert sum(inputs.count_partition(s) for s in specs) == len(rows)

@@ -160,9 +160,10 @@ def _blank_lines(lines: pa.Array) -> np.ndarray:
 def count_jsonl_documents(data: bytes) -> int:
     """The documents of JSON Lines bytes, its non-blank lines (as :func:`read_jsonl` maps
     lines to documents), counted without parsing the JSON: a bad line is found when the
-    bytes are read."""
-    lines = lines_to_arrow(data)
-    return len(lines) - int(np.count_nonzero(_blank_lines(lines)))
+    bytes are read. One native pass that neither copies nor splits them
+    (``_ext.count_nonblank_lines``: the count pass of a Megatron job spent more CPU on the
+    split than its write tasks on reading the same bytes)."""
+    return int(_ext.count_nonblank_lines(np.frombuffer(data, dtype=np.uint8)))
 
 
 def read_jsonl_native(data: bytes, spec: PartitionSpec) -> tuple:
