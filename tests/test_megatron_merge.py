@@ -224,3 +224,29 @@ def test_threads_merge_the_bytes_of_the_synchronous_scheduler(tmp_path):
         got[sched] = [Path(s["megatron"]["prefix"] + ext).read_bytes()
                       for ext in (".bin", ".idx")]
     assert got["threads"] == got["synchronous"]
+
+
+def test_appends_sync_the_pair_not_the_section_files(tmp_path, monkeypatch):
+    """Each append writes back the merged .bin and .idx; the pointer and document section
+    files, copied into the .idx (fsync'ed) by finish and then removed, are never synced.
+    The merged bytes are those of one write."""
+    import os
+    n = 4
+    prefixes = _parts(tmp_path, n)
+    synced = []
+    real = os.fdatasync
+
+    def fdatasync(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}").rsplit(".tmp-x", 1)[-1])
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    out = PairAppender(str(tmp_path / ".tmp-x"), fsync=True)
+    for p in prefixes:
+        out.append(p)
+    out.finish()
+    assert synced == [".bin", ".idx"] * n
+    for ext in (".bin", ".idx"):
+        assert (tmp_path / f".tmp-x{ext}").read_bytes() == \
+            (tmp_path / f"whole{ext}").read_bytes()
+    assert sorted(q.name for q in tmp_path.glob(".tmp-x*")) == [".tmp-x.bin", ".tmp-x.idx"]

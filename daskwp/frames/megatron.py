@@ -349,8 +349,11 @@ class PairAppender:
         self.documents += ix.documents
         self.bin_bytes += size
         if self.fsync:   # written back a dataset at a time, not all at the end
-            for _, fh in self._files:
-                os.fdatasync(fh.fileno())
+            # the section files are copied into the .idx (fsync'ed) by finish and removed:
+            # synced here they were written to disk once more than their bytes need
+            for ext, fh in self._files:
+                if not ext.startswith(".idx."):
+                    os.fdatasync(fh.fileno())
 
     def finish(self) -> dict:
         """Complete the ``.idx`` (header, pointers, document indices) and close both files;
