@@ -250,3 +250,31 @@ def test_appends_sync_the_pair_not_the_section_files(tmp_path, monkeypatch):
         assert (tmp_path / f".tmp-x{ext}").read_bytes() == \
             (tmp_path / f"whole{ext}").read_bytes()
     assert sorted(q.name for q in tmp_path.glob(".tmp-x*")) == [".tmp-x.bin", ".tmp-x.idx"]
+
+
+@requires_data
+def test_summary_seconds_include_the_merge_of_the_parts(tmp_path, monkeypatch):
+    """The summary's ``seconds`` are the whole job's (docs/batch-jobs.md): the merge of the
+    parts after the last one is written included."""
+    import time
+
+    from test_megatron import _jsonl, _mixed_documents
+    import daskwp.jobs.driver as driver
+    inp = _jsonl(tmp_path / "docs.jsonl", _mixed_documents())
+    real = driver.finish_megatron
+
+    called = []
+
+    def slow_finish(*a, **k):
+        called.append(time.perf_counter())
+        time.sleep(0.5)
+        return real(*a, **k)
+    monkeypatch.setattr(driver, "finish_megatron", slow_finish)
+    t0 = time.perf_counter()
+    s = run_job(make_config(dict(input=inp, output=str(tmp_path / "o"),
+                                 output_format="megatron", quiet=True,
+                                 vocab=str(vocab_path("bert-base-uncased")),
+                                 scheduler_address="synchronous")))
+    wall = time.perf_counter() - t0
+    # before the merge, then 0.5 s in it (less 0.1 s: run_job's start after t0)
+    assert called[0] - t0 + 0.4 <= s["seconds"] <= wall

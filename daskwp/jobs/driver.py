@@ -1041,6 +1041,8 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
             bool(missing), merger)
     elif cfg.output_format == "datasets":
         summary["datasets"] = finish_datasets(out, stats, job_id)
+    # the whole job's wall time: the merge of a Megatron job's parts included
+    summary["seconds"] = time.perf_counter() - t_start
     unknown = unknown_rate_warnings(summary, tok)
     for w in unknown:
         log(f"daskwp: warning: {w}")
