@@ -462,28 +462,20 @@ class JsonlReader {
           break;
         }
         case '{':
+        case '[': {  // a container opens: empty, or its first member / element follows
+          const bool array = s_[p_] == '[';
           if (++depth > kMaxDepth) return no("values nested too deep");
-          arrays &= ~(1ull << (depth - 1));
+          arrays = (arrays & ~(1ull << (depth - 1))) | (uint64_t{array} << (depth - 1));
           ++p_;
           skip_space();
-          if (p_ < n_ && s_[p_] == '}') {
+          if (p_ < n_ && s_[p_] == (array ? ']' : '}')) {
             ++p_;
             --depth;
             break;
           }
-          if (!member_key()) return false;
+          if (!array && !member_key()) return false;
           continue;
-        case '[':
-          if (++depth > kMaxDepth) return no("values nested too deep");
-          arrays |= 1ull << (depth - 1);
-          ++p_;
-          skip_space();
-          if (p_ < n_ && s_[p_] == ']') {
-            ++p_;
-            --depth;
-            break;
-          }
-          continue;
+        }
         case 't':
           if (!literal("true", 4)) return no("an invalid value");
           break;
