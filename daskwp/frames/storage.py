@@ -34,7 +34,8 @@ import uuid
 
 __all__ = ["TMP_PREFIX", "Folder", "HeadCached", "LocalCopy", "StorageError",
            "caching_heads", "current_options", "describe_storage_error", "filesystem",
-           "has_local_copy", "is_url", "local_copy", "local_path", "open_input", "size",
+           "has_local_copy", "is_url", "local_copy", "local_path", "object_version",
+           "open_input", "size",
            "storage_error", "url_info", "using"]
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
@@ -228,14 +229,16 @@ _HEADS: dict = {}      # (url, size, ETag...) -> the object's first bytes (recen
 _HEADS_KEPT = 16
 
 
-def _version(details) -> tuple | None:
-    """What identifies an object's version in fsspec's ``details`` (size and ETag, or
-    generation, version id, modification time), or None when nothing does."""
+def object_version(details) -> tuple | None:
+    """What identifies an object's version in fsspec's ``details`` / ``info``: its size and
+    ETag (or generation, version id; a store with none of them: its creation or
+    modification time), as ``(size, (key, value), ...)``; None when nothing does."""
     if not isinstance(details, dict):
         return None
-    keys = [k for k in ("ETag", "etag", "generation", "VersionId", "LastModified", "mtime")
-            if details.get(k) not in (None, "")]
-    return (details.get("size"), *(str(details[k]) for k in keys)) if keys else None
+    keys = [k for k in ("ETag", "etag", "generation", "VersionId", "version_id")
+            if details.get(k) not in (None, "")] or \
+        [k for k in ("created", "LastModified", "mtime") if details.get(k) not in (None, "")]
+    return (details.get("size"), *((k, str(details[k])) for k in keys)) if keys else None
 
 
 class HeadCached(_ObjectFile):
@@ -332,7 +335,7 @@ def open_input(path: str, buffering: int = -1, sequential: bool = False):
             f = fs.open(p, "rb", cache_type="readahead", block_size=SEQUENTIAL_BLOCK_BYTES)
         else:
             f = fs.open(p, "rb", cache_type="none")
-        version = _version(getattr(f, "details", None)) if _HEAD_CACHING.get() else None
+        version = object_version(getattr(f, "details", None)) if _HEAD_CACHING.get() else None
         if version is None or not isinstance(version[0], int):
             return f
         return HeadCached(f, fs, p, path, (path, *version))

@@ -60,7 +60,6 @@ import time
 import uuid
 from typing import Callable, Iterable, Sequence
 
-import pyarrow as pa
 
 from ..backends.tokenizer import resolve_tokenizer
 from ..core.lengths import LengthCounts
@@ -78,7 +77,7 @@ from .inputs.fetch_spool import remove_run_spools, run_token
 from .parts import (JOB_FILE, JOB_FORMAT, PART_PREFIX, PART_SUFFIX, REJECTS_PREFIX,
                     REJECTS_SUFFIX, SUMMARY_FILE, TMP_PREFIX, check_part, count_job_partition,
                     empty_partition, part_name, rejects_path, remove_temporary_files,
-                    tokenize_job_partition, verify_output, write_partition)
+                    verify_output, write_partition)
 from .megatron import PART_FILES as MEGATRON_PART_FILES
 from .datasets import (finish_datasets, is_datasets_file, verify_datasets_output,
                        write_datasets_partition)
@@ -545,15 +544,15 @@ def job_graph(specs: Sequence[PartitionSpec], counts: Sequence, missing: Sequenc
 
 def _with_spool(specs: Sequence[PartitionSpec], counts: Sequence, cfg: JobConfig,
                 job_id: str, run_id: str):
-    """``(token, specs)``: the partitions of URLs to count, with this run's fetch spool
-    (:mod:`.inputs.fetch_spool`), or None when no partition has one."""
+    """``(token, specs)``: the partitions, those of URLs to count with this run's fetch
+    spool (:mod:`.inputs.fetch_spool`); ``(None, specs)`` when no partition has one."""
     if not cfg.spool_max_bytes or cfg.packing is not None:
-        return None
+        return None, specs
     token = run_token(job_id, run_id)
     spool = (token, int(cfg.spool_max_bytes))
     out = [dataclasses.replace(s, spool=spool) if counts[i] is None and is_url(s.path) else s
            for i, s in enumerate(specs)]
-    return (token, out) if any(s.spool for s in out) else None
+    return (token, out) if any(s.spool for s in out) else (None, specs)
 
 
 def remove_spools(runner, token: str) -> None:
@@ -938,8 +937,8 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
         else:
             missing_graph = missing
         run_id = uuid.uuid4().hex[:8]
-        spool_token = _with_spool(specs, counts, cfg, job_id, run_id)
-        graph = job_graph(spool_token[1] if spool_token else specs, counts, missing_graph,
+        spool_token, run_specs = _with_spool(specs, counts, cfg, job_id, run_id)
+        graph = job_graph(run_specs, counts, missing_graph,
                           out, tok, options, job_id, device, run_id=run_id,
                           write=_WRITERS[cfg.output_format])
         prog = Progress("tokenizing", len(missing), cfg.quiet)
@@ -959,7 +958,7 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
         work_seconds = time.perf_counter() - t_work
     finally:
         if spool_token:
-            remove_spools(runner, spool_token[0])
+            remove_spools(runner, spool_token)
         close_scheduler(runner, own_client)
         # Temporary files of writes that did not finish (a worker died and the task was
         # rerun elsewhere, an error, an interrupt).

@@ -79,12 +79,9 @@ def regions(spec: PartitionSpec) -> list | None:
 
 
 def _identity(info: dict | None) -> str:
-    """What identifies a version of an object in the store's ``info``: its size and ETag
-    (or generation, version id; the creation time of a store that has none of them)."""
-    info = info or {}
-    keys = [k for k in ("ETag", "etag", "generation", "VersionId", "version_id")
-            if info.get(k) not in (None, "")] or ["created", "LastModified", "mtime"]
-    return repr([info.get("size")] + [(k, str(info.get(k))) for k in keys])
+    """The spool's name for a version of an object (:func:`~daskwp.frames.storage.
+    object_version`; its size alone where nothing else identifies it)."""
+    return repr(storage.object_version(info) or ((info or {}).get("size"),))
 
 
 def _name(spec: PartitionSpec, ranges: list, identity: str) -> str:
