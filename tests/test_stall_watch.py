@@ -57,7 +57,11 @@ def test_a_stalled_job_reports_what_it_waits_for(client):
 
 
 def test_a_moving_job_reports_nothing(client):
+    """A job whose results come less than ``stall_seconds`` apart, running long enough for
+    the watch to wake several times (every ``stall_seconds / 4``): no report."""
     logs, written = [], []
-    run_graph(_graph(0.0), client, lambda i, st: written.append(i), logs.append,
-              stall_seconds=30)
+    t = time.monotonic()
+    run_graph(_graph(1.0), client, lambda i, st: written.append(i), logs.append,
+              stall_seconds=1.5)
+    assert time.monotonic() - t > 1.5 / 4 * 2    # the watch woke at least twice
     assert sorted(written) == [0, 1] and logs == []
