@@ -188,7 +188,7 @@ def write_partition_part(texts, tokenizer, options: dict, write: dict, partition
                                      compression=write["compression"],
                                      metadata={"partition": partition, "logid_offset": offset},
                                      partition=partition, table_hook=hook,
-                                     hook_native=native_for_kept(kept),
+                                     native=native_for_kept(kept),
                                      parquet_compat=bool(write.get("parquet_compat")))
         if folder.remote:
             folder.publish(os.path.join(staging, name), name)
@@ -310,7 +310,7 @@ def write_tokenized_part(texts, tokenizer, options: dict, path: str, tmp_path: s
                          logid_offset: int = 0, compression=DEFAULT_COMPRESSION, metadata=None,
                          partition=None, piece_bytes: int = PIECE_BYTES,
                          table_hook=None, parquet_compat: bool = False,
-                         hook_native: bool | None = False) -> dict:
+                         native: bool | None = None) -> dict:
     """Tokenize one partition and write it as one Parquet part, atomically: the stored
     layout of docs/batch-jobs.md "Output" (global logIDs from ``logid_offset``; the mask
     only for padded rows), the part's statistics and the vocabulary's ``pad_id`` in its
@@ -326,10 +326,9 @@ def write_tokenized_part(texts, tokenizer, options: dict, path: str, tmp_path: s
     (``tokenize``, ``arrow``, ``write``, ``finish``: footer, fsync, rename).
 
     ``table_hook(table) -> table``, when given, adds to every piece's table before it is
-    written (the batch jobs' kept input columns); ``hook_native``: the part writer's choice
-    then (False: Arrow's writer, which writes nulls; None: daskwp's own wherever it takes
-    the columns, for kept columns without nulls, :func:`~daskwp.frames.part_writer.
-    native_for_kept`). ``parquet_compat``: list values PLAIN
+    written (the batch jobs' kept input columns). ``native``: :class:`PartWriter`'s (for
+    kept columns, :func:`~daskwp.frames.part_writer.native_for_kept`: Arrow's writer where
+    they hold nulls). ``parquet_compat``: list values PLAIN
     (:func:`~daskwp.frames.part_writer.parquet_write_options`).
 
     Memory: the partition's text, about two pieces' outputs, the writer's pages.
@@ -337,10 +336,7 @@ def write_tokenized_part(texts, tokenizer, options: dict, path: str, tmp_path: s
     tok = cached_tokenizer(tokenizer)
     clock = {"tokenize": 0.0, "arrow": 0.0, "write": 0.0, "finish": 0.0}
     with_mask = stores_mask(options["padding"])
-    # kept input columns (table_hook) may hold nulls: Arrow's writer, which writes them,
-    # unless the caller says they hold none (hook_native)
-    writer = PartWriter(path, tmp_path, compression, compat=parquet_compat,
-                        native=hook_native if table_hook is not None else None)
+    writer = PartWriter(path, tmp_path, compression, compat=parquet_compat, native=native)
     if table_hook is not None:
         write_table = writer.write
         writer.write = lambda table: write_table(table_hook(table))
@@ -412,19 +408,18 @@ def _account(stats: dict, table, out_meta, enc, tok, options, doc_rows=None) -> 
     stats["unknown_tokens"] += owned_unknown_tokens(table, tok.vocab.unk_id)
 
 
-#: Options that only qualify another one (the unit of ``return_offsets_mapping``'s
-#: offsets): they change nothing while that one is off.
-_QUALIFIERS = {"offsets_unit": "return_offsets_mapping"}
+#: Options that are no output of their own: ``mask_dtype`` (checked below) and
+#: ``offsets_unit`` (every job sets it; it matters only with ``return_offsets_mapping``,
+#: which is an output itself).
+_NOT_OUTPUTS = ("mask_dtype", "offsets_unit")
 
 
 def _plain(options: dict) -> bool:
     """Whether a call asks for ids, mask and metadata only (the encode + native fill path):
     no per-position output and no overflow option (``return_overflowing_tokens`` changes
-    the rows of a truncating call). A qualifier (:data:`_QUALIFIERS`: ``offsets_unit``,
-    which every job sets) counts only with the option it qualifies."""
+    the rows of a truncating call)."""
     extra = [k for k in call_options(options) if k not in WINDOW_OPTIONS]
-    return not any(options[k] for k in extra if k != "mask_dtype" and
-                   (k not in _QUALIFIERS or options.get(_QUALIFIERS[k]))) and \
+    return not any(options[k] for k in extra if k not in _NOT_OUTPUTS) and \
         options.get("mask_dtype", "int32") == "int32"
 
 

@@ -388,7 +388,7 @@ def _write_partition(spec, logid_offset, out_dir, tokenizer, options, job_id, n_
             return write_tokenized_part(texts, tokenizer, options, path, tmp,
                                         logid_offset=int(logid_offset),
                                         compression=options["compression"], metadata=meta,
-                                        table_hook=hook, hook_native=native_for_kept(kept),
+                                        table_hook=hook, native=native_for_kept(kept),
                                         parquet_compat=bool(options.get("parquet_compat")))
 
         try:
