@@ -295,8 +295,9 @@ def _mutations(seed: int, count: int):
             elif at < len(line):
                 line[at] = rng.choice(alphabet)
         data = b"\n".join(bytes(x) for x in lines) + b"\n"
-        if data.lstrip(b" \t\r\n").startswith(b"null"):
-            continue  # pyarrow 26 crashes on a first row that is null
+        if data.lstrip(b" \t\r\n").startswith(b"null") and \
+                json_format._FIRST_NULL.match(data) is None:
+            continue  # pyarrow 26 crashes on a first row that starts with null
         yield data
 
 
