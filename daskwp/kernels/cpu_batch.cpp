@@ -16,7 +16,6 @@
 #include <ctime>
 #include <exception>
 #include <memory>
-#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -706,10 +705,6 @@ EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
     std::vector<std::exception_ptr> errors(threads);
     std::atomic<int64_t>* sink = helper_cpu_sink();
     auto work = [&](int t) {
-      // A spawned thread (threads > 1) charges its CPU to the caller; one thread is the
-      // caller itself, on its own clock.
-      std::optional<HelperCpu> charge;
-      if (threads > 1) charge.emplace(sink);
       try {
         ThreadMemo memo(ctx, key, generation, threads, big, unit, call);
         for (int c = next++; c < chunks; c = next++)
@@ -723,7 +718,12 @@ EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
     if (threads == 1) {
       work(0);
     } else {
-      for (int t = 0; t < threads; ++t) pool.emplace_back(work, t);
+      // spawned threads charge their CPU to the caller (threads == 1: the caller itself)
+      for (int t = 0; t < threads; ++t)
+        pool.emplace_back([&, t] {
+          HelperCpu charge(sink);
+          work(t);
+        });
       for (auto& th : pool) th.join();
     }
     for (auto& e : errors)
