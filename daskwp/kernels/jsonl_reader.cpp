@@ -64,9 +64,11 @@ void bind_jsonl_reader(nb::module_& m) {
   m.def("read_jsonl_fields", &read_jsonl_fields, nb::arg("data"), nb::arg("fields"),
         nb::arg("outs"),
         "The string fields `fields` (one or two names) of every line of JSON Lines `data`, "
-        "JSON escapes decoded, each into its buffer of `outs` (len(data) + 16 bytes). "
+        "JSON escapes decoded, each into its buffer of `outs` (len(data) + JSONL_SLACK "
+        "bytes). "
         "Returns (None, rows, [(offsets, validity, nulls)] per field): int64 offsets into "
         "the buffer (rows + 1), an Arrow validity bitmap (null: absent or null), the nulls; "
         "or (reason, line, None) when a line holds something the reader leaves to Arrow's "
         "JSON parser (see jsonl_reader.hpp: it accepts only what it reads as Arrow does).");
+  m.attr("JSONL_SLACK") = daskwp::JsonlReader::kSlack;
 }

@@ -173,7 +173,7 @@ def read_jsonl_native(data: bytes, spec: PartitionSpec) -> tuple:
     Arrow's JSON reader (``why``: the line and what it holds)."""
     src = np.frombuffer(data, dtype=np.uint8)
     fields = text_columns_of(spec)
-    outs = [_ext.host_bytes(len(src) + _JSONL_SLACK) for _ in fields]
+    outs = [_ext.host_bytes(len(src) + _ext.JSONL_SLACK) for _ in fields]
     why, rows, columns = _ext.read_jsonl_fields(src, fields, outs)
     if why is not None:
         return None, f"line {rows + 1}: {why}"
@@ -183,9 +183,6 @@ def read_jsonl_native(data: bytes, spec: PartitionSpec) -> tuple:
             pa.py_buffer(validity) if nulls else None, pa.py_buffer(offsets),
             pa.py_buffer(out[:int(offsets[-1])])], null_count=nulls))
     return partition_documents(spec, arrays), None
-
-
-_JSONL_SLACK = 16  # the native reader's output buffer: the input's bytes + this
 
 
 def read_jsonl(data: bytes, spec: PartitionSpec, with_kept: bool, bad: list | None = None):
