@@ -365,9 +365,9 @@ def finish_megatron(out_dir: str, cfg, stats: list, rewritten: bool,
                                megatron_prefix(cfg))
             with folder.local_copies([megatron_prefix(cfg) + ".idx"]) as (idx,):
                 ix = read_index(idx)
-        elif merger is not None and merger.finish(merged) is not None:
-            pass
-        elif rewritten or have != sizes:
+        elif (merger is None or merger.finish(merged) is None) and \
+                (rewritten or have != sizes):
+            # no merge ran while the job did: merge the parts now
             tmp = os.path.join(out_dir, f"{TMP_PREFIX}merged-{uuid.uuid4().hex}")
             try:
                 merge_pairs(prefixes, tmp, fsync=True)

@@ -218,13 +218,13 @@ def write_packed_partition(spec, starts, logid_offset: int, out_dir: str, tokeni
     packing = options["packing"]
     fmt = options["output_format"]
     megatron = fmt == "megatron"
+    dtype = token_dtype(len(tok.vocab))
     # Megatron's .bin takes the blocks in its token dtype as they are; the other formats'
     # input_ids are int32
     table, blocks = block_table(out_dir, spec.index, starts, logid_offset,
                                 packing["block_size"], packing["pad_last"],
                                 tok.vocab.pad_id if packing["pad_last"] else None,
-                                token_dtype(len(tok.vocab)),
-                                token_dtype(len(tok.vocab)) if megatron else np.int32,
+                                dtype, dtype if megatron else np.int32,
                                 input_ids=not megatron)
     i, n = spec.index, n_partitions
     stats = {k: spill[k] for k in ("documents", "tokens", "unknown_tokens", "text_bytes",
@@ -237,8 +237,7 @@ def write_packed_partition(spec, starts, logid_offset: int, out_dir: str, tokeni
     rejects = write_part_rejects(out_dir, spec, n, spill["bad"], logid_offset, file_offset)
     tmp = temporary_path(out_dir, i, "packed-")
     try:
-        if fmt == "megatron":
-            dtype = token_dtype(len(tok.vocab))
+        if megatron:
             k = table.num_rows
             write_pair(tmp, blocks.reshape(-1),
                        np.full(k, packing["block_size"], np.int64), np.arange(k + 1),
