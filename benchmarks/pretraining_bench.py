@@ -35,6 +35,7 @@ import multiprocessing
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -227,20 +228,57 @@ def main() -> int:
             stages = {"megatron": dict(s["cpu_seconds"],
                                        merge=s["megatron"]["merge_cpu_seconds"],
                                        merge_tail=s["megatron"]["merge_tail_cpu_seconds"])}
-            rows.append(("daskwp --output-format megatron --append-eod", megatron,
+            rows.append(("cluster: daskwp --output-format megatron --append-eod", megatron,
                          f"{megatron / kernel:.2f}x kernel"))
             t0 = time.perf_counter()
             run_count(make_config(dict(common, output=str(tmp))), client=client)
             count = mb / (time.perf_counter() - t0)
-            rows.append(("daskwp count", count, f"{count / kernel:.2f}x kernel"))
+            rows.append(("cluster: daskwp count", count, f"{count / kernel:.2f}x kernel"))
             s, plain = job("plain", padding="do_not_pad")
             stages["tokenize (Parquet)"] = s["cpu_seconds"]
             s, packed = job("packed", packing=512)
             stages["--pack 512"] = s["cpu_seconds"]
-            rows.append(("daskwp tokenize --padding do_not_pad (Parquet)", plain, ""))
-            rows.append(("daskwp tokenize --pack 512 (Parquet)", packed,
+            rows.append(("cluster: daskwp tokenize --padding do_not_pad (Parquet)", plain, ""))
+            rows.append(("cluster: daskwp tokenize --pack 512 (Parquet)", packed,
                          f"packing costs {100 * (plain / packed - 1):.1f}% of the unpacked "
                          f"job's time"))
+        # the same jobs as the default command a user types (no cluster option: in-process
+        # on threads up to in_process_max_bytes), each a fresh process timed whole
+        def cli(name, *extra):
+            cmd = [sys.executable, "-m", "daskwp", *extra[:1], str(jsonl)]
+            if extra[0] == "tokenize":
+                cmd.append(str(tmp / name))
+            cmd += ["--vocab", vocab, "--lowercase", "--partition-size", args.partition_size,
+                    "--device", "cpu", "--quiet", *extra[1:], "--json"]
+            t0 = time.perf_counter()
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            wall = time.perf_counter() - t0
+            if proc.returncode:
+                raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+            shutil.rmtree(tmp / name, ignore_errors=True)
+            cli_cmds.append("daskwp " + " ".join(cmd[3:]).replace(str(tmp), "$TMP"))
+            return json.loads(proc.stdout), mb / wall
+
+        cli_cmds = []
+        s, d_meg = cli("d-megatron", "tokenize", "--output-format", "megatron",
+                       "--no-add-special-tokens", "--append-eod")
+        stages["megatron, default command"] = dict(
+            s["cpu_seconds"], merge=s["megatron"]["merge_cpu_seconds"],
+            merge_tail=s["megatron"]["merge_tail_cpu_seconds"])
+        ran = (s.get("run") or {}).get("mode", "?")
+        _, d_count = cli("d-count", "count")
+        _, d_plain = cli("d-plain", "tokenize", "--padding", "do_not_pad")
+        _, d_packed = cli("d-packed", "tokenize", "--pack", "512")
+        rows += [
+            (f"default command (ran: {ran}): daskwp tokenize --output-format megatron "
+             f"--append-eod, whole command", d_meg, f"{d_meg / kernel:.2f}x kernel"),
+            ("default command: daskwp count, whole command", d_count,
+             f"{d_count / kernel:.2f}x kernel"),
+            ("default command: daskwp tokenize --padding do_not_pad (Parquet), whole command",
+             d_plain, ""),
+            ("default command: daskwp tokenize --pack 512 (Parquet), whole command", d_packed,
+             f"packing costs {100 * (d_plain / d_packed - 1):.1f}% of the unpacked job's "
+             f"time")]
         hf_bytes, hf_s = preprocess_data_like(jsonl, vocab, tmp / "pdp", args.workers,
                                               args.hf_mb)
         pdp = hf_bytes / MB / hf_s
@@ -265,6 +303,11 @@ def main() -> int:
             f"Python {platform.python_version()}, load average at the end "
             f"{os.getloadavg()[0]:.2f}. Input: {docs:,} documents, {mb:.1f} MB of text "
             f"(JSON Lines), bert-base-uncased.", "",
+            "The cluster rows run on one LocalCluster (one 1-thread worker per core) that "
+            "is up and warmed before they are timed (`run_job(..., client=client)`, from the "
+            "job's start to its summary); the default-command rows run each command as a "
+            "user types it, a fresh process timed whole (start-up included):", "",
+            *[f"    {c}" for c in cli_cmds], "",
             "| what | MB/s of text | ratio |", "|---|---|---|"]
         lines += [f"| {w} | {v:.1f} | {r} |" for w, v, r in rows]
         lines += ["", "Memory goal (\"peak memory per worker within 2x its partition\"), "
