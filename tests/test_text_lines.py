@@ -392,3 +392,70 @@ def test_jsonl_count_equals_its_non_blank_lines(tmp_path):
     assert [inputs.count_partition(s) for s in specs] == \
         [len(inputs.read_partition(s)) for s in specs]
     assert sum(inputs.count_partition(s) for s in specs) == len(rows)
+
+
+def test_jsonl_count_in_pieces_equals_whole():
+    """Counted piece by piece (a line may span pieces, blank or not, and a piece may end
+    inside a line's leading blanks), the JSON Lines documents are those of the whole."""
+    from daskwp.jobs.inputs.json_format import count_jsonl_documents
+    rng = random.Random(11)
+    for _ in range(3000):
+        data = bytes(rng.choice(b"  \t\r\n\n{}a") for _ in range(rng.randint(0, 60)))
+        cuts = sorted(rng.sample(range(len(data) + 1), min(len(data) + 1, rng.randint(0, 6))))
+        pieces = [data[a:b] for a, b in zip([0] + cuts, cuts + [len(data)])]
+        got = count_jsonl_documents(np.frombuffer(p, np.uint8) for p in pieces)
+        assert got == count_jsonl_documents(data), (pieces, got)
+
+
+@pytest.mark.parametrize("piece", [1, 7, 64])
+def test_count_pass_in_small_pieces_equals_read(tmp_path, monkeypatch, piece):
+    """The count pass reads each partition in pieces into one buffer of the thread (here
+    pieces of a few bytes, so that lines span many): plain and compressed, text and JSON
+    Lines, it counts the documents the read stage reads."""
+    from daskwp.jobs.inputs import byte_ranges
+    monkeypatch.setattr(byte_ranges, "PIECE", piece)
+    rng = random.Random(piece)
+    lines = [rng.choice(["", " ", "\t\r", "x y", "ab\r"]) for _ in range(300)]
+    docs = [json.dumps({"text": f"doc {i}"}) + rng.choice(["", " \r"]) for i in range(300)]
+    blank = ["", " ", "\t\r"]
+    files = {"a.txt": "\n".join(lines), "b.txt": "\n".join(lines) + "\n",
+             "c.jsonl": "\n".join(d if i % 5 else d + "\n" + rng.choice(blank)
+                                  for i, d in enumerate(docs)),
+             "d.jsonl": " \n".join(docs) + "\n \t"}
+    for name, text in list(files.items()):
+        files[name + ".gz"] = text
+    for name, text in files.items():
+        data = text.encode()
+        (tmp_path / name).write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+        specs = inputs.plan_partitions(inputs.list_input_files(str(tmp_path / name)),
+                                       "text", 200, warn=lambda m: None)
+        assert (len(specs) == 1) == name.endswith(".gz"), name
+        got = [inputs.count_partition(s) for s in specs]
+        assert got == [len(inputs.read_partition(s)) for s in specs], name
+        assert sum(got) == (len(docs) if ".jsonl" in name else
+                            data.count(b"\n") + (not data.endswith(b"\n"))), name
+
+
+def test_jsonl_partitions_read_into_one_kept_buffer(tmp_path):
+    """The read stage of JSON Lines reads every partition into one buffer kept by the
+    thread, and what it returns holds no view of it: the documents (native reader) and
+    the kept columns (Arrow's reader) of a partition stay as they were when the next
+    partitions are read over the same buffer."""
+    from daskwp.jobs.inputs import byte_ranges
+    rows = [{"text": f"document {i} " + "w" * (i % 50), "id": i} for i in range(4000)]
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    specs = inputs.plan_partitions(inputs.list_input_files(str(path)), "text", 32 << 10,
+                                   keep_columns=["id"], warn=lambda m: None)
+    assert len(specs) > 4
+    first = byte_ranges.read_partition_bytes(specs[0])
+    assert all(np.shares_memory(first, byte_ranges.read_partition_bytes(s)) for s in specs)
+    got = [inputs.read_partition(s) for s in specs]
+    kept = [inputs.read_partition_with_columns(s) for s in specs]
+    def text(x):
+        return x if isinstance(x, str) else x.decode()
+    assert [text(d) for a in got for d in a.to_pylist()] == [r["text"] for r in rows]
+    assert [text(x) for texts, _ in kept for x in texts.to_pylist()] == \
+        [r["text"] for r in rows]
+    assert [x for _, k in kept for x in k.column("id").to_pylist()] == \
+        [r["id"] for r in rows]

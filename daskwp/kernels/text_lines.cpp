@@ -232,16 +232,28 @@ int64_t count_newlines(const uint8_t* s, size_t n) {
 // The lines of s[0, n) (split on '\n'; a last line without one is a line too) that hold a
 // byte other than ' ', '\t' and '\r': the documents of JSON Lines bytes, counted without
 // copying or parsing them (a line is found with memchr, and most are told non-blank by
-// their first byte).
-int64_t count_nonblank_lines(const uint8_t* s, size_t n) {
+// their first byte). A line is counted at its first non-blank byte, so bytes can be
+// counted piece by piece: `open_counted` says (in) that the line open at s[0], continued
+// from the piece before, is counted already, and (out) that the line left open at s[n]
+// (no '\n' after it yet) is.
+int64_t count_nonblank_lines(const uint8_t* s, size_t n, bool& open_counted) {
   int64_t total = 0;
   size_t i = 0;
+  if (open_counted) {
+    const void* nl = std::memchr(s, '\n', n);
+    if (!nl) return 0;
+    i = static_cast<size_t>(static_cast<const uint8_t*>(nl) - s) + 1;
+    open_counted = false;
+  }
   while (i < n) {
     const void* nl = std::memchr(s + i, '\n', n - i);
     const size_t end = nl ? static_cast<size_t>(static_cast<const uint8_t*>(nl) - s) : n;
     size_t j = i;
     while (j < end && (s[j] == ' ' || s[j] == '\t' || s[j] == '\r')) ++j;
-    total += j < end;
+    if (j < end) {
+      ++total;
+      open_counted = nl == nullptr;
+    }
     i = end + 1;
   }
   return total;
@@ -297,9 +309,13 @@ int64_t count_lines_binding(U8 data) {
   return count_newlines(data.data(), data.shape(0));
 }
 
-int64_t count_nonblank_lines_binding(U8 data) {
-  nb::gil_scoped_release release;
-  return count_nonblank_lines(data.data(), data.shape(0));
+nb::tuple count_nonblank_lines_binding(U8 data, bool open_counted) {
+  int64_t n;
+  {
+    nb::gil_scoped_release release;
+    n = count_nonblank_lines(data.data(), data.shape(0), open_counted);
+  }
+  return nb::make_tuple(n, open_counted);
 }
 
 }  // namespace
@@ -317,9 +333,12 @@ void bind_text_lines(nb::module_& m) {
   m.def("count_newlines", &count_lines_binding, nb::arg("data"),
         "The b'\\n' bytes of `data` (counting a text partition's documents).");
   m.def("count_nonblank_lines", &count_nonblank_lines_binding, nb::arg("data"),
-        "The lines of `data` (split on b'\\n'; a last line without one is a line too) "
-        "holding a byte other than space, tab and CR (counting a JSON Lines partition's "
-        "documents).");
+        nb::arg("open_counted") = false,
+        "(lines, open_counted): the lines of `data` (split on b'\\n'; a last line without "
+        "one is a line too) holding a byte other than space, tab and CR (counting a JSON "
+        "Lines partition's documents), each counted at its first such byte. For bytes read "
+        "in pieces: `open_counted` of a piece is the one returned for the piece before (the "
+        "line open at its end is counted already); the first piece's is False.");
   m.def("host_bytes", &host_bytes, nb::arg("nbytes"),
         "A writable uint8 array of `nbytes` from the host memory pool (4 MB and more: "
         "pooled, already mapped when a freed block is reused), for reading a partition.");

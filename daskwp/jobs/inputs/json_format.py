@@ -157,16 +157,24 @@ def _blank_lines(lines: pa.Array) -> np.ndarray:
     return blank
 
 
-def count_jsonl_documents(data: bytes) -> int:
+def count_jsonl_documents(pieces) -> int:
     """The documents of JSON Lines bytes, its non-blank lines (as :func:`read_jsonl` maps
     lines to documents), counted without parsing the JSON: a bad line is found when the
-    bytes are read. One native pass that neither copies nor splits them
-    (``_ext.count_nonblank_lines``: the count pass of a Megatron job spent more CPU on the
-    split than its write tasks on reading the same bytes)."""
-    return int(_ext.count_nonblank_lines(np.frombuffer(data, dtype=np.uint8)))
+    bytes are read. ``pieces``: the bytes, or an iterable of uint8 arrays that follow on
+    (:func:`.byte_ranges.read_pieces`: a line may span pieces). One native pass that
+    neither copies nor splits them (``_ext.count_nonblank_lines``: the count pass of a
+    Megatron job spent more CPU on the split than its write tasks on reading the same
+    bytes)."""
+    if isinstance(pieces, (bytes, bytearray, memoryview)):
+        pieces = (np.frombuffer(pieces, dtype=np.uint8),)
+    n, open_counted = 0, False
+    for piece in pieces:
+        k, open_counted = _ext.count_nonblank_lines(piece, open_counted)
+        n += k
+    return n
 
 
-def read_jsonl_native(data: bytes, spec: PartitionSpec) -> tuple:
+def read_jsonl_native(data, spec: PartitionSpec) -> tuple:
     """``(documents, None)`` of a JSON Lines partition read by the native reader (each text
     column a large_string array over one buffer of the host memory pool, nulls where the
     field is absent or null), or ``(None, why)`` when a line holds something it leaves to
@@ -185,8 +193,9 @@ def read_jsonl_native(data: bytes, spec: PartitionSpec) -> tuple:
     return partition_documents(spec, arrays), None
 
 
-def read_jsonl(data: bytes, spec: PartitionSpec, with_kept: bool, bad: list | None = None):
-    """``(documents, kept, invalid)`` of a JSON Lines partition, read by the native reader
+def read_jsonl(data, spec: PartitionSpec, with_kept: bool, bad: list | None = None):
+    """``(documents, kept, invalid)`` of a JSON Lines partition (``data``: its bytes, or a
+    uint8 array of them that may be reused once this returns), read by the native reader
     (:func:`read_jsonl_native`) when no kept column is asked for and it reads every line,
     else parsed by Arrow's reader. ``invalid``: the :func:`count_invalid_utf8` of the
     documents where reading knows it (the native reader reads well-formed UTF-8 only:
@@ -197,6 +206,8 @@ def read_jsonl(data: bytes, spec: PartitionSpec, with_kept: bool, bad: list | No
         docs, _ = read_jsonl_native(data, spec)
         if docs is not None:
             return docs, None, (0, 0)
+    if not isinstance(data, bytes):   # a reused buffer: the readers below keep no view
+        data = bytes(data)            # of it, but take bytes
     try:
         return (*_read_jsonl_arrow(data, spec, with_kept), None)
     except (ValueError, InputError):   # pa.ArrowInvalid and json's errors are ValueErrors

@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from ...frames import storage
 from ..errors import InputError, JobError
-from .byte_ranges import read_bytes
+from .byte_ranges import read_bytes, read_partition_bytes, read_pieces
 from .columns import partition_documents
 from .compression import READ_ERRORS
 from .csv_format import read_csv
@@ -40,7 +40,9 @@ def _read_documents(spec: PartitionSpec, with_kept: bool, bad: list | None = Non
                 return partition_documents(spec, [lines, lines]), None, None
             return lines, None, invalid
         if spec.format == "jsonl":
-            return read_jsonl(read_bytes(spec), spec, with_kept, bad)
+            # the arrays it returns are copies (native: into host pool buffers): the bytes
+            # go into this thread's kept buffer, not a fresh allocation per partition
+            return read_jsonl(read_partition_bytes(spec), spec, with_kept, bad)
         if spec.format == "json":
             return (*read_json_array(read_bytes(spec), spec, with_kept, bad), None)
         if spec.format in ("csv", "tsv"):
@@ -109,10 +111,10 @@ def _count(spec: PartitionSpec, lenient: bool) -> int:
             raise InputError(f"cannot read {spec.describe()} as text: {e}") from None
     if spec.format == "jsonl":
         # a document per non-blank line, counted without parsing (the count pass of a job
-        # parsed every partition once more than its write)
+        # parsed every partition once more than its write), in pieces into one kept buffer
         try:
             with storage.using(spec.storage_options):
-                return count_jsonl_documents(read_bytes(spec))
+                return count_jsonl_documents(read_pieces(spec))
         except JobError:
             raise
         except READ_ERRORS as e:

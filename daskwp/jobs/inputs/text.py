@@ -2,7 +2,8 @@
 a buffer of the host memory pool and split there in place by one native pass
 (``daskwp/kernels/text_lines.cpp``) that also counts each line's invalid UTF-8 bytes, so the
 read stage allocates nothing but the offsets and needs no second pass. Counting a partition's
-lines reads it in cache-sized pieces (a URL's in big ranged GETs) into one reused buffer.
+lines reads it in cache-sized pieces (a URL's in big ranged GETs) into one buffer kept by the
+thread.
 """
 
 from __future__ import annotations
@@ -11,16 +12,11 @@ import numpy as np
 import pyarrow as pa
 
 from ... import _ext
-from ...frames.storage import is_url, open_input
-from ..errors import InputError
-from .compression import READ_CHUNK, open_stream, read_all
+from .byte_ranges import read_pieces, read_range_into
+from .compression import read_all
 from .specs import PartitionSpec
 
 
-_COUNT_PIECE = 1 << 20  # counting a text partition: read in pieces that stay in cache
-# ... of a URL: each piece is one ranged GET, whose fixed cost (a round trip, the server's
-# work per request) 1 MB pieces paid 64 times per 64 MB partition
-_COUNT_PIECE_URL = 16 << 20
 _LF = ord("\n")
 
 
@@ -56,60 +52,22 @@ def read_text_lines(spec: PartitionSpec) -> tuple[pa.Array, tuple[int, int]]:
 
     An uncompressed byte range is read with one ``readinto`` into a buffer of the host
     memory pool (a freed partition's block, already mapped, is reused) and split there in
-    place: the lines array holds that buffer, and the read stage allocates nothing else
-    but the offsets."""
+    place: the lines array holds that buffer (so it cannot be a buffer reused by the next
+    partition), and the read stage allocates nothing else but the offsets."""
     if spec.compression:
         data = read_all(spec.path, spec.compression)
         src = np.frombuffer(data, dtype=np.uint8)
         return _split_lines(src, _ext.host_bytes(len(src)))
-    size = spec.byte_end - spec.byte_start
-    buf = _ext.host_bytes(size)
-    view = memoryview(buf)
-    got = 0
-    with open_input(spec.path, buffering=0) as fh:
-        fh.seek(spec.byte_start)
-        while got < size:
-            k = fh.readinto(view[got:])
-            if not k:
-                break
-            got += k
-    view.release()
-    if got != size:
-        raise InputError(f"{spec.describe()}: the file is shorter than when the job was "
-                         f"planned (it changed during the job)")
+    buf = read_range_into(spec, _ext.host_bytes(spec.byte_end - spec.byte_start))
     return _split_lines(buf, buf)
 
 
 def count_text_lines(spec: PartitionSpec) -> int:
-    """Lines of a text partition, read in 1 MB pieces (16 MB from a URL: one ranged GET
-    each) into one reused buffer (the partition is never held whole; a compressed file is
-    streamed)."""
-    n, last, size = 0, _LF, spec.byte_end - spec.byte_start
-    if spec.compression:
-        with open_stream(spec.path, spec.compression) as fh:
-            while True:
-                b = fh.read(READ_CHUNK)
-                if not b:
-                    break
-                b = np.frombuffer(b, dtype=np.uint8)
-                n += _ext.count_newlines(b)
-                last = int(b[-1])
-        return n + (last != _LF)
-    piece = _COUNT_PIECE_URL if is_url(spec.path) else _COUNT_PIECE
-    buf = np.empty(min(size, piece), dtype=np.uint8)
-    view = memoryview(buf)
-    got = 0
-    with open_input(spec.path, buffering=0) as fh:
-        fh.seek(spec.byte_start)
-        while got < size:
-            k = fh.readinto(view[:min(len(buf), size - got)])
-            if not k:
-                break
-            n += _ext.count_newlines(buf[:k])
-            last = int(buf[k - 1])
-            got += k
-    view.release()
-    if got != size:
-        raise InputError(f"{spec.describe()}: the file is shorter than when the job was "
-                         f"planned (it changed during the job)")
+    """Lines of a text partition, read in pieces into one buffer kept by the thread
+    (:func:`.byte_ranges.read_pieces`: the partition is never held whole; a compressed
+    file is streamed through its decompressor)."""
+    n, last = 0, _LF
+    for piece in read_pieces(spec):
+        n += _ext.count_newlines(piece)
+        last = int(piece[-1])
     return n + (last != _LF)
