@@ -127,6 +127,85 @@ def test_partitions_spilled_slice_by_slice(tmp_path, monkeypatch):
         assert got[key] == want[key], key
 
 
+def _buffered_only(monkeypatch):
+    """As on a platform or file system without direct I/O."""
+    import os
+    monkeypatch.delattr(os, "O_DIRECT", raising=False)
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_spill_files_round_trip_in_chunks(tmp_path, monkeypatch, direct):
+    """A spill written in pieces through chunks of two pages (direct I/O where the file
+    system takes it, else buffered) reads back exactly, any range, converted to the
+    reader's dtype; the file holds only what was written; a range past its end is an
+    error."""
+    import daskwp.jobs.packing as packing
+    if not direct:
+        _buffered_only(monkeypatch)
+    monkeypatch.setattr(packing, "_CHUNK", 2 * packing._ALIGN)
+    rng = np.random.default_rng(0)
+    pieces = [rng.integers(0, 30000, n, dtype=np.uint16)
+              for n in (0, 1, 3001, 4096, 7, 12289, 5)]
+    path = packing._spill_path(str(tmp_path), 3, "ids")
+    w = packing._SpillWriter(path)
+    if not direct:
+        assert not w.direct
+    for piece in pieces:
+        w.write(piece)
+    w.close()
+    want = np.concatenate(pieces)
+    assert Path(path).stat().st_size == want.nbytes
+    for lo, hi in ((0, len(want)), (1, 2), (2047, 2049), (4095, 12000), (len(want) - 1,
+                                                                       len(want)), (5, 5)):
+        out = np.full(hi - lo, -1, np.int32)
+        packing._read_spilled(str(tmp_path), 3, "ids", np.uint16, lo, hi, out)
+        np.testing.assert_array_equal(out, want[lo:hi].astype(np.int32))
+    with pytest.raises(packing.JobError, match="ends before byte"):
+        packing._read_spilled(str(tmp_path), 3, "ids", np.uint16, len(want) - 1,
+                              len(want) + 1, np.empty(2, np.int32))
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_blocks_through_small_chunks_and_reused_buffers(tmp_path, monkeypatch, direct):
+    """Spills written and read in chunks of two pages, direct or buffered, and the
+    buffers a partition's blocks are cut into reused by the next partition (in each
+    output format): the blocks stay group_texts'."""
+    import daskwp.jobs.packing as packing
+    if not direct:
+        _buffered_only(monkeypatch)
+    monkeypatch.setattr(packing, "_CHUNK", 2 * packing._ALIGN)
+    inp = _input(tmp_path)
+    want = group_texts(128)[0]
+    _job(inp, tmp_path / "o", packing=128, partition_size="40kB")
+    np.testing.assert_array_equal(_parquet_blocks(tmp_path / "o")[0], want)
+    s = _job(inp, tmp_path / "m", packing=128, partition_size="40kB",
+             output_format="megatron")
+    np.testing.assert_array_equal(np.stack(read_sequences(s["megatron"]["prefix"])[1]), want)
+
+
+def test_buffers_are_reused_across_partitions_and_dropped_at_the_end(tmp_path,
+                                                                   monkeypatch):
+    """The spill chunks and the blocks' buffers are taken again by the next partition
+    (a few new mappings for dozens of partitions), and a job run in this process drops
+    them when it ends."""
+    import mmap
+
+    import daskwp.jobs.packing as packing
+    made = []
+    real = mmap.mmap
+
+    def counted(fileno, length, *args, **kw):
+        if fileno == -1:
+            made.append(length)
+        return real(fileno, length, *args, **kw)
+    monkeypatch.setattr(mmap, "mmap", counted)
+    s = _job(_input(tmp_path), tmp_path / "o", packing=128, partition_size="20kB")
+    assert s["partitions"] > 20
+    assert 3 <= len(made) <= 6, made
+    assert packing._idle == {}
+    np.testing.assert_array_equal(_parquet_blocks(tmp_path / "o")[0], group_texts(128)[0])
+
+
 def test_packed_parquet_parts_have_the_parts_layout(tmp_path):
     """Blocks go through daskwp's part writer layout (no dictionaries: ids have tens of
     thousands of values), as the unpacked job's parts do."""

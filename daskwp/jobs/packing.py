@@ -13,8 +13,14 @@ Two passes, no shuffle (docs/batch-jobs.md "Global packing"):
 2. the driver sums them: partition i's tokens start at global position ``S_i``, so it owns
    the blocks that start in ``[S_i, S_{i+1})``; its write task cuts them from its own spill
    and takes the tail of its last block from the heads of the following partitions'
-   spills (memory-mapped, only the tokens it needs). Blocks are the same whatever the
-   partitioning or the workers.
+   spills (only the tokens it needs). Blocks are the same whatever the partitioning or
+   the workers.
+
+Spills are written and read with direct I/O where the file system allows it (each is
+written once and read once: the page cache would only add fresh pages to fill), in
+aligned chunks through a pooled buffer that the next partition reuses, as it reuses the
+buffer its blocks are cut into (the process keeps as many as ran at once; a job run in
+the driver's process drops them at its end).
 
 Each block records where it starts: ``logID`` (the document) and ``offset`` (the token of
 that document, ``[CLS]`` counted), so every block maps back to its text. Parts are written
@@ -25,8 +31,11 @@ document per block) or datasets (the Parquet columns as Arrow shards).
 
 from __future__ import annotations
 
+import errno
 import json
+import mmap
 import os
+import threading
 import uuid
 
 import numpy as np
@@ -72,12 +81,128 @@ def _spill_path(out_dir: str, index: int, what: str) -> str:
     return os.path.join(out_dir, f"{TMP_PREFIX}pack-{index:06d}.{what}")
 
 
-def _spilled(out_dir: str, index: int, what: str, dtype) -> np.ndarray:
-    """Partition ``index``'s spill ``what`` (raw ``dtype`` values), memory-mapped."""
-    path = _spill_path(out_dir, index, what)
-    if os.path.getsize(path) == 0:   # mmap refuses an empty file
-        return np.zeros(0, dtype)
-    return np.memmap(path, dtype=dtype, mode="r")
+#: Spill files are written and read in chunks of this many bytes (a multiple of _ALIGN)
+#: through a pooled buffer.
+_CHUNK = 8 << 20
+#: Direct I/O's alignment of file offsets, lengths and buffer addresses (a page).
+_ALIGN = mmap.PAGESIZE
+_pool_lock = threading.Lock()
+#: Buffers given back by the tasks of this process, by kind, for the next ones: a
+#: partition after the first writes memory that is already faulted in (fresh pages are
+#: expensive on virtual machines). As many of a kind as tasks used at once are kept.
+_idle: dict[str, list] = {}
+
+
+def _take(kind: str, nbytes: int) -> np.ndarray:
+    """A page-aligned uint8 buffer of ``kind`` with at least ``nbytes`` (the whole buffer:
+    slice it): the smallest idle one that holds them, else a new one a quarter larger
+    (an idle one too small is dropped). Give it back with :func:`_give_back`."""
+    with _pool_lock:
+        idle = _idle.setdefault(kind, [])
+        fits = [k for k, b in enumerate(idle) if len(b) >= nbytes]
+        if fits:
+            return idle.pop(min(fits, key=lambda k: len(idle[k])))
+        if idle:
+            idle.pop(min(range(len(idle)), key=lambda k: len(idle[k])))
+    size = -(-(nbytes + nbytes // 4) // _ALIGN) * _ALIGN or _ALIGN
+    return np.frombuffer(mmap.mmap(-1, size), np.uint8)
+
+
+def _give_back(kind: str, buf: np.ndarray) -> None:
+    with _pool_lock:
+        _idle.setdefault(kind, []).append(buf)
+
+
+def release_buffers() -> int:
+    """Drop the idle pooled buffers of this process; returns their bytes."""
+    with _pool_lock:
+        freed = sum(len(b) for idle in _idle.values() for b in idle)
+        _idle.clear()
+    return freed
+
+
+def _open_direct(path: str, flags: int, mode: int = 0o644) -> tuple[int, bool]:
+    """``path`` opened with ``O_DIRECT`` (no page cache: a spill is written once and read
+    once, and fresh page-cache pages cost as much as the copy into them), else as it is
+    where the file system or the platform refuses it; ``(fd, direct)``."""
+    direct = getattr(os, "O_DIRECT", 0)
+    if direct:
+        try:
+            return os.open(path, flags | direct, mode), True
+        except OSError as e:
+            if e.errno != errno.EINVAL:
+                raise
+    return os.open(path, flags, mode), False
+
+
+class _SpillWriter:
+    """Raw bytes appended to a new file through the thread's chunk buffer, in whole
+    aligned chunks (direct I/O; the last one padded, then the file truncated to what was
+    appended)."""
+
+    def __init__(self, path: str):
+        self.fd, self.direct = _open_direct(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        self.buf = _take("chunk", _CHUNK)
+        self.fill = self.size = 0
+
+    def write(self, arr: np.ndarray) -> None:
+        data = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+        while len(data):
+            k = min(len(data), _CHUNK - self.fill)
+            self.buf[self.fill:self.fill + k] = data[:k]
+            self.fill += k
+            data = data[k:]
+            if self.fill == _CHUNK:
+                self._flush()
+
+    def _flush(self) -> None:
+        n = -(-self.fill // _ALIGN) * _ALIGN if self.direct else self.fill
+        view, done = memoryview(self.buf)[:n], 0
+        while done < n:
+            done += os.write(self.fd, view[done:])
+        self.size += self.fill
+        self.fill = 0
+
+    def close(self) -> None:
+        try:
+            if self.fill:
+                self._flush()
+            if self.direct:
+                os.ftruncate(self.fd, self.size)
+        finally:
+            os.close(self.fd)
+            _give_back("chunk", self.buf)
+
+
+def _read_spilled(out_dir: str, index: int, what: str, dtype, lo: int, hi: int,
+                  out: np.ndarray) -> None:
+    """Values ``[lo, hi)`` of partition ``index``'s spill ``what`` (raw ``dtype``) into
+    ``out`` (``hi - lo`` long, converted to its dtype): only those bytes are read, in
+    aligned chunks through the thread's buffer."""
+    if hi <= lo:
+        return
+    size = np.dtype(dtype).itemsize
+    fd, direct = _open_direct(_spill_path(out_dir, index, what), os.O_RDONLY)
+    buf = _take("chunk", _CHUNK)
+    try:
+        pos, end = lo * size, hi * size
+        filled = 0
+        while pos < end:
+            start = pos // _ALIGN * _ALIGN if direct else pos
+            n = min(_CHUNK, -(-(end - start) // _ALIGN) * _ALIGN if direct else end - start)
+            got = os.preadv(fd, [memoryview(buf)[:n]], start)
+            take = min(got, end - start) - (pos - start)
+            take -= take % size
+            if take <= 0:
+                raise JobError(f"the spill {_spill_path(out_dir, index, what)!r} ends "
+                               f"before byte {end}: delete the output and rerun the job")
+            vals = buf[pos - start:pos - start + take].view(dtype)
+            out[filled:filled + len(vals)] = vals
+            filled += len(vals)
+            pos += take
+    finally:
+        os.close(fd)
+        _give_back("chunk", buf)
 
 
 @naming_partition
@@ -102,7 +227,10 @@ def spill_partition(spec, out_dir: str, tokenizer, options: dict, device: str = 
     tmp = {what: os.path.join(out_dir, f"{TMP_PREFIX}pack-w-{uuid.uuid4().hex}.{what}")
            for what in ("ids", "lens")}
     try:
-        with open(tmp["ids"], "wb") as ids_fh, open(tmp["lens"], "wb") as lens_fh:
+        writers = {}
+        try:
+            for what, path in tmp.items():
+                writers[what] = _SpillWriter(path)
             for piece in document_slices(texts):
                 enc = tok.encode(worker_series(piece, dev) if dev != "cpu" else piece)
                 ids = enc.token_ids.get() if hasattr(enc.token_ids, "get") else \
@@ -120,11 +248,15 @@ def spill_partition(spec, out_dir: str, tokenizer, options: dict, device: str = 
                 del ids, offsets
                 c = stage_cpu_seconds()
                 # a document's units: < 2**31 (the kernel's int32 ids)
-                for fh, arr in ((ids_fh, units), (lens_fh, lens.astype(np.int32))):
-                    if len(arr):
-                        fh.write(memoryview(np.ascontiguousarray(arr)).cast("B"))
+                writers["ids"].write(units)
+                writers["lens"].write(lens.astype(np.int32))
                 spill_cpu += stage_cpu_seconds() - c
             del texts
+        finally:
+            c = stage_cpu_seconds()
+            for w in writers.values():
+                w.close()
+            spill_cpu += stage_cpu_seconds() - c
         c = stage_cpu_seconds()
         for what, path in tmp.items():
             os.replace(path, _spill_path(out_dir, spec.index, what))
@@ -155,15 +287,15 @@ def _block_range(i: int, starts, block_size: int, pad_last: bool) -> tuple[int, 
 def _gather(out_dir: str, i: int, starts, lo: int, hi: int, out: np.ndarray,
             spill_dtype) -> int:
     """Global token positions ``[lo, hi)`` from the spills of partitions i, i+1, ...
-    (memory-mapped: only the tokens asked for are read), copied into the front of ``out``;
-    returns how many."""
+    (only the tokens asked for are read), copied into the front of ``out``; returns how
+    many."""
     j, filled = i, 0
     while lo < hi and j < len(starts) - 1:
         s, e = int(starts[j]), int(starts[j + 1])
         if e > lo:
-            units = _spilled(out_dir, j, "ids", spill_dtype)
             k = min(hi, e) - lo
-            out[filled:filled + k] = units[lo - s:lo - s + k]
+            _read_spilled(out_dir, j, "ids", spill_dtype, lo - s, lo - s + k,
+                          out[filled:filled + k])
             filled += k
             lo += k
         j += 1
@@ -172,22 +304,30 @@ def _gather(out_dir: str, i: int, starts, lo: int, hi: int, out: np.ndarray,
 
 def block_table(out_dir: str, i: int, starts, logid_offset: int, block_size: int,
                 pad_last: bool, pad_id: int | None, spill_dtype, dtype=np.int32,
-                input_ids: bool = True):
+                input_ids: bool = True, hold: list | None = None):
     """The blocks partition i owns as an Arrow table ``block, logID, offset``, +
     ``input_ids`` (when ``input_ids``) and ``attention_mask`` (with ``pad_last``), and as a
     blocks x block_size matrix in ``dtype`` (the spilled tokens, ``spill_dtype``, copied
-    once, into it)."""
+    once, into it; with ``hold``, into a pooled buffer appended to ``hold``: the caller
+    gives it back, :func:`_give_back`, once done with the table and the matrix)."""
     b0, b1 = _block_range(i, starts, block_size, pad_last)
     s = int(starts[i])
     total = int(starts[-1])
-    blocks = np.empty((b1 - b0, block_size), dtype)
+    shape = (b1 - b0, block_size)
+    if hold is not None:
+        n = shape[0] * shape[1] * np.dtype(dtype).itemsize
+        hold.append(_take("blocks", n))
+        blocks = hold[-1][:n].view(dtype).reshape(shape)
+    else:
+        blocks = np.empty(shape, dtype)
     if b1 > b0:
         flat = blocks.reshape(-1)
         k = _gather(out_dir, i, starts, b0 * block_size, min(b1 * block_size, total), flat,
                     spill_dtype)
         if k < len(flat):   # the padded last block
             flat[k:] = pad_id
-    lens = np.array(_spilled(out_dir, i, "lens", np.int32))
+    lens = np.empty(os.path.getsize(_spill_path(out_dir, i, "lens")) // 4, np.int32)
+    _read_spilled(out_dir, i, "lens", np.int32, 0, len(lens), lens)
     ends = np.cumsum(lens, dtype=np.int64)
     pos = np.arange(b0, b1, dtype=np.int64) * block_size - s
     doc = np.searchsorted(ends, pos, side="right")
@@ -221,11 +361,12 @@ def write_packed_partition(spec, starts, logid_offset: int, out_dir: str, tokeni
     dtype = token_dtype(len(tok.vocab))
     # Megatron's .bin takes the blocks in its token dtype as they are; the other formats'
     # input_ids are int32
+    held = []
     table, blocks = block_table(out_dir, spec.index, starts, logid_offset,
                                 packing["block_size"], packing["pad_last"],
                                 tok.vocab.pad_id if packing["pad_last"] else None,
                                 dtype, dtype if megatron else np.int32,
-                                input_ids=not megatron)
+                                input_ids=not megatron, hold=held)
     i, n = spec.index, n_partitions
     stats = {k: spill[k] for k in ("documents", "tokens", "unknown_tokens", "text_bytes",
                                    "invalid_utf8_bytes", "invalid_utf8_documents",
@@ -258,6 +399,8 @@ def write_packed_partition(spec, starts, logid_offset: int, out_dir: str, tokeni
         for t in (tmp, tmp + ".bin", tmp + ".idx"):
             if os.path.exists(t):
                 os.unlink(t)
+    del table, blocks   # written: their buffer goes to the next partition
+    _give_back("blocks", held.pop())
     stats["cpu_seconds"] = dict(spill["cpu_seconds"], write=stage_cpu_seconds() - t0)
     return stats
 
@@ -335,6 +478,7 @@ def run_packed_job(cfg, tok, specs, out: str, job_id: str, client, log,
         for i, st in zip(missing, _run_tasks(client, dsk, keys)):
             stats[i] = st
     offsets = np.concatenate([[0], np.cumsum([s["documents"] for s in stats])]).tolist()
+    release_buffers()   # those of the tasks that ran in this process
     return stats, offsets, missing
 
 
