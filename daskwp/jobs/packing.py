@@ -105,7 +105,8 @@ def _take(kind: str, nbytes: int) -> np.ndarray:
         if idle:
             idle.pop(min(range(len(idle)), key=lambda k: len(idle[k])))
     size = -(-(nbytes + nbytes // 4) // _ALIGN) * _ALIGN or _ALIGN
-    return np.frombuffer(mmap.mmap(-1, size), np.uint8)
+    # private (a shared anonymous mapping is shmem: slower to fault and to pin for I/O)
+    return np.frombuffer(mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE), np.uint8)
 
 
 def _give_back(kind: str, buf: np.ndarray) -> None:
