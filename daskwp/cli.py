@@ -20,6 +20,7 @@ import os
 import sys
 import time
 
+from .backends.memory import tune_numpy_huge_pages
 from .core.options import OPTIONS, check_bool, check_opt_bool, check_truncation
 from .core.options import SECURITY_KEYS, env_value
 from .core.version import __version__
@@ -401,6 +402,7 @@ def main(argv=None) -> int:
     if ns.command is None:
         parser.print_help()
         return 2
+    tune_numpy_huge_pages()   # this process is daskwp's (backends/memory.py)
     try:
         previous = signal.signal(signal.SIGTERM, on_sigterm)
     except ValueError:  # not the main thread: leave signals alone

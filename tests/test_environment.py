@@ -17,7 +17,8 @@ from daskwp.core.options import OPTIONS, env_value
 PACKAGE = Path(daskwp.__file__).resolve().parent
 #: variable -> option, as the table must have them
 ENV_OPTIONS = {"DASKWP_WORD_CACHE_MB": "word_cache_mb", "DASKWP_HOST_POOL_MB": "host_pool_mb",
-               "DASKWP_WORKER_MALLOC": "worker_malloc", "DASKWP_DEBUG": "debug"}
+               "DASKWP_WORKER_MALLOC": "worker_malloc", "DASKWP_DEBUG": "debug",
+               "DASKWP_HUGE_PAGES": "huge_pages"}
 
 
 def test_the_table_holds_every_variable_and_docs_list_them():

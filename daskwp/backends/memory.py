@@ -11,6 +11,13 @@ The pool keeps at most ``limit`` bytes of freed blocks: ``DASKWP_HOST_POOL_MB`` 
 passed to the extension; 0 turns reuse off), else an eighth of the physical memory, between 256 MB and
 16 GB (a Dask worker then reuses one partition's outputs; padded 128-wide windows of short
 documents take ~14 bytes per input byte). Memory in use is never limited.
+
+Transparent huge pages: the pool's blocks and the word memos ask for them only when the
+option ``huge_pages`` (``DASKWP_HUGE_PAGES``) is true, and :func:`tune_numpy_huge_pages`
+turns NumPy's request for them off in the processes daskwp owns (the ``daskwp`` command,
+workers of clusters :func:`daskwp.connect` starts). Where THP is ``madvise`` (common on
+VMs), a huge page is zeroed, and memory may be compacted for it, on first touch: growing a
+process costs several times the system CPU (benchmarks/results/thp.md).
 """
 
 from __future__ import annotations
@@ -18,16 +25,19 @@ from __future__ import annotations
 from .. import _ext
 from ..core.options import env_value
 
-__all__ = ["host_pool_info", "release_host_memory", "set_host_pool_limit", "tune_worker_arrow_pool",
-           "tune_worker_malloc"]
+__all__ = ["host_pool_info", "release_host_memory", "set_host_pool_limit", "tune_numpy_huge_pages",
+           "tune_worker_arrow_pool", "tune_worker_malloc"]
 
 
 def _limit_from_environment() -> None:
     """Pass ``DASKWP_HOST_POOL_MB`` (when set) to the extension, whose default is an eighth
-    of the physical memory, between 256 MB and 16 GB."""
+    of the physical memory, between 256 MB and 16 GB, and ``DASKWP_HUGE_PAGES`` (default
+    off)."""
     mb = env_value("host_pool_mb")
     if mb is not None:
         _ext.host_pool_set_limit(mb << 20)
+    if env_value("huge_pages"):
+        _ext.set_huge_pages(True)
 
 
 _limit_from_environment()
@@ -81,6 +91,27 @@ def release_host_memory() -> int:
     Public, with the word cache's spare mappings, as :func:`daskwp.memory.release`.
     """
     return int(_ext.host_pool_release())
+
+
+def tune_numpy_huge_pages() -> bool:
+    """Stop NumPy from asking for transparent huge pages for its arrays of 4 MB and more
+    (its default on Linux), unless the option ``huge_pages`` is true. Returns whether it
+    changed the setting.
+
+    Only for processes daskwp owns: the ``daskwp`` command and the workers of clusters
+    :func:`daskwp.connect` starts (a user's own process keeps NumPy's choice). Why: with THP
+    on ``madvise``, every first touch of such an array zeroes 2 MB at once, and growing a
+    process by 1 GB cost several times the system CPU of 4 KB pages; jobs spent more system
+    CPU than they tokenized (benchmarks/results/thp.md). NumPy reads its own variable,
+    ``NUMPY_MADVISE_HUGEPAGE``, only when imported, which in a worker is before the
+    nanny's environment applies.
+    """
+    if env_value("huge_pages"):
+        return False
+    import numpy as np
+    multiarray = getattr(getattr(np, "_core", None), "multiarray", None) or np.core.multiarray
+    setter = getattr(multiarray, "_set_madvise_hugepage", None)
+    return bool(setter(False)) if setter is not None else False
 
 
 #: glibc's mallopt parameters (malloc.h) and the values :func:`tune_worker_malloc` sets.

@@ -720,6 +720,12 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
          "most memory of freed output arrays of 4 MB and more that a process keeps for "
          "reuse (daskwp.memory.set_limit changes it at run time, daskwp.memory.info() "
          "reports it)", cli_flag=False, env="DASKWP_HOST_POOL_MB"),
+    _opt("huge_pages", False, check_bool, "true or false", False, (ENV,),
+         "ask for transparent huge pages (madvise) for the word memos and pooled output "
+         "arrays, and leave NumPy's on in the daskwp command and the workers of clusters "
+         "daskwp starts (there NumPy's is turned off by default): a warm memo looks words up "
+         "faster, but first touch of fresh memory costs much more system CPU on many VMs",
+         cli_flag=False, env="DASKWP_HUGE_PAGES"),
     _opt("worker_malloc", True, check_bool, "true or false", False, (ENV,),
          "in a Dask worker whose nanny set MALLOC_TRIM_THRESHOLD_ below 128 MB, raise "
          "glibc's mmap and trim thresholds to 32 and 128 MB, and in any nanny's worker make "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+from ..backends.memory import tune_numpy_huge_pages
 from ..core import config as _config
 from ..core.options import SECURITY_KEYS, check_security, normalize_device
 
@@ -182,13 +183,30 @@ def connect(device: str | None = None, scheduler_address: str | None = None,
         # client closes it.
         client._start_arg = None
         register_worker_plugin(client)
+        _register_process_tuning(client)
         return client
 
     cluster_kwargs.setdefault("processes", True)
     client = Client(n_workers=n_workers, threads_per_worker=threads_per_worker,
                     **cluster_kwargs)
     register_worker_plugin(client)
+    if cluster_kwargs["processes"]:
+        _register_process_tuning(client)
     return client
+
+
+def _register_process_tuning(client) -> None:
+    """On the workers of a cluster started here (present and future, restarted ones too),
+    :func:`~daskwp.backends.memory.tune_numpy_huge_pages`: their processes are daskwp's."""
+    from distributed.diagnostics.plugin import WorkerPlugin
+
+    class DaskwpProcessTuning(WorkerPlugin):
+        idempotent = True
+
+        def setup(self, worker) -> None:
+            tune_numpy_huge_pages()
+
+    client.register_plugin(DaskwpProcessTuning(), name="daskwp-process")
 
 
 def join_scheduler(address: str, security=None, timeout=None):

@@ -111,7 +111,7 @@ void* host_alloc_pooled(size_t bytes) {
     if (!p) throw std::bad_alloc();
   }
 #ifdef MADV_HUGEPAGE
-  madvise(p, rounded, MADV_HUGEPAGE);
+  if (g_huge_pages.load(std::memory_order_relaxed)) madvise(p, rounded, MADV_HUGEPAGE);
 #endif
   std::lock_guard<std::mutex> lock(P.mu);
   try {
