@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import shutil
 import socket
@@ -83,9 +84,11 @@ class MotoServer:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
+        # the server logs a line per request ("GET /bucket/key HTTP/1.1" 206 -): counted
+        self._log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            stdout=subprocess.DEVNULL, stderr=self._log)
         deadline = time.monotonic() + 60
         while True:
             try:
@@ -102,6 +105,13 @@ class MotoServer:
         with open(f"/proc/{self.proc.pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def requests(self) -> list[tuple[str, str]]:
+        """``(method, path)`` of each request the server logged since the last call."""
+        self._log.seek(getattr(self, "_seen", 0))
+        text = self._log.read()
+        self._seen = self._log.tell()
+        return parse_request_log(text.decode("utf-8", "replace"))
 
     def rss_mib(self) -> float:
         with open(f"/proc/{self.proc.pid}/status") as f:
@@ -144,7 +154,38 @@ def children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def run_job(cmd: list[str], server: MotoServer | None) -> dict:
+def parse_request_log(text: str) -> list[tuple[str, str]]:
+    """``(method, path without the query)`` of each request line of moto's server log
+    (werkzeug's: ``127.0.0.1 - - [date] "GET /bucket/key HTTP/1.1" 206 -``, in colours
+    on a terminal)."""
+    out = []
+    for line in text.splitlines():
+        parts = re.sub(r"\x1b\[[0-9;]*m", "", line).split('"')
+        if len(parts) >= 3 and len(parts[1].split()) == 3:
+            method, path, _ = parts[1].split()
+            out.append((method, path.split("?")[0]))
+    return out
+
+
+def request_counts(requests: list, key: str) -> dict:
+    """The requests of a job: GETs of the input object ``key``, other GETs, HEADs, PUTs and
+    POSTs (uploads), and the rest."""
+    out = {"get_input": 0, "get_other": 0, "head": 0, "put_post": 0, "other": 0}
+    for method, path in requests:
+        if method == "GET":
+            out["get_input" if path.endswith("/" + key) else "get_other"] += 1
+        elif method == "HEAD":
+            out["head"] += 1
+        elif method in ("PUT", "POST"):
+            out["put_post"] += 1
+        else:
+            out["other"] += 1
+    return out
+
+
+def run_job(cmd: list[str], server: MotoServer | None, key: str = "") -> dict:
+    if server:
+        server.requests()    # (those before the job)
     cpu0 = server.cpu_seconds() if server else 0.0
     job0 = children_cpu()
     t = time.perf_counter()
@@ -157,6 +198,7 @@ def run_job(cmd: list[str], server: MotoServer | None) -> dict:
     s = json.loads(proc.stdout)
     return {"wall": wall, "tokenize_seconds": s["tokenize_seconds"], "summary": s,
             "moto_cpu": (server.cpu_seconds() - cpu0) if server else None,
+            "requests": request_counts(server.requests(), key) if server else None,
             "job_cpu": job_cpu, "cpu_seconds": s.get("cpu_seconds") or {}}
 
 
@@ -265,6 +307,16 @@ def report(res: dict, args, info: dict, inputs: dict, server_info: dict, minutes
             L.append(f"| {fmt_name} | {where} | "
                      + " | ".join(f"{c.get(k, 0.0):.2f}" for k in STAGES)
                      + (f" | {r[where]['moto_cpu']:.1f} |" if where == "s3" else " | |"))
+    L += ["", "## Requests of the S3 job (best round)", "",
+          "Counted from moto's request log: GETs of the input object, other GETs (the "
+          "output's objects read back, listings), HEADs, PUTs and POSTs (uploads: a "
+          "multipart upload is several), the rest (DELETEs).", "",
+          "| format | GET input | GET other | HEAD | PUT/POST | other |",
+          "|---|---|---|---|---|---|"]
+    for fmt_name, r in res.items():
+        q = r["s3"]["requests"]
+        L.append(f"| {fmt_name} | {q['get_input']} | {q['get_other']} | {q['head']} | "
+                 f"{q['put_post']} | {q['other']} |")
     L += ["", NOTE]
     for fmt_name, r in res.items():
         c = r["request_ms"]
@@ -280,9 +332,10 @@ def report(res: dict, args, info: dict, inputs: dict, server_info: dict, minutes
 STAGES = ("read", "tokenize", "arrow", "write", "finish")
 #: What the report says the S3 job does beyond the local one.
 NOTE = ("What the S3 job does beyond the local one: planning fetches the input object's "
-        "first MB once (codec, format, JSON keys) and 1 MB at each partition boundary (to find "
-        "the line end); the global-offset pass fetches each partition's byte range once (one "
-        "GET of up to 64 MB) into a spool file on the worker's host and counts it there; the "
+        "first MB once (codec, format, JSON keys), and nothing at the partitions' cuts; the "
+        "global-offset pass fetches each partition's byte range, from the byte before its "
+        "first cut to 1 MB past its last (the line starts its cuts move to), once (one GET) "
+        "into a spool file on the worker's host and counts it there; the "
         "partition's write task reads that spool file, not the store (docs/batch-jobs.md, "
         "\"Each input byte is fetched once\"). Every part is uploaded once (one PUT, or a "
         "multipart upload for a part of 100 MiB or more, twice s3fs's chunk), plus a few "
@@ -347,14 +400,14 @@ def main(argv=None) -> int:
                 order = ("local", "s3") if rnd % 2 == 0 else ("s3", "local")
                 for where in order:
                     cmd = job_command(*jobs[where], args, server.url if where == "s3" else None)
-                    x = run_job(cmd, server if where == "s3" else None)
+                    x = run_job(cmd, server if where == "s3" else None, path.name)
                     r[where]["rounds"].append(x)
                     r[where]["command"] = " ".join(cmd)
                     log(f"round {rnd + 1} {name} {where}: wall {x['wall']:.2f} s, "
                         f"tokenize+write {x['tokenize_seconds']:.2f} s, job CPU "
                         f"{x['job_cpu']:.1f} s"
-                        + (f", moto CPU {x['moto_cpu']:.1f} s" if x["moto_cpu"] is not None
-                           else ""))
+                        + (f", moto CPU {x['moto_cpu']:.1f} s, requests {x['requests']}"
+                           if x["moto_cpu"] is not None else ""))
                 if rnd == 0:
                     r["parts"] = same_parts(jobs["local"][1], jobs["s3"][1], options)
                     log(f"{name}: {r['parts']} parts, equal local and S3")
@@ -368,6 +421,7 @@ def main(argv=None) -> int:
                 x["best_tokenize"] = best["tokenize_seconds"]
                 x["best_cpu"] = best["cpu_seconds"]
                 x["moto_cpu"] = best["moto_cpu"]
+                x["requests"] = best["requests"]
                 x["job_cpu"] = best["job_cpu"]
         server_info = {"dask": dask.__version__, "s3fs": s3fs.__version__,
                        "moto": moto.__version__, "rss_end": server.rss_mib()}

@@ -25,6 +25,7 @@ from daskwp import jobs
 from daskwp.cli import main
 from daskwp.frames import storage
 from daskwp.jobs import inputs
+from daskwp.jobs.inputs import byte_ranges
 
 pytest.importorskip("s3fs")
 moto_server = pytest.importorskip("moto.server")
@@ -74,6 +75,18 @@ def bucket(endpoint):
 def sample_lines(n: int | None = None) -> list[str]:
     lines = SAMPLE.read_text(encoding="utf-8").splitlines()
     return lines[:n] if n else lines
+
+
+def line_start(data: bytes, pos: int) -> int:
+    """Where a cut at ``pos`` moves to: the first line start at or after it."""
+    return 0 if pos == 0 else (data.find(b"\n", pos - 1) + 1 or len(data))
+
+
+def exact(data: bytes, spec) -> tuple[int, int]:
+    """The bytes a text or JSON Lines partition planned at cuts holds."""
+    assert spec.cut_at_lines
+    start = line_start(data, spec.byte_start)
+    return start, max(start, line_start(data, spec.byte_end))
 
 
 def corpus_files(lines: list[str]) -> dict[str, bytes]:
@@ -192,10 +205,15 @@ def test_a_text_partition_reads_its_byte_range_only(bucket, monkeypatch):
     fetched = spy_fetches(monkeypatch)
     mid = specs[len(specs) // 2]
     got = inputs.read_partition(mid)
-    expected = data[mid.byte_start:mid.byte_end].decode().splitlines()
+    start, end = exact(data, mid)
+    expected = data[start:end].decode().splitlines()
     assert got.to_pylist() == [x.encode() for x in expected]
-    assert fetched and all(mid.byte_start <= s and e <= mid.byte_end for s, e in fetched)
-    assert sum(e - s for s, e in fetched) == mid.byte_end - mid.byte_start
+    # a small GET at each cut (its line start), then the partition's bytes
+    look = byte_ranges._FIND_PIECE
+    assert fetched[:2] == [(mid.byte_start - 1, mid.byte_start - 1 + look),
+                           (mid.byte_end - 1, mid.byte_end - 1 + look)]
+    assert fetched[2:] == [(start, end)]
+    assert all(e - s < len(data) / 3 for s, e in fetched)
 
 
 def test_counting_a_text_partition_fetches_big_ranges(bucket, monkeypatch):
@@ -208,12 +226,14 @@ def test_counting_a_text_partition_fetches_big_ranges(bucket, monkeypatch):
     with storage.using(options):
         specs = inputs.plan_partitions(inputs.list_input_files(f"s3://{name}/big.txt"),
                                        "text", 5_000_000)
-    assert len(specs) == 2 and specs[0].byte_end - specs[0].byte_start > 4_500_000
+    assert len(specs) == 2 and specs[0].byte_end - specs[0].byte_start > 2_500_000
     fetched = spy_fetches(monkeypatch)
     spec = specs[0]
-    assert inputs.count_partition(spec) == data[:spec.byte_end].count(b"\n")
-    assert len(fetched) == 1, fetched
-    assert fetched[0] == (spec.byte_start, spec.byte_end)
+    start, end = exact(data, spec)
+    assert inputs.count_partition(spec) == data[:end].count(b"\n")
+    # the line start at its last cut (one small GET), then the count's one GET
+    assert fetched == [(spec.byte_end - 1, spec.byte_end - 1 + byte_ranges._FIND_PIECE),
+                       (0, end)], fetched
 
 
 def test_storage_options_from_the_cli_are_never_recorded(tmp_path, bucket, capsys):
@@ -639,6 +659,7 @@ def test_each_partition_is_fetched_once_with_the_spool(tmp_path, bucket, kind, s
     """The count pass fetches a partition's byte range into the spool and the write reads it
     from there: each range is fetched once (twice with spool_max_bytes 0); the parts equal
     those of the same job on local files; no spool file is left."""
+    from daskwp.jobs.inputs import fetch_spool
     name, options, fs = bucket
     data = corpus_files(sample_lines(600))[kind]
     fs.pipe(f"{name}/{kind}", data)
@@ -656,7 +677,13 @@ def test_each_partition_is_fetched_once_with_the_spool(tmp_path, bucket, kind, s
         assert remote["documents"] == local["documents"] == 600
         assert_same_parts(tmp_path / "local", out, options)
         for s in specs[1:]:    # (the first partition's range is also the listing's head)
-            assert fetched.count((kind, s.byte_start, s.byte_end)) == times, (spool, s)
+            if not s.cut_at_lines:   # CSV pieces
+                assert fetched.count((kind, s.byte_start, s.byte_end)) == times, (spool, s)
+            elif spool:    # from the byte before its first cut, past its last
+                assert fetched.count((kind, s.byte_start - 1,
+                                      s.byte_end + fetch_spool.MARGIN)) == 1, s
+            else:          # once by the count, once by the write
+                assert fetched.count((kind, *exact(data, s))) == 2, s
         assert spool_files(spool_tmp) == []
     assert [p.name for p in spool_tmp.iterdir() if p.is_dir()] == []
 
@@ -693,20 +720,20 @@ def test_the_write_reads_the_spool_of_this_version_only(bucket, spool_tmp, monke
         specs = inputs.plan_partitions(inputs.list_input_files(f"s3://{name}/t.txt"),
                                        "text", 20_000)
     spec = dataclasses.replace(specs[2], spool=(fetch_spool.run_token("ab" * 8, "r1"), 1 << 30))
-    want = [x.encode() for x in data[spec.byte_start:spec.byte_end].decode().splitlines()]
+    start, end = exact(data, spec)
+    want = [x.encode() for x in data[start:end].decode().splitlines()]
     fetched = spy_object_fetches(monkeypatch)
     assert inputs.count_partition(spec) == len(want)
-    assert fetched == [("t.txt", spec.byte_start, spec.byte_end)]
+    assert fetched == [("t.txt", spec.byte_start - 1, spec.byte_end + fetch_spool.MARGIN)]
     assert len(spool_files(spool_tmp)) == 1
     assert inputs.read_partition(spec).to_pylist() == want
     assert len(fetched) == 1 and spool_files(spool_tmp) == []
-    # no spool file here: fetched from the store
+    # no spool file here: fetched from the store (after a small GET at each cut)
     assert inputs.read_partition(spec).to_pylist() == want
-    assert fetched[1:] == [("t.txt", spec.byte_start, spec.byte_end)]
+    assert fetched[3:] == [("t.txt", start, end)]
     # the object replaced after the count (same size, other bytes): the spool is not read
     assert inputs.count_partition(spec) == len(want)
-    changed = data[:spec.byte_start] + data[spec.byte_start:spec.byte_end].upper() + \
-        data[spec.byte_end:]
+    changed = data[:start] + data[start:end].upper() + data[end:]
     fs.pipe(f"{name}/t.txt", changed)
     fs.invalidate_cache()
     got = inputs.read_partition(spec).to_pylist()
@@ -718,7 +745,9 @@ def test_the_write_reads_the_spool_of_this_version_only(bucket, spool_tmp, monke
     assert inputs.count_partition(small) == len(want)
     assert spool_files(spool_tmp) == []
     assert inputs.read_partition(small).to_pylist() == [x.upper() for x in want]
-    assert len(fetched) == n + 2
+    assert fetched[n:] == [("t.txt", *r) for r in [
+        (spec.byte_start - 1, spec.byte_start - 1 + byte_ranges._FIND_PIECE),
+        (spec.byte_end - 1, spec.byte_end - 1 + byte_ranges._FIND_PIECE), (start, end)] * 2]
 
 
 def test_a_new_run_removes_the_spool_of_a_killed_one(bucket, spool_tmp):
@@ -790,3 +819,59 @@ def test_listing_and_planning_fetch_an_objects_head_once(bucket, monkeypatch, ki
     fetched.clear()   # reading the partition: as before
     assert len(inputs.read_partition(specs[0])) == len(sample_lines()) * 40
     assert sum(e - s for _, s, e in fetched) >= len(data)
+
+
+@pytest.mark.parametrize("kind", ["a.txt", "b.jsonl"])
+def test_a_job_plans_without_a_get_per_cut(tmp_path, bucket, kind, spool_tmp, monkeypatch):
+    """Planning a text or JSON Lines object sends no GET at its partitions' cuts (it sent one
+    of 1 MB at each, one after the other on the driver): with the spool, a job sends one GET
+    for the object's first MB (listing, planning) and one per partition (its count fetches
+    its range with the line starts at its cuts; its write reads that); the parts equal
+    those of the same job on local files."""
+    name, options, fs = bucket
+    data = corpus_files(sample_lines() * 12)[kind]
+    assert len(data) > 2 * storage.HEAD_BYTES
+    fs.pipe(f"{name}/{kind}", data)
+    (tmp_path / kind).write_bytes(data)
+    size = len(data) // 9
+    local = jobs.run_job(job_config(str(tmp_path / kind), str(tmp_path / "local"),
+                                    partition_size=size))
+    fetched = spy_object_fetches(monkeypatch)
+    out = f"s3://{name}/out"
+    remote = jobs.run_job(job_config(f"s3://{name}/{kind}", out, storage_options=options,
+                                     partition_size=size))
+    n = remote["partitions"]
+    assert n == local["partitions"] >= 9
+    assert remote["documents"] == local["documents"] == len(sample_lines()) * 12
+    gets = [f for f in fetched if f[0] == kind]
+    assert gets[0] == (kind, 0, storage.HEAD_BYTES) and len(gets) == 1 + n, gets
+    assert_same_parts(tmp_path / "local", out, options)
+    assert spool_files(spool_tmp) == []
+
+
+@pytest.mark.parametrize("spool", ["4GB", 0])
+def test_lines_longer_than_a_partition_or_the_margin(tmp_path, bucket, spool_tmp, spool,
+                                                     monkeypatch):
+    """A line longer than the partitions leaves the partitions whose cuts all fall inside
+    it empty, and one longer than the spool's margin past the last cut is fetched on (more
+    GETs); every line is read once, the parts equal those of the same job on local
+    files."""
+    from daskwp.jobs.inputs import fetch_spool
+    monkeypatch.setattr(fetch_spool, "MARGIN", 1000)
+    name, options, fs = bucket
+    lines = sample_lines(300)
+    lines[40] = " ".join(lines[:200])       # ~40 kB: five partitions of 8000 bytes
+    lines[250] = "x" * 5000                 # past the margin, within a partition
+    data = ("\n".join(lines) + "\n").encode()
+    fs.pipe(f"{name}/t.txt", data)
+    (tmp_path / "t.txt").write_bytes(data)
+    local = jobs.run_job(job_config(str(tmp_path / "t.txt"), str(tmp_path / "local")))
+    remote = jobs.run_job(job_config(f"s3://{name}/t.txt", str(tmp_path / "remote"),
+                                     storage_options=options, spool_max_bytes=spool))
+    assert remote["documents"] == local["documents"] == 300
+    assert remote["partitions"] == local["partitions"]
+    assert_same_parts(tmp_path / "local", tmp_path / "remote")
+    docs = [p["documents"] for p in
+            json.loads((tmp_path / "remote" / jobs.JOB_FILE).read_text())["partitions"]]
+    assert docs.count(0) >= 2 and sum(docs) == 300, docs
+    assert spool_files(spool_tmp) == []

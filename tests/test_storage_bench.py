@@ -47,6 +47,24 @@ def test_the_script_runs_both_jobs_and_writes_the_report(tmp_path):
     assert "equal local and S3" in r.stderr
     rows = [line for line in text.splitlines() if "| s3 -> s3 |" in line]
     assert len(rows) == 2 and all(int(line.split("|")[-2]) >= 3 for line in rows), rows
+    # the input object's GETs: its first MB (planning), then one per partition (its count
+    # fetches it into the spool, its write reads that)
+    parts = {fmt: int(line.split("|")[-2]) for fmt, line in zip(("text", "jsonl"), rows)}
+    for fmt in ("text", "jsonl"):
+        row = re.search(rf"^\| {fmt} \| (\d+) \| \d+ \| \d+ \| \d+ \| \d+ \|$", text, re.M)
+        assert row and int(row.group(1)) == 1 + parts[fmt], (fmt, row)
+
+
+def test_the_request_log_is_counted(bench):
+    log = ('127.0.0.1 - - [06/Dec/2026 17:29:59] "\x1b[33mGET /b/in/big.txt HTTP/1.1\x1b[0m" '
+           '206 -\n127.0.0.1 - - [06/Dec/2026 17:29:59] "HEAD /b/in/big.txt HTTP/1.1" 200 -\n'
+           '127.0.0.1 - - [x] "GET /b/out/_job.json?x=1 HTTP/1.1" 200 -\n'
+           '127.0.0.1 - - [x] "PUT /b/out/part-00000.parquet HTTP/1.1" 200 -\n'
+           'Starting a new Thread\n127.0.0.1 - - [x] "DELETE /b/out/x HTTP/1.1" 204 -\n')
+    reqs = bench.parse_request_log(log)
+    assert reqs[0] == ("GET", "/b/in/big.txt") and reqs[2] == ("GET", "/b/out/_job.json")
+    assert bench.request_counts(reqs, "big.txt") == {
+        "get_input": 1, "get_other": 1, "head": 1, "put_post": 1, "other": 1}
 
 
 def _parts(folder: Path, tables) -> str:

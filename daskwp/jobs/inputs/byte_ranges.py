@@ -1,5 +1,6 @@
-"""Byte ranges of an input file: the next line start after a position (where text and JSON
-Lines partitions are cut), and reading a planned range back, checking that the file did not
+"""Byte ranges of an input file: the next line start after a position, a text or JSON Lines
+partition's planned cuts moved to line starts when it is read (planning reads none of the
+file for them, :func:`exact_range`), and reading a planned range back, checking that the file did not
 shrink since planning (a whole compressed file is read decompressed instead): whole, into a
 buffer given or one kept per thread (:func:`read_partition_bytes`), or piece by piece into
 one reused buffer (:func:`read_pieces`, the count pass).
@@ -7,6 +8,7 @@ one reused buffer (:func:`read_pieces`, the count pass).
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from typing import Iterator
 
@@ -14,7 +16,7 @@ import numpy as np
 
 from ...frames.storage import is_url, open_input
 from ..errors import InputError
-from .compression import open_stream, read_all
+from .compression import READ_ERRORS, open_stream, read_all
 from .specs import PartitionSpec
 
 #: The count pass reads a partition in pieces that stay in cache ...
@@ -23,6 +25,9 @@ PIECE = 1 << 20
 # work per request) 1 MB pieces paid 64 times per 64 MB partition
 PIECE_URL = 16 << 20
 _ROUND = 1 << 20   # a kept buffer grows in whole MB
+#: Looking for a line end: the first read's size (each further read four times bigger, up
+#: to 16 MB; from a URL each read is one ranged GET).
+_FIND_PIECE = 64 << 10
 
 _thread = threading.local()
 
@@ -59,6 +64,48 @@ def next_line_start(f, pos: int, size: int, chunk: int = 1 << 20) -> int:
 def _changed(what: str) -> InputError:
     return InputError(f"{what}: the file is shorter than when the job was planned (it "
                       f"changed during the job)")
+
+
+def line_start_at(fh, pos: int, what: str) -> int:
+    """The first line start at or after ``pos`` in the open file ``fh``: ``pos`` when it is
+    0 or byte ``pos - 1`` is b"\\n", else just after the next b"\\n", else the end of the
+    file (a file that ends before ``pos`` shrank since planning: an InputError)."""
+    if pos == 0:
+        return 0
+    at, piece = pos - 1, _FIND_PIECE
+    fh.seek(at)
+    while True:
+        buf = fh.read(piece)
+        if not buf:
+            if at < pos:
+                raise _changed(what)
+            return at
+        i = buf.find(b"\n")
+        if i >= 0:
+            return at + i + 1
+        at += len(buf)
+        piece = min(piece * 4, 16 << 20)
+
+
+def exact_range(spec: PartitionSpec) -> PartitionSpec:
+    """``spec`` with its byte range at line starts: a partition planned with
+    ``cut_at_lines`` reads its cuts' neighbourhood (from a URL: a ranged GET at each cut,
+    or its fetch spool's local copy) and moves each cut to the next line start; another
+    partition as it is. A cut moves to the same place from the partitions on both sides of
+    it, so the partitions of a file hold each line once."""
+    if not spec.cut_at_lines:
+        return spec
+    what = spec.describe()
+    try:
+        with open_input(spec.path) as fh:
+            start = line_start_at(fh, spec.byte_start, what)
+            # no line starts before byte_end: the partition is empty
+            end = start if start >= spec.byte_end else line_start_at(fh, spec.byte_end, what)
+    except InputError:
+        raise
+    except READ_ERRORS as e:
+        raise InputError(f"cannot read {what}: {e}") from None
+    return dataclasses.replace(spec, byte_start=start, byte_end=end, cut_at_lines=False)
 
 
 def read_range(path: str, start: int, end: int, what: str) -> bytes:

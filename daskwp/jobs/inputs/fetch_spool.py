@@ -2,7 +2,10 @@
 partition, for the global logIDs) reads every byte of a partition, and so does its write
 task. For a partition of a URL, the count task fetches the byte ranges the partition reads
 (one GET per range, up to 64 MB each) into a spool file on its host's local disk and counts
-from there; the write task, on the same host, reads the spool file instead of fetching the
+from there. A text or JSON Lines range planned at cuts (``cut_at_lines``) is fetched from
+the byte before its first cut to :data:`MARGIN` bytes past its last, in the same GET, which
+holds the line starts the partition moves its cuts to (a GET more when the margin holds no
+line end); the write task, on the same host, reads the spool file instead of fetching the
 ranges again and removes it. A write task on another host (or after the spool was lost, or
 was not made) fetches the ranges from the store as before: a spool is only ever a shortcut.
 
@@ -34,8 +37,12 @@ from ..errors import InputError
 from .compression import READ_ERRORS
 from .specs import PartitionSpec
 
-#: One GET fetches at most this much (a partition's range is fetched in pieces this big).
+#: One GET fetches at most this much (a partition's range is fetched in pieces this big;
+#: the last may be MARGIN bytes bigger).
 FETCH_PIECE = 64 << 20
+#: A range planned at cuts is fetched this far past its last cut, where its last line ends
+#: (further, a GET of this size and then bigger ones each, when a line is longer).
+MARGIN = 1 << 20
 #: Spooling never leaves less free disk than this.
 DISK_RESERVE = 1 << 30
 #: A run folder untouched for this long is a leftover (a driver killed before its cleanup).
@@ -66,7 +73,10 @@ def regions(spec: PartitionSpec) -> list | None:
     an empty range)."""
     if spec.spool is None or not is_url(spec.path) or spec.format == "parquet":
         return None
-    if spec.compression or spec.format == "json":
+    if spec.cut_at_lines and not spec.compression:
+        # from the byte before the first cut to past the last: the cuts' line starts
+        ranges = [(max(spec.byte_start - 1, 0), spec.byte_end + MARGIN)]
+    elif spec.compression or spec.format == "json":
         ranges = [(0, spec.byte_end)]     # the whole object
     elif spec.format in ("csv", "tsv") and spec.header_end and \
             spec.byte_start > spec.header_end:
@@ -160,9 +170,52 @@ def _reserve(spec: PartitionSpec, need: int) -> str | None:
     return tmp
 
 
-def _fetch(spec: PartitionSpec, ranges: list) -> str | None:
-    """Fetch ``ranges`` of the partition's object into a spool file: its path, or None when
-    there is no room for it."""
+def _copy(src, out, pos: int, end: int, what: str, to_eof: bool = False) -> int:
+    """Copy bytes ``[pos, end)`` of ``src`` to ``out`` in GETs of at most
+    :data:`FETCH_PIECE` (+ :data:`MARGIN`); the position reached, less than ``end`` only
+    where ``to_eof`` and the object ends there."""
+    src.seek(pos)
+    while pos < end:
+        n = end - pos if end - pos <= FETCH_PIECE + MARGIN else FETCH_PIECE
+        data = src.read(n)
+        if not data:
+            if to_eof:
+                return pos
+            raise InputError(f"{what}: the file is shorter than when the job was planned "
+                             f"(it changed during the job)")
+        out.write(data)
+        pos += len(data)
+    return pos
+
+
+def _fetch_cut(spec: PartitionSpec, src, out, start: int, end: int) -> int:
+    """Fetch a range planned at cuts (:func:`regions`) into ``out``: ``[start, end)``,
+    less where the object ends, more until it holds the line end at or after the last cut
+    (or the object's end); ``out`` is cut to the bytes fetched, and where they end
+    returned."""
+    last = spec.byte_end - 1      # the line end the partition's end moves to: at or after
+    what = spec.describe()
+    pos = _copy(src, out, start, end, what, to_eof=True)
+    if pos <= last:
+        raise InputError(f"{what}: the file is shorter than when the job was planned (it "
+                         f"changed during the job)")
+    look, piece = last, MARGIN    # look for a b"\n" in [look, pos)
+    while True:
+        out.seek(look - start)
+        if out.read(pos - look).find(b"\n") >= 0:
+            break
+        out.seek(pos - start)
+        got = _copy(src, out, pos, pos + piece, what, to_eof=True)
+        if got == pos:
+            break    # the object's end: the last line ends there
+        look, pos, piece = pos, got, min(piece * 4, FETCH_PIECE)
+    out.truncate(pos - start)
+    return pos
+
+
+def _fetch(spec: PartitionSpec, ranges: list) -> tuple | None:
+    """Fetch ``ranges`` of the partition's object into a spool file: ``(its path, the
+    ranges it holds)``, or None when there is no room for it."""
     need = sum(e - s for s, e in ranges)
     try:
         tmp = _reserve(spec, need)
@@ -176,19 +229,16 @@ def _fetch(spec: PartitionSpec, ranges: list) -> str | None:
             details = getattr(src, "details", None)
             identity = _identity(details if details is not None else
                                  storage.url_info(spec.path))
-            for start, end in ranges:
-                src.seek(start)
-                pos = start
-                while pos < end:
-                    data = src.read(min(FETCH_PIECE, end - pos))
-                    if not data:
-                        raise InputError(f"{spec.describe()}: the file is shorter than when "
-                                         f"the job was planned (it changed during the job)")
-                    out.write(data)
-                    pos += len(data)
+            if spec.cut_at_lines:
+                (start, end), = ranges
+                held = [(start, _fetch_cut(spec, src, out, start, end))]
+            else:
+                held = ranges
+                for start, end in ranges:
+                    _copy(src, out, start, end, spec.describe())
         final = os.path.join(_folder(spec), _name(spec, ranges, identity))
         os.replace(tmp, final)
-        return final
+        return final, held
     except READ_ERRORS as e:
         if isinstance(e, InputError):
             raise
@@ -204,11 +254,11 @@ def fetched(spec: PartitionSpec):
     holding its ranges, fetched now (left for the write task); or from the store as usual
     when the partition is not spooled or there is no room."""
     ranges = regions(spec)
-    path = _fetch(spec, ranges) if ranges and not has_local_copy(spec.path) else None
-    if path is None:
+    got = _fetch(spec, ranges) if ranges and not has_local_copy(spec.path) else None
+    if got is None:
         yield
         return
-    with local_copy(spec.path, path, ranges):
+    with local_copy(spec.path, *got):
         yield
 
 
@@ -241,6 +291,12 @@ def spooled(spec: PartitionSpec):
     if path is None:
         yield
         return
+    if spec.cut_at_lines:    # from the byte before the first cut, as far as it was fetched
+        try:
+            ranges = [(ranges[0][0], ranges[0][0] + os.path.getsize(path))]
+        except OSError:
+            yield
+            return
     try:
         with local_copy(spec.path, path, ranges):
             yield

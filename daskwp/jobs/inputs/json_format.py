@@ -241,6 +241,8 @@ def _read_jsonl_arrow(data: bytes, spec: PartitionSpec, with_kept: bool):
     schema = pa.schema(fields)
 
     def parse(b: bytes) -> pa.Table:
+        if not b:    # an empty range (Arrow's reader refuses it)
+            return schema.empty_table()
         b = _first_null_as_empty_object(b)
         return pj.read_json(io.BytesIO(b), read_options=pj.ReadOptions(
             use_threads=False, block_size=int(min(max(len(b) + 1, 1 << 20), 2**31 - 1))),

@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from ...frames import storage
 from ..errors import InputError, JobError
-from .byte_ranges import read_bytes, read_partition_bytes, read_pieces
+from .byte_ranges import exact_range, read_bytes, read_partition_bytes, read_pieces
 from .columns import partition_documents
 from .compression import READ_ERRORS
 from .csv_format import read_csv
@@ -58,11 +58,12 @@ def _read_documents(spec: PartitionSpec, with_kept: bool, bad: list | None = Non
 
 def _read(spec: PartitionSpec, with_kept: bool, bad: list | None = None):
     """:func:`_read_documents` with the storage options of a URL partition, from the
-    spool file of its count when there is one on this host."""
+    spool file of its count when there is one on this host; a range planned with
+    ``cut_at_lines`` from the line starts at its cuts (:func:`.byte_ranges.exact_range`)."""
     if spec.storage_options is None:
-        return _read_documents(spec, with_kept, bad)
+        return _read_documents(exact_range(spec), with_kept, bad)
     with storage.using(spec.storage_options), spooled(spec):
-        return _read_documents(spec, with_kept, bad)
+        return _read_documents(exact_range(spec), with_kept, bad)
 
 
 def read_partition(spec: PartitionSpec, bad: list | None = None):
@@ -96,8 +97,8 @@ def count_partition(spec: PartitionSpec, lenient: bool = False) -> int:
     a spool is fetched into its spool file first and counted from there."""
     if spec.documents is not None:
         return spec.documents
-    with fetched(spec):
-        return _count(spec, lenient)
+    with fetched(spec), storage.using(spec.storage_options):
+        return _count(exact_range(spec), lenient)
 
 
 def _count(spec: PartitionSpec, lenient: bool) -> int:

@@ -42,7 +42,11 @@ class PartitionSpec:
     """One partition: a byte range of a text/JSON Lines/CSV file, a whole compressed or JSON
     array file, or row groups of a Parquet file. ``documents`` is known at planning time for
     Parquet only. A CSV piece with ``header_end > 0`` is read as the file's bytes
-    ``[0, header_end)`` (the header) followed by ``[byte_start, byte_end)``."""
+    ``[0, header_end)`` (the header) followed by ``[byte_start, byte_end)``. A text or
+    JSON Lines range with ``cut_at_lines`` holds where planning cut the file, which planning
+    did not read: the partition is the lines from the first line start at or after
+    ``byte_start`` to the first at or after ``byte_end``, found when it is read
+    (:func:`~daskwp.jobs.inputs.byte_ranges.exact_range`)."""
 
     index: int
     path: str
@@ -58,6 +62,7 @@ class PartitionSpec:
     keep_columns: tuple = ()
     keep_types: tuple = ()
     column_pair: str | None = None
+    cut_at_lines: bool = False
     #: The fsspec options of a URL ``path`` (travel with the task; never in ``to_json``).
     storage_options: dict | None = dataclasses.field(default=None, repr=False, compare=False)
     #: A URL partition's fetch spool in this run, ``(run token, spool_max_bytes)``
