@@ -171,6 +171,22 @@ def test_emulated_gpu_counts_equal_cpu(emulated_gpu):
     np.testing.assert_array_equal(a.lengths.counts, b.lengths.counts)
 
 
+@pytest.mark.parametrize("chunk", [1, 5, 1 << 16])
+def test_unknown_tokens_counted_in_chunks(monkeypatch, chunk):
+    """``[UNK]`` is counted a chunk at a time (no token-sized temporary): every chunk size,
+    a last short chunk and no tokens at all give the count of the whole."""
+    from daskwp.core import lengths
+    monkeypatch.setattr(lengths, "_COMPARE_CHUNK", chunk)
+    tok = daskwp.WordPieceTokenizer(vocab_path(UNCASED))
+    docs = read_documents(DATA / "corpus" / "edge" / "blns.txt")
+    wants = []
+    for texts in (docs, docs[:40], ["", None]):
+        ids = tok.encode(texts).token_ids
+        wants.append(int(np.count_nonzero(ids == tok.vocab.unk_id)))
+        assert lengths.count_tokens(tok, texts).unknown_tokens == wants[-1]
+    assert wants[0] > 0
+
+
 def test_count_follows_the_row_policy(capsys, tmp_path):
     """issue 37.5 through ``daskwp count``: a broken JSON line or a CSV record with another
     number of fields does not stop a count; the row is an empty document (as in a job's

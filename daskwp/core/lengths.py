@@ -184,13 +184,31 @@ def _host(a) -> np.ndarray:
     return a.get() if hasattr(a, "get") else np.asarray(a)
 
 
+#: :func:`_count_equal` compares this many tokens at a time (the comparison stays in cache).
+_COMPARE_CHUNK = 1 << 16
+
+
+def _count_equal(ids, value: int) -> int:
+    """How many of ``ids`` equal ``value``: on the host in cache-sized chunks into one small
+    buffer (a token-sized bool array was fresh memory, page faults included, per call; its
+    sum cast every bool to int64); on the GPU there (only the count comes back)."""
+    if not isinstance(ids, np.ndarray):
+        return int((ids == value).sum())
+    buf = np.empty(min(len(ids), _COMPARE_CHUNK), dtype=bool)
+    n = 0
+    for i in range(0, len(ids), _COMPARE_CHUNK):
+        part = ids[i:i + _COMPARE_CHUNK]
+        eq = buf[:len(part)]
+        np.equal(part, value, out=eq)
+        n += int(np.count_nonzero(eq))
+    return n
+
+
 def count_tokens(tokenizer, texts, text_bytes: int = 0) -> TokenCounts:
     """:class:`TokenCounts` of ``texts`` (anything ``tokenizer.encode`` takes; on the GPU
     the counts are made there and only they come back)."""
     enc = tokenizer.encode(texts)
     offsets = _host(enc.offsets)
-    ids = enc.token_ids
-    unk = ids == tokenizer.vocab.unk_id
-    unknown = int(unk.sum())
+    unknown = _count_equal(enc.token_ids, tokenizer.vocab.unk_id)
     return TokenCounts(len(offsets) - 1, int(offsets[-1] - offsets[0]) if len(offsets) else 0,
                        unknown, text_bytes, LengthCounts.of(np.diff(offsets)))
