@@ -189,12 +189,13 @@ def test_untruncated_pieces_are_counted_from_the_encoding(tok):
 
 
 def test_count_equal_over_several_steps(monkeypatch):
-    monkeypatch.setattr(tasks, "_COUNT_STEP", 1000)
+    from daskwp.core import lengths
+    monkeypatch.setattr(lengths, "_COUNT_STEP", 1000)
     values = np.random.default_rng(1).integers(0, 50, 12_345).astype(np.int32)
     for v in (0, 7, 49, 50):
-        assert tasks._count_equal(values, v) == int(np.count_nonzero(values == v))
-    assert tasks._count_equal(values[:10], 7) == int(np.count_nonzero(values[:10] == 7))
-    assert tasks._count_equal(np.zeros(0, np.int32), 0) == 0
+        assert lengths.count_equal(values, v) == int(np.count_nonzero(values == v))
+    assert lengths.count_equal(values[:10], 7) == int(np.count_nonzero(values[:10] == 7))
+    assert lengths.count_equal(np.zeros(0, np.int32), 0) == 0
 
 
 def test_table_metadata_columns_are_the_outputs(tok):

@@ -171,12 +171,12 @@ def test_emulated_gpu_counts_equal_cpu(emulated_gpu):
     np.testing.assert_array_equal(a.lengths.counts, b.lengths.counts)
 
 
-@pytest.mark.parametrize("chunk", [1, 5, 1 << 16])
+@pytest.mark.parametrize("chunk", [1, 5, 1 << 18])
 def test_unknown_tokens_counted_in_chunks(monkeypatch, chunk):
     """``[UNK]`` is counted a chunk at a time (no token-sized temporary): every chunk size,
     a last short chunk and no tokens at all give the count of the whole."""
     from daskwp.core import lengths
-    monkeypatch.setattr(lengths, "_COMPARE_CHUNK", chunk)
+    monkeypatch.setattr(lengths, "_COUNT_STEP", chunk)
     tok = daskwp.WordPieceTokenizer(vocab_path(UNCASED))
     docs = read_documents(DATA / "corpus" / "edge" / "blns.txt")
     wants = []

@@ -16,7 +16,7 @@ import dataclasses
 
 import numpy as np
 
-__all__ = ["LengthCounts", "PERCENTILES", "TokenCounts", "count_tokens"]
+__all__ = ["LengthCounts", "PERCENTILES", "TokenCounts", "count_equal", "count_tokens"]
 
 #: The percentiles reported by default.
 PERCENTILES = (50, 90, 95, 99)
@@ -184,23 +184,24 @@ def _host(a) -> np.ndarray:
     return a.get() if hasattr(a, "get") else np.asarray(a)
 
 
-#: :func:`_count_equal` compares this many tokens at a time (the comparison stays in cache).
-_COMPARE_CHUNK = 1 << 16
+#: Ids compared at a time by :func:`count_equal` (its boolean buffer stays in cache).
+_COUNT_STEP = 1 << 18
 
 
-def _count_equal(ids, value: int) -> int:
-    """How many of ``ids`` equal ``value``: on the host in cache-sized chunks into one small
-    buffer (a token-sized bool array was fresh memory, page faults included, per call; its
-    sum cast every bool to int64); on the GPU there (only the count comes back)."""
-    if not isinstance(ids, np.ndarray):
-        return int((ids == value).sum())
-    buf = np.empty(min(len(ids), _COMPARE_CHUNK), dtype=bool)
+def count_equal(values, value: int) -> int:
+    """How many of ``values`` (a 1-D NumPy array) equal ``value``, compared in steps of
+    :data:`_COUNT_STEP` into one reused buffer (no temporary as large as ``values``: a
+    token-sized bool array was fresh memory, page faults included, per partition)."""
+    values = np.asarray(values)
+    if len(values) <= _COUNT_STEP:
+        return int(np.count_nonzero(values == value))
+    buf = np.empty(_COUNT_STEP, dtype=bool)
     n = 0
-    for i in range(0, len(ids), _COMPARE_CHUNK):
-        part = ids[i:i + _COMPARE_CHUNK]
-        eq = buf[:len(part)]
-        np.equal(part, value, out=eq)
-        n += int(np.count_nonzero(eq))
+    for i in range(0, len(values), _COUNT_STEP):
+        part = values[i:i + _COUNT_STEP]
+        hit = buf[:len(part)]
+        np.equal(part, value, out=hit)
+        n += int(np.count_nonzero(hit))
     return n
 
 
@@ -209,6 +210,7 @@ def count_tokens(tokenizer, texts, text_bytes: int = 0) -> TokenCounts:
     the counts are made there and only they come back)."""
     enc = tokenizer.encode(texts)
     offsets = _host(enc.offsets)
-    unknown = _count_equal(enc.token_ids, tokenizer.vocab.unk_id)
+    ids, unk = enc.token_ids, tokenizer.vocab.unk_id
+    unknown = count_equal(ids, unk) if isinstance(ids, np.ndarray) else int((ids == unk).sum())
     return TokenCounts(len(offsets) - 1, int(offsets[-1] - offsets[0]) if len(offsets) else 0,
                        unknown, text_bytes, LengthCounts.of(np.diff(offsets)))

@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 from ..core.cpu_clock import stage_cpu_seconds
-from ..core.lengths import LengthCounts
+from ..core.lengths import LengthCounts, count_equal
 from ..core.options import DEFAULT_COMPRESSION, WINDOWS, names
 from ..frames.storage import Folder, is_url
 from ..core.windows import WINDOW_OPTIONS
@@ -248,26 +248,6 @@ def owned_unknown_tokens(table, unk_id: int) -> int:
     return int(np.sum(np.searchsorted(unk, hi) - np.searchsorted(unk, lo)))
 
 
-#: Ids compared at a time by :func:`_count_equal` (its boolean buffer stays in cache).
-_COUNT_STEP = 1 << 18
-
-
-def _count_equal(values, value: int) -> int:
-    """How many of ``values`` (a 1-D NumPy array) equal ``value``, compared in steps of
-    :data:`_COUNT_STEP` into one reused buffer (no temporary as large as ``values``)."""
-    values = np.asarray(values)
-    if len(values) <= _COUNT_STEP:
-        return int(np.count_nonzero(values == value))
-    buf = np.empty(_COUNT_STEP, dtype=bool)
-    n = 0
-    for i in range(0, len(values), _COUNT_STEP):
-        part = values[i:i + _COUNT_STEP]
-        hit = buf[:len(part)]
-        np.equal(part, value, out=hit)
-        n += int(np.count_nonzero(hit))
-    return n
-
-
 def _pieces(arr, piece_bytes: int):
     """Zero-copy slices of a chunked string/binary array, about ``piece_bytes`` of text
     each (a piece holds at least one document)."""
@@ -388,7 +368,7 @@ def _account(stats: dict, table, out_meta, enc, tok, options, doc_rows=None) -> 
         if len(offsets) > 1:
             stats["tokens"] += int(offsets[-1] - offsets[0])
             stats.setdefault("length_counts", []).append(LengthCounts.of(np.diff(offsets)))
-        stats["unknown_tokens"] += _count_equal(enc.token_ids, tok.vocab.unk_id)
+        stats["unknown_tokens"] += count_equal(enc.token_ids, tok.vocab.unk_id)
         return
     if table.num_rows:
         if out_meta is None:
