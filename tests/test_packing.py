@@ -165,6 +165,26 @@ def test_spill_files_round_trip_in_chunks(tmp_path, monkeypatch, direct):
                               len(want) + 1, np.empty(2, np.int32))
 
 
+def test_a_failed_spill_write_is_raised(tmp_path, monkeypatch):
+    """A chunk's write fails in its background thread (a full disk): the error reaches
+    the task, at the next chunk or at close."""
+    import errno
+    import os
+
+    import daskwp.jobs.packing as packing
+    monkeypatch.setattr(packing, "_CHUNK", 2 * packing._ALIGN)
+    w = packing._SpillWriter(str(tmp_path / "spill"))
+
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(OSError, match="No space left"):
+        try:
+            w.write(np.zeros(3 * packing._ALIGN, np.uint16))
+        finally:
+            w.close()
+
+
 @pytest.mark.parametrize("direct", [True, False])
 def test_blocks_through_small_chunks_and_reused_buffers(tmp_path, monkeypatch, direct):
     """Spills written and read in chunks of two pages, direct or buffered, and the

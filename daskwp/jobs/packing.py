@@ -137,14 +137,17 @@ def _open_direct(path: str, flags: int, mode: int = 0o644) -> tuple[int, bool]:
 
 
 class _SpillWriter:
-    """Raw bytes appended to a new file through the thread's chunk buffer, in whole
-    aligned chunks (direct I/O; the last one padded, then the file truncated to what was
-    appended)."""
+    """Raw bytes appended to a new file through pooled chunk buffers, in whole aligned
+    chunks (direct I/O; the last one padded, then the file truncated to what was
+    appended). A full chunk is written by a thread of its own while the caller fills the
+    other buffer: the task does not wait for the disk (buffered writes did not either)."""
 
     def __init__(self, path: str):
         self.fd, self.direct = _open_direct(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         self.buf = _take("chunk", _CHUNK)
+        self.spare = None   # the second buffer, taken at the first full chunk
         self.fill = self.size = 0
+        self.pending = self.error = None
 
     def write(self, arr: np.ndarray) -> None:
         data = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
@@ -156,30 +159,55 @@ class _SpillWriter:
             if self.fill == _CHUNK:
                 self._flush()
 
+    def _write_all(self, view) -> None:
+        try:
+            done = 0
+            while done < len(view):
+                done += os.write(self.fd, view[done:])
+        except BaseException as e:   # raised in the caller's thread by _wait
+            self.error = e
+
+    def _wait(self) -> None:
+        if self.pending is not None:
+            self.pending.join()
+            self.pending = None
+        if self.error is not None:
+            raise self.error
+
     def _flush(self) -> None:
         n = -(-self.fill // _ALIGN) * _ALIGN if self.direct else self.fill
-        view, done = memoryview(self.buf)[:n], 0
-        while done < n:
-            done += os.write(self.fd, view[done:])
+        self._wait()   # the other buffer's write is done: it is free again
+        self.pending = threading.Thread(target=self._write_all,
+                                        args=(memoryview(self.buf)[:n],),
+                                        name="daskwp-spill", daemon=True)
+        self.pending.start()
         self.size += self.fill
         self.fill = 0
+        if self.spare is None:
+            self.spare = _take("chunk", _CHUNK)
+        self.buf, self.spare = self.spare, self.buf
 
     def close(self) -> None:
         try:
             if self.fill:
                 self._flush()
+            self._wait()
             if self.direct:
                 os.ftruncate(self.fd, self.size)
         finally:
+            if self.pending is not None:   # failed before its write ended
+                self.pending.join()
             os.close(self.fd)
-            _give_back("chunk", self.buf)
+            for buf in (self.buf, self.spare):
+                if buf is not None:
+                    _give_back("chunk", buf)
 
 
 def _read_spilled(out_dir: str, index: int, what: str, dtype, lo: int, hi: int,
                   out: np.ndarray) -> None:
     """Values ``[lo, hi)`` of partition ``index``'s spill ``what`` (raw ``dtype``) into
     ``out`` (``hi - lo`` long, converted to its dtype): only those bytes are read, in
-    aligned chunks through the thread's buffer."""
+    aligned chunks through a pooled buffer."""
     if hi <= lo:
         return
     size = np.dtype(dtype).itemsize
