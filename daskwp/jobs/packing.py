@@ -42,7 +42,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..core.cpu_clock import stage_cpu_seconds
-from ..core.lengths import LengthCounts
+from ..core.lengths import LengthCounts, count_equal
 from ..distributed.state import cached_tokenizer
 from ..distributed.tasks import text_bytes
 from ..frames.megatron import document_slices, frame_pieces, token_dtype, write_pair
@@ -271,7 +271,7 @@ def spill_partition(spec, out_dir: str, tokenizer, options: dict, device: str = 
                                              tok.vocab.cls_id if special else None,
                                              tok.vocab.sep_id if special else None, dtype)
                 counts["tokens"] += len(ids)
-                counts["unknown_tokens"] += int(np.count_nonzero(ids == tok.vocab.unk_id))
+                counts["unknown_tokens"] += count_equal(ids, tok.vocab.unk_id)
                 counts["units"] += len(units)
                 doc_lengths.append(np.diff(offsets))
                 del ids, offsets
