@@ -436,22 +436,37 @@ def test_count_pass_in_small_pieces_equals_read(tmp_path, monkeypatch, piece):
                             data.count(b"\n") + (not data.endswith(b"\n"))), name
 
 
-def test_jsonl_partitions_read_into_one_kept_buffer(tmp_path):
-    """The read stage of JSON Lines reads every partition into one buffer kept by the
-    thread, and what it returns holds no view of it: the documents (native reader) and
-    the kept columns (Arrow's reader) of a partition stay as they were when the next
-    partitions are read over the same buffer."""
+def test_jsonl_partitions_read_into_reused_pool_buffers(tmp_path):
+    """The read stage of JSON Lines reads a partition into a buffer of the host memory
+    pool, which the next partition's read gets back once freed (no fresh allocation per
+    partition), and what it returns holds no view of it: the documents (native reader)
+    and the kept columns (Arrow's reader) of a partition stay as they were while the next
+    partitions are read over the same block."""
     from daskwp.jobs.inputs import byte_ranges
-    rows = [{"text": f"document {i} " + "w" * (i % 50), "id": i} for i in range(4000)]
+    rows = [{"text": f"document {i} " + "w" * (400 + i % 300), "id": i} for i in range(30_000)]
     path = tmp_path / "d.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    specs = inputs.plan_partitions(inputs.list_input_files(str(path)), "text", 32 << 10,
+    specs = inputs.plan_partitions(inputs.list_input_files(str(path)), "text", 6 << 20,
                                    keep_columns=["id"], warn=lambda m: None)
-    assert len(specs) > 4
-    first = byte_ranges.read_partition_bytes(specs[0])
-    assert all(np.shares_memory(first, byte_ranges.read_partition_bytes(s)) for s in specs)
+    assert len(specs) >= 3
+    from daskwp.backends import memory
+    limit = memory.host_pool_info()["limit"]
+    memory.set_host_pool_limit(256 << 20)     # whatever DASKWP_HOST_POOL_MB says
+    try:
+        buf = byte_ranges.read_partition_bytes(specs[0])
+        assert memory.host_pool_info()["live"] >= len(buf)   # a pool block ...
+        address = buf.ctypes.data
+        del buf
+        cached = memory.host_pool_info()["cached"]           # ... back in the pool ...
+        buf = byte_ranges.read_partition_bytes(specs[1])     # (same size; the last is shorter)
+        assert buf.ctypes.data == address                    # ... and the next read's
+        assert memory.host_pool_info()["cached"] < cached
+        del buf
+    finally:
+        memory.set_host_pool_limit(limit)
     got = [inputs.read_partition(s) for s in specs]
     kept = [inputs.read_partition_with_columns(s) for s in specs]
+
     def text(x):
         return x if isinstance(x, str) else x.decode()
     assert [text(d) for a in got for d in a.to_pylist()] == [r["text"] for r in rows]

@@ -2,8 +2,8 @@
 partition's planned cuts moved to line starts when it is read (planning reads none of the
 file for them, :func:`exact_range`), and reading a planned range back, checking that the file did not
 shrink since planning (a whole compressed file is read decompressed instead): whole, into a
-buffer given or one kept per thread (:func:`read_partition_bytes`), or piece by piece into
-one reused buffer (:func:`read_pieces`, the count pass).
+buffer given or one of the host memory pool (:func:`read_partition_bytes`), or piece by piece
+into one buffer the thread keeps (:func:`read_pieces`, the count pass).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Iterator
 
 import numpy as np
 
+from ... import _ext
 from ...frames.storage import is_url, open_input
 from ..errors import InputError
 from .compression import READ_ERRORS, open_stream, read_all
@@ -33,13 +34,10 @@ _thread = threading.local()
 
 
 def thread_buffer(name: str, n: int) -> np.ndarray:
-    """``n`` bytes of a buffer kept by this thread under ``name`` (grown when too small),
-    so that reading the next partition writes memory that is already mapped, not a fresh
-    allocation (each fresh partition-sized buffer cost its page faults again: 92.5% of a
-    Parquet job's faults were in the read() of a fresh bytes object). The bytes are valid
-    until this thread asks for ``name`` again: nothing may hold a view of them after its
-    task. A bytearray, not NumPy's allocation (which asks for transparent huge pages,
-    whose faults cost far more on some hosts)."""
+    """``n`` bytes of a buffer kept by this thread under ``name`` (grown when too small), so
+    that each piece is read into memory that is already mapped. The bytes are valid until
+    this thread asks for ``name`` again: nothing may hold a view of them after that. A
+    bytearray, not NumPy's allocation (which asks for transparent huge pages)."""
     bufs = _thread.__dict__.setdefault("buffers", {})
     buf = bufs.get(name)
     if buf is None or len(buf) < n:
@@ -146,13 +144,16 @@ def read_bytes(spec: PartitionSpec) -> bytes:
 
 
 def read_partition_bytes(spec: PartitionSpec):
-    """The partition's bytes for a reader that keeps no view of them after its task: an
-    uncompressed range is read into this thread's kept buffer (:func:`thread_buffer`; a
-    uint8 array valid until the thread's next partition), a compressed file decompressed
-    into bytes."""
+    """The partition's bytes for a reader that keeps no view of them once it returns: an
+    uncompressed range is read into a buffer of the host memory pool (a uint8 array; freed,
+    it goes back to the pool, and the next partition's read gets the already mapped block
+    instead of a fresh allocation, whose page faults were 92.5% of a Parquet job's; a job
+    that releases the pool after each partition, or a pool of size 0, gets fresh memory,
+    and no worker keeps a partition-sized buffer outside the pool's limit), a compressed
+    file decompressed into bytes."""
     if spec.compression:
         return read_all(spec.path, spec.compression)
-    return read_range_into(spec, thread_buffer("partition", spec.byte_end - spec.byte_start))
+    return read_range_into(spec, _ext.host_bytes(spec.byte_end - spec.byte_start))
 
 
 def _readinto(fh, view: memoryview) -> int:

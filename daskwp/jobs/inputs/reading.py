@@ -41,7 +41,7 @@ def _read_documents(spec: PartitionSpec, with_kept: bool, bad: list | None = Non
             return lines, None, invalid
         if spec.format == "jsonl":
             # the arrays it returns are copies (native: into host pool buffers): the bytes
-            # go into this thread's kept buffer, not a fresh allocation per partition
+            # go into a host pool buffer, reused by the next partition once freed
             return read_jsonl(read_partition_bytes(spec), spec, with_kept, bad)
         if spec.format == "json":
             return (*read_json_array(read_bytes(spec), spec, with_kept, bad), None)
