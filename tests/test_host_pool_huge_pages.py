@@ -1,7 +1,8 @@
-"""Transparent huge pages (issues 39 and 42): daskwp's pooled output blocks and word memos ask
-for them (madvise MADV_HUGEPAGE, VmFlags "hg" in /proc/self/smaps) only with the option
-huge_pages, and the processes daskwp owns (the daskwp command, workers of clusters
-daskwp.connect starts) turn NumPy's request off; a user's own process keeps NumPy's choice."""
+"""Transparent huge pages (issues 39 and 42): daskwp's pooled output blocks never ask for them
+(madvise MADV_HUGEPAGE, VmFlags "hg" in /proc/self/smaps), its word memos do unless the
+option huge_pages is false, and the processes daskwp owns (the daskwp command, workers of
+clusters daskwp.connect starts) turn NumPy's request off; a user's own process keeps
+NumPy's choice."""
 
 import json
 import os
@@ -14,8 +15,7 @@ import numpy as np
 import pytest
 
 import daskwp
-from daskwp import _ext, cli
-from daskwp.backends import memory
+from daskwp import cli
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/smaps").exists(),
                                 reason="needs /proc/self/smaps (Linux)")
@@ -52,14 +52,10 @@ def _numpy_madvise(on=None) -> bool:
 
 @pytest.fixture
 def restore():
-    """Restores daskwp's and NumPy's huge-page settings and empties the pools after."""
+    """Restores NumPy's huge-page setting after the test."""
     numpy_before = _numpy_madvise()
-    ours_before = _ext.set_huge_pages(False)
-    _ext.set_huge_pages(ours_before)
     yield
     _numpy_madvise(numpy_before)
-    _ext.set_huge_pages(ours_before)
-    daskwp.memory.release()
 
 
 _FRESH = r"""
@@ -93,30 +89,24 @@ def _fresh(**env) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("env,huge", [({}, False), ({"DASKWP_HUGE_PAGES": "1"}, True)])
-def test_pooled_blocks_and_memos_ask_for_huge_pages_only_with_the_option(env, huge):
+@pytest.mark.parametrize("env,memo_huge", [({}, True), ({"DASKWP_HUGE_PAGES": "0"}, False)])
+def test_memos_ask_for_huge_pages_unless_the_option_is_false_pooled_blocks_never(env, memo_huge):
     # a fresh process each: glibc reuses freed memory whose flags stay as they were
     got = _fresh(**env)
     assert got["pooled"] and got["memos"] >= 1, got
-    assert got["pool_huge"] is huge, got
-    assert (got["memo_huge"] > 0) is huge, got   # a memo of 4 MB and more: its own mapping
+    assert got["pool_huge"] is False, got
+    assert (got["memo_huge"] > 0) is memo_huge, got   # a memo of 4 MB and more: its own mapping
 
 
-def test_the_daskwp_command_turns_numpys_off(restore, tmp_path, monkeypatch):
+def test_the_daskwp_command_turns_numpys_off(restore, tmp_path):
     src = tmp_path / "in.txt"
     src.write_text("hello world\n" * 10)
     _numpy_madvise(True)
     big = np.ones(64 << 20, np.uint8)
     assert _huge(big)                           # what the test looks for, before
-    monkeypatch.delenv("DASKWP_HUGE_PAGES", raising=False)
     assert cli.main(["tokenize", str(src), str(tmp_path / "out"), "-q"]) == 0
     assert _numpy_madvise() is False
     assert not _huge(np.ones(64 << 20, np.uint8))
-    # with huge_pages, NumPy's stays as it was
-    _numpy_madvise(True)
-    monkeypatch.setenv("DASKWP_HUGE_PAGES", "1")
-    assert cli.main(["tokenize", str(src), str(tmp_path / "out2"), "-q"]) == 0
-    assert _numpy_madvise() is True
 
 
 def test_a_users_process_keeps_numpys_setting(restore):

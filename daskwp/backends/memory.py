@@ -12,8 +12,8 @@ passed to the extension; 0 turns reuse off), else an eighth of the physical memo
 16 GB (a Dask worker then reuses one partition's outputs; padded 128-wide windows of short
 documents take ~14 bytes per input byte). Memory in use is never limited.
 
-Transparent huge pages: the pool's blocks and the word memos ask for them only when the
-option ``huge_pages`` (``DASKWP_HUGE_PAGES``) is true, and :func:`tune_numpy_huge_pages`
+Transparent huge pages: the pool's blocks never ask for them (the word memos do, unless the
+option ``huge_pages``, ``DASKWP_HUGE_PAGES``, is false), and :func:`tune_numpy_huge_pages`
 turns NumPy's request for them off in the processes daskwp owns (the ``daskwp`` command,
 workers of clusters :func:`daskwp.connect` starts). Where THP is ``madvise`` (common on
 VMs), a huge page is zeroed, and memory may be compacted for it, on first touch: growing a
@@ -31,13 +31,13 @@ __all__ = ["host_pool_info", "release_host_memory", "set_host_pool_limit", "tune
 
 def _limit_from_environment() -> None:
     """Pass ``DASKWP_HOST_POOL_MB`` (when set) to the extension, whose default is an eighth
-    of the physical memory, between 256 MB and 16 GB, and ``DASKWP_HUGE_PAGES`` (default
-    off)."""
+    of the physical memory, between 256 MB and 16 GB, and ``DASKWP_HUGE_PAGES`` (the word
+    memos' huge pages, default on)."""
     mb = env_value("host_pool_mb")
     if mb is not None:
         _ext.host_pool_set_limit(mb << 20)
-    if env_value("huge_pages"):
-        _ext.set_huge_pages(True)
+    if env_value("huge_pages") is False:
+        _ext.set_huge_pages(False)
 
 
 _limit_from_environment()
@@ -95,8 +95,7 @@ def release_host_memory() -> int:
 
 def tune_numpy_huge_pages() -> bool:
     """Stop NumPy from asking for transparent huge pages for its arrays of 4 MB and more
-    (its default on Linux), unless the option ``huge_pages`` is true. Returns whether it
-    changed the setting.
+    (its default on Linux). Returns whether it changed the setting.
 
     Only for processes daskwp owns: the ``daskwp`` command and the workers of clusters
     :func:`daskwp.connect` starts (a user's own process keeps NumPy's choice). Why: with THP
@@ -106,8 +105,6 @@ def tune_numpy_huge_pages() -> bool:
     ``NUMPY_MADVISE_HUGEPAGE``, only when imported, which in a worker is before the
     nanny's environment applies.
     """
-    if env_value("huge_pages"):
-        return False
     import numpy as np
     multiarray = getattr(getattr(np, "_core", None), "multiarray", None) or np.core.multiarray
     setter = getattr(multiarray, "_set_madvise_hugepage", None)

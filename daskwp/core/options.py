@@ -720,11 +720,11 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
          "most memory of freed output arrays of 4 MB and more that a process keeps for "
          "reuse (daskwp.memory.set_limit changes it at run time, daskwp.memory.info() "
          "reports it)", cli_flag=False, env="DASKWP_HOST_POOL_MB"),
-    _opt("huge_pages", False, check_bool, "true or false", False, (ENV,),
-         "ask for transparent huge pages (madvise) for the word memos and pooled output "
-         "arrays, and leave NumPy's on in the daskwp command and the workers of clusters "
-         "daskwp starts (there NumPy's is turned off by default): a warm memo looks words up "
-         "faster, but first touch of fresh memory costs much more system CPU on many VMs",
+    _opt("huge_pages", True, check_bool, "true or false", False, (ENV,),
+         "the word memos (one per tokenizing thread, made once and reused) ask for "
+         "transparent huge pages (madvise): faster warm lookups; false: 4 KB pages, where "
+         "a process's first calls fault in less memory at once (output arrays never ask, and "
+         "the daskwp command and its cluster's workers turn NumPy's request off)",
          cli_flag=False, env="DASKWP_HUGE_PAGES"),
     _opt("worker_malloc", True, check_bool, "true or false", False, (ENV,),
          "in a Dask worker whose nanny set MALLOC_TRIM_THRESHOLD_ below 128 MB, raise "

@@ -14,10 +14,10 @@ void bind_memory(nb::module_& m) {
         "Most bytes of freed output blocks the pool keeps for reuse (0: none).");
   m.def("host_pool_release", &daskwp::host_pool_release,
         "Free the pool's cached blocks; returns their bytes.");
-  m.def("set_huge_pages", [](bool on) { return daskwp::g_huge_pages.exchange(on); },
+  m.def("set_huge_pages", [](bool on) { return daskwp::g_memo_huge_pages.exchange(on); },
         nb::arg("on"),
-        "Whether new pooled output blocks and word-memo mappings ask for transparent huge "
-        "pages (MADV_HUGEPAGE); returns the previous setting.");
+        "Whether new word-memo mappings ask for transparent huge pages (MADV_HUGEPAGE); "
+        "returns the previous setting.");
   // The word-memo pool of the CPU loop (cpu_batch.cpp).
   m.def("word_cache_info", [] {
     const daskwp::WordCacheInfo i = daskwp::word_cache_info();

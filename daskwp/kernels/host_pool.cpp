@@ -1,6 +1,5 @@
 // daskwp — the host memory pool behind host_alloc / host_free (see host_pool.hpp).
 #include <pthread.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -110,9 +109,6 @@ void* host_alloc_pooled(size_t bytes) {
     p = std::aligned_alloc(kHuge, rounded);
     if (!p) throw std::bad_alloc();
   }
-#ifdef MADV_HUGEPAGE
-  if (g_huge_pages.load(std::memory_order_relaxed)) madvise(p, rounded, MADV_HUGEPAGE);
-#endif
   std::lock_guard<std::mutex> lock(P.mu);
   try {
     P.live.emplace(p, rounded);

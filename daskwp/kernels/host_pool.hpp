@@ -9,18 +9,19 @@
 
 namespace daskwp {
 
-// Whether new pooled blocks and new word-memo mappings (memo_storage.hpp) ask the kernel for
-// transparent huge pages (madvise MADV_HUGEPAGE). Off unless the option huge_pages
-// (DASKWP_HUGE_PAGES) turns it on: where THP is "madvise", each first touch of such a
-// region faults in, zeroes (and may first compact memory for) 2 MB at once, which on VMs
-// costs several times the system CPU of 4 KB pages and stalls unpredictably; a warm memo's
-// random lookups run faster on huge pages, but not enough to pay for that in whole jobs.
-// The figures: benchmarks/results/thp.md.
-inline std::atomic<bool> g_huge_pages{false};
+// Whether new word-memo mappings (memo_storage.hpp) ask the kernel for transparent huge
+// pages (madvise MADV_HUGEPAGE): yes unless the option huge_pages (DASKWP_HUGE_PAGES) is
+// false. Where THP is "madvise", a first touch of such a region faults in, zeroes (and may
+// first compact memory for) 2 MB at once, which on VMs costs several times the system CPU
+// of 4 KB pages. A memo is mapped once per thread and reused, and its random lookups run
+// markedly faster on huge pages: it pays. Pooled output blocks are written in order and
+// mapped afresh whenever the pool was released (a job's partitions): they never ask. The
+// figures: benchmarks/results/thp.md.
+inline std::atomic<bool> g_memo_huge_pages{true};
 
 // Host output arrays (and the buffers behind them) come from host_alloc and go back with
 // host_free, also from the NumPy capsules that own them once they reach Python. Blocks of
-// 4 MB and more are 2 MB aligned (huge pages if g_huge_pages), and pooled: a freed
+// 4 MB and more are 2 MB aligned (4 KB pages: see g_memo_huge_pages), and pooled: a freed
 // block is kept (up to the pool's limit, oldest dropped first) and handed out again for a
 // request of about its size. Writing fresh memory costs first-touch page faults, which
 // dominated padded windows output and the per-partition outputs of Dask workers (whose

@@ -6,7 +6,7 @@
 // table of 16-byte slots over an arena of records for anything longer or of more tokens,
 // and the per-context byte tables the document loop reads (punctuation ids, word ends,
 // refused bytes). This header holds the entry layouts and their sizes, the block's
-// allocation (a mapping of its own from 4 MB on, huge pages if asked, which a pool may keep
+// allocation (a mapping of its own with huge pages from 4 MB on, which a pool may keep
 // and hand to the next memo of the same size), and emptying and copying the tables. Where
 // an entry lives is memo_hashing.hpp; what the loop does with it, word_memo.hpp.
 #pragma once
@@ -268,9 +268,9 @@ struct WordCache {
       map_base = m;
       block = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(m) + huge - 1) &
                                       ~static_cast<uintptr_t>(huge - 1));
-      // Huge pages keep the random lookups off the TLB's back, but fault in 2 MB at once:
-      // only where the option huge_pages asks for them (g_huge_pages, host_pool.hpp).
-      if (!kept && g_huge_pages.load(std::memory_order_relaxed))
+      // Huge pages keep the random lookups off the TLB's back (and fault in 2 MB at once;
+      // the option huge_pages turns them off: g_memo_huge_pages, host_pool.hpp).
+      if (!kept && g_memo_huge_pages.load(std::memory_order_relaxed))
         madvise(block, block_bytes, MADV_HUGEPAGE);
       zeroed = !kept;
 #endif
