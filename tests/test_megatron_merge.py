@@ -156,20 +156,99 @@ def test_frame_pieces_refuses_ids_the_dtype_cannot_hold():
 
 
 @requires_data
-def test_a_partition_keeps_no_freed_host_pool_blocks(tmp_path):
-    """A Megatron partition hands the host pool's freed blocks (its text, its slices' ids)
-    back when it is written: the pool's cache does not grow from partition to partition."""
+def test_the_host_pool_keeps_a_bounded_cache_between_partitions(tmp_path, monkeypatch):
+    """A Megatron partition keeps the host pool's freed blocks for the next one (whose
+    outputs then reuse them instead of fresh memory), as long as the pool caches no more
+    than HOST_POOL_KEEP x its text: the cache does not grow from partition to partition."""
     import daskwp
     from test_megatron import _jsonl, _mixed_documents
-    inp = _jsonl(tmp_path / "docs.jsonl", _mixed_documents() * 130)   # 12.5 MB of text
+    inp = _jsonl(tmp_path / "docs.jsonl", _mixed_documents() * 200)   # 19 MB of text
     daskwp.memory.release()
+    seen = []
+    bound = jm._bound_partition_memory
+
+    def bound_and_look(text_bytes):
+        released = bound(text_bytes)
+        seen.append((text_bytes, daskwp.memory.info()["host_pool"]["cached"], released))
+        return released
+
+    monkeypatch.setattr(jm, "_bound_partition_memory", bound_and_look)
     s = run_job(make_config(dict(input=inp, output=str(tmp_path / "o"),
                                  output_format="megatron", append_eod=True,
                                  vocab=str(vocab_path("bert-base-uncased")),
                                  scheduler_address="synchronous", quiet=True,
-                                 partition_size="7MB")))
-    assert s["partitions"] > 1
-    assert daskwp.memory.info()["host_pool"]["cached"] == 0
+                                 partition_size="6MB")))
+    assert s["partitions"] == len(seen) > 2
+    full = [(t, c, r) for t, c, r in seen if t > 5_000_000]   # the last may be small
+    assert len(full) >= 3
+    assert all(0 < c <= jm.HOST_POOL_KEEP * t and not r for t, c, r in full)
+    assert len({c for _, c, _ in full[1:]}) == 1   # reused, not grown
+
+
+def test_the_host_pool_is_released_above_its_bound(monkeypatch):
+    """After a partition Arrow's freed memory always goes back; the host pool's cache only
+    when it holds more than HOST_POOL_KEEP x the partition's text bytes."""
+    released = []
+    cached = {"cached": 0}
+    monkeypatch.setattr(jm, "host_pool_info", lambda: dict(cached))
+    monkeypatch.setattr(jm, "release_host_memory", lambda: released.append(cached["cached"]))
+    for c, text, want in [(0, 10, False), (60, 10, False), (61, 10, True), (7, 0, True),
+                          (6, 0, False)]:
+        cached["cached"] = c
+        assert jm._bound_partition_memory(text) is want
+    assert released == [61, 7]
+
+
+def test_a_durable_merge_drops_the_pages_it_wrote_and_read(tmp_path, monkeypatch):
+    """With fsync (a job's merge) each append syncs the merged pair, then drops its cached
+    pages and those of the part's .bin (never before the sync: only clean pages drop; the
+    part's .idx is read again by the job's check); without fsync nothing is dropped. The bytes are those of one write."""
+    import os
+    n = 3
+    prefixes = _parts(tmp_path, n)
+    events = []
+    real_sync, real_fsync, real_advise = os.fdatasync, os.fsync, os.posix_fadvise
+
+    def name(fd):
+        return os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))
+
+    def fdatasync(fd):
+        events.append(("sync", name(fd)))
+        real_sync(fd)
+
+    def fsync(fd):
+        events.append(("sync", name(fd)))
+        real_fsync(fd)
+
+    def posix_fadvise(fd, offset, length, advice):
+        assert (offset, length, advice) == (0, 0, os.POSIX_FADV_DONTNEED)
+        events.append(("drop", name(fd)))
+        real_advise(fd, offset, length, advice)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "posix_fadvise", posix_fadvise)
+    for durable in (False, True):
+        events.clear()
+        out = PairAppender(str(tmp_path / f".tmp-m{durable}"), fsync=durable)
+        for p in prefixes:
+            out.append(p)
+        out.finish()
+        for ext in (".bin", ".idx"):
+            assert (tmp_path / f".tmp-m{durable}{ext}").read_bytes() == \
+                (tmp_path / f"whole{ext}").read_bytes()
+        if not durable:
+            assert events == []
+            continue
+        m = ".tmp-mTrue"
+        want = []
+        for p in prefixes:
+            part = os.path.basename(p)
+            want += [("sync", m + ".bin"), ("drop", m + ".bin"), ("sync", m + ".idx"),
+                     ("drop", m + ".idx"), ("drop", part + ".bin")]
+        want += [("sync", m + ".bin"), ("drop", m + ".bin"), ("sync", m + ".idx"),
+                 ("drop", m + ".idx")]   # finish: the header written
+        assert events == want
 
 
 @requires_data

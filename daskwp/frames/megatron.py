@@ -40,7 +40,8 @@ import numpy as np
 
 __all__ = ["DTYPE_CODES", "INDEX_HEADER", "INDEX_VERSION", "MegatronIndex",
            "OPTIMAL_DTYPE_LIMIT", "PairAppender", "SLICE_BYTES", "append_file",
-           "document_sequences", "document_slices", "encode_pieces", "frame_pieces", "index_size",
+           "document_sequences", "document_slices", "drop_cached_pages", "encode_pieces",
+           "frame_pieces", "index_size",
            "megatron_sequences", "megatron_slices", "merge_pairs", "merge_pairs_in",
            "read_index", "read_sequences", "sequences_of", "token_dtype", "write_index",
            "write_pair", "write_pair_from"]
@@ -271,6 +272,18 @@ def _copy_range(src, out, offset: int, count: int) -> None:
         count -= len(buf)
 
 
+def drop_cached_pages(fd: int) -> None:
+    """Drop the page cache of the open file ``fd`` (its clean pages: call it once they are
+    written back, after ``fsync``). Where the system has no ``posix_fadvise``, nothing.
+
+    Why: pages a job writes and never reads again (a part once merged, the merged pair)
+    otherwise stay cached while every new page the job writes or allocates comes from
+    memory it never touched, whose first touch costs several times the copy on a virtual
+    machine; dropped, the next pages reuse them (benchmarks/results/megatron_write.md)."""
+    if hasattr(os, "posix_fadvise"):
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+
+
 #: Index entries shifted at a time by :class:`PairAppender` (8 MB of int64).
 _SHIFT_ENTRIES = 1 << 20
 
@@ -295,6 +308,10 @@ class PairAppender:
     and indices go to two section files, ``out_prefix.idx.pointers`` / ``.documents``, copied
     after them by :meth:`finish`, the only work left once every dataset is appended).
     :meth:`close` removes the section files (and, before :meth:`finish`, the output pair).
+    With ``fsync`` (a job's merge) each append writes the pair back and then drops the
+    cached pages of the pair and of the dataset's ``.bin`` (:func:`drop_cached_pages`).
+    The job's part writer does not drop its pair after its fsync: this merge reads it next,
+    and would read it back from disk (0.6 GB per GB of text) into as many fresh pages.
 
     Memory: 8 MB of shifted entries at a time."""
 
@@ -348,12 +365,18 @@ class PairAppender:
         self.sequences += n
         self.documents += ix.documents
         self.bin_bytes += size
+        del ix   # its memory map: mapped pages are not dropped
         if self.fsync:   # written back a dataset at a time, not all at the end
             # the section files are copied into the .idx (fsync'ed) by finish and removed:
             # synced here they were written to disk once more than their bytes need
             for ext, fh in self._files:
                 if not ext.startswith(".idx."):
                     os.fdatasync(fh.fileno())
+                    drop_cached_pages(fh.fileno())
+            # the part's .bin: fsync'ed by its writer, read once, here (its .idx is read
+            # again when the job checks the parts: kept)
+            with open(prefix + ".bin", "rb", buffering=0) as src:
+                drop_cached_pages(src.fileno())
 
     def finish(self) -> dict:
         """Complete the ``.idx`` (header, pointers, document indices) and close both files;
@@ -366,8 +389,9 @@ class PairAppender:
         os.pwrite(self._idx.fileno(), _header(self.dtype, self.sequences,
                                               self.documents + 1), 0)
         if self.fsync:
-            os.fsync(self._bin.fileno())
-            os.fsync(self._idx.fileno())
+            for fh in (self._bin, self._idx):
+                os.fsync(fh.fileno())
+                drop_cached_pages(fh.fileno())
         self.finished = True
         self.close()
         return {"sequences": self.sequences, "documents": self.documents,

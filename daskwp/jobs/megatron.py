@@ -29,7 +29,7 @@ import uuid
 import numpy as np
 
 from ..core.cpu_clock import stage_cpu_seconds
-from ..backends.memory import release_host_memory
+from ..backends.memory import host_pool_info, release_host_memory
 from ..core.lengths import LengthCounts
 from ..distributed.state import cached_tokenizer
 from ..distributed.tasks import text_bytes
@@ -44,7 +44,7 @@ from .records import (commit_part, naming_partition, part_stem,
                       publish_part, refuse_set_options, temporary_path, timed_read,
                       write_part_rejects)
 
-__all__ = ["DATA_ARGS_FILE", "MEGATRON_ONLY", "MEGATRON_OPTIONS", "MERGE_TMP_PREFIX",
+__all__ = ["DATA_ARGS_FILE", "HOST_POOL_KEEP", "MEGATRON_ONLY", "MEGATRON_OPTIONS", "MERGE_TMP_PREFIX",
            "PART_FILES", "PartMerger", "remove_merge_temporaries",
            "check_megatron_config", "check_output_format_options",
            "finish_megatron", "is_megatron_file", "megatron_options",
@@ -169,7 +169,7 @@ def write_megatron_partition(spec, logid_offset: int, out_dir: str, tokenizer, o
                                                          clock), dtype, fsync=True,
                                     digests=hashes)
             del texts
-            _release_partition_memory()
+            _bound_partition_memory(n_bytes)
             stats["length_counts"] = LengthCounts.of(stats.pop("document_lengths")).to_json()
             stats.update(partition=spec.index, logid_offset=int(logid_offset),
                          text_bytes=n_bytes, invalid_utf8_bytes=bad_bytes,
@@ -191,16 +191,30 @@ def write_megatron_partition(spec, logid_offset: int, out_dir: str, tokenizer, o
     return stats
 
 
-def _release_partition_memory() -> None:
-    """Hand back to the system what Arrow's allocator and the kernel's host pool keep of
-    freed buffers (the partition's text, the JSON reader's blocks, the slices' ids) before
-    the next partition is read: the pool kept blocks of every size the slices and
-    partitions asked for, and its cached bytes grew from partition to partition (86, 103,
-    138 MB over three 29 MB partitions); a partition's buffers are few and large, and
-    allocating them again cost no measurable CPU (64 MB in 5 partitions)."""
+#: The host pool's freed blocks a worker keeps after a partition, in bytes of the
+#: partition's text: blocks of every size its reads and slices asked for (the cache
+#: grew partition after partition when nothing bounded it: 86, 103, 138 MB over three 29 MB
+#: partitions). A 52 MB partition's job on two threads steadies at 4.0x (two partitions'
+#: blocks), a 64 MB one on a Dask worker at 1.9-2.4x.
+HOST_POOL_KEEP = 6
+
+
+def _bound_partition_memory(text_bytes: int) -> bool:
+    """Hand back what Arrow's allocator keeps of freed buffers (the partition's text, the
+    JSON reader's blocks) before the next partition is read, and the host pool's cache
+    only when it holds more than :data:`HOST_POOL_KEEP` x ``text_bytes``. Returns
+    whether the host pool was released.
+
+    Why not the pool every time (as before): the next partition's outputs then come from
+    fresh memory, whose first touch on a virtual machine costs more than tokenizing it
+    (transparent huge pages zeroed: ~0.7 GB of them per GB of text in the in-process job,
+    benchmarks/results/megatron_write.md); the peak RSS of a worker is the same."""
     import pyarrow as pa
     pa.default_memory_pool().release_unused()
-    release_host_memory()
+    if host_pool_info()["cached"] > HOST_POOL_KEEP * max(int(text_bytes), 1):
+        release_host_memory()
+        return True
+    return False
 
 
 def verify_megatron_output(out_dir: str, plan) -> None:
