@@ -179,8 +179,9 @@ def test_the_host_pool_keeps_a_bounded_cache_between_partitions(tmp_path, monkey
                                  scheduler_address="synchronous", quiet=True,
                                  partition_size="6MB")))
     assert s["partitions"] == len(seen) > 2
-    full = [(t, c, r) for t, c, r in seen if t > 5_000_000]   # the last may be small
-    assert len(full) >= 3
+    largest = max(t for t, _, _ in seen)
+    full = [(t, c, r) for t, c, r in seen if t > 0.8 * largest]   # the last may be small
+    assert len(full) >= 3, seen
     assert all(0 < c <= jm.HOST_POOL_KEEP * t and not r for t, c, r in full)
     assert len({c for _, c, _ in full[1:]}) == 1   # reused, not grown
 

@@ -206,8 +206,8 @@ def _bound_partition_memory(text_bytes: int) -> bool:
     whether the host pool was released.
 
     Why not the pool every time (as before): the next partition's outputs then come from
-    fresh memory, whose first touch on a virtual machine costs more than tokenizing it
-    (transparent huge pages zeroed: ~0.7 GB of them per GB of text in the in-process job,
+    fresh memory, whose first touch on a virtual machine can cost more than tokenizing it
+    (the in-process job at 1 GB: 44% fewer page faults kept,
     benchmarks/results/megatron_write.md); the peak RSS of a worker is the same."""
     import pyarrow as pa
     pa.default_memory_pool().release_unused()
