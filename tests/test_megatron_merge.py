@@ -193,11 +193,12 @@ def test_the_host_pool_is_released_above_its_bound(monkeypatch):
     cached = {"cached": 0}
     monkeypatch.setattr(jm, "host_pool_info", lambda: dict(cached))
     monkeypatch.setattr(jm, "release_host_memory", lambda: released.append(cached["cached"]))
-    for c, text, want in [(0, 10, False), (60, 10, False), (61, 10, True), (7, 0, True),
-                          (6, 0, False)]:
+    k = jm.HOST_POOL_KEEP
+    for c, text, want in [(0, 10, False), (10 * k, 10, False), (10 * k + 1, 10, True),
+                          (k + 1, 0, True), (k, 0, False)]:
         cached["cached"] = c
         assert jm._bound_partition_memory(text) is want
-    assert released == [61, 7]
+    assert released == [10 * k + 1, k + 1]
 
 
 def test_a_durable_merge_drops_the_pages_it_wrote_and_read(tmp_path, monkeypatch):
