@@ -17,6 +17,7 @@ import uuid
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
@@ -875,3 +876,160 @@ def test_lines_longer_than_a_partition_or_the_margin(tmp_path, bucket, spool_tmp
             json.loads((tmp_path / "remote" / jobs.JOB_FILE).read_text())["partitions"]]
     assert docs.count(0) >= 2 and sum(docs) == 300, docs
     assert spool_files(spool_tmp) == []
+
+
+# -- requests per job ---------------------------------------------------------------------
+
+_ANSI = __import__("re").compile(r"\x1b\[[0-9;]*m")
+
+
+@pytest.fixture
+def requests_log(endpoint):
+    """The requests moto's server receives in the test, ``(kind, bucket, key)`` each; kind:
+    ``LIST`` (a GET of the bucket: a listing), ``GET``, ``HEAD``, ``PUT``, ``POST`` (a
+    multipart upload's steps), ``DELETE``. From werkzeug's line per request."""
+    import logging
+    got = []
+
+    class Log(logging.Handler):
+        def emit(self, record):
+            quoted = _ANSI.sub("", record.getMessage()).split('"')
+            if len(quoted) < 3 or len(quoted[1].split()) != 3:
+                return
+            method, target, _ = quoted[1].split()
+            path = target.split("?")[0].lstrip("/")
+            bucket, _, key = path.partition("/")
+            kind = "LIST" if method == "GET" and not key else method
+            got.append((kind, bucket, key))
+
+    logger = logging.getLogger("werkzeug")
+    handler, level = Log(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield got
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def request_counts(log, bucket: str) -> dict:
+    """``{kind: count}`` of the requests in ``log`` (:func:`requests_log`) for ``bucket``."""
+    import collections
+    return dict(collections.Counter(k for k, b, _ in log if b == bucket))
+
+
+def test_a_job_sends_no_request_it_can_do_without(tmp_path, bucket, requests_log,
+                                                   spool_tmp):
+    """The requests of a bucket -> bucket job, by kind (moto's log): planning lists the
+    output once and sends no HEAD / LIST per missing part; a part's write sends no DELETE
+    for a rejects file the listing does not hold; the logID check reads each part's footer
+    in one GET (not its row groups) after one listing. A rerun with a stale rejects file
+    removes it."""
+    name, options, fs = bucket
+    data = corpus_files(sample_lines() * 12)["a.txt"]
+    fs.pipe(f"{name}/a.txt", data)
+    (tmp_path / "a.txt").write_bytes(data)
+    size = len(data) // 9
+    out = f"s3://{name}/out"
+    local = jobs.run_job(job_config(str(tmp_path / "a.txt"), str(tmp_path / "local"),
+                                    partition_size=size))
+    requests_log.clear()
+    remote = jobs.run_job(job_config(f"s3://{name}/a.txt", out, storage_options=options,
+                                     partition_size=size))
+    log = list(requests_log)
+    got = request_counts(log, name)
+    outputs = [(k, key) for k, _, key in log if key.startswith("out/")]
+    n = remote["partitions"]
+    assert n == local["partitions"] >= 9
+    assert_same_parts(tmp_path / "local", out, options)
+    # PUTs: the probe, _job.json three times, each part, _summary.json
+    assert got["PUT"] == n + 5, got
+    # DELETEs: the probe only (no rejects file, no _summary.json to remove)
+    assert got.get("DELETE", 0) == 1 and ("DELETE", "out/_rejects-00000.jsonl") \
+        not in outputs, got
+    # listings: the input, the probe's folder check, the output's one at planning (and
+    # s3fs's of its parent, the output being empty), one at the end (temporary objects, the
+    # parts' sizes for the check, rejects files)
+    assert got["LIST"] == 5, got
+    # GETs: the input's head and each partition's range; each part's footer once
+    assert got["GET"] == 1 + n + n, got
+    assert [key for k, key in outputs if k == "GET"] == \
+        [f"out/{jobs.part_name(i, n)}" for i in range(n)]
+    assert not [key for k, key in outputs if k == "HEAD" and "part-" in key], outputs
+    # a stale rejects file is removed by the rerun that rewrites its part
+    stale = "out/_rejects-00003.jsonl"
+    fs.pipe(f"{name}/{stale}", b"{}\n")
+    fs.rm(f"{name}/out/{jobs.part_name(3, n)}")
+    fs.invalidate_cache()
+    requests_log.clear()
+    again = jobs.run_job(job_config(f"s3://{name}/a.txt", out, storage_options=options,
+                                    partition_size=size))
+    deletes = [key for k, _, key in requests_log if k == "DELETE" and "probe" not in key]
+    assert again["partitions_written"] == 1 and again["rejects_files"] == []
+    assert sorted(deletes) == ["out/_rejects-00003.jsonl", "out/_summary.json"], deletes
+    assert not fs.exists(f"{name}/{stale}")
+    assert_same_parts(tmp_path / "local", out, options)
+
+
+def test_the_logid_check_reads_footers_and_refuses_wrong_parts(bucket, requests_log,
+                                                               monkeypatch):
+    """The job's logID check (parts.verify_parquet_output) reads each part's footer (one
+    ranged GET after one listing; a footer longer than the read: one more) and refuses a
+    part with other logIDs (one part copied over another: its metadata; logIDs shifted
+    under the same metadata: its logID statistics) and a missing part; what a footer
+    cannot show (the order within a row group) the writer refuses before publishing."""
+    from daskwp.jobs import parts
+    name, options, fs = bucket
+    fs.pipe(f"{name}/a.txt", corpus_files(sample_lines(600))["a.txt"])
+    out = f"s3://{name}/out"
+    jobs.run_job(job_config(f"s3://{name}/a.txt", out, storage_options=options))
+    record = json.loads(fs.cat_file(f"{name}/out/{jobs.JOB_FILE}"))
+    plan = [{"index": i, "documents": p["documents"], "logid_offset": p["logid_offset"]}
+            for i, p in enumerate(record["partitions"])]
+    n = len(plan)
+    assert n >= 3
+    key = [f"{name}/out/{jobs.part_name(i, n)}" for i in range(n)]
+    good = fs.cat_file(key[1])
+    with storage.using(options):
+        requests_log.clear()
+        parts.verify_parquet_output(out, plan)
+        assert request_counts(requests_log, name) == {"LIST": 1, "GET": n}
+        monkeypatch.setattr(parts, "FOOTER_READ", 64)
+        requests_log.clear()
+        parts.verify_parquet_output(out, plan)
+        assert request_counts(requests_log, name) == {"LIST": 1, "GET": 2 * n}
+        monkeypatch.undo()
+
+        fs.pipe(key[1], fs.cat_file(key[2]))
+        with pytest.raises(jobs.JobError, match=r"part-00001.*records partition 2"):
+            parts.verify_parquet_output(out, plan)
+        table = pq.read_table(pa.BufferReader(good))
+        shifted = table.set_column(table.schema.get_field_index("logID"), "logID",
+                                   pa.compute.add(table.column("logID"), 1))
+        shifted = shifted.replace_schema_metadata(pq.read_metadata(pa.BufferReader(good))
+                                                  .metadata)
+        sink = pa.BufferOutputStream()
+        pq.write_table(shifted, sink)
+        fs.pipe(key[1], sink.getvalue().to_pybytes())
+        with pytest.raises(jobs.JobError, match=r"part-00001.*row group 0 holds logIDs"):
+            parts.verify_parquet_output(out, plan)
+        fs.pipe(key[1], good)
+        parts.verify_parquet_output(out, plan)
+        fs.rm(key[2])
+        with pytest.raises(jobs.JobError, match=r"part-00002.*missing"):
+            parts.verify_parquet_output(out, plan)
+
+    check = parts.LogidCheck(10)
+    check(pa.table({"logID": [10, 11, 11]}))
+    check(pa.table({"logID": [12]}))
+    check.finish(3, "/nonexistent")
+    with pytest.raises(jobs.JobError, match="end at 12"):
+        check.finish(4, "/nonexistent")
+    for ids in ([11, 12], [10, 12], [10, 11, 10]):
+        with pytest.raises(jobs.JobError, match="not in order"):
+            parts.LogidCheck(10)(pa.table({"logID": ids}))
+    check = parts.LogidCheck(10)
+    check(pa.table({"logID": [10, 11]}))
+    with pytest.raises(jobs.JobError, match="not in order"):
+        check(pa.table({"logID": [13]}))    # (a gap between two pieces)

@@ -417,6 +417,34 @@ class Folder:
         return sorted(e.rstrip("/").rsplit("/", 1)[-1] for e in entries
                       if e.rstrip("/") != path)
 
+    def sizes(self) -> dict[str, int]:
+        """``{name: size in bytes}`` of the files in the folder ({} when it does not exist
+        yet): one listing of an object store, as :meth:`listdir`."""
+        if not self.remote:
+            try:
+                return {e.name: e.stat().st_size for e in os.scandir(self.location)
+                        if e.is_file()}
+            except FileNotFoundError:
+                return {}
+        fs, path = self._fs()
+        try:
+            entries = self._call(self.location, fs.ls, path, detail=True, refresh=True)
+        except FileNotFoundError:
+            return {}
+        return {e["name"].rstrip("/").rsplit("/", 1)[-1]: int(e.get("size") or 0)
+                for e in entries
+                if e["name"].rstrip("/") != path and e.get("type") != "directory"}
+
+    def read_range(self, name: str, start: int, end: int) -> bytes:
+        """Bytes ``start:end`` of ``name`` (one ranged GET on an object store)."""
+        if not self.remote:
+            with open(self.join(name), "rb") as fh:
+                fh.seek(start)
+                return fh.read(end - start)
+        fs, path = self._fs()
+        return self._call(self.join(name), fs.cat_file, f"{path}/{name}", start=start,
+                          end=end)
+
     def exists(self, name: str) -> bool:
         if not self.remote:
             return os.path.exists(self.join(name))

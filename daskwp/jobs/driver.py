@@ -77,14 +77,14 @@ from .inputs.fetch_spool import remove_run_spools, run_token
 from .parts import (JOB_FILE, JOB_FORMAT, PART_PREFIX, PART_SUFFIX, REJECTS_PREFIX,
                     REJECTS_SUFFIX, SUMMARY_FILE, TMP_PREFIX, check_part, count_job_partition,
                     empty_partition, part_name, rejects_path, remove_temporary_files,
-                    verify_output, write_partition)
+                    verify_output, verify_parquet_output, write_partition)
 from .megatron import PART_FILES as MEGATRON_PART_FILES
 from .datasets import (finish_datasets, is_datasets_file, verify_datasets_output,
                        write_datasets_partition)
 from .megatron import (PartMerger, check_output_format_options, finish_megatron,
                        is_megatron_file, megatron_options, verify_megatron_output,
                        write_megatron_partition)
-from .records import check_part_record
+from .records import RECORD_SUFFIX, check_part_record, part_stem
 from .packing import check_packing_config, packing_summary, run_packed_job
 from .progress import Progress
 
@@ -415,15 +415,23 @@ def _make_output_directory(out: str) -> None:
                                   f"{e.strerror or e}") from None
 
 
-def prepare_output(cfg: JobConfig, header: dict, plan: list | None = None) -> dict | None:
+def prepare_output(cfg: JobConfig, header: dict, plan: list | None = None,
+                   listed: set | None = None) -> dict | None:
     """Create or reopen the output directory. Returns the previous _job.json of this very job
     (to resume) or None (a fresh start). Refuses a directory holding another job's data
     (other parameters, input, version or partition ``plan``), and one that cannot be created
-    or written (OutputConflictError)."""
+    or written (OutputConflictError). ``listed``: a set that receives the names the folder
+    holds when it returns (its one listing, less what it removed)."""
     out = cfg.output
     _make_output_directory(out)
     folder = storage.Folder(out, storage.current_options())
     names = folder.listdir()
+    listed = set() if listed is None else listed
+    listed.update(names)
+
+    def remove(name):
+        folder.remove(name)
+        listed.discard(name)
     ours, other = _our_files(names, cfg)
     if other:
         raise OutputConflictError(
@@ -436,7 +444,7 @@ def prepare_output(cfg: JobConfig, header: dict, plan: list | None = None) -> di
         # No part of any job: a job that failed before writing one (bad input while
         # counting) left only its _job.json. That is no data to protect: start afresh.
         for n in ours:
-            folder.remove(n)
+            remove(n)
         return None
     if JOB_FILE in names:
         try:
@@ -473,11 +481,11 @@ def prepare_output(cfg: JobConfig, header: dict, plan: list | None = None) -> di
                 f"use a new output directory, or pass --overwrite to replace it")
     if cfg.overwrite:
         for n in ours:
-            folder.remove(n)
+            remove(n)
         return None
     for n in ours:  # leftovers of a killed run
         if n.startswith(TMP_PREFIX) or n.endswith(".tmp"):
-            folder.remove(n)
+            remove(n)
     return previous
 
 
@@ -569,7 +577,7 @@ def remove_spools(runner, token: str) -> None:
 #: Each output format's partition writer and output check.
 _WRITERS = {"parquet": write_partition, "megatron": write_megatron_partition,
             "datasets": write_datasets_partition}
-_VERIFIERS = {"parquet": verify_output, "megatron": verify_megatron_output,
+_VERIFIERS = {"parquet": verify_parquet_output, "megatron": verify_megatron_output,
               "datasets": verify_datasets_output}
 
 
@@ -859,7 +867,8 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
         [header["version"], params, header["input"]["fingerprint"]], sort_keys=True).encode(),
         digest_size=16).hexdigest()
     header["job_id"] = job_id
-    previous = prepare_output(cfg, header, [s.to_json() for s in specs])
+    listed: set = set()   # what the output folder holds (prepare_output's one listing)
+    previous = prepare_output(cfg, header, [s.to_json() for s in specs], listed)
     folder = storage.Folder(out, cfg.storage_options)
     job_path = folder.join(JOB_FILE)
 
@@ -872,11 +881,16 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
                 counts[q] = int(p["documents"])
     megatron = cfg.output_format == "megatron"
     packing = cfg.packing is not None
+    parquet = cfg.output_format == "parquet" and not packing
+    ran = False
+    # (a part, or its record, that the listing does not hold is missing: no request)
     if cfg.output_format != "parquet" or packing:   # parts with a record (jobs/records.py)
-        stats: list = [check_part_record(out, i, n, job_id, counts[i]) for i in range(n)]
+        stats: list = [check_part_record(out, i, n, job_id, counts[i])
+                       if part_stem(i, n) + RECORD_SUFFIX in listed else None
+                       for i in range(n)]
     else:
         stats = [check_part(folder.join(part_name(i, n)), i, job_id, counts[i], None)
-                 for i in range(n)]
+                 if part_name(i, n) in listed else None for i in range(n)]
     for i, st in enumerate(stats):
         if st is not None:
             counts[i] = st["documents"]
@@ -899,6 +913,9 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
     options = {k: getattr(cfg, k) for k in _PARTITION_OPTIONS}
     if is_url(out):   # the workers' filesystem of the output (never recorded)
         options["storage_options"] = cfg.storage_options
+        # the rejects files an earlier run left: a part written without rejects removes
+        # its own only if listed (no DELETE for each part)
+        options["listed_rejects"] = sorted(n for n in listed if n.startswith(REJECTS_PREFIX))
     merger = None
     if megatron:
         options.update(megatron_options(cfg))
@@ -923,7 +940,7 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
             tasks=n if packing else len(missing))
         header["run"] = run_record
         save_job()   # with the run record
-        if missing:
+        if missing and SUMMARY_FILE in listed:
             # _summary.json exists only while the dataset is complete.
             folder.remove(SUMMARY_FILE)
         t_work = time.perf_counter()  # the cluster is up: counting, tokenizing, writing
@@ -953,6 +970,7 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
 
         try:
             values = run_graph(graph, runner, got_part, log)
+            ran = True
         finally:
             prog.close()
         work_seconds = time.perf_counter() - t_work
@@ -961,8 +979,10 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
             remove_spools(runner, spool_token)
         close_scheduler(runner, own_client)
         # Temporary files of writes that did not finish (a worker died and the task was
-        # rerun elsewhere, an error, an interrupt).
-        remove_temporary_files(folder)
+        # rerun elsewhere, an error, an interrupt); of Parquet parts after the check's
+        # listing below, when the job ran.
+        if not (ran and parquet):
+            remove_temporary_files(folder)
 
     offsets = [int(values[k]) for k in graph.offset_keys]
     counts = [int(values[k]) for k in graph.count_keys]
@@ -979,8 +999,14 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
     # Accounting: every logID 0..N-1 present exactly once, in order.
     plan = [{"index": i, "documents": counts[i], "logid_offset": offsets[i]}
             for i in range(n)]
+    names = None
     if packing:
         packed = packing_summary(stats, cfg)
+    elif parquet:   # one listing: temporary files, the parts' sizes, the rejects files
+        sizes = folder.sizes()
+        remove_temporary_files(folder, names=list(sizes))
+        verify_parquet_output(out, plan, sizes)
+        names = list(sizes)
     else:
         _VERIFIERS[cfg.output_format](out, plan)
     total_docs = offsets[n]
@@ -991,7 +1017,8 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
     unk = sum(s["unknown_tokens"] for s in stats)
     rejects = [os.path.basename(rejects_path(folder.join(part_name(i, n))))
                for i, s in enumerate(stats) if s.get("rejected")]
-    for name in folder.listdir():   # a rejects file no part of this job has (an earlier try)
+    for name in folder.listdir() if names is None else names:
+        # a rejects file no part of this job has (an earlier try)
         if name.startswith(REJECTS_PREFIX) and name.endswith(REJECTS_SUFFIX) \
                 and name not in rejects:
             folder.remove(name)

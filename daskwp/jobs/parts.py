@@ -16,6 +16,7 @@ These functions import no Dask: the driver runs them as tasks of one graph
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -49,7 +50,8 @@ __all__ = ["CHECKSUM_KEY", "JOB_FILE", "JOB_FORMAT", "METADATA_KEY", "PART_PREFI
            "data_checksum", "empty_partition", "part_name", "partition_failure",
            "partition_statistics", "read_counted_partition", "remove_temporary_files",
            "tokenize_job_partition", "verify_output", "worker_device", "worker_series",
-           "write_partition", "write_rejects", "refused_rows", "empty_rows"]
+           "write_partition", "write_rejects", "refused_rows", "empty_rows", "LogidCheck",
+           "read_footer", "verify_parquet_output"]
 
 JOB_FILE = "_job.json"
 SUMMARY_FILE = "_summary.json"
@@ -362,23 +364,27 @@ def _write_partition(spec, logid_offset, out_dir, tokenizer, options, job_id, n_
     texts, kept, (bad_bytes, bad_docs) = read_counted_partition(spec, documents, bad)
     read_cpu = stage_cpu_seconds() - c0
     name = part_name(spec.index, n_partitions)
+    logids = None
     # An object store has no rename: the part is written complete to a local staging
     # folder, then uploaded under its name (one put, or a multipart upload that the store
     # completes only with its last part); its rejects file first, the same way.
     folder = storage.Folder(out_dir, options.get("storage_options"))
     with folder.staging() as staging:
         path = os.path.join(staging, name)
-        hook = None if kept is None else functools.partial(attach_kept_columns, kept=kept,
-                                                           logid_offset=int(logid_offset))
+        kept_hook = None if kept is None else functools.partial(
+            attach_kept_columns, kept=kept, logid_offset=int(logid_offset))
 
         def write(texts, bad):
+            nonlocal logids
             write_rejects(rejects_path(path), bad or (), spec, logid_offset, file_offset)
             if folder.remote:
                 rejects = os.path.basename(rejects_path(path))
                 if bad:
                     folder.publish(rejects_path(path), rejects)
-                else:
+                elif rejects in options.get("listed_rejects", (rejects,)):
+                    # one an earlier run left (the driver's listing says which exist)
                     folder.remove(rejects)
+            logids = LogidCheck(int(logid_offset), kept_hook)
             if _worker_device(device) == "gpu":
                 texts = _as_series(texts, device)
             tmp = os.path.join(staging, f"{TMP_PREFIX}{spec.index}-{uuid.uuid4().hex}.parquet")
@@ -388,7 +394,7 @@ def _write_partition(spec, logid_offset, out_dir, tokenizer, options, job_id, n_
             return write_tokenized_part(texts, tokenizer, options, path, tmp,
                                         logid_offset=int(logid_offset),
                                         compression=options["compression"], metadata=meta,
-                                        table_hook=hook, native=native_for_kept(kept),
+                                        table_hook=logids, native=native_for_kept(kept),
                                         parquet_compat=bool(options.get("parquet_compat")))
 
         try:
@@ -399,6 +405,7 @@ def _write_partition(spec, logid_offset, out_dir, tokenizer, options, job_id, n_
                 raise
             bad = sorted(bad + refused)
             stats = write(_empty_rows(texts, [i for i, _ in refused]), bad)
+        logids.finish(len(texts), path)
         if folder.remote:
             folder.publish(path, name)
         stats["cpu_seconds"]["read"] = read_cpu
@@ -407,6 +414,39 @@ def _write_partition(spec, logid_offset, out_dir, tokenizer, options, job_id, n_
                      rejected=len(bad or ()))
         stats["seconds"] = time.perf_counter() - t0
         return stats
+
+
+class LogidCheck:
+    """The logIDs of a part, checked in the tables its writer takes, before it is published:
+    they run from ``first`` up, each document's rows together and in order (a step of 0 or
+    1 from row to row); :meth:`finish` checks that the last is ``first + documents - 1``. The
+    stored part's footer then records them per row group (min and max, checked by
+    :func:`verify_parquet_output`). ``then``: another table hook (the kept columns), run
+    first."""
+
+    def __init__(self, first: int, then=None):
+        self.first, self.then, self.last = int(first), then, None
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        if self.then is not None:
+            table = self.then(table)
+        ids = numpy_of_arrow(table.column("logID"))
+        if len(ids):
+            prev = self.first - 1 if self.last is None else self.last
+            d = np.diff(ids, prepend=prev)
+            if d.min() < 0 or d.max() > 1 or (self.last is None and ids[0] != self.first):
+                raise JobError(f"the logIDs written from {self.first} are not in order: "
+                               f"{prev}, then {ids[:8].tolist()}...")
+            self.last = int(ids[-1])
+        return table
+
+    def finish(self, documents: int, path: str) -> None:
+        want = self.first + documents - 1 if documents else None
+        if self.last != want:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)   # (a local part is renamed to its name as it is written)
+            raise JobError(f"the part's logIDs end at {self.last}, its {documents} "
+                           f"documents from {self.first} at {want}")
 
 
 def check_part(path: str, index: int, job_id: str, documents: int | None,
@@ -458,20 +498,21 @@ def check_part(path: str, index: int, job_id: str, documents: int | None,
     return out
 
 
-def remove_temporary_files(out_dir, prefix: str = TMP_PREFIX) -> None:
+def remove_temporary_files(out_dir, prefix: str = TMP_PREFIX, names=None) -> None:
     """Remove the temporary files of part writes that did not finish (a killed worker or
     job, an interrupt): those whose names start with ``prefix``. ``out_dir``: a path, or a
     :class:`daskwp.frames.storage.Folder` (an object store's parts are staged outside it:
-    only temporary objects of other writers are found there)."""
+    only temporary objects of other writers are found there); ``names``: what it holds, if
+    the caller just listed it."""
     if isinstance(out_dir, storage.Folder):
         if out_dir.remote:
-            for name in out_dir.listdir():
+            for name in out_dir.listdir() if names is None else names:
                 if name.startswith(prefix):
                     out_dir.remove(name)
             return
         out_dir = out_dir.location
     try:
-        names = os.listdir(out_dir)
+        names = os.listdir(out_dir) if names is None else names
     except OSError:
         return
     for name in names:
@@ -487,6 +528,100 @@ def _parquet_logids(path: str) -> np.ndarray:
     source = open_input(path) if is_url(path) else path
     # ParquetFile, not read_table: pyarrow.dataset (read_table's) imports pandas
     return numpy_of_arrow(pq.ParquetFile(source).read(columns=["logID"]).column("logID"))
+
+
+#: Bytes of a part's end read at once for its footer (a longer footer: one read more).
+FOOTER_READ = 1 << 16
+
+
+def read_footer(folder: storage.Folder, name: str, size: int):
+    """The Parquet footer (``FileMetaData``) of ``name`` (``size`` bytes) in ``folder``, from
+    its end: one read (one ranged GET on an object store) of its last :data:`FOOTER_READ`
+    bytes, a second for a longer footer. ValueError: not a Parquet file of that size."""
+    import pyarrow.parquet as pq
+    if size < 12:
+        raise ValueError(f"not a Parquet file ({size} bytes)")
+    tail = folder.read_range(name, max(0, size - FOOTER_READ), size)
+    if len(tail) != min(size, FOOTER_READ) or tail[-4:] != b"PAR1":
+        raise ValueError("not a Parquet file (no footer magic at its end)")
+    length = struct.unpack("<i", tail[-8:-4])[0]
+    if not 0 < length <= size - 12:
+        raise ValueError(f"not a Parquet file (footer length {length})")
+    if length + 8 > len(tail):
+        tail = folder.read_range(name, size - 8 - length, size)
+    return pq.read_metadata(pa.BufferReader(b"PAR1" + tail[-(length + 8):]))
+
+
+def verify_parquet_output(out_dir: str, plan: Sequence[dict],
+                          sizes: dict | None = None) -> None:
+    """:func:`verify_output`'s checks of a job's Parquet parts from their footers: one
+    listing of the folder (the parts' sizes) and one read of each part's end
+    (:func:`read_footer`), not its logID column (``sizes``: that listing, if the caller
+    made it). A part must be there, its ``daskwp``
+    metadata must record its partition, documents, rows (= the footer's) and logID offset of
+    the plan, and its logID statistics must run from offset_i to offset_i + documents_i - 1:
+    each row group's min and max at most its rows - 1 apart, each next one starting at the
+    last one's max or one past it. Within a row group the order was checked as the part was
+    written (:class:`LogidCheck`); its bytes are those of its checksum (a rerun verifies
+    it, :func:`check_part`). Raises JobError naming the first bad part."""
+    folder = storage.Folder(out_dir, storage.current_options())
+    sizes = folder.sizes() if sizes is None else sizes
+    expected_offset = 0
+    n = len(plan)
+    for p in plan:
+        name = part_name(p["index"], n)
+        path = folder.join(name)
+        if p["logid_offset"] != expected_offset:
+            raise JobError(f"job plan of {out_dir!r} is inconsistent at partition "
+                           f"{p['index']}")
+        docs, first = p["documents"], p["logid_offset"]
+        expected_offset += docs
+        if name not in sizes:
+            raise JobError(f"output part {path!r} is missing; rerun the job")
+        try:
+            md = read_footer(folder, name, sizes[name])
+            meta = json.loads((md.metadata or {}).get(METADATA_KEY, b"{}"))
+        except (OSError, ValueError, pa.ArrowException) as e:
+            raise JobError(f"output part {path!r} cannot be read back: {e}") from None
+        bad = _footer_logids_problem(md, meta, p)
+        if bad:
+            raise JobError(f"output part {path!r} does not hold exactly the logIDs "
+                           f"{first}..{first + docs - 1} in order ({bad}); delete it and "
+                           f"rerun the job")
+
+
+def _footer_logids_problem(md, meta: dict, p: dict) -> str | None:
+    """What in a part's footer ``md`` (``meta``: its daskwp metadata) differs from plan entry
+    ``p``, or None."""
+    docs, first = p["documents"], p["logid_offset"]
+    for key, want in (("partition", p["index"]), ("documents", docs),
+                      ("logid_offset", first), ("rows", md.num_rows)):
+        if meta.get(key) != want:
+            return f"its metadata records {key} {meta.get(key)}, not {want}"
+    if docs == 0:
+        return "it holds rows for no documents" if md.num_rows else None
+    try:
+        col = md.schema.to_arrow_schema().get_field_index("logID")
+    except pa.ArrowException:
+        col = -1
+    if col < 0:
+        return "no logID column"
+    last = first - 1
+    for g in range(md.num_row_groups):
+        rg = md.row_group(g)
+        if rg.num_rows == 0:
+            continue
+        st = rg.column(col).statistics
+        if st is None or not st.has_min_max:
+            return f"row group {g} has no logID statistics"
+        lo, hi = int(st.min), int(st.max)
+        if lo - last not in (0, 1) or (last < first and lo != first) or hi < lo \
+                or hi - lo > rg.num_rows - 1:
+            return f"row group {g} holds logIDs {lo}..{hi} after {last}"
+        last = hi
+    if last != first + docs - 1:
+        return f"its logIDs end at {last}"
+    return None
 
 
 def verify_output(out_dir: str, plan: Sequence[dict], *, read_logids=_parquet_logids,
