@@ -41,9 +41,13 @@ Resume design
   whose metadata matches the plan and whose data pages match their checksum, and writes only
   the others. Different parameters or inputs are refused: "output directory holds another
   job's data".
-* At the end the logID column of every part is read back: the logIDs of part i must run from
-  its offset to offset + documents - 1 (each document present, in order, exactly once), and the
-  documents of all parts must add up to the input's.
+* At the end every part is checked: the logIDs of part i must run from its offset to
+  offset + documents - 1 (each document present, in order, exactly once), and the documents
+  of all parts must add up to the input's. A Parquet part is checked from its footer
+  (:func:`.parts.verify_parquet_output`: its metadata and logID statistics; the order within
+  a row group is checked as it is written, :class:`.parts.LogidCheck`).
+* On an object store the planning's one listing of the output says which parts, rejects
+  files and ``_summary.json`` exist: nothing is opened or removed that it does not list.
 """
 
 from __future__ import annotations
@@ -979,10 +983,14 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
             remove_spools(runner, spool_token)
         close_scheduler(runner, own_client)
         # Temporary files of writes that did not finish (a worker died and the task was
-        # rerun elsewhere, an error, an interrupt); of Parquet parts after the check's
-        # listing below, when the job ran.
+        # rerun elsewhere, an error, an interrupt); of Parquet parts from the listing the
+        # check takes the parts' sizes from (below), when the job ran.
         if not (ran and parquet):
             remove_temporary_files(folder)
+    sizes = None
+    if parquet:   # one listing: temporary files, the parts' sizes, the rejects files
+        sizes = folder.sizes()
+        remove_temporary_files(folder, names=list(sizes))
 
     offsets = [int(values[k]) for k in graph.offset_keys]
     counts = [int(values[k]) for k in graph.count_keys]
@@ -999,14 +1007,10 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
     # Accounting: every logID 0..N-1 present exactly once, in order.
     plan = [{"index": i, "documents": counts[i], "logid_offset": offsets[i]}
             for i in range(n)]
-    names = None
     if packing:
         packed = packing_summary(stats, cfg)
-    elif parquet:   # one listing: temporary files, the parts' sizes, the rejects files
-        sizes = folder.sizes()
-        remove_temporary_files(folder, names=list(sizes))
+    elif parquet:
         verify_parquet_output(out, plan, sizes)
-        names = list(sizes)
     else:
         _VERIFIERS[cfg.output_format](out, plan)
     total_docs = offsets[n]
@@ -1017,7 +1021,7 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
     unk = sum(s["unknown_tokens"] for s in stats)
     rejects = [os.path.basename(rejects_path(folder.join(part_name(i, n))))
                for i, s in enumerate(stats) if s.get("rejected")]
-    for name in folder.listdir() if names is None else names:
+    for name in folder.listdir() if sizes is None else sizes:
         # a rejects file no part of this job has (an earlier try)
         if name.startswith(REJECTS_PREFIX) and name.endswith(REJECTS_SUFFIX) \
                 and name not in rejects:
