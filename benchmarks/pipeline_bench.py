@@ -638,9 +638,25 @@ def _part_name(i: int, n: int) -> str:
     return part_name(i, n)
 
 
+def _line_start(f, cut: int) -> int:
+    """Where a partition cut at byte ``cut`` of a text file starts: ``cut`` for 0, else
+    just after the first newline at or after ``cut - 1`` (the end of the file if none)."""
+    if cut == 0:
+        return 0
+    f.seek(cut - 1)
+    pos = cut - 1
+    while chunk := f.read(1 << 20):
+        i = chunk.find(b"\n")
+        if i >= 0:
+            return pos + i + 1
+        pos += len(chunk)
+    return pos
+
+
 def check_sample(out: Path, indices, tok) -> tuple[bool, str]:
     """Parts ``indices`` equal to ``tok(lines, max_length, stride, padding=False)`` in this
-    process on the same lines (the partition's byte range of the input, from _job.json):
+    process on the same lines (the partition's byte range of the input, from _job.json, its
+    cuts moved to line starts as the job moves them):
     input_ids and (logID - the part's first, start, stop) of every row."""
     from daskwp.jobs.inputs import lines_to_arrow
     job = json.loads((out / "_job.json").read_text())
@@ -648,9 +664,12 @@ def check_sample(out: Path, indices, tok) -> tuple[bool, str]:
     bad = []
     for i in indices:
         spec, offset = parts[i]["spec"], parts[i]["logid_offset"]
+        start, end = spec["byte_start"], spec["byte_end"]
         with open(spec["path"], "rb") as f:
-            f.seek(spec["byte_start"])
-            data = f.read(spec["byte_end"] - spec["byte_start"])
+            if spec.get("cut_at_lines"):   # planned cuts move to the next line start
+                start, end = (_line_start(f, start), _line_start(f, end))
+            f.seek(start)
+            data = f.read(max(end - start, 0))
         want = tok(lines_to_arrow(data), max_length=MAX_LENGTH, stride=STRIDE, padding=False)
         got = pq.read_table(out / _part_name(i, len(parts)),
                             columns=["logID", "start", "stop", "input_ids"])
