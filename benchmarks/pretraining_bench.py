@@ -80,7 +80,8 @@ def kept_caches() -> tuple[int, int]:
     """Bytes the kernel keeps between calls in this process: the word memos and the host
     pool's cached blocks (both bounded by their limits; part of a worker's RSS growth)."""
     import daskwp
-    return int(daskwp.word_cache_info()["bytes"]), int(daskwp.host_pool_info()["cached"])
+    info = daskwp.memory.info()
+    return int(info["word_cache"]["bytes"]), int(info["host_pool"]["cached"])
 
 
 def build_input(data: Path, size_mb: float, path: Path) -> tuple[int, int]:
