@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -342,3 +343,29 @@ def test_url_outputs_are_refused_for_the_new_formats(tmp_path):
     for kw in ({"packing": 64},):   # Parquet, Megatron and datasets: a URL is fine
         with pytest.raises(ConfigError, match="local or shared filesystem path only"):
             _job(inp, "s3://bucket/out", **kw)
+
+
+def test_every_spill_writer_is_closed_when_one_close_fails(tmp_path, monkeypatch):
+    """The ids spill's close fails (a full disk at its last chunk): the lens spill is
+    still closed (its file descriptor and pooled buffers given back) and the first error
+    reaches the task."""
+    import errno
+
+    import daskwp.jobs.packing as packing
+    writers = [packing._SpillWriter(str(tmp_path / n)) for n in ("ids", "lens")]
+    for w in writers:
+        w.write(np.arange(10, dtype=np.uint16))
+    closed = []
+
+    def fails():
+        closed.append("ids")
+        raise OSError(errno.ENOSPC, "No space left on device")
+    real = writers[1].close
+    monkeypatch.setattr(writers[0], "close", fails)
+    monkeypatch.setattr(writers[1], "close", lambda: (closed.append("lens"), real()))
+    with pytest.raises(OSError, match="No space left"):
+        packing._close_all(writers)
+    assert closed == ["ids", "lens"]
+    with pytest.raises(OSError):   # its descriptor was closed
+        os.fstat(writers[1].fd)
+    assert (tmp_path / "lens").stat().st_size == 20

@@ -203,6 +203,19 @@ class _SpillWriter:
                     _give_back("chunk", buf)
 
 
+def _close_all(writers) -> None:
+    """Close every writer (its file descriptor, thread and buffers), even when an earlier
+    one's close raises; then raise the first error."""
+    first = None
+    for w in writers:
+        try:
+            w.close()
+        except BaseException as e:
+            first = first or e
+    if first is not None:
+        raise first
+
+
 def _read_spilled(out_dir: str, index: int, what: str, dtype, lo: int, hi: int,
                   out: np.ndarray) -> None:
     """Values ``[lo, hi)`` of partition ``index``'s spill ``what`` (raw ``dtype``) into
@@ -283,8 +296,7 @@ def spill_partition(spec, out_dir: str, tokenizer, options: dict, device: str = 
             del texts
         finally:
             c = stage_cpu_seconds()
-            for w in writers.values():
-                w.close()
+            _close_all(writers.values())
             spill_cpu += stage_cpu_seconds() - c
         c = stage_cpu_seconds()
         for what, path in tmp.items():
