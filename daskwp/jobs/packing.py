@@ -7,9 +7,9 @@ mask 0 there).
 
 Two passes, no shuffle (docs/batch-jobs.md "Global packing"):
 
-1. one task per partition tokenizes it and spills its documents' tokens (int32) and their
-   lengths next to the output (hidden temporary files); it returns its token and document
-   counts;
+1. one task per partition tokenizes it and spills its documents' tokens (in the token
+   dtype: uint16 below 65,500 ids, else int32) and their lengths next to the output
+   (hidden temporary files); it returns its token and document counts;
 2. the driver sums them: partition i's tokens start at global position ``S_i``, so it owns
    the blocks that start in ``[S_i, S_{i+1})``; its write task cuts them from its own spill
    and takes the tail of its last block from the heads of the following partitions'
@@ -17,7 +17,8 @@ Two passes, no shuffle (docs/batch-jobs.md "Global packing"):
    the workers.
 
 Spills are written and read with direct I/O where the file system allows it (each is
-written once and read once: the page cache would only add fresh pages to fill), in
+written once and read once, its head a second time by the previous partition's write
+task: the page cache would only add fresh pages to fill), in
 aligned chunks through a pooled buffer that the next partition reuses, as it reuses the
 buffer its blocks are cut into (the process keeps as many as ran at once; a job run in
 the driver's process drops them at its end).

@@ -21,7 +21,8 @@ inline std::atomic<bool> g_memo_huge_pages{true};
 
 // Host output arrays (and the buffers behind them) come from host_alloc and go back with
 // host_free, also from the NumPy capsules that own them once they reach Python. Blocks of
-// 4 MB and more are 2 MB aligned (4 KB pages: see g_memo_huge_pages), and pooled: a freed
+// 4 MB and more are 2 MB aligned (never madvised for huge pages: see g_memo_huge_pages;
+// with THP "always" the system may still back them with huge pages), and pooled: a freed
 // block is kept (up to the pool's limit, oldest dropped first) and handed out again for a
 // request of about its size. Writing fresh memory costs first-touch page faults, which
 // dominated padded windows output and the per-partition outputs of Dask workers (whose

@@ -6,7 +6,8 @@
 // table of 16-byte slots over an arena of records for anything longer or of more tokens,
 // and the per-context byte tables the document loop reads (punctuation ids, word ends,
 // refused bytes). This header holds the entry layouts and their sizes, the block's
-// allocation (a mapping of its own with huge pages from 4 MB on, which a pool may keep
+// allocation (a mapping of its own, asking for huge pages from 4 MB on unless the option
+// huge_pages is false (g_memo_huge_pages), which a pool may keep
 // and hand to the next memo of the same size), and emptying and copying the tables. Where
 // an entry lives is memo_hashing.hpp; what the loop does with it, word_memo.hpp.
 #pragma once
