@@ -59,7 +59,8 @@ def next_line_start(f, pos: int, size: int, chunk: int = 1 << 20) -> int:
             return f.tell() - len(buf) + i + 1
 
 
-def _changed(what: str) -> InputError:
+def changed_error(what: str) -> InputError:
+    """The error for a file shorter than when the job was planned."""
     return InputError(f"{what}: the file is shorter than when the job was planned (it "
                       f"changed during the job)")
 
@@ -76,7 +77,7 @@ def line_start_at(fh, pos: int, what: str) -> int:
         buf = fh.read(piece)
         if not buf:
             if at < pos:
-                raise _changed(what)
+                raise changed_error(what)
             return at
         i = buf.find(b"\n")
         if i >= 0:
@@ -111,7 +112,7 @@ def read_range(path: str, start: int, end: int, what: str) -> bytes:
         fh.seek(start)
         data = fh.read(end - start)
     if len(data) != end - start:
-        raise _changed(what)
+        raise changed_error(what)
     return data
 
 
@@ -132,7 +133,7 @@ def read_range_into(spec: PartitionSpec, buf: np.ndarray) -> np.ndarray:
     finally:
         view.release()
     if got != size:
-        raise _changed(spec.describe())
+        raise changed_error(spec.describe())
     return buf
 
 
@@ -185,6 +186,6 @@ def read_pieces(spec: PartitionSpec) -> Iterator[np.ndarray]:
                 got += k
                 yield buf[:k]
         if got != size:
-            raise _changed(spec.describe())
+            raise changed_error(spec.describe())
     finally:
         view.release()

@@ -34,6 +34,7 @@ import uuid
 from ...frames import storage
 from ...frames.storage import has_local_copy, is_url, local_copy
 from ..errors import InputError
+from .byte_ranges import changed_error
 from .compression import READ_ERRORS
 from .specs import PartitionSpec
 
@@ -181,8 +182,7 @@ def _copy(src, out, pos: int, end: int, what: str, to_eof: bool = False) -> int:
         if not data:
             if to_eof:
                 return pos
-            raise InputError(f"{what}: the file is shorter than when the job was planned "
-                             f"(it changed during the job)")
+            raise changed_error(what)
         out.write(data)
         pos += len(data)
     return pos
@@ -197,8 +197,7 @@ def _fetch_cut(spec: PartitionSpec, src, out, start: int, end: int) -> int:
     what = spec.describe()
     pos = _copy(src, out, start, end, what, to_eof=True)
     if pos <= last:
-        raise InputError(f"{what}: the file is shorter than when the job was planned (it "
-                         f"changed during the job)")
+        raise changed_error(what)
     look, piece = last, MARGIN    # look for a b"\n" in [look, pos)
     while True:
         out.seek(look - start)
