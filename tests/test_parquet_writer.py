@@ -339,3 +339,65 @@ def test_a_native_part_imports_no_pyarrow_parquet(tmp_path):
                          timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stdout.split() == ["False", "True"]
+
+
+def test_pages_are_encoded_one_at_a_time_into_one_buffer(tmp_path):
+    """Each data page is encoded into the writer's one page buffer and compressed from it
+    before the next (benchmarks/results/writer_variants.md: a column chunk's pages encoded
+    into fresh memory all at once cost about three times the encoder's CPU): writing a
+    column chunk of ~8 pages allocates about one page, not the chunk's pages."""
+    import tracemalloc
+    rng = np.random.default_rng(5)
+    lengths = rng.integers(1, 128, 60_000)
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    ids = pa.ListArray.from_arrays(pa.array(offsets),
+                                   pa.array(rng.integers(0, 30_000, int(offsets[-1]),
+                                                         dtype=np.int32)))
+    table = pa.table({"logID": pa.array(np.arange(len(lengths), dtype=np.int64)),
+                      "input_ids": ids})
+    chunk = 4 * int(offsets[-1])
+    assert chunk > 6 * parquet_writer.PAGE_BYTES
+    w = PartWriter(str(tmp_path / "p.parquet"), str(tmp_path / ".p.tmp"), compression="lz4",
+                   row_group_rows=len(lengths), native=True)
+    tracemalloc.start()
+    try:
+        w.write(table)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    w.close({"partition": 0})
+    assert peak < 2.5 * parquet_writer.PAGE_BYTES, \
+        f"writing a {chunk:,}-byte column chunk allocated {peak:,} bytes at once"
+    back = pq.read_table(tmp_path / "p.parquet")
+    assert back.column("input_ids").combine_chunks().equals(ids)
+    pages = pq.ParquetFile(tmp_path / "p.parquet").metadata.row_group(0).column(1)
+    assert pages.total_uncompressed_size > 6 * parquet_writer.PAGE_BYTES
+
+
+def test_native_page_encoders_check_their_arguments():
+    """The page encoders write a page only into a buffer it fits (and say its size), and
+    refuse offsets and starts outside the values by name."""
+    from daskwp import _ext
+    values = np.arange(10, dtype=np.int32)
+    offsets = np.array([0, 3, 3, 10], dtype=np.int32)
+    small = np.zeros(8, dtype=np.uint8)
+    size, entries, end = _ext.parquet_list_page(values, offsets, 0, 1 << 20, True, small)
+    assert (entries, end) == (11, 3) and size > len(small) and not small.any()
+    buf = np.zeros(size, dtype=np.uint8)
+    assert _ext.parquet_list_page(values, offsets, 0, 1 << 20, True, buf) == (size, 11, 3)
+    assert bytes(buf[-40:]) == np.arange(10, dtype=np.int32).view(np.uint8).reshape(
+        10, 4).T.tobytes()                                   # BYTE_STREAM_SPLIT values
+    # from the empty row 1 (one entry), through row 2, which brings the page to 4 bytes
+    assert _ext.parquet_list_page(values, offsets, 1, 4, True, buf)[1:] == (8, 3)
+    assert _ext.parquet_list_page(values, offsets, 0, 4, True, buf)[1:] == (3, 1)
+    for bad, first, what in ((np.array([0, 5, 3, 10], np.int32), 0, "non-decreasing"),
+                             (np.array([0, 3, 3, 11], np.int32), 0, "outside values"),
+                             (np.array([-1, 3, 3, 10], np.int32), 0, "outside values"),
+                             (offsets, 3, "first_row"), (offsets, -1, "first_row")):
+        with pytest.raises(ValueError, match=what):
+            _ext.parquet_list_page(values, bad, first, 1 << 20, True, buf)
+    size, n = _ext.parquet_scalar_page(values, 4, 100, small)
+    assert n == 6 and size > len(small)
+    with pytest.raises(ValueError, match="first"):
+        _ext.parquet_scalar_page(values, 11, 100, buf)

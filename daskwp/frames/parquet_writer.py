@@ -1,9 +1,10 @@
 """daskwp's own Parquet writer for the tables it writes (docs/design.md §3.3, "The part
 writer"): integer columns and lists of integers, no nulls, zstd, lz4 or no compression.
 
-The data pages come from the native core (``_ext.parquet_scalar_pages`` /
-``_ext.parquet_list_pages``: levels as RLE runs, values BYTE_STREAM_SPLIT or
-DELTA_BINARY_PACKED, one pass over the buffers); this module compresses them (Arrow's codec),
+The data pages come from the native core one at a time (``_ext.parquet_scalar_page`` /
+``_ext.parquet_list_page``: levels as RLE runs, values BYTE_STREAM_SPLIT or
+DELTA_BINARY_PACKED, one pass over the buffers), each into the same reused buffer, which the
+compressor then reads while it is in the cache; this module compresses them (Arrow's codec),
 writes the page headers and the footer (Thrift compact protocol) and records the same
 schema, encodings and key-value metadata (``ARROW:schema``, ``pandas``) as
 ``pyarrow.parquet.ParquetWriter`` with :func:`daskwp.frames.part_writer.parquet_write_options`,
@@ -202,20 +203,45 @@ class _Column:
                 _schema_element("element", phys=a["type"], repetition=_OPTIONAL,
                                 converted=a.get("converted"), logical=a.get("logical"))]
 
-    def pages(self, arr: pa.Array) -> list:
-        """``[(uncompressed body, num_values)]`` of ``arr`` (a slice of this column)."""
+    def pages(self, arr: pa.Array, scratch):
+        """``(uncompressed body, num_values)`` of each page of ``arr`` (a slice of this
+        column), one after another. Each body is a view of the buffer that ``scratch(size)``
+        gives (at least ``size`` bytes; the writer reuses one): use it before taking the next
+        page."""
         if arr.null_count:
             raise ValueError(f"column {self.name!r} holds nulls: daskwp's parts have none")
         if not self.is_list:
             values = numpy_of_arrow(arr)
-            return _ext.parquet_scalar_pages(values, PAGE_VALUES)
+            first = 0
+            while True:
+                buf = scratch(0)
+                size, n = _ext.parquet_scalar_page(values, first, PAGE_VALUES, buf)
+                if size > len(buf):
+                    buf = scratch(size)
+                    size, n = _ext.parquet_scalar_page(values, first, PAGE_VALUES, buf)
+                yield buf[:size], n
+                first += n
+                if first >= len(values):
+                    return
         offsets = numpy_of_arrow(arr.offsets)
         child = arr.values
         if child.null_count:
             raise ValueError(f"column {self.name!r} holds null items: daskwp's parts have none")
         values = numpy_of_arrow(child)
-        return [(body, n) for body, n, _ in
-                _ext.parquet_list_pages(values, offsets, PAGE_BYTES, self.split)]
+        rows = len(offsets) - 1
+        row = 0
+        while True:
+            buf = scratch(0)
+            size, n, end = _ext.parquet_list_page(values, offsets, row, PAGE_BYTES,
+                                                  self.split, buf)
+            if size > len(buf):
+                buf = scratch(size)
+                size, n, end = _ext.parquet_list_page(values, offsets, row, PAGE_BYTES,
+                                                      self.split, buf)
+            yield buf[:size], n
+            row = end
+            if row >= rows:
+                return
 
 
 def _arrow_schema_value(schema: pa.Schema) -> bytes:
@@ -245,6 +271,8 @@ class NativeParquetWriter:
             # a pyarrow Buffer (not copied into bytes), from a pool that keeps its pages
             self._compress = functools.partial(codec.compress, memory_pool=compression_pool())
         self._columns = [_Column(f, byte_stream_split) for f in schema]
+        # the uncompressed page being written: one buffer, grown as a page needs
+        self._page = np.empty(PAGE_BYTES + (PAGE_BYTES >> 4), dtype=np.uint8)
         self._row_groups: list[bytes] = []
         self._rows = 0
         kv = dict(schema.metadata or {})
@@ -253,6 +281,12 @@ class NativeParquetWriter:
         self._closed = False
         if sink.tell() == 0:
             sink.write(b"PAR1")
+
+    def _scratch(self, size: int) -> np.ndarray:
+        """The page buffer, at least ``size`` bytes."""
+        if size > len(self._page):
+            self._page = np.empty(size + (size >> 3), dtype=np.uint8)
+        return self._page
 
     def add_key_value_metadata(self, kv: dict) -> None:
         for k, v in kv.items():
@@ -277,7 +311,7 @@ class NativeParquetWriter:
             arr = column.chunk(0) if column.num_chunks else pa.array([], column.type)
             start = self._sink.tell()
             values = unc = comp = 0
-            for body, n in col.pages(arr):
+            for body, n in col.pages(arr, self._scratch):
                 data = self._compress(body) if self._compress else body
                 header = _struct([(1, "i32", 0), (2, "i32", len(body)), (3, "i32", len(data)),
                                   (5, "struct", _struct([(1, "i32", n),

@@ -5,8 +5,8 @@
 // RLE/bit-packed hybrid; values PLAIN, BYTE_STREAM_SPLIT or DELTA_BINARY_PACKED. The page
 // header, compression and the footer are written by daskwp/frames/parquet_writer.py.
 //
-// One pass over the values per page, no per-value allocation; the GIL is released while a
-// column chunk is encoded. Pages end on row boundaries.
+// One call per page, written into the caller's buffer (the writer reuses one); one pass over
+// the values, no per-value allocation, the GIL released. Pages end on row boundaries.
 #include <nanobind/stl/string.h>
 
 #include <algorithm>
@@ -16,7 +16,6 @@
 #include <string>
 #include <tuple>
 #include <utility>
-#include <vector>
 
 #include "bindings.hpp"
 
@@ -244,111 +243,107 @@ void put_delta(std::string& out, const Values& v, size_t b, size_t e) {
   }
 }
 
-// Pages of an optional scalar column without nulls, DELTA_BINARY_PACKED: (body, number of
-// values).
-nb::list scalar_pages(AnyInts values, int64_t page_values) {
-  const Values v = values_of(values, "values");
-  if (page_values < 1) throw std::invalid_argument("page_values must be >= 1");
-  std::vector<std::pair<std::string, int64_t>> pages;
-  {
-    nb::gil_scoped_release release;
-    for (size_t b = 0; b < v.size || (b == 0 && v.size == 0);) {
-      const size_t e = std::min(v.size, b + static_cast<size_t>(page_values));
-      std::string body;
-      LevelRuns def(body);  // max definition level 1: one bit; every value present
-      def.add(1, e - b);
-      def.finish();
-      if (v.phys() == 8)
-        put_delta<uint64_t>(body, v, b, e);
-      else
-        put_delta<uint32_t>(body, v, b, e);
-      pages.emplace_back(std::move(body), static_cast<int64_t>(e - b));
-      if (e == v.size) break;
-      b = e;
-    }
-  }
-  nb::list out;
-  for (auto& p : pages)
-    out.append(nb::make_tuple(nb::bytes(p.first.data(), p.first.size()), p.second));
-  return out;
+using Bytes = nb::ndarray<uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+// Levels and small pages are built here (capacity kept from call to call, one per writer
+// thread), then copied into the caller's page buffer.
+std::string& scratch() {
+  thread_local std::string s;
+  s.clear();
+  return s;
 }
 
-// Pages of an optional list column without null lists or items, rows [0, rows) with
-// `offsets` (rows + 1, absolute positions in `values`): (body, number of level entries,
-// rows). A page closes after the row that brings its values to `page_bytes`. The levels are
-// encoded first, then each page's bytes object is allocated at its final size and its
-// values written into it (no copy of the values).
-nb::list list_pages(AnyInts values, I32 offsets, int64_t page_bytes, bool split) {
+// One page of an optional scalar column without nulls, values [first, first + page_values)
+// (or to the end), DELTA_BINARY_PACKED, into `out`: (page bytes, number of values). The page
+// is written only if it fits; a caller whose buffer is smaller than the returned size grows
+// it and calls again.
+nb::tuple scalar_page(AnyInts values, int64_t first, int64_t page_values, Bytes out) {
+  const Values v = values_of(values, "values");
+  if (page_values < 1) throw std::invalid_argument("page_values must be >= 1");
+  if (first < 0 || static_cast<size_t>(first) > v.size)
+    throw std::invalid_argument("first is outside values");
+  const size_t b = static_cast<size_t>(first);
+  const size_t e = std::min(v.size, b + static_cast<size_t>(page_values));
+  size_t size;
+  {
+    nb::gil_scoped_release release;
+    std::string& body = scratch();
+    LevelRuns def(body);  // max definition level 1: one bit; every value present
+    def.add(1, e - b);
+    def.finish();
+    if (v.phys() == 8)
+      put_delta<uint64_t>(body, v, b, e);
+    else
+      put_delta<uint32_t>(body, v, b, e);
+    size = body.size();
+    if (size <= out.shape(0)) std::memcpy(out.data(), body.data(), size);
+  }
+  return nb::make_tuple(static_cast<int64_t>(size), static_cast<int64_t>(e - b));
+}
+
+// One page of an optional list column without null lists or items, from row `first_row` of
+// `offsets` (rows + 1, absolute positions in `values`), into `out`: (page bytes, number of
+// level entries, the row after the page). The page closes after the row that brings its
+// values to `page_bytes` (an empty column: one empty page). Written only if it fits (see
+// scalar_page): the writer encodes each page into one buffer that it reuses, which stays in
+// the cache for the compressor, where pages written into fresh memory cost about three
+// times the CPU (benchmarks/results/writer_variants.md).
+nb::tuple list_page(AnyInts values, I32 offsets, int64_t first_row, int64_t page_bytes,
+                    bool split, Bytes out) {
   const Values v = values_of(values, "values");
   if (offsets.shape(0) < 1) throw std::invalid_argument("offsets must not be empty");
   const size_t rows = offsets.shape(0) - 1;
   const int32_t* off = offsets.data();
-  for (size_t r = 0; r < rows; ++r)
-    if (off[r] > off[r + 1]) throw std::invalid_argument("offsets are not non-decreasing");
-  if (off[0] < 0 || static_cast<size_t>(off[rows]) > v.size)
-    throw std::invalid_argument("offsets point outside values");
+  if (first_row < 0 || static_cast<size_t>(first_row) > rows ||
+      (static_cast<size_t>(first_row) == rows && rows != 0))
+    throw std::invalid_argument("first_row is outside the rows");
   if (page_bytes < 1) throw std::invalid_argument("page_bytes must be >= 1");
-  struct Page {
-    std::string levels;
-    size_t r0, r1;
-    int64_t entries;
-  };
-  std::vector<Page> pages;
+  const size_t r0 = static_cast<size_t>(first_row);
   const size_t w = static_cast<size_t>(v.phys());
+  size_t r1 = r0, size = 0;
+  int64_t entries = 0;
+  const char* error = nullptr;
   {
     nb::gil_scoped_release release;
-    for (size_t r0 = 0; r0 < rows || (r0 == 0 && rows == 0);) {
-      size_t r1 = r0;
-      while (r1 < rows && (r1 == r0 || static_cast<size_t>(off[r1] - off[r0]) * w <
-                                           static_cast<size_t>(page_bytes)))
-        ++r1;
-      Page pg{std::string(), r0, r1, 0};
+    if (off[r0] < 0) error = "offsets point outside values";
+    while (!error && r1 < rows && (r1 == r0 || static_cast<size_t>(off[r1] - off[r0]) * w <
+                                                   static_cast<size_t>(page_bytes))) {
+      if (off[r1] > off[r1 + 1]) error = "offsets are not non-decreasing";
+      ++r1;
+    }
+    if (!error && static_cast<size_t>(off[r1]) > v.size) error = "offsets point outside values";
+    if (!error) {
+      std::string& levels = scratch();
       {
-        LevelRuns rep(pg.levels);  // max repetition level 1
+        LevelRuns rep(levels);  // max repetition level 1
         for (size_t r = r0; r < r1; ++r) {
           const uint64_t n = static_cast<uint64_t>(off[r + 1] - off[r]);
           rep.add(0, 1);
           if (n > 1) rep.add(1, n - 1);
-          pg.entries += static_cast<int64_t>(n ? n : 1);
+          entries += static_cast<int64_t>(n ? n : 1);
         }
         rep.finish();
       }
       {
-        LevelRuns def(pg.levels);  // max definition level 3 (list, repeated group, element)
+        LevelRuns def(levels);  // max definition level 3 (list, repeated group, element)
         for (size_t r = r0; r < r1; ++r) {
           const uint64_t n = static_cast<uint64_t>(off[r + 1] - off[r]);
           def.add(n ? 3 : 1, n ? n : 1);
         }
         def.finish();
       }
-      pages.push_back(std::move(pg));
-      if (r1 >= rows) break;
-      r0 = r1;
+      const size_t nv = static_cast<size_t>(off[r1] - off[r0]);
+      size = levels.size() + nv * w;
+      if (size <= out.shape(0)) {
+        char* p = reinterpret_cast<char*>(out.data());
+        std::memcpy(p, levels.data(), levels.size());
+        put_values(p + levels.size(), v, static_cast<size_t>(off[r0]),
+                   static_cast<size_t>(off[r1]), split);
+      }
     }
   }
-  std::vector<nb::bytes> bodies;
-  std::vector<char*> at;
-  for (const Page& pg : pages) {
-    const size_t nv = static_cast<size_t>(off[pg.r1] - off[pg.r0]);
-    PyObject* b = PyBytes_FromStringAndSize(nullptr,
-                                            static_cast<Py_ssize_t>(pg.levels.size() + nv * w));
-    if (!b) throw nb::python_error();
-    bodies.push_back(nb::steal<nb::bytes>(b));
-    char* p = PyBytes_AS_STRING(b);
-    std::memcpy(p, pg.levels.data(), pg.levels.size());
-    at.push_back(p + pg.levels.size());
-  }
-  {
-    nb::gil_scoped_release release;
-    for (size_t k = 0; k < pages.size(); ++k)
-      put_values(at[k], v, static_cast<size_t>(off[pages[k].r0]),
-                 static_cast<size_t>(off[pages[k].r1]), split);
-  }
-  nb::list out;
-  for (size_t k = 0; k < pages.size(); ++k)
-    out.append(nb::make_tuple(bodies[k], pages[k].entries,
-                              static_cast<int64_t>(pages[k].r1 - pages[k].r0)));
-  return out;
+  if (error) throw std::invalid_argument(error);
+  return nb::make_tuple(static_cast<int64_t>(size), entries, static_cast<int64_t>(r1));
 }
 
 // The part checksum (docs/design.md §4.2): a 128-bit hash of the bytes before a part's
@@ -444,11 +439,15 @@ void bind_parquet(nb::module_& m) {
       .def(nb::init<>())
       .def("update", &PartHash::update, nb::arg("data"))
       .def("hexdigest", &PartHash::hexdigest);
-  m.def("parquet_scalar_pages", &scalar_pages, nb::arg("values"), nb::arg("page_values"),
-        "Uncompressed v1 data pages of an optional integer column without nulls: a list of "
-        "(body, num_values); DELTA_BINARY_PACKED values.");
-  m.def("parquet_list_pages", &list_pages, nb::arg("values"), nb::arg("offsets"),
-        nb::arg("page_bytes"), nb::arg("byte_stream_split"),
-        "Uncompressed v1 data pages of an optional list<integer> column without nulls: a "
-        "list of (body, num_values, rows); BYTE_STREAM_SPLIT or PLAIN values.");
+  m.def("parquet_scalar_page", &scalar_page, nb::arg("values"), nb::arg("first"),
+        nb::arg("page_values"), nb::arg("out"),
+        "One uncompressed v1 data page of an optional integer column without nulls, values "
+        "[first, first + page_values), DELTA_BINARY_PACKED, written into the uint8 array "
+        "`out` if it fits: (page bytes, num_values).");
+  m.def("parquet_list_page", &list_page, nb::arg("values"), nb::arg("offsets"),
+        nb::arg("first_row"), nb::arg("page_bytes"), nb::arg("byte_stream_split"),
+        nb::arg("out"),
+        "One uncompressed v1 data page of an optional list<integer> column without nulls, "
+        "from row first_row, BYTE_STREAM_SPLIT or PLAIN values, written into the uint8 "
+        "array `out` if it fits: (page bytes, num_values, the row after the page).");
 }
