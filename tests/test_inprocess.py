@@ -90,6 +90,16 @@ def test_in_process_output_is_byte_equal_to_the_clusters(tmp_path, client, kind)
     assert threads["partitions"] >= 3   # several partitions on several threads
     mine, theirs = _files(tmp_path / "threads"), _files(tmp_path / "cluster")
     assert len(mine) >= threads["partitions"]
+    if kind == "megatron":   # in-process: the merged pair written once, no part pairs
+        assert not [n for n in mine if n.startswith("part-") and not n.endswith(".json")]
+        for files in (mine, theirs):
+            for name in [n for n in files if n.startswith("part-")]:
+                data = files.pop(name)
+                if name.endswith(".json"):   # the records but for what holds the bytes
+                    rec = json.loads(data)
+                    rec.pop("files")
+                    rec.pop("merged", None)
+                    files[name] = rec
     assert mine.keys() == theirs.keys()
     for name in mine:
         assert mine[name] == theirs[name], name

@@ -89,18 +89,19 @@ def test_appender_refuses_mixed_dtypes_and_an_empty_merge(tmp_path):
 
 @requires_data
 def test_job_merges_each_part_before_the_next_is_written(tmp_path, monkeypatch):
-    """On the synchronous scheduler (parts complete in order) every part is appended as
-    soon as it is written: when the last part is written, the others are in the merge."""
+    """On the synchronous scheduler (partitions complete in order) every partition is
+    appended as soon as it is framed: when the last is, the others are in the merge."""
     from test_megatron import _jsonl, _mixed_documents
     inp = _jsonl(tmp_path / "docs.jsonl", _mixed_documents())
     seen = []
-    real = jm.PartMerger.part_done
+    real = jm.InlineMerge.offer
 
-    def part_done(self, index):
-        real(self, index)
+    def offer(self, index, data):
+        taken = real(self, index, data)
         self.drain()
         seen.append((index, self.appended))
-    monkeypatch.setattr(jm.PartMerger, "part_done", part_done)
+        return taken
+    monkeypatch.setattr(jm.InlineMerge, "offer", offer)
     values = dict(input=inp, output=str(tmp_path / "o"), output_format="megatron",
                   vocab=str(vocab_path("bert-base-uncased")), scheduler_address="synchronous",
                   quiet=True, append_eod=True, partition_size="5KB")
@@ -255,8 +256,8 @@ def test_a_durable_merge_drops_the_pages_it_wrote_and_read(tmp_path, monkeypatch
 
 @requires_data
 def test_records_hold_the_part_checksum_and_older_sha256_records_resume(tmp_path):
-    """A part record holds each file's 128-bit part checksum (``hash128``, computed as the
-    pair is written); records of earlier versions (``sha256``) are still verified: kept
+    """A part record (merge_parts false, or a cluster's parts) holds each file's 128-bit
+    part checksum (``hash128``, computed as the pair is written); records of earlier versions (``sha256``) are still verified: kept
     when their files match, rewritten when one does not."""
     import json
 
@@ -266,10 +267,11 @@ def test_records_hold_the_part_checksum_and_older_sha256_records_resume(tmp_path
     inp = _jsonl(tmp_path / "docs.jsonl", _mixed_documents())
     values = dict(input=inp, output=str(tmp_path / "o"), output_format="megatron",
                   vocab=str(vocab_path("bert-base-uncased")), scheduler_address="synchronous",
-                  quiet=True, partition_size="20KB")
+                  quiet=True, partition_size="20KB", merge_parts=False)
     s = run_job(make_config(values))
     n = s["partitions"]
-    want = {ext: Path(s["megatron"]["prefix"] + ext).read_bytes() for ext in (".bin", ".idx")}
+    want = {p + ext: Path(p + ext).read_bytes() for p in s["megatron"]["prefixes"]
+            for ext in (".bin", ".idx")}
     records = sorted((tmp_path / "o").glob("part-*.json"))
     assert len(records) == n > 2
     for r in records:
@@ -285,8 +287,7 @@ def test_records_hold_the_part_checksum_and_older_sha256_records_resume(tmp_path
     (tmp_path / "o" / "part-00001.bin").write_bytes(bytes(data))
     s2 = run_job(make_config(values))
     assert s2["partitions_skipped"] == n - 1 and s2["partitions_written"] == 1
-    for ext in (".bin", ".idx"):
-        assert Path(s2["megatron"]["prefix"] + ext).read_bytes() == want[ext]
+    assert {p: Path(p).read_bytes() for p in want} == want
 
 
 @requires_data

@@ -43,6 +43,7 @@ __all__ = ["DTYPE_CODES", "INDEX_HEADER", "INDEX_VERSION", "MegatronIndex",
            "document_sequences", "document_slices", "drop_cached_pages", "encode_pieces",
            "frame_pieces", "index_size",
            "megatron_sequences", "megatron_slices", "merge_pairs", "merge_pairs_in",
+           "merged_range_digest", "unfinish_pair", "gather_pieces",
            "read_index", "read_sequences", "sequences_of", "token_dtype", "write_index",
            "write_pair", "write_pair_from"]
 
@@ -297,6 +298,67 @@ def _write_shifted(out, a: np.ndarray, shift: int, buf: np.ndarray) -> None:
         _write_array(out, chunk)
 
 
+def _section_sizes(sequences: int, documents: int, bin_bytes: int) -> dict:
+    """The sizes of an unfinished :class:`PairAppender`'s four files."""
+    return {".bin": bin_bytes, ".idx": _FIXED + 4 * sequences,
+            ".idx.pointers": 8 * sequences, ".idx.documents": 8 * (documents + 1)}
+
+
+def _sections(prefix: str, finished: bool) -> list:
+    """``(path, offset of entry 0, entry size)`` of the four sections of a
+    :class:`PairAppender`'s output, .bin bytes, lengths, pointers, document indices (after
+    the leading 0): in its unfinished files, or (``finished``) in the pair."""
+    if not finished:
+        return [(prefix + ".bin", 0, 1), (prefix + ".idx", _FIXED, 4),
+                (prefix + ".idx.pointers", 0, 8), (prefix + ".idx.documents", 8, 8)]
+    with open(prefix + ".idx", "rb") as fh:
+        head = fh.read(_FIXED)
+    if len(head) < _FIXED or head[:9] != INDEX_HEADER:
+        raise ValueError(f"{prefix}.idx: not a Megatron index (no MMIDIDX header)")
+    n = struct.unpack("<9sQBQQ", head)[3]
+    return [(prefix + ".bin", 0, 1), (prefix + ".idx", _FIXED, 4),
+            (prefix + ".idx", _FIXED + 4 * n, 8), (prefix + ".idx", _FIXED + 12 * n + 8, 8)]
+
+
+def merged_range_digest(prefix: str, finished: bool, rng: dict, digest) -> None:
+    """Update ``digest`` with the bytes of the dataset at ``rng`` (``{"sequences": [s0, s1],
+    "documents": [d0, d1], "bin_bytes": [b0, b1]}``, what :meth:`PairAppender.append_data`
+    returns) in the output of a :class:`PairAppender` at ``prefix`` (``finished``: the
+    pair, else its unfinished files): its .bin bytes, lengths, pointers and document
+    indices, the bytes and the order ``append_data`` hashes. ValueError when a file is
+    shorter than the range."""
+    spans = (rng["bin_bytes"], rng["sequences"], rng["sequences"], rng["documents"])
+    for (path, base, size), (lo, hi) in zip(_sections(prefix, finished), spans):
+        with open(path, "rb", buffering=0) as fh:
+            offset, count = base + size * int(lo), size * (int(hi) - int(lo))
+            while count:
+                buf = os.pread(fh.fileno(), min(count, _COPY_CHUNK), offset)
+                if not buf:
+                    raise ValueError(f"{path} ends {count} bytes before the range")
+                digest.update(buf)
+                offset += len(buf)
+                count -= len(buf)
+
+
+def unfinish_pair(prefix: str, out_prefix: str, sequences: int, documents: int,
+                  bin_bytes: int) -> None:
+    """Turn the finished pair ``prefix`` (a :class:`PairAppender`'s) back into the
+    unfinished files at ``out_prefix`` of its first datasets (``sequences``, ``documents``
+    and ``bin_bytes`` of them), for ``PairAppender(out_prefix, resume=...)``: its sections
+    copied to the section files, the pair renamed (it is gone after)."""
+    secs = _sections(prefix, True)
+    with open(prefix + ".idx", "rb", buffering=0) as src:
+        for (_, base, _), ext, count in ((secs[2], ".idx.pointers", 8 * sequences),
+                                         (secs[3], ".idx.documents", 8 * documents)):
+            with open(out_prefix + ext, "wb", buffering=0) as out:
+                if ext == ".idx.documents":
+                    _write_array(out, np.zeros(1, dtype=np.int64))
+                _copy_range(src, out, base, count)
+                os.fdatasync(out.fileno())
+    os.replace(prefix + ".bin", out_prefix + ".bin")
+    os.replace(prefix + ".idx", out_prefix + ".idx")
+
+
 class PairAppender:
     """Concatenate Megatron datasets into ``out_prefix.bin`` / ``.idx``, one at a time in
     order (:meth:`append`), then :meth:`finish`: the bytes megatron-core's
@@ -307,7 +369,10 @@ class PairAppender:
     indices shifted by what came before (the ``.idx`` keeps its lengths in place; pointers
     and indices go to two section files, ``out_prefix.idx.pointers`` / ``.documents``, copied
     after them by :meth:`finish`, the only work left once every dataset is appended).
-    :meth:`close` removes the section files (and, before :meth:`finish`, the output pair).
+    :meth:`close` removes the section files (and, before :meth:`finish`, the output pair;
+    with ``keep``, nothing before :meth:`finish`: ``resume`` = ``(sequences, documents,
+    bin_bytes, dtype)`` then reopens the four files, cut to the datasets they held then).
+    :meth:`append_data` appends a dataset from memory.
     With ``fsync`` (a job's merge) each append writes the pair back and then drops the
     cached pages of the pair and of the dataset's ``.bin`` (:func:`drop_cached_pages`).
     The job's part writer does not drop its pair after its fsync: this merge reads it next,
@@ -315,14 +380,26 @@ class PairAppender:
 
     Memory: 8 MB of shifted entries at a time."""
 
-    def __init__(self, out_prefix: str, *, fsync: bool = False):
+    def __init__(self, out_prefix: str, *, fsync: bool = False, keep: bool = False,
+                 resume: tuple | None = None):
         self.prefix = out_prefix
         self.fsync = fsync
+        self.keep = keep
         self.dtype: np.dtype | None = None
         self.sequences = self.documents = self.bin_bytes = 0
         self.finished = False
         self._buf = np.empty(_SHIFT_ENTRIES, dtype=np.int64)
         self._files = []
+        if resume is not None:   # the files hold datasets already: cut to them, go on
+            self.sequences, self.documents, self.bin_bytes, dtype = resume
+            self.dtype = None if dtype is None else np.dtype(dtype)
+            sizes = _section_sizes(self.sequences, self.documents, self.bin_bytes)
+            for ext in (".bin", ".idx", ".idx.pointers", ".idx.documents"):
+                fh = self._open(ext, "r+b")
+                fh.truncate(sizes[ext])
+                fh.seek(0, os.SEEK_END)
+            self._bin, self._idx, self._ptr, self._doc = (f for _, f in self._files)
+            return
         self._bin = self._open(".bin")
         self._idx = self._open(".idx")
         self._ptr = self._open(".idx.pointers")
@@ -330,22 +407,68 @@ class PairAppender:
         self._idx.write(bytes(_FIXED))          # the header, written by finish
         _write_array(self._doc, np.zeros(1, dtype=np.int64))
 
-    def _open(self, ext: str):
-        fh = open(self.prefix + ext, "w+b", buffering=0)
+    def _open(self, ext: str, mode: str = "w+b"):
+        fh = open(self.prefix + ext, mode, buffering=0)
         self._files.append((ext, fh))
         return fh
+
+    def _check_dtype(self, dtype, what: str) -> None:
+        if self.finished:
+            raise ValueError(f"{self.prefix} is finished; cannot append {what}")
+        if self.dtype is None:
+            self.dtype = np.dtype(dtype)
+        elif np.dtype(dtype) != self.dtype:
+            raise ValueError(f"{what} holds {np.dtype(dtype)} tokens, the datasets before it "
+                             f"{self.dtype}: datasets of one dtype only")
+
+    def append_data(self, tokens: Sequence[np.ndarray], sequence_lengths,
+                    document_ends, dtype, digest=None) -> dict:
+        """Append a dataset held in memory: ``tokens`` (arrays of ``dtype``, one after
+        another), its ``sequence_lengths`` and ``document_ends`` (the sequence index where
+        each of its documents ends, counted from its first sequence: the document indices
+        without the leading 0). ``digest``: a hash object updated with the bytes appended
+        to the four sections (:func:`merged_range_digest`'s order). Returns the dataset's
+        range (:func:`merged_range_digest`'s arguments)."""
+        self._check_dtype(dtype, "a dataset")
+        lengths = _check_lengths(sequence_lengths)
+        ends = np.asarray(document_ends, dtype=np.int64)
+        start = (self.sequences, self.documents, self.bin_bytes)
+        n_bytes = 0
+        out = [(self._bin, t) for t in tokens]
+        out += [(self._idx, lengths),
+                (self._ptr, _pointers(lengths, self.dtype.itemsize, self.bin_bytes)),
+                (self._doc, ends + self.sequences)]
+        for fh, a in out:
+            if a.dtype != self.dtype and fh is self._bin:
+                raise ValueError(f"a piece holds {a.dtype} tokens, the dataset {self.dtype}")
+            _write_array(_Hashing(fh, digest) if digest is not None else fh, a)
+            if fh is self._bin:
+                n_bytes += a.nbytes
+        self.sequences += len(lengths)
+        self.documents += len(ends)
+        self.bin_bytes += n_bytes
+        self._sync(sections=self.keep)
+        return {"sequences": [start[0], self.sequences],
+                "documents": [start[1], self.documents],
+                "bin_bytes": [start[2], self.bin_bytes]}
+
+    def _sync(self, sections: bool = False) -> None:
+        """With ``fsync``: write the pair back (``sections``: the section files too, which
+        a resumed merge reads) and drop its cached pages."""
+        if not self.fsync:
+            return
+        for ext, fh in self._files:
+            section = ext.startswith(".idx.")
+            if sections or not section:
+                os.fdatasync(fh.fileno())
+                if not section:   # the sections are read again by finish: kept
+                    drop_cached_pages(fh.fileno())
 
     def append(self, prefix: str) -> None:
         """Append the dataset ``prefix`` (checked: the dtype of the others, a text dataset,
         its pointers following its lengths and its ``.bin`` of their size)."""
         ix = read_index(prefix + ".idx")
-        if self.finished:
-            raise ValueError(f"{self.prefix} is finished; cannot append {prefix}")
-        if self.dtype is None:
-            self.dtype = ix.dtype
-        elif ix.dtype != self.dtype:
-            raise ValueError(f"{ix.path} holds {ix.dtype} tokens, the datasets before it "
-                             f"{self.dtype}: datasets of one dtype only")
+        self._check_dtype(ix.dtype, ix.path)
         if ix.sequence_modes is not None:
             raise ValueError(f"{ix.path} is multimodal; only text datasets are merged")
         size = ix.tokens * ix.dtype.itemsize
@@ -366,13 +489,11 @@ class PairAppender:
         self.documents += ix.documents
         self.bin_bytes += size
         del ix   # its memory map: mapped pages are not dropped
-        if self.fsync:   # written back a dataset at a time, not all at the end
-            # the section files are copied into the .idx (fsync'ed) by finish and removed:
-            # synced here they were written to disk once more than their bytes need
-            for ext, fh in self._files:
-                if not ext.startswith(".idx."):
-                    os.fdatasync(fh.fileno())
-                    drop_cached_pages(fh.fileno())
+        # written back a dataset at a time, not all at the end; the section files are
+        # copied into the .idx (fsync'ed) by finish and removed: synced here (but for a
+        # merge kept to resume) they were written to disk once more than their bytes need
+        self._sync(sections=self.keep)
+        if self.fsync:
             # the part's .bin: fsync'ed by its writer, read once, here (its .idx is read
             # again when the job checks the parts: kept)
             with open(prefix + ".bin", "rb", buffering=0) as src:
@@ -402,6 +523,8 @@ class PairAppender:
         pair too."""
         for ext, fh in self._files:
             fh.close()
+            if self.keep and not self.finished:   # to resume (a job's merge)
+                continue
             if ext.startswith(".idx.") or not self.finished:
                 try:
                     os.unlink(self.prefix + ext)
@@ -645,6 +768,48 @@ def megatron_slices(tokenizer, texts, options: dict, to_device=None, clock=None)
         yield out
 
 
+class _PieceIndex:
+    """The index of consecutive ``(tokens, sequence_lengths, document_indices, stats)``
+    pieces (:func:`megatron_slices`) as they come: :meth:`add` each, then :meth:`arrays`."""
+
+    def __init__(self, dtype):
+        self.dtype = np.dtype(dtype)
+        self.lengths, self.docs, self.stats = [], [np.zeros(1, np.int64)], {}
+        self.sequences = 0
+
+    def add(self, tokens, lens, doc_idx, st) -> None:
+        if tokens.dtype != self.dtype:
+            raise ValueError(f"a piece holds {tokens.dtype} tokens, the dataset {self.dtype}")
+        self.lengths.append(np.asarray(lens, dtype=np.int32))
+        self.docs.append(np.asarray(doc_idx[1:], dtype=np.int64) + self.sequences)
+        self.sequences += len(lens)
+        for k, v in st.items():
+            if k == "document_lengths":
+                self.stats.setdefault(k, []).append(v)
+            else:
+                self.stats[k] = self.stats.get(k, 0) + v
+
+    def arrays(self) -> tuple:
+        """``(sequence_lengths, document_indices, stats)``: the pieces' statistics added up
+        (``document_lengths`` concatenated)."""
+        if "document_lengths" in self.stats:
+            self.stats["document_lengths"] = np.concatenate(self.stats["document_lengths"])
+        return (np.concatenate(self.lengths) if self.lengths else np.zeros(0, np.int32),
+                np.concatenate(self.docs), self.stats)
+
+
+def gather_pieces(pieces, dtype) -> tuple:
+    """Consecutive ``(tokens, sequence_lengths, document_indices, stats)`` pieces
+    (:func:`megatron_slices`) as one dataset in memory: ``(token arrays, sequence_lengths,
+    document_indices, stats)``, what :func:`write_pair_from` writes for them."""
+    index = _PieceIndex(dtype)
+    tokens = []
+    for piece in pieces:
+        index.add(*piece)
+        tokens.append(piece[0])
+    return (tokens, *index.arrays())
+
+
 def write_pair_from(prefix: str, pieces, dtype, *, fsync: bool = False,
                     digests: dict | None = None) -> dict:
     """Write ``prefix.bin`` / ``prefix.idx`` from consecutive ``(tokens, sequence_lengths,
@@ -653,32 +818,18 @@ def write_pair_from(prefix: str, pieces, dtype, *, fsync: bool = False,
     pieces' statistics added up (``document_lengths`` concatenated). ``digests``: hash
     objects by ``".bin"`` / ``".idx"``, updated with each file's bytes as they are written
     (its checksum without reading it back)."""
-    dtype = np.dtype(dtype)
-    lengths, docs, stats = [], [np.zeros(1, np.int64)], {}
-    sequences = 0
+    index = _PieceIndex(dtype)
     digests = digests or {}
     with open(prefix + ".bin", "wb") as raw:
         fh = raw if digests.get(".bin") is None else _Hashing(raw, digests[".bin"])
-        for tokens, lens, doc_idx, st in pieces:
-            if tokens.dtype != dtype:
-                raise ValueError(f"a piece holds {tokens.dtype} tokens, the dataset {dtype}")
-            _write_array(fh, tokens)
-            lengths.append(np.asarray(lens, dtype=np.int32))
-            docs.append(np.asarray(doc_idx[1:], dtype=np.int64) + sequences)
-            sequences += len(lens)
-            for k, v in st.items():
-                if k == "document_lengths":
-                    stats.setdefault(k, []).append(v)
-                else:
-                    stats[k] = stats.get(k, 0) + v
+        for piece in pieces:
+            index.add(*piece)
+            _write_array(fh, piece[0])
         if fsync:
             raw.flush()
             os.fsync(raw.fileno())
-    if "document_lengths" in stats:
-        stats["document_lengths"] = np.concatenate(stats["document_lengths"])
-    write_index(prefix + ".idx", np.concatenate(lengths) if lengths else
-                np.zeros(0, np.int32), np.concatenate(docs), dtype,
-                digest=digests.get(".idx"))
+    lengths, docs, stats = index.arrays()
+    write_index(prefix + ".idx", lengths, docs, dtype, digest=digests.get(".idx"))
     if fsync:
         with open(prefix + ".idx", "rb+") as fh:
             os.fsync(fh.fileno())

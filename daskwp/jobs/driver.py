@@ -85,7 +85,8 @@ from .parts import (JOB_FILE, JOB_FORMAT, PART_PREFIX, PART_SUFFIX, REJECTS_PREF
 from .megatron import PART_FILES as MEGATRON_PART_FILES
 from .datasets import (finish_datasets, is_datasets_file, verify_datasets_output,
                        write_datasets_partition)
-from .megatron import (PartMerger, check_output_format_options, finish_megatron,
+from .megatron import (InlineMerge, PartMerger, check_output_format_options,
+                       finish_megatron, merged_resume_state,
                        is_megatron_file, megatron_options, verify_megatron_output,
                        write_megatron_partition)
 from .records import RECORD_SUFFIX, check_part_record, part_stem
@@ -895,6 +896,9 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
     else:
         stats = [check_part(folder.join(part_name(i, n)), i, job_id, counts[i], None)
                  if part_name(i, n) in listed else None for i in range(n)]
+    merged_state = None   # the partitions an in-process run appended to the merged pair
+    if megatron and not packing and not folder.remote:
+        merged_state = merged_resume_state(out, cfg, n, job_id, counts, stats)
     for i, st in enumerate(stats):
         if st is not None:
             counts[i] = st["documents"]
@@ -920,18 +924,26 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
         # the rejects files an earlier run left: a part written without rejects removes
         # its own only if listed (no DELETE for each part)
         options["listed_rejects"] = sorted(n for n in listed if n.startswith(REJECTS_PREFIX))
-    merger = None
-    if megatron:
-        options.update(megatron_options(cfg))
-        if cfg.merge_parts and missing and not packing and not folder.remote:
-            # the parts merged in order as they complete, while the job runs
-            merger = cleanup.enter_context(PartMerger(out, n))
-            for i in range(n):
-                if stats[i] is not None:
-                    merger.part_done(i)
     local = cfg.scheduler_address in LOCAL_SCHEDULERS
     # A running cluster's workers resolve "auto" themselves (this machine may have no GPU).
     device = cfg.device if cfg.scheduler_address and not local else resolve_device(cfg.device)
+    merger = None
+    if megatron:
+        options.update(megatron_options(cfg))
+        unfinished = merged_state is not None and not merged_state["finished"]
+        if cfg.merge_parts and (missing or unfinished) and not packing and not folder.remote:
+            in_process = client is None and choose_scheduler(
+                cfg, sum(f.size for f in files), device)[0] in LOCAL_SCHEDULERS
+            # in this process: the partitions appended to the merged pair from memory;
+            # on a cluster: the parts merged in order as they complete, while the job runs
+            merger = cleanup.enter_context(
+                InlineMerge(out, cfg, n, job_id, merged_state) if in_process
+                else PartMerger(out, n, merged_state))
+            if in_process:
+                options["inline_merge"] = merger.key
+            for i in range(n):
+                if stats[i] is not None:
+                    merger.part_done(i)
     work = bool(missing) or any(c is None for c in counts)
     own_client = False
     written_bytes = 0
@@ -974,6 +986,8 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
 
         try:
             values = run_graph(graph, runner, got_part, log)
+            if merger is not None:
+                merger.drain()   # (the records of an in-process merge: checked next)
             ran = True
         finally:
             prog.close()

@@ -21,6 +21,7 @@ These functions import no Dask: the driver runs them as tasks.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import threading
 import time
@@ -35,16 +36,18 @@ from ..distributed.state import cached_tokenizer
 from ..distributed.tasks import text_bytes
 from ..frames import storage
 from ..frames.part_writer import checksum_hash, checksum_hex
-from ..frames.megatron import (PairAppender, index_size, megatron_slices, merge_pairs,
-                               merge_pairs_in, read_index, token_dtype, write_pair_from)
-from .errors import ConfigError, JobError
+from ..frames.megatron import (PairAppender, gather_pieces, index_size, megatron_slices,
+                               merge_pairs, merge_pairs_in, merged_range_digest, read_index,
+                               token_dtype, unfinish_pair, write_pair_from)
+from .errors import ConfigError, JobError, OutputConflictError
 from .parts import (PART_PREFIX, TMP_PREFIX, remove_temporary_files, worker_device,
                     worker_series)
-from .records import (commit_part, naming_partition, part_stem,
+from .records import (RECORD_SUFFIX, commit_part, file_digest, naming_partition, part_stem,
                       publish_part, refuse_set_options, temporary_path, timed_read,
                       write_part_rejects)
 
-__all__ = ["DATA_ARGS_FILE", "HOST_POOL_KEEP", "MEGATRON_ONLY", "MEGATRON_OPTIONS", "MERGE_TMP_PREFIX",
+__all__ = ["DATA_ARGS_FILE", "HOST_POOL_KEEP", "InlineMerge", "MEGATRON_ONLY", "MEGATRON_OPTIONS",
+           "MERGED_KEY", "MERGE_TMP_PREFIX", "merged_resume_state",
            "PART_FILES", "PartMerger", "remove_merge_temporaries",
            "check_megatron_config", "check_output_format_options",
            "finish_megatron", "is_megatron_file", "megatron_options",
@@ -153,11 +156,51 @@ def write_megatron_partition(spec, logid_offset: int, out_dir: str, tokenizer, o
     tok = cached_tokenizer(tokenizer)
     n_bytes = text_bytes(texts)
     dtype = token_dtype(len(tok.vocab))
-    prefix = part_prefix(spec.index, n_partitions)
     clock: dict = {}
     c1 = stage_cpu_seconds()
+    slices = megatron_slices(tok, texts, options, to_device, clock)
+    del texts   # (the slices hold it until the last is made)
+
+    def complete(stats, folder_path):   # once the partition is tokenized and framed
+        stats["length_counts"] = LengthCounts.of(stats.pop("document_lengths")).to_json()
+        stats.update(partition=spec.index, logid_offset=int(logid_offset),
+                     text_bytes=n_bytes, invalid_utf8_bytes=bad_bytes,
+                     invalid_utf8_documents=bad_docs, dtype=str(dtype),
+                     rejected=len(bad or ()))
+        _bound_partition_memory(n_bytes)
+        return stats, write_part_rejects(folder_path, spec, n_partitions, bad,
+                                         logid_offset, file_offset)
+    merge = _INLINE_MERGES.get(options.get("inline_merge"))
+    if merge is None:
+        stats = _write_part(spec, out_dir, options, n_partitions, job_id, dtype, slices,
+                            complete)
+    else:   # in this process: appended to the merged pair from memory (InlineMerge)
+        tokens, lengths, docs, stats = gather_pieces(slices, dtype)
+        del slices
+        stats, rejects = complete(stats, out_dir)
+        if not merge.offer(spec.index, (tokens, lengths, docs, dict(stats), rejects)):
+            # too many partitions held already: its pair is written as a part's
+            whole = [(np.concatenate(tokens) if len(tokens) > 1 else tokens[0], lengths,
+                      docs, {})]
+            del tokens
+            _write_part(spec, out_dir, options, n_partitions, job_id, dtype, iter(whole),
+                        lambda _, __: (stats, rejects))
+    work = stage_cpu_seconds() - c1
+    stats["cpu_seconds"] = {"read": read_cpu, "tokenize": clock.get("tokenize", 0.0),
+                            "frame": clock.get("frame", 0.0),
+                            "write": work - sum(clock.values())}
+    stats["seconds"] = time.perf_counter() - t0
+    return stats
+
+
+def _write_part(spec, out_dir: str, options: dict, n_partitions: int, job_id: str, dtype,
+                slices, complete) -> dict:
+    """Write partition ``spec.index``'s pair from ``slices`` and commit it; returns its
+    statistics: ``complete(stats of the slices, folder)`` gives them and the names of the
+    part's other files (its rejects file), written to ``folder``."""
     # on an object store the part is committed in a local staging folder, then uploaded
     # file by file, its record last (records.publish_part)
+    prefix = part_prefix(spec.index, n_partitions)
     folder = storage.Folder(out_dir, options.get("storage_options"))
     with folder.staging() as staging:
         tmp = temporary_path(staging, spec.index)
@@ -165,29 +208,14 @@ def write_megatron_partition(spec, logid_offset: int, out_dir: str, tokenizer, o
             # the slices' sequences streamed into the pair: tokenize, frame, write
             # the files' part checksums computed as they are written (commit_part's)
             hashes = {ext: checksum_hash() for ext in (".bin", ".idx")}
-            stats = write_pair_from(tmp, megatron_slices(tok, texts, options, to_device,
-                                                         clock), dtype, fsync=True,
-                                    digests=hashes)
-            del texts
-            _bound_partition_memory(n_bytes)
-            stats["length_counts"] = LengthCounts.of(stats.pop("document_lengths")).to_json()
-            stats.update(partition=spec.index, logid_offset=int(logid_offset),
-                         text_bytes=n_bytes, invalid_utf8_bytes=bad_bytes,
-                         invalid_utf8_documents=bad_docs, dtype=str(dtype),
-                         rejected=len(bad or ()))
-            rejects = write_part_rejects(staging, spec, n_partitions, bad, logid_offset,
-                                         file_offset)
+            stats, rejects = complete(write_pair_from(tmp, slices, dtype, fsync=True,
+                                                      digests=hashes), staging)
             commit_part(staging, spec.index, n_partitions, job_id, stats,
                         {prefix + ".bin": tmp + ".bin", prefix + ".idx": tmp + ".idx"},
                         rejects, {prefix + ext: checksum_hex(h) for ext, h in hashes.items()})
         finally:
             _remove_pair(tmp)
         publish_part(folder, staging, spec.index, n_partitions)
-    work = stage_cpu_seconds() - c1
-    stats["cpu_seconds"] = {"read": read_cpu, "tokenize": clock.get("tokenize", 0.0),
-                            "frame": clock.get("frame", 0.0),
-                            "write": work - sum(clock.values())}
-    stats["seconds"] = time.perf_counter() - t0
     return stats
 
 
@@ -225,6 +253,19 @@ def verify_megatron_output(out_dir: str, plan) -> None:
     folder = storage.Folder(out_dir, storage.current_options())
     for p in plan:
         prefix = folder.join(part_prefix(p["index"], n))
+        rec = None if folder.remote else _read_record(out_dir, p["index"], n)
+        if isinstance(rec, dict) and isinstance(rec.get(MERGED_KEY), dict):
+            # in the merged pair (InlineMerge): its range, checked by its checksum
+            rng = rec[MERGED_KEY]
+            docs = rng["documents"][1] - rng["documents"][0]
+            size = rng["bin_bytes"][1] - rng["bin_bytes"][0]
+            want = rec["tokens_written"] * np.dtype(rec["dtype"]).itemsize
+            if docs != p["documents"] or size != want:
+                raise JobError(f"output part {prefix!r} is recorded with {docs} documents "
+                               f"and {size} bytes of tokens in the merged dataset; the job "
+                               f"expects {p['documents']} and {want}: delete it and rerun "
+                               f"the job")
+            continue
         try:
             with folder.local_copies([part_prefix(p["index"], n) + ".idx"]) as (idx,):
                 ix = read_index(idx)
@@ -260,9 +301,22 @@ class PartMerger:
 
     A part that cannot be appended (it is refused, or the disk is full) stops the merge
     here: :func:`finish_megatron` then merges the parts after the job, which reports the
-    error. ``cpu_seconds``: the CPU seconds of the appends (the merge thread's)."""
+    error. ``cpu_seconds``: the CPU seconds of the appends (the merge thread's). ``state``
+    (:func:`merged_resume_state`): an in-process run's merge to go on with is refused
+    (OutputConflictError).
 
-    def __init__(self, out_dir: str, n_partitions: int):
+    A job in this process merges with :class:`InlineMerge` instead."""
+
+    def __init__(self, out_dir: str, n_partitions: int, state: dict | None = None):
+        if state is not None and state["partitions"]:
+            # (a run in this process appends to those; this merge starts afresh)
+            raise OutputConflictError(
+                f"output directory {out_dir!r} holds a Megatron job started in-process: "
+                f"its first {state['partitions']} partitions are in its merged dataset, "
+                f"unfinished, which only an in-process run goes on with; rerun it without "
+                f"a cluster (scheduler_address 'threads', no n_workers or "
+                f"threads_per_worker, input within in_process_max_bytes), or pass "
+                f"--overwrite to start it again")
         remove_merge_temporaries(out_dir)
         self.n = n_partitions
         self.out_dir = out_dir
@@ -335,6 +389,256 @@ class PartMerger:
             self._cond.notify_all()
         self._thread.join()
         self.appender.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+#: The in-process jobs' merges, by key (``options["inline_merge"]``): how a write task on a
+#: thread of the driver's process finds its job's :class:`InlineMerge`.
+_INLINE_MERGES: dict = {}
+#: A record's key of the range of its partition in the merged pair (:class:`InlineMerge`).
+MERGED_KEY = "merged"
+
+
+def _read_record(out_dir: str, index: int, n: int) -> dict | None:
+    try:
+        with open(os.path.join(out_dir, part_prefix(index, n) + RECORD_SUFFIX),
+                  encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
+def _range_matches(prefix: str, finished: bool, rng: dict) -> bool:
+    h = checksum_hash()
+    try:
+        merged_range_digest(prefix, finished, rng, h)
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return checksum_hex(h) == rng.get("hash128")
+
+
+def _files_match(out_dir: str, rec: dict) -> bool:
+    """The files a record lists besides its range (its rejects file) have their size and
+    checksum."""
+    try:
+        for name, f in rec.get("files", {}).items():
+            p = os.path.join(out_dir, name)
+            if os.path.getsize(p) != f["bytes"] or file_digest(p) != f["hash128"]:
+                return False
+    except (OSError, KeyError, TypeError, AttributeError):
+        return False
+    return True
+
+
+def merged_resume_state(out_dir: str, cfg, n: int, job_id: str, counts: list,
+                        stats: list) -> dict | None:
+    """The partitions of an in-process run of this job already in its merged pair
+    (:class:`InlineMerge`): every record holding a range (``MERGED_KEY``) is checked, in
+    order, against the merge's unfinished files (``MERGE_TMP_PREFIX`` + the job id) or,
+    when there are none, the merged pair; ``stats[i]`` is set to the record of each
+    partition whose range follows the one before and whose bytes have its checksum, and to
+    None for any other record with a range (it is written again). Returns ``{"finished",
+    "partitions", "sequences", "documents", "bin_bytes", "dtype"}`` of that prefix, or None
+    when no record holds a range."""
+    tmp = os.path.join(out_dir, MERGE_TMP_PREFIX + job_id)
+    finished = not os.path.exists(tmp + ".bin")
+    source = os.path.join(out_dir, megatron_prefix(cfg)) if finished else tmp
+    at = {"sequences": 0, "documents": 0, "bin_bytes": 0}
+    state = None
+    going = True   # every partition before is in the merge
+    for i in range(n):
+        rec = _read_record(out_dir, i, n)
+        rng = rec.get(MERGED_KEY) if isinstance(rec, dict) else None
+        if not isinstance(rng, dict):   # a part of its own, or nothing
+            going = False
+            continue
+        state = state or {"finished": finished, "partitions": 0, **at, "dtype": None}
+        going = (going and rec.get("job_id") == job_id and rec.get("partition") == i
+                 and (counts[i] is None or rec.get("documents") == counts[i])
+                 and all(rng.get(key, [None])[0] == at[key] for key in at)
+                 and _range_matches(source, finished, rng) and _files_match(out_dir, rec))
+        if not going:
+            stats[i] = None
+            continue
+        rec.pop("job_id")
+        stats[i] = rec
+        at = {key: int(rng[key][1]) for key in at}
+        state.update(at, partitions=i + 1, dtype=rec.get("dtype"))
+    return state
+
+
+class InlineMerge:
+    """The merged pair of a job that runs in this process (threads, no cluster), written
+    once: each partition's write task hands its framed tokens and index entries
+    (:meth:`offer`), and a thread of its own (``daskwp-merge``) appends them in input order
+    to the pair's unfinished files (``MERGE_TMP_PREFIX`` + the job id:
+    :class:`daskwp.frames.megatron.PairAppender`), writes them back (``fdatasync``), drops
+    their cached pages, and then commits the partition's record ``part-NNNNN.json``: its
+    statistics and its range of the four files with their checksum (``MERGED_KEY``). A
+    partition that completes before those before it waits in memory, at most ``hold`` of
+    them (``hold``, default one a core: the threads of the in-process scheduler); past
+    that, its task writes its pair as a part (:func:`write_megatron_partition`),
+    which the thread appends in its turn (:meth:`part_done`: a part of a run on a cluster
+    too), then records its range and removes its pair. :meth:`finish` completes the pair
+    and renames it.
+
+    A rerun after a killed or failed run (``state``: :func:`merged_resume_state`) cuts the
+    files to the partitions whose ranges check and goes on; a complete partition is never
+    computed again, the bytes are the same. ``cpu_seconds``: the merge thread's."""
+
+    def __init__(self, out_dir: str, cfg, n_partitions: int, job_id: str,
+                 state: dict | None = None, hold: int | None = None):
+        self.n = n_partitions
+        self.out_dir = out_dir
+        self.job_id = job_id
+        self.merged = os.path.join(out_dir, megatron_prefix(cfg))
+        self.prefix = os.path.join(out_dir, MERGE_TMP_PREFIX + job_id)
+        ours = os.path.basename(self.prefix)
+        for name in os.listdir(out_dir):   # another run's (a cluster's merge)
+            if name.startswith(MERGE_TMP_PREFIX) and not name.startswith(ours):
+                os.unlink(os.path.join(out_dir, name))
+        resume = None
+        if state is not None and state["partitions"]:
+            if state["finished"]:
+                unfinish_pair(self.merged, self.prefix, state["sequences"],
+                              state["documents"], state["bin_bytes"])
+            resume = (state["sequences"], state["documents"], state["bin_bytes"],
+                      state["dtype"])
+        self.appender = PairAppender(self.prefix, fsync=True, keep=True, resume=resume)
+        self.appended = state["partitions"] if resume else 0
+        # one partition a thread (the threaded scheduler's: one per core)
+        self.hold = hold if hold is not None else (os.cpu_count() or 2)
+        self.held: dict = {}
+        self.files: set = set()
+        self.failed: BaseException | None = None
+        self.cpu_seconds = 0.0
+        self.key = uuid.uuid4().hex
+        _INLINE_MERGES[self.key] = self
+        self._closed = False
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(target=self._merge, name="daskwp-merge", daemon=True)
+        self._thread.start()
+
+    def offer(self, index: int, data: tuple) -> bool:
+        """Partition ``index``'s ``(token arrays, sequence_lengths, document_indices,
+        statistics, names of its other files)``: True when it is taken (appended in its
+        turn), False when its task is to write it as a part (``hold`` partitions wait
+        already and one before it is not there yet, or the merge stopped). When every
+        partition before it is held, it waits for the merge instead."""
+        with self._cond:
+            while index != self.appended and len(self.held) >= self.hold:
+                if self.failed is not None or self._closed or not all(
+                        j in self.held for j in range(self.appended, index)):
+                    return False
+                # every partition before it is held: the merge goes on without a task's
+                # help, so this one waits for it (the appends bound the tasks)
+                self._cond.wait()
+            if self.failed is not None or self._closed:
+                return False
+            self.held[index] = data
+            self._cond.notify_all()
+            return True
+
+    def part_done(self, index: int) -> None:
+        """Partition ``index`` is complete: its part (when it is not held) is appended in
+        its turn."""
+        with self._cond:
+            if index >= self.appended and index not in self.held:
+                self.files.add(index)
+                self._cond.notify_all()
+
+    def _next(self) -> bool:
+        return (self.failed is None and self.appended < self.n
+                and (self.appended in self.held or self.appended in self.files))
+
+    def _merge(self) -> None:
+        c0 = stage_cpu_seconds()
+        while True:
+            with self._cond:
+                while not (self._closed or self._next()):
+                    self._cond.wait()
+                if not self._next():
+                    return
+                index = self.appended
+                data = self.held.get(index)
+            try:
+                self._append(index, data)
+            except BaseException as e:   # disk full: the job fails, a rerun goes on
+                with self._cond:
+                    self.failed = e
+                    self.held.clear()
+                    self._cond.notify_all()
+                return
+            with self._cond:
+                self.held.pop(index, None)
+                self.appended += 1
+                self.cpu_seconds = stage_cpu_seconds() - c0
+                self._cond.notify_all()
+
+    def _append(self, index: int, data: tuple | None) -> None:
+        h = checksum_hash()
+        part = os.path.join(self.out_dir, part_prefix(index, self.n))
+        if data is not None:
+            tokens, lengths, docs, stats, others = data
+            rng = self.appender.append_data(tokens, lengths, docs[1:], stats["dtype"], h)
+        else:   # its part's pair: copied, its range read back for its checksum
+            start = {"sequences": self.appender.sequences,
+                     "documents": self.appender.documents,
+                     "bin_bytes": self.appender.bin_bytes}
+            self.appender.append(part)
+            rng = {key: [v, getattr(self.appender, key)] for key, v in start.items()}
+            merged_range_digest(self.prefix, False, rng, h)
+            stats = _read_record(self.out_dir, index, self.n)
+            if stats is None or stats.pop("job_id", None) != self.job_id:
+                raise JobError(f"output part {part!r} lost its record while it was merged")
+            others = tuple(n for n in stats.pop("files", {})
+                           if not n.startswith(part_prefix(index, self.n) + "."))
+        rng["hash128"] = checksum_hex(h)
+        stats[MERGED_KEY] = rng
+        stats.pop("files", None)
+        commit_part(self.out_dir, index, self.n, self.job_id, stats, {}, others)
+        if data is None:
+            _remove_pair(part)
+
+    def drain(self) -> None:
+        """Wait until every partition that can be appended now is; JobError when the merge
+        failed."""
+        with self._cond:
+            while self._next():
+                self._cond.wait()
+            if self.failed is not None:
+                raise JobError(f"the merge of the Megatron dataset in {self.out_dir!r} "
+                               f"failed: {type(self.failed).__name__}: {self.failed}; rerun "
+                               f"the job to go on") from self.failed
+
+    def finish(self, merged: str) -> dict:
+        """Wait for the appends, complete the merged pair and rename it to ``merged``."""
+        self.drain()
+        if self.appended != self.n:
+            raise JobError(f"the merge of the Megatron dataset in {self.out_dir!r} holds "
+                           f"{self.appended} of {self.n} partitions")
+        info = self.appender.finish()
+        os.replace(self.prefix + ".bin", merged + ".bin")
+        os.replace(self.prefix + ".idx", merged + ".idx")
+        for i in range(self.n):   # of a run killed after a part's range was recorded
+            _remove_pair(os.path.join(self.out_dir, part_prefix(i, self.n)))
+        return info
+
+    def close(self) -> None:
+        """Stop the merge thread (after the append it is in); the unfinished files stay
+        (a rerun goes on from them)."""
+        with self._cond:
+            self._closed = True
+            self.held.clear()
+            self._cond.notify_all()
+        self._thread.join()
+        self.appender.close()
+        _INLINE_MERGES.pop(self.key, None)
 
     def __enter__(self):
         return self

@@ -1,0 +1,196 @@
+"""The merged pair of an in-process Megatron job written once (``jobs.megatron.InlineMerge``):
+each partition appended from memory in input order, recorded as its range of the merged files
+with their checksum; no part pairs; a rerun after a failed or killed run goes on from the
+recorded ranges and gives the same bytes."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import requires_data, vocab_path
+from daskwp.frames.megatron import merge_pairs
+from daskwp.jobs import OutputConflictError, make_config, run_job
+from daskwp.jobs import driver
+from daskwp.jobs import megatron as jm
+
+pytestmark = requires_data
+
+
+def _values(tmp_path, out="o", **kw):
+    from test_megatron import _jsonl, _mixed_documents
+    inp = tmp_path / "docs.jsonl"
+    if not inp.exists():
+        _jsonl(inp, _mixed_documents())
+    return dict(input=str(inp), output=str(tmp_path / out), output_format="megatron",
+                vocab=str(vocab_path("bert-base-uncased")), scheduler_address="synchronous",
+                quiet=True, append_eod=True, partition_size="5KB", on_bad_row="reject", **kw)
+
+
+def _reference(tmp_path) -> dict:
+    """The merged bytes of the job's parts (merge_parts false, merged by merge_pairs)."""
+    s = run_job(make_config(_values(tmp_path, "parts", merge_parts=False)))
+    merge_pairs(s["megatron"]["prefixes"], str(tmp_path / "ref"))
+    return {ext: (tmp_path / f"ref{ext}").read_bytes() for ext in (".bin", ".idx")}
+
+
+def _same_bytes(summary, want) -> None:
+    for ext in (".bin", ".idx"):
+        assert Path(summary["megatron"]["prefix"] + ext).read_bytes() == want[ext]
+
+
+def _records(out: Path) -> dict:
+    return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in out.glob("part-*.json")}
+
+
+def test_in_process_job_writes_the_merged_pair_once(tmp_path, monkeypatch):
+    """No part pair is written and nothing is copied: every partition's record holds its
+    range of the merged pair; the bytes are those of merging the parts."""
+    import daskwp.frames.megatron as fm
+    want = _reference(tmp_path)
+    copies = []
+    real = fm.append_file
+    monkeypatch.setattr(fm, "append_file", lambda s, o: copies.append(s.name) or real(s, o))
+    s = run_job(make_config(_values(tmp_path)))
+    n = s["partitions"]
+    assert n > 4
+    _same_bytes(s, want)
+    out = tmp_path / "o"
+    names = sorted(os.listdir(out))
+    assert not [x for x in names if x.endswith((".bin", ".idx")) and x.startswith("part-")]
+    assert not [x for x in names if x.startswith(".tmp")]
+    # the section files copied into the .idx by finish; no .bin copied
+    assert not [c for c in copies if c.endswith(".bin")]
+    at = 0
+    for i in range(n):
+        rec = json.loads((out / f"{jm.part_prefix(i, n)}.json").read_text())
+        rng = rec[jm.MERGED_KEY]
+        assert rng["bin_bytes"][0] == at
+        at = rng["bin_bytes"][1]
+    assert at == len(want[".bin"])
+    assert s["rejected_rows"] == 0
+    # nothing to do: the records check against the merged pair, which stays
+    st = os.stat(s["megatron"]["prefix"] + ".bin")
+    s2 = run_job(make_config(_values(tmp_path)))
+    assert s2["partitions_written"] == 0
+    assert os.stat(s["megatron"]["prefix"] + ".bin").st_mtime_ns == st.st_mtime_ns
+
+
+def _fail_at(monkeypatch, j):
+    real = jm.InlineMerge.offer
+
+    def offer(self, index, data):
+        if index == j:
+            self.drain()   # (the partitions before it appended: as a kill after them)
+            raise RuntimeError("killed")
+        return real(self, index, data)
+    monkeypatch.setattr(jm.InlineMerge, "offer", offer)
+
+
+def test_a_rerun_goes_on_from_the_recorded_ranges(tmp_path, monkeypatch):
+    """A run that stops at partition 4 leaves the merge's files and the records of
+    partitions 0-3; a torn append after them is cut off; a rerun never writes those four
+    again and gives the same bytes. A partition whose range no longer checks is written
+    again, with every one after it."""
+    want = _reference(tmp_path)
+    out = tmp_path / "o"
+    _fail_at(monkeypatch, 4)
+    with pytest.raises(Exception, match="killed"):
+        run_job(make_config(_values(tmp_path)))
+    monkeypatch.undo()
+    tmp = sorted(out.glob(jm.MERGE_TMP_PREFIX + "*"))
+    assert [p.name.split(".", 2)[-1] for p in tmp] == ["bin", "idx", "idx.documents",
+                                                       "idx.pointers"]
+    before = _records(out)
+    assert len(before) == 4
+    for p in tmp:   # an append killed before its record
+        with open(p, "ab") as fh:
+            fh.write(b"\x07" * 24)
+    s = run_job(make_config(_values(tmp_path)))
+    n = s["partitions"]
+    assert (s["partitions_skipped"], s["partitions_written"]) == (4, n - 4)
+    after = _records(out)
+    assert all(after[k] == v for k, v in before.items())
+    _same_bytes(s, want)
+    assert not list(out.glob(".tmp*"))
+
+    # a finished pair whose byte of partition 2 changed: 0 and 1 kept, the rest rewritten
+    rec = json.loads((out / f"{jm.part_prefix(2, n)}.json").read_text())
+    pos = rec[jm.MERGED_KEY]["bin_bytes"][0]
+    data = bytearray(Path(s["megatron"]["prefix"] + ".bin").read_bytes())
+    data[pos] ^= 0xFF
+    Path(s["megatron"]["prefix"] + ".bin").write_bytes(bytes(data))
+    before = _records(out)
+    s2 = run_job(make_config(_values(tmp_path)))
+    assert (s2["partitions_skipped"], s2["partitions_written"]) == (2, n - 2)
+    after = _records(out)
+    for k in sorted(before)[:2]:
+        assert after[k] == before[k]
+    _same_bytes(s2, want)
+    assert not list(out.glob(".tmp*"))
+
+
+def test_partitions_past_the_bound_are_parts_appended_in_their_turn(tmp_path, monkeypatch):
+    """A partition the merge does not take (too many held) is written as a part pair,
+    appended in its turn, then recorded as its range and its pair removed."""
+    want = _reference(tmp_path)
+    real = jm.InlineMerge.offer
+    taken = []
+
+    def offer(self, index, data):
+        taken.append(index)
+        return index % 2 == 0 and real(self, index, data)
+    monkeypatch.setattr(jm.InlineMerge, "offer", offer)
+    s = run_job(make_config(_values(tmp_path)))
+    assert len(taken) == s["partitions"] > 4
+    _same_bytes(s, want)
+    out = tmp_path / "o"
+    assert not list(out.glob("part-*.bin")) and not list(out.glob(".tmp*"))
+    for i in range(s["partitions"]):
+        rec = json.loads((out / f"{jm.part_prefix(i, s['partitions'])}.json").read_text())
+        assert jm.MERGED_KEY in rec and not [f for f in rec["files"] if "part-" in f]
+
+
+def test_cluster_parts_are_taken_in_process_and_the_reverse_is_refused(tmp_path,
+                                                                          monkeypatch):
+    """Parts written as a cluster writes them (each its pair, merged by the driver) are
+    appended by an in-process rerun, never written again; a cluster run of a job whose
+    partitions an in-process run appended is refused by name."""
+    want = _reference(tmp_path)
+    out = tmp_path / "o"
+
+    class ClusterMerge(jm.PartMerger):   # the cluster's: parts, merged by the driver
+        key = None
+
+        def __init__(self, out_dir, cfg, n, job_id, state=None):
+            super().__init__(out_dir, n, state)
+    monkeypatch.setattr(driver, "InlineMerge", ClusterMerge)
+    real = jm._write_part
+
+    def write_part(spec, *a, **k):
+        if spec.index == 3:
+            raise RuntimeError("killed")
+        return real(spec, *a, **k)
+    monkeypatch.setattr(jm, "_write_part", write_part)
+    with pytest.raises(Exception, match="killed"):
+        run_job(make_config(_values(tmp_path)))
+    monkeypatch.undo()
+    assert len(list(out.glob("part-*.bin"))) == 3
+    s = run_job(make_config(_values(tmp_path)))
+    assert (s["partitions_skipped"], s["partitions_written"]) == (3, s["partitions"] - 3)
+    _same_bytes(s, want)
+    assert not list(out.glob("part-*.bin"))
+
+    # the reverse: an in-process run stopped, resumed on a (local) cluster
+    _fail_at(monkeypatch, 2)
+    with pytest.raises(Exception, match="killed"):
+        run_job(make_config(_values(tmp_path, "p")))
+    monkeypatch.undo()
+    values = _values(tmp_path, "p")
+    del values["scheduler_address"]
+    with pytest.raises(OutputConflictError, match="started in-process: its first 2 "
+                                                  "partitions"):
+        run_job(make_config(dict(values, n_workers=1)))
