@@ -352,16 +352,24 @@ class PartMerger:
                     return
                 index = self.appended
             try:
-                self.appender.append(os.path.join(self.out_dir, part_prefix(index, self.n)))
+                self._append(index)
             except BaseException as e:   # refused, disk full: finish_megatron merges
                 with self._cond:
                     self.failed = e
+                    self._appended(None)
                     self._cond.notify_all()
                 return
             with self._cond:
+                self._appended(index)
                 self.appended += 1
                 self.cpu_seconds = stage_cpu_seconds() - c0
                 self._cond.notify_all()
+
+    def _append(self, index: int) -> None:
+        self.appender.append(os.path.join(self.out_dir, part_prefix(index, self.n)))
+
+    def _appended(self, index: int | None) -> None:
+        """(Under the lock) ``index`` is appended; None: the merge stopped."""
 
     def drain(self) -> None:
         """Wait until every part that can be appended now is."""
@@ -386,6 +394,7 @@ class PartMerger:
         pair."""
         with self._cond:
             self._closed = True
+            self._appended(None)
             self._cond.notify_all()
         self._thread.join()
         self.appender.close()
@@ -472,7 +481,7 @@ def merged_resume_state(out_dir: str, cfg, n: int, job_id: str, counts: list,
     return state
 
 
-class InlineMerge:
+class InlineMerge(PartMerger):
     """The merged pair of a job that runs in this process (threads, no cluster), written
     once: each partition's write task hands its framed tokens and index entries
     (:meth:`offer`), and a thread of its own (``daskwp-merge``) appends them in input order
@@ -556,31 +565,15 @@ class InlineMerge:
         return (self.failed is None and self.appended < self.n
                 and (self.appended in self.held or self.appended in self.files))
 
-    def _merge(self) -> None:
-        c0 = stage_cpu_seconds()
-        while True:
-            with self._cond:
-                while not (self._closed or self._next()):
-                    self._cond.wait()
-                if not self._next():
-                    return
-                index = self.appended
-                data = self.held.get(index)
-            try:
-                self._append(index, data)
-            except BaseException as e:   # disk full: the job fails, a rerun goes on
-                with self._cond:
-                    self.failed = e
-                    self.held.clear()
-                    self._cond.notify_all()
-                return
-            with self._cond:
-                self.held.pop(index, None)
-                self.appended += 1
-                self.cpu_seconds = stage_cpu_seconds() - c0
-                self._cond.notify_all()
+    def _appended(self, index: int | None) -> None:
+        if index is None:
+            self.held.clear()
+        else:
+            self.held.pop(index, None)
 
-    def _append(self, index: int, data: tuple | None) -> None:
+    def _append(self, index: int) -> None:
+        with self._cond:
+            data = self.held.get(index)
         h = checksum_hash()
         part = os.path.join(self.out_dir, part_prefix(index, self.n))
         if data is not None:
@@ -608,13 +601,11 @@ class InlineMerge:
     def drain(self) -> None:
         """Wait until every partition that can be appended now is; JobError when the merge
         failed."""
-        with self._cond:
-            while self._next():
-                self._cond.wait()
-            if self.failed is not None:
-                raise JobError(f"the merge of the Megatron dataset in {self.out_dir!r} "
-                               f"failed: {type(self.failed).__name__}: {self.failed}; rerun "
-                               f"the job to go on") from self.failed
+        super().drain()
+        if self.failed is not None:
+            raise JobError(f"the merge of the Megatron dataset in {self.out_dir!r} "
+                           f"failed: {type(self.failed).__name__}: {self.failed}; rerun "
+                           f"the job to go on") from self.failed
 
     def finish(self, merged: str) -> dict:
         """Wait for the appends, complete the merged pair and rename it to ``merged``."""
@@ -632,19 +623,8 @@ class InlineMerge:
     def close(self) -> None:
         """Stop the merge thread (after the append it is in); the unfinished files stay
         (a rerun goes on from them)."""
-        with self._cond:
-            self._closed = True
-            self.held.clear()
-            self._cond.notify_all()
-        self._thread.join()
-        self.appender.close()
+        super().close()
         _INLINE_MERGES.pop(self.key, None)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 def remove_merge_temporaries(out_dir: str) -> None:
