@@ -46,7 +46,8 @@ def main(argv=None) -> int:
 
     tmp = Path(tempfile.mkdtemp(prefix="daskwp-codec-"))
     try:
-        inp = pb.build_input(pb.default_data_dir(), args.mb, tmp, n_parquet=1)
+        inp = pb.write_text(pb.corpus_base(pb.default_data_dir()), int(args.mb * 1e6),
+                            tmp / "in.txt")
         # the batch jobs' own plan: 64 MB partitions split at line ends
         specs = plan_partitions(list_input_files([str(inp["text"])], "text"), "text",
                                 64_000_000)

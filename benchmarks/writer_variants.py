@@ -10,6 +10,14 @@ table through ``frames.part_writer.PartWriter`` in its own ``valgrind --tool=cal
 process. Costs: callgrind's inclusive count of ``FileWriterImpl::WriteTable`` (encoding,
 compression, the part checksum of the pages as they are written) per input byte, and its parts.
 The report goes to benchmarks/results/writer_variants.md.
+
+    python benchmarks/writer_variants.py --write-cpu PART.parquet [--rounds 8]
+
+instead writes the rows of an existing part (a batch job's, e.g. of the pipeline benchmark's
+input) again through ``PartWriter`` (lz4, the default), in tables of 97,000 rows (what an
+8 MB piece of that text makes), ``--rounds`` times in this process, and prints the writing
+thread's CPU seconds of each round and the part's bytes: the write stage alone, for
+interleaved A/B runs of two checkouts (each with its own interpreter and build).
 """
 
 from __future__ import annotations
@@ -88,8 +96,8 @@ for p in parts:
     if p in ("req", "fsl", "trim", "lenonly"):
         table = globals()[p](table)
 base = P.parquet_write_options
-def opts(schema, compression="zstd"):
-    o = base(schema, compression)
+def opts(schema, compression="zstd", compat=False):
+    o = base(schema, compression, compat)
     for p in parts:
         if p == "v2": o["data_page_version"] = "2.0"
         elif p == "plain": o["column_encoding"] = {k: v for k, v in (o["column_encoding"] or {}).items() if v != "BYTE_STREAM_SPLIT"} or None
@@ -110,7 +118,7 @@ print("BYTES", os.path.getsize(os.path.join(out, "part.parquet")))
 
 SYMBOLS = {"zstd": "ZSTD_compress2", "zstd_simple": "ZSTD_compressCCtx",
            "lz4": "LZ4_compress_fast", "levels": "parquet::LevelEncoder::Encode",
-           "pages": "namespace)::list_pages", "scalars": "namespace)::scalar_pages",
+           "pages": "namespace)::list_page(", "scalars": "namespace)::scalar_page(",
            "checksum": "PartHash::update"}
 
 
@@ -142,6 +150,7 @@ def run_variant(name: str, tmp: Path) -> dict:
     size = int(next(l.split()[1] for l in r.stdout.splitlines() if l.startswith("BYTES")))
     ann = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(cg)],
                          capture_output=True, text=True).stdout.splitlines()
+    ann = [l for l in ann if l.split() and l.split()[0].replace(",", "").isdigit()]
     costs = {}
     for k, sym in SYMBOLS.items():
         costs[k] = next((int(l.split()[0].replace(",", "")) for l in ann if sym in l), 0)
@@ -152,16 +161,48 @@ def run_variant(name: str, tmp: Path) -> dict:
     return {"bytes": size, **costs}
 
 
+def write_cpu(part: str, rounds: int, piece_rows: int = 97_000) -> list:
+    """Thread CPU seconds of writing the rows of ``part`` again, once per round."""
+    import time
+
+    import pyarrow.parquet as pq
+
+    from daskwp.frames.part_writer import PartWriter
+    table = pq.read_table(part).combine_chunks()
+    pieces = [table.slice(i, piece_rows) for i in range(0, table.num_rows, piece_rows)]
+    out = []
+    with tempfile.TemporaryDirectory(prefix="daskwp-writecpu-") as d:
+        for r in range(rounds):
+            path = os.path.join(d, f"p{r}.parquet")
+            c = time.thread_time()
+            w = PartWriter(path, path + ".tmp")
+            for p in pieces:
+                w.write(p)
+            w.close({"partition": 0})
+            out.append(time.thread_time() - c)
+            size = os.path.getsize(path)
+            os.unlink(path)
+    print(f"write CPU s per round: {[round(x, 3) for x in out]}; median "
+          f"{sorted(out)[len(out) // 2]:.3f}; part bytes {size:,}")
+    return out
+
+
 def main(argv=None) -> int:
-    from pipeline_bench import build_input, default_data_dir
+    from _common import default_data_dir
+    from pipeline_bench import corpus_base, write_text
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--write-cpu", metavar="PART", help="time PartWriter on PART's rows")
+    ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--mb", type=float, default=4)
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "writer_variants.md"))
     args = ap.parse_args(argv)
+    if args.write_cpu:
+        write_cpu(args.write_cpu, args.rounds)
+        return 0
     with tempfile.TemporaryDirectory(prefix="daskwp-writer-") as d:
         tmp = Path(d)
-        inp = build_input(default_data_dir(), args.mb, tmp, n_parquet=1)
+        inp = write_text(corpus_base(default_data_dir()), int(args.mb * 1e6), tmp / "in.txt")
         nbytes = inp["bytes"]
         make_tables(inp["text"], tmp)
         rows = []
