@@ -391,6 +391,51 @@ def test_worker_killed_mid_job_still_completes(tmp_path, tok):
     assert_matches(out, tok, lines)
 
 
+@pytest.mark.slow
+def test_worker_killed_after_the_pass_recounts_nothing(tmp_path, tok):
+    """A worker killed once half the parts exist (the global-offset pass long done): only
+    its running writes are redone, no count or offset task of the pass runs again (the
+    writes take the pass's values as literals, the driver releases each pass result)."""
+    from distributed import Client, LocalCluster
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
+    class Runs(SchedulerPlugin):
+        def __init__(self):
+            self.runs: dict = {}
+
+        def transition(self, key, start, finish, *args, **kwargs):
+            if finish == "processing":
+                self.runs[key] = self.runs.get(key, 0) + 1
+
+    lines = sample_lines() * 4
+    inp = write_text(tmp_path / "in.txt", lines)
+    out = tmp_path / "out"
+    cfg = jobs.make_config({"input": str(inp), "output": str(out), "partition_size": "8KB",
+                            "quiet": True, "device": "cpu"})
+    runs = Runs()
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=":0") as cluster, Client(cluster) as client:
+        cluster.scheduler.add_plugin(runs, name="runs")
+        summary, killed = run_killing_a_worker(
+            cluster, lambda: jobs.run_job(cfg, client=client),
+            lambda: len(list(out.glob("part-*.parquet"))) >= summary_parts(out) // 2 > 0)
+        assert killed, "the job ended before a worker could be killed"
+    pass_runs = {k: n for k, n in runs.runs.items()
+                 if str(k[0] if isinstance(k, tuple) else k).startswith(
+                     ("daskwp-count-", "daskwp-offset-"))}
+    assert summary["partitions"] >= 8 and len(pass_runs) > summary["partitions"]
+    assert {k: n for k, n in pass_runs.items() if n > 1} == {}
+    assert assert_matches(out, tok, lines).num_rows == summary["rows"]
+
+
+def summary_parts(out: Path) -> int:
+    """The partitions of the job in ``out`` (its _job.json; 0 before it exists)."""
+    try:
+        return int(json.loads((out / "_job.json").read_text())["n_partitions"])
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
 def test_partition_statistics_counts_only_owned_unknown_tokens():
     # row 0 owns columns 1..2 ([UNK], 5); row 1 owns 2..3 ([UNK], 7): its [UNK] in column 1
     # is the overlap with row 0 and must not count again

@@ -665,6 +665,33 @@ class StallWatch:
         return "\n".join(lines)
 
 
+def literal_writes(dsk: dict, writes: set, pass_keys: set):
+    """A generator of the write tasks of ``dsk`` (keys ``writes``) that can be submitted:
+    sent a dict of pass values (key -> value of ``pass_keys``), it yields ``{key: task}``
+    of the writes whose pass inputs are now all known, each with those inputs as literal
+    values (``DataNode``) in place of their ``TaskRef``; first sent None, the writes that
+    take no pass value. A write's other inputs (the tokenizer key) stay references."""
+    from ..distributed.dask_compat import DataNode
+    waiting: dict = {}    # pass key -> writes that take it
+    needs: dict = {}      # write -> its pass keys not known yet
+    for w in writes:
+        needs[w] = set(dsk[w].dependencies) & pass_keys
+        for k in needs[w]:
+            waiting.setdefault(k, []).append(w)
+    known: dict = {}
+    got = yield {w: dsk[w] for w in sorted(writes, key=str) if not needs[w]}
+    while True:
+        known.update(got or {})
+        ready = {}
+        for k in got or ():
+            for w in waiting.pop(k, ()):
+                needs[w].discard(k)
+                if not needs[w]:
+                    deps = set(dsk[w].dependencies) & pass_keys
+                    ready[w] = dsk[w].substitute({d: DataNode(None, known[d]) for d in deps})
+        got = yield ready
+
+
 def run_graph(graph: JobGraph, client, on_write: Callable[[int, dict], None],
               log: Callable[[str], None] | None = None,
               stall_seconds: float = STALL_REPORT_SECONDS) -> dict:
@@ -697,34 +724,52 @@ def run_graph(graph: JobGraph, client, on_write: Callable[[int, dict], None],
     # of equal priorities, dask.order puts a partition's count (and the pass's small sums)
     # behind other partitions' writes, and a worker that has finished a write waits for a
     # sum queued behind a write on the other worker (docs/design.md §8.5).
+    # A write is submitted once the driver holds the pass values it takes, with those
+    # values in the task (literal_writes): no write depends on a pass key, the driver
+    # releases each pass result as it comes, and a worker lost late in the job loses only
+    # its running writes, never the pass (all of it recounted from the input otherwise,
+    # as the driver held every count and offset on the cluster to the end).
     writes = set(graph.write_keys.values())
     pass_dsk = {k: v for k, v in graph.dsk.items() if k not in writes}
     pass_keys = graph.offset_keys + graph.count_keys
     *futures, tok_future = client.get(pass_dsk, [*pass_keys, graph.tokenizer_key],
                                       sync=False, priority=1)
-    if writes:
-        futures += client.get({k: graph.dsk[k] for k in writes}, list(writes), sync=False,
-                              priority=0)
+    ready = literal_writes(graph.dsk, writes, set(pass_keys))
     watch = StallWatch(client, [*futures, tok_future], graph.dsk, log,
                        stall_seconds) if log else None
+    results = as_completed(futures, with_results=True, raise_errors=False)
+
+    def submit(tasks: dict) -> None:
+        if tasks:
+            new = client.get(tasks, list(tasks), sync=False, priority=0)
+            futures.extend(new)
+            results.update(new)
+            if watch is not None:
+                watch.futures.extend(new)
+
     try:
+        submit(ready.send(None))
         # Results come with the completions, fetched in batches: one slow host does not
         # make every small offset and count result a round trip of its own.
-        for fut, result in as_completed(futures, with_results=True, raise_errors=False):
-            if watch is not None:
-                watch.finished(fut.key)
-            key = fut.key
-            what = f"partition {part_of[key]}" if key in part_of else f"task {key}"
-            if fut.status == "error":
-                raise _task_failure(result if isinstance(result, BaseException)
-                                    else fut.exception(), what)
-            if fut.status == "cancelled":
-                raise JobError(f"{what} was cancelled (the cluster lost it)")
-            if key in part_of:
-                on_write(part_of[key], result)
+        for batch in results.batches():
+            got = {}
+            for fut, result in batch:
+                if watch is not None:
+                    watch.finished(fut.key)
+                key = fut.key
+                what = f"partition {part_of[key]}" if key in part_of else f"task {key}"
+                if fut.status == "error":
+                    raise _task_failure(result if isinstance(result, BaseException)
+                                        else fut.exception(), what)
+                if fut.status == "cancelled":
+                    raise JobError(f"{what} was cancelled (the cluster lost it)")
+                if key in part_of:
+                    on_write(part_of[key], result)
+                else:
+                    values[key] = got[key] = result
                 fut.release()
-            else:
-                values[key] = result
+            if got:
+                submit(ready.send(got))
     except OSError as e:   # distributed's CommClosedError: the scheduler is gone
         raise JobError(f"lost the cluster's scheduler ({type(e).__name__}: {e}); complete "
                        f"parts are kept: run the same command again (against a running "
