@@ -944,8 +944,10 @@ def test_a_job_sends_no_request_it_can_do_without(tmp_path, bucket, requests_log
     n = remote["partitions"]
     assert n == local["partitions"] >= 9
     assert_same_parts(tmp_path / "local", out, options)
-    # PUTs: the probe, _job.json three times, each part, _summary.json
-    assert got["PUT"] == n + 5, got
+    # PUTs: the probe, _job.json twice (when the scheduler is up, before any part; at the
+    # end with the offsets), each part, _summary.json
+    assert got["PUT"] == n + 4, got
+    assert [key for k, key in outputs if k == "PUT"].count(f"out/{jobs.JOB_FILE}") == 2
     # DELETEs: the probe only (no rejects file, no _summary.json to remove)
     assert got.get("DELETE", 0) == 1 and ("DELETE", "out/_rejects-00000.jsonl") \
         not in outputs, got

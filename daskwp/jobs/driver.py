@@ -959,7 +959,8 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
                                "documents": int(offsets[n]) if offsets is not None else None,
                                "security": security})
 
-    save_job()  # before any part is written
+    if not folder.remote:   # (an object store's: once, when the scheduler is up, below;
+        save_job()          # still before any part is written: one PUT, not two)
     if skipped:
         log(f"daskwp: resuming: {skipped} of {n} partitions already complete, "
             f"{len(missing)} to write")
@@ -1000,7 +1001,7 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
             cfg, device, sum(f.size for f in files), client, work, log,
             tasks=n if packing else len(missing))
         header["run"] = run_record
-        save_job()   # with the run record
+        save_job()   # with the run record, before any part is written
         if missing and SUMMARY_FILE in listed:
             # _summary.json exists only while the dataset is complete.
             folder.remove(SUMMARY_FILE)
