@@ -1036,3 +1036,96 @@ def test_the_logid_check_reads_footers_and_refuses_wrong_parts(bucket, requests_
     check(pa.table({"logID": [10, 11]}))
     with pytest.raises(jobs.JobError, match="not in order"):
         check(pa.table({"logID": [13]}))    # (a gap between two pieces)
+
+
+def test_the_spool_fetch_streams_each_get_to_disk(bucket, spool_tmp, monkeypatch):
+    """The count's fetch of a partition into the spool writes each GET's body to the spool
+    file a piece at a time (storage.copy_range): it never holds the partition's range in
+    memory (a buffer that big is fresh memory: a page fault per 4 kB), sends one GET per
+    range as before, and the spool holds the object's bytes. A response that breaks off is
+    read on with the file's own read (one more GET, from where it broke off): the same
+    bytes."""
+    import dataclasses
+
+    from aiobotocore import response
+
+    from daskwp.jobs.inputs import fetch_spool
+    name, options, fs = bucket
+    line = ("\n".join(sample_lines()) + "\n").encode()
+    data = line * (12_000_000 // len(line) + 1)
+    fs.pipe(f"{name}/big.txt", data)
+    with storage.using(options):
+        specs = inputs.plan_partitions(inputs.list_input_files(f"s3://{name}/big.txt"),
+                                       "text", 6_000_000)
+    spec = dataclasses.replace(specs[0], spool=("job0-run0", 1 << 32))
+    ranges = fetch_spool.regions(spec)
+    (start, end), = ranges
+    assert end - start > 4_000_000
+
+    def fetch():
+        path, held = fetch_spool._fetch(spec, ranges)
+        (a, b), = held
+        assert Path(path).read_bytes() == data[a:b] and a == start and b >= exact(data, spec)[1]
+        os.unlink(path)
+
+    real, reads = response.AioStreamingBody.read, []
+
+    async def spy(self, amt=None):
+        got = await real(self, amt)
+        reads.append((amt, len(got)))
+        return got
+    monkeypatch.setattr(response.AioStreamingBody, "read", spy)
+    fetched = spy_object_fetches(monkeypatch)
+    fetch()
+    assert fetched == [("big.txt", start, end)], fetched
+    # the body read a piece at a time (s3fs's own read takes it whole: read(None))
+    assert len(reads) > 4 and all(a is not None and n <= a <= storage.STREAM_PIECE
+                                  for a, n in reads), reads
+    assert sum(n for _, n in reads) == min(end, len(data)) - start
+
+    reads.clear()
+
+    async def breaks_off(self, amt=None):
+        if len(reads) == 2:
+            reads.append((amt, -1))
+            raise ConnectionResetError("the test's broken response")
+        got = await real(self, amt)
+        reads.append((amt, len(got)))
+        return got
+    monkeypatch.setattr(response.AioStreamingBody, "read", breaks_off)
+    fetched.clear()
+    fetch()
+    resumed = start + reads[0][1] + reads[1][1]
+    assert fetched == [("big.txt", start, end), ("big.txt", resumed, end)], fetched
+
+
+def test_a_part_is_uploaded_from_its_file_as_it_is_sent(tmp_path, bucket, monkeypatch):
+    """Folder.publish uploads a staged file smaller than s3fs's multipart size in one PUT
+    whose body is the open file, read as it is sent (s3fs's put_file reads the file whole
+    into memory first: fresh memory of the part's size); a file of the multipart size or
+    more goes through put_file. Either way: one object with the file's bytes, complete
+    under its name, and the local file removed."""
+    import s3fs
+    name, options, fs = bucket
+    sent = []
+    real = s3fs.core.S3FileSystem._call_s3
+
+    async def spy(self, method, *args, **kw):
+        if method == "put_object":
+            sent.append((kw["Key"], type(kw["Body"]).__name__))
+        return await real(self, method, *args, **kw)
+    monkeypatch.setattr(s3fs.core.S3FileSystem, "_call_s3", spy)
+    folder = storage.Folder(f"s3://{name}/out", options)
+    data = os.urandom(300_000)
+    for limit, body in ((storage.S3_MULTIPART_BYTES, "BufferedReader"), (1000, "bytes")):
+        monkeypatch.setattr(storage, "S3_MULTIPART_BYTES", limit)
+        staged = tmp_path / "part.parquet"
+        staged.write_bytes(data)
+        assert folder.listdir() == [] or "part.parquet" in folder.listdir()
+        sent.clear()
+        folder.publish(str(staged), "part.parquet")
+        assert sent == [("out/part.parquet", body)], sent
+        assert not staged.exists()
+        assert folder.listdir() == ["part.parquet"]     # (no stale listing)
+        assert fs.cat_file(f"{name}/out/part.parquet") == data
+        fs.rm(f"{name}/out/part.parquet")

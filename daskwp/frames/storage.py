@@ -33,7 +33,8 @@ import tempfile
 import uuid
 
 __all__ = ["TMP_PREFIX", "Folder", "HeadCached", "LocalCopy", "StorageError",
-           "caching_heads", "current_options", "describe_storage_error", "filesystem",
+           "caching_heads", "copy_range", "current_options", "describe_storage_error",
+           "filesystem",
            "has_local_copy", "is_url", "local_copy", "local_path", "object_version",
            "open_input", "size",
            "storage_error", "url_info", "using"]
@@ -345,6 +346,59 @@ def open_input(path: str, buffering: int = -1, sequential: bool = False):
         raise storage_error(path, e) from None
 
 
+#: What :func:`copy_range` reads of a response at a time (a buffer that the allocator reuses:
+#: a buffer as big as the range is fresh memory, a page fault per 4 kB).
+STREAM_PIECE = 1 << 20
+
+
+def copy_range(f, start: int, end: int, out) -> int | None:
+    """Copy bytes ``[start, end)`` of ``f``, an object's file from :func:`open_input`, to the
+    binary file ``out`` as they arrive: one ranged GET whose body is read
+    :data:`STREAM_PIECE` bytes at a time, never the whole range in memory (as ``f.read``
+    holds it). Returns the bytes copied: fewer than asked where the object ends or the
+    response broke off (the caller reads on with ``f.read``, which retries and raises as
+    usual), None where ``f`` has no such read (not an s3fs file: read it with ``f.read``).
+    The GET is pinned to the version ``f`` opened (its ETag) as ``f.read``'s are."""
+    fs = getattr(f, "fs", None)
+    size = getattr(f, "size", None)
+    if type(f).__module__.split(".")[0] != "s3fs" or not hasattr(fs, "_call_s3") \
+            or end <= start or (isinstance(size, int) and start >= size):
+        return None    # (past the object's end: f.read gives b"" without a request)
+    import inspect
+
+    from fsspec.asyn import sync
+
+    async def stream():
+        bucket, key, version = fs.split_path(f.path)
+        kw = dict(getattr(f, "read_kw", None) or {})
+        if version or getattr(f, "version_id", None):
+            kw["VersionId"] = version or f.version_id
+        copied = 0
+        try:
+            resp = await fs._call_s3("get_object", Bucket=bucket, Key=key,
+                                     Range=f"bytes={start}-{end - 1}", **kw)
+        except Exception:   # noqa: BLE001  f.read sends it again and raises as usual
+            return 0
+        body = resp["Body"]
+        try:
+            while copied < end - start:
+                try:
+                    piece = await body.read(min(STREAM_PIECE, end - start - copied))
+                except Exception:   # noqa: BLE001  (a broken response: f.read reads on)
+                    break
+                if not piece:
+                    break
+                out.write(piece)
+                copied += len(piece)
+        finally:
+            closed = body.close()
+            if inspect.isawaitable(closed):
+                await closed
+        return copied
+
+    return sync(fs.loop, stream)
+
+
 class Folder:
     """A folder of output files: a local directory (POSIX: a temporary file, fsync'ed and
     renamed) or a prefix of an object store (a file appears under its name complete: one
@@ -536,5 +590,40 @@ class Folder:
             os.replace(local_file, self.join(name))
             return
         fs, path = self._fs()
-        self._call(self.join(name), fs.put_file, local_file, f"{path}/{name}")
+        if not self._call(self.join(name), _put_streamed, fs, local_file, f"{path}/{name}"):
+            self._call(self.join(name), fs.put_file, local_file, f"{path}/{name}")
         os.unlink(local_file)
+
+
+#: s3fs uploads a file of this size or more in a multipart upload (twice its 50 MiB chunk).
+S3_MULTIPART_BYTES = 100 << 20
+
+
+def _put_streamed(fs, local_file: str, path: str) -> bool:
+    """Upload ``local_file`` to ``path`` of the s3fs filesystem ``fs`` in one PUT whose body
+    is read from the file as it is sent, where s3fs's ``put_file`` reads the file whole into
+    memory first (fresh memory of the part's size: a page fault per 4 kB): for a file
+    smaller than :data:`S3_MULTIPART_BYTES` (the same single PUT, content type and
+    ``s3_additional_kwargs``). False (nothing sent) for another filesystem or a bigger file:
+    ``put_file`` uploads it."""
+    size = os.path.getsize(local_file)
+    if type(fs).__module__.split(".")[0] != "s3fs" or not hasattr(fs, "_call_s3") or \
+            size >= S3_MULTIPART_BYTES:
+        return False
+    import mimetypes
+
+    from fsspec.asyn import sync
+    bucket, key, _ = fs.split_path(path)
+    kw = {}
+    content_type, _ = mimetypes.guess_type(local_file)
+    if content_type is not None:
+        kw["ContentType"] = content_type
+
+    async def put():
+        with open(local_file, "rb") as body:
+            await fs._call_s3("put_object", Bucket=bucket, Key=key, Body=body, **kw)
+    sync(fs.loop, put)
+    while path:    # (as put_file: the listings of the object's folders are stale)
+        fs.invalidate_cache(path)
+        path = fs._parent(path)
+    return True

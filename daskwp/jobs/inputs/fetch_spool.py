@@ -173,11 +173,16 @@ def _reserve(spec: PartitionSpec, need: int) -> str | None:
 
 def _copy(src, out, pos: int, end: int, what: str, to_eof: bool = False) -> int:
     """Copy bytes ``[pos, end)`` of ``src`` to ``out`` in GETs of at most
-    :data:`FETCH_PIECE` (+ :data:`MARGIN`); the position reached, less than ``end`` only
-    where ``to_eof`` and the object ends there."""
-    src.seek(pos)
+    :data:`FETCH_PIECE` (+ :data:`MARGIN`), each streamed to ``out`` where the filesystem
+    can (:func:`~daskwp.frames.storage.copy_range`: no buffer of the GET's size); the
+    position reached, less than ``end`` only where ``to_eof`` and the object ends there."""
     while pos < end:
         n = end - pos if end - pos <= FETCH_PIECE + MARGIN else FETCH_PIECE
+        copied = storage.copy_range(src, pos, pos + n, out)
+        if copied:
+            pos += copied
+            continue
+        src.seek(pos)    # (the object's end, a broken response, or no streamed read)
         data = src.read(n)
         if not data:
             if to_eof:
