@@ -102,8 +102,7 @@ def test_a_rerun_goes_on_from_the_recorded_ranges(tmp_path, monkeypatch):
         run_job(make_config(_values(tmp_path)))
     monkeypatch.undo()
     tmp = sorted(out.glob(jm.MERGE_TMP_PREFIX + "*"))
-    assert [p.name.split(".", 2)[-1] for p in tmp] == ["bin", "idx", "idx.documents",
-                                                       "idx.pointers"]
+    assert [p.name.split(".", 2)[-1] for p in tmp] == ["bin", "idx", "idx.documents"]
     before = _records(out)
     assert len(before) == 4
     for p in tmp:   # an append killed before its record

@@ -298,36 +298,50 @@ def _write_shifted(out, a: np.ndarray, shift: int, buf: np.ndarray) -> None:
         _write_array(out, chunk)
 
 
+def _pread_all(fh, offset: int, count: int) -> bytes:
+    """``count`` bytes of the open file ``fh`` at ``offset`` (its position stays)."""
+    parts = []
+    while count:
+        buf = os.pread(fh.fileno(), count, offset)
+        if not buf:
+            raise ValueError(f"{fh.name} ends {count} bytes early")
+        parts.append(buf)
+        offset += len(buf)
+        count -= len(buf)
+    return b"".join(parts)
+
+
 def _section_sizes(sequences: int, documents: int, bin_bytes: int) -> dict:
-    """The sizes of an unfinished :class:`PairAppender`'s four files."""
+    """The sizes of an unfinished :class:`PairAppender`'s three files."""
     return {".bin": bin_bytes, ".idx": _FIXED + 4 * sequences,
-            ".idx.pointers": 8 * sequences, ".idx.documents": 8 * (documents + 1)}
+            ".idx.documents": 8 * (documents + 1)}
 
 
 def _sections(prefix: str, finished: bool) -> list:
-    """``(path, offset of entry 0, entry size)`` of the four sections of a
-    :class:`PairAppender`'s output, .bin bytes, lengths, pointers, document indices (after
-    the leading 0): in its unfinished files, or (``finished``) in the pair."""
+    """``(path, offset of entry 0, entry size)`` of three sections of a
+    :class:`PairAppender`'s output, .bin bytes, lengths, document indices (after the
+    leading 0): in its unfinished files, or (``finished``) in the pair. (The pointers
+    follow from the lengths: written by :meth:`PairAppender.finish`.)"""
     if not finished:
         return [(prefix + ".bin", 0, 1), (prefix + ".idx", _FIXED, 4),
-                (prefix + ".idx.pointers", 0, 8), (prefix + ".idx.documents", 8, 8)]
+                (prefix + ".idx.documents", 8, 8)]
     with open(prefix + ".idx", "rb") as fh:
         head = fh.read(_FIXED)
     if len(head) < _FIXED or head[:9] != INDEX_HEADER:
         raise ValueError(f"{prefix}.idx: not a Megatron index (no MMIDIDX header)")
     n = struct.unpack("<9sQBQQ", head)[3]
     return [(prefix + ".bin", 0, 1), (prefix + ".idx", _FIXED, 4),
-            (prefix + ".idx", _FIXED + 4 * n, 8), (prefix + ".idx", _FIXED + 12 * n + 8, 8)]
+            (prefix + ".idx", _FIXED + 12 * n + 8, 8)]
 
 
 def merged_range_digest(prefix: str, finished: bool, rng: dict, digest) -> None:
     """Update ``digest`` with the bytes of the dataset at ``rng`` (``{"sequences": [s0, s1],
     "documents": [d0, d1], "bin_bytes": [b0, b1]}``, what :meth:`PairAppender.append_data`
     returns) in the output of a :class:`PairAppender` at ``prefix`` (``finished``: the
-    pair, else its unfinished files): its .bin bytes, lengths, pointers and document
-    indices, the bytes and the order ``append_data`` hashes. ValueError when a file is
-    shorter than the range."""
-    spans = (rng["bin_bytes"], rng["sequences"], rng["sequences"], rng["documents"])
+    pair, else its unfinished files): its .bin bytes, lengths and document indices, the
+    bytes and the order ``append_data`` hashes. ValueError when a file is shorter than the
+    range."""
+    spans = (rng["bin_bytes"], rng["sequences"], rng["documents"])
     for (path, base, size), (lo, hi) in zip(_sections(prefix, finished), spans):
         with open(path, "rb", buffering=0) as fh:
             offset, count = base + size * int(lo), size * (int(hi) - int(lo))
@@ -344,17 +358,14 @@ def unfinish_pair(prefix: str, out_prefix: str, sequences: int, documents: int,
                   bin_bytes: int) -> None:
     """Turn the finished pair ``prefix`` (a :class:`PairAppender`'s) back into the
     unfinished files at ``out_prefix`` of its first datasets (``sequences``, ``documents``
-    and ``bin_bytes`` of them), for ``PairAppender(out_prefix, resume=...)``: its sections
-    copied to the section files, the pair renamed (it is gone after)."""
-    secs = _sections(prefix, True)
-    with open(prefix + ".idx", "rb", buffering=0) as src:
-        for (_, base, _), ext, count in ((secs[2], ".idx.pointers", 8 * sequences),
-                                         (secs[3], ".idx.documents", 8 * documents)):
-            with open(out_prefix + ext, "wb", buffering=0) as out:
-                if ext == ".idx.documents":
-                    _write_array(out, np.zeros(1, dtype=np.int64))
-                _copy_range(src, out, base, count)
-                os.fdatasync(out.fileno())
+    and ``bin_bytes`` of them), for ``PairAppender(out_prefix, resume=...)``: its document
+    indices copied to the section file, the pair renamed (it is gone after)."""
+    base = _sections(prefix, True)[2][1]
+    with open(prefix + ".idx", "rb", buffering=0) as src, \
+            open(out_prefix + ".idx.documents", "wb", buffering=0) as out:
+        _write_array(out, np.zeros(1, dtype=np.int64))
+        _copy_range(src, out, base, 8 * documents)
+        os.fdatasync(out.fileno())
     os.replace(prefix + ".bin", out_prefix + ".bin")
     os.replace(prefix + ".idx", out_prefix + ".idx")
 
@@ -365,13 +376,14 @@ class PairAppender:
     ``IndexedDatasetBuilder`` writes after ``add_index`` of each and ``finalize``.
 
     Each append copies the dataset's ``.bin`` data and sequence lengths in the kernel
-    (``copy_file_range``; else read + write), and writes its sequence pointers and document
-    indices shifted by what came before (the ``.idx`` keeps its lengths in place; pointers
-    and indices go to two section files, ``out_prefix.idx.pointers`` / ``.documents``, copied
-    after them by :meth:`finish`, the only work left once every dataset is appended).
+    (``copy_file_range``; else read + write), and writes its document indices shifted by
+    what came before (the ``.idx`` keeps its lengths in place; the indices go to a section
+    file, ``out_prefix.idx.documents``, copied after them by :meth:`finish`, which first
+    writes the sequence pointers from the lengths: the only work left once every dataset is
+    appended).
     :meth:`close` removes the section files (and, before :meth:`finish`, the output pair;
     with ``keep``, nothing before :meth:`finish`: ``resume`` = ``(sequences, documents,
-    bin_bytes, dtype)`` then reopens the four files, cut to the datasets they held then).
+    bin_bytes, dtype)`` then reopens the three files, cut to the datasets they held then).
     :meth:`append_data` appends a dataset from memory.
     With ``fsync`` (a job's merge) each append writes the pair back and then drops the
     cached pages of the pair and of the dataset's ``.bin`` (:func:`drop_cached_pages`).
@@ -394,15 +406,14 @@ class PairAppender:
             self.sequences, self.documents, self.bin_bytes, dtype = resume
             self.dtype = None if dtype is None else np.dtype(dtype)
             sizes = _section_sizes(self.sequences, self.documents, self.bin_bytes)
-            for ext in (".bin", ".idx", ".idx.pointers", ".idx.documents"):
+            for ext in (".bin", ".idx", ".idx.documents"):
                 fh = self._open(ext, "r+b")
                 fh.truncate(sizes[ext])
                 fh.seek(0, os.SEEK_END)
-            self._bin, self._idx, self._ptr, self._doc = (f for _, f in self._files)
+            self._bin, self._idx, self._doc = (f for _, f in self._files)
             return
         self._bin = self._open(".bin")
         self._idx = self._open(".idx")
-        self._ptr = self._open(".idx.pointers")
         self._doc = self._open(".idx.documents")
         self._idx.write(bytes(_FIXED))          # the header, written by finish
         _write_array(self._doc, np.zeros(1, dtype=np.int64))
@@ -427,7 +438,7 @@ class PairAppender:
         another), its ``sequence_lengths`` and ``document_ends`` (the sequence index where
         each of its documents ends, counted from its first sequence: the document indices
         without the leading 0). ``digest``: a hash object updated with the bytes appended
-        to the four sections (:func:`merged_range_digest`'s order). Returns the dataset's
+        to the three sections (:func:`merged_range_digest`'s order). Returns the dataset's
         range (:func:`merged_range_digest`'s arguments)."""
         self._check_dtype(dtype, "a dataset")
         lengths = _check_lengths(sequence_lengths)
@@ -435,9 +446,7 @@ class PairAppender:
         start = (self.sequences, self.documents, self.bin_bytes)
         n_bytes = 0
         out = [(self._bin, t) for t in tokens]
-        out += [(self._idx, lengths),
-                (self._ptr, _pointers(lengths, self.dtype.itemsize, self.bin_bytes)),
-                (self._doc, ends + self.sequences)]
+        out += [(self._idx, lengths), (self._doc, ends + self.sequences)]
         for fh, a in out:
             if a.dtype != self.dtype and fh is self._bin:
                 raise ValueError(f"a piece holds {a.dtype} tokens, the dataset {self.dtype}")
@@ -483,7 +492,6 @@ class PairAppender:
             append_file(src, self._bin)
         with open(prefix + ".idx", "rb", buffering=0) as src:
             _copy_range(src, self._idx, _FIXED, 4 * n)
-        _write_shifted(self._ptr, ix.sequence_pointers, self.bin_bytes, self._buf)
         _write_shifted(self._doc, ix.document_indices[1:], self.sequences, self._buf)
         self.sequences += n
         self.documents += ix.documents
@@ -499,14 +507,26 @@ class PairAppender:
             with open(prefix + ".bin", "rb", buffering=0) as src:
                 drop_cached_pages(src.fileno())
 
+    def _write_pointers(self) -> None:
+        """Append the sequence pointers to the ``.idx``: the prefix sum of its lengths (read
+        back) x the token size, ``_SHIFT_ENTRIES`` at a time."""
+        size = self.dtype.itemsize
+        start = 0
+        for lo in range(0, self.sequences, _SHIFT_ENTRIES):
+            k = min(_SHIFT_ENTRIES, self.sequences - lo)
+            lengths = np.frombuffer(_pread_all(self._idx, _FIXED + 4 * lo, 4 * k), np.int32)
+            chunk = _pointers(lengths, size, start)
+            start = int(chunk[-1]) + int(lengths[-1]) * size
+            _write_array(self._idx, chunk)
+
     def finish(self) -> dict:
         """Complete the ``.idx`` (header, pointers, document indices) and close both files;
         returns ``{"sequences", "documents", "tokens", "dtype"}``."""
         if self.dtype is None:
             raise ValueError("merge_pairs needs at least one dataset")
-        for sec in (self._ptr, self._doc):
-            sec.seek(0)
-            append_file(sec, self._idx)
+        self._write_pointers()
+        self._doc.seek(0)
+        append_file(self._doc, self._idx)
         os.pwrite(self._idx.fileno(), _header(self.dtype, self.sequences,
                                               self.documents + 1), 0)
         if self.fsync:

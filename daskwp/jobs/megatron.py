@@ -488,7 +488,7 @@ class InlineMerge(PartMerger):
     to the pair's unfinished files (``MERGE_TMP_PREFIX`` + the job id:
     :class:`daskwp.frames.megatron.PairAppender`), writes them back (``fdatasync``), drops
     their cached pages, and then commits the partition's record ``part-NNNNN.json``: its
-    statistics and its range of the four files with their checksum (``MERGED_KEY``). A
+    statistics and its range of the three files with their checksum (``MERGED_KEY``). A
     partition that completes before those before it waits in memory, at most ``hold`` of
     them (``hold``, default one a core: the threads of the in-process scheduler); past
     that, its task writes its pair as a part (:func:`write_megatron_partition`),
