@@ -470,7 +470,9 @@ class PairAppender:
             section = ext.startswith(".idx.")
             if sections or not section:
                 os.fdatasync(fh.fileno())
-                if not section:   # the sections are read again by finish: kept
+                # the sections (and, with keep, the lengths: the pointers follow from them)
+                # are read again by finish: kept
+                if not section and not (self.keep and ext == ".idx"):
                     drop_cached_pages(fh.fileno())
 
     def append(self, prefix: str) -> None:
