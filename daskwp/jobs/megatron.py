@@ -7,7 +7,9 @@ and the SHA-256 of both files. A rerun keeps every pair whose record matches the
 whose files match their checksums. When all parts are there, the driver merges them into
 ``OUTPUT/<column>_document.{bin,idx}`` (``<column>_sentence`` with a
 ``document_separator``: Megatron's ``preprocess_data.py`` names), or, with
-``merge_parts: false``, lists the parts' prefixes in ``_megatron_data_args.txt``.
+``merge_parts: false``, lists the parts' prefixes in ``_megatron_data_args.txt``. A job in
+this process (threads, no cluster) writes no part pairs: its partitions go from memory into
+the merged pair, each recorded as its range of it (:class:`InlineMerge`).
 
 Sequences follow ``preprocess_data.py`` (docs/batch-jobs.md "Megatron indexed datasets"):
 the ids of a document (or of each piece of it between ``document_separator`` strings), with
@@ -248,7 +250,10 @@ def _bound_partition_memory(text_bytes: int) -> bool:
 def verify_megatron_output(out_dir: str, plan) -> None:
     """Read every part's index back: part i holds ``documents_i`` documents (its logIDs
     offset_i .. offset_i + documents_i - 1, in order) and its ``.bin`` the tokens its
-    lengths add up to. Raises JobError naming the first bad part."""
+    lengths add up to; a partition in the merged pair of an in-process job
+    (:class:`InlineMerge`), by its record: its range holds ``documents_i`` documents and
+    its tokens' bytes (the range's checksum was checked when it was written or kept).
+    Raises JobError naming the first bad part."""
     n = len(plan)
     folder = storage.Folder(out_dir, storage.current_options())
     for p in plan:
