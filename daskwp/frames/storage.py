@@ -30,6 +30,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 import uuid
 
 __all__ = ["TMP_PREFIX", "Folder", "HeadCached", "LocalCopy", "StorageError",
@@ -37,7 +38,7 @@ __all__ = ["TMP_PREFIX", "Folder", "HeadCached", "LocalCopy", "StorageError",
            "filesystem",
            "has_local_copy", "is_url", "local_copy", "local_path", "object_version",
            "open_input", "size",
-           "storage_error", "url_info", "using"]
+           "remove_stale_staging", "staging_root", "storage_error", "url_info", "using"]
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _OPTIONS: contextvars.ContextVar = contextvars.ContextVar("daskwp_storage_options",
@@ -399,6 +400,56 @@ def copy_range(f, start: int, end: int, out) -> int | None:
     return sync(fs.loop, stream)
 
 
+def staging_root() -> str:
+    """This host's folder of staging folders (parts written before their upload), for this
+    user: one folder per block of :meth:`Folder.staging`, named after the process's pid."""
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    return os.path.join(tempfile.gettempdir(), f"daskwp-staging-{uid}")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True     # someone else's process (or no way to tell): keep its folder
+    return True
+
+
+#: A staging folder whose process is gone is removed once untouched for this long (another
+#: container sharing the temporary folder may number its processes differently); any
+#: staging folder untouched for :data:`STAGING_MAX_AGE` is removed.
+STAGING_GRACE = 600
+STAGING_MAX_AGE = 24 * 3600
+
+
+def remove_stale_staging(root: str, now: float | None = None) -> list[str]:
+    """Remove the leftover staging folders in ``root``: a worker killed during an upload
+    (``SIGKILL``, the host's power lost) leaves its part there, and nothing else would remove
+    it. Leftover: its process (the pid its name starts with) is gone and it has been
+    untouched for :data:`STAGING_GRACE` seconds, or it has been untouched for
+    :data:`STAGING_MAX_AGE`. Returns the folders removed."""
+    now = time.time() if now is None else now
+    removed = []
+    try:
+        entries = list(os.scandir(root))
+    except FileNotFoundError:
+        return removed
+    for d in entries:
+        pid = d.name.split("-", 1)[0]
+        try:
+            age = now - d.stat(follow_symlinks=False).st_mtime
+        except FileNotFoundError:
+            continue
+        if not d.is_dir(follow_symlinks=False) or not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        if age > STAGING_MAX_AGE or (age > STAGING_GRACE and not _pid_alive(int(pid))):
+            shutil.rmtree(d.path, ignore_errors=True)
+            removed.append(d.path)
+    return removed
+
+
 class Folder:
     """A folder of output files: a local directory (POSIX: a temporary file, fsync'ed and
     renamed) or a prefix of an object store (a file appears under its name complete: one
@@ -561,7 +612,10 @@ class Folder:
         if not self.remote:
             yield self.location
             return
-        staging = tempfile.mkdtemp(prefix="daskwp-staging-")
+        root = staging_root()
+        os.makedirs(root, exist_ok=True)
+        remove_stale_staging(root)
+        staging = tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=root)
         try:
             yield staging
         finally:
