@@ -1108,13 +1108,13 @@ def test_a_part_is_uploaded_from_its_file_as_it_is_sent(tmp_path, bucket, monkey
     import s3fs
     name, options, fs = bucket
     sent = []
-    real = s3fs.core.S3FileSystem._call_s3
+    real = s3fs.core._error_wrapper
 
-    async def spy(self, method, *args, **kw):
-        if method == "put_object":
-            sent.append((kw["Key"], type(kw["Body"]).__name__))
-        return await real(self, method, *args, **kw)
-    monkeypatch.setattr(s3fs.core.S3FileSystem, "_call_s3", spy)
+    async def spy(func, *, args=(), kwargs=None, retries):
+        if "Body" in (kwargs or {}):
+            sent.append((kwargs["Key"], type(kwargs["Body"]).__name__))
+        return await real(func, args=args, kwargs=kwargs, retries=retries)
+    monkeypatch.setattr(s3fs.core, "_error_wrapper", spy)
     folder = storage.Folder(f"s3://{name}/out", options)
     data = os.urandom(300_000)
     for limit, body in ((storage.S3_MULTIPART_BYTES, "BufferedReader"), (1000, "bytes")):
@@ -1129,3 +1129,30 @@ def test_a_part_is_uploaded_from_its_file_as_it_is_sent(tmp_path, bucket, monkey
         assert folder.listdir() == ["part.parquet"]     # (no stale listing)
         assert fs.cat_file(f"{name}/out/part.parquet") == data
         fs.rm(f"{name}/out/part.parquet")
+
+
+def test_a_retried_streamed_put_sends_the_whole_file(tmp_path, bucket, monkeypatch):
+    """s3fs repeats a PUT that failed after botocore's own retries with the same open file,
+    now at its end: each try must send the file from its start (else an empty object is
+    stored as the part, and the staged file deleted)."""
+    import s3fs
+    name, options, fs = bucket
+    real = s3fs.core._error_wrapper
+    tries = []
+
+    async def flaky(func, *, args=(), kwargs=None, retries):
+        async def once(*a, **kw):
+            tries.append(kw["Body"].tell() if "Body" in kw else None)
+            if len(tries) == 1 and "Body" in kw:
+                kw["Body"].read()       # the body sent, then the connection broke
+                raise s3fs.core.S3_RETRYABLE_ERRORS[0]("connection reset")
+            return await func(*a, **kw)
+        return await real(once, args=args, kwargs=kwargs, retries=retries)
+    monkeypatch.setattr(s3fs.core, "_error_wrapper", flaky)
+    folder = storage.Folder(f"s3://{name}/out", options)
+    data = os.urandom(200_000)
+    staged = tmp_path / "part.parquet"
+    staged.write_bytes(data)
+    folder.publish(str(staged), "part.parquet")
+    assert len(tries) == 2, tries
+    assert fs.cat_file(f"{name}/out/part.parquet") == data

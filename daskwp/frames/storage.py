@@ -38,7 +38,7 @@ __all__ = ["TMP_PREFIX", "Folder", "HeadCached", "LocalCopy", "StorageError",
            "filesystem",
            "has_local_copy", "is_url", "local_copy", "local_path", "object_version",
            "open_input", "size",
-           "remove_stale_staging", "staging_root", "storage_error", "url_info", "using"]
+           "private_folder", "remove_stale_staging", "staging_root", "storage_error", "url_info", "using"]
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _OPTIONS: contextvars.ContextVar = contextvars.ContextVar("daskwp_storage_options",
@@ -407,6 +407,38 @@ def staging_root() -> str:
     return os.path.join(tempfile.gettempdir(), f"daskwp-staging-{uid}")
 
 
+def private_folder(path: str) -> bool:
+    """Create the folder ``path`` (mode 0700) unless it exists; whether it is a folder of
+    this user that no one else can write to (not a link): a fixed name in a shared
+    temporary folder could have been made by anyone, pointing anywhere."""
+    import stat
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return False
+    st = os.lstat(path)
+    mine = not hasattr(os, "getuid") or st.st_uid == os.getuid()
+    return stat.S_ISDIR(st.st_mode) and mine and not st.st_mode & 0o077
+
+
+#: The name of a staging folder: the pid, then mkdtemp's 8 random characters.
+_STAGING_NAME = re.compile(r"^(\d+)-[a-z0-9_]{8}$")
+
+
+def _last_touched(path: str) -> float:
+    """The newest mtime of the folder ``path`` and of its entries (a file being written
+    changes its own mtime, not its folder's)."""
+    newest = os.stat(path, follow_symlinks=False).st_mtime
+    for e in os.scandir(path):
+        try:
+            newest = max(newest, e.stat(follow_symlinks=False).st_mtime)
+        except FileNotFoundError:
+            pass
+    return newest
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -437,14 +469,14 @@ def remove_stale_staging(root: str, now: float | None = None) -> list[str]:
     except FileNotFoundError:
         return removed
     for d in entries:
-        pid = d.name.split("-", 1)[0]
+        m = _STAGING_NAME.match(d.name)
+        if not m or int(m.group(1)) == os.getpid() or not d.is_dir(follow_symlinks=False):
+            continue
         try:
-            age = now - d.stat(follow_symlinks=False).st_mtime
+            age = now - _last_touched(d.path)
         except FileNotFoundError:
             continue
-        if not d.is_dir(follow_symlinks=False) or not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        if age > STAGING_MAX_AGE or (age > STAGING_GRACE and not _pid_alive(int(pid))):
+        if age > STAGING_MAX_AGE or (age > STAGING_GRACE and not _pid_alive(int(m.group(1)))):
             shutil.rmtree(d.path, ignore_errors=True)
             removed.append(d.path)
     return removed
@@ -613,9 +645,11 @@ class Folder:
             yield self.location
             return
         root = staging_root()
-        os.makedirs(root, exist_ok=True)
-        remove_stale_staging(root)
-        staging = tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=root)
+        if private_folder(root):
+            remove_stale_staging(root)
+            staging = tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=root)
+        else:   # someone else's, or open to others: a folder of its own, no sweeping
+            staging = tempfile.mkdtemp(prefix="daskwp-staging-")
         try:
             yield staging
         finally:
@@ -661,21 +695,37 @@ def _put_streamed(fs, local_file: str, path: str) -> bool:
     ``s3_additional_kwargs``). False (nothing sent) for another filesystem or a bigger file:
     ``put_file`` uploads it."""
     size = os.path.getsize(local_file)
-    if type(fs).__module__.split(".")[0] != "s3fs" or not hasattr(fs, "_call_s3") or \
-            size >= S3_MULTIPART_BYTES:
+    if type(fs).__module__.split(".")[0] != "s3fs" or size >= S3_MULTIPART_BYTES:
+        return False
+    try:    # s3fs's retry loop and kwargs (a version without them: put_file uploads it)
+        from s3fs.core import _error_wrapper
+    except ImportError:
+        return False
+    if not all(hasattr(fs, a) for a in ("set_session", "get_s3", "_get_s3_method_kwargs")):
         return False
     import mimetypes
 
     from fsspec.asyn import sync
     bucket, key, _ = fs.split_path(path)
-    kw = {}
+    kw = {"Bucket": bucket, "Key": key, "ContentLength": size}
     content_type, _ = mimetypes.guess_type(local_file)
     if content_type is not None:
         kw["ContentType"] = content_type
 
     async def put():
+        await fs.set_session()
+        s3 = await fs.get_s3(bucket)
         with open(local_file, "rb") as body:
-            await fs._call_s3("put_object", Bucket=bucket, Key=key, Body=body, **kw)
+            async def attempt(**call_kw):
+                # every try sends the whole file: s3fs repeats the same call (the same open
+                # file) after errors botocore gave up on, and botocore takes the body's
+                # length and checksum from where the file stands - at its end, after a
+                # failed try: an empty object, stored as the part (ContentLength makes a
+                # short body fail rather than store)
+                body.seek(0)
+                return await s3.put_object(**call_kw)
+            await _error_wrapper(attempt, kwargs=fs._get_s3_method_kwargs(
+                s3.put_object, Body=body, **kw), retries=fs.retries)
     sync(fs.loop, put)
     while path:    # (as put_file: the listings of the object's folders are stale)
         fs.invalidate_cache(path)
