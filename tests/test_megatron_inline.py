@@ -193,3 +193,28 @@ def test_cluster_parts_are_taken_in_process_and_the_reverse_is_refused(tmp_path,
     with pytest.raises(OutputConflictError, match="started in-process: its first 2 "
                                                   "partitions"):
         run_job(make_config(dict(values, n_workers=1)))
+
+
+@pytest.mark.parametrize("cut", ["finish", "unfinish"])
+def test_a_rerun_completes_a_move_of_the_pair_cut_half_way(tmp_path, cut):
+    """A run killed between the two renames of the pair (``.bin`` moved, ``.idx`` not) left
+    one file under each name: the rerun completes the move and keeps every partition."""
+    want = _reference(tmp_path)
+    s = run_job(make_config(_values(tmp_path)))
+    out = tmp_path / "o"
+    job_id = json.loads((out / "_job.json").read_text())["job_id"]
+    tmp = str(out / (jm.MERGE_TMP_PREFIX + job_id))
+    merged = s["megatron"]["prefix"]
+    if cut == "finish":     # finish renamed the .bin, not yet the .idx
+        os.replace(merged + ".idx", tmp + ".idx")
+    else:                   # unfinish_pair renamed the .bin back, not yet the .idx
+        from daskwp.frames.megatron import unfinish_pair
+        from daskwp.frames.megatron import read_index
+        idx = read_index(merged + ".idx")
+        unfinish_pair(merged, tmp, idx.sequences, idx.documents, os.path.getsize(merged + ".bin"))
+        os.replace(tmp + ".idx", merged + ".idx")
+    before = _records(out)
+    s2 = run_job(make_config(_values(tmp_path)))
+    assert s2["partitions_written"] == 0
+    assert _records(out) == before
+    _same_bytes(s2, want)

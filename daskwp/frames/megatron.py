@@ -128,17 +128,20 @@ class _Hashing:
         self.fh, self.digest = fh, digest
 
     def write(self, data) -> int:
-        self.digest.update(data)
-        return self.fh.write(data)
+        n = self.fh.write(data)
+        self.digest.update(memoryview(data).cast("B")[:n])    # what reached the file
+        return n
 
 
 def _write_array(fh, a: np.ndarray) -> None:
-    """Write the bytes of ``a`` (little-endian, C order) to ``fh`` without a copy."""
+    """Write the bytes of ``a`` (little-endian, C order) to ``fh`` without a copy (all of
+    them: an unbuffered file's ``write`` may take fewer)."""
     a = np.ascontiguousarray(a)
     if a.dtype.byteorder == ">":
         a = a.astype(a.dtype.newbyteorder("<"))
-    if a.size:
-        fh.write(memoryview(a.reshape(-1)).cast("B"))
+    view = memoryview(a.reshape(-1)).cast("B") if a.size else memoryview(b"")
+    while view:
+        view = view[fh.write(view):]
 
 
 def write_pair(prefix: str, tokens: np.ndarray, sequence_lengths, document_indices, *,

@@ -344,7 +344,7 @@ class PartMerger:
             self._cond.notify_all()
 
     def _next(self) -> bool:
-        return (self.failed is None and self.appended < self.n
+        return (self.failed is None and not self._closed and self.appended < self.n
                 and self.complete[self.appended])
 
     def _merge(self) -> None:
@@ -449,6 +449,21 @@ def _files_match(out_dir: str, rec: dict) -> bool:
     return True
 
 
+def _settle_pair(tmp: str, merged: str) -> None:
+    """Complete a move of the pair that a killed run left half done: ``.bin`` renamed and
+    ``.idx`` not (both renames of :meth:`InlineMerge.finish`, tmp -> merged, and of
+    :func:`~daskwp.frames.megatron.unfinish_pair`, merged -> tmp, move ``.bin`` first).
+    Otherwise the ranges would be checked against a pair whose ``.idx`` is missing, and
+    every partition written again."""
+    def there(p):
+        return os.path.exists(p)
+    if not there(tmp + ".bin") and there(merged + ".bin") and there(tmp + ".idx"):
+        os.replace(tmp + ".idx", merged + ".idx")      # finish was cut
+    elif there(tmp + ".bin") and not there(merged + ".bin") and not there(tmp + ".idx") \
+            and there(merged + ".idx"):
+        os.replace(merged + ".idx", tmp + ".idx")      # unfinish_pair was cut
+
+
 def merged_resume_state(out_dir: str, cfg, n: int, job_id: str, counts: list,
                         stats: list) -> dict | None:
     """The partitions of an in-process run of this job already in its merged pair
@@ -460,8 +475,10 @@ def merged_resume_state(out_dir: str, cfg, n: int, job_id: str, counts: list,
     "partitions", "sequences", "documents", "bin_bytes", "dtype"}`` of that prefix, or None
     when no record holds a range."""
     tmp = os.path.join(out_dir, MERGE_TMP_PREFIX + job_id)
+    merged = os.path.join(out_dir, megatron_prefix(cfg))
+    _settle_pair(tmp, merged)
     finished = not os.path.exists(tmp + ".bin")
-    source = os.path.join(out_dir, megatron_prefix(cfg)) if finished else tmp
+    source = merged if finished else tmp
     at = {"sequences": 0, "documents": 0, "bin_bytes": 0}
     state = None
     going = True   # every partition before is in the merge
@@ -525,8 +542,10 @@ class InlineMerge(PartMerger):
                       state["dtype"])
         self.appender = PairAppender(self.prefix, fsync=True, keep=True, resume=resume)
         self.appended = state["partitions"] if resume else 0
-        # one partition a thread (the threaded scheduler's: one per core)
-        self.hold = hold if hold is not None else (os.cpu_count() or 2)
+        # one partition a thread (the threaded scheduler's: one per core it may use, as
+        # dask counts them: CPU affinity and cgroup quotas, not the host's cores)
+        from dask.system import CPU_COUNT
+        self.hold = hold if hold is not None else max(int(CPU_COUNT), 1)
         self.held: dict = {}
         self.files: set = set()
         self.failed: BaseException | None = None
@@ -567,7 +586,7 @@ class InlineMerge(PartMerger):
                 self._cond.notify_all()
 
     def _next(self) -> bool:
-        return (self.failed is None and self.appended < self.n
+        return (self.failed is None and not self._closed and self.appended < self.n
                 and (self.appended in self.held or self.appended in self.files))
 
     def _appended(self, index: int | None) -> None:
