@@ -1156,3 +1156,22 @@ def test_a_retried_streamed_put_sends_the_whole_file(tmp_path, bucket, monkeypat
     folder.publish(str(staged), "part.parquet")
     assert len(tries) == 2, tries
     assert fs.cat_file(f"{name}/out/part.parquet") == data
+
+
+def test_a_streamed_get_checks_the_etag_where_s3fs_does(bucket, monkeypatch):
+    """Where s3fs checks an object's ETag itself (``local_expiry_check``: a store without
+    If-Match), copy_range compares it too: an object replaced since it was opened copies
+    nothing (the caller's f.read then raises as s3fs does), never the new bytes."""
+    import io
+    name, options, fs = bucket
+    url = f"s3://{name}/changing.txt"
+    fs.pipe(f"{name}/changing.txt", b"a" * 100_000)
+    with storage.using(options):
+        s3, _ = storage.filesystem(url, options)
+        monkeypatch.setattr(s3, "local_expiry_check", True, raising=False)
+        with storage.open_input(url) as f:
+            assert "IfMatch" not in (getattr(f, "read_kw", None) or {})
+            fs.pipe(f"{name}/changing.txt", b"b" * 100_000)
+            out = io.BytesIO()
+            assert storage.copy_range(f, 0, 50_000, out) == 0
+            assert out.getvalue() == b""

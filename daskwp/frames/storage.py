@@ -357,9 +357,11 @@ def copy_range(f, start: int, end: int, out) -> int | None:
     binary file ``out`` as they arrive: one ranged GET whose body is read
     :data:`STREAM_PIECE` bytes at a time, never the whole range in memory (as ``f.read``
     holds it). Returns the bytes copied: fewer than asked where the object ends or the
-    response broke off (the caller reads on with ``f.read``, which retries and raises as
-    usual), None where ``f`` has no such read (not an s3fs file: read it with ``f.read``).
-    The GET is pinned to the version ``f`` opened (its ETag) as ``f.read``'s are."""
+    response broke off (the caller goes on from there: another call, or ``f.read``, which
+    retries and raises as usual), None where ``f`` has no such read (not an s3fs file: read
+    it with ``f.read``). The GET is pinned to the version ``f`` opened (its ETag) as
+    ``f.read``'s are: by If-Match, or, where s3fs checks the ETag itself
+    (``local_expiry_check``), by comparing it (0 bytes copied when it differs)."""
     fs = getattr(f, "fs", None)
     size = getattr(f, "size", None)
     if type(f).__module__.split(".")[0] != "s3fs" or not hasattr(fs, "_call_s3") \
@@ -381,6 +383,13 @@ def copy_range(f, start: int, end: int, out) -> int | None:
         except Exception:   # noqa: BLE001  f.read sends it again and raises as usual
             return 0
         body = resp["Body"]
+        etag = (getattr(f, "details", None) or {}).get("ETag")
+        if getattr(fs, "local_expiry_check", False) and etag and resp.get("ETag") != etag:
+            # (a store without If-Match: s3fs compares the ETags itself; f.read raises)
+            closed = body.close()
+            if inspect.isawaitable(closed):
+                await closed
+            return 0
         try:
             while copied < end - start:
                 try:
