@@ -217,16 +217,23 @@ def test_a_text_partition_reads_its_byte_range_only(bucket, monkeypatch):
     assert all(e - s < len(data) / 3 for s, e in fetched)
 
 
-def test_counting_a_text_partition_fetches_big_ranges(bucket, monkeypatch):
-    """The count of a URL partition's lines (the global-offset pass) reads its byte range in
-    a few big GETs, not 1 MB ones: each request has a fixed cost (storage_bench.py)."""
+def _big_text(bucket, nbytes: int, partition_bytes: int):
+    """``(data, specs)``: at least ``nbytes`` of the sample lines as the bucket's ``big.txt``,
+    planned as text partitions of ``partition_bytes``."""
     name, options, fs = bucket
     line = ("\n".join(sample_lines()) + "\n").encode()
-    data = line * (6_000_000 // len(line) + 1)
+    data = line * (nbytes // len(line) + 1)
     fs.pipe(f"{name}/big.txt", data)
     with storage.using(options):
         specs = inputs.plan_partitions(inputs.list_input_files(f"s3://{name}/big.txt"),
-                                       "text", 5_000_000)
+                                       "text", partition_bytes)
+    return data, specs
+
+
+def test_counting_a_text_partition_fetches_big_ranges(bucket, monkeypatch):
+    """The count of a URL partition's lines (the global-offset pass) reads its byte range in
+    a few big GETs, not 1 MB ones: each request has a fixed cost (storage_bench.py)."""
+    data, specs = _big_text(bucket, 6_000_000, 5_000_000)
     assert len(specs) == 2 and specs[0].byte_end - specs[0].byte_start > 2_500_000
     fetched = spy_fetches(monkeypatch)
     spec = specs[0]
@@ -1050,13 +1057,7 @@ def test_the_spool_fetch_streams_each_get_to_disk(bucket, spool_tmp, monkeypatch
     from aiobotocore import response
 
     from daskwp.jobs.inputs import fetch_spool
-    name, options, fs = bucket
-    line = ("\n".join(sample_lines()) + "\n").encode()
-    data = line * (12_000_000 // len(line) + 1)
-    fs.pipe(f"{name}/big.txt", data)
-    with storage.using(options):
-        specs = inputs.plan_partitions(inputs.list_input_files(f"s3://{name}/big.txt"),
-                                       "text", 6_000_000)
+    data, specs = _big_text(bucket, 12_000_000, 6_000_000)
     spec = dataclasses.replace(specs[0], spool=("job0-run0", 1 << 32))
     ranges = fetch_spool.regions(spec)
     (start, end), = ranges
