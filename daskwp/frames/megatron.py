@@ -139,9 +139,29 @@ def _write_array(fh, a: np.ndarray) -> None:
     a = np.ascontiguousarray(a)
     if a.dtype.byteorder == ">":
         a = a.astype(a.dtype.newbyteorder("<"))
-    view = memoryview(a.reshape(-1)).cast("B") if a.size else memoryview(b"")
+    if a.size:
+        _write_all(fh, a.reshape(-1))
+
+
+def _write_all(fh, data) -> None:
+    """Write every byte of ``data`` to ``fh`` (an unbuffered file's ``write`` may take
+    fewer than given)."""
+    view = memoryview(data).cast("B")
     while view:
         view = view[fh.write(view):]
+
+
+def _pread_pieces(fh, offset: int, count: int, piece: int | None = None):
+    """The ``count`` bytes of the open file ``fh`` from ``offset``, in pieces of at most
+    ``piece`` bytes (default 16 MB; its position stays). ValueError where it is shorter."""
+    piece = piece or _COPY_CHUNK
+    while count:
+        buf = os.pread(fh.fileno(), min(count, piece), offset)
+        if not buf:
+            raise ValueError(f"{fh.name} ends {count} bytes early")
+        yield buf
+        offset += len(buf)
+        count -= len(buf)
 
 
 def write_pair(prefix: str, tokens: np.ndarray, sequence_lengths, document_indices, *,
@@ -246,9 +266,7 @@ def append_file(src, out) -> int:
         buf = src.read(_COPY_CHUNK)
         if not buf:
             return copied
-        view = memoryview(buf)
-        while view:
-            view = view[out.write(view):]
+        _write_all(out, buf)
         copied += len(buf)
 
 
@@ -265,15 +283,8 @@ def _copy_range(src, out, offset: int, count: int) -> None:
                 count -= n
         except OSError:   # not across these filesystems, or not at all: read + write
             pass
-    while count:
-        buf = os.pread(src.fileno(), min(count, _COPY_CHUNK), offset)
-        if not buf:
-            raise ValueError(f"{src.name} ends {count} bytes early")
-        view = memoryview(buf)
-        while view:
-            view = view[out.write(view):]
-        offset += len(buf)
-        count -= len(buf)
+    for buf in _pread_pieces(src, offset, count):
+        _write_all(out, buf)
 
 
 def drop_cached_pages(fd: int) -> None:
@@ -299,19 +310,6 @@ def _write_shifted(out, a: np.ndarray, shift: int, buf: np.ndarray) -> None:
         chunk = buf[:len(piece)]
         np.add(piece, shift, out=chunk)
         _write_array(out, chunk)
-
-
-def _pread_all(fh, offset: int, count: int) -> bytes:
-    """``count`` bytes of the open file ``fh`` at ``offset`` (its position stays)."""
-    parts = []
-    while count:
-        buf = os.pread(fh.fileno(), count, offset)
-        if not buf:
-            raise ValueError(f"{fh.name} ends {count} bytes early")
-        parts.append(buf)
-        offset += len(buf)
-        count -= len(buf)
-    return b"".join(parts)
 
 
 def _section_sizes(sequences: int, documents: int, bin_bytes: int) -> dict:
@@ -347,14 +345,8 @@ def merged_range_digest(prefix: str, finished: bool, rng: dict, digest) -> None:
     spans = (rng["bin_bytes"], rng["sequences"], rng["documents"])
     for (path, base, size), (lo, hi) in zip(_sections(prefix, finished), spans):
         with open(path, "rb", buffering=0) as fh:
-            offset, count = base + size * int(lo), size * (int(hi) - int(lo))
-            while count:
-                buf = os.pread(fh.fileno(), min(count, _COPY_CHUNK), offset)
-                if not buf:
-                    raise ValueError(f"{path} ends {count} bytes before the range")
+            for buf in _pread_pieces(fh, base + size * int(lo), size * (int(hi) - int(lo))):
                 digest.update(buf)
-                offset += len(buf)
-                count -= len(buf)
 
 
 def unfinish_pair(prefix: str, out_prefix: str, sequences: int, documents: int,
@@ -519,7 +511,7 @@ class PairAppender:
         start = 0
         for lo in range(0, self.sequences, _SHIFT_ENTRIES):
             k = min(_SHIFT_ENTRIES, self.sequences - lo)
-            lengths = np.frombuffer(_pread_all(self._idx, _FIXED + 4 * lo, 4 * k), np.int32)
+            lengths = np.frombuffer(b"".join(_pread_pieces(self._idx, _FIXED + 4 * lo, 4 * k, 4 * k)), np.int32)
             chunk = _pointers(lengths, size, start)
             start = int(chunk[-1]) + int(lengths[-1]) * size
             _write_array(self._idx, chunk)

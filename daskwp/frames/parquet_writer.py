@@ -214,11 +214,8 @@ class _Column:
             values = numpy_of_arrow(arr)
             first = 0
             while True:
-                buf = scratch(0)
-                size, n = _ext.parquet_scalar_page(values, first, PAGE_VALUES, buf)
-                if size > len(buf):
-                    buf = scratch(size)
-                    size, n = _ext.parquet_scalar_page(values, first, PAGE_VALUES, buf)
+                buf, (size, n) = _page_into(scratch, lambda b: _ext.parquet_scalar_page(
+                    values, first, PAGE_VALUES, b))
                 yield buf[:size], n
                 first += n
                 if first >= len(values):
@@ -231,17 +228,24 @@ class _Column:
         rows = len(offsets) - 1
         row = 0
         while True:
-            buf = scratch(0)
-            size, n, end = _ext.parquet_list_page(values, offsets, row, PAGE_BYTES,
-                                                  self.split, buf)
-            if size > len(buf):
-                buf = scratch(size)
-                size, n, end = _ext.parquet_list_page(values, offsets, row, PAGE_BYTES,
-                                                      self.split, buf)
+            buf, (size, n, end) = _page_into(scratch, lambda b: _ext.parquet_list_page(
+                values, offsets, row, PAGE_BYTES, self.split, b))
             yield buf[:size], n
             row = end
             if row >= rows:
                 return
+
+
+def _page_into(scratch, encode):
+    """``(buffer, encode(buffer))``: one page encoded into the writer's reused buffer
+    (``scratch(size)``); the encoder returns the page's size first, and writes nothing when
+    the buffer is smaller, so a bigger page is encoded again into a buffer grown to it."""
+    buf = scratch(0)
+    out = encode(buf)
+    if out[0] > len(buf):
+        buf = scratch(out[0])
+        out = encode(buf)
+    return buf, out
 
 
 def _arrow_schema_value(schema: pa.Schema) -> bytes:
