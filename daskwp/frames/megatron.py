@@ -685,11 +685,14 @@ def _zero_where_null(lengths) -> np.ndarray:
     """An Arrow array of lengths (int32 or int64, fresh from a compute function) as a NumPy
     array with 0 where it is null. Not ``pc.fill_null(lengths, 0)``: its Python scalar goes
     through ``pa.scalar``, which imports pandas (0.5-2.5 s of CPU) in a process that has not."""
-    values = np.frombuffer(lengths.buffers()[1], dtype=f"int{lengths.type.bit_width}",
-                           count=len(lengths) + lengths.offset)[lengths.offset:]
+    import pyarrow as pa
+
+    from .schema import numpy_of_arrow
     if lengths.null_count == 0:
-        return values
-    return np.where(np.asarray(lengths.is_valid()), values, 0)
+        return numpy_of_arrow(lengths)
+    values = pa.Array.from_buffers(lengths.type, len(lengths), [None, lengths.buffers()[1]],
+                                   offset=lengths.offset)     # the values, nulls ignored
+    return np.where(np.asarray(lengths.is_valid()), numpy_of_arrow(values), 0)
 
 
 def encode_pieces(tokenizer, texts, options: dict, to_device=None):
