@@ -540,7 +540,8 @@ class InlineMerge(PartMerger):
                               state["documents"], state["bin_bytes"])
             resume = (state["sequences"], state["documents"], state["bin_bytes"],
                       state["dtype"])
-        self.appender = PairAppender(self.prefix, fsync=True, keep=True, resume=resume)
+        self.appender = PairAppender(self.prefix, fsync=True, keep=True, resume=resume,
+                                     direct=True)
         self.appended = state["partitions"] if resume else 0
         # one partition a thread (the threaded scheduler's: one per core it may use, as
         # dask counts them: CPU affinity and cgroup quotas, not the host's cores)
