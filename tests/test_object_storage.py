@@ -717,8 +717,10 @@ def test_spooled_partitions_compressed_and_csv_equal_local(tmp_path, bucket, spo
 
 def test_the_write_reads_the_spool_of_this_version_only(bucket, spool_tmp, monkeypatch):
     """count_partition leaves the fetched range in the spool; read_partition reads it (no
-    GET) and removes it; without a spool file (another host) the range is fetched; a spool
-    file of another version of the object (changed since it was counted) is never read."""
+    GET) and removes it; without a spool file (another host) the range is fetched; the
+    partition reads the version of the object planning listed: replaced after the count,
+    the write reads the spool (the bytes counted), a GET of the replaced object fails with
+    one line; a spool file of another version of the object is never read."""
     import dataclasses
 
     from daskwp.jobs.inputs import fetch_spool
@@ -740,11 +742,34 @@ def test_the_write_reads_the_spool_of_this_version_only(bucket, spool_tmp, monke
     # no spool file here: fetched from the store (after a small GET at each cut)
     assert inputs.read_partition(spec).to_pylist() == want
     assert fetched[3:] == [("t.txt", start, end)]
-    # the object replaced after the count (same size, other bytes): the spool is not read
+    # the object replaced after the count (same size, other bytes): the write reads the
+    # spool, the version listed and counted; without it a GET pinned to that ETag fails
     assert inputs.count_partition(spec) == len(want)
     changed = data[:start] + data[start:end].upper() + data[end:]
     fs.pipe(f"{name}/t.txt", changed)
     fs.invalidate_cache()
+    assert inputs.read_partition(spec).to_pylist() == want
+    assert spool_files(spool_tmp) == []
+    with pytest.raises(jobs.InputError) as e:
+        inputs.read_partition(spec)
+    assert "t.txt" in str(e.value) and "\n" not in str(e.value), e.value
+    with pytest.raises(jobs.InputError):
+        inputs.count_partition(spec)
+    assert spool_files(spool_tmp) == []
+    # a spool file of another version: the bytes listed back (their ETag again) and
+    # counted, then replaced and listed again: the new plan's write fetches the new bytes,
+    # never reads the old spool
+    fs.pipe(f"{name}/t.txt", data)
+    fs.invalidate_cache()
+    assert inputs.count_partition(spec) == len(want)
+    assert len(spool_files(spool_tmp)) == 1
+    fs.pipe(f"{name}/t.txt", changed)
+    fs.invalidate_cache()
+    with storage.using(options):
+        again = inputs.plan_partitions(inputs.list_input_files(f"s3://{name}/t.txt"),
+                                       "text", 20_000)
+    assert again[2].object_version != spec.object_version
+    spec = dataclasses.replace(again[2], spool=spec.spool)
     got = inputs.read_partition(spec).to_pylist()
     assert got == [x.upper() for x in want]
     assert spool_files(spool_tmp) == []
@@ -967,6 +992,11 @@ def test_a_job_sends_no_request_it_can_do_without(tmp_path, bucket, requests_log
     assert [key for k, key in outputs if k == "GET"] == \
         [f"out/{jobs.part_name(i, n)}" for i in range(n)]
     assert not [key for k, key in outputs if k == "HEAD" and "part-" in key], outputs
+    # HEADs: the input's while listing (its kind, then its size and ETag), the output's
+    # (a folder, not an object); none per partition: its count and its write read the
+    # version the listing saw (If-Match its ETag)
+    assert [k for k, _, key in log if k == "HEAD" and key == "a.txt"] == ["HEAD"] * 2, log
+    assert got["HEAD"] <= 3, got
     # a stale rejects file is removed by the rerun that rewrites its part
     stale = "out/_rejects-00003.jsonl"
     fs.pipe(f"{name}/{stale}", b"{}\n")
@@ -980,6 +1010,34 @@ def test_a_job_sends_no_request_it_can_do_without(tmp_path, bucket, requests_log
     assert sorted(deletes) == ["out/_rejects-00003.jsonl", "out/_summary.json"], deletes
     assert not fs.exists(f"{name}/{stale}")
     assert_same_parts(tmp_path / "local", out, options)
+
+
+@pytest.mark.parametrize("spool", ["4GB", 0])
+def test_an_input_object_replaced_after_planning_fails_the_job(tmp_path, bucket, spool_tmp,
+                                                                monkeypatch, spool):
+    """The partitions read the version of the object that the listing saw (each GET with
+    If-Match its ETag): an object replaced after planning (the same size, other bytes) is
+    never tokenized; the job fails with one line naming the object, writes no part."""
+    from daskwp.jobs import driver
+    name, options, fs = bucket
+    data = corpus_files(sample_lines(300))["a.txt"]
+    fs.pipe(f"{name}/a.txt", data)
+    real = driver.plan_partitions
+
+    def plan_then_replace(*a, **kw):
+        specs = real(*a, **kw)
+        fs.pipe(f"{name}/a.txt", data.upper())
+        return specs
+    monkeypatch.setattr(driver, "plan_partitions", plan_then_replace)
+    out = f"s3://{name}/out"
+    with pytest.raises(jobs.JobError) as e:
+        jobs.run_job(job_config(f"s3://{name}/a.txt", out, storage_options=options,
+                                spool_max_bytes=spool))
+    msg = str(e.value)
+    assert f"{name}/a.txt" in msg and "\n" not in msg, msg
+    fs.invalidate_cache()
+    assert not [p for p in fs.find(f"{name}/out") if "part-" in p]
+    assert spool_files(spool_tmp) == []
 
 
 def test_the_logid_check_reads_footers_and_refuses_wrong_parts(bucket, requests_log,

@@ -37,7 +37,7 @@ __all__ = ["TMP_PREFIX", "Folder", "HeadCached", "LocalCopy", "StorageError",
            "caching_heads", "copy_range", "current_options", "describe_storage_error",
            "filesystem",
            "has_local_copy", "is_url", "local_copy", "local_path", "object_version",
-           "open_input", "size",
+           "open_input", "pinned", "pinned_version", "size",
            "private_folder", "remove_stale_staging", "staging_root", "storage_error", "url_info", "using"]
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
@@ -46,6 +46,8 @@ _OPTIONS: contextvars.ContextVar = contextvars.ContextVar("daskwp_storage_option
 #: URL -> (local file, byte ranges it holds) within :func:`local_copy` blocks
 _LOCAL_COPIES: contextvars.ContextVar = contextvars.ContextVar("daskwp_local_copies",
                                                                default={})
+#: URL -> the object's version (:func:`object_version`) within :func:`pinned` blocks
+_PINNED: contextvars.ContextVar = contextvars.ContextVar("daskwp_pinned", default={})
 
 
 class StorageError(OSError):
@@ -314,6 +316,51 @@ def local_copy(url: str, path: str, ranges):
         _LOCAL_COPIES.reset(token)
 
 
+@contextlib.contextmanager
+def pinned(versions: dict):
+    """Within the block, :func:`open_input` of a URL of ``versions`` (``{url: version}``,
+    :func:`object_version` as the listing saw it; a None version is left out) opens that
+    version of the object without asking the store for its size and ETag again (no HEAD
+    per opening): on S3 every read of it is a GET with ``If-Match`` that ETag, so an object
+    replaced since is an error (s3fs's ``FileExpired``, an OSError), never the bytes of
+    another version. A version without an ETag, or another filesystem than s3fs: the
+    object is opened as usual."""
+    versions = {u: tuple(v) for u, v in versions.items() if v is not None}
+    if not versions:
+        yield
+        return
+    token = _PINNED.set({**_PINNED.get(), **versions})
+    try:
+        yield
+    finally:
+        _PINNED.reset(token)
+
+
+def pinned_version(url: str) -> tuple | None:
+    """The version of ``url`` pinned here (:func:`pinned`), or None."""
+    return _PINNED.get().get(url)
+
+
+def _open_pinned(fs, path: str, version: tuple | None, kw: dict):
+    """``fs.open(path)`` at the ``version`` pinned by :func:`pinned` without a HEAD: an
+    s3fs file told its size and details, its reads sent with ``If-Match`` the ETag (or,
+    where s3fs compares ETags itself, ``local_expiry_check``, compared); None where this
+    cannot be done (no version, no ETag in it, another filesystem)."""
+    if not version or type(fs).__module__.split(".")[0] != "s3fs" or \
+            not isinstance(version[0], int):
+        return None
+    keys = dict(v for v in version[1:] if isinstance(v, tuple) and len(v) == 2)
+    etag = keys.get("ETag")
+    if not etag or keys.get("VersionId") or getattr(fs, "version_aware", False):
+        return None    # (a versioned read: s3fs asks the store, as it does)
+    details = {"name": path, "size": version[0], "type": "file", "ETag": etag}
+    f = fs.open(path, "rb", size=version[0], **kw)
+    f.details = details
+    if not getattr(fs, "local_expiry_check", False):
+        f.read_kw = {**(getattr(f, "read_kw", None) or {}), "IfMatch": etag}
+    return f
+
+
 def has_local_copy(url: str) -> bool:
     """Whether ``url`` is read from a local copy here (:func:`local_copy`)."""
     return url in _LOCAL_COPIES.get()
@@ -324,7 +371,8 @@ def open_input(path: str, buffering: int = -1, sequential: bool = False):
     path; for a URL the filesystem's file without a read cache, so that each ``read`` of a
     byte range fetches that range only (no whole-object download), or, ``sequential``,
     with a read-ahead of 8 MB blocks (a stream read from start to end); within a
-    :func:`local_copy` block of the URL, its local copy; within :func:`caching_heads`, a
+    :func:`local_copy` block of the URL, its local copy; within a :func:`pinned` block,
+    the version pinned, opened without a HEAD; within :func:`caching_heads`, a
     :class:`HeadCached` file."""
     if not is_url(path):
         return open(local_path(path), "rb", buffering=buffering)
@@ -333,10 +381,11 @@ def open_input(path: str, buffering: int = -1, sequential: bool = False):
         return LocalCopy(copy[0], copy[1], path)
     fs, p = filesystem(path)
     try:
-        if sequential:
-            f = fs.open(p, "rb", cache_type="readahead", block_size=SEQUENTIAL_BLOCK_BYTES)
-        else:
-            f = fs.open(p, "rb", cache_type="none")
+        kw = {"cache_type": "readahead", "block_size": SEQUENTIAL_BLOCK_BYTES} \
+            if sequential else {"cache_type": "none"}
+        f = _open_pinned(fs, p, _PINNED.get().get(path), kw)
+        if f is None:
+            f = fs.open(p, "rb", **kw)
         version = object_version(getattr(f, "details", None)) if _HEAD_CACHING.get() else None
         if version is None or not isinstance(version[0], int):
             return f

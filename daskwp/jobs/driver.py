@@ -908,7 +908,7 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
     header = {
         "daskwp_job": JOB_FORMAT, "version": __version__, "parameters": params,
         "input": {"fingerprint": input_fingerprint(files),
-                  "files": [dataclasses.asdict(f) for f in files]},
+                  "files": [f.to_json() for f in files]},
     }
     # Whether the cluster is joined over TLS and with which CA and certificate (never the
     # key); not a parameter: a job may resume on another cluster.

@@ -281,11 +281,14 @@ def spooled(spec: PartitionSpec):
     if not found:
         yield
         return
-    with storage.using(spec.storage_options):
-        try:
-            identity = _identity(storage.url_info(spec.path))
-        except (OSError, ValueError):
-            identity = None
+    if spec.object_version is not None:   # what the count fetched too: no HEAD
+        identity = repr(tuple(spec.object_version))
+    else:
+        with storage.using(spec.storage_options):
+            try:
+                identity = _identity(storage.url_info(spec.path))
+            except (OSError, ValueError):
+                identity = None
     name = _name(spec, ranges, identity) if identity is not None else None
     for n in found:
         if n != name:    # another version of the object: never read

@@ -7,6 +7,7 @@ bytes. :func:`input_fingerprint` identifies a listed input for resuming a job.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import glob as _glob
 import hashlib
@@ -257,7 +258,8 @@ def _url_input_file(url: str, input_format: str) -> InputFile:
     compression and format as for a local file."""
     try:
         info = storage.url_info(url)
-        with open_input(url) as f:
+        version = storage.object_version(info)
+        with storage.pinned({url: version}), open_input(url) as f:
             head = f.read(512)
     except FileNotFoundError:
         raise InputError(f"input not found: {url!r}") from None
@@ -272,8 +274,10 @@ def _url_input_file(url: str, input_format: str) -> InputFile:
         mtime_ns = int(float(mtime) * 1e9)
     except (TypeError, ValueError):
         mtime_ns = 0
-    return _described_file(url, url, int(info.get("size") or 0), mtime_ns, head,
-                           input_format, None)
+    with storage.pinned({url: version}):   # (its head read again: no HEAD)
+        f = _described_file(url, url, int(info.get("size") or 0), mtime_ns, head,
+                            input_format, None)
+    return dataclasses.replace(f, version=version)
 
 
 def _is_json_array(path: str, compression: str | None) -> bool:

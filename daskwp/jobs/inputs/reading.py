@@ -62,7 +62,7 @@ def _read(spec: PartitionSpec, with_kept: bool, bad: list | None = None):
     ``cut_at_lines`` from the line starts at its cuts (:func:`.byte_ranges.exact_range`)."""
     if spec.storage_options is None:
         return _read_documents(exact_range(spec), with_kept, bad)
-    with storage.using(spec.storage_options), spooled(spec):
+    with storage.using(spec.storage_options), _pinned(spec), spooled(spec):
         return _read_documents(exact_range(spec), with_kept, bad)
 
 
@@ -97,8 +97,15 @@ def count_partition(spec: PartitionSpec, lenient: bool = False) -> int:
     a spool is fetched into its spool file first and counted from there."""
     if spec.documents is not None:
         return spec.documents
-    with fetched(spec), storage.using(spec.storage_options):
+    with _pinned(spec), fetched(spec), storage.using(spec.storage_options):
         return _count(exact_range(spec), lenient)
+
+
+def _pinned(spec: PartitionSpec):
+    """Within the block the partition's object is read at the version planning listed
+    (:func:`~daskwp.frames.storage.pinned`): no HEAD, and an object replaced since is an
+    error, never bytes of another version than those counted."""
+    return storage.pinned({spec.path: spec.object_version})
 
 
 def _count(spec: PartitionSpec, lenient: bool) -> int:

@@ -35,6 +35,14 @@ class InputFile:
     mtime_ns: int
     compression: str | None = None
     source: str | None = None
+    #: An object's version as listed (:func:`~daskwp.frames.storage.object_version`: size
+    #: and ETag): what its partitions read (never in ``to_json``: not part of the plan).
+    version: tuple | None = dataclasses.field(default=None, repr=False, compare=False)
+
+    def to_json(self) -> dict:
+        d = dataclasses.asdict(self)
+        del d["version"]
+        return d
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +76,10 @@ class PartitionSpec:
     #: A URL partition's fetch spool in this run, ``(run token, spool_max_bytes)``
     #: (:mod:`.fetch_spool`; travels with the task, never in ``to_json``), or None.
     spool: tuple | None = dataclasses.field(default=None, repr=False, compare=False)
+    #: The version of a URL ``path`` that planning listed (:attr:`InputFile.version`): the
+    #: partition's reads are pinned to it (:func:`~daskwp.frames.storage.pinned`: no HEAD,
+    #: an object replaced since is an error). Travels with the task, never in ``to_json``.
+    object_version: tuple | None = dataclasses.field(default=None, repr=False, compare=False)
 
     def describe(self) -> str:
         if self.format == "parquet":
@@ -84,6 +96,7 @@ class PartitionSpec:
         d = dataclasses.asdict(self)
         del d["storage_options"]   # may hold secrets: never recorded
         del d["spool"]             # this run's only
+        del d["object_version"]    # this run's listing's
         for k in ("row_groups", "keep_columns", "keep_types"):
             d[k] = list(d[k])
         return d
