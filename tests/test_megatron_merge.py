@@ -360,3 +360,52 @@ def test_summary_seconds_include_the_merge_of_the_parts(tmp_path, monkeypatch):
     wall = time.perf_counter() - t0
     # before the merge, then 0.5 s in it (less 0.1 s: run_job's start after t0)
     assert called[0] - t0 + 0.4 <= s["seconds"] <= wall
+
+
+@pytest.mark.parametrize("n", [3, 30])
+def test_a_direct_merge_writes_the_bin_and_the_index_end_without_the_page_cache(tmp_path,
+                                                                               monkeypatch,
+                                                                               n):
+    """PairAppender(direct=True): every .bin byte and, at finish, the pointers and the
+    document indices (the last block of the lengths written again with them) go through
+    an O_DIRECT file; the bytes are those of one write (n=3: the .idx's lengths end in its
+    first block, the header's; n=30: past it)."""
+    import os
+
+    import daskwp.frames.megatron as fm
+    prefixes = _parts(tmp_path, n)
+    whole = read_index(str(tmp_path / "whole.idx"))
+    through = {}
+
+    def flags(fd):
+        with open(f"/proc/self/fdinfo/{fd}") as fh:
+            return int(next(x for x in fh if x.startswith("flags:")).split()[1], 8)
+
+    real_write, real_from = fm._DirectAppendFile.write, fm._DirectAppendFile.write_from
+
+    def count(self, nbytes):
+        assert flags(self.fd) & os.O_DIRECT
+        ext = self.path.rsplit(".", 1)[1]
+        through[ext] = through.get(ext, 0) + nbytes
+
+    def write(self, data):
+        count(self, memoryview(data).nbytes)
+        return real_write(self, data)
+
+    def write_from(self, fd, offset, nbytes):
+        count(self, nbytes)
+        return real_from(self, fd, offset, nbytes)
+    monkeypatch.setattr(fm._DirectAppendFile, "write", write)
+    monkeypatch.setattr(fm._DirectAppendFile, "write_from", write_from)
+    out = PairAppender(str(tmp_path / ".tmp-d"), fsync=True, direct=True)
+    assert out.bin_direct
+    for p in prefixes:
+        out.append(p)
+    out.finish()
+    for ext in (".bin", ".idx"):
+        assert (tmp_path / f".tmp-d{ext}").read_bytes() == \
+            (tmp_path / f"whole{ext}").read_bytes()
+    assert (fm._FIXED + 4 * whole.sequences > fm._DIRECT_ALIGN) == (n == 30)
+    assert through == {"bin": os.path.getsize(tmp_path / "whole.bin"),
+                       "idx": 8 * whole.sequences + 8 * (whole.documents + 1)}
+    assert not list(tmp_path.glob(".tmp-d.idx.*"))

@@ -387,6 +387,23 @@ class _DirectAppendFile:
         self.size += n
         return n
 
+    def write_from(self, fd: int, offset: int, count: int) -> None:
+        """Append ``count`` bytes of the open file ``fd`` from ``offset``, read straight
+        into the buffer (one copy). ValueError where the file is shorter."""
+        while count:
+            k = min(count, _DIRECT_CHUNK - self._fill)
+            got = os.preadv(fd, [self._buf[self._fill:self._fill + k]], offset)
+            if not got:
+                raise ValueError(f"file descriptor {fd} ends {count} bytes early")
+            self._fill += got
+            self.size += got
+            offset += got
+            count -= got
+            if self._fill == _DIRECT_CHUNK:
+                self._put(_DIRECT_CHUNK)
+                self._base += _DIRECT_CHUNK
+                self._fill = 0
+
     def _put(self, nbytes: int) -> None:
         """Write the buffer's first ``nbytes`` (aligned) at the buffer's offset."""
         done = 0
@@ -526,6 +543,7 @@ class PairAppender:
         self.prefix = out_prefix
         self.fsync = fsync
         self.keep = keep
+        self.direct = direct
         self.dtype: np.dtype | None = None
         self.sequences = self.documents = self.bin_bytes = 0
         self.finished = False
@@ -633,8 +651,7 @@ class PairAppender:
             raise ValueError(f"{ix.path}: its sequence pointers do not follow its lengths")
         with open(prefix + ".bin", "rb", buffering=0) as src:
             if isinstance(self._bin, _DirectAppendFile):   # through its buffer
-                for buf in _pread_pieces(src, 0, size):
-                    self._bin.write(buf)
+                self._bin.write_from(src.fileno(), 0, size)
             else:
                 append_file(src, self._bin)
         with open(prefix + ".idx", "rb", buffering=0) as src:
@@ -654,35 +671,65 @@ class PairAppender:
             with open(prefix + ".bin", "rb", buffering=0) as src:
                 drop_cached_pages(src.fileno())
 
-    def _write_pointers(self) -> None:
-        """Append the sequence pointers to the ``.idx``: the prefix sum of its lengths (read
-        back) x the token size, ``_SHIFT_ENTRIES`` at a time."""
+    def _pointer_chunks(self):
+        """The sequence pointers: the prefix sum of the lengths (read back from the
+        ``.idx``, kept in the page cache) x the token size, ``_SHIFT_ENTRIES`` at a time
+        (views of one buffer: each is used before the next is made)."""
         size = self.dtype.itemsize
+        lengths = np.empty(_SHIFT_ENTRIES, dtype=np.int32)
         start = 0
         for lo in range(0, self.sequences, _SHIFT_ENTRIES):
             k = min(_SHIFT_ENTRIES, self.sequences - lo)
-            lengths = np.frombuffer(b"".join(_pread_pieces(self._idx, _FIXED + 4 * lo, 4 * k, 4 * k)), np.int32)
-            chunk = _pointers(lengths, size, start)
-            start = int(chunk[-1]) + int(lengths[-1]) * size
-            _write_array(self._idx, chunk)
+            piece = lengths[:k]
+            view = memoryview(piece).cast("B")
+            done = 0
+            while done < 4 * k:
+                got = os.preadv(self._idx.fileno(), [view[done:]], _FIXED + 4 * lo + done)
+                if not got:
+                    raise ValueError(f"{self.prefix}.idx ends before its lengths")
+                done += got
+            chunk = self._buf[:k]
+            chunk[0] = start
+            np.cumsum(piece[:-1], dtype=np.int64, out=chunk[1:])
+            chunk[1:] *= size
+            chunk[1:] += start
+            start = int(chunk[-1]) + int(piece[-1]) * size
+            yield chunk
 
     def finish(self) -> dict:
         """Complete the ``.idx`` (header, pointers, document indices) and close both files;
-        returns ``{"sequences", "documents", "tokens", "dtype"}``."""
+        returns ``{"sequences", "documents", "tokens", "dtype"}``. With ``direct``, the
+        pointers and the document indices go to the ``.idx`` without the page cache (the
+        last block of the lengths read back into the buffer and written again with them)."""
         if self.dtype is None:
             raise ValueError("merge_pairs needs at least one dataset")
-        self._write_pointers()
-        self._doc.seek(0)
-        append_file(self._doc, self._idx)
-        os.pwrite(self._idx.fileno(), _header(self.dtype, self.sequences,
-                                              self.documents + 1), 0)
-        if isinstance(self._bin, _DirectAppendFile):
-            self._bin.flush()
-        if self.fsync:
-            for fh in (self._bin, self._idx):
-                os.fsync(fh.fileno())
-                if not isinstance(fh, _DirectAppendFile):
-                    drop_cached_pages(fh.fileno())
+        tail = _DirectAppendFile.open(self.prefix + ".idx", _FIXED + 4 * self.sequences) \
+            if self.direct else None
+        out = tail if tail is not None else self._idx
+        try:
+            for chunk in self._pointer_chunks():
+                _write_array(out, chunk)
+            if tail is not None:
+                tail.write_from(self._doc.fileno(), 0, 8 * (self.documents + 1))
+                tail.flush()
+            else:
+                self._doc.seek(0)
+                append_file(self._doc, self._idx)
+            # (buffered, after the direct writes: the first block may be the tail's)
+            os.pwrite(self._idx.fileno(), _header(self.dtype, self.sequences,
+                                                  self.documents + 1), 0)
+            if isinstance(self._bin, _DirectAppendFile):
+                self._bin.flush()
+            if self.fsync:
+                for fh in (self._bin, self._idx):
+                    os.fsync(fh.fileno())
+                    if not isinstance(fh, _DirectAppendFile) and tail is None:
+                        drop_cached_pages(fh.fileno())
+                if tail is not None:   # the header's page, and the lengths' kept pages
+                    drop_cached_pages(self._idx.fileno())
+        finally:
+            if tail is not None:
+                tail.close()
         self.finished = True
         self.close()
         return {"sequences": self.sequences, "documents": self.documents,
