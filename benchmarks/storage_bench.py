@@ -35,6 +35,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -183,23 +184,81 @@ def request_counts(requests: list, key: str) -> dict:
     return out
 
 
+def process_cpu(pid: int) -> float | None:
+    """User + system CPU seconds of the process ``pid`` so far (None once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes below ``pid`` (its children, theirs, ...), from
+    ``/proc/PID/task/TID/children`` ([] where the kernel has no such file)."""
+    out = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for t in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{t}/children") as f:
+                kids = [int(c) for c in f.read().split()]
+        except OSError:
+            continue
+        for c in kids:
+            out += [c] + descendants(c)
+    return out
+
+
+class ChildCPU(threading.Thread):
+    """The CPU seconds of the processes a job starts (its workers, the resource tracker),
+    read from /proc every ``interval`` seconds while the job runs: the last reading of
+    each (a process's CPU after its last reading, at most one interval of it, is missed)."""
+
+    def __init__(self, pid: int, interval: float = 0.05):
+        super().__init__(daemon=True)
+        self.pid, self.interval, self.cpu = pid, interval, {}
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            for q in descendants(self.pid):
+                c = process_cpu(q)
+                if c is not None:
+                    self.cpu[q] = c
+            self.done.wait(self.interval)
+
+    def total(self) -> float:
+        self.done.set()
+        self.join()
+        return sum(self.cpu.values())
+
+
 def run_job(cmd: list[str], server: MotoServer | None, key: str = "") -> dict:
     if server:
         server.requests()    # (those before the job)
     cpu0 = server.cpu_seconds() if server else 0.0
     job0 = children_cpu()
     t = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "daskwp"] + cmd[1:], capture_output=True,
-                          text=True)
+    proc = subprocess.Popen([sys.executable, "-m", "daskwp"] + cmd[1:],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    watch = ChildCPU(proc.pid)
+    watch.start()
+    stdout, stderr = proc.communicate()
     wall = time.perf_counter() - t
+    workers_cpu = watch.total()
     job_cpu = children_cpu() - job0
     if proc.returncode:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
-    s = json.loads(proc.stdout)
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{stderr[-3000:]}")
+    s = json.loads(stdout)
     return {"wall": wall, "tokenize_seconds": s["tokenize_seconds"], "summary": s,
             "moto_cpu": (server.cpu_seconds() - cpu0) if server else None,
             "requests": request_counts(server.requests(), key) if server else None,
-            "job_cpu": job_cpu, "cpu_seconds": s.get("cpu_seconds") or {}}
+            "job_cpu": job_cpu, "workers_cpu": workers_cpu,
+            "cpu_seconds": s.get("cpu_seconds") or {}}
 
 
 def request_costs(server: MotoServer, fs, key: str, n: int = 5) -> dict:
@@ -296,6 +355,19 @@ def report(res: dict, args, info: dict, inputs: dict, server_info: dict, minutes
             L.append(f"| {fmt_name} | {i + 1} | {lo['wall']:.2f} / {lo['tokenize_seconds']:.2f} "
                      f"| {s3['wall']:.2f} / {s3['tokenize_seconds']:.2f} | "
                      f"{lo['job_cpu']:.1f} / {s3['job_cpu']:.1f} | {s3['moto_cpu']:.1f} |")
+    L += ["", "## CPU seconds per process (best round)", "",
+          "The job's CPU seconds split: the processes it started (the workers, the resource "
+          "tracker; each read from /proc every 50 ms while the job runs, so up to 50 ms of "
+          "each is missed) and the rest (the `daskwp` command itself: listing, planning, the "
+          "scheduler, the final check); moto's server apart.", "",
+          "| format | job | command process | its child processes | moto server |",
+          "|---|---|---|---|---|"]
+    for fmt_name, r in res.items():
+        for where in ("local", "s3"):
+            x = r[where]
+            L.append(f"| {fmt_name} | {where} | {x['job_cpu'] - x['workers_cpu']:.1f} | "
+                     f"{x['workers_cpu']:.1f} | "
+                     + (f"{x['moto_cpu']:.1f} |" if where == "s3" else " |"))
     L += ["", "## CPU seconds of the job's parts per stage (best round)", "",
           "Summed over the workers' threads (`_summary.json` `cpu_seconds`); the upload of a "
           "part is not a stage of its own (it is in tokenize+write's wall time).", "",
@@ -338,11 +410,15 @@ NOTE = ("What the S3 job does beyond the local one: planning fetches the input o
         "its body written as it arrives, 1 MB at a time) into a spool file on the worker's "
         "host and counts it there; the "
         "partition's write task reads that spool file, not the store (docs/batch-jobs.md, "
-        "\"Each input byte is fetched once\"). Every part is uploaded once (one PUT whose "
+        "\"Each input byte is fetched once\"); each of these GETs asks for the ETag the "
+        "listing saw (If-Match), so no partition sends a HEAD. Every part is uploaded once "
+        "(one PUT whose "
         "body is read from the staged part as it is sent, or a multipart upload for a part "
         "of 100 MiB or more, twice s3fs's chunk), plus a few small requests per job and "
         "part (`_job.json` written twice, `_summary.json` once, each part's footer read "
-        "back for the logID check). moto's server spends CPU on the same cores as the "
+        "back for the logID check). On this http:// endpoint botocore signs each PUT's "
+        "body (SHA-256 of the whole part, in the worker), which it leaves unsigned over "
+        "https. moto's server spends CPU on the same cores as the "
         "workers, which a remote endpoint would not, and for every GET it reads the whole "
         "object, whatever the range asked for (moto/s3/responses.py: `key.value`, then the "
         "range sliced from it), so each GET of the input object costs it CPU in proportion "
@@ -407,7 +483,7 @@ def main(argv=None) -> int:
                     r[where]["command"] = " ".join(cmd)
                     log(f"round {rnd + 1} {name} {where}: wall {x['wall']:.2f} s, "
                         f"tokenize+write {x['tokenize_seconds']:.2f} s, job CPU "
-                        f"{x['job_cpu']:.1f} s"
+                        f"{x['job_cpu']:.1f} s (child processes {x['workers_cpu']:.1f} s)"
                         + (f", moto CPU {x['moto_cpu']:.1f} s, requests {x['requests']}"
                            if x["moto_cpu"] is not None else ""))
                 if rnd == 0:
@@ -425,6 +501,7 @@ def main(argv=None) -> int:
                 x["moto_cpu"] = best["moto_cpu"]
                 x["requests"] = best["requests"]
                 x["job_cpu"] = best["job_cpu"]
+                x["workers_cpu"] = best["workers_cpu"]
         server_info = {"dask": dask.__version__, "s3fs": s3fs.__version__,
                        "moto": moto.__version__, "rss_end": server.rss_mib()}
         text = report(res, args, info, inputs, server_info,

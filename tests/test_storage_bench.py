@@ -44,6 +44,7 @@ def test_the_script_runs_both_jobs_and_writes_the_report(tmp_path):
         assert f"| {fmt}: S3 / local, tokenize+write (goal 0.70x) |" in text
     assert "--storage-option endpoint_url=http://127.0.0.1:" in text
     assert "parts are equal table by table" in text
+    assert re.search(r"^\| text \| s3 \| [\d.]+ \| [\d.]+ \| [\d.]+ \|$", text, re.M)
     assert "equal local and S3" in r.stderr
     rows = [line for line in text.splitlines() if "| s3 -> s3 |" in line]
     assert len(rows) == 2 and all(int(line.split("|")[-2]) >= 3 for line in rows), rows
@@ -53,6 +54,19 @@ def test_the_script_runs_both_jobs_and_writes_the_report(tmp_path):
     for fmt in ("text", "jsonl"):
         row = re.search(rf"^\| {fmt} \| (\d+) \| \d+ \| \d+ \| \d+ \| \d+ \|$", text, re.M)
         assert row and int(row.group(1)) == 1 + parts[fmt], (fmt, row)
+
+
+def test_the_cpu_of_a_jobs_processes_is_read_while_it_runs(bench):
+    """ChildCPU sums the CPU seconds of the processes below the job's (a grandchild too),
+    not the job's own."""
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass"
+    job = subprocess.Popen([sys.executable, "-c",
+                            f"import subprocess, sys; subprocess.run([sys.executable, '-c', "
+                            f"{burn!r}]); {burn}"])
+    watch = bench.ChildCPU(job.pid, 0.02)
+    watch.start()
+    job.wait()
+    assert 0.4 <= watch.total() < 1.1
 
 
 def test_the_request_log_is_counted(bench):
