@@ -145,3 +145,21 @@ def test_worker_malloc_tuning_keeps_temporaries_mapped():
         out = subprocess.run([sys.executable, "-c", _REFAULT, "tune"], env=e, check=True,
                              capture_output=True, text=True, timeout=120).stdout.split()
         assert out[0] == "False", (extra, out)
+
+
+def test_trim_frees_the_oldest_blocks_and_keeps_the_limit(pool_limit):
+    """trim_host_memory(n): the cache down to at most n bytes (its oldest blocks), the
+    limit as it was; nothing freed when it holds n or less."""
+    tok = daskwp.WordPieceTokenizer(num_threads=1)
+    host_pool.set_host_pool_limit(1 << 30)
+    host_pool.release_host_memory()
+    a = tok(BIG, max_length=128, stride=32)
+    b = tok(BIG, max_length=128, stride=32)
+    del a, b
+    cached = host_pool.host_pool_info()["cached"]
+    assert cached >= 16 << 20
+    assert host_pool.trim_host_memory(cached) == 0
+    freed = host_pool.trim_host_memory(cached // 2)
+    info = host_pool.host_pool_info()
+    assert 0 < info["cached"] <= cached // 2 and freed == cached - info["cached"]
+    assert info["limit"] == 1 << 30

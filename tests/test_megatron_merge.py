@@ -183,23 +183,27 @@ def test_the_host_pool_keeps_a_bounded_cache_between_partitions(tmp_path, monkey
     largest = max(t for t, _, _ in seen)
     full = [(t, c, r) for t, c, r in seen if t > 0.8 * largest]   # the last may be small
     assert len(full) >= 3, seen
-    assert all(0 < c <= jm.HOST_POOL_KEEP * t and not r for t, c, r in full)
+    assert all(0 < c <= 3 * t for t, c, r in full)
     assert len({c for _, c, _ in full[1:]}) == 1   # reused, not grown
 
 
-def test_the_host_pool_is_released_above_its_bound(monkeypatch):
-    """After a partition Arrow's freed memory always goes back; the host pool's cache only
-    when it holds more than HOST_POOL_KEEP x the partition's text bytes."""
-    released = []
+def test_the_host_pool_is_trimmed_to_what_the_partitions_in_flight_use(monkeypatch):
+    """After a partition Arrow's freed memory always goes back; the host pool's cache is
+    trimmed (its oldest blocks) to 3 x the partition's text bytes for each partition this
+    process writes at once, when it holds more (a bound of 8 x one partition kept 3.5x
+    on a cluster's worker: more than a partition uses)."""
+    trimmed = []
     cached = {"cached": 0}
     monkeypatch.setattr(jm, "host_pool_info", lambda: dict(cached))
-    monkeypatch.setattr(jm, "release_host_memory", lambda: released.append(cached["cached"]))
-    k = jm.HOST_POOL_KEEP
-    for c, text, want in [(0, 10, False), (10 * k, 10, False), (10 * k + 1, 10, True),
-                          (k + 1, 0, True), (k, 0, False)]:
+    monkeypatch.setattr(jm, "trim_host_memory", lambda n: trimmed.append((cached["cached"], n)))
+    for c, text, in_flight, want in [(0, 10, 1, False), (30, 10, 1, False),
+                                     (31, 10, 1, True), (50, 10, 1, True),
+                                     (50, 10, 2, False), (61, 10, 2, True),
+                                     (4, 0, 1, True), (3, 0, 0, False)]:
         cached["cached"] = c
-        assert jm._bound_partition_memory(text) is want
-    assert released == [10 * k + 1, k + 1]
+        monkeypatch.setattr(jm, "_in_flight", [in_flight])
+        assert jm._bound_partition_memory(text) is want, (c, text, in_flight)
+    assert trimmed == [(31, 30), (50, 30), (61, 60), (4, 3)]
 
 
 def test_a_durable_merge_drops_the_pages_it_wrote_and_read(tmp_path, monkeypatch):

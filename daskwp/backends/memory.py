@@ -25,7 +25,8 @@ from __future__ import annotations
 from .. import _ext
 from ..core.options import env_value
 
-__all__ = ["host_pool_info", "release_host_memory", "set_host_pool_limit", "tune_numpy_huge_pages",
+__all__ = ["host_pool_info", "release_host_memory", "set_host_pool_limit", "trim_host_memory",
+           "tune_numpy_huge_pages",
            "tune_worker_arrow_pool", "tune_worker_malloc"]
 
 
@@ -91,6 +92,24 @@ def release_host_memory() -> int:
     Public, with the word cache's spare mappings, as :func:`daskwp.memory.release`.
     """
     return int(_ext.host_pool_release())
+
+
+def trim_host_memory(nbytes: int) -> int:
+    """Free the oldest cached blocks of the host memory pool until at most ``nbytes`` stay
+    (its limit unchanged: the limit lowered to ``nbytes`` and set back).
+
+    Returns
+    -------
+    int
+        The bytes freed.
+    """
+    limit, cached, _ = _ext.host_pool_info()
+    keep = max(int(nbytes), 0)
+    if cached <= keep:
+        return 0
+    _ext.host_pool_set_limit(min(keep, int(limit)))
+    _ext.host_pool_set_limit(int(limit))
+    return int(cached) - int(_ext.host_pool_info()[1])
 
 
 def tune_numpy_huge_pages() -> bool:

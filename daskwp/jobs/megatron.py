@@ -32,7 +32,7 @@ import uuid
 import numpy as np
 
 from ..core.cpu_clock import stage_cpu_seconds
-from ..backends.memory import host_pool_info, release_host_memory
+from ..backends.memory import host_pool_info, trim_host_memory
 from ..core.lengths import LengthCounts
 from ..distributed.state import cached_tokenizer
 from ..distributed.tasks import text_bytes
@@ -135,7 +135,28 @@ def megatron_options(cfg) -> dict:
     return {k: getattr(cfg, k) for k in MEGATRON_OPTIONS}
 
 
+#: The partitions being written in this process now (the threads of an in-process job or
+#: of a worker): each keeps the host pool's blocks for the next one.
+_in_flight = [0]
+_in_flight_lock = threading.Lock()
+
+
+def _counted(task):
+    """``task``, counted in :data:`_in_flight` while it runs."""
+    @functools.wraps(task)
+    def run(*args, **kwargs):
+        with _in_flight_lock:
+            _in_flight[0] += 1
+        try:
+            return task(*args, **kwargs)
+        finally:
+            with _in_flight_lock:
+                _in_flight[0] -= 1
+    return run
+
+
 @naming_partition
+@_counted
 def write_megatron_partition(spec, logid_offset: int, out_dir: str, tokenizer, options: dict,
                              job_id: str, n_partitions: int, device: str = "cpu",
                              documents: int | None = None,
@@ -221,28 +242,27 @@ def _write_part(spec, out_dir: str, options: dict, n_partitions: int, job_id: st
     return stats
 
 
-#: The host pool's freed blocks a worker keeps after a partition, in bytes of the
-#: partition's text: blocks of every size its read and slices asked for (the cache
-#: grew partition after partition when nothing bounded it: 86, 103, 138 MB over three 29 MB
-#: partitions). The in-process job (two threads, the JSON Lines reader's buffer pooled too)
-#: steadies at 4.5-6.6x a 50 MB partition (two partitions' blocks), cached and live.
-HOST_POOL_KEEP = 8
+#: The host pool's freed blocks kept after a partition, in bytes of the partition's text
+#: for each partition this process writes at once: about what the next one's outputs take
+#: from it (its slices' ids, the kernel's buffers, the .bin data: ~2.8x its text, one
+#: thread, 64 MB partitions), so that they come from memory already touched. Above it the
+#: oldest blocks are freed, not all of them: the next partition's outputs would come from
+#: fresh memory, whose first touch on a virtual machine can cost more than tokenizing it.
+#: (A bound of 8 x one partition's text kept more than a partition uses: 3.5x on a
+#: cluster's worker, 4.4-6.3x with two threads.)
+HOST_POOL_KEEP = 3
 
 
 def _bound_partition_memory(text_bytes: int) -> bool:
     """Hand back what Arrow's allocator keeps of freed buffers (the partition's text, the
-    JSON reader's blocks) before the next partition is read, and the host pool's cache
-    only when it holds more than :data:`HOST_POOL_KEEP` x ``text_bytes``. Returns
-    whether the host pool was released.
-
-    Why not the pool every time (as before): the next partition's outputs then come from
-    fresh memory, whose first touch on a virtual machine can cost more than tokenizing it
-    (the in-process job at 1 GB: 44% fewer page faults kept,
-    benchmarks/results/megatron_write.md); the peak RSS of a worker is the same."""
+    JSON reader's blocks) before the next partition is read, and trim the host pool's cache
+    to :data:`HOST_POOL_KEEP` x ``text_bytes`` x the partitions being written in this
+    process (its oldest blocks freed). Returns whether the host pool was trimmed."""
     import pyarrow as pa
     pa.default_memory_pool().release_unused()
-    if host_pool_info()["cached"] > HOST_POOL_KEEP * max(int(text_bytes), 1):
-        release_host_memory()
+    keep = HOST_POOL_KEEP * max(int(text_bytes), 1) * max(_in_flight[0], 1)
+    if host_pool_info()["cached"] > keep:
+        trim_host_memory(keep)
         return True
     return False
 
