@@ -4,8 +4,9 @@ writer"): integer columns and lists of integers, no nulls, zstd, lz4 or no compr
 The data pages come from the native core one at a time (``_ext.parquet_scalar_page`` /
 ``_ext.parquet_list_page``: levels as RLE runs, values BYTE_STREAM_SPLIT or
 DELTA_BINARY_PACKED, one pass over the buffers), each into the same reused buffer, which the
-compressor then reads while it is in the cache; this module compresses them (Arrow's codec),
-writes the page headers and the footer (Thrift compact protocol) and records the same
+compressor then reads while it is in the cache; this module compresses them (``lz4``:
+daskwp's own LZ4 block compressor, ``_ext.lz4_raw_compress``, into a second reused buffer;
+``zstd``: Arrow's codec), writes the page headers and the footer (Thrift compact protocol) and records the same
 schema, encodings and key-value metadata (``ARROW:schema``, ``pandas``) as
 ``pyarrow.parquet.ParquetWriter`` with :func:`daskwp.frames.part_writer.parquet_write_options`,
 so every reader sees the same file. It costs about a third of Arrow's writer on these columns
@@ -36,11 +37,11 @@ __all__ = ["NativeParquetWriter", "compression_pool", "supports"]
 PAGE_BYTES = 1 << 20
 #: Most values of a scalar column's page.
 PAGE_VALUES = 1 << 20
-#: Parquet codec numbers (parquet.thrift CompressionCodec) of the compressions it writes, and
-#: Arrow's codec for each: ``lz4`` is Parquet's LZ4_RAW (a bare LZ4 block per page), as
-#: Arrow's own writer writes it.
+#: Parquet codec numbers (parquet.thrift CompressionCodec) of the compressions it writes:
+#: ``lz4`` is Parquet's LZ4_RAW (a bare LZ4 block per page), as Arrow's own writer writes it,
+#: compressed by daskwp's LZ4 block compressor (daskwp/kernels/lz4_block.hpp); ``zstd`` by
+#: Arrow's codec.
 CODECS = {None: 0, "zstd": 6, "lz4": 7}
-_ARROW_CODECS = {"zstd": "zstd", "lz4": "lz4_raw"}
 _CREATED_BY = "daskwp parquet writer"
 
 # Parquet enums (parquet.thrift)
@@ -60,7 +61,8 @@ def _int_type(t: pa.DataType) -> bool:
 
 
 def compression_pool() -> pa.MemoryPool | None:
-    """The memory pool of the compressed pages: the system allocator (glibc's malloc) where
+    """The memory pool of the zstd-compressed pages (lz4 pages go to one reused buffer):
+    the system allocator (glibc's malloc) where
     Arrow's default pool is mimalloc and glibc keeps freed blocks
     (:func:`daskwp.backends.memory.malloc_keeps_freed_blocks`), else None (Arrow's default
     pool).
@@ -269,9 +271,12 @@ class NativeParquetWriter:
         self.schema = schema
         self._codec = CODECS[compression]
         self._compress = None
-        if compression is not None:
-            codec = pa.Codec(_ARROW_CODECS[compression], compression_level=compression_level
-                             if compression == "zstd" else None)
+        # the compressed page being written (lz4): one buffer of the worst case, reused
+        self._packed = np.empty(0, dtype=np.uint8)
+        if compression == "lz4":
+            self._compress = self._lz4_page
+        elif compression is not None:
+            codec = pa.Codec(compression, compression_level=compression_level)
             # a pyarrow Buffer (not copied into bytes), from a pool that keeps its pages
             self._compress = functools.partial(codec.compress, memory_pool=compression_pool())
         self._columns = [_Column(f, byte_stream_split) for f in schema]
@@ -291,6 +296,16 @@ class NativeParquetWriter:
         if size > len(self._page):
             self._page = np.empty(size + (size >> 3), dtype=np.uint8)
         return self._page
+
+    def _lz4_page(self, body: np.ndarray) -> np.ndarray:
+        """``body`` as one LZ4 block (an LZ4_RAW page): a view of the compressed-page buffer,
+        grown first to the block's worst case (``_ext.lz4_raw_bound``), which the compressor
+        checks before it writes; use it before compressing the next page."""
+        need = _ext.lz4_raw_bound(len(body))
+        if need > len(self._packed):
+            self._packed = np.empty(max(need, _ext.lz4_raw_bound(len(self._page))),
+                                    dtype=np.uint8)
+        return self._packed[:_ext.lz4_raw_compress(body, self._packed)]
 
     def add_key_value_metadata(self, kv: dict) -> None:
         for k, v in kv.items():

@@ -8,6 +8,7 @@ NB_MODULE(_ext, m) {
   bind_encode(m);
   bind_windows(m);
   bind_parquet(m);
+  bind_lz4(m);
   bind_text_lines(m);
   bind_jsonl_reader(m);
   bind_frame(m);
