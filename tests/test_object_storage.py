@@ -989,7 +989,7 @@ def test_a_job_sends_no_request_it_can_do_without(tmp_path, bucket, requests_log
     assert got["LIST"] == 5, got
     # GETs: the input's head and each partition's range; each part's footer once
     assert got["GET"] == 1 + n + n, got
-    assert [key for k, key in outputs if k == "GET"] == \
+    assert sorted(key for k, key in outputs if k == "GET") == \
         [f"out/{jobs.part_name(i, n)}" for i in range(n)]
     assert not [key for k, key in outputs if k == "HEAD" and "part-" in key], outputs
     # HEADs: the input's while listing (its kind, then its size and ETag), the output's
@@ -1043,7 +1043,8 @@ def test_an_input_object_replaced_after_planning_fails_the_job(tmp_path, bucket,
 def test_the_logid_check_reads_footers_and_refuses_wrong_parts(bucket, requests_log,
                                                                monkeypatch):
     """The job's logID check (parts.verify_parquet_output) reads each part's footer (one
-    ranged GET after one listing; a footer longer than the read: one more) and refuses a
+    ranged GET after one listing, the parts' GETs sent together; a footer longer than the
+    read: one more) and refuses a
     part with other logIDs (one part copied over another: its metadata; logIDs shifted
     under the same metadata: its logID statistics) and a missing part; what a footer
     cannot show (the order within a row group) the writer refuses before publishing."""
@@ -1059,10 +1060,32 @@ def test_the_logid_check_reads_footers_and_refuses_wrong_parts(bucket, requests_
     assert n >= 3
     key = [f"{name}/out/{jobs.part_name(i, n)}" for i in range(n)]
     good = fs.cat_file(key[1])
+    import asyncio
+
+    import s3fs
+    flight = [0, 0]     # GETs of footers in flight now, at most
+    real_cat = s3fs.S3FileSystem._cat_file
+
+    async def cat(self, path, *a, **kw):
+        flight[0] += 1
+        flight[1] = max(flight)
+        await asyncio.sleep(0.05)      # (the next ones start meanwhile if sent together)
+        try:
+            return await real_cat(self, path, *a, **kw)
+        finally:
+            flight[0] -= 1
     with storage.using(options):
+        requests_log.clear()
+        monkeypatch.setattr(s3fs.S3FileSystem, "_cat_file", cat)
+        parts.verify_parquet_output(out, plan)
+        monkeypatch.undo()
+        assert request_counts(requests_log, name) == {"LIST": 1, "GET": n}
+        assert flight[1] == n, flight   # the parts' ends: their GETs sent together
+        monkeypatch.setattr(parts, "FOOTER_BATCH", 2)
         requests_log.clear()
         parts.verify_parquet_output(out, plan)
         assert request_counts(requests_log, name) == {"LIST": 1, "GET": n}
+        monkeypatch.undo()
         monkeypatch.setattr(parts, "FOOTER_READ", 64)
         requests_log.clear()
         parts.verify_parquet_output(out, plan)

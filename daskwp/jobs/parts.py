@@ -532,16 +532,22 @@ def _parquet_logids(path: str) -> np.ndarray:
 
 #: Bytes of a part's end read at once for its footer (a longer footer: one read more).
 FOOTER_READ = 1 << 16
+#: The logID check reads this many parts' ends together (at most 4 MiB held at once).
+FOOTER_BATCH = 64
 
 
-def read_footer(folder: storage.Folder, name: str, size: int):
+def read_footer(folder: storage.Folder, name: str, size: int, tail=None):
     """The Parquet footer (``FileMetaData``) of ``name`` (``size`` bytes) in ``folder``, from
     its end: one read (one ranged GET on an object store) of its last :data:`FOOTER_READ`
-    bytes, a second for a longer footer. ValueError: not a Parquet file of that size."""
+    bytes (``tail``: those bytes already read, or the error reading them), a second for a
+    longer footer. ValueError: not a Parquet file of that size."""
     import pyarrow.parquet as pq
     if size < 12:
         raise ValueError(f"not a Parquet file ({size} bytes)")
-    tail = folder.read_range(name, max(0, size - FOOTER_READ), size)
+    if isinstance(tail, BaseException):
+        raise tail
+    if tail is None:
+        tail = folder.read_range(name, max(0, size - FOOTER_READ), size)
     if len(tail) != min(size, FOOTER_READ) or tail[-4:] != b"PAR1":
         raise ValueError("not a Parquet file (no footer magic at its end)")
     length = struct.unpack("<i", tail[-8:-4])[0]
@@ -556,7 +562,8 @@ def verify_parquet_output(out_dir: str, plan: Sequence[dict],
                           sizes: dict | None = None) -> None:
     """:func:`verify_output`'s checks of a job's Parquet parts from their footers: one
     listing of the folder (the parts' sizes) and one read of each part's end
-    (:func:`read_footer`), not its logID column (``sizes``: that listing, if the caller
+    (:func:`read_footer`; on an object store the GETs of :data:`FOOTER_BATCH` parts sent
+    together), not its logID column (``sizes``: that listing, if the caller
     made it). A part must be there, its ``daskwp``
     metadata must record its partition, documents, rows (= the footer's) and logID offset of
     the plan, and its logID statistics must run from offset_i to offset_i + documents_i - 1:
@@ -568,7 +575,13 @@ def verify_parquet_output(out_dir: str, plan: Sequence[dict],
     sizes = folder.sizes() if sizes is None else sizes
     expected_offset = 0
     n = len(plan)
-    for p in plan:
+    tails: dict = {}
+    for k, p in enumerate(plan):
+        if k % FOOTER_BATCH == 0:   # the next parts' ends read together (their GETs at once)
+            batch = [m for m in (part_name(q["index"], n) for q in plan[k:k + FOOTER_BATCH])
+                     if sizes.get(m, 0) >= 12]
+            tails = dict(zip(batch, folder.read_ranges(
+                [(m, max(0, sizes[m] - FOOTER_READ), sizes[m]) for m in batch])))
         name = part_name(p["index"], n)
         path = folder.join(name)
         if p["logid_offset"] != expected_offset:
@@ -579,7 +592,7 @@ def verify_parquet_output(out_dir: str, plan: Sequence[dict],
         if name not in sizes:
             raise JobError(f"output part {path!r} is missing; rerun the job")
         try:
-            md = read_footer(folder, name, sizes[name])
+            md = read_footer(folder, name, sizes[name], tails.get(name))
             meta = json.loads((md.metadata or {}).get(METADATA_KEY, b"{}"))
         except (OSError, ValueError, pa.ArrowException) as e:
             raise JobError(f"output part {path!r} cannot be read back: {e}") from None
