@@ -243,14 +243,15 @@ def _write_part(spec, out_dir: str, options: dict, n_partitions: int, job_id: st
 
 
 #: The host pool's freed blocks kept after a partition, in bytes of the partition's text
-#: for each partition this process writes at once: about what the next one's outputs take
-#: from it (its slices' ids, the kernel's buffers, the .bin data: ~2.8x its text, one
-#: thread, 64 MB partitions), so that they come from memory already touched. Above it the
-#: oldest blocks are freed, not all of them: the next partition's outputs would come from
-#: fresh memory, whose first touch on a virtual machine can cost more than tokenizing it.
-#: (A bound of 8 x one partition's text kept more than a partition uses: 3.5x on a
-#: cluster's worker, 4.4-6.3x with two threads.)
-HOST_POOL_KEEP = 3
+#: for each partition this process writes at once: above what the next one takes from it
+#: (the reader's buffer of its input bytes, its slices' ids, the kernel's buffers, the .bin
+#: data: 3.2x its text on a 1-thread worker with 64 MB JSON Lines partitions), so that
+#: they come from memory already touched. Above it the oldest blocks are freed, not all of
+#: them: the next partition's outputs would come from fresh memory, whose first touch on a
+#: virtual machine can cost more than tokenizing it (a bound of 3 dropped the reader's
+#: buffer every partition: +0.6 CPU s per GB in the read stage). The bound before, 8 x one
+#: partition whatever the threads, released everything above it.
+HOST_POOL_KEEP = 4
 
 
 def _bound_partition_memory(text_bytes: int) -> bool:
