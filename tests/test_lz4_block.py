@@ -287,3 +287,37 @@ def test_the_compressed_page_buffer_grows_for_a_bigger_page(tmp_path, monkeypatc
         w.close({"partition": 0})
     back = pq.read_table(path)
     assert back.column("input_ids").combine_chunks().equals(ids)
+
+
+@pytest.mark.slow
+def test_compressor_under_address_and_undefined_behaviour_sanitizers(tmp_path):
+    """tests/native/lz4_asan_driver.cpp: exact-size input and output blocks, so the
+    compressor's 8- and 16-byte loads near the end of its input and its writes up to the
+    bound are checked by AddressSanitizer, and every block by a strict decoder."""
+    import os
+    import shutil
+    import subprocess
+    from pathlib import Path
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("clang++")
+    if cxx is None:
+        pytest.skip("no C++ compiler (g++/clang++) found")
+    repo = Path(__file__).resolve().parent.parent
+    exe = tmp_path / "lz4_asan_driver"
+    build = subprocess.run([cxx, "-std=c++17", "-O1", "-g", "-fno-omit-frame-pointer",
+                            "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+                            "-I", str(repo / "daskwp" / "kernels"),
+                            str(repo / "tests" / "native" / "lz4_asan_driver.cpp"), "-o",
+                            str(exe)], capture_output=True, text=True, timeout=300)
+    if build.returncode and "sanitize" in build.stderr:
+        pytest.skip(f"no sanitizer runtimes: {build.stderr[-300:]}")
+    assert build.returncode == 0, build.stderr
+    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:halt_on_error=1",
+               UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
+    over = subprocess.run([str(exe), "selftest-overflow"], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert over.returncode != 0 and ("heap-buffer-overflow" in over.stderr or
+                                     "insufficient space" in over.stderr), \
+        "the driver is not instrumented"
+    run = subprocess.run([str(exe), "3000", "7"], capture_output=True, text=True, env=env,
+                         timeout=600)
+    assert run.returncode == 0 and run.stdout.startswith("OK"), run.stdout + run.stderr[-2000:]

@@ -3,7 +3,8 @@
 // definition level per value) and optional lists of integers (three-level LIST: repetition
 // levels 0/1, definition levels 3 on a value, 1 on an empty list). Levels are RLE runs of the
 // RLE/bit-packed hybrid; values PLAIN, BYTE_STREAM_SPLIT or DELTA_BINARY_PACKED. The page
-// header, compression and the footer are written by daskwp/frames/parquet_writer.py.
+// header and the footer are written by daskwp/frames/parquet_writer.py, which compresses
+// the pages (lz4: lz4_block.hpp; zstd: Arrow's codec).
 //
 // One call per page, written into the caller's buffer (the writer reuses one); one pass over
 // the values, no per-value allocation, the GIL released. Pages end on row boundaries.
