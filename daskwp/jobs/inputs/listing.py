@@ -191,10 +191,12 @@ def _url_error(url: str, e: BaseException) -> InputError:
     return InputError(f"cannot read input {storage.describe_storage_error(url, e)}")
 
 
-def _url_files(item: str, include: _Patterns, excluded: _Excluded) -> list[str]:
+def _url_files(item: str, include: _Patterns, excluded: _Excluded,
+               infos: dict | None = None) -> list[str]:
     """The objects an fsspec URL names (an object, a glob, or a folder: every object
     below it), as URLs, by the rules of local inputs: sorted, hidden names skipped unless a
-    pattern names them, include/exclude relative to a folder input."""
+    pattern names them, include/exclude relative to a folder input. ``infos`` gets the
+    ``info`` of a URL that names one object (its HEAD: not sent again)."""
     fs, path = storage.filesystem(item)
     path = path.rstrip("/") or path
 
@@ -241,7 +243,13 @@ def _url_files(item: str, include: _Patterns, excluded: _Excluded) -> list[str]:
                 what = " that include/exclude select" if include or excluded.relative else ""
                 raise InputError(f"input directory {item!r} holds no files{what}")
             return [u for _, u in sorted(found)]
-        if fs.isfile(path):
+        try:
+            info = fs.info(path)
+        except FileNotFoundError:
+            info = None
+        if info is not None and info.get("type") == "file":
+            if infos is not None:
+                infos[item] = info
             return [item]
     except InputError:
         raise
@@ -253,11 +261,11 @@ def _url_files(item: str, include: _Patterns, excluded: _Excluded) -> list[str]:
 
 
 @storage.caching_heads()   # its head read for the codec, the format, then by planning
-def _url_input_file(url: str, input_format: str) -> InputFile:
-    """An InputFile of an object: its size and modification time from the store, its
-    compression and format as for a local file."""
+def _url_input_file(url: str, input_format: str, info: dict | None = None) -> InputFile:
+    """An InputFile of an object: its size and modification time from the store (``info``:
+    fsspec's, when the listing has it), its compression and format as for a local file."""
     try:
-        info = storage.url_info(url)
+        info = storage.url_info(url) if info is None else info
         version = storage.object_version(info)
         with storage.pinned({url: version}), open_input(url) as f:
             head = f.read(512)
@@ -361,9 +369,10 @@ def list_input_files(inputs, input_format: str = "auto", exclude: Sequence[str] 
     include_p = _Patterns(include or ())
     excluded = _Excluded(exclude)
     files: list[str] = []
+    infos: dict = {}    # a URL's info the listing got (no second HEAD)
     for item in items:
         if is_url(item):
-            files.extend(_url_files(item, include_p, excluded))
+            files.extend(_url_files(item, include_p, excluded, infos))
         elif is_stdin(item):
             files.append(STDIN)
         elif _glob.has_magic(item) and not os.path.lexists(item):
@@ -381,7 +390,7 @@ def list_input_files(inputs, input_format: str = "auto", exclude: Sequence[str] 
             files.append(item)
         else:
             raise InputError(f"input not found: {item!r}")
-    return [_url_input_file(p, input_format) if is_url(p) else
+    return [_url_input_file(p, input_format, infos.get(p)) if is_url(p) else
             _input_file(p, input_format, spool_dir) for p in files]
 
 
