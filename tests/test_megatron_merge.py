@@ -190,7 +190,7 @@ def test_the_host_pool_keeps_a_bounded_cache_between_partitions(tmp_path, monkey
 def test_the_host_pool_is_trimmed_to_what_the_partitions_in_flight_use(monkeypatch):
     """After a partition Arrow's freed memory always goes back; the host pool's cache is
     trimmed (its oldest blocks) to 4 x the partition's text bytes for each partition this
-    process writes at once, when it holds more (the bound of 8 x one partition kept up to
+    process has written at once (the most, counted around the task), when it holds more (the bound of 8 x one partition kept up to
     twice what a partition uses, then released everything)."""
     trimmed = []
     cached = {"cached": 0}
@@ -201,9 +201,16 @@ def test_the_host_pool_is_trimmed_to_what_the_partitions_in_flight_use(monkeypat
                                      (70, 10, 2, False), (81, 10, 2, True),
                                      (5, 0, 1, True), (4, 0, 0, False)]:
         cached["cached"] = c
-        monkeypatch.setattr(jm, "_in_flight", [in_flight])
+        monkeypatch.setattr(jm, "_in_flight", [1, in_flight])
         assert jm._bound_partition_memory(text) is want, (c, text, in_flight)
     assert trimmed == [(41, 40), (70, 40), (81, 80), (5, 4)]
+    # the count around the task: the most at once, not the number now
+    monkeypatch.setattr(jm, "_in_flight", [0, 0])
+    seen = []
+    task = jm._counted(lambda: seen.append(list(jm._in_flight)) or (
+        jm._counted(lambda: seen.append(list(jm._in_flight)))()))
+    task()
+    assert seen == [[1, 1], [2, 2]] and jm._in_flight == [0, 2]
 
 
 def test_a_durable_merge_drops_the_pages_it_wrote_and_read(tmp_path, monkeypatch):

@@ -136,8 +136,10 @@ def megatron_options(cfg) -> dict:
 
 
 #: The partitions being written in this process now (the threads of an in-process job or
-#: of a worker): each keeps the host pool's blocks for the next one.
-_in_flight = [0]
+#: of a worker), and the most there were at once: each keeps the host pool's blocks for
+#: the next one. (The most, not the number now: between two tasks a thread holds none,
+#: and a bound taken then dropped blocks the next partition of two threads needed.)
+_in_flight = [0, 0]
 _in_flight_lock = threading.Lock()
 
 
@@ -147,6 +149,7 @@ def _counted(task):
     def run(*args, **kwargs):
         with _in_flight_lock:
             _in_flight[0] += 1
+            _in_flight[1] = max(_in_flight)
         try:
             return task(*args, **kwargs)
         finally:
@@ -257,11 +260,12 @@ HOST_POOL_KEEP = 4
 def _bound_partition_memory(text_bytes: int) -> bool:
     """Hand back what Arrow's allocator keeps of freed buffers (the partition's text, the
     JSON reader's blocks) before the next partition is read, and trim the host pool's cache
-    to :data:`HOST_POOL_KEEP` x ``text_bytes`` x the partitions being written in this
-    process (its oldest blocks freed). Returns whether the host pool was trimmed."""
+    to :data:`HOST_POOL_KEEP` x ``text_bytes`` x the most partitions this process has
+    written at once (its oldest blocks freed). Returns whether the host pool was
+    trimmed."""
     import pyarrow as pa
     pa.default_memory_pool().release_unused()
-    keep = HOST_POOL_KEEP * max(int(text_bytes), 1) * max(_in_flight[0], 1)
+    keep = HOST_POOL_KEEP * max(int(text_bytes), 1) * max(_in_flight[1], 1)
     if host_pool_info()["cached"] > keep:
         trim_host_memory(keep)
         return True
