@@ -206,6 +206,62 @@ def test_the_offset_pass_runs_before_any_write(tmp_path):
     assert max(passes) < min(writes)
 
 
+def test_only_the_pass_leaves_run_on_the_cluster(tmp_path):
+    """The scheduler gets one count task and one write task per partition (and the
+    tokenizer, the first offset): the prefix-count tree's sums are added up in the driver.
+    On the scheduler (a local cluster's runs in the driver's process) they were two more
+    tasks per partition, and dask.order of the tree held a set of the leaves below every
+    node: memory quadratic in the partitions."""
+    from distributed import Client, LocalCluster
+    inp = tmp_path / "in.txt"
+    inp.write_text("\n".join(_lines(800)) + "\n")
+    cfg = jobs.make_config({"input": str(inp), "output": str(tmp_path / "out"),
+                            "partition_size": "2KB", "quiet": True, "device": "cpu"})
+    plugin = _Priorities()
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=":0") as cluster, Client(cluster) as client:
+        client.register_plugin(plugin)
+        summary = jobs.run_job(cfg, client=client)
+        seen = client.run_on_scheduler(lambda dask_scheduler: list(
+            dask_scheduler.plugins[_Priorities.name].seen))
+    n = summary["partitions"]
+    assert n >= 16
+    names = [_name(k) for k in seen]
+    assert sum(x.startswith("daskwp-write-") for x in names) == n
+    counts = [k for k in seen if _name(k).startswith("daskwp-count-")]
+    assert len(counts) == n and all(k[1] == 0 for k in counts)   # leaves only
+    assert sum(x.startswith("daskwp-offset-") for x in names) <= 1
+    assert len(seen) <= 2 * n + 2
+    job = json.loads((tmp_path / "out" / "_job.json").read_text())
+    docs = [p["documents"] for p in job["partitions"]]
+    assert [p["logid_offset"] for p in job["partitions"]] == \
+        [sum(docs[:i]) for i in range(n)]
+
+
+def test_pass_sums_give_the_trees_offsets_in_any_arrival_order(tmp_path, tok):
+    """PassSums (the driver's half of the pass): whatever order the counts come in, and
+    with some counts known up front, every offset and count equals the tree's own result
+    (the whole graph on dask's synchronous scheduler)."""
+    import random
+    specs = _plan(tmp_path, [3, 5, 2, 7, 1, 4, 6, 2, 3])
+    counts = [None, 5, None, None, 1, None, 6, None, None]
+    graph = driver.job_graph(specs, counts, [], str(tmp_path), tok, OPTIONS, "f" * 32, "cpu")
+    want = dict(zip(graph.offset_keys + graph.count_keys,
+                    get_sync(graph.dsk, graph.offset_keys + graph.count_keys)))
+    for seed in range(5):
+        sums = driver.PassSums(graph.dsk, keep={graph.tokenizer_key})
+        assert graph.tokenizer_key in sums.remote
+        leaves = {k: get_sync(graph.dsk, k) for k in sums.remote_keys}
+        assert all(_name(k).startswith("daskwp-count-") or k == graph.offset_keys[0]
+                   for k in leaves)
+        got = dict(sums.add({}))
+        order = list(leaves)
+        random.Random(seed).shuffle(order)
+        for k in order:
+            got.update(sums.add({k: leaves[k]}))
+        assert {k: got[k] for k in want} == want
+
+
 def test_the_jobs_own_cluster_runs_without_the_worker_profiler(tmp_path, monkeypatch):
     import dask
 

@@ -692,6 +692,55 @@ def literal_writes(dsk: dict, writes: set, pass_keys: set):
         got = yield ready
 
 
+class PassSums:
+    """The global-offset pass of a job graph split in two: ``remote``, the tasks that take
+    no other pass value (the partitions' count tasks, and the keys in ``keep``), which run
+    on the cluster; and the nodes above them (the prefix-count tree's sums and the offsets)
+    and the known counts (``DataNode``), evaluated in the driver by :meth:`add` as their
+    inputs come in. Every task's inputs must lie in ``dsk``."""
+
+    def __init__(self, dsk: dict, keep=()):
+        from ..distributed.dask_compat import DataNode
+        keep = set(keep)
+        self.remote = {k: t for k, t in dsk.items() if k in keep or (
+            not isinstance(t, DataNode) and not set(t.dependencies) & dsk.keys())}
+        self.remote_keys = [k for k in dsk if k in self.remote and k not in keep]
+        self.local = {k: t for k, t in dsk.items() if k not in self.remote}
+        outside = {d for t in self.local.values() for d in t.dependencies} - dsk.keys()
+        if outside:
+            raise ValueError(f"the pass takes keys it does not hold: "
+                             f"{sorted(outside, key=str)[:3]}")
+        self.values: dict = {}
+        self._needs = {k: set(t.dependencies) for k, t in self.local.items()}
+        self._waiting: dict = {}
+        for k, deps in self._needs.items():
+            for d in deps:
+                self._waiting.setdefault(d, []).append(k)
+        self._first = [k for k, d in self._needs.items() if not d]
+
+    def add(self, new: dict) -> dict:
+        """Record the values ``new`` (of remote keys); returns them with every local node
+        they complete (at the first call also the known counts and what they complete)."""
+        out = dict(new)
+        self.values.update(new)
+        todo, self._first = self._first, []
+        for k in new:
+            for w in self._waiting.pop(k, ()):
+                self._needs[w].discard(k)
+                if not self._needs[w]:
+                    todo.append(w)
+        while todo:
+            k = todo.pop()
+            task = self.local[k]
+            v = task({d: self.values[d] for d in task.dependencies})
+            self.values[k] = out[k] = v
+            for w in self._waiting.pop(k, ()):
+                self._needs[w].discard(k)
+                if not self._needs[w]:
+                    todo.append(w)
+        return out
+
+
 def run_graph(graph: JobGraph, client, on_write: Callable[[int, dict], None],
               log: Callable[[str], None] | None = None,
               stall_seconds: float = STALL_REPORT_SECONDS) -> dict:
@@ -721,20 +770,28 @@ def run_graph(graph: JobGraph, client, on_write: Callable[[int, dict], None],
 
     from distributed import as_completed
     # The global-offset pass goes first, at a higher priority than the writes: in one graph
-    # of equal priorities, dask.order puts a partition's count (and the pass's small sums)
-    # behind other partitions' writes, and a worker that has finished a write waits for a
-    # sum queued behind a write on the other worker (docs/design.md §8.5).
+    # of equal priorities, dask.order puts a partition's count behind other partitions'
+    # writes, and a worker that has finished a write waits for a count queued behind a write
+    # on the other worker (docs/design.md §8.5).
+    # Only the pass's leaves go to the cluster (the count tasks, which read the input, and
+    # the tokenizer): the tree's nodes above them are sums of a few ints, evaluated here as
+    # their inputs come in (PassSums). On the scheduler, which a local cluster runs in this
+    # process, they were ~2 tasks per partition of transitions and messages, and dask.order
+    # of the tree kept a set of the leaves below every node (n**2 / 2 entries: ~110 MB
+    # at 1,570 partitions, returned to the allocator but not to the system).
     # A write is submitted once the driver holds the pass values it takes, with those
     # values in the task (literal_writes): no write depends on a pass key, the driver
     # releases each pass result as it comes, and a worker lost late in the job loses only
     # its running writes, never the pass (all of it recounted from the input otherwise,
     # as the driver held every count and offset on the cluster to the end).
     writes = set(graph.write_keys.values())
-    pass_dsk = {k: v for k, v in graph.dsk.items() if k not in writes}
     pass_keys = graph.offset_keys + graph.count_keys
-    *futures, tok_future = client.get(pass_dsk, [*pass_keys, graph.tokenizer_key],
+    pass_set = set(pass_keys)
+    sums = PassSums({k: v for k, v in graph.dsk.items() if k not in writes},
+                    keep={graph.tokenizer_key})
+    *futures, tok_future = client.get(sums.remote, [*sums.remote_keys, graph.tokenizer_key],
                                       sync=False, priority=1)
-    ready = literal_writes(graph.dsk, writes, set(pass_keys))
+    ready = literal_writes(graph.dsk, writes, pass_set)
     watch = StallWatch(client, [*futures, tok_future], graph.dsk, log,
                        stall_seconds) if log else None
     results = as_completed(futures, with_results=True, raise_errors=False)
@@ -747,8 +804,18 @@ def run_graph(graph: JobGraph, client, on_write: Callable[[int, dict], None],
             if watch is not None:
                 watch.futures.extend(new)
 
+    def known(new: dict) -> dict:
+        """The pass values ``new`` brings (its own and the sums it completes): recorded in
+        ``values``; returns those the writes may take."""
+        got = {k: v for k, v in sums.add(new).items() if k in pass_set}
+        values.update(got)
+        return got
+
     try:
         submit(ready.send(None))
+        got = known({})   # known counts (DataNodes) and the sums they complete
+        if got:
+            submit(ready.send(got))
         # Results come with the completions, fetched in batches: one slow host does not
         # make every small offset and count result a round trip of its own.
         for batch in results.batches():
@@ -766,10 +833,12 @@ def run_graph(graph: JobGraph, client, on_write: Callable[[int, dict], None],
                 if key in part_of:
                     on_write(part_of[key], result)
                 else:
-                    values[key] = got[key] = result
+                    got[key] = result
                 fut.release()
             if got:
-                submit(ready.send(got))
+                got = known(got)
+                if got:
+                    submit(ready.send(got))
     except OSError as e:   # distributed's CommClosedError: the scheduler is gone
         raise JobError(f"lost the cluster's scheduler ({type(e).__name__}: {e}); complete "
                        f"parts are kept: run the same command again (against a running "
