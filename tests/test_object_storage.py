@@ -1257,3 +1257,120 @@ def test_a_streamed_get_checks_the_etag_where_s3fs_does(bucket, monkeypatch):
             out = io.BytesIO()
             assert storage.copy_range(f, 0, 50_000, out) == 0
             assert out.getvalue() == b""
+
+
+def _own_cluster(made: list, processes: bool = False, **kw):
+    """A connect_cluster of the job's own: a cluster of one worker with two threads (in
+    this process unless ``processes``); its clients kept in ``made``."""
+    def connect(cfg, device):
+        from distributed import Client
+        client = Client(n_workers=1, threads_per_worker=2, processes=processes,
+                        dashboard_address=":0", **kw)
+        made.append(client)
+        return client
+    return connect
+
+
+#: A worker preload that records, in the file named by $DASKWP_TEST_FS_LOG, the thread
+#: that builds each S3 filesystem and each S3 client in the worker's process.
+_FS_LOG_PRELOAD = """
+import os, threading
+import s3fs
+
+def _log(what):
+    with open(os.environ["DASKWP_TEST_FS_LOG"], "a") as f:
+        f.write(f"{what} {threading.current_thread().name}\\n")
+
+def _patch(cls):
+    init, session = cls.__init__, cls.set_session
+
+    def __init__(self, *a, **kw):
+        _log("filesystem")
+        init(self, *a, **kw)
+
+    async def set_session(self, *a, **kw):
+        if getattr(self, "_s3", None) is None:
+            _log("client")
+        return await session(self, *a, **kw)
+
+    cls.__init__, cls.set_session = __init__, set_session
+    cls._daskwp_test_logged = True
+
+if not getattr(s3fs.S3FileSystem, "_daskwp_test_logged", False):   # (run once)
+    _patch(s3fs.S3FileSystem)
+"""
+
+
+def test_the_cluster_starts_while_a_url_input_is_planned_and_warms_the_workers(
+        tmp_path, bucket, monkeypatch):
+    """A job on a local cluster of its own (n_workers set) reading and writing a bucket:
+    the cluster starts while the driver plans the input (the planner waits for it), and
+    the worker process builds its S3 filesystem and client once, in its warm-up thread,
+    before its first task: no task thread builds one."""
+    import threading
+
+    from daskwp.jobs import driver
+    name, options, fs = bucket
+    fs.pipe(f"{name}/in/a.txt", ("\n".join(sample_lines(300)) + "\n").encode())
+    preload = tmp_path / "fs_log_preload.py"
+    preload.write_text(_FS_LOG_PRELOAD)
+    fs_log = tmp_path / "fs.log"
+    monkeypatch.setenv("DASKWP_TEST_FS_LOG", str(fs_log))
+    made: list = []
+    connect = _own_cluster(made, processes=True, preload=[str(preload)])
+    connecting = threading.Event()
+
+    def connect_cluster(cfg, device):
+        connecting.set()
+        return connect(cfg, device)
+
+    seen = {}
+    plan = driver.plan_partitions
+
+    def slow_plan(*a, **kw):
+        seen["cluster started while planning"] = connecting.wait(20)
+        return plan(*a, **kw)
+
+    monkeypatch.setattr(driver, "connect_cluster", connect_cluster)
+    monkeypatch.setattr(driver, "plan_partitions", slow_plan)
+    summary = jobs.run_job(job_config(f"s3://{name}/in", f"s3://{name}/out", n_workers=1,
+                                      scheduler_address=None, partition_size=4000,
+                                      storage_options=options))
+    assert seen == {"cluster started while planning": True}
+    assert summary["documents"] == 300 and summary["partitions"] >= 3
+    # (a client is built on fsspec's event loop thread, for the thread that asks for it)
+    assert fs_log.read_text().splitlines() == ["filesystem daskwp-storage-warm",
+                                               "client fsspecIO"]
+    assert [c.status for c in made] == ["closed"]
+
+
+@pytest.mark.parametrize("missing", ["input", "output"])
+def test_a_missing_bucket_fails_fast_with_a_cluster_started_early(tmp_path, bucket,
+                                                                   monkeypatch, missing):
+    """The cluster started while the input is listed is closed when the listing (a missing
+    input bucket) or the output's check (a missing output bucket) fails; the error is the
+    same one line as without a cluster, and nothing is written."""
+    from daskwp.jobs import driver
+    name, options, fs = bucket
+    fs.pipe(f"{name}/in/a.txt", b"hello world\n")
+    inp, out = f"s3://{name}/in", f"s3://{name}/out"
+    if missing == "input":
+        inp = f"s3://{name}-missing/in"
+    else:
+        out = f"s3://{name}-missing/out"
+    errors = []
+    for n_workers in (None, 1):   # in this process (synchronous), then a cluster of its own
+        made: list = []
+        monkeypatch.setattr(driver, "connect_cluster", _own_cluster(made))
+        before = objects(fs, name)
+        with pytest.raises(jobs.JobError) as e:
+            jobs.run_job(job_config(inp, out, storage_options=options, **(
+                {"n_workers": 1, "scheduler_address": None} if n_workers else {})))
+        errors.append(str(e.value))
+        assert len(made) == (1 if n_workers else 0) and all(c.status == "closed"
+                                                            for c in made)
+        fs.invalidate_cache()
+        assert objects(fs, name) == before and not fs.exists(f"{name}-missing")
+    assert errors[0] == errors[1] and "\n" not in errors[0], errors
+    assert ("input not found" if missing == "input" else "the bucket does not exist") \
+        in errors[0], errors

@@ -11,9 +11,14 @@ from __future__ import annotations
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
+from ..frames.storage import clear_warm_filesystems, is_url, warm_filesystems
 from .state import PLUGIN_NAME, WorkerState
 
-__all__ = ["DaskwpWorkerPlugin", "register_worker_plugin"]
+__all__ = ["DaskwpWorkerPlugin", "STORAGE_WARMUP_NAME", "StorageWarmup",
+           "register_worker_plugin"]
+
+#: The name :class:`StorageWarmup` is registered under (a new job's replaces the last one's)
+STORAGE_WARMUP_NAME = "daskwp-storage-warmup"
 
 
 class DaskwpWorkerPlugin(WorkerPlugin):
@@ -37,3 +42,28 @@ class DaskwpWorkerPlugin(WorkerPlugin):
 def register_worker_plugin(client) -> None:
     """Register daskwp's plugin on every worker of ``client`` (present and future)."""
     client.register_plugin(DaskwpWorkerPlugin(), name=PLUGIN_NAME)
+
+
+class StorageWarmup(WorkerPlugin):
+    """Builds a job's object-store filesystems on each worker ahead of its first task.
+
+    ``urls``: the job's input and output URLs (local paths are left out); ``storage_options``:
+    their filesystems' options. Setup starts :func:`~daskwp.frames.storage.warm_filesystems`
+    (a background thread: the filesystem's module imported, its client built) and returns at
+    once; a task that needs the filesystem waits for that thread. Teardown forgets them.
+    Its ``repr`` shows neither the options nor the URLs."""
+
+    name = STORAGE_WARMUP_NAME
+
+    def __init__(self, urls, storage_options: dict | None = None):
+        self.urls = [u for u in urls if is_url(u)]
+        self.storage_options = dict(storage_options or {})
+
+    def __repr__(self) -> str:
+        return f"StorageWarmup({len(self.urls)} URLs)"
+
+    def setup(self, worker) -> None:
+        warm_filesystems(self.urls, self.storage_options)
+
+    def teardown(self, worker) -> None:
+        clear_warm_filesystems()

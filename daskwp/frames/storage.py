@@ -30,15 +30,18 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import time
 import uuid
 
 __all__ = ["TMP_PREFIX", "Folder", "HeadCached", "LocalCopy", "StorageError",
-           "caching_heads", "copy_range", "current_options", "describe_storage_error",
+           "caching_heads", "clear_warm_filesystems", "copy_range", "current_options",
+           "describe_storage_error",
            "filesystem",
            "has_local_copy", "is_url", "local_copy", "local_path", "object_version",
            "open_input", "pinned", "pinned_version", "size",
-           "private_folder", "remove_stale_staging", "staging_root", "storage_error", "url_info", "using"]
+           "private_folder", "remove_stale_staging", "staging_root", "storage_error", "url_info", "using",
+           "warm_filesystems"]
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _OPTIONS: contextvars.ContextVar = contextvars.ContextVar("daskwp_storage_options",
@@ -118,9 +121,19 @@ def storage_error(url: str, exc: BaseException) -> StorageError:
 def filesystem(url: str, storage_options: dict | None = None):
     """``(fs, path)``: the fsspec filesystem of ``url`` and the path within it.
     ``storage_options`` default to those of :func:`using`'s block. A protocol that is not
-    installed or not known is a StorageError naming what to install."""
-    import fsspec
+    installed or not known is a StorageError naming what to install. A filesystem that
+    :func:`warm_filesystems` builds (or is building) for the same protocol, options and
+    URL arguments is that one instance, whatever the thread."""
     options = _OPTIONS.get() if storage_options is None else storage_options
+    if _WARM:
+        warmed = _warmed(url, options)
+        if warmed is not None:
+            return warmed
+    return _url_to_fs(url, options)
+
+
+def _url_to_fs(url: str, options):
+    import fsspec
     try:
         return fsspec.core.url_to_fs(url, **(options or {}))
     except ImportError as e:
@@ -128,6 +141,87 @@ def filesystem(url: str, storage_options: dict | None = None):
     except (ValueError, TypeError) as e:
         raise StorageError(f"{url}: cannot use this URL with the storage options given "
                            f"({type(e).__name__}: {e})") from None
+
+
+#: (protocol, token of the options) -> the Future of a filesystem built ahead of need
+#: (:func:`warm_filesystems`): one instance per process, shared by its threads
+_WARM: dict = {}
+_WARM_LOCK = threading.Lock()
+
+
+def _warm_key(url: str, options) -> tuple | None:
+    if not is_url(url) or "::" in url:
+        return None   # (a chained URL: fsspec's own path)
+    from dask.base import tokenize
+    return _URL.match(url).group(1).lower(), tokenize(dict(options or {}))
+
+
+def _warmed(url: str, options):
+    """``(fs, path)`` of the filesystem warmed for ``url`` and ``options`` (waiting for it
+    while it is being built), or None: none warmed, its build failed (the caller's own
+    attempt reports the error), or ``url`` asks for other arguments (an account, a version)."""
+    key = _warm_key(url, options)
+    future = _WARM.get(key) if key is not None else None
+    if future is None:
+        return None
+    try:
+        fs, url_kwargs = future.result()
+    except Exception:   # noqa: BLE001  the caller builds its own and reports its error
+        return None
+    if type(fs)._get_kwargs_from_urls(url) != url_kwargs:
+        return None
+    return fs, fs._strip_protocol(url)
+
+
+def _build_warm(url: str, options: dict):
+    fs, _ = _url_to_fs(url, options)
+    if getattr(fs, "async_impl", False) and hasattr(fs, "set_session"):
+        from fsspec.asyn import sync
+        sync(fs.loop, fs.set_session)   # its client (s3fs: botocore's service models)
+    return fs, type(fs)._get_kwargs_from_urls(url)
+
+
+def warm_filesystems(urls, storage_options: dict | None) -> list:
+    """Build, in a background thread, the filesystem of each URL of ``urls`` (one per
+    protocol) with ``storage_options``, its client included, for :func:`filesystem` to
+    return in every thread of this process: a worker's first task then waits for it
+    instead of importing the filesystem's module and building its client itself. Only
+    filesystems whose instances fsspec shares between threads (async ones: s3fs, gcsfs,
+    ...) are shared; returns the Futures started (none for local paths). A build that
+    fails is not kept: the task that needs the filesystem builds its own, which reports
+    the error."""
+    from concurrent.futures import Future
+    options = dict(storage_options or {})
+    started = []
+    for url in urls:
+        key = _warm_key(url, options)
+        if key is None:
+            continue
+        with _WARM_LOCK:
+            if key in _WARM:
+                continue
+            future: Future = Future()
+            _WARM[key] = future
+
+        def build(url=url, key=key, future=future):
+            try:
+                fs, url_kwargs = _build_warm(url, options)
+                if not getattr(fs, "async_impl", False):
+                    raise TypeError("a filesystem fsspec keeps per thread")
+                future.set_result((fs, url_kwargs))
+            except BaseException as e:  # noqa: BLE001  dropped: the task builds its own
+                with _WARM_LOCK:
+                    _WARM.pop(key, None)
+                future.set_exception(e)
+        threading.Thread(target=build, name="daskwp-storage-warm", daemon=True).start()
+        started.append(future)
+    return started
+
+
+def clear_warm_filesystems() -> None:
+    """Forget the filesystems :func:`warm_filesystems` built (the worker's teardown)."""
+    with _WARM_LOCK:
+        _WARM.clear()
 
 
 def url_info(url: str) -> dict:

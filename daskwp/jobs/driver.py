@@ -60,6 +60,7 @@ import hashlib
 import json
 import os
 import sys
+import threading
 import time
 import uuid
 from typing import Callable, Iterable, Sequence
@@ -138,7 +139,8 @@ def _fmt_size(n: int) -> str:
 
 def open_scheduler(cfg: JobConfig, device: str, input_file_bytes: int, client=None,
                    work: bool = True, log: Callable[[str], None] = lambda msg: None,
-                   tasks: int | None = None) -> tuple[object, bool, dict]:
+                   tasks: int | None = None, started: "ClusterStart | None" = None,
+                   urls: Sequence[str] = ()) -> tuple[object, bool, dict]:
     """What runs a job's graphs: ``(runner, own, record)``. ``runner`` is the ``client``
     given, an :class:`~daskwp.distributed.local.InProcess` scheduler, or a client of a
     cluster started or joined here (``own``: close it with :func:`close_scheduler`).
@@ -146,9 +148,15 @@ def open_scheduler(cfg: JobConfig, device: str, input_file_bytes: int, client=No
     ``synchronous``, ``local_cluster`` or ``cluster``), ``threads``, and for a cluster
     ``workers`` and ``address``; ``why`` the mode was chosen. Without ``work`` (every part
     complete) nothing is started: the graph's known counts are summed in this process.
-    ``tasks``: the partitions to read, for the in-process threads' share of the cores."""
+    ``tasks``: the partitions to read, for the in-process threads' share of the cores.
+    ``started``: the local cluster :func:`start_cluster_early` started, used (or closed
+    when nothing runs on it) instead of starting one; ``urls``: the job's input and output
+    URLs, whose filesystems the workers of a local cluster started here build ahead of
+    their first task (:func:`start_cluster`)."""
     from ..distributed.local import InProcess
     if not work:
+        if started is not None:
+            started.close()
         runner = InProcess("synchronous")
         return runner, False, dict(runner.describe(), why="nothing to tokenize")
     if client is not None and cfg.scheduler_address not in LOCAL_SCHEDULERS:
@@ -156,9 +164,12 @@ def open_scheduler(cfg: JobConfig, device: str, input_file_bytes: int, client=No
     else:
         where, why = choose_scheduler(cfg, input_file_bytes, device)
         if where in LOCAL_SCHEDULERS:
+            if started is not None:
+                started.close()
             runner = InProcess(where, tasks=tasks)
             return runner, False, dict(runner.describe(), why=why)
-        client = connect_cluster(cfg, device)
+        client = started.result() if started is not None else \
+            start_cluster(cfg, device, () if where else urls)
         own, mode = True, "cluster" if where else "local_cluster"
         dash = getattr(client, "dashboard_link", None)
         log(f"daskwp: cluster {client.scheduler.address if client.scheduler else ''}"
@@ -214,6 +225,71 @@ def connect_cluster(cfg: JobConfig, device: str):
     with dask.config.set({"distributed.worker.profile.enabled": False}):
         return connect(device=device, n_workers=cfg.n_workers,
                        threads_per_worker=cfg.threads_per_worker, dashboard_address=":0")
+
+
+def start_cluster(cfg: JobConfig, device: str, urls: Sequence[str] = ()):
+    """:func:`connect_cluster` with daskwp's worker plugin registered; on a local cluster of
+    a job with ``urls`` (its input and output URLs) the workers also start building those
+    filesystems (:class:`~daskwp.distributed.plugin.StorageWarmup`) as they come up."""
+    from ..distributed.plugin import StorageWarmup, register_worker_plugin
+    client = connect_cluster(cfg, device)
+    try:
+        urls = [u for u in urls if is_url(u)]
+        if urls and not cfg.scheduler_address:
+            client.register_plugin(StorageWarmup(urls, cfg.storage_options))
+        register_worker_plugin(client)
+    except BaseException:
+        _close_own_client(client)
+        raise
+    return client
+
+
+class ClusterStart:
+    """A local cluster being started in a thread (:func:`start_cluster`) while the driver
+    lists and plans: :meth:`result` waits for its client (or raises its error), and
+    :meth:`close` waits for it and closes a cluster nobody took."""
+
+    def __init__(self, cfg: JobConfig, device: str, urls: Sequence[str]):
+        self._client = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._start, args=(cfg, device, list(urls)),
+                                        name="daskwp-cluster-start", daemon=True)
+        self._thread.start()
+
+    def _start(self, cfg, device, urls) -> None:
+        try:
+            self._client = start_cluster(cfg, device, urls)
+        except BaseException as e:  # noqa: BLE001  raised by result(), in the driver
+            self._error = e
+
+    def result(self):
+        """The cluster's client, now owned by the caller."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        client, self._client = self._client, None
+        return client
+
+    def close(self) -> None:
+        self._thread.join()
+        client, self._client = self._client, None
+        if client is not None:
+            _close_own_client(client)
+
+
+def start_cluster_early(cfg: JobConfig, client, urls: Sequence[str]) -> ClusterStart | None:
+    """A :class:`ClusterStart` when the job will run on a local cluster whatever its input's
+    size (``n_workers`` or ``threads_per_worker`` set, a GPU device, ``in_process_max_bytes``
+    0) and reads or writes an object store (``urls``): the cluster's start then overlaps
+    the listing and planning (importing the filesystem's module, building its client, the
+    requests). None otherwise: no client of the caller's, a running scheduler, in-process
+    runs and local jobs start nothing before they are planned."""
+    if client is not None or cfg.scheduler_address or not any(is_url(u) for u in urls):
+        return None
+    device = resolve_device(cfg.device)
+    if choose_scheduler(cfg, 0, device)[0] is not None:
+        return None   # (whether it runs in this process depends on the input's size)
+    return ClusterStart(cfg, device, urls)
 
 
 # ---------------------------------------------------------------------------------------
@@ -962,6 +1038,12 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
     params = job_parameters(cfg, tok)
     out = cfg.output if is_url(cfg.output) else os.path.abspath(cfg.output)
     exclude = check_input_output_overlap(cfg.input, out)
+    urls = [out, *([cfg.input] if isinstance(cfg.input, str) else cfg.input)]
+    # A local cluster that will run the job whatever the input's size starts now, while
+    # the input is listed and planned; closed on any error before it is used.
+    started = start_cluster_early(cfg, client, urls)
+    if started is not None:
+        cleanup.callback(started.close)
     files = list_input_files(cfg.input, cfg.input_format, [*exclude, *(cfg.exclude or [])],
                              include=cfg.include)
     plan_warnings: list[str] = []
@@ -1068,7 +1150,7 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
         # in-process threads, a local cluster or a running one (choose_scheduler)
         runner, own_client, run_record = open_scheduler(
             cfg, device, sum(f.size for f in files), client, work, log,
-            tasks=n if packing else len(missing))
+            tasks=n if packing else len(missing), started=started, urls=urls)
         header["run"] = run_record
         save_job()   # with the run record, before any part is written
         if missing and SUMMARY_FILE in listed:
