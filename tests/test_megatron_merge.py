@@ -144,6 +144,38 @@ def test_frame_pieces_table(dtype, cls_id, sep_id, eod_id):
     assert int(out_lens.sum()) == len(want)
 
 
+@pytest.mark.parametrize("dtype", [np.uint16, np.int32, np.int64])
+@pytest.mark.parametrize("n,unk_share", [(0, 0.0), (1000, 0.0), (1000, 0.05),
+                                         ((1 << 20) + 5, 0.0), (3 * (1 << 20) + 7, 0.01)])
+def test_frame_counts_the_unknown_id_as_numpy_does(dtype, n, unk_share):
+    """The unknown-token count of a Megatron slice comes from the framing pass (the
+    native scan of the ids' range, blocks of 2**20 ids; NumPy for other dtypes): it
+    equals ``count_nonzero(ids == unk)``, with and without [UNK] in the ids, and the framed
+    bytes are those of :func:`document_sequences`."""
+    from daskwp import _ext
+    from daskwp.frames import megatron as fm
+    rng = np.random.default_rng(n)
+    ids = rng.integers(101, 30000, n).astype(np.int32)
+    ids[rng.random(n) < unk_share] = 100
+    if n:
+        ids[-1] = 100 if unk_share else 101      # the last of a block's tail
+    bounds = np.unique(np.concatenate([[0], rng.integers(0, n + 1, n // 20), [n]]))
+    want = int(np.count_nonzero(ids == 100))
+    assert (want > 0) == (unk_share > 0)
+    tokens, lengths, docs, unknown = fm._document_sequences(ids, bounds, dtype, eod_id=102,
+                                                            unk_id=100)
+    assert unknown == want
+    ref = document_sequences(ids, bounds, dtype, eod_id=102)
+    assert tokens.tobytes() == ref[0].tobytes()
+    assert lengths.tolist() == ref[1].tolist() and docs.tolist() == ref[2].tolist()
+    if dtype != np.int64:   # the binding itself: the count, and none without an unk id
+        pieces = np.diff(bounds)
+        out = np.empty(n, dtype=dtype)
+        assert _ext.frame_sequences(ids, pieces, -1, -1, -1, None, out, 100) == want
+        assert _ext.frame_sequences(ids, pieces, -1, -1, -1, None, out) == 0
+        assert out.tobytes() == ids.astype(dtype).tobytes()
+
+
 def test_frame_pieces_refuses_ids_the_dtype_cannot_hold():
     with pytest.raises(ValueError, match="token id 70000 does not fit the output dtype"):
         frame_pieces(np.array([1, 70000], np.int32), np.array([2]), np.uint16, eod_id=3,

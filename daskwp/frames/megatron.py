@@ -792,6 +792,13 @@ def frame_pieces(ids, lengths, dtype, cls_id=None, sep_id=None, eod_id=None, las
     the bool array ``last`` marks): ``(flat ids in dtype, lengths int64)``, written by the
     native core in one pass (``_ext.frame_sequences``, uint16 or int32 output; other
     dtypes by NumPy). ValueError for an id ``dtype`` cannot hold."""
+    out, out_lens, _ = _frame_pieces(ids, lengths, dtype, cls_id, sep_id, eod_id, last)
+    return out, out_lens
+
+
+def _frame_pieces(ids, lengths, dtype, cls_id, sep_id, eod_id, last, unk_id=None):
+    """:func:`frame_pieces`, and how many of ``ids`` are ``unk_id`` (0 when None), counted
+    by the native core in the pass that checks the ids' range."""
     from .. import _ext
     dtype = np.dtype(dtype)
     lengths = np.ascontiguousarray(lengths, dtype=np.int64)
@@ -801,15 +808,17 @@ def frame_pieces(ids, lengths, dtype, cls_id=None, sep_id=None, eod_id=None, las
         out_lens = out_lens + last
     total = int(out_lens.sum(dtype=np.int64))
     if dtype not in (np.dtype(np.uint16), np.dtype(np.int32)):
+        unknown = 0 if unk_id is None else int(np.count_nonzero(np.asarray(ids) == unk_id))
         return _frame_pieces_numpy(ids, lengths, out_lens, total, dtype, cls_id, sep_id,
-                                   eod_id, last), out_lens
+                                   eod_id, last), out_lens, unknown
     out = np.empty(total, dtype=dtype)
-    _ext.frame_sequences(np.ascontiguousarray(ids, dtype=np.int32), lengths,
-                         -1 if cls_id is None else int(cls_id),
-                         -1 if sep_id is None else int(sep_id),
-                         -1 if eod_id is None else int(eod_id),
-                         None if eod_id is None else last.view(np.uint8), out)
-    return out, out_lens
+    unknown = _ext.frame_sequences(np.ascontiguousarray(ids, dtype=np.int32), lengths,
+                                   -1 if cls_id is None else int(cls_id),
+                                   -1 if sep_id is None else int(sep_id),
+                                   -1 if eod_id is None else int(eod_id),
+                                   None if eod_id is None else last.view(np.uint8), out,
+                                   -1 if unk_id is None else int(unk_id))
+    return out, out_lens, unknown
 
 
 def _frame_pieces_numpy(ids, lengths, out_lens, total, dtype, cls_id, sep_id, eod_id, last):
@@ -854,6 +863,14 @@ def document_sequences(token_ids: np.ndarray, offsets: np.ndarray, dtype, *,
 
     Memory: the output, and one byte per output token when special ids are added.
     """
+    return _document_sequences(token_ids, offsets, dtype, pieces_per_document, cls_id,
+                               sep_id, eod_id)[:3]
+
+
+def _document_sequences(token_ids, offsets, dtype, pieces_per_document=None, cls_id=None,
+                        sep_id=None, eod_id=None, unk_id=None):
+    """:func:`document_sequences`, and how many of ``token_ids`` are ``unk_id`` (0 when
+    None): ``(tokens, sequence_lengths, document_indices, unknown)``."""
     dtype = np.dtype(dtype)
     offsets = np.asarray(offsets, dtype=np.int64)
     ids = np.asarray(token_ids)
@@ -873,8 +890,9 @@ def document_sequences(token_ids: np.ndarray, offsets: np.ndarray, dtype, *,
     lengths = lens[kept]
     last = np.ones(len(kept), dtype=bool)
     last[:-1] = doc_of_kept[:-1] != doc_of_kept[1:]
-    out, out_lens = frame_pieces(ids, lengths, dtype, cls_id, sep_id, eod_id, last)
-    return out, _check_lengths(out_lens), document_indices
+    out, out_lens, unknown = _frame_pieces(ids, lengths, dtype, cls_id, sep_id, eod_id, last,
+                                           unk_id)
+    return out, _check_lengths(out_lens), document_indices, unknown
 
 
 def _host(a) -> np.ndarray:
@@ -933,13 +951,12 @@ def sequences_of(vocab, ids, offsets, pieces_per_document, documents: int, optio
         raise ValueError(f"eod_token {eod_token!r} is not a token of the vocabulary")
     per_document = offsets if pieces_per_document is None else offsets[pieces_per_document]
     stats = {"documents": documents, "tokens": len(ids),
-             "unknown_tokens": int(np.count_nonzero(ids == vocab.unk_id)),
              "document_lengths": np.diff(per_document)}
-    tokens, lengths, docs = document_sequences(
-        ids, offsets, token_dtype(len(vocab)), pieces_per_document=pieces_per_document,
+    tokens, lengths, docs, unknown = _document_sequences(
+        ids, offsets, token_dtype(len(vocab)), pieces_per_document,
         cls_id=vocab.cls_id if special else None, sep_id=vocab.sep_id if special else None,
-        eod_id=eod_id)
-    stats.update(rows=len(lengths), tokens_written=len(tokens))
+        eod_id=eod_id, unk_id=vocab.unk_id)
+    stats.update(rows=len(lengths), tokens_written=len(tokens), unknown_tokens=unknown)
     return tokens, lengths, docs, stats
 
 
