@@ -402,3 +402,35 @@ def test_native_page_encoders_check_their_arguments():
     assert n == 6 and size > len(small)
     with pytest.raises(ValueError, match="first"):
         _ext.parquet_scalar_page(values, 11, 100, buf)
+
+
+def test_native_pages_are_the_same_bytes_in_a_buffer_of_their_exact_size():
+    """A page encoded into a buffer of exactly its size (its bound does not fit: encoded
+    aside, then copied) is the page encoded straight into a large buffer; both the list and
+    the scalar encoder, ragged and empty rows, integer extremes (the widest delta blocks)."""
+    from daskwp import _ext
+    rng = np.random.default_rng(7)
+    lengths = rng.integers(0, 300, 400)
+    lengths[::7] = 0
+    lengths[1::11] = 1
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    for dtype in (np.int8, np.int16, np.int32, np.int64):
+        info = np.iinfo(dtype)
+        values = rng.integers(info.min, info.max, int(offsets[-1]), dtype=dtype,
+                              endpoint=True)
+        values[::5] = info.min
+        values[1::5] = info.max
+        big = np.zeros(1 << 22, dtype=np.uint8)
+        row = 0
+        while row < len(lengths):
+            size, n, end = _ext.parquet_list_page(values, offsets, row, 4096, True, big)
+            exact = np.zeros(size, dtype=np.uint8)
+            assert _ext.parquet_list_page(values, offsets, row, 4096, True, exact) == \
+                (size, n, end)
+            assert bytes(exact) == bytes(big[:size])
+            row = end
+        for first in (0, 1, 129, len(values) - 1):
+            size, n = _ext.parquet_scalar_page(values, first, 1000, big)
+            exact = np.zeros(size, dtype=np.uint8)
+            assert _ext.parquet_scalar_page(values, first, 1000, exact) == (size, n)
+            assert bytes(exact) == bytes(big[:size])

@@ -28,12 +28,22 @@ namespace {
 
 using AnyInts = nb::ndarray<nb::ro, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
-void put_uleb(std::string& out, uint64_t v) {
+// The encoders write through a raw pointer into memory the caller has sized from a bound
+// (no std::string: its per-byte capacity checks, and a thread_local's address looked up
+// again and again in this shared library, were a third of the list pages' CPU).
+
+inline uint8_t* put_uleb(uint8_t* p, uint64_t v) {
   while (v >= 0x80) {
-    out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+    *p++ = static_cast<uint8_t>((v & 0x7f) | 0x80);
     v >>= 7;
   }
-  out.push_back(static_cast<char>(v));
+  *p++ = static_cast<uint8_t>(v);
+  return p;
+}
+
+// The bytes put_uleb writes for v.
+inline size_t uleb_bytes(uint64_t v) {
+  return v < 0x80 ? 1 : (64 - static_cast<size_t>(__builtin_clzll(v)) + 6) / 7;
 }
 
 uint64_t zigzag(int64_t v) {
@@ -41,10 +51,12 @@ uint64_t zigzag(int64_t v) {
 }
 
 // RLE runs of the hybrid encoding for levels of `width` bits (1 or 2: one byte per run
-// value), adjacent equal runs merged. The section is prefixed by its 4-byte length (v1 pages).
+// value), adjacent equal runs merged, written from `p`. The section is prefixed by its
+// 4-byte length (v1 pages). A run of c values takes 1 + uleb_bytes(2c) bytes; merging
+// never adds any.
 class LevelRuns {
  public:
-  explicit LevelRuns(std::string& out) : out_(out), start_(out.size()) { out_.append(4, '\0'); }
+  explicit LevelRuns(uint8_t* p) : start_(p), p_(p + 4) {}
   void add(uint8_t value, uint64_t n) {
     if (n == 0) return;
     if (count_ != 0 && value == value_) {
@@ -55,21 +67,23 @@ class LevelRuns {
     value_ = value;
     count_ = n;
   }
-  void finish() {
+  // Writes the last run and the length; returns the end of the section.
+  uint8_t* finish() {
     flush();
-    const uint32_t len = static_cast<uint32_t>(out_.size() - start_ - 4);
-    std::memcpy(&out_[start_], &len, 4);
+    const uint32_t len = static_cast<uint32_t>(p_ - start_ - 4);
+    std::memcpy(start_, &len, 4);
+    return p_;
   }
 
  private:
   void flush() {
     if (count_ == 0) return;
-    put_uleb(out_, count_ << 1);
-    out_.push_back(static_cast<char>(value_));
+    p_ = put_uleb(p_, count_ << 1);
+    *p_++ = value_;
     count_ = 0;
   }
-  std::string& out_;
-  size_t start_;
+  uint8_t* start_;
+  uint8_t* p_;
   uint8_t value_ = 0;
   uint64_t count_ = 0;
 };
@@ -168,13 +182,10 @@ void put_values(char* p, const Values& v, size_t b, size_t e, bool split) {
   }
 }
 
-// 32 values of `width` bits, least significant bit first.
+// 32 values of `width` bits, least significant bit first, from `p`; returns the end.
 template <typename U>
-void pack32(std::string& out, const U* v, int width) {
-  if (width == 0) return;
-  const size_t at = out.size();
-  out.resize(at + 4 * static_cast<size_t>(width), '\0');
-  uint8_t* p = reinterpret_cast<uint8_t*>(&out[at]);
+uint8_t* pack32(uint8_t* p, const U* v, int width) {
+  if (width == 0) return p;
   if (width <= 56) {  // a 64-bit accumulator holds < 8 pending bits + one value
     uint64_t acc = 0;
     int pending = 0;
@@ -187,8 +198,9 @@ void pack32(std::string& out, const U* v, int width) {
         pending -= 8;
       }
     }
-    return;  // 32 * width bits: a whole number of bytes, nothing pending
+    return p;  // 32 * width bits: a whole number of bytes, nothing pending
   }
+  std::memset(p, 0, 4 * static_cast<size_t>(width));
   size_t bit = 0;
   for (int i = 0; i < 32; ++i) {
     const uint64_t x = v[i];
@@ -200,27 +212,35 @@ void pack32(std::string& out, const U* v, int width) {
       b += take;
     }
   }
+  return p + 4 * static_cast<size_t>(width);
 }
 
-// DELTA_BINARY_PACKED of values [b, e): blocks of 128 deltas in 4 miniblocks of 32. Deltas
-// wrap in the physical type's width (U: uint32_t for INT32, uint64_t for INT64).
+// The most bytes put_delta<U> writes for n values: four header varints, then per block of
+// 128 deltas its min delta, 4 widths and 4 miniblocks of at most 32 * 8 * sizeof(U) bits.
 template <typename U>
-void put_delta(std::string& out, const Values& v, size_t b, size_t e) {
+constexpr size_t delta_bound(size_t n) {
+  return 4 * 10 + (n / 128 + 1) * (10 + 4 + 128 * sizeof(U));
+}
+
+// DELTA_BINARY_PACKED of src[0, n) (T: the source dtype), from `p` (delta_bound<U>(n) bytes
+// available); returns the end. Blocks of 128 deltas in 4 miniblocks of 32. Deltas wrap in
+// the physical type's width (U: uint32_t for INT32, uint64_t for INT64).
+template <typename U, typename T>
+uint8_t* put_delta(uint8_t* p, const T* src, size_t n) {
   using S = std::make_signed_t<U>;
   constexpr int kBlock = 128, kMini = 32, kMinis = kBlock / kMini;
-  const size_t n = e - b;
-  put_uleb(out, kBlock);
-  put_uleb(out, kMinis);
-  put_uleb(out, n);
-  put_uleb(out, zigzag(n ? static_cast<S>(static_cast<U>(v.at(b))) : 0));
-  if (n < 2) return;
-  U prev = static_cast<U>(v.at(b));
+  p = put_uleb(p, kBlock);
+  p = put_uleb(p, kMinis);
+  p = put_uleb(p, n);
+  p = put_uleb(p, zigzag(n ? static_cast<S>(static_cast<U>(src[0])) : 0));
+  if (n < 2) return p;
+  U prev = static_cast<U>(src[0]);
   U block[kBlock];
-  for (size_t i = b + 1; i < e;) {
-    const size_t m = std::min<size_t>(kBlock, e - i);
+  for (size_t i = 1; i < n;) {
+    const size_t m = std::min<size_t>(kBlock, n - i);
     S min_delta = 0;
     for (size_t j = 0; j < m; ++j) {
-      const U cur = static_cast<U>(v.at(i + j));
+      const U cur = static_cast<U>(src[i + j]);
       block[j] = static_cast<U>(cur - prev);
       prev = cur;
       const S d = static_cast<S>(block[j]);
@@ -228,30 +248,40 @@ void put_delta(std::string& out, const Values& v, size_t b, size_t e) {
     }
     for (size_t j = 0; j < m; ++j) block[j] = static_cast<U>(block[j] - static_cast<U>(min_delta));
     for (size_t j = m; j < kBlock; ++j) block[j] = 0;  // the last miniblock's padding
-    put_uleb(out, zigzag(min_delta));
+    p = put_uleb(p, zigzag(min_delta));
     int widths[kMinis] = {0, 0, 0, 0};
     for (int k = 0; k < kMinis; ++k) {
       U all = 0;
       for (int j = 0; j < kMini; ++j) all |= block[k * kMini + j];
-      int w = 0;
-      while (w < static_cast<int>(8 * sizeof(U)) && (all >> w) != 0) ++w;
+      const int w = all ? 64 - __builtin_clzll(static_cast<uint64_t>(all)) : 0;  // bit length
       widths[k] = static_cast<size_t>(k * kMini) < m ? w : 0;
     }
-    for (int k = 0; k < kMinis; ++k) out.push_back(static_cast<char>(widths[k]));
+    for (int k = 0; k < kMinis; ++k) *p++ = static_cast<uint8_t>(widths[k]);
     for (int k = 0; k < kMinis && static_cast<size_t>(k * kMini) < m; ++k)
-      pack32(out, block + k * kMini, widths[k]);
+      p = pack32(p, block + k * kMini, widths[k]);
     i += m;
+  }
+  return p;
+}
+
+template <typename U>
+uint8_t* put_delta_of(uint8_t* p, const Values& v, size_t b, size_t e) {
+  switch (v.bits) {
+    case 8: return put_delta<U>(p, static_cast<const int8_t*>(v.data) + b, e - b);
+    case 16: return put_delta<U>(p, static_cast<const int16_t*>(v.data) + b, e - b);
+    case 32: return put_delta<U>(p, static_cast<const int32_t*>(v.data) + b, e - b);
+    default: return put_delta<U>(p, static_cast<const int64_t*>(v.data) + b, e - b);
   }
 }
 
 using Bytes = nb::ndarray<uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
-// Levels and small pages are built here (capacity kept from call to call, one per writer
-// thread), then copied into the caller's page buffer.
-std::string& scratch() {
+// Room for a page whose bound exceeds the caller's buffer (the page is encoded here to
+// learn its size, and copied if it fits after all); capacity kept, one per writer thread.
+uint8_t* scratch(size_t bytes) {
   thread_local std::string s;
-  s.clear();
-  return s;
+  if (s.size() < bytes) s.resize(bytes);
+  return reinterpret_cast<uint8_t*>(&s[0]);
 }
 
 // One page of an optional scalar column without nulls, values [first, first + page_values)
@@ -268,16 +298,16 @@ nb::tuple scalar_page(AnyInts values, int64_t first, int64_t page_values, Bytes 
   size_t size;
   {
     nb::gil_scoped_release release;
-    std::string& body = scratch();
-    LevelRuns def(body);  // max definition level 1: one bit; every value present
+    const size_t bound = 4 + 11 + (v.phys() == 8 ? delta_bound<uint64_t>(e - b)
+                                                 : delta_bound<uint32_t>(e - b));
+    const size_t cap = out.shape(0);
+    uint8_t* const page = bound <= cap ? out.data() : scratch(bound);
+    LevelRuns def(page);  // max definition level 1: one bit; every value present
     def.add(1, e - b);
-    def.finish();
-    if (v.phys() == 8)
-      put_delta<uint64_t>(body, v, b, e);
-    else
-      put_delta<uint32_t>(body, v, b, e);
-    size = body.size();
-    if (size <= out.shape(0)) std::memcpy(out.data(), body.data(), size);
+    uint8_t* p = def.finish();
+    p = v.phys() == 8 ? put_delta_of<uint64_t>(p, v, b, e) : put_delta_of<uint32_t>(p, v, b, e);
+    size = static_cast<size_t>(p - page);
+    if (page != out.data() && size <= cap) std::memcpy(out.data(), page, size);
   }
   return nb::make_tuple(static_cast<int64_t>(size), static_cast<int64_t>(e - b));
 }
@@ -288,7 +318,8 @@ nb::tuple scalar_page(AnyInts values, int64_t first, int64_t page_values, Bytes 
 // values to `page_bytes` (an empty column: one empty page). Written only if it fits (see
 // scalar_page): the writer encodes each page into one buffer that it reuses, which stays in
 // the cache for the compressor, where pages written into fresh memory cost about three
-// times the CPU (benchmarks/results/writer_variants.md).
+// times the CPU (benchmarks/results/writer_variants.md). The levels go straight into `out`
+// where a bound of the page (each row's runs unmerged) fits it.
 nb::tuple list_page(AnyInts values, I32 offsets, int64_t first_row, int64_t page_bytes,
                     bool split, Bytes out) {
   const Values v = values_of(values, "values");
@@ -307,38 +338,46 @@ nb::tuple list_page(AnyInts values, I32 offsets, int64_t first_row, int64_t page
   {
     nb::gil_scoped_release release;
     if (off[r0] < 0) error = "offsets point outside values";
+    // the levels' bound: per row a repetition run of 0 (2 bytes), one of 1 for the rest of
+    // its values, a definition run of its values (or of the empty list's one entry)
+    size_t level_bound = 8;
     while (!error && r1 < rows && (r1 == r0 || static_cast<size_t>(off[r1] - off[r0]) * w <
                                                    static_cast<size_t>(page_bytes))) {
       if (off[r1] > off[r1 + 1]) error = "offsets are not non-decreasing";
+      const uint64_t n = static_cast<uint64_t>(off[r1 + 1] - off[r1]);
+      level_bound += 3 + uleb_bytes((n ? n : 1) << 1) + (n > 1 ? 1 + uleb_bytes((n - 1) << 1) : 0);
       ++r1;
     }
     if (!error && static_cast<size_t>(off[r1]) > v.size) error = "offsets point outside values";
     if (!error) {
-      std::string& levels = scratch();
+      const size_t nv = static_cast<size_t>(off[r1] - off[r0]);
+      const size_t cap = out.shape(0);
+      uint8_t* const page = level_bound + nv * w <= cap ? out.data() : scratch(level_bound);
+      uint8_t* p;
       {
-        LevelRuns rep(levels);  // max repetition level 1
+        LevelRuns rep(page);  // max repetition level 1
         for (size_t r = r0; r < r1; ++r) {
           const uint64_t n = static_cast<uint64_t>(off[r + 1] - off[r]);
           rep.add(0, 1);
           if (n > 1) rep.add(1, n - 1);
           entries += static_cast<int64_t>(n ? n : 1);
         }
-        rep.finish();
+        p = rep.finish();
       }
       {
-        LevelRuns def(levels);  // max definition level 3 (list, repeated group, element)
+        LevelRuns def(p);  // max definition level 3 (list, repeated group, element)
         for (size_t r = r0; r < r1; ++r) {
           const uint64_t n = static_cast<uint64_t>(off[r + 1] - off[r]);
           def.add(n ? 3 : 1, n ? n : 1);
         }
-        def.finish();
+        p = def.finish();
       }
-      const size_t nv = static_cast<size_t>(off[r1] - off[r0]);
-      size = levels.size() + nv * w;
-      if (size <= out.shape(0)) {
-        char* p = reinterpret_cast<char*>(out.data());
-        std::memcpy(p, levels.data(), levels.size());
-        put_values(p + levels.size(), v, static_cast<size_t>(off[r0]),
+      const size_t levels = static_cast<size_t>(p - page);
+      size = levels + nv * w;
+      if (size <= cap) {
+        uint8_t* o = out.data();
+        if (page != o) std::memcpy(o, page, levels);
+        put_values(reinterpret_cast<char*>(o + levels), v, static_cast<size_t>(off[r0]),
                    static_cast<size_t>(off[r1]), split);
       }
     }
