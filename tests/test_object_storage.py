@@ -389,7 +389,7 @@ def test_overwrite_and_overlap_on_urls(tmp_path, bucket):
     assert done["partitions_written"] == done["partitions"]
 
 
-def run_cli(args, env_changes, cwd):
+def run_cli(args, env_changes, cwd, scheduler=("--scheduler", "synchronous")):
     import subprocess
     import sys
     import time
@@ -401,7 +401,7 @@ def run_cli(args, env_changes, cwd):
         else:
             env[k] = v
     t = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "daskwp", *args, "--scheduler", "synchronous",
+    p = subprocess.run([sys.executable, "-m", "daskwp", *args, *scheduler,
                         "--quiet"], env=env, cwd=cwd, capture_output=True, text=True,
                        timeout=60)
     return p, time.perf_counter() - t
@@ -1374,3 +1374,22 @@ def test_a_missing_bucket_fails_fast_with_a_cluster_started_early(tmp_path, buck
     assert errors[0] == errors[1] and "\n" not in errors[0], errors
     assert ("input not found" if missing == "input" else "the bucket does not exist") \
         in errors[0], errors
+
+
+@pytest.mark.slow   # a CLI process with a cluster of its own
+def test_no_credentials_fail_fast_while_the_cluster_starts(tmp_path, bucket, endpoint):
+    """With --n-workers the cluster starts while the input is listed: missing credentials
+    are still one line within 30 s (the cluster's start included), nothing written."""
+    name, options, fs = bucket
+    fs.pipe(f"{name}/in.txt", b"hello world\n")
+    before = objects(fs, name)
+    p, seconds = run_cli(
+        ["tokenize", f"s3://{name}/in.txt", f"s3://{name}/out", "--storage-option",
+         f"endpoint_url={endpoint}"], {"AWS_ACCESS_KEY_ID": None, "AWS_SECRET_ACCESS_KEY": None},
+        tmp_path, scheduler=("--n-workers", "1", "--threads-per-worker", "1"))
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1, p.stderr
+    assert lines[0].startswith("daskwp: error: ") and "no credentials" in lines[0], lines
+    assert seconds < 30, seconds
+    fs.invalidate_cache()
+    assert objects(fs, name) == before
