@@ -123,11 +123,14 @@ def test_job_merges_each_part_before_the_next_is_written(tmp_path, monkeypatch):
 @pytest.mark.parametrize("cls_id,sep_id,eod_id", [(None, None, None), (None, None, 3),
                                                   (101, 102, None), (101, 102, 3),
                                                   (7, None, None)])
-def test_frame_pieces_table(dtype, cls_id, sep_id, eod_id):
+@pytest.mark.parametrize("longest", [5, 40])
+def test_frame_pieces_table(dtype, cls_id, sep_id, eod_id, longest):
     """The native framing (uint16, int32) and NumPy's (other dtypes) against pieces framed
-    one by one in Python, empty pieces included."""
-    rng = np.random.default_rng(1)
-    lengths = rng.integers(0, 6, 200)
+    one by one in Python, empty pieces included; pieces shorter and longer than the
+    kernel's blocks of 16 ids, which it copies whole past a piece's end except near the
+    arrays' ends."""
+    rng = np.random.default_rng(longest)
+    lengths = rng.integers(0, longest + 1, 200)
     lengths[:3] = 0
     ids = rng.integers(0, 30000, int(lengths.sum())).astype(np.int32)
     last = rng.random(200) < 0.4
