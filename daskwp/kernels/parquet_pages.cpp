@@ -234,18 +234,15 @@ uint8_t* put_delta(uint8_t* p, const T* src, size_t n) {
   p = put_uleb(p, n);
   p = put_uleb(p, zigzag(n ? static_cast<S>(static_cast<U>(src[0])) : 0));
   if (n < 2) return p;
-  U prev = static_cast<U>(src[0]);
   U block[kBlock];
   for (size_t i = 1; i < n;) {
     const size_t m = std::min<size_t>(kBlock, n - i);
-    S min_delta = 0;
-    for (size_t j = 0; j < m; ++j) {
-      const U cur = static_cast<U>(src[i + j]);
-      block[j] = static_cast<U>(cur - prev);
-      prev = cur;
-      const S d = static_cast<S>(block[j]);
-      if (j == 0 || d < min_delta) min_delta = d;
-    }
+    // three loops without a carried dependency, so that they vectorize
+    const T* const cur = src + i;
+    for (size_t j = 0; j < m; ++j)
+      block[j] = static_cast<U>(static_cast<U>(cur[j]) - static_cast<U>(cur[j - 1]));
+    S min_delta = static_cast<S>(block[0]);
+    for (size_t j = 1; j < m; ++j) min_delta = std::min(min_delta, static_cast<S>(block[j]));
     for (size_t j = 0; j < m; ++j) block[j] = static_cast<U>(block[j] - static_cast<U>(min_delta));
     for (size_t j = m; j < kBlock; ++j) block[j] = 0;  // the last miniblock's padding
     p = put_uleb(p, zigzag(min_delta));
