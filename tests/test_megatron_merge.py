@@ -179,6 +179,32 @@ def test_frame_counts_the_unknown_id_as_numpy_does(dtype, n, unk_share):
         assert out.tobytes() == ids.astype(dtype).tobytes()
 
 
+def test_frame_output_comes_from_the_host_pool_and_is_reused():
+    """A slice's framed tokens (4 MB and more) are a block of the host pool: held, they
+    count as its live bytes; freed, the next slice's tokens are written into a cached
+    block's size, already mapped (not fresh pages). They pickle as any array."""
+    import pickle
+
+    from daskwp.backends.memory import host_pool_info
+    n = 3 << 20   # 6 MB of uint16 tokens
+    ids = (np.arange(n, dtype=np.int32) % 30000).astype(np.int32)
+    bounds = np.arange(0, n + 1, 1000, dtype=np.int64)
+    bounds[-1] = n
+    live = host_pool_info()["live"]
+    tokens = document_sequences(ids, bounds, np.uint16, eod_id=102)[0]
+    assert host_pool_info()["live"] >= live + tokens.nbytes
+    want = tokens.tobytes()
+    assert pickle.loads(pickle.dumps(tokens)).tobytes() == want
+    del tokens
+    cached = host_pool_info()["cached"]
+    assert cached >= len(want)
+    again = document_sequences(ids, bounds, np.uint16, eod_id=102)[0]
+    assert host_pool_info()["cached"] <= cached - len(want)   # a cached block, reused
+    assert again.tobytes() == want
+    empty = document_sequences(ids[:0], np.zeros(1, np.int64), np.uint16, eod_id=102)[0]
+    assert empty.dtype == np.uint16 and len(empty) == 0
+
+
 def test_frame_pieces_refuses_ids_the_dtype_cannot_hold():
     with pytest.raises(ValueError, match="token id 70000 does not fit the output dtype"):
         frame_pieces(np.array([1, 70000], np.int32), np.array([2]), np.uint16, eod_id=3,

@@ -811,7 +811,7 @@ def _frame_pieces(ids, lengths, dtype, cls_id, sep_id, eod_id, last, unk_id=None
         unknown = 0 if unk_id is None else int(np.count_nonzero(np.asarray(ids) == unk_id))
         return _frame_pieces_numpy(ids, lengths, out_lens, total, dtype, cls_id, sep_id,
                                    eod_id, last), out_lens, unknown
-    out = np.empty(total, dtype=dtype)
+    out = _host_array(total, dtype)
     unknown = _ext.frame_sequences(np.ascontiguousarray(ids, dtype=np.int32), lengths,
                                    -1 if cls_id is None else int(cls_id),
                                    -1 if sep_id is None else int(sep_id),
@@ -819,6 +819,17 @@ def _frame_pieces(ids, lengths, dtype, cls_id, sep_id, eod_id, last, unk_id=None
                                    None if eod_id is None else last.view(np.uint8), out,
                                    -1 if unk_id is None else int(unk_id))
     return out, out_lens, unknown
+
+
+def _host_array(n: int, dtype) -> np.ndarray:
+    """An uninitialized array of ``n`` entries of ``dtype`` from the host pool
+    (:mod:`daskwp.backends.memory`; 4 MB and more): a slice's ``.bin`` data, held until the
+    merge appends it, is then written into blocks freed by partitions before it, already
+    mapped, instead of fresh pages that fault on first touch."""
+    from .. import _ext
+    if n == 0:
+        return np.empty(0, dtype=dtype)
+    return _ext.host_bytes(n * dtype.itemsize).view(dtype)
 
 
 def _frame_pieces_numpy(ids, lengths, out_lens, total, dtype, cls_id, sep_id, eod_id, last):
