@@ -434,3 +434,29 @@ def test_native_pages_are_the_same_bytes_in_a_buffer_of_their_exact_size():
             exact = np.zeros(size, dtype=np.uint8)
             assert _ext.parquet_scalar_page(values, first, 1000, exact) == (size, n)
             assert bytes(exact) == bytes(big[:size])
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_delta_miniblocks_of_every_bit_width(tmp_path, dtype):
+    """Scalar columns whose delta miniblocks take every width from 0 to the type's bits
+    (each packed by its own unrolled routine up to 56 bits) read back exactly, in the file
+    Arrow's writer makes."""
+    bits = np.dtype(dtype).itemsize * 8
+    utype = np.uint32 if bits == 32 else np.uint64
+    rng = np.random.default_rng(bits)
+    deltas = []
+    for width in range(bits + 1):
+        for _ in range(4):   # a block of 4 miniblocks of 32 deltas below 2**width
+            d = rng.integers(0, 2**63, 32, dtype=np.uint64).astype(utype)
+            d = d >> utype(bits - width) if width else np.zeros(32, utype)
+            d[0] = 0                                        # the block's min delta: 0
+            if width:
+                d[1] = utype((1 << width) - 1)              # the width is reached
+            deltas.append(d)
+    values = np.cumsum(np.concatenate(deltas), dtype=utype).view(dtype)
+    table = pa.table({"logID": pa.array(values), "window": pa.array(values[::-1].copy())})
+    n = _write(tmp_path / "n.parquet", [table], native=True, compression="lz4")
+    back = pq.read_table(n)
+    assert back.equals(table.replace_schema_metadata(back.schema.metadata))
+    a = _write(tmp_path / "a.parquet", [table], native=False, compression="lz4")
+    _assert_same_files(a, n)

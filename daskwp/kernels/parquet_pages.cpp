@@ -11,6 +11,7 @@
 #include <nanobind/stl/string.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
@@ -182,24 +183,37 @@ void put_values(char* p, const Values& v, size_t b, size_t e, bool split) {
   }
 }
 
+// 32 values of W <= 56 bits (a 64-bit accumulator holds < 8 pending bits + one value),
+// least significant bit first, from `p`; returns the end (32 * W bits: a whole number of
+// bytes, nothing pending). W a constant: the loop unrolls into fixed shifts and stores.
+template <typename U, int W>
+uint8_t* pack32_fixed(uint8_t* p, const U* v) {
+  uint64_t acc = 0;
+  int pending = 0;
+#pragma GCC unroll 32
+  for (int i = 0; i < 32; ++i) {
+    acc |= static_cast<uint64_t>(v[i]) << pending;
+    pending += W;
+    while (pending >= 8) {
+      *p++ = static_cast<uint8_t>(acc);
+      acc >>= 8;
+      pending -= 8;
+    }
+  }
+  return p;
+}
+
+template <typename U, size_t... W>
+constexpr std::array<uint8_t* (*)(uint8_t*, const U*), sizeof...(W)> pack32_table(
+    std::index_sequence<W...>) {
+  return {&pack32_fixed<U, static_cast<int>(W)>...};
+}
+
 // 32 values of `width` bits, least significant bit first, from `p`; returns the end.
 template <typename U>
 uint8_t* pack32(uint8_t* p, const U* v, int width) {
-  if (width == 0) return p;
-  if (width <= 56) {  // a 64-bit accumulator holds < 8 pending bits + one value
-    uint64_t acc = 0;
-    int pending = 0;
-    for (int i = 0; i < 32; ++i) {
-      acc |= static_cast<uint64_t>(v[i]) << pending;
-      pending += width;
-      while (pending >= 8) {
-        *p++ = static_cast<uint8_t>(acc);
-        acc >>= 8;
-        pending -= 8;
-      }
-    }
-    return p;  // 32 * width bits: a whole number of bytes, nothing pending
-  }
+  static constexpr auto fixed = pack32_table<U>(std::make_index_sequence<57>());
+  if (width <= 56) return fixed[width](p, v);
   std::memset(p, 0, 4 * static_cast<size_t>(width));
   size_t bit = 0;
   for (int i = 0; i < 32; ++i) {
