@@ -182,22 +182,28 @@ class _Priorities(SchedulerPlugin):
         self.scheduler = scheduler
 
 
-def test_the_offset_pass_runs_before_any_write(tmp_path):
-    """Every count, partial sum and offset task sorts before every write task: with equal
-    priorities dask.order interleaves them, and a worker that finished a write waits
-    for a sum queued behind a write on the other worker."""
+def _job_on_a_cluster_seen(tmp_path, partition_size: str):
+    """A job of 800 lines run on a 2-worker in-process LocalCluster: ``(summary, {key:
+    priority})`` of every task the scheduler saw (:class:`_Priorities`)."""
     from distributed import Client, LocalCluster
     inp = tmp_path / "in.txt"
     inp.write_text("\n".join(_lines(800)) + "\n")
     cfg = jobs.make_config({"input": str(inp), "output": str(tmp_path / "out"),
-                            "partition_size": "4KB", "quiet": True, "device": "cpu"})
-    plugin = _Priorities()
+                            "partition_size": partition_size, "quiet": True, "device": "cpu"})
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
                       dashboard_address=":0") as cluster, Client(cluster) as client:
-        client.register_plugin(plugin)
+        client.register_plugin(_Priorities())
         summary = jobs.run_job(cfg, client=client)
         seen = client.run_on_scheduler(lambda dask_scheduler: dict(
             dask_scheduler.plugins[_Priorities.name].seen))
+    return summary, seen
+
+
+def test_the_offset_pass_runs_before_any_write(tmp_path):
+    """Every count, partial sum and offset task sorts before every write task: with equal
+    priorities dask.order interleaves them, and a worker that finished a write waits
+    for a sum queued behind a write on the other worker."""
+    summary, seen = _job_on_a_cluster_seen(tmp_path, "4KB")
     assert summary["partitions"] >= 8
     writes = [p for k, p in seen.items() if _name(k).startswith("daskwp-write-")]
     passes = [p for k, p in seen.items()
@@ -212,18 +218,7 @@ def test_only_the_pass_leaves_run_on_the_cluster(tmp_path):
     On the scheduler (a local cluster's runs in the driver's process) they were two more
     tasks per partition, and dask.order of the tree held a set of the leaves below every
     node: memory quadratic in the partitions."""
-    from distributed import Client, LocalCluster
-    inp = tmp_path / "in.txt"
-    inp.write_text("\n".join(_lines(800)) + "\n")
-    cfg = jobs.make_config({"input": str(inp), "output": str(tmp_path / "out"),
-                            "partition_size": "2KB", "quiet": True, "device": "cpu"})
-    plugin = _Priorities()
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                      dashboard_address=":0") as cluster, Client(cluster) as client:
-        client.register_plugin(plugin)
-        summary = jobs.run_job(cfg, client=client)
-        seen = client.run_on_scheduler(lambda dask_scheduler: list(
-            dask_scheduler.plugins[_Priorities.name].seen))
+    summary, seen = _job_on_a_cluster_seen(tmp_path, "2KB")
     n = summary["partitions"]
     assert n >= 16
     names = [_name(k) for k in seen]

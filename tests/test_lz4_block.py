@@ -23,6 +23,20 @@ LZ4_RAW = pa.Codec("lz4_raw")
 TOK = daskwp.WordPieceTokenizer()
 
 
+def _length(block: bytes, i: int, n: int) -> tuple[int, int]:
+    """A sequence's literal or match length field: ``n`` (its 4 bits in the token), and
+    where it is 15, the bytes after it added on up to one that is not 255. Returns
+    ``(length, index after it)``."""
+    if n == 15:
+        while True:
+            b = block[i]
+            i += 1
+            n += b
+            if b != 255:
+                break
+    return n, i
+
+
 def _sequences(block: bytes, n: int) -> list:
     """``(literals, offset, match length)`` of each sequence of an LZ4 block (the last one
     with offset 0), checking the format's rules on the way: offsets 1..65535 within the
@@ -30,30 +44,14 @@ def _sequences(block: bytes, n: int) -> list:
     seqs, i, out = [], 0, 0
     while True:
         token = block[i]
-        i += 1
-        lit = token >> 4
-        if lit == 15:
-            while True:
-                b = block[i]
-                i += 1
-                lit += b
-                if b != 255:
-                    break
+        lit, i = _length(block, i + 1, token >> 4)
         i += lit
         out += lit
         if i == len(block):
             seqs.append((lit, 0, 0))
             break
         offset = block[i] | block[i + 1] << 8
-        i += 2
-        ml = token & 15
-        if ml == 15:
-            while True:
-                b = block[i]
-                i += 1
-                ml += b
-                if b != 255:
-                    break
+        ml, i = _length(block, i + 2, token & 15)
         ml += 4
         assert 1 <= offset <= min(out, 65535), (offset, out)
         seqs.append((lit, offset, ml))
