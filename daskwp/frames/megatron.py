@@ -44,7 +44,7 @@ __all__ = ["DTYPE_CODES", "INDEX_HEADER", "INDEX_VERSION", "MegatronIndex",
            "OPTIMAL_DTYPE_LIMIT", "PairAppender", "SLICE_BYTES", "append_file",
            "document_sequences", "document_slices", "drop_cached_pages", "encode_pieces",
            "frame_pieces", "index_size",
-           "megatron_sequences", "megatron_slices", "merge_pairs", "merge_pairs_in",
+           "megatron_sequences", "megatron_slices", "merge_pairs", "merge_pairs_in", "open_direct",
            "merged_range_digest", "unfinish_pair", "gather_pieces",
            "read_index", "read_sequences", "sequences_of", "token_dtype", "write_index",
            "write_pair", "write_pair_from"]
@@ -309,14 +309,16 @@ _DIRECT_CHUNK = 8 << 20
 _DIRECT_ALIGN = 4096
 
 
-def _open_direct(path: str, flags: int) -> int | None:
-    """``path`` opened with ``O_DIRECT``; None where the platform or the file system
-    refuses it (tmpfs: EINVAL), for the caller's buffered path."""
+def open_direct(path: str, flags: int, mode: int = 0o644) -> int | None:
+    """``path`` opened with ``O_DIRECT`` (no page cache: bytes written once, or read
+    once, cost as much in fresh page-cache pages as in the copy into them); None where the
+    platform or the file system refuses it (tmpfs: EINVAL), for the caller's buffered
+    path."""
     direct = getattr(os, "O_DIRECT", 0)
     if not direct:
         return None
     try:
-        return os.open(path, flags | direct, 0o644)
+        return os.open(path, flags | direct, mode)
     except OSError as e:
         if e.errno != errno.EINVAL:
             raise
@@ -361,7 +363,7 @@ class _DirectAppendFile:
 
     @classmethod
     def open(cls, path: str, keep: int | None = None) -> "_DirectAppendFile | None":
-        fd = _open_direct(path, os.O_RDWR | os.O_CREAT | (0 if keep is not None else
+        fd = open_direct(path, os.O_RDWR | os.O_CREAT | (0 if keep is not None else
                                                           os.O_TRUNC))
         return None if fd is None else cls(path, fd, keep)
 

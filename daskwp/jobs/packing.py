@@ -32,7 +32,6 @@ document per block) or datasets (the Parquet columns as Arrow shards).
 
 from __future__ import annotations
 
-import errno
 import json
 import mmap
 import os
@@ -46,7 +45,8 @@ from ..core.cpu_clock import stage_cpu_seconds
 from ..core.lengths import LengthCounts, count_equal
 from ..distributed.state import cached_tokenizer
 from ..distributed.tasks import text_bytes
-from ..frames.megatron import document_slices, frame_pieces, token_dtype, write_pair
+from ..frames.megatron import (document_slices, frame_pieces, open_direct, token_dtype,
+                               write_pair)
 from .errors import JobError
 from .parts import TMP_PREFIX, worker_device, worker_series
 from .records import (check_part_record, commit_part, naming_partition, part_stem,
@@ -123,18 +123,11 @@ def release_buffers() -> int:
     return freed
 
 
-def _open_direct(path: str, flags: int, mode: int = 0o644) -> tuple[int, bool]:
-    """``path`` opened with ``O_DIRECT`` (no page cache: a spill is written once and read
-    once, and fresh page-cache pages cost as much as the copy into them), else as it is
-    where the file system or the platform refuses it; ``(fd, direct)``."""
-    direct = getattr(os, "O_DIRECT", 0)
-    if direct:
-        try:
-            return os.open(path, flags | direct, mode), True
-        except OSError as e:
-            if e.errno != errno.EINVAL:
-                raise
-    return os.open(path, flags, mode), False
+def _open_spill(path: str, flags: int) -> tuple[int, bool]:
+    """``path`` opened with ``O_DIRECT`` (:func:`~daskwp.frames.megatron.open_direct`: a
+    spill is written once and read once), else as it is; ``(fd, direct)``."""
+    fd = open_direct(path, flags)
+    return (fd, True) if fd is not None else (os.open(path, flags, 0o644), False)
 
 
 class _SpillWriter:
@@ -144,7 +137,7 @@ class _SpillWriter:
     other buffer: the task does not wait for the disk (buffered writes did not either)."""
 
     def __init__(self, path: str):
-        self.fd, self.direct = _open_direct(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        self.fd, self.direct = _open_spill(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         self.buf = _take("chunk", _CHUNK)
         self.spare = None   # the second buffer, taken at the first full chunk
         self.fill = self.size = 0
@@ -225,7 +218,7 @@ def _read_spilled(out_dir: str, index: int, what: str, dtype, lo: int, hi: int,
     if hi <= lo:
         return
     size = np.dtype(dtype).itemsize
-    fd, direct = _open_direct(_spill_path(out_dir, index, what), os.O_RDONLY)
+    fd, direct = _open_spill(_spill_path(out_dir, index, what), os.O_RDONLY)
     buf = _take("chunk", _CHUNK)
     try:
         pos, end = lo * size, hi * size
