@@ -39,7 +39,7 @@ __all__ = ["TMP_PREFIX", "Folder", "HeadCached", "LocalCopy", "StorageError",
            "describe_storage_error",
            "filesystem",
            "has_local_copy", "is_url", "local_copy", "local_path", "object_version",
-           "open_input", "pinned", "pinned_version", "size",
+           "open_input", "pinned", "size",
            "private_folder", "remove_stale_staging", "staging_root", "storage_error", "url_info", "using",
            "warm_filesystems"]
 
@@ -428,11 +428,6 @@ def pinned(versions: dict):
         yield
     finally:
         _PINNED.reset(token)
-
-
-def pinned_version(url: str) -> tuple | None:
-    """The version of ``url`` pinned here (:func:`pinned`), or None."""
-    return _PINNED.get().get(url)
 
 
 def _open_pinned(fs, path: str, version: tuple | None, kw: dict):

@@ -90,16 +90,18 @@ def plan_partitions(files: Sequence[InputFile], column: str, partition_size: int
     columns are found in may hold bad rows, which are passed over (they are rejected when
     the partition is read).
     """
-    with storage.pinned({f.path: f.version for f in files if f.version is not None}):
-        return _plan(files, column, partition_size, quoting=quoting,
+    versions = {f.path: f.version for f in files if f.version is not None}
+    with storage.pinned(versions):
+        return _plan(files, column, partition_size, versions, quoting=quoting,
                      keep_columns=keep_columns, warn=warn, column_pair=column_pair,
                      lenient=lenient)
 
 
-def _plan(files: Sequence[InputFile], column: str, partition_size: int, *, quoting: str,
-          keep_columns, warn, column_pair, lenient) -> list[PartitionSpec]:
-    """plan_partitions with the objects' versions pinned (each read of an object while
-    planning is of the version listed, without a HEAD)."""
+def _plan(files: Sequence[InputFile], column: str, partition_size: int, versions: dict, *,
+          quoting: str, keep_columns, warn, column_pair, lenient) -> list[PartitionSpec]:
+    """plan_partitions with the objects' ``versions`` (``{path: version}``) pinned (each
+    read of an object while planning is of the version listed, without a HEAD); each
+    partition carries its object's."""
     if quoting not in QUOTING:
         raise InputError(f"quoting must be one of {', '.join(map(repr, QUOTING))}, "
                          f"got {quoting!r}")
@@ -114,7 +116,6 @@ def _plan(files: Sequence[InputFile], column: str, partition_size: int, *, quoti
     specs: list[PartitionSpec] = []
     kept_types: dict[str, tuple[str, str]] = {}
     spec_types: tuple = ()
-    versions = {f.path: f.version for f in files if f.version is not None}
 
     def add(**kw):
         specs.append(PartitionSpec(index=len(specs), column=column, quoting=quoting,
