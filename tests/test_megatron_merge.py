@@ -274,6 +274,18 @@ def test_the_host_pool_is_trimmed_to_what_the_partitions_in_flight_use(monkeypat
     assert seen == [[1, 1], [2, 2]] and jm._in_flight == [0, 2]
 
 
+
+def _append_all_and_compare(out, prefixes, tmp_path) -> None:
+    """Append every pair of ``prefixes`` to ``out`` (a PairAppender), finish it, and check
+    its two files equal ``tmp_path``'s ``whole`` pair."""
+    for p in prefixes:
+        out.append(p)
+    out.finish()
+    for ext in (".bin", ".idx"):
+        with open(out.prefix + ext, "rb") as fh:
+            assert fh.read() == (tmp_path / f"whole{ext}").read_bytes()
+
+
 def test_a_durable_merge_drops_the_pages_it_wrote_and_read(tmp_path, monkeypatch):
     """With fsync (a job's merge) each append syncs the merged pair, then drops its cached
     pages and those of the part's .bin (never before the sync: only clean pages drop; the
@@ -305,13 +317,8 @@ def test_a_durable_merge_drops_the_pages_it_wrote_and_read(tmp_path, monkeypatch
     monkeypatch.setattr(os, "posix_fadvise", posix_fadvise)
     for durable in (False, True):
         events.clear()
-        out = PairAppender(str(tmp_path / f".tmp-m{durable}"), fsync=durable)
-        for p in prefixes:
-            out.append(p)
-        out.finish()
-        for ext in (".bin", ".idx"):
-            assert (tmp_path / f".tmp-m{durable}{ext}").read_bytes() == \
-                (tmp_path / f"whole{ext}").read_bytes()
+        _append_all_and_compare(PairAppender(str(tmp_path / f".tmp-m{durable}"),
+                                             fsync=durable), prefixes, tmp_path)
         if not durable:
             assert events == []
             continue
@@ -471,12 +478,7 @@ def test_a_direct_merge_writes_the_bin_and_the_index_end_without_the_page_cache(
     monkeypatch.setattr(fm._DirectAppendFile, "write_from", write_from)
     out = PairAppender(str(tmp_path / ".tmp-d"), fsync=True, direct=True)
     assert out.bin_direct
-    for p in prefixes:
-        out.append(p)
-    out.finish()
-    for ext in (".bin", ".idx"):
-        assert (tmp_path / f".tmp-d{ext}").read_bytes() == \
-            (tmp_path / f"whole{ext}").read_bytes()
+    _append_all_and_compare(out, prefixes, tmp_path)
     assert (fm._FIXED + 4 * whole.sequences > fm._DIRECT_ALIGN) == (n == 30)
     assert through == {"bin": os.path.getsize(tmp_path / "whole.bin"),
                        "idx": 8 * whole.sequences + 8 * (whole.documents + 1)}
