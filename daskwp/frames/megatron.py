@@ -36,13 +36,14 @@ import errno
 import mmap
 import os
 import struct
+import threading
 from typing import Sequence
 
 import numpy as np
 
 __all__ = ["DTYPE_CODES", "INDEX_HEADER", "INDEX_VERSION", "MegatronIndex",
            "OPTIMAL_DTYPE_LIMIT", "PairAppender", "SLICE_BYTES", "append_file",
-           "document_sequences", "document_slices", "drop_cached_pages", "encode_pieces",
+           "complete_file", "create_file", "document_sequences", "document_slices", "drop_cached_pages", "encode_pieces",
            "frame_pieces", "index_size",
            "megatron_sequences", "megatron_slices", "merge_pairs", "merge_pairs_in", "open_direct",
            "merged_range_digest", "unfinish_pair", "gather_pieces",
@@ -104,11 +105,13 @@ def _check_lengths(lengths) -> np.ndarray:
 
 
 def write_index(path: str, sequence_lengths, document_indices, dtype, *,
-                digest=None) -> None:
+                digest=None, direct: bool = False, fsync: bool = False) -> None:
     """Write the ``.idx`` of a text dataset: ``sequence_lengths`` (tokens per sequence),
     ``document_indices`` (starting with 0, one more than the documents, non-decreasing,
     ending at the number of sequences) and the token ``dtype``. The bytes are those of
-    megatron-core's ``_IndexWriter``. ``digest``: a hash object updated with them."""
+    megatron-core's ``_IndexWriter``. ``digest``: a hash object updated with them;
+    ``direct``: written without the page cache where the file system allows it
+    (:func:`create_file`); ``fsync``: written back before it returns."""
     lengths = _check_lengths(sequence_lengths)
     docs = np.asarray(document_indices, dtype=np.int64)
     if len(docs) == 0 or docs[0] != 0 or docs[-1] != len(lengths) or \
@@ -116,11 +119,15 @@ def write_index(path: str, sequence_lengths, document_indices, dtype, *,
         raise ValueError(f"document_indices must start at 0, never decrease and end at the "
                          f"number of sequences ({len(lengths)}); got "
                          f"{docs[:3].tolist()}...{docs[-3:].tolist()} ({len(docs)} entries)")
-    with open(path, "wb") as raw:
+    raw = create_file(path, direct)
+    try:
         fh = raw if digest is None else _Hashing(raw, digest)
-        fh.write(_header(dtype, len(lengths), len(docs)))
+        _write_all(fh, _header(dtype, len(lengths), len(docs)))
         for a in (lengths, _pointers(lengths, np.dtype(dtype).itemsize), docs):
             _write_array(fh, a)
+        complete_file(raw, fsync)
+    finally:
+        raw.close()
 
 
 class _Hashing:
@@ -325,6 +332,77 @@ def open_direct(path: str, flags: int, mode: int = 0o644) -> int | None:
         return None
 
 
+#: Idle :class:`_DirectAppendFile` buffers, for the next file of this process (a fresh
+#: mapping's first touch costs page faults; a worker writes two files a partition).
+_idle_buffers: list = []
+_idle_lock = threading.Lock()
+#: The most idle buffers kept (one file of each thread that writes at once, as a rule).
+_IDLE_BUFFERS_KEPT = 4
+
+
+def _take_buffer() -> mmap.mmap:
+    with _idle_lock:
+        if _idle_buffers:
+            return _idle_buffers.pop()
+    return mmap.mmap(-1, _DIRECT_CHUNK, flags=mmap.MAP_PRIVATE)
+
+
+def _give_buffer(buf: mmap.mmap) -> None:
+    with _idle_lock:
+        if len(_idle_buffers) < _IDLE_BUFFERS_KEPT:
+            _idle_buffers.append(buf)
+            return
+    buf.close()
+
+
+def create_file(path: str, direct: bool = False):
+    """A new, empty file at ``path`` (replacing one there) to write once, front to back:
+    with ``direct``, a :class:`_DirectAppendFile` (no page cache) where the file system
+    takes ``O_DIRECT``, else an unbuffered file. Complete it with :func:`complete_file`,
+    then ``close`` it."""
+    fh = _DirectAppendFile.open(path) if direct else None
+    return fh if fh is not None else open(path, "wb", buffering=0)
+
+
+def complete_file(fh, fsync: bool = False) -> None:
+    """Write what :func:`create_file`'s ``fh`` holds to its file (with ``fsync``: to
+    disk)."""
+    if isinstance(fh, _DirectAppendFile):
+        fh.flush()
+    if fsync:
+        os.fsync(fh.fileno())
+
+
+def _read_direct(path: str, offset: int, count: int):
+    """The ``count`` bytes of the file ``path`` from ``offset``, read with ``O_DIRECT``
+    (no page cache: a part the merge reads once was written without it too) in aligned
+    pieces of up to :data:`_DIRECT_CHUNK` bytes into a pooled buffer: yields views of it,
+    each valid until the next (copy or write it before asking for more). Where the file
+    system refuses ``O_DIRECT``, buffered reads. ValueError where the file is shorter."""
+    fd = open_direct(path, os.O_RDONLY)
+    if fd is None:
+        with open(path, "rb", buffering=0) as fh:
+            yield from _pread_pieces(fh, offset, count)
+        return
+    buf = _take_buffer()
+    view = memoryview(buf)
+    try:
+        while count:
+            at = offset - offset % _DIRECT_ALIGN
+            want = min(_DIRECT_CHUNK, -(-(offset - at + count) // _DIRECT_ALIGN) * _DIRECT_ALIGN)
+            got = os.preadv(fd, [view[:want]], at)
+            k = min(got - (offset - at), count)
+            if k <= 0:
+                raise ValueError(f"{path} ends {count} bytes early")
+            yield view[offset - at:offset - at + k]
+            offset += k
+            count -= k
+    finally:
+        view.release()
+        _give_buffer(buf)
+        os.close(fd)
+
+
 class _DirectAppendFile:
     """Bytes appended to a file without the page cache (``O_DIRECT``): gathered in a
     page-aligned buffer of :data:`_DIRECT_CHUNK` bytes, written a whole buffer at a time;
@@ -348,7 +426,7 @@ class _DirectAppendFile:
         self.path = path
         self.fd = fd
         self.direct = True
-        self._map = mmap.mmap(-1, _DIRECT_CHUNK, flags=mmap.MAP_PRIVATE)
+        self._map = _take_buffer()
         self._buf = memoryview(self._map)
         self.size = self._base = self._fill = self._flushed = 0
         if keep is not None:
@@ -445,8 +523,10 @@ class _DirectAppendFile:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
-        self._buf.release()
-        self._map.close()
+        if self._map is not None:
+            self._buf.release()
+            _give_buffer(self._map)
+            self._map = None
 
 
 #: Index entries shifted at a time by :class:`PairAppender` (8 MB of int64).
@@ -534,9 +614,11 @@ class PairAppender:
     cached pages of the pair and of the dataset's ``.bin`` (:func:`drop_cached_pages`).
     With ``direct`` the ``.bin`` is written without the page cache
     (:class:`_DirectAppendFile`; buffered where the file system refuses ``O_DIRECT``:
-    :attr:`bin_direct` says which), its last block written again by the next append.
-    The job's part writer does not drop its pair after its fsync: this merge reads it next,
-    and would read it back from disk (0.6 GB per GB of text) into as many fresh pages.
+    :attr:`bin_direct` says which), its last block written again by the next append, and
+    each appended dataset's ``.bin`` is read without it too (:func:`_read_direct`): a
+    cluster's part writers write their pairs so (``write_pair_from(direct=True)``), and
+    a page-cache copy on either side costs a fresh page per 4 KB, several times the copy
+    on a virtual machine (benchmarks/results/megatron_write.md).
 
     Memory: 8 MB of shifted entries at a time."""
 
@@ -651,10 +733,13 @@ class PairAppender:
         if n and (ix.sequence_pointers[0] != 0 or int(ix.sequence_pointers[-1]) +
                   int(ix.sequence_lengths[-1]) * ix.dtype.itemsize != size):
             raise ValueError(f"{ix.path}: its sequence pointers do not follow its lengths")
-        with open(prefix + ".bin", "rb", buffering=0) as src:
-            if isinstance(self._bin, _DirectAppendFile):   # through its buffer
-                self._bin.write_from(src.fileno(), 0, size)
-            else:
+        if isinstance(self._bin, _DirectAppendFile):
+            # read without the page cache too (a cluster's part, written so), copied into
+            # the buffer of the direct writes
+            for piece in _read_direct(prefix + ".bin", 0, size):
+                self._bin.write(piece)
+        else:
+            with open(prefix + ".bin", "rb", buffering=0) as src:
                 append_file(src, self._bin)
         with open(prefix + ".idx", "rb", buffering=0) as src:
             _copy_range(src, self._idx, _FIXED, 4 * n)
@@ -667,7 +752,7 @@ class PairAppender:
         # copied into the .idx (fsync'ed) by finish and removed: synced here (but for a
         # merge kept to resume) they were written to disk once more than their bytes need
         self._sync(sections=self.keep)
-        if self.fsync:
+        if self.fsync and not isinstance(self._bin, _DirectAppendFile):
             # the part's .bin: fsync'ed by its writer, read once, here (its .idx is read
             # again when the job checks the parts: kept)
             with open(prefix + ".bin", "rb", buffering=0) as src:
@@ -1061,28 +1146,28 @@ def gather_pieces(pieces, dtype) -> tuple:
 
 
 def write_pair_from(prefix: str, pieces, dtype, *, fsync: bool = False,
-                    digests: dict | None = None) -> dict:
+                    digests: dict | None = None, direct: bool = False) -> dict:
     """Write ``prefix.bin`` / ``prefix.idx`` from consecutive ``(tokens, sequence_lengths,
     document_indices, stats)`` pieces (:func:`megatron_slices`): the bytes
     :func:`write_pair` writes for them concatenated. ``.bin`` data is streamed; returns the
     pieces' statistics added up (``document_lengths`` concatenated). ``digests``: hash
     objects by ``".bin"`` / ``".idx"``, updated with each file's bytes as they are written
-    (its checksum without reading it back)."""
+    (its checksum without reading it back). ``direct``: both files written without the
+    page cache where the file system allows it (:func:`create_file`)."""
     index = _PieceIndex(dtype)
     digests = digests or {}
-    with open(prefix + ".bin", "wb") as raw:
+    raw = create_file(prefix + ".bin", direct)
+    try:
         fh = raw if digests.get(".bin") is None else _Hashing(raw, digests[".bin"])
         for piece in pieces:
             index.add(*piece)
             _write_array(fh, piece[0])
-        if fsync:
-            raw.flush()
-            os.fsync(raw.fileno())
+        complete_file(raw, fsync)
+    finally:
+        raw.close()
     lengths, docs, stats = index.arrays()
-    write_index(prefix + ".idx", lengths, docs, dtype, digest=digests.get(".idx"))
-    if fsync:
-        with open(prefix + ".idx", "rb+") as fh:
-            os.fsync(fh.fileno())
+    write_index(prefix + ".idx", lengths, docs, dtype, digest=digests.get(".idx"),
+                direct=direct, fsync=fsync)
     return stats
 
 

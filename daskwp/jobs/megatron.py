@@ -169,7 +169,9 @@ def write_megatron_partition(spec, logid_offset: int, out_dir: str, tokenizer, o
     there: a row that cannot be read is an empty document (no sequence), listed in the
     partition's rejects file (``file_offset``: the first logID of its input file).
 
-    Both files go to hidden temporary names, fsync'ed and renamed; ``part-NNNNN.json``, the
+    Both files go to hidden temporary names, written without the page cache where the file
+    system allows it (``O_DIRECT``: the driver's merge reads them so, once; cached, each
+    4 KB written took a fresh page), fsync'ed and renamed; ``part-NNNNN.json``, the
     record that makes the pair complete, is renamed last. A retried task writes the same
     bytes. Errors name the partition and its file.
 
@@ -235,7 +237,7 @@ def _write_part(spec, out_dir: str, options: dict, n_partitions: int, job_id: st
             # the files' part checksums computed as they are written (commit_part's)
             hashes = {ext: checksum_hash() for ext in (".bin", ".idx")}
             stats, rejects = complete(write_pair_from(tmp, slices, dtype, fsync=True,
-                                                      digests=hashes), staging)
+                                                      digests=hashes, direct=True), staging)
             commit_part(staging, spec.index, n_partitions, job_id, stats,
                         {prefix + ".bin": tmp + ".bin", prefix + ".idx": tmp + ".idx"},
                         rejects, {prefix + ext: checksum_hex(h) for ext, h in hashes.items()})
@@ -326,7 +328,8 @@ class PartMerger:
     own (``daskwp-merge``): the callback only marks the part, so neither the driver's
     result loop nor the in-process scheduler that calls it waits for a copy or an fsync.
     The pair is written under ``MERGE_TMP_PREFIX`` names in ``out_dir`` (a local folder),
-    renamed by :meth:`finish`; :meth:`close` removes what is left of it, and the
+    its ``.bin`` without the page cache (``PairAppender(direct=True)``: the parts' ``.bin``
+    read so too), renamed by :meth:`finish`; :meth:`close` removes what is left of it, and the
     constructor what an earlier driver left (killed).
 
     A part that cannot be appended (it is refused, or the disk is full) stops the merge
@@ -351,7 +354,7 @@ class PartMerger:
         self.n = n_partitions
         self.out_dir = out_dir
         self.prefix = os.path.join(out_dir, f"{MERGE_TMP_PREFIX}{uuid.uuid4().hex}")
-        self.appender = PairAppender(self.prefix, fsync=True)
+        self.appender = PairAppender(self.prefix, fsync=True, direct=True)
         self.complete = [False] * n_partitions
         self.appended = 0
         self.failed: BaseException | None = None

@@ -1,0 +1,181 @@
+"""A cluster's Megatron parts without the page cache: each worker writes its part's
+``.bin`` and ``.idx`` with ``O_DIRECT`` (``write_pair_from(direct=True)``), the driver's
+merge (``jobs.megatron.PartMerger``) reads each part's ``.bin`` with ``O_DIRECT`` and
+writes the merged ``.bin`` so; the bytes are those of buffered files, and where the file
+system refuses ``O_DIRECT`` (tmpfs) the same files are written buffered."""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import numpy as np
+import pytest
+
+import daskwp.frames.megatron as fm
+from daskwp.frames.megatron import read_index, write_pair_from
+from daskwp.jobs import megatron as jm
+
+pytestmark = pytest.mark.skipif(
+    not hasattr(os, "O_DIRECT") or not os.path.exists("/proc/self/fdinfo"),
+    reason="O_DIRECT and /proc are Linux's")
+
+
+def _flags(fd: int) -> int:
+    with open(f"/proc/self/fdinfo/{fd}") as fh:
+        return int(next(x for x in fh if x.startswith("flags:")).split()[1], 8)
+
+
+def _direct_works(folder) -> bool:
+    fd = fm.open_direct(str(folder / ".probe"), os.O_WRONLY | os.O_CREAT)
+    if fd is not None:
+        os.close(fd)
+    os.unlink(folder / ".probe")
+    return fd is not None
+
+
+def _refuse_direct(monkeypatch):
+    """O_DIRECT refused at open, as tmpfs refuses it (EINVAL)."""
+    real = os.open
+
+    def fake(path, flags, *a, **k):
+        if flags & os.O_DIRECT:
+            raise OSError(errno.EINVAL, "Invalid argument", path)
+        return real(path, flags, *a, **k)
+    monkeypatch.setattr(os, "open", fake)
+
+
+def _pieces(seed: int, n_pieces: int):
+    """``(tokens, sequence_lengths, document_indices, stats)`` slices of random documents
+    (empty ones among them), sized so that the files cross the direct buffer's blocks at
+    odd offsets."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n_pieces):
+        docs = [rng.integers(0, 30000, rng.integers(0, 600)) for _ in range(rng.integers(1, 40))]
+        tokens, lengths, d = fm.document_sequences(
+            np.concatenate(docs).astype(np.int32) if docs else np.zeros(0, np.int32),
+            np.concatenate([[0], np.cumsum([len(x) for x in docs])]), np.uint16, eod_id=102)
+        out.append((tokens, lengths, d, {"documents": len(docs)}))
+    return out
+
+
+@pytest.mark.parametrize("n_pieces", [1, 7, 60])
+def test_direct_part_writes_the_bytes_of_a_buffered_one(tmp_path, monkeypatch, n_pieces):
+    """write_pair_from(direct=True): both files through O_DIRECT file descriptors (the
+    .bin's every byte), the same bytes and checksums as buffered, fsync'ed; with O_DIRECT
+    refused, buffered files with those bytes again."""
+    if not _direct_works(tmp_path):
+        pytest.skip("this file system refuses O_DIRECT")
+    pieces = _pieces(n_pieces, n_pieces)
+    through, synced = {}, []
+    real_put, real_fsync = fm._DirectAppendFile._put, os.fsync
+
+    def put(self, nbytes):
+        assert _flags(self.fd) & os.O_DIRECT
+        ext = self.path.rsplit(".", 1)[1]
+        through[ext] = through.get(ext, 0) + nbytes
+        return real_put(self, nbytes)
+
+    def fsync(fd):
+        synced.append(os.path.basename(os.readlink(f"/proc/self/fd/{fd}")))
+        return real_fsync(fd)
+    monkeypatch.setattr(fm._DirectAppendFile, "_put", put)
+    monkeypatch.setattr(os, "fsync", fsync)
+    hashes = {}
+    for name, direct in (("b", False), ("d", True)):
+        h = {ext: jm.checksum_hash() for ext in (".bin", ".idx")}
+        write_pair_from(str(tmp_path / name), iter(pieces), np.uint16, fsync=True,
+                        digests=h, direct=direct)
+        hashes[name] = {ext: jm.checksum_hex(x) for ext, x in h.items()}
+    monkeypatch.undo()
+    assert synced == ["b.bin", "b.idx", "d.bin", "d.idx"]
+    size = {ext: os.path.getsize(tmp_path / f"b.{ext}") for ext in ("bin", "idx")}
+    # whole blocks written: at least every byte, the last block padded (then cut)
+    assert set(through) == {"bin", "idx"}
+    for ext in ("bin", "idx"):
+        assert size[ext] <= through[ext] < size[ext] + 2 * fm._DIRECT_ALIGN
+        assert (tmp_path / f"d.{ext}").read_bytes() == (tmp_path / f"b.{ext}").read_bytes()
+    assert hashes["d"] == hashes["b"]
+    _refuse_direct(monkeypatch)
+    write_pair_from(str(tmp_path / "r"), iter(pieces), np.uint16, direct=True)
+    monkeypatch.undo()
+    for ext in ("bin", "idx"):
+        assert (tmp_path / f"r.{ext}").read_bytes() == (tmp_path / f"b.{ext}").read_bytes()
+
+
+def test_read_direct_gives_any_range_of_the_file(tmp_path, monkeypatch):
+    """_read_direct: the bytes of unaligned ranges (within a block, across blocks and
+    across the buffer's size), read with O_DIRECT; ValueError past the end; buffered
+    where O_DIRECT is refused."""
+    if not _direct_works(tmp_path):
+        pytest.skip("this file system refuses O_DIRECT")
+    monkeypatch.setattr(fm, "_DIRECT_CHUNK", 4 * fm._DIRECT_ALIGN)
+    data = np.random.default_rng(3).integers(0, 256, 5 * 4 * fm._DIRECT_ALIGN + 77,
+                                             dtype=np.uint8).tobytes()
+    path = str(tmp_path / "f")
+    with open(path, "wb") as fh:
+        fh.write(data)
+    seen = []
+    real = os.preadv
+
+    def preadv(fd, bufs, offset):
+        seen.append((bool(_flags(fd) & os.O_DIRECT), offset % fm._DIRECT_ALIGN))
+        return real(fd, bufs, offset)
+    monkeypatch.setattr(os, "preadv", preadv)
+    for offset, count in [(0, len(data)), (1, 10), (4095, 2), (34, 3 * 4096 + 5),
+                          (5000, len(data) - 5000), (len(data), 0)]:
+        got = b"".join(bytes(v) for v in fm._read_direct(path, offset, count))
+        assert got == data[offset:offset + count], (offset, count)
+    assert seen and all(direct and aligned == 0 for direct, aligned in seen)
+    with pytest.raises(ValueError, match="ends 10 bytes early"):
+        b"".join(bytes(v) for v in fm._read_direct(path, len(data) - 5, 15))
+    _refuse_direct(monkeypatch)
+    got = b"".join(bytes(v) for v in fm._read_direct(path, 34, 3 * 4096 + 5))
+    assert got == data[34:34 + 3 * 4096 + 5]
+
+
+def test_the_cluster_merge_reads_and_writes_the_bin_without_the_page_cache(tmp_path,
+                                                                          monkeypatch):
+    """PartMerger: the merged .bin is written through O_DIRECT, each part's .bin read with
+    O_DIRECT; the merged pair equals merge_pairs' (buffered) of the same parts."""
+    if not _direct_works(tmp_path):
+        pytest.skip("this file system refuses O_DIRECT")
+    from test_megatron_merge import _parts
+    n = 5
+    prefixes = _parts(tmp_path, n)
+    fm.merge_pairs(prefixes, str(tmp_path / "ref"))
+    reads = []
+    real = fm._read_direct
+
+    def read_direct(path, offset, count):
+        for view in real(path, offset, count):
+            reads.append(os.path.basename(path))
+            yield view
+    monkeypatch.setattr(fm, "_read_direct", read_direct)
+    with jm.PartMerger(str(tmp_path), n) as merger:
+        assert merger.appender.bin_direct
+        for i in range(n):
+            merger.part_done(i)
+        merger.finish(str(tmp_path / "got"))
+    sizes = [os.path.getsize(p + ".bin") for p in prefixes]
+    assert sorted(set(reads)) == sorted(os.path.basename(p) + ".bin"
+                                        for p, s in zip(prefixes, sizes) if s)
+    for ext in (".bin", ".idx"):
+        assert (tmp_path / f"got{ext}").read_bytes() == (tmp_path / f"ref{ext}").read_bytes()
+    assert read_index(str(tmp_path / "got.idx")).documents == \
+        sum(read_index(p + ".idx").documents for p in prefixes)
+
+
+def test_direct_buffers_are_reused_and_bounded():
+    """Each file's direct buffer comes back to the pool at close; the next file takes it
+    (a mapping already touched), and at most _IDLE_BUFFERS_KEPT are kept."""
+    fm._idle_buffers.clear()
+    a = fm._take_buffer()
+    fm._give_buffer(a)
+    assert fm._take_buffer() is a
+    bufs = [fm._take_buffer() for _ in range(fm._IDLE_BUFFERS_KEPT + 2)]
+    for b in bufs:
+        fm._give_buffer(b)
+    assert len(fm._idle_buffers) == fm._IDLE_BUFFERS_KEPT
+    assert bufs[-1].closed and not bufs[0].closed
