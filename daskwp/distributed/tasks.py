@@ -189,7 +189,8 @@ def write_partition_part(texts, tokenizer, options: dict, write: dict, partition
                                      metadata={"partition": partition, "logid_offset": offset},
                                      partition=partition, table_hook=hook,
                                      native=native_for_kept(kept),
-                                     parquet_compat=bool(write.get("parquet_compat")))
+                                     parquet_compat=bool(write.get("parquet_compat")),
+                                     drop_cache=not folder.remote)
         if folder.remote:
             folder.publish(os.path.join(staging, name), name)
     stats.update(partition=partition, logid_offset=offset)
@@ -290,7 +291,7 @@ def write_tokenized_part(texts, tokenizer, options: dict, path: str, tmp_path: s
                          logid_offset: int = 0, compression=DEFAULT_COMPRESSION, metadata=None,
                          partition=None, piece_bytes: int = PIECE_BYTES,
                          table_hook=None, parquet_compat: bool = False,
-                         native: bool | None = None) -> dict:
+                         native: bool | None = None, drop_cache: bool = True) -> dict:
     """Tokenize one partition and write it as one Parquet part, atomically: the stored
     layout of docs/batch-jobs.md "Output" (global logIDs from ``logid_offset``; the mask
     only for padded rows), the part's statistics and the vocabulary's ``pad_id`` in its
@@ -309,14 +310,17 @@ def write_tokenized_part(texts, tokenizer, options: dict, path: str, tmp_path: s
     written (the batch jobs' kept input columns). ``native``: :class:`PartWriter`'s (for
     kept columns, :func:`~daskwp.frames.part_writer.native_for_kept`: Arrow's writer where
     they hold nulls). ``parquet_compat``: list values PLAIN
-    (:func:`~daskwp.frames.part_writer.parquet_write_options`).
+    (:func:`~daskwp.frames.part_writer.parquet_write_options`). ``drop_cache``: the part's
+    pages leave the page cache once it is on disk (:class:`PartWriter`; false for a part
+    staged to be uploaded).
 
     Memory: the partition's text, about two pieces' outputs, the writer's pages.
     """
     tok = cached_tokenizer(tokenizer)
     clock = {"tokenize": 0.0, "arrow": 0.0, "write": 0.0, "finish": 0.0}
     with_mask = stores_mask(options["padding"])
-    writer = PartWriter(path, tmp_path, compression, compat=parquet_compat, native=native)
+    writer = PartWriter(path, tmp_path, compression, compat=parquet_compat, native=native,
+                        drop_cache=drop_cache)
     if table_hook is not None:
         write_table = writer.write
         writer.write = lambda table: write_table(table_hook(table))

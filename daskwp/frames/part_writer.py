@@ -5,7 +5,8 @@
 columns, BYTE_STREAM_SPLIT list values, no dictionaries), portable pandas metadata
 (:func:`portable_pandas_metadata`), the part's JSON metadata and a checksum of its data pages
 in the footer (hashed as the pages are written, :class:`_HashingFile`), then fsync and rename
-(docs/design.md §4.2). :func:`write_parquet` writes a whole frame with Arrow's writer.
+(docs/design.md §4.2); once on disk, the part's pages leave the page cache
+(:func:`drop_cached_pages`). :func:`write_parquet` writes a whole frame with Arrow's writer.
 """
 
 from __future__ import annotations
@@ -183,12 +184,38 @@ def native_for_kept(kept: pa.Table | None) -> bool | None:
     return None
 
 
+def drop_cached_pages(fd: int) -> bool:
+    """Ask the kernel to drop the page cache of the file open as ``fd`` (its data must be on
+    disk already: after fsync the pages are clean and are freed at once). Returns whether it
+    could ask (``posix_fadvise``: Linux and most Unix; elsewhere nothing is done).
+
+    Why: a job's parts are written once and not read back by the job; left in the page
+    cache they fill it (a 10 GB input and its 4.4 GB of parts on a 23 GB machine), and the
+    memory every later write or allocation needs then comes from reclaim, charged to the
+    thread that asks for it (the likely reason why the write stage of a 10 GB padded job,
+    run after the 10 GB ragged one, cost 0.56 of its tokenize stage against 0.39 for the
+    ragged job, on outputs of the same size: benchmarks/results/pipeline_bench.md).
+    Part writers commonly do this (RocksDB's ``bytes_per_sync``, PostgreSQL's
+    ``backend_flush_after``); a reader of the output reads it from disk."""
+    advise = getattr(os, "posix_fadvise", None)
+    if advise is None:
+        return False
+    try:
+        advise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    except OSError:   # a file system without page cache advice: nothing to drop
+        return False
+    return True
+
+
 class _HashingFile:
     """A write-only file for ``ParquetWriter`` that hashes what it writes (the checksum) and,
     once :meth:`hold` is called, keeps the rest (the footer, and pages the writer flushes
-    when it closes) in memory so that the footer can be patched before it reaches the file."""
+    when it closes) in memory so that the footer can be patched before it reaches the file.
+    ``drop_cache``: once fsync'ed, the file's pages leave the page cache
+    (:func:`drop_cached_pages`)."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, drop_cache: bool = True):
+        self._drop_cache = drop_cache
         # compressed pages (hundreds of KB) go to the file directly, not through the buffer
         self._fh = open(path, "xb", buffering=1 << 16)
         self._hash = checksum_hash()
@@ -246,6 +273,8 @@ class _HashingFile:
         self._fh.write(tail[:start + pos] + digest + tail[start + pos + len(digest):])
         self._fh.flush()
         os.fsync(self._fh.fileno())
+        if self._drop_cache:
+            drop_cached_pages(self._fh.fileno())
         self._fh.close()
         self.closed = True
 
@@ -264,6 +293,8 @@ class PartWriter:
     ``PART_METADATA_KEY``) and the checksum of the data pages (``CHECKSUM_KEY``) in the
     footer, fsyncs, and renames the file to ``path``. A part therefore exists complete or not
     at all; a writer that fails or is abandoned (:meth:`abort`) removes its temporary file.
+    Once fsync'ed its pages leave the page cache (:func:`drop_cached_pages`) unless
+    ``drop_cache`` is false (a staged part that is uploaded next, read back at once).
 
     The stored layout is :func:`parquet_write_options`; the schema is the first table's,
     with portable pandas metadata (``pd.read_parquet`` reads the parts). Tables of integer
@@ -281,8 +312,9 @@ class PartWriter:
 
     def __init__(self, path: str, tmp_path: str, compression=DEFAULT_COMPRESSION,
                  row_group_rows: int = ROW_GROUP_ROWS, native: bool | None = None,
-                 compat: bool = False):
+                 compat: bool = False, drop_cache: bool = True):
         self.path, self.tmp_path = str(path), str(tmp_path)
+        self.drop_cache = drop_cache
         self.compression = compression
         #: the layout of parquet_write_options(compat=True): list values PLAIN
         self.compat = compat
@@ -304,7 +336,7 @@ class PartWriter:
     def _open(self, schema: pa.Schema) -> None:
         from . import parquet_writer
         schema = schema.with_metadata(_portable_pandas_schema_metadata(schema))
-        self._file = _HashingFile(self.tmp_path)
+        self._file = _HashingFile(self.tmp_path, self.drop_cache)
         options = parquet_write_options(schema, self.compression, self.compat)
         native = self.native if self.native is not None else \
             parquet_writer.supports(schema, options["compression"])

@@ -395,7 +395,8 @@ def _write_partition(spec, logid_offset, out_dir, tokenizer, options, job_id, n_
                                         logid_offset=int(logid_offset),
                                         compression=options["compression"], metadata=meta,
                                         table_hook=logids, native=native_for_kept(kept),
-                                        parquet_compat=bool(options.get("parquet_compat")))
+                                        parquet_compat=bool(options.get("parquet_compat")),
+                                        drop_cache=not folder.remote)
 
         try:
             stats = write(texts, bad)
