@@ -407,6 +407,30 @@ def test_jsonl_count_in_pieces_equals_whole():
         assert got == count_jsonl_documents(data), (pieces, got)
 
 
+def test_jsonl_count_of_long_lines_in_blocks():
+    """The count's 16-byte blocks (a newline followed by a non-blank byte counted there,
+    by a blank or newline its line looked at byte by byte) give the split's documents on
+    lines of up to 200 bytes: blank lines, leading blanks and runs of newlines at every
+    position of a block and across blocks, whole and in pieces."""
+    from daskwp.jobs.inputs.json_format import _blank_lines, count_jsonl_documents
+    from daskwp.jobs.inputs.text import lines_to_arrow
+    rng = random.Random(13)
+    for _ in range(400):
+        lines = []
+        for _ in range(rng.randint(0, 30)):
+            lead = "".join(rng.choice(" \t\r") for _ in range(rng.choice([0, 0, 0, 1, 17])))
+            body = "".join(rng.choice("ab {}\t") for _ in range(rng.randint(0, 200)))
+            lines.append(lead + rng.choice([body, "", " " * rng.randint(1, 40)]))
+        data = ("\n".join(lines) + rng.choice(["", "\n", "\n\n", " "])).encode()
+        split = lines_to_arrow(data)
+        expected = len(split) - int(np.count_nonzero(_blank_lines(split)))
+        assert count_jsonl_documents(data) == expected, data
+        cuts = sorted(rng.sample(range(len(data) + 1), min(len(data) + 1, rng.randint(0, 5))))
+        pieces = [data[a:b] for a, b in zip([0] + cuts, cuts + [len(data)])]
+        assert count_jsonl_documents(np.frombuffer(p, np.uint8) for p in pieces) == \
+            expected, (pieces, data)
+
+
 @pytest.mark.parametrize("piece", [1, 7, 64])
 def test_count_pass_in_small_pieces_equals_read(tmp_path, monkeypatch, piece):
     """The count pass reads each partition in pieces into one buffer of the thread (here
