@@ -188,6 +188,27 @@ def test_console_script_and_version():
     assert not eps or eps[0].value == "daskwp.cli:console_main"
 
 
+def test_command_runs_with_the_imports_frozen_then_gives_them_back(tmp_path, monkeypatch):
+    """A command runs with what was there before it out of the collector's reach
+    (gc.freeze: no full collection traverses the imports again), and main leaves the
+    collector as it found it (a process that goes on, this one, frees what it drops)."""
+    import gc
+
+    from daskwp import cli
+    seen = []
+
+    def run_job(cfg):
+        seen.append(gc.get_freeze_count())
+        raise jobs.JobError("stop here")
+
+    monkeypatch.setattr(cli, "run_job", run_job)
+    (tmp_path / "in.txt").write_text("a b\n")
+    before = gc.get_freeze_count()
+    rc = main(sync_job(tmp_path / "in.txt", tmp_path / "out"))
+    assert rc == 1 and seen and seen[0] > before
+    assert gc.get_freeze_count() == before
+
+
 def test_ragged_truncated_glob_input(tmp_path, tok, capsys):
     lines = sample_lines()
     write_text(tmp_path / "x1.txt", lines[:40])
