@@ -179,3 +179,51 @@ def test_direct_buffers_are_reused_and_bounded():
         fm._give_buffer(b)
     assert len(fm._idle_buffers) == fm._IDLE_BUFFERS_KEPT
     assert bufs[-1].closed and not bufs[0].closed
+
+
+def test_index_from_pieces_is_the_index_of_the_whole(tmp_path):
+    """_write_index_pieces of lists of consecutive pieces (a partition's slices) writes
+    the bytes of write_index of the concatenated arrays; a decrease at a piece boundary or
+    a wrong end is refused."""
+    rng = np.random.default_rng(11)
+    lengths = [rng.integers(0, 50, k).astype(np.int32) for k in (0, 5, 1, 40, 0, 7)]
+    ends = np.cumsum([len(a) for a in lengths])
+    docs = [np.zeros(1, np.int64)] + [np.sort(rng.integers(e - len(a), e + 1, 3)) for a, e
+                                      in zip(lengths, ends)]
+    docs[-1][-1] = ends[-1]
+    fm.write_index(str(tmp_path / "w.idx"), np.concatenate(lengths), np.concatenate(docs),
+                   np.uint16)
+    fm._write_index_pieces(str(tmp_path / "p.idx"), lengths, docs, np.uint16, direct=True)
+    assert (tmp_path / "p.idx").read_bytes() == (tmp_path / "w.idx").read_bytes()
+    bad = [d.copy() for d in docs]
+    bad[3][0] = bad[2][-1] - 1   # decreases where two pieces meet
+    with pytest.raises(ValueError, match="never decrease"):
+        fm._write_index_pieces(str(tmp_path / "b.idx"), lengths, bad, np.uint16)
+    with pytest.raises(ValueError, match=f"number of sequences \\({ends[-1]}\\)"):
+        fm._write_index_pieces(str(tmp_path / "b.idx"), lengths, docs[:-1], np.uint16)
+
+
+def test_part_index_is_written_without_a_partition_sized_array(tmp_path):
+    """write_pair_from streams the .idx from the slices' entries: no array of the whole
+    partition's lengths, pointers or document indices (the old peak of a worker's
+    partition: ~28 bytes a sequence on top of its slices)."""
+    import tracemalloc
+    k, n = 40, 25_000   # 1M sequences in 40 slices
+    pieces = [(np.ones(n, np.uint16), np.ones(n, np.int32), np.arange(n + 1, dtype=np.int64),
+               {"documents": n, "document_lengths": np.ones(n, np.int64)}) for _ in range(k)]
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        stats = write_pair_from(str(tmp_path / "x"), iter(pieces), np.uint16, direct=True)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    # the slices' own entries (12 bytes a sequence, kept until the index is written) and
+    # the concatenated document lengths of the statistics (8 bytes); a pointers array of
+    # the whole (8 bytes) or the concatenated lengths and indices (12) would pass 20
+    assert peak < 20.5 * k * n, peak
+    assert stats["documents"] == k * n and len(stats["document_lengths"]) == k * n
+    ix = read_index(str(tmp_path / "x.idx"))
+    assert ix.sequences == k * n and ix.documents == k * n
+    assert int(ix.sequence_pointers[-1]) == 2 * (k * n - 1)

@@ -112,22 +112,58 @@ def write_index(path: str, sequence_lengths, document_indices, dtype, *,
     megatron-core's ``_IndexWriter``. ``digest``: a hash object updated with them;
     ``direct``: written without the page cache where the file system allows it
     (:func:`create_file`); ``fsync``: written back before it returns."""
-    lengths = _check_lengths(sequence_lengths)
-    docs = np.asarray(document_indices, dtype=np.int64)
-    if len(docs) == 0 or docs[0] != 0 or docs[-1] != len(lengths) or \
-            (len(docs) > 1 and np.diff(docs).min() < 0):
-        raise ValueError(f"document_indices must start at 0, never decrease and end at the "
-                         f"number of sequences ({len(lengths)}); got "
-                         f"{docs[:3].tolist()}...{docs[-3:].tolist()} ({len(docs)} entries)")
+    _write_index_pieces(path, [sequence_lengths], [document_indices], dtype, digest=digest,
+                        direct=direct, fsync=fsync)
+
+
+def _write_index_pieces(path: str, sequence_lengths: list, document_indices: list, dtype, *,
+                        digest=None, direct: bool = False, fsync: bool = False) -> None:
+    """:func:`write_index` of the arrays whose consecutive pieces are the lists
+    ``sequence_lengths`` and ``document_indices`` (a partition's slices' entries: written
+    one after another, never concatenated; concatenated, they and the pointers were the
+    largest arrays of a partition's write).
+
+    Memory: the pointers of one piece of lengths at a time."""
+    lengths = [_check_lengths(a) for a in sequence_lengths]
+    docs = [np.asarray(a, dtype=np.int64) for a in document_indices]
+    sequences = sum(len(a) for a in lengths)
+    entries = sum(len(a) for a in docs)
+    _check_document_indices(docs, sequences, entries)
+    itemsize = np.dtype(dtype).itemsize
     raw = create_file(path, direct)
     try:
         fh = raw if digest is None else _Hashing(raw, digest)
-        _write_all(fh, _header(dtype, len(lengths), len(docs)))
-        for a in (lengths, _pointers(lengths, np.dtype(dtype).itemsize), docs):
+        _write_all(fh, _header(dtype, sequences, entries))
+        for a in lengths:
+            _write_array(fh, a)
+        start = 0
+        for a in lengths:
+            _write_array(fh, _pointers(a, itemsize, start))
+            start += int(a.sum(dtype=np.int64)) * itemsize
+        for a in docs:
             _write_array(fh, a)
         complete_file(raw, fsync)
     finally:
         raw.close()
+
+
+def _check_document_indices(docs: list, sequences: int, entries: int) -> None:
+    """``docs`` (pieces of the document indices, ``entries`` in all) start at 0, never
+    decrease and end at ``sequences``; ValueError otherwise."""
+    docs = [a for a in docs if len(a)]
+    ok = bool(docs) and docs[0][0] == 0 and docs[-1][-1] == sequences
+    last = 0
+    for a in docs if ok else ():
+        if a[0] < last or (len(a) > 1 and bool(np.any(a[1:] < a[:-1]))):
+            ok = False
+            break
+        last = a[-1]
+    if not ok:
+        head = docs[0][:3].tolist() if docs else []
+        tail = docs[-1][-3:].tolist() if docs else []
+        raise ValueError(f"document_indices must start at 0, never decrease and end at the "
+                         f"number of sequences ({sequences}); got "
+                         f"{head}...{tail} ({entries} entries)")
 
 
 class _Hashing:
@@ -1124,13 +1160,17 @@ class _PieceIndex:
             else:
                 self.stats[k] = self.stats.get(k, 0) + v
 
-    def arrays(self) -> tuple:
-        """``(sequence_lengths, document_indices, stats)``: the pieces' statistics added up
-        (``document_lengths`` concatenated)."""
-        if "document_lengths" in self.stats:
+    def statistics(self) -> dict:
+        """The pieces' statistics added up (``document_lengths`` concatenated)."""
+        if isinstance(self.stats.get("document_lengths"), list):
             self.stats["document_lengths"] = np.concatenate(self.stats["document_lengths"])
+        return self.stats
+
+    def arrays(self) -> tuple:
+        """``(sequence_lengths, document_indices, stats)``: the pieces' index entries
+        concatenated, and :meth:`statistics`."""
         return (np.concatenate(self.lengths) if self.lengths else np.zeros(0, np.int32),
-                np.concatenate(self.docs), self.stats)
+                np.concatenate(self.docs), self.statistics())
 
 
 def gather_pieces(pieces, dtype) -> tuple:
@@ -1165,10 +1205,12 @@ def write_pair_from(prefix: str, pieces, dtype, *, fsync: bool = False,
         complete_file(raw, fsync)
     finally:
         raw.close()
-    lengths, docs, stats = index.arrays()
-    write_index(prefix + ".idx", lengths, docs, dtype, digest=digests.get(".idx"),
-                direct=direct, fsync=fsync)
-    return stats
+    # the index written from the slices' entries as they are (concatenated, they and the
+    # pointers were a partition's largest arrays, at the peak of its write)
+    _write_index_pieces(prefix + ".idx", index.lengths, index.docs, dtype,
+                        digest=digests.get(".idx"), direct=direct, fsync=fsync)
+    index.lengths = index.docs = None
+    return index.statistics()
 
 
 def megatron_sequences(tokenizer, texts, options: dict, to_device=None):
