@@ -369,3 +369,59 @@ def test_every_spill_writer_is_closed_when_one_close_fails(tmp_path, monkeypatch
     with pytest.raises(OSError):   # its descriptor was closed
         os.fstat(writers[1].fd)
     assert (tmp_path / "lens").stat().st_size == 20
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "megatron", "datasets"])
+def test_packing_tasks_do_not_import_pandas(tmp_path, fmt):
+    """Both passes of a packed partition (spill, then its blocks written in ``fmt``) in a
+    fresh process import no pandas: ``pa.array`` of the block columns did (its pandas
+    check), ~0.25 s of CPU in each cluster worker's first packed partition."""
+    import subprocess
+    import sys
+    code = f"""
+import sys
+import numpy as np
+import daskwp
+from daskwp.jobs import list_input_files, plan_partitions
+from daskwp.jobs import packing
+folder = {str(tmp_path)!r}
+with open(folder + "/in.txt", "w") as fh:
+    fh.write("hello world\\nmore text here\\n" * 300)
+tok = daskwp.WordPieceTokenizer({str(vocab_path("bert-base-uncased"))!r}, lowercase=True)
+specs = plan_partitions(list_input_files(folder + "/in.txt"), "text", 3000)
+assert len(specs) > 1 and "pandas" not in sys.modules
+opts = {{"add_special_tokens": True, "on_bad_row": "error", "output_format": {fmt!r},
+         "packing": {{"block_size": 16, "pad_last": True}}, "compression": "zstd"}}
+spills = [packing.spill_partition(s, folder, tok, opts) for s in specs]
+starts = np.concatenate([[0], np.cumsum([s["units"] for s in spills])]).tolist()
+st = packing.write_packed_partition(specs[0], starts, 0, folder, tok, opts, "j", len(specs),
+                                    spills[0], 0)
+assert st["rows"] > 0
+print("pandas" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+
+
+def test_packed_parquet_parts_are_hashed_as_written(tmp_path, monkeypatch):
+    """A packed Parquet part's record holds its file's checksum computed as daskwp's writer
+    wrote it (no read-back of the part): the checksum of its bytes, which a rerun checks."""
+    from daskwp.jobs import records
+    real = records.file_digest
+
+    def file_digest(path, *a, **k):
+        assert not str(path).endswith(".parquet"), f"{path} read back for its checksum"
+        return real(path, *a, **k)
+    monkeypatch.setattr(records, "file_digest", file_digest)
+    inp = _input(tmp_path)
+    _job(inp, tmp_path / "o", packing=128, partition_size="200kB")
+    monkeypatch.undo()
+    parts = sorted(Path(tmp_path / "o").glob("part-*.parquet"))
+    assert len(parts) > 1
+    for part in parts:
+        rec = json.loads(part.with_suffix(".json").read_text())
+        assert rec["files"][part.name]["hash128"] == records.file_digest(str(part))
+    s = _job(inp, tmp_path / "o", packing=128, partition_size="200kB")   # a rerun keeps all
+    assert s["partitions_skipped"] == len(parts)

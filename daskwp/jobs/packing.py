@@ -47,6 +47,7 @@ from ..distributed.state import cached_tokenizer
 from ..distributed.tasks import text_bytes
 from ..frames.megatron import (document_slices, frame_pieces, open_direct, token_dtype,
                                write_pair)
+from ..frames.schema import arrow_of_numpy
 from .errors import JobError
 from .parts import TMP_PREFIX, worker_device, worker_series
 from .records import (check_part_record, commit_part, naming_partition, part_stem,
@@ -367,17 +368,19 @@ def block_table(out_dir: str, i: int, starts, logid_offset: int, block_size: int
     pos = np.arange(b0, b1, dtype=np.int64) * block_size - s
     doc = np.searchsorted(ends, pos, side="right")
     offset = pos - (ends[doc] - lens[doc]) if len(pos) else pos
-    cols = {"block": pa.array(np.arange(b0, b1, dtype=np.int64)),
-            "logID": pa.array(doc.astype(np.int64) + int(logid_offset)),
-            "offset": pa.array(offset.astype(np.int64))}
+    # arrow_of_numpy, not pa.array: its pandas check imports pandas, ~0.25 s of CPU in each
+    # cluster worker's first packed partition (the driver's process has it already)
+    cols = {"block": arrow_of_numpy(np.arange(b0, b1, dtype=np.int64)),
+            "logID": arrow_of_numpy(doc.astype(np.int64) + int(logid_offset)),
+            "offset": arrow_of_numpy(offset.astype(np.int64))}
     if input_ids:
         cols["input_ids"] = pa.FixedSizeListArray.from_arrays(
-            pa.array(blocks.reshape(-1)), block_size).cast(pa.list_(pa.int32()))
+            arrow_of_numpy(blocks.reshape(-1)), block_size).cast(pa.list_(pa.int32()))
     if pad_last and input_ids:
         real = np.clip(total - np.arange(b0, b1, dtype=np.int64) * block_size, 0, block_size)
         mask = (np.arange(block_size)[None, :] < real[:, None]).astype(np.int32)
         cols["attention_mask"] = pa.FixedSizeListArray.from_arrays(
-            pa.array(mask.reshape(-1)), block_size).cast(pa.list_(pa.int32()))
+            arrow_of_numpy(mask.reshape(-1)), block_size).cast(pa.list_(pa.int32()))
     return pa.table(cols), blocks
 
 
@@ -412,6 +415,7 @@ def write_packed_partition(spec, starts, logid_offset: int, out_dir: str, tokeni
                          table.num_rows])
     rejects = write_part_rejects(out_dir, spec, n, spill["bad"], logid_offset, file_offset)
     tmp = temporary_path(out_dir, i, "packed-")
+    digests = {}   # the checksums of files hashed as they were written
     try:
         if megatron:
             k = table.num_rows
@@ -427,9 +431,12 @@ def write_packed_partition(spec, starts, logid_offset: int, out_dir: str, tokeni
             stats["features"] = features_of(table.schema)
             files = {shard_name(i, n): tmp}
         else:
-            _write_parquet(table, tmp, options.get("compression"))
-            files = {part_stem(i, n) + ".parquet": tmp}
-        commit_part(out_dir, i, n, job_id, stats, files, rejects)
+            name = part_stem(i, n) + ".parquet"
+            files = {name: tmp}
+            digest = _write_parquet(table, tmp, options.get("compression"))
+            if digest is not None:
+                digests[name] = digest
+        commit_part(out_dir, i, n, job_id, stats, files, rejects, digests)
     finally:
         for t in (tmp, tmp + ".bin", tmp + ".idx"):
             if os.path.exists(t):
@@ -440,27 +447,47 @@ def write_packed_partition(spec, starts, logid_offset: int, out_dir: str, tokeni
     return stats
 
 
-def _write_parquet(table: pa.Table, path: str, compression) -> None:
+class _DigestSink:
+    """A sink for the native Parquet writer (``write``, ``tell``) that writes to ``fh`` and
+    updates ``digest`` with every byte, in order: the file's part checksum as it is
+    written, not read back (:func:`~daskwp.jobs.records.commit_part`'s ``digests``)."""
+
+    def __init__(self, fh, digest):
+        self.fh, self.digest = fh, digest
+
+    def write(self, data) -> int:
+        self.digest.update(data)
+        return self.fh.write(data)
+
+    def tell(self) -> int:
+        return self.fh.tell()
+
+
+def _write_parquet(table: pa.Table, path: str, compression) -> str | None:
     """``table`` as a Parquet file at ``path`` (fsync'ed), in the layout of the job's parts
     (:func:`daskwp.frames.part_writer.parquet_write_options`: no dictionaries, statistics
     only for logID), by daskwp's own writer where it takes the table (integer columns and
-    lists of them), else Arrow's."""
-    import pyarrow.parquet as pq
-
+    lists of them), else Arrow's. Returns the file's part checksum when daskwp's writer
+    wrote it (hashed as written), else None."""
     from ..frames import parquet_writer
-    from ..frames.part_writer import LIST_ENCODING, parquet_write_options
+    from ..frames.part_writer import (LIST_ENCODING, checksum_hash, checksum_hex,
+                                      parquet_write_options)
     opts = parquet_write_options(table.schema, compression)
+    digest = None
     with open(path, "wb") as fh:
         if parquet_writer.supports(table.schema, opts["compression"]):
+            digest = checksum_hash()
             writer = parquet_writer.NativeParquetWriter(
-                fh, table.schema, opts["compression"],
+                _DigestSink(fh, digest), table.schema, opts["compression"],
                 byte_stream_split=LIST_ENCODING == "BYTE_STREAM_SPLIT")
             writer.write_table(table)
             writer.close()
         else:
+            import pyarrow.parquet as pq
             pq.write_table(table, fh, **opts)
         fh.flush()
         os.fsync(fh.fileno())
+    return None if digest is None else checksum_hex(digest)
 
 
 def _run_tasks(client, dsk: dict, keys: list) -> list:
