@@ -133,6 +133,19 @@ def test_read_direct_gives_any_range_of_the_file(tmp_path, monkeypatch):
     _refuse_direct(monkeypatch)
     got = b"".join(bytes(v) for v in fm._read_direct(path, 34, 3 * 4096 + 5))
     assert got == data[34:34 + 3 * 4096 + 5]
+    monkeypatch.undo()
+    monkeypatch.setattr(fm, "_DIRECT_CHUNK", 4 * fm._DIRECT_ALIGN)
+    calls = []
+
+    def refusing(fd, bufs, offset):   # opened with O_DIRECT, then its reads refused
+        calls.append(offset)
+        if _flags(fd) & os.O_DIRECT and len(calls) > 1:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real(fd, bufs, offset)
+    monkeypatch.setattr(os, "preadv", refusing)
+    got = b"".join(bytes(v) for v in fm._read_direct(path, 34, 3 * 4096 + 5 + 4 * 4096))
+    assert got == data[34:34 + 7 * 4096 + 5]
+    assert len(calls) >= 2
 
 
 def test_the_cluster_merge_reads_and_writes_the_bin_without_the_page_cache(tmp_path,

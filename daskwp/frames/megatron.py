@@ -414,29 +414,36 @@ def _read_direct(path: str, offset: int, count: int):
     (no page cache: a part the merge reads once was written without it too) in aligned
     pieces of up to :data:`_DIRECT_CHUNK` bytes into a pooled buffer: yields views of it,
     each valid until the next (copy or write it before asking for more). Where the file
-    system refuses ``O_DIRECT``, buffered reads. ValueError where the file is shorter."""
+    system refuses ``O_DIRECT`` (at open, or at the first read), buffered reads. ValueError
+    where the file is shorter."""
     fd = open_direct(path, os.O_RDONLY)
-    if fd is None:
+    if fd is not None:
+        buf = _take_buffer()
+        view = memoryview(buf)
+        try:
+            while count:
+                at = offset - offset % _DIRECT_ALIGN
+                want = min(_DIRECT_CHUNK,
+                           -(-(offset - at + count) // _DIRECT_ALIGN) * _DIRECT_ALIGN)
+                try:
+                    got = os.preadv(fd, [view[:want]], at)
+                except OSError as e:   # refused after all: buffered from here
+                    if e.errno != errno.EINVAL:
+                        raise
+                    break
+                k = min(got - (offset - at), count)
+                if k <= 0:
+                    raise ValueError(f"{path} ends {count} bytes early")
+                yield view[offset - at:offset - at + k]
+                offset += k
+                count -= k
+        finally:
+            view.release()
+            _give_buffer(buf)
+            os.close(fd)
+    if count:
         with open(path, "rb", buffering=0) as fh:
             yield from _pread_pieces(fh, offset, count)
-        return
-    buf = _take_buffer()
-    view = memoryview(buf)
-    try:
-        while count:
-            at = offset - offset % _DIRECT_ALIGN
-            want = min(_DIRECT_CHUNK, -(-(offset - at + count) // _DIRECT_ALIGN) * _DIRECT_ALIGN)
-            got = os.preadv(fd, [view[:want]], at)
-            k = min(got - (offset - at), count)
-            if k <= 0:
-                raise ValueError(f"{path} ends {count} bytes early")
-            yield view[offset - at:offset - at + k]
-            offset += k
-            count -= k
-    finally:
-        view.release()
-        _give_buffer(buf)
-        os.close(fd)
 
 
 class _DirectAppendFile:
