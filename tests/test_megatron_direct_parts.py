@@ -240,3 +240,28 @@ def test_part_index_is_written_without_a_partition_sized_array(tmp_path):
     ix = read_index(str(tmp_path / "x.idx"))
     assert ix.sequences == k * n and ix.documents == k * n
     assert int(ix.sequence_pointers[-1]) == 2 * (k * n - 1)
+
+
+def test_part_tasks_slice_smaller_than_in_process_merges(tmp_path, monkeypatch):
+    """A partition written as a part by its own task (a cluster's, or merge_parts false)
+    is tokenized in slices of PART_SLICE_BYTES of text; one an in-process job appends from
+    memory in slices of SLICE_BYTES. Both give the same merged bytes."""
+    from test_megatron_inline import _values
+    from daskwp.jobs import make_config, run_job
+    seen = []
+    real = jm.megatron_slices
+
+    def slices(*a, **k):
+        seen.append(a[5] if len(a) > 5 else k.get("nbytes"))
+        return real(*a, **k)
+    monkeypatch.setattr(jm, "megatron_slices", slices)
+    s = run_job(make_config(_values(tmp_path, "parts", merge_parts=False)))
+    assert seen and set(seen) == {jm.PART_SLICE_BYTES}
+    assert jm.PART_SLICE_BYTES < fm.SLICE_BYTES
+    seen.clear()
+    m = run_job(make_config(_values(tmp_path, "inline")))
+    assert seen and set(seen) == {None}
+    fm.merge_pairs(s["megatron"]["prefixes"], str(tmp_path / "ref"))
+    for ext in (".bin", ".idx"):
+        assert (tmp_path / f"ref{ext}").read_bytes() == \
+            open(m["megatron"]["prefix"] + ext, "rb").read()

@@ -1127,14 +1127,16 @@ def document_slices(texts, nbytes: int | None = None) -> list:
     return [texts.slice(int(a), int(b - a)) for a, b in zip(cuts[:-1], cuts[1:])]
 
 
-def megatron_slices(tokenizer, texts, options: dict, to_device=None, clock=None):
-    """:func:`megatron_sequences` of each of :func:`document_slices` in turn: yields
-    ``(tokens, sequence_lengths, document_indices, stats)`` per slice (document indices
-    from 0 in each). ``clock`` (a dict), when given, accumulates ``tokenize`` and ``frame``
-    CPU seconds (:func:`~daskwp.core.cpu_clock.stage_cpu_seconds`). Memory: one slice's ids at a time."""
+def megatron_slices(tokenizer, texts, options: dict, to_device=None, clock=None,
+                    nbytes: int | None = None):
+    """:func:`megatron_sequences` of each of :func:`document_slices` (of ``nbytes`` of text,
+    default :data:`SLICE_BYTES`) in turn: yields ``(tokens, sequence_lengths,
+    document_indices, stats)`` per slice (document indices from 0 in each). ``clock`` (a
+    dict), when given, accumulates ``tokenize`` and ``frame`` CPU seconds
+    (:func:`~daskwp.core.cpu_clock.stage_cpu_seconds`). Memory: one slice's ids at a time."""
     from ..core.cpu_clock import stage_cpu_seconds
     clock = {} if clock is None else clock
-    for piece in document_slices(texts):
+    for piece in document_slices(texts, nbytes):
         c0 = stage_cpu_seconds()
         encoded = encode_pieces(tokenizer, piece, options, to_device)
         c1 = stage_cpu_seconds()
