@@ -497,3 +497,92 @@ def test_reader_under_asan_and_ubsan(tmp_path):
                    for b in buffers for spec in (TEXT_SPEC, PAIR))
     assert r.stdout.strip() == want
     assert want.count("r") > 2000
+
+
+# -- the count's bytes kept for the write (in-process jobs) ---------------------------------
+def _jsonl_specs(tmp_path, n_docs=400, partition=2048):
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(json.dumps({"text": f"doc {i} " + "x" * (i % 37)}) + "\n"
+                            for i in range(n_docs)))
+    specs = inputs.plan_partitions(inputs.list_input_files(str(path)), "text", partition)
+    assert len(specs) > 4
+    return path, specs
+
+
+def test_count_keeps_its_bytes_for_the_read_within_the_block(tmp_path):
+    """Within keeping_counted_bytes the count of a local JSON Lines partition reads its
+    range whole and keeps it, and the read of that range takes those bytes instead of
+    reading the file (the file, rewritten between the two, is not read again); outside the
+    block, or once the read took them, the file is read."""
+    from daskwp.jobs.inputs import byte_ranges
+    path, specs = _jsonl_specs(tmp_path)
+    original = path.read_bytes()
+    changed = original.replace(b"doc", b"DOC")
+    assert len(changed) == len(original)
+    with inputs.keeping_counted_bytes():
+        counts = [inputs.count_partition(s) for s in specs[:2]]
+        path.write_bytes(changed)
+        first = inputs.read_partition(specs[0]).to_pylist()
+        again = inputs.read_partition(specs[0]).to_pylist()   # taken already: the file
+    assert len(first) == counts[0] and all(d.startswith("doc ") for d in first)
+    assert all(d.startswith("DOC ") for d in again)
+    # the block ended: what it kept (partition 1's) is dropped, the file is read
+    assert byte_ranges._kept is None
+    assert all(d.startswith("DOC ") for d in inputs.read_partition(specs[1]).to_pylist())
+    # outside the block nothing is kept
+    inputs.count_partition(specs[2])
+    path.write_bytes(original)
+    assert all(d.startswith("doc ") for d in inputs.read_partition(specs[2]).to_pylist())
+
+
+def test_count_keeps_at_most_kept_partitions(tmp_path, monkeypatch):
+    """Past KEPT_PARTITIONS kept ranges a count reads pieces and keeps nothing; every count
+    is the same either way."""
+    from daskwp.jobs.inputs import byte_ranges
+    monkeypatch.setattr(byte_ranges, "KEPT_PARTITIONS", 2)
+    path, specs = _jsonl_specs(tmp_path)
+    expected = [len(inputs.read_partition(s)) for s in specs]
+    with inputs.keeping_counted_bytes():
+        assert [inputs.count_partition(s) for s in specs] == expected
+        assert len(byte_ranges._kept) == 2
+        assert sorted(k[1] for k in byte_ranges._kept) == \
+            [byte_ranges.exact_range(s).byte_start for s in specs[:2]]
+
+
+def test_in_process_job_reads_each_partition_once(tmp_path, monkeypatch):
+    """A Megatron job on threads in this process reads a partition's bytes from the file
+    once (its count's read, taken by its write) for at least KEPT_PARTITIONS of them, and
+    writes the same dataset as with nothing kept (each partition read twice: its count in
+    pieces, then its write)."""
+    from daskwp.jobs.inputs import byte_ranges, reading
+    path, specs = _jsonl_specs(tmp_path, n_docs=3000, partition=16384)
+    reads, pieces = [], []
+    real_into, real_pieces = byte_ranges.read_range_into, reading.read_pieces
+
+    def into(spec, buf):
+        reads.append((spec.byte_start, spec.byte_end))
+        return real_into(spec, buf)
+
+    def in_pieces(spec):
+        pieces.append(spec.byte_start)
+        return real_pieces(spec)
+
+    monkeypatch.setattr(byte_ranges, "read_range_into", into)
+    monkeypatch.setattr(reading, "read_pieces", in_pieces)
+    outs = {}
+    for kept in (byte_ranges.KEPT_PARTITIONS, 0):
+        monkeypatch.setattr(byte_ranges, "KEPT_PARTITIONS", kept)
+        reads.clear()
+        pieces.clear()
+        out = tmp_path / f"out{kept}"
+        s = run_job(make_config(dict(input=str(path), output=str(out), quiet=True,
+                                     partition_size="16KB", output_format="megatron",
+                                     scheduler_address="threads", append_eod=True)))
+        assert s["run"]["mode"] == "threads" and s["documents"] == 3000
+        if kept:   # (counts the scheduler runs ahead of their writes past the bound: in
+            # pieces, their writes read again)
+            assert len(reads) + len(pieces) <= 2 * len(specs) - min(kept, len(specs))
+        else:
+            assert len(pieces) == len(reads) == len(specs)
+        outs[kept] = [(out / f"text_document{ext}").read_bytes() for ext in (".bin", ".idx")]
+    assert outs[byte_ranges.KEPT_PARTITIONS] == outs[0]

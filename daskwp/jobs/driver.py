@@ -77,7 +77,8 @@ from ..frames.schema import empty_texts
 from ..frames.storage import is_url
 from .config import CONFIG_KEYS, JOB_KEYS, LOCAL_SCHEDULERS, JobConfig, default_value
 from .errors import ConfigError, JobError, OutputConflictError
-from .inputs import PartitionSpec, input_fingerprint, list_input_files, plan_partitions
+from .inputs import (PartitionSpec, input_fingerprint, keeping_counted_bytes,
+                     list_input_files, plan_partitions)
 from .inputs.fetch_spool import remove_run_spools, run_token
 from .parts import (JOB_FILE, JOB_FORMAT, PART_PREFIX, PART_SUFFIX, REJECTS_PREFIX,
                     REJECTS_SUFFIX, SUMMARY_FILE, TMP_PREFIX, check_part, count_job_partition,
@@ -1182,7 +1183,10 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
                 merger.part_done(i)
 
         try:
-            values = run_graph(graph, runner, got_part, log)
+            # in this process, a partition's count and write read its bytes once
+            with keeping_counted_bytes() if run_record["mode"] in LOCAL_SCHEDULERS \
+                    else contextlib.nullcontext():
+                values = run_graph(graph, runner, got_part, log)
             if merger is not None:
                 merger.drain()   # (the records of an in-process merge: checked next)
             ran = True

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from ...core.options import INPUT_FORMATS
 from ...frames.partition import attach_kept_columns  # noqa: F401 (the jobs' name for it)
+from .byte_ranges import keeping_counted_bytes
 from .compression import COMPRESSIONS
 from .listing import input_fingerprint, list_input_files
 from .planning import plan_partitions
@@ -44,5 +45,6 @@ from .utf8 import count_invalid_utf8
 
 __all__ = ["COMPRESSIONS", "INPUT_FORMATS", "InputFile", "InputWarning", "PartitionSpec",
            "STDIN", "attach_kept_columns", "count_invalid_utf8", "count_partition",
-           "input_fingerprint", "lines_to_arrow", "list_input_files", "plan_partitions",
+           "input_fingerprint", "keeping_counted_bytes", "lines_to_arrow",
+           "list_input_files", "plan_partitions",
            "read_partition", "read_partition_with_columns", "read_partition_with_counts"]

@@ -12,7 +12,8 @@ import pyarrow as pa
 
 from ...frames import storage
 from ..errors import InputError, JobError
-from .byte_ranges import exact_range, read_bytes, read_partition_bytes, read_pieces
+from .byte_ranges import (exact_range, read_bytes, read_counted_bytes, read_partition_bytes,
+                          read_pieces)
 from .columns import partition_documents
 from .compression import READ_ERRORS
 from .csv_format import read_csv
@@ -119,10 +120,12 @@ def _count(spec: PartitionSpec, lenient: bool) -> int:
             raise InputError(f"cannot read {spec.describe()} as text: {e}") from None
     if spec.format == "jsonl":
         # a document per non-blank line, counted without parsing (the count pass of a job
-        # parsed every partition once more than its write), in pieces into one kept buffer
+        # parsed every partition once more than its write), in pieces into one kept buffer,
+        # or whole when the write that follows in this process takes the bytes
         try:
             with storage.using(spec.storage_options):
-                return count_jsonl_documents(read_pieces(spec))
+                whole = read_counted_bytes(spec)
+                return count_jsonl_documents(read_pieces(spec) if whole is None else (whole,))
         except JobError:
             raise
         except READ_ERRORS as e:
