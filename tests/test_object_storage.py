@@ -1393,3 +1393,39 @@ def test_no_credentials_fail_fast_while_the_cluster_starts(tmp_path, bucket, end
     assert seconds < 30, seconds
     fs.invalidate_cache()
     assert objects(fs, name) == before
+
+
+def test_count_starts_its_cluster_while_a_url_input_is_planned(tmp_path, bucket, monkeypatch):
+    """``daskwp count`` on a local cluster of its own (n_workers set) of a bucket's input
+    starts the cluster while it lists and plans, as a job does; a failed listing closes
+    it."""
+    import threading
+
+    from daskwp.jobs import count, driver
+    name, options, fs = bucket
+    fs.pipe(f"{name}/c/a.txt", ("\n".join(sample_lines(300)) + "\n").encode())
+    made: list = []
+    connect = _own_cluster(made)
+    connecting = threading.Event()
+
+    def connect_cluster(cfg, device):
+        connecting.set()
+        return connect(cfg, device)
+
+    seen = {}
+    plan = count.plan_partitions
+
+    def slow_plan(*a, **kw):
+        seen["cluster started while planning"] = connecting.wait(20)
+        return plan(*a, **kw)
+
+    monkeypatch.setattr(driver, "connect_cluster", connect_cluster)
+    monkeypatch.setattr(count, "plan_partitions", slow_plan)
+    cfg = dict(n_workers=1, scheduler_address=None, partition_size=4000,
+               storage_options=options)
+    report = count.run_count(job_config(f"s3://{name}/c", "unused", **cfg))
+    assert seen == {"cluster started while planning": True}
+    assert report["total"]["documents"] == 300 and report["run"]["mode"] == "local_cluster"
+    with pytest.raises(jobs.JobError):
+        count.run_count(job_config(f"s3://{name}-missing/c", "unused", **cfg))
+    assert len(made) == 2 and [c.status for c in made] == ["closed", "closed"]

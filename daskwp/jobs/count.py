@@ -83,19 +83,30 @@ def run_count(cfg: JobConfig, *, client=None, log: Callable[[str], None] | None 
     policy, ``cfg.on_bad_row``)."""
     from ..distributed.dask_compat import Task, TaskRef
     from ..distributed.offset_pass import tokenizer_layer
-    from .driver import build_tokenizer, close_scheduler, open_scheduler, resolve_device
+    from .driver import (build_tokenizer, close_scheduler, open_scheduler, resolve_device,
+                         start_cluster_early)
 
     t0 = time.perf_counter()
     if log is None:
         log = (lambda msg: None) if cfg.quiet else (
             lambda msg: print(msg, file=sys.stderr, flush=True))
     tok = tokenizer if tokenizer is not None else build_tokenizer(cfg)
-    with storage.using(cfg.storage_options):   # URL inputs: their partitions carry them
-        files = list_input_files(cfg.input, cfg.input_format, cfg.exclude or [],
-                                 include=cfg.include)
-        specs = plan_partitions(files, cfg.column, cfg.partition_size, quoting=cfg.quoting,
-                                warn=lambda w: log(f"daskwp: warning: {w}"),
-                                lenient=cfg.on_bad_row == "reject")
+    urls = [cfg.input] if isinstance(cfg.input, str) else list(cfg.input)
+    # as a job's: a local cluster that will count whatever the input's size starts now,
+    # while a URL input is listed and planned (closed on any error before it is used)
+    started = start_cluster_early(cfg, client, urls)
+    try:
+        with storage.using(cfg.storage_options):   # URL inputs: their partitions carry them
+            files = list_input_files(cfg.input, cfg.input_format, cfg.exclude or [],
+                                     include=cfg.include)
+            specs = plan_partitions(files, cfg.column, cfg.partition_size,
+                                    quoting=cfg.quoting,
+                                    warn=lambda w: log(f"daskwp: warning: {w}"),
+                                    lenient=cfg.on_bad_row == "reject")
+    except BaseException:
+        if started is not None:
+            started.close()
+        raise
     local = cfg.scheduler_address in LOCAL_SCHEDULERS
     device = cfg.device if cfg.scheduler_address and not local else resolve_device(cfg.device)
     tok_key, dsk = tokenizer_layer(tok)
@@ -106,7 +117,8 @@ def run_count(cfg: JobConfig, *, client=None, log: Callable[[str], None] | None 
         keys.append(key)
     # in-process threads, a local cluster or a running one, as a job's (driver.open_scheduler)
     runner, own, run_record = open_scheduler(cfg, device, sum(f.size for f in files), client,
-                                             bool(specs), log, tasks=len(specs))
+                                             bool(specs), log, tasks=len(specs),
+                                             started=started, urls=urls)
     try:
         prog = Progress("counting", len(specs), cfg.quiet)
         try:
