@@ -1395,6 +1395,97 @@ def test_no_credentials_fail_fast_while_the_cluster_starts(tmp_path, bucket, end
     assert objects(fs, name) == before
 
 
+# -- the count pass's network waits --------------------------------------------------------
+
+_WAITS: dict = {}
+
+
+def _wait_on_network(name: str) -> str:
+    """A task that waits on the network (here: for an event another task sets)."""
+    with storage.waiting_on_network():
+        _WAITS.setdefault("log", []).append(f"in {name}")
+        assert _WAITS[name].wait(20), f"{name}: the other task never ran"
+        _WAITS["log"].append(f"out {name}")
+    return name
+
+
+def _set_event(name: str) -> str:
+    _WAITS[name].set()
+    return "set"
+
+
+def test_a_task_waiting_on_the_network_frees_its_workers_thread():
+    """On a worker with daskwp's plugin and one thread, a task within
+    ``waiting_on_network`` leaves the thread pool: the task it waits for runs meanwhile
+    (it would wait for ever otherwise). One such wait per thread goes on at a time (the
+    second task's block starts when the first's ends); outside a worker the block changes
+    nothing."""
+    import threading
+
+    from distributed import Client
+
+    from daskwp.distributed.plugin import (NETWORK_WAITS_PER_THREAD, NetworkWait,
+                                           register_worker_plugin)
+    _WAITS.clear()
+    _WAITS.update(a=threading.Event(), b=threading.Event())
+    with Client(n_workers=1, threads_per_worker=1, processes=False,
+                dashboard_address=":0") as client:
+        register_worker_plugin(client)
+        waiting = [client.submit(_wait_on_network, k, key=f"wait-{k}") for k in "ab"]
+        # (submitted after both: a worker's one thread runs them only if both left it)
+        sets = [client.submit(_set_event, k, key=f"set-{k}", priority=-1) for k in "ab"]
+        assert client.gather(waiting + sets, errors="raise") == ["a", "b", "set", "set"]
+    log = _WAITS["log"]
+    assert sorted(log) == ["in a", "in b", "out a", "out b"]
+    assert log[1] == log[0].replace("in", "out"), log     # one after the other
+    assert NETWORK_WAITS_PER_THREAD >= 2
+    hook = NetworkWait(1)
+    assert hook() is None and hook.waiting == 0    # not a task of a worker: stays
+    with storage.waiting_on_network():             # (no hook in this process now)
+        pass
+
+
+_COUNTED: list = []
+
+
+def _recording_count(spec, on_bad_row="error"):
+    from daskwp.jobs.parts import count_job_partition
+    _COUNTED.append(spec.index)
+    return count_job_partition(spec, on_bad_row)
+
+
+def test_a_cluster_counts_the_partitions_in_order(tmp_path, bucket, monkeypatch):
+    """On a cluster the pass's counts run in partition order (each write waits for the
+    counts before its partition; a count that fetches from a bucket leaves its thread to
+    the writes while it waits), and the job's parts equal the in-process run's."""
+    from distributed import Client
+
+    from daskwp.jobs import driver
+    name, options, fs = bucket
+    fs.pipe(f"{name}/in/a.txt", ("\n".join(sample_lines(600)) + "\n").encode())
+    made: list = []
+
+    def connect(cfg, device):
+        client = Client(n_workers=1, threads_per_worker=1, processes=False,
+                        dashboard_address=":0")
+        made.append(client)
+        return client
+
+    monkeypatch.setattr(driver, "connect_cluster", connect)
+    monkeypatch.setattr(driver, "count_job_partition", _recording_count)
+    _COUNTED.clear()
+    summary = jobs.run_job(job_config(f"s3://{name}/in", f"s3://{name}/out", n_workers=1,
+                                      scheduler_address=None, partition_size=4000,
+                                      storage_options=options))
+    n = summary["partitions"]
+    assert n >= 5 and _COUNTED == list(range(n)), _COUNTED
+    local = jobs.run_job(job_config(f"s3://{name}/in", str(tmp_path / "local"),
+                                    partition_size=4000, storage_options=options))
+    assert local["documents"] == summary["documents"] == 600
+    assert_same_parts(tmp_path / "local", f"s3://{name}/out", options)
+    assert [c.status for c in made] == ["closed"]
+
+
 def test_count_starts_its_cluster_while_a_url_input_is_planned(tmp_path, bucket, monkeypatch):
     """``daskwp count`` on a local cluster of its own (n_workers set) of a bucket's input
     starts the cluster while it lists and plans, as a job does; a failed listing closes

@@ -36,7 +36,7 @@ import uuid
 
 __all__ = ["TMP_PREFIX", "Folder", "HeadCached", "LocalCopy", "StorageError",
            "caching_heads", "clear_warm_filesystems", "copy_range", "current_options",
-           "describe_storage_error",
+           "describe_storage_error", "set_network_wait", "waiting_on_network",
            "filesystem",
            "has_local_copy", "is_url", "local_copy", "local_path", "object_version",
            "open_input", "pinned", "size",
@@ -222,6 +222,36 @@ def clear_warm_filesystems() -> None:
     """Forget the filesystems :func:`warm_filesystems` built (the worker's teardown)."""
     with _WARM_LOCK:
         _WARM.clear()
+
+
+#: What a task calls before it waits on the network for long (:func:`waiting_on_network`):
+#: set in a Dask worker by daskwp's worker plugin (:func:`set_network_wait`), None elsewhere.
+_NETWORK_WAIT = None
+
+
+def set_network_wait(hook):
+    """Install ``hook`` (None: remove it) for :func:`waiting_on_network` in this process;
+    returns the one it replaces. ``hook()`` either takes the calling task's thread out of
+    its worker's thread pool and returns a callable to call when the wait is over, or
+    returns None (it cannot, or should not)."""
+    global _NETWORK_WAIT
+    previous, _NETWORK_WAIT = _NETWORK_WAIT, hook
+    return previous
+
+
+@contextlib.contextmanager
+def waiting_on_network():
+    """The block waits on the network for long (a partition's bytes fetched from an object
+    store): where a hook is installed (a Dask worker's task thread, :func:`set_network_wait`)
+    the task's thread leaves its worker's thread pool for the rest of the task, so that the
+    worker runs another task on its cores meanwhile. Elsewhere nothing changes."""
+    hook = _NETWORK_WAIT
+    done = hook() if hook is not None else None
+    try:
+        yield
+    finally:
+        if done is not None:
+            done()
 
 
 def url_info(url: str) -> dict:

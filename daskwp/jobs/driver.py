@@ -818,6 +818,15 @@ class PassSums:
         return out
 
 
+def _pass_priority(n: int, key) -> int:
+    """The scheduling priority of a task of the global-offset pass on a cluster, of a job
+    of ``n`` partitions: above the writes' (0), partition q's count (``(name, 0, q)``)
+    before partition q + 1's, the other tasks (the tokenizer, the first offset) first."""
+    if isinstance(key, tuple) and len(key) == 3 and isinstance(key[2], int):
+        return 1 + n - key[2]
+    return 2 + n
+
+
 def run_graph(graph: JobGraph, client, on_write: Callable[[int, dict], None],
               log: Callable[[str], None] | None = None,
               stall_seconds: float = STALL_REPORT_SECONDS) -> dict:
@@ -866,8 +875,15 @@ def run_graph(graph: JobGraph, client, on_write: Callable[[int, dict], None],
     pass_set = set(pass_keys)
     sums = PassSums({k: v for k, v in graph.dsk.items() if k not in writes},
                     keep={graph.tokenizer_key})
-    *futures, tok_future = client.get(sums.remote, [*sums.remote_keys, graph.tokenizer_key],
-                                      sync=False, priority=1)
+    # Within the pass, partition q's count goes before q + 1's (each write waits for the
+    # counts before its partition): a count that fetches its partition from an object
+    # store leaves its worker's thread pool while it waits on the network
+    # (daskwp.distributed.plugin.NetworkWait), and the writes run meanwhile in the order
+    # the counts come in.
+    import dask
+    with dask.annotate(priority=functools.partial(_pass_priority, len(graph.count_keys))):
+        *futures, tok_future = client.get(sums.remote, [*sums.remote_keys,
+                                                        graph.tokenizer_key], sync=False)
     ready = literal_writes(graph.dsk, writes, pass_set)
     watch = StallWatch(client, [*futures, tok_future], graph.dsk, log,
                        stall_seconds) if log else None

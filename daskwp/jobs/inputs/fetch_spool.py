@@ -19,6 +19,10 @@ that starts a run on a host removes the folders of earlier runs of the same job 
 driver's) and any folder left for a day. The spool files of a host take at most
 ``spool_max_bytes`` (the option) of disk together, and never the last GiB of free space: a
 partition that does not fit is counted from the store and fetched again by its write.
+
+A fetch waits on the network: on a Dask worker the count task leaves the worker's thread
+pool for it (:func:`~daskwp.frames.storage.waiting_on_network`, installed by daskwp's worker
+plugin), so the worker's thread tokenizes a partition already counted meanwhile.
 """
 
 from __future__ import annotations
@@ -228,6 +232,16 @@ def _fetch(spec: PartitionSpec, ranges: list) -> tuple | None:
     if tmp is None:
         return None
     try:
+        with storage.waiting_on_network():
+            return _fetch_into(spec, ranges, tmp)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+def _fetch_into(spec: PartitionSpec, ranges: list, tmp: str) -> tuple:
+    """:func:`_fetch`'s GETs, into the reserved file ``tmp``, renamed to the spool's name."""
+    try:
         with storage.using(spec.storage_options), storage.open_input(spec.path) as src, \
                 open(tmp, "r+b") as out:
             details = getattr(src, "details", None)
@@ -247,9 +261,6 @@ def _fetch(spec: PartitionSpec, ranges: list) -> tuple | None:
         if isinstance(e, InputError):
             raise
         raise InputError(f"cannot read {spec.describe()}: {e}") from None
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
 
 
 @contextlib.contextmanager
