@@ -405,23 +405,43 @@ print("pandas" in sys.modules)
     assert out.stdout.strip() == "False"
 
 
-def test_packed_parquet_parts_are_hashed_as_written(tmp_path, monkeypatch):
-    """A packed Parquet part's record holds its file's checksum computed as daskwp's writer
-    wrote it (no read-back of the part): the checksum of its bytes, which a rerun checks."""
+@pytest.mark.parametrize("fmt", ["parquet", "megatron"])
+def test_packed_parts_are_hashed_as_written(tmp_path, monkeypatch, fmt):
+    """A packed part's record holds its files' checksums computed as they were written (no
+    read-back): the checksums of their bytes, which a rerun checks. Megatron pairs are
+    written without the page cache (O_DIRECT) where the file system takes it."""
+    from daskwp.frames import megatron as fm
     from daskwp.jobs import records
     real = records.file_digest
+    direct = []
+    real_put = fm._DirectAppendFile._put
 
     def file_digest(path, *a, **k):
-        assert not str(path).endswith(".parquet"), f"{path} read back for its checksum"
+        assert not str(path).endswith((".parquet", ".bin", ".idx")), \
+            f"{path} read back for its checksum"
         return real(path, *a, **k)
+
+    def put(self, nbytes):
+        direct.append(self.path.rsplit(".", 1)[1])
+        return real_put(self, nbytes)
     monkeypatch.setattr(records, "file_digest", file_digest)
+    monkeypatch.setattr(fm._DirectAppendFile, "_put", put)
     inp = _input(tmp_path)
-    _job(inp, tmp_path / "o", packing=128, partition_size="200kB")
+    kw = dict(packing=128, partition_size="200kB")
+    if fmt == "megatron":
+        kw.update(output_format="megatron", merge_parts=False)
+    _job(inp, tmp_path / "o", **kw)
     monkeypatch.undo()
-    parts = sorted(Path(tmp_path / "o").glob("part-*.parquet"))
-    assert len(parts) > 1
+    ext = (".parquet",) if fmt == "parquet" else (".bin", ".idx")
+    parts = sorted(p for p in Path(tmp_path / "o").glob("part-*") if p.suffix in ext)
+    assert len(parts) > 2
     for part in parts:
         rec = json.loads(part.with_suffix(".json").read_text())
         assert rec["files"][part.name]["hash128"] == records.file_digest(str(part))
-    s = _job(inp, tmp_path / "o", packing=128, partition_size="200kB")   # a rerun keeps all
-    assert s["partitions_skipped"] == len(parts)
+    probe = fm.open_direct(str(tmp_path / "probe"), os.O_WRONLY | os.O_CREAT)
+    if probe is not None:
+        os.close(probe)
+        if fmt == "megatron":
+            assert {"bin", "idx"} <= set(direct)
+    s = _job(inp, tmp_path / "o", **kw)   # a rerun keeps them all
+    assert s["partitions_skipped"] == s["partitions"]

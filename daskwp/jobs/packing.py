@@ -46,7 +46,8 @@ from ..core.lengths import LengthCounts, count_equal
 from ..distributed.state import cached_tokenizer
 from ..distributed.tasks import text_bytes
 from ..frames.megatron import (document_slices, frame_pieces, open_direct, token_dtype,
-                               write_pair)
+                               write_pair_from)
+from ..frames.part_writer import checksum_hash, checksum_hex
 from ..frames.schema import arrow_of_numpy
 from .errors import JobError
 from .parts import TMP_PREFIX, worker_device, worker_series
@@ -418,12 +419,17 @@ def write_packed_partition(spec, starts, logid_offset: int, out_dir: str, tokeni
     digests = {}   # the checksums of files hashed as they were written
     try:
         if megatron:
+            # one sequence and one document a block; as a cluster's Megatron parts: without
+            # the page cache where the file system allows it, hashed as written
             k = table.num_rows
-            write_pair(tmp, blocks.reshape(-1),
-                       np.full(k, packing["block_size"], np.int64), np.arange(k + 1),
-                       fsync=True)
-            stats.update(dtype=str(dtype), tokens_written=int(blocks.size))
             prefix = part_stem(i, n)
+            hashes = {ext: checksum_hash() for ext in (".bin", ".idx")}
+            write_pair_from(tmp, [(blocks.reshape(-1),
+                                   np.full(k, packing["block_size"], np.int32),
+                                   np.arange(k + 1, dtype=np.int64), {})], dtype,
+                            fsync=True, digests=hashes, direct=True)
+            digests.update({prefix + ext: checksum_hex(h) for ext, h in hashes.items()})
+            stats.update(dtype=str(dtype), tokens_written=int(blocks.size))
             files = {prefix + ".bin": tmp + ".bin", prefix + ".idx": tmp + ".idx"}
         elif fmt == "datasets":
             from .datasets import features_of
@@ -470,8 +476,7 @@ def _write_parquet(table: pa.Table, path: str, compression) -> str | None:
     lists of them), else Arrow's. Returns the file's part checksum when daskwp's writer
     wrote it (hashed as written), else None."""
     from ..frames import parquet_writer
-    from ..frames.part_writer import (LIST_ENCODING, checksum_hash, checksum_hex,
-                                      parquet_write_options)
+    from ..frames.part_writer import LIST_ENCODING, parquet_write_options
     opts = parquet_write_options(table.schema, compression)
     digest = None
     with open(path, "wb") as fh:
