@@ -128,6 +128,9 @@ CASES = [
     (b'{"\\u0074\\u0065\\u0078\\u0074":"all escaped"}\n', True),
     (b'{"text\\u0000":"not it"}\n', True),
     (b'{"TEXT":"case"}\n', True),
+    (b'{"textx":"a longer key","tex":"a shorter one","text":"a"}\n', True),
+    (b'{"text"\t :\r"spaces after the key"}\n', True),
+    (b'{"x":"text","text":"a value that looks like the key"}\n', True),
     (b'{ "text" : "a" , "x" : [ ] }\n', True),
     (b'{"x":1,"x":2,"text":"a"}\n', True),  # only the text field may not repeat
     (b'{"text":"a","z":{"text":1,"text":2}}\n', True),  # nested: not the field
@@ -188,6 +191,18 @@ def test_adversarial_lines(data, reads):
     assert agrees(data) == reads, json_format.read_jsonl_native(data, TEXT_SPEC)[1]
     if reads and not data.lstrip().startswith(b"null"):
         assert native(data).to_pylist() == loads(data)
+
+
+def test_field_names_read_by_the_general_path_only():
+    """A field name with a byte the plain-key path leaves to the general one (>= 0x80, a
+    quote, a backslash) is found written plainly or escaped, as Arrow finds it."""
+    for name, written in [("t\u00ebxt", ['"t\u00ebxt"', '"t\\u00ebxt"']),
+                          ('a"b', ['"a\\"b"']), ("a\\b", ['"a\\\\b"'])]:
+        spec = PartitionSpec(index=0, path="mem.jsonl", format="jsonl", column=name)
+        for key in written:
+            data = ('{"x":1,%s:"found"}\n{"text":"no"}\n' % key).encode()
+            assert agrees(data, spec), (name, key)
+            assert native(data, spec).to_pylist() == ["found", None]
 
 
 def test_a_first_line_of_null_is_a_null_document():

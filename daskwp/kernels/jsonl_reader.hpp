@@ -109,7 +109,10 @@ class JsonlReader {
 
   JsonlReader(const uint8_t* s, size_t n, const std::vector<std::string>& names,
               std::vector<JsonlColumn>* columns)
-      : s_(s), n_(n), names_(names), cols_(*columns) {}
+      : s_(s), n_(n), names_(names), cols_(*columns) {
+    for (const std::string& name : names)
+      quoted_.push_back(plain_key(name) ? '"' + name + '"' : std::string());
+  }
 
   JsonlOutcome run() {
     JsonlOutcome r;
@@ -160,6 +163,33 @@ class JsonlReader {
   unsigned valid_ = 0;  // ... of which strings
   const char* reason_ = "";
   std::string key_;
+  // Per named field, the key as it stands in a line when written without escapes:
+  // `"name"` (empty: a name with a quote, a backslash, a control byte or a byte >= 0x80,
+  // read by the general path only).
+  std::vector<std::string> quoted_;
+
+  static bool plain_key(const std::string& name) {
+    for (const char ch : name) {
+      const auto c = static_cast<uint8_t>(ch);
+      if (c < 0x20 || c >= 0x80 || c == '"' || c == '\\') return false;
+    }
+    return true;
+  }
+
+  // The named field whose key, unescaped, starts at s[p_] (its quote): p_ moved past the
+  // closing quote, or -1 (p_ unmoved: the general path reads the key). The key string's
+  // bytes are those of the name, plain ASCII: what string_body and field_of_key would
+  // find, without their passes over it.
+  int plain_field() {
+    for (size_t i = 0; i < quoted_.size(); ++i) {
+      const std::string& q = quoted_[i];
+      if (!q.empty() && n_ - p_ >= q.size() && std::memcmp(s_ + p_, q.data(), q.size()) == 0) {
+        p_ += q.size();
+        return static_cast<int>(i);
+      }
+    }
+    return -1;
+  }
 
   JsonlOutcome& fail(JsonlOutcome& r, const char* why) {
     r.unsupported = why;
@@ -552,10 +582,13 @@ class JsonlReader {
     for (;;) {
       skip_space();
       if (p_ >= n_ || s_[p_] != '"') return no("a missing object key");
-      const size_t start = ++p_;
-      size_t w = 0;
-      if (!string_body<false>(nullptr, w)) return false;
-      const int field = field_of_key(start);
+      int field = plain_field();
+      if (field < 0) {
+        const size_t start = ++p_;
+        size_t w = 0;
+        if (!string_body<false>(nullptr, w)) return false;
+        field = field_of_key(start);
+      }
       skip_space();
       if (p_ >= n_ || s_[p_] != ':') return no("a missing colon");
       ++p_;
