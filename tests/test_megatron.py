@@ -83,7 +83,30 @@ SEQUENCE_CASES = [
      [[[1, 2], [3, 7]], [], [], [[4, 7]]]),
     ([[1, 2], [], [3], [4]], [0, 3, 4], 8, 9, None, [[[8, 1, 2, 9], [8, 3, 9]], [[8, 4, 9]]]),
     ([], None, 8, 9, 7, []),
+    # a piece per document, none empty: the path without an index of the kept pieces
+    ([[1, 2], [3]], None, None, None, None, [[[1, 2]], [[3]]]),
+    ([[1, 2], [3]], None, 8, 9, 7, [[[8, 1, 2, 9, 7]], [[8, 3, 9, 7]]]),
 ]
+
+
+@pytest.mark.parametrize("eod", [None, 2])
+def test_document_sequences_without_empty_documents_as_the_general_path(eod):
+    """Documents none of which is empty take a shorter path (no index of the kept pieces):
+    the same tokens, lengths, document indices and [UNK] count as the general one, which
+    an explicit piece per document takes."""
+    from daskwp.frames.megatron import _document_sequences
+    rng = np.random.default_rng(3)
+    lens = rng.integers(1, 40, 5_000)
+    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    ids = rng.integers(0, 30_000, int(offsets[-1])).astype(np.int32)
+    ids[::97] = 100
+    one_each = np.arange(len(lens) + 1, dtype=np.int64)
+    for dtype in (np.uint16, np.int32, np.int64):
+        fast = _document_sequences(ids, offsets, dtype, None, 101, 102, eod, 100)
+        general = _document_sequences(ids, offsets, dtype, one_each, 101, 102, eod, 100)
+        for a, b in zip(fast[:3], general[:3]):
+            assert a.dtype == b.dtype and np.array_equal(a, b)
+        assert fast[3] == general[3] == int(np.count_nonzero(ids == 100))
 
 
 @pytest.mark.parametrize("case", range(len(SEQUENCE_CASES)))

@@ -1017,6 +1017,13 @@ def _document_sequences(token_ids, offsets, dtype, pieces_per_document=None, cls
     ids = np.asarray(token_ids)
     lens = np.diff(offsets)
     n_pieces = len(lens)
+    if pieces_per_document is None and (n_pieces == 0 or int(lens.min()) > 0):
+        # a piece per document and none empty (most corpora): every piece is kept as the
+        # last of its document; no index of the kept, no count per document
+        out, out_lens, unknown = _frame_pieces(ids, lens, dtype, cls_id, sep_id, eod_id,
+                                               np.ones(n_pieces, dtype=bool), unk_id)
+        return (out, _check_lengths(out_lens), np.arange(n_pieces + 1, dtype=np.int64),
+                unknown)
     kept = np.flatnonzero(lens > 0)
     if pieces_per_document is None:   # a piece per document
         n_docs = n_pieces
