@@ -314,7 +314,9 @@ def report(res: dict, args, info: dict, inputs: dict, server_info: dict, minutes
              f"cores (load average at start {info['load_start']:.1f}, CPU pressure avg60 "
              f"{info['psi_start']}), Python {info['python']}, pyarrow {info['pyarrow']}, "
              f"dask {server_info['dask']}, s3fs {server_info['s3fs']}, moto "
-             f"{server_info['moto']}, commit {info['commit']}.")
+             f"{server_info['moto']}, commit {info['commit']}; daskwp's modules "
+             f"byte-compiled first (`python -m compileall daskwp`), as an installed wheel "
+             f"has them.")
     L.append("")
     L.append(f"Input: {inputs['lines']:,} lines (English UD EWT, English books, loghub logs, "
              f"repeated) as one file per format, uploaded to `s3://{BUCKET}/in/` before the "
@@ -448,6 +450,10 @@ def main(argv=None) -> int:
     if args.rounds < 1:
         p.error(f"--rounds: at least 1, got {args.rounds}")
 
+    # the modules' bytecode, as an installed wheel has it (an editable install under
+    # PYTHONDONTWRITEBYTECODE=1 would compile ~80 modules at every command's start)
+    import compileall
+    compileall.compile_dir(str(ROOT / "daskwp"), quiet=1)
     import dask
     import moto
     import s3fs
