@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import time
 from pathlib import Path
 
 import cloudpickle
@@ -143,12 +144,18 @@ def test_job_offsets_recorded_in_job_json_are_the_passes(tmp_path):
         assert ids[0] == off and ids[-1] == off + docs[i] - 1
 
 
+def _job_config(tmp_path, lines: int, partition_size: str):
+    """The config of a CPU job over ``lines`` lines of text in ``tmp_path``/in.txt."""
+    inp = tmp_path / "in.txt"
+    inp.write_text("\n".join(_lines(lines)) + "\n")
+    return jobs.make_config({"input": str(inp), "output": str(tmp_path / "out"),
+                             "partition_size": partition_size, "quiet": True,
+                             "device": "cpu"})
+
+
 def test_run_job_registers_the_worker_plugin_and_one_tokenizer_per_worker(tmp_path, tok):
     from distributed import Client, LocalCluster
-    inp = tmp_path / "in.txt"
-    inp.write_text("\n".join(_lines(400)) + "\n")
-    cfg = jobs.make_config({"input": str(inp), "output": str(tmp_path / "out"),
-                            "partition_size": "4KB", "quiet": True, "device": "cpu"})
+    cfg = _job_config(tmp_path, 400, "4KB")
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
                       dashboard_address=":0") as cluster, Client(cluster) as client:
         assert not any(client.run(_has_daskwp_plugin).values())
@@ -186,10 +193,7 @@ def _job_on_a_cluster_seen(tmp_path, partition_size: str):
     """A job of 800 lines run on a 2-worker in-process LocalCluster: ``(summary, {key:
     priority})`` of every task the scheduler saw (:class:`_Priorities`)."""
     from distributed import Client, LocalCluster
-    inp = tmp_path / "in.txt"
-    inp.write_text("\n".join(_lines(800)) + "\n")
-    cfg = jobs.make_config({"input": str(inp), "output": str(tmp_path / "out"),
-                            "partition_size": partition_size, "quiet": True, "device": "cpu"})
+    cfg = _job_config(tmp_path, 800, partition_size)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
                       dashboard_address=":0") as cluster, Client(cluster) as client:
         client.register_plugin(_Priorities())
@@ -212,6 +216,62 @@ def test_the_offset_pass_runs_before_any_write(tmp_path):
     assert max(passes) < min(writes)
 
 
+class _RanOn(SchedulerPlugin):
+    """A scheduler plugin that records where each task ran and where the tokenizer's key
+    was held (``who_has``) when each write started."""
+
+    name = "daskwp-test-ran-on"
+
+    def __init__(self):
+        self.ran: dict = {}
+        self.tok_at_write: dict = {}
+
+    def transition(self, key, start, finish, *args, **kwargs):
+        ts = self.scheduler.tasks.get(key)
+        if ts is None:
+            return
+        if finish == "processing" and _name(key).startswith("daskwp-write-"):
+            tok = [d for d in ts.dependencies if _name(d.key).startswith("daskwp-tokenizer")]
+            self.tok_at_write[key] = (ts.processing_on.address if ts.processing_on else None,
+                                      {w.address for t in tok for w in t.who_has})
+        if start == "processing" and finish == "memory":
+            self.ran[key] = kwargs.get("worker")
+
+    async def start(self, scheduler):
+        self.scheduler = scheduler
+
+
+def test_every_worker_fetches_the_tokenizer_before_its_first_write(tmp_path, tok):
+    """One hold task per worker, above every write's priority, takes the tokenizer: each
+    worker has it before its first write is sent (a worker fetched it only then, an idle
+    core waiting between its last count and its first write)."""
+    from distributed import Client, LocalCluster
+
+    from daskwp.jobs.driver import prefetch_on_workers
+    cfg = _job_config(tmp_path, 800, "2KB")
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=":0") as cluster, Client(cluster) as client:
+        client.register_plugin(_RanOn())
+        summary = jobs.run_job(cfg, client=client)
+        ran, tok_at = client.run_on_scheduler(lambda dask_scheduler: (
+            dict(dask_scheduler.plugins[_RanOn.name].ran),
+            dict(dask_scheduler.plugins[_RanOn.name].tok_at_write)))
+        workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+        # the helper itself: one hold per worker, each on its worker, none of them failing
+        fut = client.submit(lambda: 7, key="daskwp-test-value")
+        holds = prefetch_on_workers(client, fut, 10, "daskwp-test-hold")
+        assert [h.key for h in holds] == [("daskwp-test-hold", 0), ("daskwp-test-hold", 1)]
+        assert client.gather(holds) == [None, None]
+        assert sorted(client.who_has([fut])["daskwp-test-value"]) == workers
+    assert summary["partitions"] >= 16
+    hold_workers = sorted(w for k, w in ran.items() if _name(k).startswith("daskwp-hold-"))
+    assert hold_workers == workers
+    # every worker that ran a write held the tokenizer by then, save the first write sent
+    # to each worker before its hold's fetch could finish: at most one per worker
+    late = [k for k, (w, has) in tok_at.items() if w not in has]
+    assert len(tok_at) == summary["partitions"] and len(late) <= 2
+
+
 def test_only_the_pass_leaves_run_on_the_cluster(tmp_path):
     """The scheduler gets one count task and one write task per partition (and the
     tokenizer, the first offset): the prefix-count tree's sums are added up in the driver.
@@ -223,10 +283,12 @@ def test_only_the_pass_leaves_run_on_the_cluster(tmp_path):
     assert n >= 16
     names = [_name(k) for k in seen]
     assert sum(x.startswith("daskwp-write-") for x in names) == n
+    holds = sum(x.startswith("daskwp-hold-") for x in names)
+    assert holds == 2   # one per worker (prefetch_on_workers)
     counts = [k for k in seen if _name(k).startswith("daskwp-count-")]
     assert len(counts) == n and all(k[1] == 0 for k in counts)   # leaves only
     assert sum(x.startswith("daskwp-offset-") for x in names) <= 1
-    assert len(seen) <= 2 * n + 2
+    assert len(seen) <= 2 * n + 2 + holds
     job = json.loads((tmp_path / "out" / "_job.json").read_text())
     docs = [p["documents"] for p in job["partitions"]]
     assert [p["logid_offset"] for p in job["partitions"]] == \
@@ -307,3 +369,52 @@ print(dask.config.get("distributed.dashboard.link"))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "{port}" in out.stdout
+
+
+def _threads_once_given(seconds: float = 20.0):
+    """A task: polls the kernel threads its partition writer would take for its next piece
+    until its driver gives it more than one (or ``seconds`` pass); returns them."""
+    from daskwp.distributed import tasks as _tasks
+    end = time.monotonic() + seconds
+    while True:
+        n = _tasks._kernel_threads(lambda: 1)
+        if n > 1 or time.monotonic() > end:
+            return n
+        time.sleep(0.01)
+
+
+def test_the_last_write_takes_the_threads_of_its_hosts_idle_workers():
+    """give_idle_threads: a write left running while the other worker idles gets both
+    workers' threads for its next pieces (the kernel's threads, on this host); a key it was
+    not given keeps the worker's one thread."""
+    from distributed import Client, LocalCluster
+
+    from daskwp.distributed import state as _state
+    from daskwp.jobs.driver import cluster_workers, give_idle_threads
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=":0") as cluster, Client(cluster) as client:
+        workers = cluster_workers(client)
+        assert len(workers) == 2 and all(t == 1 for _, t in workers.values())
+        w0 = sorted(workers)[0]
+        fut = client.submit(_threads_once_given, key=("daskwp-write-test", 0), workers=[w0])
+        other = client.submit(_threads_once_given, 0.3, key=("daskwp-write-test", 1))
+        assert other.result() == 1   # nothing given: a worker's task keeps one thread
+        for _ in range(200):          # until the scheduler has the task processing
+            if any(fut.key in k for k in client.processing().values()):
+                break
+            time.sleep(0.01)
+        sent = give_idle_threads(client, {fut.key, ("daskwp-write-test", 9)}, workers)
+        assert sent == {w0: {fut.key: 2}}
+        assert fut.result() == 2
+    _state._TASK_THREADS.clear()
+
+
+def test_set_task_threads_rejects_a_bad_count_and_keeps_a_bounded_table():
+    from daskwp.distributed import state as _state
+    with pytest.raises(ValueError, match="must be an int >= 1"):
+        _state.set_task_threads({("k", 0): 0})
+    _state.set_task_threads({("k", i): 2 for i in range(_state.TASK_THREADS_KEPT)})
+    _state.set_task_threads({("k", -1): 3})
+    assert _state._TASK_THREADS == {("k", -1): 3}
+    assert _state.task_threads() is None   # not on a worker's task thread
+    _state._TASK_THREADS.clear()

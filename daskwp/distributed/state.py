@@ -21,7 +21,7 @@ from ..backends.memory import tune_worker_arrow_pool, tune_worker_malloc
 from ..core.cache import BoundedCache, clear_caches
 
 __all__ = ["WorkerState", "cached_tokenizer", "cached_tokenizer_keys", "current_state",
-           "tokenizer_key"]
+           "set_task_threads", "task_threads", "tokenizer_key"]
 
 PLUGIN_NAME = "daskwp"
 TOKENIZERS_PER_WORKER = 4
@@ -92,3 +92,36 @@ def cached_tokenizer(tok):
 def cached_tokenizer_keys() -> list[tuple]:
     """Keys (vocabulary hash, settings) of the tokenizers cached by the current state."""
     return current_state().tokenizers.keys()
+
+
+#: Kernel threads for the tasks of given keys in this process (``{key: threads}``), set by a
+#: job's driver for its last writes (:func:`set_task_threads`); a task key is never reused
+#: (keys carry the run's id), so entries of a finished or abandoned run match nothing.
+_TASK_THREADS: dict = {}
+TASK_THREADS_KEPT = 256
+
+
+def set_task_threads(threads: dict) -> None:
+    """On a worker (``client.run``): the tasks of the keys in ``threads`` take that many
+    kernel threads from their next piece on (:func:`task_threads`). Entries of earlier
+    calls stay, up to :data:`TASK_THREADS_KEPT` (then they are dropped)."""
+    for key, n in threads.items():
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise ValueError(f"threads of {key!r} must be an int >= 1; got {n!r}")
+    with _PROCESS_LOCK:
+        if len(_TASK_THREADS) + len(threads) > TASK_THREADS_KEPT:
+            _TASK_THREADS.clear()
+        _TASK_THREADS.update(threads)
+
+
+def task_threads() -> int | None:
+    """The kernel threads set (:func:`set_task_threads`) for the task this thread runs on a
+    ``distributed`` worker; None when none is set or not on a worker's task thread."""
+    if not _TASK_THREADS or "distributed" not in sys.modules:
+        return None
+    try:
+        from distributed import get_worker
+        key = get_worker().get_current_task()
+    except (ValueError, ImportError, AttributeError, KeyError):
+        return None
+    return _TASK_THREADS.get(key)

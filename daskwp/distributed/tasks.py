@@ -25,10 +25,11 @@ from ..frames.partition import (attach_kept_columns, attach_source, frame_from_o
 from ..frames.part_writer import PartWriter, native_for_kept
 from ..frames.schema import INPUT_INDEX_COLUMN, numpy_of_arrow, position_outputs_of
 from .local import in_process_share
-from .state import cached_tokenizer
+from .state import cached_tokenizer, task_threads
 
 __all__ = ["CALL_OPTIONS", "PIECE_BYTES", "add_counts", "add_logid_offset", "call_options",
-           "count_documents", "finish_parts", "owned_unknown_tokens", "partition_error",
+           "count_documents", "finish_parts", "hold", "owned_unknown_tokens",
+           "partition_error",
            "sum_counts", "text_bytes", "tokenize_global", "tokenize_partition",
            "vocabulary_pad_id",
            "write_partition_part", "write_tokenized_part"]
@@ -119,6 +120,12 @@ def count_documents(texts) -> int:
 def add_counts(a: int, b: int) -> int:
     """Sum of two partial document counts (a node of the prefix-sum tree)."""
     return a + b
+
+
+def hold(value) -> None:
+    """A task that only takes ``value`` (a key of the graph) and returns None: run on a
+    chosen worker, it has the worker fetch ``value`` ahead of the tasks that need it."""
+    return None
 
 
 def sum_counts(*counts) -> int:
@@ -409,8 +416,12 @@ def _plain(options: dict) -> bool:
 
 def _kernel_threads(default) -> int:
     """The kernel threads of the next piece's calls: the in-process share of the cores
-    (:func:`~daskwp.distributed.local.in_process_share`), else ``default()``."""
+    (:func:`~daskwp.distributed.local.in_process_share`); on a cluster's worker, the
+    threads its driver gave this task (:func:`~daskwp.distributed.state.task_threads`: a
+    job's last writes take the threads of their host's idle workers); else ``default()``."""
     share = in_process_share()
+    if share is None:
+        share = task_threads()
     return default() if share is None else share
 
 

@@ -827,6 +827,64 @@ def _pass_priority(n: int, key) -> int:
     return 2 + n
 
 
+def cluster_workers(client) -> dict:
+    """``{address: (host, threads)}`` of the workers of ``client`` now ({} when they cannot
+    be listed)."""
+    try:
+        info = client.scheduler_info(n_workers=-1)["workers"]
+        return {w: (str(v["host"]), int(v["nthreads"])) for w, v in info.items()}
+    except (OSError, KeyError, TypeError, ValueError):
+        return {}
+
+
+def prefetch_on_workers(client, future, priority: int, name: str, workers=None) -> list:
+    """One :func:`~daskwp.distributed.tasks.hold` task per worker of ``client`` (or of
+    ``workers``, addresses) that takes ``future`` (at ``priority``, keys ``(name, i)``):
+    every worker fetches its value while it runs other tasks (the pass's counts) instead
+    of when its first task that needs it comes. A worker gone meanwhile leaves its hold
+    to another (``allow_other_workers``); a lost value is recomputed as before (it stays a
+    task of the graph, not scattered data). Returns the futures."""
+    from ..distributed.tasks import hold
+    if workers is None:
+        workers = cluster_workers(client)
+    return [client.submit(hold, future, key=(name, i), workers=[w], priority=priority,
+                          allow_other_workers=True, pure=False)
+            for i, w in enumerate(sorted(workers))]
+
+
+def give_idle_threads(client, running: set, workers: dict) -> dict:
+    """Give the writes still running (keys ``running``) the threads of their host's idle
+    workers: each gets ``host threads // writes running on the host`` kernel threads from
+    its next piece on (:func:`~daskwp.distributed.state.set_task_threads`; the job's last
+    partitions, with fewer of them left than threads). ``workers``: :func:`cluster_workers`.
+    Returns ``{worker: {key: threads}}`` as sent (only shares above one)."""
+    from ..distributed.state import set_task_threads
+    try:
+        processing = client.processing()
+    except OSError:
+        return {}
+    mine = {w: [k for k in keys if k in running] for w, keys in processing.items()
+            if w in workers}
+    host_threads: dict = {}
+    host_running: dict = {}
+    for w, (host, threads) in workers.items():
+        host_threads[host] = host_threads.get(host, 0) + threads
+    for w, keys in mine.items():
+        host = workers[w][0]
+        host_running[host] = host_running.get(host, 0) + len(keys)
+    sent = {}
+    for w, keys in mine.items():
+        host = workers[w][0]
+        share = host_threads[host] // host_running[host] if keys else 1
+        if share > 1:
+            sent[w] = {k: share for k in keys}
+            try:
+                client.run(set_task_threads, sent[w], workers=[w])
+            except (OSError, KeyError, ValueError):   # the worker left meanwhile
+                del sent[w]
+    return sent
+
+
 def run_graph(graph: JobGraph, client, on_write: Callable[[int, dict], None],
               log: Callable[[str], None] | None = None,
               stall_seconds: float = STALL_REPORT_SECONDS) -> dict:
@@ -884,12 +942,27 @@ def run_graph(graph: JobGraph, client, on_write: Callable[[int, dict], None],
     with dask.annotate(priority=functools.partial(_pass_priority, len(graph.count_keys))):
         *futures, tok_future = client.get(sums.remote, [*sums.remote_keys,
                                                         graph.tokenizer_key], sync=False)
+    # Every worker holds the tokenizer before the counts end: a worker that did not compute
+    # it fetched it only when its first write came, after its last count (0.4-0.6 s of one
+    # idle core per worker on a loaded 2-core VM, in the scheduler's task stream). The
+    # holds go once the first pass results are in, not with the pass: sent with it, the
+    # workers' first tasks started later in three runs (0.4-1.2 s vs 0.2-0.4 s; a loaded VM).
+    holds: list | None = None if writes else []
+    hold_name = graph.offset_keys[0][0].replace("daskwp-offset-", "daskwp-hold-", 1)
+    workers: dict = {}
+    # The last writes, fewer than the cluster's threads, take the threads of the workers
+    # left idle on their host (give_idle_threads), asked again as each write finishes.
+    submitted = 0
+    done_writes = 0
+    tail_at = None   # writes left when the threads were last given
     ready = literal_writes(graph.dsk, writes, pass_set)
     watch = StallWatch(client, [*futures, tok_future], graph.dsk, log,
                        stall_seconds) if log else None
     results = as_completed(futures, with_results=True, raise_errors=False)
 
     def submit(tasks: dict) -> None:
+        nonlocal submitted
+        submitted += len(tasks)
         if tasks:
             new = client.get(tasks, list(tasks), sync=False, priority=0)
             futures.extend(new)
@@ -912,6 +985,10 @@ def run_graph(graph: JobGraph, client, on_write: Callable[[int, dict], None],
         # Results come with the completions, fetched in batches: one slow host does not
         # make every small offset and count result a round trip of its own.
         for batch in results.batches():
+            if holds is None:
+                workers = cluster_workers(client)
+                holds = prefetch_on_workers(client, tok_future, 3 + len(graph.count_keys),
+                                            hold_name, workers)
             got = {}
             for fut, result in batch:
                 if watch is not None:
@@ -925,6 +1002,7 @@ def run_graph(graph: JobGraph, client, on_write: Callable[[int, dict], None],
                     raise JobError(f"{what} was cancelled (the cluster lost it)")
                 if key in part_of:
                     on_write(part_of[key], result)
+                    done_writes += 1
                 else:
                     got[key] = result
                 fut.release()
@@ -932,6 +1010,12 @@ def run_graph(graph: JobGraph, client, on_write: Callable[[int, dict], None],
                 got = known(got)
                 if got:
                     submit(ready.send(got))
+            left = len(writes) - done_writes
+            if submitted == len(writes) and workers and left != tail_at and \
+                    0 < left < sum(t for _, t in workers.values()):
+                tail_at = left
+                give_idle_threads(client, {f.key for f in futures if not f.done()} & writes,
+                                  workers)
     except OSError as e:   # distributed's CommClosedError: the scheduler is gone
         raise JobError(f"lost the cluster's scheduler ({type(e).__name__}: {e}); complete "
                        f"parts are kept: run the same command again (against a running "
@@ -940,7 +1024,8 @@ def run_graph(graph: JobGraph, client, on_write: Callable[[int, dict], None],
         if watch is not None:
             watch.stop()
         try:
-            client.cancel([f for f in (*futures, tok_future) if not f.done()])
+            client.cancel([f for f in (*futures, tok_future, *(holds or ()))
+                           if not f.done()])
         except OSError:
             pass
     return values
