@@ -311,15 +311,29 @@ def test_import_daskwp_leaves_dask_dataframe_out_and_the_accessors_still_registe
 @pytest.mark.parametrize("workers, tasks", [(2, 1), (2, 2), (2, 7), (4, 3), (1, 5)])
 def test_each_task_thread_gets_its_share_of_the_cores(workers, tasks):
     """The kernel threads of a tokenizer call on a task thread: the cores shared among the
-    threads that have a partition (all of them for one partition); this thread's default
-    is left alone."""
+    threads that have a partition (all of them for one partition), as the job records
+    them; this thread's default is left alone."""
+    import threading
+    import time
+
     from dask.system import CPU_COUNT
 
     from daskwp.backends.cpu import default_num_threads
     r = InProcess("threads", workers, tasks=tasks)
     want = max(1, CPU_COUNT // min(workers, tasks))
     assert r.kernel_threads == want
+    busy = min(workers, tasks)   # as many tasks as run at once: each asks once all run
+    done = threading.Barrier(busy, timeout=10)   # and none ends before all have asked
+
+    def ask():
+        end = time.monotonic() + 10
+        while r.running < busy and time.monotonic() < end:
+            time.sleep(0.002)
+        n = default_num_threads()
+        done.wait()
+        return n
+    dsk = {("t", i): (ask,) for i in range(busy)}
+    assert r.get(dsk, list(dsk)) == [want] * busy
     dsk = {("t", i): (default_num_threads,) for i in range(tasks)}
-    assert r.get(dsk, list(dsk)) == [want] * tasks
     assert default_num_threads() == 0
     assert InProcess("synchronous").get(dsk, list(dsk)) == [0] * tasks

@@ -1,5 +1,5 @@
-"""The end of an in-process job (issue 42, idle cores): a partition left running alone on
-dask's threaded scheduler takes the cores the finished ones freed for its next pieces
+"""The end of an in-process job (issues 42 and 39, idle cores): a partition left running alone
+on dask's threaded scheduler takes the cores the finished ones freed for its next pieces
 (:func:`daskwp.distributed.local.in_process_share`), and its output does not change."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 
 import daskwp
 from conftest import DATA, read_documents, requires_data
+from daskwp.backends.cpu import default_num_threads
 from daskwp.distributed import tasks
 from daskwp.distributed.local import InProcess, in_process_share
 
@@ -33,10 +34,12 @@ def test_a_task_left_alone_gets_every_core():
 
     def a():
         assert b_started.wait(10)
-        seen["both"] = in_process_share()
+        # a kernel call that sets no thread count (a Megatron slice's, a count's) takes
+        # the same share, asked at each call
+        seen["both"] = (in_process_share(), default_num_threads())
         a_read.set()
         _wait_for(lambda: in_process_share() == 4)   # b collected: a runs alone
-        seen["alone"] = in_process_share()
+        seen["alone"] = (in_process_share(), default_num_threads())
 
     def b():
         b_started.set()
@@ -44,7 +47,7 @@ def test_a_task_left_alone_gets_every_core():
         seen["b"] = in_process_share()
 
     runner.get({"a": (a,), "b": (b,)}, ["a", "b"])
-    assert seen == {"both": 2, "b": 2, "alone": 4}
+    assert seen == {"both": (2, 2), "b": 2, "alone": (4, 4)}
     assert in_process_share() is None   # not on a task thread
     assert runner.running == 0
 
@@ -79,6 +82,51 @@ def test_each_piece_takes_the_share_of_the_moment(tmp_path, monkeypatch):
     del used[:]
     tasks.write_tokenized_part(texts, tok, options, str(tmp_path / "b.parquet"),
                                str(tmp_path / ".b.tmp"), piece_bytes=16 << 10)
-    from daskwp.backends.cpu import default_num_threads
     assert set(used) == {default_num_threads()}
     assert pq.read_table(tmp_path / "a.parquet").equals(pq.read_table(tmp_path / "b.parquet"))
+
+
+@requires_data
+def test_megatron_slices_of_a_partition_alone_take_the_freed_cores(monkeypatch):
+    """A Megatron partition's slices on an InProcess thread: those made while another task
+    runs on one core each, those after it finished on every core; the sequences are the
+    ones a fixed thread count makes."""
+    import numpy as np
+
+    from daskwp.backends.cpu import CPU
+    from daskwp.frames.megatron import megatron_slices
+    docs = read_documents(DATA / "corpus" / "en_ewt.txt")[:4000]
+    texts = pa.array(docs, pa.string())
+    tok = daskwp.WordPieceTokenizer()
+    options = dict(add_special_tokens=False, append_eod=True)
+    used = []
+    real = type(CPU).encode
+
+    def encode(self, model, texts, num_threads, *a, **k):
+        used.append(num_threads)
+        return real(self, model, texts, num_threads, *a, **k)
+    monkeypatch.setattr(type(CPU), "encode", encode)
+    ref = list(megatron_slices(tok, texts, options, nbytes=16 << 10))
+    runner = InProcess("threads", num_workers=2, tasks=2)
+    runner.cores = 4
+    b_started, b_may_end = threading.Event(), threading.Event()
+    got = []
+
+    def a():
+        assert b_started.wait(10)
+        del used[:]
+        slices = megatron_slices(tok, texts, options, nbytes=16 << 10)
+        got.append(next(slices))   # b runs: its share
+        b_may_end.set()
+        assert _wait_for(lambda: in_process_share() == 4)   # b collected: alone
+        got.extend(slices)
+
+    def b():
+        b_started.set()
+        assert b_may_end.wait(10)
+
+    runner.get({"a": (a,), "b": (b,)}, ["a", "b"])
+    assert len(used) == len(ref) > 5
+    assert used[0] == 2 and set(used[1:]) == {4}
+    for (t1, l1, d1, s1), (t2, l2, d2, s2) in zip(got, ref):
+        assert np.array_equal(t1, t2) and np.array_equal(l1, l2) and np.array_equal(d1, d2)

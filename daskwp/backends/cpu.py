@@ -126,11 +126,13 @@ register_cache("word_cache", _ext.word_cache_clear, _word_cache_info_for_registr
 _TASK_THREADS = threading.local()
 
 
-def set_task_num_threads(num_threads: int | None) -> None:
+def set_task_num_threads(num_threads) -> None:
     """The kernel threads of the calls made on this thread that set none
-    (:func:`default_num_threads`); None: the default's own choice. The threads of a job that
-    runs in-process set it (:class:`daskwp.distributed.local.InProcess`): with several
-    partitions on as many threads, each call gets its share of the cores."""
+    (:func:`default_num_threads`): a number, a function of no argument that gives it at
+    each call, or None: the default's own choice. The threads of a job that runs in-process
+    set a function (:class:`daskwp.distributed.local.InProcess`): each call gets the share
+    of the cores of the tasks running at that moment, so that a partition left alone at the
+    end of a job tokenizes its next slices on the cores the others freed."""
     _TASK_THREADS.num_threads = num_threads
 
 
@@ -138,6 +140,8 @@ def default_num_threads() -> int:
     """All cores (0), except inside a Dask worker thread (1), where the worker owns the
     parallelism, and on a thread given its share (:func:`set_task_num_threads`)."""
     share = getattr(_TASK_THREADS, "num_threads", None)
+    if callable(share):
+        share = share()
     if share is not None:
         return share
     if "distributed" in sys.modules:

@@ -35,7 +35,9 @@ def in_process_share() -> int | None:
 
 def _start_thread(runner: "InProcess") -> None:
     from ..backends.cpu import set_task_num_threads
-    set_task_num_threads(runner.kernel_threads)
+    # every kernel call on this thread that sets no thread count (a Megatron slice's, a
+    # count's, a tokenizer call's) takes the share of the moment, not one fixed at the start
+    set_task_num_threads(runner.share)
     _THREAD.runner = runner
 
 
@@ -44,13 +46,14 @@ class InProcess:
 
     ``num_workers``: threads of the threaded scheduler (default: dask's, one per core
     available to this process). ``tasks``: how many heavy tasks (partitions) a graph runs,
-    when known: the cores are shared among the threads that have one, and each task's
-    tokenizer calls get that share as their kernel threads (``kernel_threads``; a
-    partition alone gets every core, as on dask's synchronous scheduler; see
-    :func:`daskwp.backends.cpu.set_task_num_threads`). While a graph runs, ``running``
-    counts its tasks in flight and :func:`in_process_share` gives a partition writer the
-    cores shared among them before each piece (the last partition of a job, left alone,
-    takes the cores the others freed).
+    when known: the cores are shared among the threads that have one (``kernel_threads``,
+    the share a job records; a partition alone gets every core, as on dask's synchronous
+    scheduler). While a graph runs, ``running`` counts its tasks in flight, and each
+    kernel call on a task thread takes the cores shared among them at that moment
+    (:func:`in_process_share`, which a Parquet writer asks before each piece, and
+    :func:`daskwp.backends.cpu.set_task_num_threads` for every call that sets no thread
+    count: a Megatron partition's slices, a count's calls): the last partition of a job,
+    left alone, takes the cores the others freed.
     """
 
     def __init__(self, scheduler: str = "threads", num_workers: int | None = None,
