@@ -1520,3 +1520,97 @@ def test_count_starts_its_cluster_while_a_url_input_is_planned(tmp_path, bucket,
     with pytest.raises(jobs.JobError):
         count.run_count(job_config(f"s3://{name}-missing/c", "unused", **cfg))
     assert len(made) == 2 and [c.status for c in made] == ["closed", "closed"]
+
+
+def test_a_prefetched_first_partition_is_counted_and_written_without_a_get(bucket,
+                                                                         spool_tmp,
+                                                                         monkeypatch):
+    """Prefetch fetches partition 0's range (one GET, in its thread) into a folder of its
+    own; adopted by the run, its count and its write read that file (no GET) and nothing
+    is left; a run where it is not adopted (an object replaced since: the prefetch
+    fails) fetches as before and leaves nothing either; no prefetch for a local file."""
+    import dataclasses
+
+    from daskwp.jobs.inputs import fetch_spool
+    name, options, fs = bucket
+    data = ("\n".join(sample_lines()) + "\n").encode()
+    fs.pipe(f"{name}/t.txt", data)
+    with storage.using(options):
+        specs = inputs.plan_partitions(inputs.list_input_files(f"s3://{name}/t.txt"),
+                                       "text", 20_000)
+    assert len(specs) >= 3
+    fetched = spy_object_fetches(monkeypatch)
+    token = fetch_spool.run_token("ab" * 8, "r1")
+    run = [dataclasses.replace(s, spool=(token, 1 << 30)) for s in specs]
+    with storage.using(options):
+        pre = fetch_spool.start_prefetch(specs, 1 << 30)
+    assert pre is not None and pre.adopt(run)
+    assert fetched == [("t.txt", 0, specs[0].byte_end + fetch_spool.MARGIN)]
+    assert spool_files(spool_tmp) == [f"{token}/" + spool_files(spool_tmp)[0].split("/")[1]]
+    start, end = exact(data, specs[0])
+    want = [x.encode() for x in data[start:end].decode().splitlines()]
+    assert inputs.count_partition(run[0]) == len(want)
+    assert inputs.read_partition(run[0]).to_pylist() == want
+    assert len(fetched) == 1 and spool_files(spool_tmp) == []
+    fetch_spool.remove_run_spools(token)
+    assert [p for p in spool_tmp.iterdir() if p.is_dir()] == []
+    # the object replaced after listing: the prefetch's GET (pinned) fails, nothing kept
+    fs.pipe(f"{name}/t.txt", data.upper())
+    fs.invalidate_cache()
+    with storage.using(options):
+        pre = fetch_spool.start_prefetch(specs, 1 << 30)
+    assert not pre.adopt(run)
+    assert spool_files(spool_tmp) == [] and \
+        [p for p in spool_tmp.iterdir() if p.is_dir()] == []
+    with pytest.raises(jobs.InputError):
+        inputs.count_partition(run[0])
+    fetch_spool.remove_run_spools(token)
+    # discarded without a run: its folder removed; too small a spool: nothing fetched
+    fs.pipe(f"{name}/t.txt", data)
+    fs.invalidate_cache()
+    with storage.using(options):
+        specs = inputs.plan_partitions(inputs.list_input_files(f"s3://{name}/t.txt"),
+                                       "text", 20_000)
+        pre = fetch_spool.start_prefetch(specs, 1 << 30)
+        pre.discard()
+        assert [p for p in spool_tmp.iterdir() if p.is_dir()] == []
+        n = len(fetched)
+        assert not fetch_spool.start_prefetch(specs, 100).adopt(run)
+        assert len(fetched) == n
+    assert fetch_spool.start_prefetch([dataclasses.replace(specs[0], path="/x/t.txt",
+                                                           storage_options=None)],
+                                      1 << 30) is None
+
+
+def test_a_job_on_its_own_cluster_prefetches_partition_zero(tmp_path, bucket, spool_tmp,
+                                                           monkeypatch):
+    """A job whose local cluster starts while it plans fetches partition 0 meanwhile, and
+    its count uses that file: each partition's range is fetched once (the parts equal those
+    of the same job on local files) and no spool is left."""
+    from daskwp.jobs import driver
+    from daskwp.jobs.inputs import fetch_spool
+    name, options, fs = bucket
+    data = ("\n".join(sample_lines(400)) + "\n").encode()
+    fs.pipe(f"{name}/in/a.txt", data)
+    (tmp_path / "a.txt").write_bytes(data)
+    made: list = []
+    monkeypatch.setattr(driver, "connect_cluster", _own_cluster(made))
+    adopted = []
+    adopt = fetch_spool.Prefetch.adopt
+
+    def spy_adopt(self, specs):
+        adopted.append(adopt(self, specs))
+        return adopted[-1]
+    monkeypatch.setattr(fetch_spool.Prefetch, "adopt", spy_adopt)
+    fetched = spy_object_fetches(monkeypatch)
+    summary = jobs.run_job(job_config(f"s3://{name}/in/a.txt", f"s3://{name}/out",
+                                      n_workers=1, scheduler_address=None,
+                                      partition_size=8000, storage_options=options))
+    assert adopted == [True]
+    ranges = [(s, e) for n_, s, e in fetched if n_ == "a.txt" and (s, e) != (0, len(data))]
+    n = summary["partitions"]
+    assert n >= 3 and len(ranges) == n, ranges    # (the listing's head apart)
+    jobs.run_job(job_config(str(tmp_path / "a.txt"), str(tmp_path / "local"),
+                            scheduler_address="synchronous", partition_size=8000))
+    assert_same_parts(tmp_path / "local", f"s3://{name}/out", options)
+    assert spool_files(spool_tmp) == []

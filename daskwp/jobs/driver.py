@@ -79,7 +79,7 @@ from .config import CONFIG_KEYS, JOB_KEYS, LOCAL_SCHEDULERS, JobConfig, default_
 from .errors import ConfigError, JobError, OutputConflictError
 from .inputs import (PartitionSpec, input_fingerprint, keeping_counted_bytes,
                      list_input_files, plan_partitions)
-from .inputs.fetch_spool import remove_run_spools, run_token
+from .inputs.fetch_spool import remove_run_spools, run_token, start_prefetch
 from .parts import (JOB_FILE, JOB_FORMAT, PART_PREFIX, PART_SUFFIX, REJECTS_PREFIX,
                     REJECTS_SUFFIX, SUMMARY_FILE, TMP_PREFIX, check_part, count_job_partition,
                     empty_partition, part_name, rejects_path, remove_temporary_files,
@@ -1155,6 +1155,13 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
                             lenient=cfg.on_bad_row == "reject")
     for w in plan_warnings:
         log(f"daskwp: warning: {w}")
+    prefetch = None
+    if started is not None and cfg.spool_max_bytes and cfg.packing is None:
+        # the workers' host is this one: partition 0 is fetched for its count while the
+        # cluster starts (inputs/fetch_spool.py, Prefetch)
+        prefetch = start_prefetch(specs, int(cfg.spool_max_bytes))
+        if prefetch is not None:
+            cleanup.callback(prefetch.discard)
     if not specs:  # no document at all: one empty part, so that the dataset has a schema
         specs = [empty_partition(files[0].path, cfg.column, cfg.column_pair)]
     n = len(specs)
@@ -1270,6 +1277,8 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
             missing_graph = missing
         run_id = uuid.uuid4().hex[:8]
         spool_token, run_specs = _with_spool(specs, counts, cfg, job_id, run_id)
+        if prefetch is not None:
+            prefetch.adopt(run_specs)
         graph = job_graph(run_specs, counts, missing_graph,
                           out, tok, options, job_id, device, run_id=run_id,
                           write=_WRITERS[cfg.output_format])

@@ -20,6 +20,13 @@ driver's) and any folder left for a day. The spool files of a host take at most
 ``spool_max_bytes`` (the option) of disk together, and never the last GiB of free space: a
 partition that does not fit is counted from the store and fetched again by its write.
 
+A local cluster's first partition may be fetched before the cluster is up: the driver
+starts :class:`Prefetch` of partition 0 once it is planned (its host is the workers'), in a
+thread, into a folder of its own; when the run's spool is known, :meth:`Prefetch.adopt`
+moves the file into the run's folder under the name its count task looks for
+(:func:`fetched` takes a spool file that is there already), so that partition's write
+starts as soon as the cluster is: no GET of its own to wait for.
+
 A fetch waits on the network: on a Dask worker the count task leaves the worker's thread
 pool for it (:func:`~daskwp.frames.storage.waiting_on_network`, installed by daskwp's worker
 plugin), so the worker's thread tokenizes a partition already counted meanwhile.
@@ -28,10 +35,13 @@ plugin), so the worker's thread tokenizes a partition already counted meanwhile.
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import dataclasses
 import hashlib
 import os
 import shutil
 import tempfile
+import threading
 import time
 import uuid
 
@@ -263,13 +273,32 @@ def _fetch_into(spec: PartitionSpec, ranges: list, tmp: str) -> tuple:
         raise InputError(f"cannot read {spec.describe()}: {e}") from None
 
 
+def _spooled_already(spec: PartitionSpec, ranges: list) -> tuple | None:
+    """``(path, ranges it holds)`` of the spool file of ``spec``'s ``ranges`` in the run's
+    folder on this host (a :class:`Prefetch` adopted), or None when there is none (or
+    the partition has no version to name it by)."""
+    if spec.object_version is None:
+        return None
+    path = os.path.join(_folder(spec), _name(spec, ranges, repr(tuple(spec.object_version))))
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return None
+    if spec.cut_at_lines:    # from the byte before the first cut, as far as it was fetched
+        return path, [(ranges[0][0], ranges[0][0] + size)]
+    return path, ranges
+
+
 @contextlib.contextmanager
 def fetched(spec: PartitionSpec):
     """The count side: within the block, the partition's object is read from a spool file
-    holding its ranges, fetched now (left for the write task); or from the store as usual
-    when the partition is not spooled or there is no room."""
+    holding its ranges, fetched now, or before (:class:`Prefetch`), and left for the
+    write task; or from the store as usual when the partition is not spooled or there is
+    no room."""
     ranges = regions(spec)
-    got = _fetch(spec, ranges) if ranges and not has_local_copy(spec.path) else None
+    got = None
+    if ranges and not has_local_copy(spec.path):
+        got = _spooled_already(spec, ranges) or _fetch(spec, ranges)
     if got is None:
         yield
         return
@@ -321,3 +350,71 @@ def spooled(spec: PartitionSpec):
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
+
+
+class Prefetch:
+    """Partition ``spec``'s ranges fetched into a spool folder of this host now, in a
+    thread (the driver's, while its local cluster starts), for the run's count task of
+    that partition: :meth:`adopt` gives the file the name that task looks for in the run's
+    folder; :meth:`discard` removes what was not adopted. ``spool_max_bytes``: the job's
+    option (a partition that does not fit is not fetched). A fetch that fails is dropped
+    (the count task fetches the partition, and reports what is wrong)."""
+
+    def __init__(self, spec: PartitionSpec, spool_max_bytes: int):
+        self.token = run_token(uuid.uuid4().hex, "prefetch")
+        self.spec = dataclasses.replace(spec, spool=(self.token, int(spool_max_bytes)))
+        self.ranges = regions(self.spec)
+        self.got: tuple | None = None
+        self._thread = threading.Thread(target=contextvars.copy_context().run,
+                                        args=(self._fetch,), name="daskwp-prefetch",
+                                        daemon=True)
+        self._thread.start()
+
+    def _fetch(self) -> None:
+        try:
+            with storage.pinned({self.spec.path: self.spec.object_version}):
+                self.got = _fetch(self.spec, self.ranges)
+        except Exception:   # noqa: BLE001  (the count task fetches it, and raises)
+            self.got = None
+
+    def adopt(self, specs) -> bool:
+        """Wait for the fetch; move its file into the run's folder of the partition of
+        ``specs`` (the run's, with their spool) that it was fetched for. Whether it was."""
+        self._thread.join()
+        try:
+            if self.got is None:
+                return False
+            target = next((s for s in specs if s.index == self.spec.index and
+                           s.spool is not None and s.path == self.spec.path and
+                           regions(s) == self.ranges), None)
+            if target is None or target.object_version is None:
+                return False
+            folder = _folder(target)
+            root = spool_root()
+            with _locked(root):
+                _start_run(root, folder)
+                os.replace(self.got[0], os.path.join(folder, _name(
+                    target, self.ranges, repr(tuple(target.object_version)))))
+            return True
+        except OSError:
+            return False
+        finally:
+            self.discard()
+
+    def discard(self) -> None:
+        """Wait for the fetch and remove what it left (nothing once adopted)."""
+        self._thread.join()
+        remove_run_spools(self.token)
+
+
+def start_prefetch(specs, spool_max_bytes: int) -> Prefetch | None:
+    """A :class:`Prefetch` of the first partition of ``specs`` when it is one to spool
+    (a byte range of an uncompressed text or JSON Lines object, with a version), else
+    None."""
+    if not specs or not spool_max_bytes:
+        return None
+    first = specs[0]
+    probe = dataclasses.replace(first, spool=("", int(spool_max_bytes)))
+    if not first.cut_at_lines or first.object_version is None or not regions(probe):
+        return None
+    return Prefetch(first, spool_max_bytes)
