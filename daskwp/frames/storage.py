@@ -725,11 +725,23 @@ class Folder:
                 return []
         fs, path = self._fs()
         try:
-            entries = self._call(self.location, fs.ls, path, detail=False, refresh=True)
+            entries = self._call(self.location, self._ls, fs, path)
         except FileNotFoundError:
             return []
-        return sorted(e.rstrip("/").rsplit("/", 1)[-1] for e in entries
-                      if e.rstrip("/") != path)
+        return sorted(e["name"].rstrip("/").rsplit("/", 1)[-1] for e in entries
+                      if e["name"].rstrip("/") != path)
+
+    @staticmethod
+    def _ls(fs, path: str) -> list:
+        """The entries (fsspec's details) of one listing of ``path``, fresh. On s3fs the
+        listing of the prefix only: where it is empty, s3fs's ``ls`` lists the parent
+        too (for an object of that name: none is a folder of ours), a second request,
+        and on a bucket's top level a listing of every name there."""
+        if type(fs).__module__.split(".")[0] == "s3fs" and hasattr(fs, "_lsdir") and \
+                "/" in path:
+            from fsspec.asyn import sync
+            return sync(fs.loop, fs._lsdir, path, refresh=True)
+        return fs.ls(path, detail=True, refresh=True)
 
     def sizes(self) -> dict[str, int]:
         """``{name: size in bytes}`` of the files in the folder ({} when it does not exist
@@ -742,7 +754,7 @@ class Folder:
                 return {}
         fs, path = self._fs()
         try:
-            entries = self._call(self.location, fs.ls, path, detail=True, refresh=True)
+            entries = self._call(self.location, self._ls, fs, path)
         except FileNotFoundError:
             return {}
         return {e["name"].rstrip("/").rsplit("/", 1)[-1]: int(e.get("size") or 0)
