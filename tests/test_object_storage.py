@@ -715,6 +715,17 @@ def test_spooled_partitions_compressed_and_csv_equal_local(tmp_path, bucket, spo
     assert spool_files(spool_tmp) == []
 
 
+def _text_object_planned(bucket) -> tuple[bytes, list]:
+    """The sample lines as the bucket's object ``t.txt``, planned in 20 kB partitions:
+    ``(its bytes, the partitions)``."""
+    name, options, fs = bucket
+    data = ("\n".join(sample_lines()) + "\n").encode()
+    fs.pipe(f"{name}/t.txt", data)
+    with storage.using(options):
+        return data, inputs.plan_partitions(inputs.list_input_files(f"s3://{name}/t.txt"),
+                                            "text", 20_000)
+
+
 def test_the_write_reads_the_spool_of_this_version_only(bucket, spool_tmp, monkeypatch):
     """count_partition leaves the fetched range in the spool; read_partition reads it (no
     GET) and removes it; without a spool file (another host) the range is fetched; the
@@ -725,11 +736,7 @@ def test_the_write_reads_the_spool_of_this_version_only(bucket, spool_tmp, monke
 
     from daskwp.jobs.inputs import fetch_spool
     name, options, fs = bucket
-    data = ("\n".join(sample_lines()) + "\n").encode()
-    fs.pipe(f"{name}/t.txt", data)
-    with storage.using(options):
-        specs = inputs.plan_partitions(inputs.list_input_files(f"s3://{name}/t.txt"),
-                                       "text", 20_000)
+    data, specs = _text_object_planned(bucket)
     spec = dataclasses.replace(specs[2], spool=(fetch_spool.run_token("ab" * 8, "r1"), 1 << 30))
     start, end = exact(data, spec)
     want = [x.encode() for x in data[start:end].decode().splitlines()]
@@ -1533,11 +1540,7 @@ def test_a_prefetched_first_partition_is_counted_and_written_without_a_get(bucke
 
     from daskwp.jobs.inputs import fetch_spool
     name, options, fs = bucket
-    data = ("\n".join(sample_lines()) + "\n").encode()
-    fs.pipe(f"{name}/t.txt", data)
-    with storage.using(options):
-        specs = inputs.plan_partitions(inputs.list_input_files(f"s3://{name}/t.txt"),
-                                       "text", 20_000)
+    data, specs = _text_object_planned(bucket)
     assert len(specs) >= 3
     fetched = spy_object_fetches(monkeypatch)
     token = fetch_spool.run_token("ab" * 8, "r1")
