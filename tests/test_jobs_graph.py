@@ -214,6 +214,10 @@ def test_the_offset_pass_runs_before_any_write(tmp_path):
               if _name(k).startswith(("daskwp-count-", "daskwp-offset-"))]
     assert len(writes) == summary["partitions"] and len(passes) > summary["partitions"]
     assert max(passes) < min(writes)
+    # the writes in partition order: partition i's at user priority -i (whatever batch of
+    # pass results let the driver submit it)
+    by_part = {k[1]: p for k, p in seen.items() if _name(k).startswith("daskwp-write-")}
+    assert [by_part[i][0] for i in range(len(by_part))] == list(range(len(by_part)))
 
 
 class _RanOn(SchedulerPlugin):

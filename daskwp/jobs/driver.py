@@ -885,6 +885,13 @@ def give_idle_threads(client, running: set, workers: dict) -> dict:
     return sent
 
 
+def _write_priority(part_of: dict, key) -> int:
+    """The scheduling priority of a write task on a cluster (``part_of``: key ->
+    partition): ``-i`` for partition i, so partitions are written in order, all below the
+    global-offset pass (:func:`_pass_priority`, >= 1)."""
+    return -part_of[key]
+
+
 def run_graph(graph: JobGraph, client, on_write: Callable[[int, dict], None],
               log: Callable[[str], None] | None = None,
               stall_seconds: float = STALL_REPORT_SECONDS) -> dict:
@@ -964,7 +971,11 @@ def run_graph(graph: JobGraph, client, on_write: Callable[[int, dict], None],
         nonlocal submitted
         submitted += len(tasks)
         if tasks:
-            new = client.get(tasks, list(tasks), sync=False, priority=0)
+            # writes in partition order (priority -i, below the pass's and the holds'):
+            # parts complete in order (a cluster's Megatron merge goes on while they are
+            # written), and the last partition, the input's remainder, runs last
+            with dask.annotate(priority=functools.partial(_write_priority, part_of)):
+                new = client.get(tasks, list(tasks), sync=False)
             futures.extend(new)
             results.update(new)
             if watch is not None:
