@@ -990,10 +990,11 @@ def test_a_job_sends_no_request_it_can_do_without(tmp_path, bucket, requests_log
     # DELETEs: the probe only (no rejects file, no _summary.json to remove)
     assert got.get("DELETE", 0) == 1 and ("DELETE", "out/_rejects-00000.jsonl") \
         not in outputs, got
-    # listings: the input, the probe's folder check, the output's one at planning (not
-    # s3fs's of its parent as well, the output being empty), one at the end (temporary
-    # objects, the parts' sizes for the check, rejects files)
-    assert got["LIST"] == 4, got
+    # listings: the input, the output's one at planning (not s3fs's of its parent as well,
+    # the output being empty), one at the end (temporary objects, the parts' sizes for
+    # the check, rejects files); none for the probe's check that the output is no object
+    # (a HEAD)
+    assert got["LIST"] == 3, got
     # GETs: the input's head and each partition's range; each part's footer once
     assert got["GET"] == 1 + n + n, got
     assert sorted(key for k, key in outputs if k == "GET") == \
@@ -1617,3 +1618,18 @@ def test_a_job_on_its_own_cluster_prefetches_partition_zero(tmp_path, bucket, sp
                             scheduler_address="synchronous", partition_size=8000))
     assert_same_parts(tmp_path / "local", f"s3://{name}/out", options)
     assert spool_files(spool_tmp) == []
+
+
+def test_an_output_url_naming_an_object_is_refused(bucket):
+    """An output URL that names an object (not a folder) is refused with one line before
+    anything is written; the object is left as it was."""
+    name, options, fs = bucket
+    fs.pipe(f"{name}/in.txt", b"one\ntwo\n")
+    fs.pipe(f"{name}/taken", b"not a folder")
+    with pytest.raises(jobs.OutputConflictError) as e:
+        jobs.run_job(job_config(f"s3://{name}/in.txt", f"s3://{name}/taken",
+                                storage_options=options))
+    assert "is an object, not a folder" in str(e.value) and "\n" not in str(e.value)
+    fs.invalidate_cache()
+    assert fs.cat(f"{name}/taken") == b"not a folder"
+    assert not fs.exists(f"{name}/taken/{jobs.JOB_FILE}")

@@ -710,7 +710,7 @@ class Folder:
             os.makedirs(self.location, exist_ok=True)
             return
         fs, path = self._fs()
-        if self._call(self.location, fs.isfile, path):
+        if self._call(self.location, self._is_object, fs, path):
             raise NotADirectoryError(f"{self.location!r} is an object, not a folder")
         probe = f"{path}/{probe_prefix}{uuid.uuid4().hex}"
         self._call(self.location, fs.pipe_file, probe, b"")
@@ -730,6 +730,22 @@ class Folder:
             return []
         return sorted(e["name"].rstrip("/").rsplit("/", 1)[-1] for e in entries
                       if e["name"].rstrip("/") != path)
+
+    @staticmethod
+    def _is_object(fs, path: str) -> bool:
+        """Whether an object is named ``path`` (fsspec's ``isfile``: False on any error).
+        On s3fs one HEAD: its ``isfile`` lists the prefix too when there is none."""
+        if type(fs).__module__.split(".")[0] != "s3fs" or not hasattr(fs, "_call_s3"):
+            return fs.isfile(path)
+        bucket, key, _ = fs.split_path(path)
+        if not key:
+            return False
+        from fsspec.asyn import sync
+        try:
+            sync(fs.loop, fs._call_s3, "head_object", Bucket=bucket, Key=key)
+            return True
+        except Exception:   # noqa: BLE001  (as isfile: the probe's put says what fails)
+            return False
 
     @staticmethod
     def _ls(fs, path: str) -> list:
