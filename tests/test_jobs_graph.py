@@ -413,6 +413,31 @@ def test_the_last_write_takes_the_threads_of_its_hosts_idle_workers():
     _state._TASK_THREADS.clear()
 
 
+def test_a_worker_busy_with_another_task_lends_no_threads():
+    """On a running cluster, a worker that runs a task that is not one of the job's writes
+    (another client's) is not idle: the last write keeps its one thread."""
+    from distributed import Client, Event, LocalCluster
+
+    from daskwp.jobs.driver import cluster_workers, give_idle_threads
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=":0") as cluster, Client(cluster) as client:
+        workers = cluster_workers(client)
+        w0, w1 = sorted(workers)
+        release = Event("daskwp-test-release")
+        busy = client.submit(release.wait, 30, key="another-clients-task", workers=[w1])
+        fut = client.submit(_threads_once_given, 0.5, key=("daskwp-write-test", 0),
+                            workers=[w0])
+        for _ in range(200):          # until both tasks are processing
+            keys = {k for ks in client.processing().values() for k in ks}
+            if fut.key in keys and busy.key in keys:
+                break
+            time.sleep(0.01)
+        assert give_idle_threads(client, {fut.key}, workers) == {}
+        assert fut.result() == 1
+        release.set()
+        busy.result()
+
+
 def test_set_task_threads_rejects_a_bad_count_and_keeps_a_bounded_table():
     from daskwp.distributed import state as _state
     with pytest.raises(ValueError, match="must be an int >= 1"):

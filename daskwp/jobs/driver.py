@@ -854,10 +854,12 @@ def prefetch_on_workers(client, future, priority: int, name: str, workers=None) 
 
 def give_idle_threads(client, running: set, workers: dict) -> dict:
     """Give the writes still running (keys ``running``) the threads of their host's idle
-    workers: each gets ``host threads // writes running on the host`` kernel threads from
-    its next piece on (:func:`~daskwp.distributed.state.set_task_threads`; the job's last
-    partitions, with fewer of them left than threads). ``workers``: :func:`cluster_workers`.
-    Returns ``{worker: {key: threads}}`` as sent (only shares above one)."""
+    workers: each gets ``threads // writes running on the host`` kernel threads from its
+    next piece on (:func:`~daskwp.distributed.state.set_task_threads`; the job's last
+    partitions, with fewer of them left than threads), ``threads`` counting only the
+    workers that run nothing else (on a running cluster, a worker busy with another
+    client's task lends none). ``workers``: :func:`cluster_workers`. Returns ``{worker:
+    {key: threads}}`` as sent (only shares above one)."""
     from ..distributed.state import set_task_threads
     try:
         processing = client.processing()
@@ -868,14 +870,15 @@ def give_idle_threads(client, running: set, workers: dict) -> dict:
     host_threads: dict = {}
     host_running: dict = {}
     for w, (host, threads) in workers.items():
-        host_threads[host] = host_threads.get(host, 0) + threads
+        if all(k in running for k in processing.get(w, ())):   # idle, or these writes
+            host_threads[host] = host_threads.get(host, 0) + threads
     for w, keys in mine.items():
         host = workers[w][0]
         host_running[host] = host_running.get(host, 0) + len(keys)
     sent = {}
     for w, keys in mine.items():
         host = workers[w][0]
-        share = host_threads[host] // host_running[host] if keys else 1
+        share = host_threads.get(host, 0) // host_running[host] if keys else 1
         if share > 1:
             sent[w] = {k: share for k in keys}
             try:
