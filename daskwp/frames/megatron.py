@@ -41,14 +41,13 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["DTYPE_CODES", "INDEX_HEADER", "INDEX_VERSION", "MegatronIndex",
-           "OPTIMAL_DTYPE_LIMIT", "PairAppender", "SLICE_BYTES", "append_file",
-           "complete_file", "create_file", "document_sequences", "document_slices", "drop_cached_pages", "encode_pieces",
-           "frame_pieces", "index_size",
-           "megatron_sequences", "megatron_slices", "merge_pairs", "merge_pairs_in", "open_direct",
-           "merged_range_digest", "unfinish_pair", "gather_pieces",
-           "read_index", "read_sequences", "sequences_of", "token_dtype", "write_index",
-           "write_pair", "write_pair_from"]
+__all__ = ["DTYPE_CODES", "INDEX_HEADER", "INDEX_VERSION", "OPTIMAL_DTYPE_LIMIT", "SLICE_BYTES",
+           "append_file", "complete_file", "create_file", "document_sequences",
+           "document_slices", "drop_cached_pages", "encode_pieces", "frame_pieces",
+           "gather_pieces", "index_size", "megatron_sequences", "megatron_slices",
+           "MegatronIndex", "merge_pairs", "merge_pairs_in", "merged_range_digest",
+           "open_direct", "PairAppender", "read_index", "read_sequences", "sequences_of",
+           "token_dtype", "unfinish_pair", "write_index", "write_pair", "write_pair_from"]
 
 INDEX_HEADER = b"MMIDIDX\x00\x00"
 INDEX_VERSION = 1
