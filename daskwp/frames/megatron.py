@@ -331,16 +331,27 @@ def _copy_range(src, out, offset: int, count: int) -> None:
         _write_all(out, buf)
 
 
-def drop_cached_pages(fd: int) -> None:
+def drop_cached_pages(fd: int) -> bool:
     """Drop the page cache of the open file ``fd`` (its clean pages: call it once they are
-    written back, after ``fsync``). Where the system has no ``posix_fadvise``, nothing.
+    written back, after ``fsync``). Returns whether it could ask: where the system has no
+    ``posix_fadvise``, or the file system takes no page cache advice, nothing is done.
 
-    Why: pages a job writes and never reads again (a part once merged, the merged pair)
-    otherwise stay cached while every new page the job writes or allocates comes from
-    memory it never touched, whose first touch costs several times the copy on a virtual
-    machine; dropped, the next pages reuse them (benchmarks/results/megatron_write.md)."""
-    if hasattr(os, "posix_fadvise"):
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    Why: pages a job writes and never reads again (a Parquet part, a Megatron part once
+    merged, the merged pair) otherwise stay cached while every new page the job writes or
+    allocates comes from memory it never touched, whose first touch costs several times the
+    copy on a virtual machine; dropped, the next pages reuse them
+    (benchmarks/results/megatron_write.md). At 10 GB a job's input and parts fill a 23 GB
+    machine's page cache, and the memory later writes need then comes from reclaim in the
+    threads that ask (benchmarks/results/pipeline_bench.md). Part writers commonly do this
+    (RocksDB's ``bytes_per_sync``, PostgreSQL's ``backend_flush_after``)."""
+    advise = getattr(os, "posix_fadvise", None)
+    if advise is None:
+        return False
+    try:
+        advise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    except OSError:   # a file system without page cache advice: nothing to drop
+        return False
+    return True
 
 
 #: Bytes of :class:`_DirectAppendFile`'s buffer: written to the file a whole buffer at a

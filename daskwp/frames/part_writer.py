@@ -18,6 +18,7 @@ import os
 import pyarrow as pa
 
 from ..core.options import DEFAULT_COMPRESSION
+from .megatron import drop_cached_pages
 from .partition import PADDED_KEY
 from .schema import is_cudf
 
@@ -182,29 +183,6 @@ def native_for_kept(kept: pa.Table | None) -> bool | None:
     if kept is not None and any(c.null_count for c in kept.columns):
         return False
     return None
-
-
-def drop_cached_pages(fd: int) -> bool:
-    """Ask the kernel to drop the page cache of the file open as ``fd`` (its data must be on
-    disk already: after fsync the pages are clean and are freed at once). Returns whether it
-    could ask (``posix_fadvise``: Linux and most Unix; elsewhere nothing is done).
-
-    Why: a job's parts are written once and not read back by the job; left in the page
-    cache they fill it (a 10 GB input and its 4.4 GB of parts on a 23 GB machine), and the
-    memory every later write or allocation needs then comes from reclaim, charged to the
-    thread that asks for it (the likely reason why the write stage of a 10 GB padded job,
-    run after the 10 GB ragged one, cost 0.56 of its tokenize stage against 0.39 for the
-    ragged job, on outputs of the same size: benchmarks/results/pipeline_bench.md).
-    Part writers commonly do this (RocksDB's ``bytes_per_sync``, PostgreSQL's
-    ``backend_flush_after``); a reader of the output reads it from disk."""
-    advise = getattr(os, "posix_fadvise", None)
-    if advise is None:
-        return False
-    try:
-        advise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    except OSError:   # a file system without page cache advice: nothing to drop
-        return False
-    return True
 
 
 class _HashingFile:
