@@ -58,6 +58,6 @@ def test_arrays_are_written_whole_and_hashed_as_written():
     a = np.arange(1000, dtype=np.uint16)
     out = _Dribble()
     h = hashlib.sha256()
-    fm._write_array(fm._Hashing(out, h), a)
+    fm._write_array(fm.HashingWriter(out, h), a)
     assert bytes(out.data) == a.tobytes()
     assert h.hexdigest() == hashlib.sha256(a.tobytes()).hexdigest()

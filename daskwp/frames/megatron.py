@@ -44,7 +44,7 @@ import numpy as np
 __all__ = ["DTYPE_CODES", "INDEX_HEADER", "INDEX_VERSION", "OPTIMAL_DTYPE_LIMIT", "SLICE_BYTES",
            "append_file", "complete_file", "create_file", "document_sequences",
            "document_slices", "drop_cached_pages", "encode_pieces", "frame_pieces",
-           "gather_pieces", "index_size", "megatron_sequences", "megatron_slices",
+           "gather_pieces", "HashingWriter", "index_size", "megatron_sequences", "megatron_slices",
            "MegatronIndex", "merge_pairs", "merge_pairs_in", "merged_range_digest",
            "open_direct", "PairAppender", "read_index", "read_sequences", "sequences_of",
            "token_dtype", "unfinish_pair", "write_index", "write_pair", "write_pair_from"]
@@ -131,7 +131,7 @@ def _write_index_pieces(path: str, sequence_lengths: list, document_indices: lis
     itemsize = np.dtype(dtype).itemsize
     raw = create_file(path, direct)
     try:
-        fh = raw if digest is None else _Hashing(raw, digest)
+        fh = raw if digest is None else HashingWriter(raw, digest)
         _write_all(fh, _header(dtype, sequences, entries))
         for a in lengths:
             _write_array(fh, a)
@@ -165,8 +165,10 @@ def _check_document_indices(docs: list, sequences: int, entries: int) -> None:
                          f"{head}...{tail} ({entries} entries)")
 
 
-class _Hashing:
-    """A file object that updates ``digest`` with every buffer written to ``fh``."""
+class HashingWriter:
+    """A file object that updates ``digest`` with every buffer written to ``fh``, as far as
+    it reached the file (a file's checksum as it is written, not read back); ``tell`` is
+    ``fh``'s (for a writer that asks, as the native Parquet writer does)."""
 
     def __init__(self, fh, digest):
         self.fh, self.digest = fh, digest
@@ -175,6 +177,9 @@ class _Hashing:
         n = self.fh.write(data)
         self.digest.update(memoryview(data).cast("B")[:n])    # what reached the file
         return n
+
+    def tell(self) -> int:
+        return self.fh.tell()
 
 
 def _write_array(fh, a: np.ndarray) -> None:
@@ -743,7 +748,7 @@ class PairAppender:
         for fh, a in out:
             if a.dtype != self.dtype and fh is self._bin:
                 raise ValueError(f"a piece holds {a.dtype} tokens, the dataset {self.dtype}")
-            _write_array(_Hashing(fh, digest) if digest is not None else fh, a)
+            _write_array(HashingWriter(fh, digest) if digest is not None else fh, a)
             if fh is self._bin:
                 n_bytes += a.nbytes
         self.sequences += len(lengths)
@@ -1224,7 +1229,7 @@ def write_pair_from(prefix: str, pieces, dtype, *, fsync: bool = False,
     digests = digests or {}
     raw = create_file(prefix + ".bin", direct)
     try:
-        fh = raw if digests.get(".bin") is None else _Hashing(raw, digests[".bin"])
+        fh = raw if digests.get(".bin") is None else HashingWriter(raw, digests[".bin"])
         for piece in pieces:
             index.add(*piece)
             _write_array(fh, piece[0])

@@ -45,8 +45,8 @@ from ..core.cpu_clock import stage_cpu_seconds
 from ..core.lengths import LengthCounts, count_equal
 from ..distributed.state import cached_tokenizer
 from ..distributed.tasks import text_bytes
-from ..frames.megatron import (document_slices, frame_pieces, open_direct, token_dtype,
-                               write_pair_from)
+from ..frames.megatron import (HashingWriter, document_slices, frame_pieces, open_direct,
+                               token_dtype, write_pair_from)
 from ..frames.part_writer import checksum_hash, checksum_hex
 from ..frames.schema import arrow_of_numpy
 from .errors import JobError
@@ -453,22 +453,6 @@ def write_packed_partition(spec, starts, logid_offset: int, out_dir: str, tokeni
     return stats
 
 
-class _DigestSink:
-    """A sink for the native Parquet writer (``write``, ``tell``) that writes to ``fh`` and
-    updates ``digest`` with every byte, in order: the file's part checksum as it is
-    written, not read back (:func:`~daskwp.jobs.records.commit_part`'s ``digests``)."""
-
-    def __init__(self, fh, digest):
-        self.fh, self.digest = fh, digest
-
-    def write(self, data) -> int:
-        self.digest.update(data)
-        return self.fh.write(data)
-
-    def tell(self) -> int:
-        return self.fh.tell()
-
-
 def _write_parquet(table: pa.Table, path: str, compression) -> str | None:
     """``table`` as a Parquet file at ``path`` (fsync'ed), in the layout of the job's parts
     (:func:`daskwp.frames.part_writer.parquet_write_options`: no dictionaries, statistics
@@ -483,7 +467,7 @@ def _write_parquet(table: pa.Table, path: str, compression) -> str | None:
         if parquet_writer.supports(table.schema, opts["compression"]):
             digest = checksum_hash()
             writer = parquet_writer.NativeParquetWriter(
-                _DigestSink(fh, digest), table.schema, opts["compression"],
+                HashingWriter(fh, digest), table.schema, opts["compression"],
                 byte_stream_split=LIST_ENCODING == "BYTE_STREAM_SPLIT")
             writer.write_table(table)
             writer.close()
