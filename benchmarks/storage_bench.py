@@ -405,8 +405,9 @@ def report(res: dict, args, info: dict, inputs: dict, server_info: dict, minutes
 
 STAGES = ("read", "tokenize", "arrow", "write", "finish")
 #: What the report says the S3 job does beyond the local one.
-NOTE = ("What the S3 job does beyond the local one: planning fetches the input object's "
-        "first MB once (codec, format, JSON keys), and nothing at the partitions' cuts; the "
+NOTE = ("What the S3 job does beyond the local one: listing and planning read the input "
+        "object's first MB (codec, format, JSON keys) from the GET that fetches partition "
+        "0's range for its count (below), and nothing at the partitions' cuts; the "
         "global-offset pass fetches each partition's byte range, from the byte before its "
         "first cut to 1 MB past its last (the line starts its cuts move to), once (one GET, "
         "its body written as it arrives, 1 MB at a time) into a spool file on the worker's "
@@ -414,7 +415,7 @@ NOTE = ("What the S3 job does beyond the local one: planning fetches the input o
         "worker's thread pool while it waits for its GET, one GET at a time per worker "
         "thread: the writes of the partitions already counted run meanwhile; partition "
         "0's range is fetched so by the `daskwp` command itself, into the same host's "
-        "spool, while its cluster starts, and its count finds it there); the "
+        "spool, while it plans and its cluster starts, and its count finds it there); the "
         "partition's write task reads that spool file, not the store (docs/batch-jobs.md, "
         "\"Each input byte is fetched once\"); each of these GETs asks for the ETag the "
         "listing saw (If-Match), so no partition sends a HEAD. Every part is uploaded once "

@@ -1611,9 +1611,10 @@ def test_a_job_on_its_own_cluster_prefetches_partition_zero(tmp_path, bucket, sp
                                       n_workers=1, scheduler_address=None,
                                       partition_size=8000, storage_options=options))
     assert adopted == [True]
-    ranges = [(s, e) for n_, s, e in fetched if n_ == "a.txt" and (s, e) != (0, len(data))]
+    ranges = [(s, e) for n_, s, e in fetched if n_ == "a.txt"]
     n = summary["partitions"]
-    assert n >= 3 and len(ranges) == n, ranges    # (the listing's head apart)
+    # one GET per partition: partition 0's brought the listing's head too (HeadStreams)
+    assert n >= 3 and len(ranges) == n and ranges[0] == (0, len(data)), ranges
     jobs.run_job(job_config(str(tmp_path / "a.txt"), str(tmp_path / "local"),
                             scheduler_address="synchronous", partition_size=8000))
     assert_same_parts(tmp_path / "local", f"s3://{name}/out", options)
@@ -1633,3 +1634,60 @@ def test_an_output_url_naming_an_object_is_refused(bucket):
     fs.invalidate_cache()
     assert fs.cat(f"{name}/taken") == b"not a folder"
     assert not fs.exists(f"{name}/taken/{jobs.JOB_FILE}")
+
+
+def test_the_listings_head_and_partition_zero_come_in_one_get(bucket, spool_tmp,
+                                                               monkeypatch):
+    """HeadStreams: the object head that listing and planning read is the start of one GET
+    (in a thread, into a spool folder of its own) that the prefetch of partition 0 takes
+    over, stopped at its range's end: one GET for both, where the head was a GET of 1 MB
+    of its own; the spool file is what a prefetch of its own fetches. A stream that no
+    prefetch takes (a compressed object) is stopped and leaves nothing; another object's
+    head is fetched as before."""
+    import dataclasses
+
+    from daskwp.jobs.inputs import fetch_spool
+    name, options, fs = bucket
+    data = ("\n".join(sample_lines() * 60) + "\n").encode()
+    assert len(data) > 3 * storage.HEAD_BYTES
+    fs.pipe(f"{name}/h/t.txt", data)
+    fs.pipe(f"{name}/h/u.txt", data)
+    fetched = spy_object_fetches(monkeypatch)
+    token = fetch_spool.run_token("cd" * 8, "r1")
+    with storage.using(options):
+        heads = fetch_spool.HeadStreams(1 << 30)
+        with storage.head_source(heads):
+            files = inputs.list_input_files(f"s3://{name}/h")
+            specs = inputs.plan_partitions(files, "text", 2 * storage.HEAD_BYTES)
+        pre = fetch_spool.start_prefetch(specs, 1 << 30, heads)
+        heads.close()
+        run = [dataclasses.replace(s, spool=(token, 1 << 30)) for s in specs]
+        assert pre is not None and pre.adopt(run)
+    assert specs[0].path.endswith("/t.txt") and specs[0].byte_start == 0
+    # t.txt: one GET from its start (head and partition 0); u.txt: its head, 1 MB
+    assert fetched == [("t.txt", 0, len(data)), ("u.txt", 0, storage.HEAD_BYTES)], fetched
+    (spooled,) = spool_files(spool_tmp)
+    start, end = exact(data, specs[0])
+    held = (spool_tmp / spooled).read_bytes()
+    assert held.startswith(data[:end]) and data.startswith(held)
+    fetched.clear()
+    want = [x.encode() for x in data[start:end].decode().splitlines()]
+    assert inputs.count_partition(run[0]) == len(want)
+    assert inputs.read_partition(run[0]).to_pylist() == want
+    assert fetched == [] and spool_files(spool_tmp) == []
+    fetch_spool.remove_run_spools(token)
+    # a compressed object: no prefetch takes the stream; stopped, nothing left
+    fs.pipe(f"{name}/z/t.txt.gz", gzip.compress(data, 1))
+    fetched.clear()
+    with storage.using(options):
+        heads = fetch_spool.HeadStreams(1 << 30)
+        with storage.head_source(heads):
+            specs = inputs.plan_partitions(inputs.list_input_files(f"s3://{name}/z"),
+                                           "text", 1 << 40)
+        assert fetch_spool.start_prefetch(specs, 1 << 30, heads) is None
+        heads.close()
+        heads.stream._thread.join(30)
+    assert not heads.stream._thread.is_alive()
+    assert fetched[0][:2] == ("t.txt.gz", 0)
+    assert spool_files(spool_tmp) == [] and \
+        [p for p in spool_tmp.iterdir() if p.is_dir()] == []

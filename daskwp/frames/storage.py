@@ -38,7 +38,8 @@ __all__ = ["TMP_PREFIX", "Folder", "HeadCached", "LocalCopy", "StorageError",
            "caching_heads", "clear_warm_filesystems", "copy_range", "current_options",
            "describe_storage_error", "set_network_wait", "waiting_on_network",
            "filesystem",
-           "has_local_copy", "is_url", "local_copy", "local_path", "object_version",
+           "has_local_copy", "head_source", "is_url", "local_copy", "local_path",
+           "object_version",
            "open_input", "pinned", "size",
            "private_folder", "remove_stale_staging", "staging_root", "storage_error", "url_info", "using",
            "warm_filesystems"]
@@ -385,7 +386,11 @@ class HeadCached(_ObjectFile):
     def _head(self) -> bytes:
         head = _HEADS.pop(self._key, None)
         if head is None:
-            head = self._fs.cat_file(self._path, start=0, end=min(self.size, HEAD_BYTES))
+            n = min(self.size, HEAD_BYTES)
+            source = _HEAD_SOURCE.get()
+            head = source(self.name, self._key[1:], n) if source is not None else None
+            if head is None or len(head) != n:
+                head = self._fs.cat_file(self._path, start=0, end=n)
         _HEADS[self._key] = head
         while len(_HEADS) > _HEADS_KEPT:
             del _HEADS[next(iter(_HEADS))]
@@ -412,6 +417,25 @@ class HeadCached(_ObjectFile):
     def close(self) -> None:
         self._f.close()
         super().close()
+
+
+#: Within :func:`head_source`'s block: what gives an object's head before a GET of it.
+_HEAD_SOURCE: contextvars.ContextVar = contextvars.ContextVar("daskwp_head_source",
+                                                              default=None)
+
+
+@contextlib.contextmanager
+def head_source(source):
+    """Within the block, a :class:`HeadCached` file asks ``source(url, version, n)`` for the
+    object's first ``n`` bytes before it fetches them itself (``version``: the object's
+    :func:`object_version`): those bytes of that version, or None (then it fetches them).
+    The job's driver fetches them as the start of its first partition's range
+    (``daskwp/jobs/inputs/fetch_spool.py``, :class:`HeadStreams`)."""
+    token = _HEAD_SOURCE.set(source)
+    try:
+        yield
+    finally:
+        _HEAD_SOURCE.reset(token)
 
 
 @contextlib.contextmanager

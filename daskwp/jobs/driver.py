@@ -79,7 +79,7 @@ from .config import CONFIG_KEYS, JOB_KEYS, LOCAL_SCHEDULERS, JobConfig, default_
 from .errors import ConfigError, JobError, OutputConflictError
 from .inputs import (PartitionSpec, input_fingerprint, keeping_counted_bytes,
                      list_input_files, plan_partitions)
-from .inputs.fetch_spool import remove_run_spools, run_token, start_prefetch
+from .inputs.fetch_spool import HeadStreams, remove_run_spools, run_token, start_prefetch
 from .parts import (JOB_FILE, JOB_FORMAT, PART_PREFIX, PART_SUFFIX, REJECTS_PREFIX,
                     REJECTS_SUFFIX, SUMMARY_FILE, TMP_PREFIX, check_part, count_job_partition,
                     empty_partition, part_name, rejects_path, remove_temporary_files,
@@ -1160,20 +1160,27 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
     started = start_cluster_early(cfg, client, urls)
     if started is not None:
         cleanup.callback(started.close)
-    files = list_input_files(cfg.input, cfg.input_format, [*exclude, *(cfg.exclude or [])],
-                             include=cfg.include)
-    plan_warnings: list[str] = []
-    specs = plan_partitions(files, cfg.column, cfg.partition_size, quoting=cfg.quoting,
-                            keep_columns=cfg.keep_columns, warn=plan_warnings.append,
-                            column_pair=cfg.column_pair,
-                            lenient=cfg.on_bad_row == "reject")
+    heads = None
+    if started is not None and cfg.spool_max_bytes and cfg.packing is None:
+        # the workers' host is this one: partition 0 is fetched for its count while the
+        # cluster starts (inputs/fetch_spool.py, Prefetch), by the GET that brings the
+        # object's head for the listing (HeadStreams)
+        heads = HeadStreams(int(cfg.spool_max_bytes))
+        cleanup.callback(heads.close)
+    with storage.head_source(heads):
+        files = list_input_files(cfg.input, cfg.input_format,
+                                 [*exclude, *(cfg.exclude or [])], include=cfg.include)
+        plan_warnings: list[str] = []
+        specs = plan_partitions(files, cfg.column, cfg.partition_size, quoting=cfg.quoting,
+                                keep_columns=cfg.keep_columns, warn=plan_warnings.append,
+                                column_pair=cfg.column_pair,
+                                lenient=cfg.on_bad_row == "reject")
     for w in plan_warnings:
         log(f"daskwp: warning: {w}")
     prefetch = None
-    if started is not None and cfg.spool_max_bytes and cfg.packing is None:
-        # the workers' host is this one: partition 0 is fetched for its count while the
-        # cluster starts (inputs/fetch_spool.py, Prefetch)
-        prefetch = start_prefetch(specs, int(cfg.spool_max_bytes))
+    if heads is not None:
+        prefetch = start_prefetch(specs, int(cfg.spool_max_bytes), heads)
+        heads.close()
         if prefetch is not None:
             cleanup.callback(prefetch.discard)
     if not specs:  # no document at all: one empty part, so that the dataset has a schema

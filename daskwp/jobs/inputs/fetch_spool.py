@@ -168,12 +168,16 @@ def _start_run(root: str, folder: str) -> None:
 def _reserve(spec: PartitionSpec, need: int) -> str | None:
     """A new temporary file of ``need`` bytes in the run's folder, or None when it does not
     fit within ``spool_max_bytes`` and the free disk."""
+    return _reserve_in(spec.spool[0], int(spec.spool[1]), need)
+
+
+def _reserve_in(token: str, limit: int, need: int) -> str | None:
+    """:func:`_reserve` in the spool folder ``token`` within ``limit`` bytes."""
     root = spool_root()
-    limit = int(spec.spool[1])
     if need > limit:
         return None
     os.makedirs(root, mode=0o700, exist_ok=True)
-    folder = _folder(spec)
+    folder = os.path.join(root, os.path.basename(token))
     with _locked(root):
         _start_run(root, folder)
         if _used_bytes(root) + need > limit or \
@@ -207,14 +211,16 @@ def _copy(src, out, pos: int, end: int, what: str, to_eof: bool = False) -> int:
     return pos
 
 
-def _fetch_cut(spec: PartitionSpec, src, out, start: int, end: int) -> int:
+def _fetch_cut(spec: PartitionSpec, src, out, start: int, end: int, have: int = 0) -> int:
     """Fetch a range planned at cuts (:func:`regions`) into ``out``: ``[start, end)``,
     less where the object ends, more until it holds the line end at or after the last cut
     (or the object's end); ``out`` is cut to the bytes fetched, and where they end
-    returned."""
+    returned. ``out`` holds the first ``have`` bytes already (fetched with the object's
+    head: :class:`HeadStreams`)."""
     last = spec.byte_end - 1      # the line end the partition's end moves to: at or after
     what = spec.describe()
-    pos = _copy(src, out, start, end, what, to_eof=True)
+    out.seek(have)
+    pos = _copy(src, out, start + have, end, what, to_eof=True)
     if pos <= last:
         raise changed_error(what)
     look, piece = last, MARGIN    # look for a b"\n" in [look, pos)
@@ -249,8 +255,10 @@ def _fetch(spec: PartitionSpec, ranges: list) -> tuple | None:
             os.unlink(tmp)
 
 
-def _fetch_into(spec: PartitionSpec, ranges: list, tmp: str) -> tuple:
-    """:func:`_fetch`'s GETs, into the reserved file ``tmp``, renamed to the spool's name."""
+def _fetch_into(spec: PartitionSpec, ranges: list, tmp: str, have: int = 0) -> tuple:
+    """:func:`_fetch`'s GETs, into the reserved file ``tmp``, renamed to the spool's name
+    (``have``: the bytes ``tmp`` holds already, from the start of a range planned at
+    cuts)."""
     try:
         with storage.using(spec.storage_options), storage.open_input(spec.path) as src, \
                 open(tmp, "r+b") as out:
@@ -259,7 +267,7 @@ def _fetch_into(spec: PartitionSpec, ranges: list, tmp: str) -> tuple:
                                  storage.url_info(spec.path))
             if spec.cut_at_lines:
                 (start, end), = ranges
-                held = [(start, _fetch_cut(spec, src, out, start, end))]
+                held = [(start, _fetch_cut(spec, src, out, start, end, have))]
             else:
                 held = ranges
                 for start, end in ranges:
@@ -360,11 +368,14 @@ class Prefetch:
     option (a partition that does not fit is not fetched). A fetch that fails is dropped
     (the count task fetches the partition, and reports what is wrong)."""
 
-    def __init__(self, spec: PartitionSpec, spool_max_bytes: int):
-        self.token = run_token(uuid.uuid4().hex, "prefetch")
+    def __init__(self, spec: PartitionSpec, spool_max_bytes: int,
+                 stream: _HeadStream | None = None):
+        self.token = stream.token if stream is not None else \
+            run_token(uuid.uuid4().hex, "prefetch")
         self.spec = dataclasses.replace(spec, spool=(self.token, int(spool_max_bytes)))
         self.ranges = regions(self.spec)
         self.got: tuple | None = None
+        self._stream = stream
         self._thread = threading.Thread(target=contextvars.copy_context().run,
                                         args=(self._fetch,), name="daskwp-prefetch",
                                         daemon=True)
@@ -373,7 +384,8 @@ class Prefetch:
     def _fetch(self) -> None:
         try:
             with storage.pinned({self.spec.path: self.spec.object_version}):
-                self.got = _fetch(self.spec, self.ranges)
+                self.got = _fetch(self.spec, self.ranges) if self._stream is None else \
+                    self._stream.finish(self.spec, self.ranges)
         except Exception:   # noqa: BLE001  (the count task fetches it, and raises)
             self.got = None
 
@@ -407,14 +419,185 @@ class Prefetch:
         remove_run_spools(self.token)
 
 
-def start_prefetch(specs, spool_max_bytes: int) -> Prefetch | None:
+def start_prefetch(specs, spool_max_bytes: int,
+                   heads: HeadStreams | None = None) -> Prefetch | None:
     """A :class:`Prefetch` of the first partition of ``specs`` when it is one to spool
     (a byte range of an uncompressed text or JSON Lines object, with a version), else
-    None."""
+    None. Its range goes on from the object's head fetched for the listing, where
+    ``heads`` fetched it (:meth:`HeadStreams.claim`)."""
     if not specs or not spool_max_bytes:
         return None
     first = specs[0]
     probe = dataclasses.replace(first, spool=("", int(spool_max_bytes)))
     if not first.cut_at_lines or first.object_version is None or not regions(probe):
         return None
-    return Prefetch(first, spool_max_bytes)
+    stream = heads.claim(first, regions(probe)) if heads is not None else None
+    return Prefetch(first, spool_max_bytes, stream)
+
+
+class _Stopped(Exception):
+    """A head stream's GET stops here (:class:`_Counted`)."""
+
+
+class _Counted:
+    """The spool file of a :class:`_HeadStream`: counts the bytes written, up to where the
+    stream is to stop."""
+
+    def __init__(self, out, stream: _HeadStream):
+        self._out, self._stream = out, stream
+
+    def write(self, data) -> int:
+        st = self._stream
+        with st.cond:
+            room = st.stop_at - st.written
+        if room <= 0:
+            raise _Stopped
+        view = memoryview(data).cast("B")[:room]
+        rest = view
+        while rest:
+            rest = rest[self._out.write(rest):]
+        with st.cond:
+            st.written += len(view)
+            st.cond.notify_all()
+        if len(view) < len(data):
+            raise _Stopped
+        return len(view)
+
+
+class _HeadStream:
+    """One GET of an object (the version ``version``) from its start to
+    :data:`FETCH_PIECE` + :data:`MARGIN` bytes (or its end) into a new spool folder of its
+    own, in a thread (in ``context``: the job's storage options). :meth:`head` reads the
+    first bytes from the file once they are in; :meth:`claim` says where to stop (a
+    partition's range); :meth:`finish` completes that range; :meth:`cancel` stops the
+    GET and removes the folder."""
+
+    def __init__(self, url: str, version: tuple, limit: int, context):
+        self.url, self.version, self.size = url, version, int(version[0])
+        self.end = min(self.size, FETCH_PIECE + MARGIN)
+        self.token = run_token(uuid.uuid4().hex, "head")
+        self.path: str | None = None
+        self.written = 0
+        self.stop_at = self.end
+        self.done = self.claimed = False
+        self.cond = threading.Condition()
+        self._limit = limit
+        self._thread = threading.Thread(target=context.copy().run, args=(self._run,),
+                                        name="daskwp-head-stream", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.path = _reserve_in(self.token, self._limit, self.end)   # None: no room
+            if self.path is not None:
+                with storage.pinned({self.url: self.version}), \
+                        storage.open_input(self.url) as src, \
+                        open(self.path, "r+b", buffering=0) as out:
+                    storage.copy_range(src, 0, self.end, _Counted(out, self))
+        except _Stopped:
+            pass
+        except Exception:  # noqa: BLE001  the head is fetched as usual, the range again
+            pass
+        finally:
+            with self.cond:
+                self.done = True
+                cancelled = self.stop_at == 0
+                self.cond.notify_all()
+            if cancelled:
+                remove_run_spools(self.token)
+
+    def head(self, n: int) -> bytes | None:
+        """The object's first ``n`` bytes, once the GET has brought them (None: it
+        stopped before, or could not start)."""
+        with self.cond:
+            while self.written < n and not self.done:
+                self.cond.wait()
+            if self.written < n or self.path is None:
+                return None
+        with open(self.path, "rb") as fh:
+            data = fh.read(n)
+        return data if len(data) == n else None
+
+    def claim(self, end: int) -> None:
+        """The GET stops at ``end`` (or where it was to end, before)."""
+        with self.cond:
+            self.claimed = True
+            self.stop_at = min(max(end, 0), self.end)
+
+    def finish(self, spec: PartitionSpec, ranges: list) -> tuple | None:
+        """The spool file of ``spec``'s ``ranges`` (one, from the object's start, planned
+        at cuts), completed from where the GET stopped: ``(its path, the ranges it
+        holds)``, as :func:`_fetch` gives it."""
+        self._thread.join()
+        if self.path is None:
+            return _fetch(spec, ranges)
+        try:
+            return _fetch_into(spec, ranges, self.path, self.written)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+
+    def cancel(self) -> None:
+        """Stop the GET (at its next piece) and remove what it fetched."""
+        with self.cond:
+            self.stop_at = 0
+            done = self.done
+        if done:
+            remove_run_spools(self.token)
+
+
+class HeadStreams:
+    """The object heads that listing and planning read (an object's first MB: its codec,
+    format, JSON keys), for a job whose driver prefetches partition 0
+    (:func:`start_prefetch`): as :func:`~daskwp.frames.storage.head_source`, the first
+    object asked for is fetched by one GET from its start to :data:`FETCH_PIECE` +
+    :data:`MARGIN` (or its end), in a thread, and its head is read from that spool file
+    once its first bytes are in; the prefetch of partition 0 takes the file over
+    (:meth:`claim`) and the GET stops at its range's end: one GET of the object for the
+    head and partition 0, where the head was a GET of its own. :meth:`close` (after the
+    prefetch started) stops a GET that nothing took (partition 0 of another object, or
+    not spooled) and removes its file. Other objects' heads are fetched as usual. Made
+    within the job's storage options: the GET's thread uses them."""
+
+    def __init__(self, spool_max_bytes: int):
+        self._limit = int(spool_max_bytes)
+        self._context = contextvars.copy_context()
+        self._lock = threading.Lock()
+        self.stream: _HeadStream | None = None
+        self._closed = False
+
+    def __call__(self, url: str, version: tuple, n: int) -> bytes | None:
+        version = tuple(version or ())
+        with self._lock:
+            if self.stream is None and not self._closed and version and \
+                    isinstance(version[0], int) and version[0] > 0:
+                self.stream = _HeadStream(url, version, self._limit, self._context)
+            stream = self.stream
+        if stream is None or stream.url != url or stream.version != version:
+            return None
+        return stream.head(n)
+
+    def claim(self, spec: PartitionSpec, ranges: list) -> _HeadStream | None:
+        """The stream of ``spec``'s object when it holds the start of ``spec``'s ranges
+        (one range from the object's start, planned at cuts, that one GET of the stream
+        covers): told to stop at that range's end, for :class:`Prefetch`; else None. No
+        stream starts after this."""
+        with self._lock:
+            self._closed = True
+            st = self.stream
+            if st is None or st.claimed or st.url != spec.path or \
+                    spec.object_version is None or \
+                    st.version != tuple(spec.object_version) or not spec.cut_at_lines or \
+                    spec.compression or len(ranges) != 1 or ranges[0][0] != 0 or \
+                    min(ranges[0][1], st.size) > st.end:
+                return None
+            st.claim(ranges[0][1])
+            return st
+
+    def close(self) -> None:
+        """Stop and remove a stream that :meth:`claim` did not give out."""
+        with self._lock:
+            self._closed = True
+            st = self.stream
+        if st is not None and not st.claimed:
+            st.cancel()
