@@ -323,6 +323,39 @@ def test_pass_sums_give_the_trees_offsets_in_any_arrival_order(tmp_path, tok):
         assert {k: got[k] for k in want} == want
 
 
+def _callback_ms(server) -> dict:
+    """The intervals (ms) of a distributed server's tick, system and memory monitors."""
+    return {name: server.periodic_callbacks[name].callback_time
+            for name in ("tick", "monitor", "memory_monitor")
+            if name in server.periodic_callbacks}
+
+
+def _worker_callback_ms(dask_worker) -> dict:
+    return _callback_ms(dask_worker)
+
+
+def test_the_jobs_own_cluster_wakes_less_often(tmp_path):
+    """The scheduler, the nanny and the worker of a cluster the job starts run their tick,
+    system monitor and memory monitor at OWN_CLUSTER_INTERVALS (the spawned worker
+    process included); distributed's defaults are left as they were."""
+    import dask
+
+    defaults = {k: dask.config.get(k) for k in driver.OWN_CLUSTER_INTERVALS}
+    cfg = jobs.make_config({"input": str(SAMPLE), "output": str(tmp_path / "out"),
+                            "quiet": True, "device": "cpu", "n_workers": 1,
+                            "threads_per_worker": 1})
+    client = driver.connect_cluster(cfg, "cpu")
+    try:
+        want = {"tick": 1000, "monitor": 2000, "memory_monitor": 500}
+        assert _callback_ms(client.cluster.scheduler) == {"tick": 1000, "monitor": 2000}
+        nanny = next(iter(client.cluster.workers.values()))
+        assert _callback_ms(nanny) == want
+        assert list(client.run(_worker_callback_ms).values()) == [want]
+    finally:
+        client.close()
+    assert {k: dask.config.get(k) for k in driver.OWN_CLUSTER_INTERVALS} == defaults
+
+
 def test_the_jobs_own_cluster_runs_without_the_worker_profiler(tmp_path, monkeypatch):
     import dask
 

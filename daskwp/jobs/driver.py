@@ -207,6 +207,19 @@ def format_run_record(r: dict) -> str:
     return what + (f": {r['why']}" if r.get("why") else "")
 
 
+#: The periodic callbacks of a cluster a job starts itself, less often than distributed's
+#: defaults (20 ms, 500 ms, 100 ms): the event loops' tick (a diagnostic: a warning when a
+#: loop was blocked), the system monitor (CPU, memory and network counters for the
+#: dashboard and the heartbeats) and the memory monitor (a worker's spill and pause, its
+#: nanny's restart at the memory limit). At the defaults an idle two-worker cluster took 8%
+#: of a core (the scheduler and nannies in this process 4.3%, each worker 1.8%), 4% of a
+#: 2-core machine through every job; at these 1.8% (docs/batch-jobs.md "Clusters").
+#: A running cluster keeps its own settings.
+OWN_CLUSTER_INTERVALS = {"distributed.admin.tick.interval": "1s",
+                         "distributed.admin.system-monitor.interval": "2s",
+                         "distributed.worker.memory.monitor-interval": "500ms"}
+
+
 def connect_cluster(cfg: JobConfig, device: str):
     """``daskwp.connect`` for the job: a running scheduler, or a local (CUDA) cluster."""
     from ..distributed.cluster import ClusterSecurityError, connect
@@ -222,8 +235,10 @@ def connect_cluster(cfg: JobConfig, device: str):
     import distributed  # noqa: F401  its config defaults first: the set below restores them
     # The job's own workers run without distributed's statistical profiler: it samples
     # every task thread's stack each 10 ms, CPU a batch job has no use for (a perf profile of
-    # the workers showed it; docs/batch-jobs.md "Clusters").
-    with dask.config.set({"distributed.worker.profile.enabled": False}):
+    # the workers showed it; docs/batch-jobs.md "Clusters"). Its scheduler, nannies and
+    # workers wake less often (OWN_CLUSTER_INTERVALS).
+    with dask.config.set({"distributed.worker.profile.enabled": False,
+                          **OWN_CLUSTER_INTERVALS}):
         return connect(device=device, n_workers=cfg.n_workers,
                        threads_per_worker=cfg.threads_per_worker, dashboard_address=":0")
 
