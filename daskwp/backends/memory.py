@@ -25,7 +25,8 @@ from __future__ import annotations
 from .. import _ext
 from ..core.options import env_value
 
-__all__ = ["host_pool_info", "release_host_memory", "set_host_pool_limit", "trim_host_memory",
+__all__ = ["host_pool_info", "release_freed_heap", "release_host_memory", "set_host_pool_limit",
+           "trim_host_memory",
            "tune_numpy_huge_pages",
            "tune_worker_arrow_pool", "tune_worker_malloc"]
 
@@ -128,6 +129,28 @@ def tune_numpy_huge_pages() -> bool:
     multiarray = getattr(getattr(np, "_core", None), "multiarray", None) or np.core.multiarray
     setter = getattr(multiarray, "_set_madvise_hugepage", None)
     return bool(setter(False)) if setter is not None else False
+
+
+def release_freed_heap() -> bool:
+    """Give the memory that this process's malloc holds freed back to the system (glibc's
+    ``malloc_trim(0)``: the heap's free top, and the free pages inside it), after a
+    garbage collection. Returns whether it ran (False where libc is not glibc).
+
+    For the ``daskwp`` command once the cluster it started (whose scheduler ran in this
+    process) is closed: the scheduler's freed state otherwise stayed in the heap, more
+    the more partitions the job had, under the job's last steps (the output check, the
+    summary), which then set the driver's peak RSS.
+    """
+    import gc
+    gc.collect()
+    try:
+        import ctypes
+        import ctypes.util
+        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return False
+    trim(0)
+    return True
 
 
 #: glibc's mallopt parameters (malloc.h) and the values :func:`tune_worker_malloc` sets.

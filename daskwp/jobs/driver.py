@@ -66,6 +66,7 @@ import uuid
 from typing import Callable, Iterable, Sequence
 
 
+from ..backends.memory import release_freed_heap
 from ..backends.tokenizer import resolve_tokenizer
 from ..core.lengths import LengthCounts
 from ..core.options import TOKENIZER, names
@@ -190,9 +191,12 @@ def _cluster_record(client, mode: str) -> dict:
 
 
 def close_scheduler(runner, own: bool) -> None:
-    """Close the cluster that :func:`open_scheduler` started (``own``)."""
+    """Close the cluster that :func:`open_scheduler` started (``own``), and give the memory
+    its scheduler (run in this process) held back to the system
+    (:func:`~daskwp.backends.memory.release_freed_heap`)."""
     if own and runner is not None:
         _close_own_client(runner)
+        release_freed_heap()
 
 
 def format_run_record(r: dict) -> str:
@@ -219,6 +223,12 @@ OWN_CLUSTER_INTERVALS = {"distributed.admin.tick.interval": "1s",
                          "distributed.admin.system-monitor.interval": "2s",
                          "distributed.worker.memory.monitor-interval": "500ms"}
 
+#: ``distributed.admin.low-level-log-length`` of the clusters a job starts itself: the
+#: scheduler's transition log and event topics and the workers' logs keep this many entries
+#: (a stall is diagnosed by :class:`StallWatch`, not from them). A running cluster keeps its
+#: own setting.
+OWN_CLUSTER_LOG_LENGTH = 100
+
 
 def connect_cluster(cfg: JobConfig, device: str):
     """``daskwp.connect`` for the job: a running scheduler, or a local (CUDA) cluster."""
@@ -236,9 +246,13 @@ def connect_cluster(cfg: JobConfig, device: str):
     # The job's own workers run without distributed's statistical profiler: it samples
     # every task thread's stack each 10 ms, CPU a batch job has no use for (a perf profile of
     # the workers showed it; docs/batch-jobs.md "Clusters"). Its scheduler, nannies and
-    # workers wake less often (OWN_CLUSTER_INTERVALS).
+    # workers wake less often (OWN_CLUSTER_INTERVALS). Its scheduler, which runs in this
+    # process, and its workers keep their developer logs (the transition log, the event
+    # topics, the recent messages) to OWN_CLUSTER_LOG_LENGTH entries: at distributed's 1000
+    # they filled as the job's partitions went on, the driver's RSS growing with them.
     with dask.config.set({"distributed.worker.profile.enabled": False,
-                          **OWN_CLUSTER_INTERVALS}):
+                          **OWN_CLUSTER_INTERVALS,
+                          "distributed.admin.low-level-log-length": OWN_CLUSTER_LOG_LENGTH}):
         return connect(device=device, n_workers=cfg.n_workers,
                        threads_per_worker=cfg.threads_per_worker, dashboard_address=":0")
 
