@@ -10,6 +10,8 @@ waits on the network leaves the thread pool to other tasks meanwhile).
 
 from __future__ import annotations
 
+import atexit
+import gc
 import threading
 
 from distributed.diagnostics.plugin import WorkerPlugin
@@ -18,6 +20,7 @@ from ..frames.storage import clear_warm_filesystems, is_url, set_network_wait, w
 from .state import PLUGIN_NAME, WorkerState
 
 __all__ = ["DaskwpWorkerPlugin", "NETWORK_WAITS_PER_THREAD", "NetworkWait",
+           "freeze_heap_at_exit",
            "STORAGE_WARMUP_NAME", "StorageWarmup",
            "register_worker_plugin"]
 
@@ -80,6 +83,22 @@ class NetworkWait:
                 self.waiting -= 1
 
 
+_EXIT_FREEZE: list = []
+
+
+def freeze_heap_at_exit() -> None:
+    """At this process's exit, put every object out of the garbage collector's reach
+    (``gc.freeze``, once per process) before the interpreter's shutdown: its collections
+    then traverse nothing, where they traversed the whole heap of a worker (dask,
+    distributed, pyarrow, an object store's client: 0.2-0.3 s of CPU, while its nanny, and
+    the job's driver closing its cluster, waited for the process to end). The exit handlers
+    all still run; only cyclic garbage left at exit is no longer collected (the system
+    takes the memory back)."""
+    if not _EXIT_FREEZE:
+        _EXIT_FREEZE.append(True)
+        atexit.register(gc.freeze)
+
+
 class DaskwpWorkerPlugin(WorkerPlugin):
     """Holds a worker's :class:`WorkerState` from setup to teardown, and installs its
     :class:`NetworkWait`."""
@@ -92,6 +111,7 @@ class DaskwpWorkerPlugin(WorkerPlugin):
         self._wait = None
 
     def setup(self, worker) -> None:
+        freeze_heap_at_exit()
         self.state = WorkerState(name=f"worker_tokenizers[{worker.address}]")
         threads = getattr(worker, "nthreads", None) or 1
         self._wait = NetworkWait(NETWORK_WAITS_PER_THREAD * threads, transfers=threads)
