@@ -173,8 +173,9 @@ def test_emulated_gpu_counts_equal_cpu(emulated_gpu):
 
 @pytest.mark.parametrize("chunk", [1, 5, 1 << 18])
 def test_unknown_tokens_counted_in_chunks(monkeypatch, chunk):
-    """``[UNK]`` is counted a chunk at a time (no token-sized temporary): every chunk size,
-    a last short chunk and no tokens at all give the count of the whole."""
+    """``count_equal`` (the jobs' ``[UNK]`` count over their ids) compares a chunk at a time
+    (no token-sized temporary): every chunk size, a last short chunk and no tokens at all
+    give the count of the whole, which is also the count loop's."""
     from daskwp.core import lengths
     monkeypatch.setattr(lengths, "_COUNT_STEP", chunk)
     tok = daskwp.WordPieceTokenizer(vocab_path(UNCASED))
@@ -183,6 +184,7 @@ def test_unknown_tokens_counted_in_chunks(monkeypatch, chunk):
     for texts in (docs, docs[:40], ["", None]):
         ids = tok.encode(texts).token_ids
         wants.append(int(np.count_nonzero(ids == tok.vocab.unk_id)))
+        assert lengths.count_equal(ids, tok.vocab.unk_id) == wants[-1]
         assert lengths.count_tokens(tok, texts).unknown_tokens == wants[-1]
     assert wants[0] > 0
 

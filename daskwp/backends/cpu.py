@@ -196,6 +196,27 @@ class CPUBackend:
         return Encoding(token_ids.astype(np.int32, copy=False), np.concatenate(off_parts),
                         spans, words, offsets_unit)
 
+    def count(self, model: KernelModel, texts, num_threads: int) -> tuple:
+        """``(lengths, tokens, unknown)`` of ``texts``: the tokens of each document (int64),
+        their total and the ``[UNK]`` among them, as :meth:`encode`'s ids and offsets give
+        them, counted by the extension's count loop without making the ids (same core, same
+        word memos)."""
+        _apply_word_cache_limit()
+        key = _cache_key(model)
+        lengths, tokens, unknown = [], 0, 0
+        for chunk in text_chunks(texts):
+            b = chunk_buffers(chunk)
+            fn = _ext.count64 if b.offsets.dtype == np.int64 else _ext.count32
+            n, t, u = fn(model.vocab_blob, model.norm_blob, model.max_input_chars_per_word,
+                         b.offsets, b.data, b.validity, b.validity_offset, int(num_threads),
+                         key)
+            lengths.append(n)
+            tokens += t
+            unknown += u
+        if len(lengths) != 1:
+            lengths = [np.concatenate(lengths or [np.zeros(0, dtype=np.int64)])]
+        return lengths[0], int(tokens), int(unknown)
+
     def build_windows(self, encoding: Encoding, vocab, p: WindowParams,
                       num_threads: int, seq: dict | None = None,
                       extras: dict | None = None) -> BatchWindows:

@@ -44,6 +44,7 @@ from .protocol import kernel_model
 __all__ = [
     "DeviceStrings",
     "build_windows_cuda",
+    "count_cuda",
     "device_strings",
     "encode_cuda",
     "is_device_input",
@@ -359,6 +360,16 @@ def _plan_chunks(mod, model, doc_off, data, validity, has_validity, validity_off
         _grid(n_slots, cp), (BLOCK,),
         (doc_off, piece_first, _i64(n), _i64(n_slots), chunk_begin, chunk_end))
     return n_slots, piece_first, chunk_begin, chunk_end
+
+
+def count_cuda(tok, texts, *, chunk_bytes: int | None = None) -> tuple:
+    """``(lengths, unknown_tokens)`` of ``texts`` on the current device (``tok.count_lengths``
+    on the GPU): the tokens of every document (host int64 array) and the ``[UNK]`` among
+    them, from :func:`encode_cuda`'s ids and offsets, which stay on the device; only the
+    counts come back."""
+    token_ids, offsets = encode_cuda(tok, texts, chunk_bytes=chunk_bytes)
+    unknown = int((token_ids == tok.vocab.unk_id).sum()) if len(token_ids) else 0
+    return (offsets[1:] - offsets[:-1]).get(), unknown
 
 
 def encode_cuda(tok, texts, *, chunk_bytes: int | None = None, offsets_unit=None,

@@ -366,6 +366,18 @@ class WordPieceTokenizer:
         enc = CPU.encode(self.kernel_model, texts, threads, unit, words)
         return widen_added_spans(enc, texts, strip_flags(self.vocab)) if unit else enc
 
+    def count_lengths(self, texts, *, num_threads: int | None = None) -> tuple:
+        """``(lengths, unknown_tokens)``: the number of tokens of every document (int64 NumPy
+        array; no special tokens added) and how many of all the tokens are ``[UNK]``, equal
+        to what :meth:`encode`'s offsets and ids give, without making the ids: on the CPU the
+        extension's count loop (same core and word memos as :meth:`encode`), on the GPU
+        only the counts come back from the device. ``texts``: as :meth:`encode`."""
+        if self._on_gpu(texts):
+            from .cuda import count_cuda
+            return count_cuda(self, texts)
+        lengths, _, unknown = CPU.count(self.kernel_model, texts, self._threads(num_threads))
+        return lengths, unknown
+
     def __call__(self, texts, max_length: int | None = None, stride: int | None = None,
                  truncation: bool | str | None = None, add_special_tokens: bool | None = None,
                  padding=None, return_tensors: str | None = None, logid_offset: int = 0,

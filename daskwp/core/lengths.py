@@ -180,10 +180,6 @@ class TokenCounts:
                 "length_counts": self.lengths.to_json()}
 
 
-def _host(a) -> np.ndarray:
-    return a.get() if hasattr(a, "get") else np.asarray(a)
-
-
 #: Ids compared at a time by :func:`count_equal` (its boolean buffer stays in cache).
 _COUNT_STEP = 1 << 18
 
@@ -206,11 +202,11 @@ def count_equal(values, value: int) -> int:
 
 
 def count_tokens(tokenizer, texts, text_bytes: int = 0) -> TokenCounts:
-    """:class:`TokenCounts` of ``texts`` (anything ``tokenizer.encode`` takes; on the GPU
-    the counts are made there and only they come back)."""
-    enc = tokenizer.encode(texts)
-    offsets = _host(enc.offsets)
-    ids, unk = enc.token_ids, tokenizer.vocab.unk_id
-    unknown = count_equal(ids, unk) if isinstance(ids, np.ndarray) else int((ids == unk).sum())
-    return TokenCounts(len(offsets) - 1, int(offsets[-1] - offsets[0]) if len(offsets) else 0,
-                       unknown, text_bytes, LengthCounts.of(np.diff(offsets)))
+    """:class:`TokenCounts` of ``texts`` (anything ``tokenizer.encode`` takes), from
+    ``tokenizer.count_lengths``: the documents' lengths in tokens and the ``[UNK]`` total,
+    counted without making the token ids on the CPU (on the GPU the counts are made there
+    and only they come back)."""
+    lengths, unknown = tokenizer.count_lengths(texts)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    return TokenCounts(len(lengths), int(lengths.sum()), int(unknown), text_bytes,
+                       LengthCounts.of(lengths))

@@ -7,42 +7,19 @@
 #include <utility>
 #include <vector>
 
-#include "bindings.hpp"
-#include "cpu_batch.hpp"
+#include "bind_batch.hpp"
 
 namespace {
-
-template <typename T>
-nb::ndarray<nb::numpy, T, nb::ndim<1>> to_numpy(daskwp::HostArray<T> data, size_t n) {
-  T* raw = data.release();
-  nb::capsule owner(raw, [](void* q) noexcept { daskwp::host_free(q); });
-  return nb::ndarray<nb::numpy, T, nb::ndim<1>>(raw, {n}, owner);
-}
 
 template <typename OffArr, typename Off>
 nb::tuple encode_impl(U8 vocab_blob, U8 norm_blob, int32_t max_chars, OffArr offsets,
                       U8 data, nb::object validity_obj, int64_t validity_offset,
                       int num_threads, uint64_t cache_key, int32_t offsets_unit,
                       bool word_ids) {
-  daskwp::check_vocab_blob(vocab_blob.data(), vocab_blob.shape(0));
-  daskwp::check_norm_blob(norm_blob.data(), norm_blob.shape(0));
-  if (offsets.shape(0) < 1) throw std::invalid_argument("offsets must not be empty");
-  const int64_t n_docs = static_cast<int64_t>(offsets.shape(0)) - 1;
-  const Off* off = offsets.data();
-  // Bounds: offsets must be non-decreasing and inside the data buffer.
-  const int64_t data_len = static_cast<int64_t>(data.shape(0));
-  for (int64_t d = 0; d < n_docs; ++d)
-    if (off[d] > off[d + 1]) throw std::invalid_argument("offsets are not non-decreasing");
-  if (n_docs && (off[0] < 0 || static_cast<int64_t>(off[n_docs]) > data_len))
-    throw std::invalid_argument("offsets point outside the data buffer");
-  if (validity_offset < 0) throw std::invalid_argument("validity_offset must be >= 0");
-  const uint8_t* validity = nullptr;
-  if (!validity_obj.is_none()) {
-    U8 vm = nb::cast<U8>(validity_obj);
-    if (static_cast<int64_t>(vm.shape(0)) * 8 < validity_offset + n_docs)
-      throw std::invalid_argument("validity bitmap too short");
-    validity = vm.data();
-  }
+  const daskwp::BatchInput in =
+      daskwp::check_batch_input(vocab_blob, norm_blob, offsets, data, validity_obj,
+                                validity_offset);
+  const int64_t n_docs = in.n_docs;
   if (offsets_unit < 0 || offsets_unit > daskwp::kOffsetsChars)
     throw std::invalid_argument("offsets_unit must be 0 (none), 1 (bytes) or 2 (chars)");
   daskwp::EncodeExtras extras;
@@ -52,24 +29,25 @@ nb::tuple encode_impl(U8 vocab_blob, U8 norm_blob, int32_t max_chars, OffArr off
   daskwp::EncodedBatch r;
   {
     nb::gil_scoped_release release;
-    r = daskwp::encode_batch<Off>(vocab_blob.data(), norm_blob.data(), p, off, data.data(),
-                                  validity, validity_offset, n_docs, num_threads, cache_key,
-                                  extras);
+    r = daskwp::encode_batch<Off>(vocab_blob.data(), norm_blob.data(), p, offsets.data(),
+                                  data.data(), in.validity, validity_offset, n_docs,
+                                  num_threads, cache_key, extras);
   }
   const size_t n_ids = static_cast<size_t>(r.n_ids);
   if (!offsets_unit && !word_ids)
-    return nb::make_tuple(to_numpy(std::move(r.ids), n_ids),
-                          to_numpy(std::move(r.offsets), static_cast<size_t>(n_docs + 1)));
+    return nb::make_tuple(
+        daskwp::to_numpy(std::move(r.ids), n_ids),
+        daskwp::to_numpy(std::move(r.offsets), static_cast<size_t>(n_docs + 1)));
   nb::object spans = nb::none(), words = nb::none();
   if (offsets_unit) {
     int64_t* raw = r.spans.release();
     nb::capsule owner(raw, [](void* q) noexcept { daskwp::host_free(q); });
     spans = nb::cast(nb::ndarray<nb::numpy, int64_t, nb::ndim<2>>(raw, {n_ids, 2}, owner));
   }
-  if (word_ids) words = nb::cast(to_numpy(std::move(r.words), n_ids));
-  return nb::make_tuple(to_numpy(std::move(r.ids), n_ids),
-                        to_numpy(std::move(r.offsets), static_cast<size_t>(n_docs + 1)), spans,
-                        words);
+  if (word_ids) words = nb::cast(daskwp::to_numpy(std::move(r.words), n_ids));
+  return nb::make_tuple(daskwp::to_numpy(std::move(r.ids), n_ids),
+                        daskwp::to_numpy(std::move(r.offsets), static_cast<size_t>(n_docs + 1)),
+                        spans, words);
 }
 
 // The throughput ceiling for benchmarks: one pass that reads every byte and writes it

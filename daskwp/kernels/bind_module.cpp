@@ -6,6 +6,7 @@ NB_MODULE(_ext, m) {
   bind_memory(m);
   bind_vocab(m);
   bind_encode(m);
+  bind_count(m);
   bind_windows(m);
   bind_parquet(m);
   bind_lz4(m);

@@ -17,6 +17,7 @@ using I64 = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cp
 void bind_memory(nb::module_& m);   // bind_memory.cpp: the host output-memory pool
 void bind_vocab(nb::module_& m);    // bind_vocab.cpp: build_vocab, BLOB_VERSION
 void bind_encode(nb::module_& m);   // bind_encode.cpp: encode32, encode64, ceiling_pass
+void bind_count(nb::module_& m);    // bind_count.cpp: count32, count64 (count_batch.cpp)
 void bind_windows(nb::module_& m);  // bind_windows.cpp: windows, buckets, pad_rows
 void bind_parquet(nb::module_& m);  // parquet_pages.cpp: the part writer's data pages
 void bind_lz4(nb::module_& m);      // lz4_block.cpp: lz4_raw_compress, lz4_raw_bound (LZ4_RAW pages)

@@ -551,13 +551,12 @@ void encode_range(const CoreContext& ctx, const Off* offsets, const uint8_t* dat
   MemoWordPieceE2E t(ctx, nullptr, 0);  // one tokenizer state for the range, reset per document
   t.set_batch(data, offsets, d1);  // where documents end, for the memo's prefetcher
   for (int64_t d = d0; d < d1; ++d) {
-    const int64_t b = static_cast<int64_t>(offsets[d]), e = static_cast<int64_t>(offsets[d + 1]);
-    const int64_t vb = d + validity_offset;
-    if ((validity && !((validity[vb >> 3] >> (vb & 7)) & 1)) || e <= b) {
+    const int64_t b = static_cast<int64_t>(offsets[d]);
+    const int64_t len = document_bytes(offsets, validity, validity_offset, d);
+    if (len == 0) {
       counts[d] = 0;
       continue;
     }
-    const int64_t len = e - b;
     buf.reserve(buf.size + len + 64);
     t.set_doc(d);
     t.reset(buf.data.get() + buf.size, buf.cap - buf.size, cache);
@@ -584,13 +583,12 @@ void encode_range_extras(const CoreContext& ctx, const Off* offsets, const uint8
   MemoWordPieceE2ET<true> t(ctx, nullptr, 0);
   t.set_batch(data, offsets, d1);
   for (int64_t d = d0; d < d1; ++d) {
-    const int64_t b = static_cast<int64_t>(offsets[d]), e = static_cast<int64_t>(offsets[d + 1]);
-    const int64_t vb = d + validity_offset;
-    if ((validity && !((validity[vb >> 3] >> (vb & 7)) & 1)) || e <= b) {
+    const int64_t b = static_cast<int64_t>(offsets[d]);
+    const int64_t len = document_bytes(offsets, validity, validity_offset, d);
+    if (len == 0) {
       counts[d] = 0;
       continue;
     }
-    const int64_t len = e - b;
     buf.reserve(buf.size + len + 64);
     t.set_doc(d);
     for (int pass = 0; pass < 2; ++pass) {
@@ -641,6 +639,88 @@ int resolve_threads(int requested) {
 }
 
 template <typename Off>
+BatchPlan plan_batch(const Off* offsets, int64_t n_docs, int num_threads, uint64_t cache_key,
+                     int32_t unit) {
+  BatchPlan b;
+  b.unit = unit;
+  const int64_t total_bytes = n_docs ? static_cast<int64_t>(offsets[n_docs] - offsets[0]) : 0;
+  int threads = resolve_threads(num_threads);
+  // Small batches are not worth a thread each: 256 KB per thread at least (with the
+  // pool's warm memos a thread's start costs less than tokenizing that much).
+  threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, total_bytes >> 18)));
+  threads = static_cast<int>(std::min<int64_t>(threads, std::max<int64_t>(n_docs, 1)));
+  b.key = total_bytes ? pool_key(cache_key, unit) : 0;
+  // A call of under 1 MB a thread takes at most one thread more than the pool has idle
+  // memos of its key: a thread without one maps a new memo (tens of MB faulted in) and
+  // misses every word, which costs more than its share of so short a call saves. So the
+  // first call after clear_caches() runs on one thread, the next on two, and so on
+  // (docs/design.md §3.5).
+  if (b.key && threads > 1 && total_bytes / threads < (int64_t(1) << 20)) {
+    const int idle = pool_idle(b.key);
+    if (idle >= 0) threads = std::max(1, std::min(threads, idle + 1));
+  }
+  b.threads = threads;
+  // Byte-balanced contiguous document chunks: one per thread, or 8 per thread handed out as
+  // threads come free, so that a thread slowed down by its core's other work does not hold
+  // up the batch.
+  b.chunks = threads == 1 ? 1 : 8 * threads;
+  b.cut.assign(b.chunks + 1, n_docs);
+  b.cut[0] = 0;
+  for (int c = 1; c < b.chunks; ++c) {
+    const Off target = offsets[0] + static_cast<Off>(total_bytes * c / b.chunks);
+    b.cut[c] = std::lower_bound(offsets, offsets + n_docs + 1, target) - offsets;
+    b.cut[c] = std::max(b.cut[c], b.cut[c - 1]);
+  }
+  // Every document may read ahead up to the end of the batch's bytes (word_end's 16-byte
+  // scan); the other threads only read them too.
+  b.data_end = n_docs ? static_cast<int64_t>(offsets[n_docs]) : 0;
+  // A memo from the pool (cache_key != 0) pays off on any batch, as the pool keeps it;
+  // one of the call's own only from ~1 MB of text per thread.
+  b.big = total_bytes / threads >= (int64_t(1) << 20);
+  b.generation = cache_key && total_bytes ? pool_generation() : 0;
+  // A multi-threaded call's id (the memos it makes: pool_merge), and whether it is large
+  // enough to merge such memos first.
+  b.call = threads > 1 ? next_call_id() : 0;
+  b.merge = total_bytes / threads >= (int64_t(4) << 20);
+  return b;
+}
+
+template BatchPlan plan_batch<int32_t>(const int32_t*, int64_t, int, uint64_t, int32_t);
+template BatchPlan plan_batch<int64_t>(const int64_t*, int64_t, int, uint64_t, int32_t);
+
+void run_chunks(const CoreContext& ctx, const BatchPlan& b,
+                const std::function<void(WordCache*, int)>& fn) {
+  if (b.threads > 1 && b.key && b.big)
+    pool_seed(ctx, b.key, b.threads, b.unit, b.generation, b.merge);
+  std::atomic<int> next{0};
+  std::vector<std::exception_ptr> errors(b.threads);
+  auto work = [&](int t) {
+    try {
+      ThreadMemo memo(ctx, b.key, b.generation, b.threads, b.big, b.unit, b.call);
+      for (int c = next++; c < b.chunks; c = next++) fn(memo.memo, c);
+    } catch (...) {
+      errors[t] = std::current_exception();
+      next = b.chunks;  // the others stop at their next chunk
+    }
+  };
+  if (b.threads == 1) {
+    work(0);
+  } else {
+    // spawned threads charge their CPU to the caller (threads == 1: the caller itself)
+    std::vector<std::thread> pool;
+    std::atomic<int64_t>* sink = helper_cpu_sink();
+    for (int t = 0; t < b.threads; ++t)
+      pool.emplace_back([&, t] {
+        HelperCpu charge(sink);
+        work(t);
+      });
+    for (auto& th : pool) th.join();
+  }
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+template <typename Off>
 EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
                           const TokenizeParams& p, const Off* offsets, const uint8_t* data,
                           const uint8_t* validity, int64_t validity_offset, int64_t n_docs,
@@ -651,111 +731,23 @@ EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
   out.offsets = host_array<int64_t>(static_cast<size_t>(n_docs + 1));
   out.offsets[0] = 0;
   int64_t* counts = out.offsets.get() + 1;
-  const int64_t total_bytes = n_docs ? static_cast<int64_t>(offsets[n_docs] - offsets[0]) : 0;
-  int threads = resolve_threads(num_threads);
-  // Small batches are not worth a thread each: 256 KB per thread at least (with the
-  // pool's warm memos a thread's start costs less than tokenizing that much).
-  threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, total_bytes >> 18)));
-  threads = static_cast<int>(std::min<int64_t>(threads, std::max<int64_t>(n_docs, 1)));
   const bool with_extras = extras.offsets != 0 || extras.word_ids;
   const bool chars = extras.offsets == kOffsetsChars;
   const int32_t unit = !with_extras ? 0 : chars ? kMemoOffsetsChars : kMemoOffsetsBytes;
-  const uint64_t key = total_bytes ? pool_key(cache_key, unit) : 0;
-  // A call of under 1 MB a thread takes at most one thread more than the pool has idle
-  // memos of its key: a thread without one maps a new memo (tens of MB faulted in) and
-  // misses every word, which costs more than its share of so short a call saves. So the
-  // first call after clear_caches() runs on one thread, the next on two, and so on
-  // (docs/design.md §3.5).
-  if (key && threads > 1 && total_bytes / threads < (int64_t(1) << 20)) {
-    const int idle = pool_idle(key);
-    if (idle >= 0) threads = std::max(1, std::min(threads, idle + 1));
-  }
-
-  // Byte-balanced contiguous document chunks: one per thread, or 8 per thread handed out as
-  // threads come free, so that a thread slowed down by its core's other work does not hold
-  // up the batch.
-  const int chunks = threads == 1 ? 1 : 8 * threads;
-  std::vector<int64_t> cut(chunks + 1, n_docs);
-  cut[0] = 0;
-  for (int c = 1; c < chunks; ++c) {
-    const Off target = offsets[0] + static_cast<Off>(total_bytes * c / chunks);
-    cut[c] = std::lower_bound(offsets, offsets + n_docs + 1, target) - offsets;
-    cut[c] = std::max(cut[c], cut[c - 1]);
-  }
-  // Every document may read ahead up to the end of the batch's bytes (word_end's 16-byte
-  // scan); the other threads only read them too.
-  const int64_t data_end = n_docs ? static_cast<int64_t>(offsets[n_docs]) : 0;
-  // A memo from the pool (cache_key != 0) pays off on any batch, as the pool keeps it;
-  // one of the call's own only from ~1 MB of text per thread.
-  const bool big = total_bytes / threads >= (int64_t(1) << 20);
-  const uint64_t generation = cache_key && total_bytes ? pool_generation() : 0;
-  // A multi-threaded call's id (the memos it makes: pool_merge), and whether it is large
-  // enough to merge such memos first.
-  const uint64_t call = threads > 1 ? next_call_id() : 0;
-  const bool merge = total_bytes / threads >= (int64_t(4) << 20);
+  const BatchPlan plan = plan_batch(offsets, n_docs, num_threads, cache_key, unit);
+  const int chunks = plan.chunks, threads = plan.threads;
   std::vector<IdBuffer> bufs(chunks);
   // With extras both arrays are kept (the memo's hits need them), only those asked for
-  // are returned.
+  // are returned; they go through memos of the offsets layout in the unit (their own key).
   for (IdBuffer& b : bufs) b.with_spans = b.with_words = with_extras;
-  if (with_extras) {
-    // Through memos of the offsets layout in the unit (their own pool key).
-    if (threads > 1 && key && big) pool_seed(ctx, key, threads, unit, generation, merge);
-    std::atomic<int> next{0};
-    std::vector<std::thread> pool;
-    std::vector<std::exception_ptr> errors(threads);
-    std::atomic<int64_t>* sink = helper_cpu_sink();
-    auto work = [&](int t) {
-      try {
-        ThreadMemo memo(ctx, key, generation, threads, big, unit, call);
-        for (int c = next++; c < chunks; c = next++)
-          encode_range_extras(ctx, offsets, data, validity, validity_offset, cut[c],
-                              cut[c + 1], data_end, chars, memo.memo, bufs[c], counts);
-      } catch (...) {
-        errors[t] = std::current_exception();
-        next = chunks;
-      }
-    };
-    if (threads == 1) {
-      work(0);
-    } else {
-      // spawned threads charge their CPU to the caller (threads == 1: the caller itself)
-      for (int t = 0; t < threads; ++t)
-        pool.emplace_back([&, t] {
-          HelperCpu charge(sink);
-          work(t);
-        });
-      for (auto& th : pool) th.join();
-    }
-    for (auto& e : errors)
-      if (e) std::rethrow_exception(e);
-  } else if (threads == 1) {
-    ThreadMemo memo(ctx, key, generation, 1, big);
-    encode_range(ctx, offsets, data, validity, validity_offset, 0, n_docs, data_end,
-                 memo.memo, bufs[0], counts);
-  } else {
-    if (key && big) pool_seed(ctx, key, threads, 0, generation, merge);
-    std::atomic<int> next{0};
-    std::vector<std::thread> pool;
-    std::vector<std::exception_ptr> errors(threads);
-    std::atomic<int64_t>* sink = helper_cpu_sink();
-    for (int t = 0; t < threads; ++t) {
-      pool.emplace_back([&, t] {
-        HelperCpu charge(sink);
-        try {
-          ThreadMemo memo(ctx, key, generation, threads, big, 0, call);
-          for (int c = next++; c < chunks; c = next++)
-            encode_range(ctx, offsets, data, validity, validity_offset, cut[c], cut[c + 1],
-                         data_end, memo.memo, bufs[c], counts);
-        } catch (...) {
-          errors[t] = std::current_exception();
-          next = chunks;  // the others stop at their next chunk
-        }
-      });
-    }
-    for (auto& th : pool) th.join();
-    for (auto& e : errors)
-      if (e) std::rethrow_exception(e);
-  }
+  run_chunks(ctx, plan, [&](WordCache* memo, int c) {
+    if (with_extras)
+      encode_range_extras(ctx, offsets, data, validity, validity_offset, plan.cut[c],
+                          plan.cut[c + 1], plan.data_end, chars, memo, bufs[c], counts);
+    else
+      encode_range(ctx, offsets, data, validity, validity_offset, plan.cut[c],
+                   plan.cut[c + 1], plan.data_end, memo, bufs[c], counts);
+  });
   int64_t total = 0;
   for (int c = 0; c < chunks; ++c) total += bufs[c].size;
   if (chunks == 1) {

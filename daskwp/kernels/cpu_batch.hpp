@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -80,6 +81,38 @@ void parallel_rows(int64_t rows, int threads, Fn fn) {
     if (e) std::rethrow_exception(e);
 }
 
+struct CoreContext;
+struct WordCache;
+
+// How a batch is run (plan_batch): its threads, its byte-balanced contiguous document
+// chunks (cut[c] .. cut[c + 1], handed out as threads come free) and the word-memo pool's
+// key and bookkeeping for the call. encode_batch and count_batch (count_batch.cpp) share it.
+struct BatchPlan {
+  int threads = 1, chunks = 1;
+  std::vector<int64_t> cut;  // chunks + 1 document indices
+  int64_t data_end = 0;      // how far every document may read ahead (the batch's end)
+  uint64_t key = 0, generation = 0, call = 0;
+  bool big = false, merge = false;
+  int32_t unit = 0;  // the memos' entry layout (0: ids only)
+};
+template <typename Off>
+BatchPlan plan_batch(const Off* offsets, int64_t n_docs, int num_threads, uint64_t cache_key,
+                     int32_t unit);
+// Runs fn(memo, chunk) over the plan's chunks on its threads, each thread with its word memo
+// (null: none) from the pool for the whole call; the first error is rethrown.
+void run_chunks(const CoreContext& ctx, const BatchPlan& plan,
+                const std::function<void(WordCache*, int)>& fn);
+
+// The length of document d of an Arrow batch (its bytes from offsets[d]); 0 for a null one.
+template <typename Off>
+inline int64_t document_bytes(const Off* offsets, const uint8_t* validity,
+                              int64_t validity_offset, int64_t d) {
+  const int64_t vb = d + validity_offset;
+  if (validity && !((validity[vb >> 3] >> (vb & 7)) & 1)) return 0;
+  const int64_t len = static_cast<int64_t>(offsets[d + 1] - offsets[d]);
+  return len > 0 ? len : 0;
+}
+
 // Tokenizes n_docs documents data[offsets[d], offsets[d+1]). A null validity bitmap means
 // all valid; null documents are empty. Runs on `num_threads` threads (<= 0: all).
 // cache_key != 0: the threads take their word memos from the process-wide pool, which keeps
@@ -92,6 +125,20 @@ EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
                           const uint8_t* validity, int64_t validity_offset, int64_t n_docs,
                           int num_threads, uint64_t cache_key = 0,
                           const EncodeExtras& extras = EncodeExtras());
+
+// count_batch (count_batch.cpp): per document its number of tokens (lengths, n_docs
+// entries), their total and the [UNK] (the vocabulary blob's unk_id) among them: what
+// encode_batch's ids and offsets give, without the ids. Arguments as encode_batch's.
+struct CountedBatch {
+  HostArray<int64_t> lengths;
+  int64_t tokens = 0;
+  int64_t unknown = 0;
+};
+template <typename Off>
+CountedBatch count_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
+                         const TokenizeParams& p, const Off* offsets, const uint8_t* data,
+                         const uint8_t* validity, int64_t validity_offset, int64_t n_docs,
+                         int num_threads, uint64_t cache_key = 0);
 
 // The word-memo pool (cpu_batch.cpp): bytes, memos and counters.
 struct WordCacheInfo {
