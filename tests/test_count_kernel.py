@@ -121,3 +121,29 @@ def test_emulated_gpu_count_lengths_equal_cpu(emulated_gpu):
     a, b = cpu.count_lengths(docs), gpu.count_lengths(docs)
     np.testing.assert_array_equal(a[0], b[0])
     assert a[1] == b[1] > 0
+
+
+def test_count_runs_a_call_per_piece_asking_the_threads_each_time(monkeypatch):
+    """A call per COUNT_PIECE_BYTES of text, the thread count asked before each (an
+    in-process job's share of the moment); the counts are those of one call."""
+    from daskwp.backends import cpu
+    from daskwp.backends.cpu import set_task_num_threads
+    tok = daskwp.WordPieceTokenizer(vocab_path("bert-base-uncased"), lowercase=True)
+    docs = read_documents(next(f for f in corpus_files() if f.name == "blns.txt"))
+    texts = pa.chunked_array([pa.array(docs[:300]), pa.array([None] + docs[300:])])
+    want = _want(tok, texts)
+    monkeypatch.setattr(cpu, "COUNT_PIECE_BYTES", 1000)
+    asked = []
+
+    def share():
+        asked.append(len(asked) % 2 + 1)
+        return asked[-1]
+    set_task_num_threads(share)
+    try:
+        lengths, unknown = tok.count_lengths(texts)
+    finally:
+        set_task_num_threads(None)
+    np.testing.assert_array_equal(lengths, want[0])
+    assert unknown == want[1]
+    total = sum(len(d.encode()) for d in docs)
+    assert len(asked) >= total // 1000 // 2

@@ -31,7 +31,7 @@ from ..core.cache import register_cache
 from ..core.options import check_int, env_value
 from ..core.pairs import build_pair_windows, finish_windows, framed_single_windows
 from ..core.ragged import BatchWindows, Encoding
-from ..core.strings import chunk_buffers, text_chunks
+from ..core.strings import chunk_buffers, piece_ranges, text_chunks
 from ..core.windows import WindowParams, check_output_size, convert_tensors, fill_plan, \
     window_params
 from .protocol import KernelModel
@@ -154,6 +154,10 @@ def default_num_threads() -> int:
     return 0
 
 
+#: :meth:`CPUBackend.count` counts this much text per kernel call (at least a document).
+COUNT_PIECE_BYTES = 8 << 20
+
+
 class CPUBackend:
     """The extension's encode and window fill."""
 
@@ -196,23 +200,28 @@ class CPUBackend:
         return Encoding(token_ids.astype(np.int32, copy=False), np.concatenate(off_parts),
                         spans, words, offsets_unit)
 
-    def count(self, model: KernelModel, texts, num_threads: int) -> tuple:
+    def count(self, model: KernelModel, texts, num_threads) -> tuple:
         """``(lengths, tokens, unknown)`` of ``texts``: the tokens of each document (int64),
         their total and the ``[UNK]`` among them, as :meth:`encode`'s ids and offsets give
         them, counted by the extension's count loop without making the ids (same core, same
-        word memos)."""
+        word memos). A call per :data:`COUNT_PIECE_BYTES` of text, each on ``num_threads``
+        kernel threads: a number, or a function of no argument asked before each piece (an
+        in-process job's share of the cores at that moment: a partition counted alone at
+        the end of a job takes the cores the others freed)."""
         _apply_word_cache_limit()
         key = _cache_key(model)
         lengths, tokens, unknown = [], 0, 0
         for chunk in text_chunks(texts):
             b = chunk_buffers(chunk)
             fn = _ext.count64 if b.offsets.dtype == np.int64 else _ext.count32
-            n, t, u = fn(model.vocab_blob, model.norm_blob, model.max_input_chars_per_word,
-                         b.offsets, b.data, b.validity, b.validity_offset, int(num_threads),
-                         key)
-            lengths.append(n)
-            tokens += t
-            unknown += u
+            for start, stop in piece_ranges(b.offsets, COUNT_PIECE_BYTES):
+                threads = num_threads() if callable(num_threads) else num_threads
+                n, t, u = fn(model.vocab_blob, model.norm_blob, model.max_input_chars_per_word,
+                             b.offsets[start:stop + 1], b.data, b.validity,
+                             b.validity_offset + start, int(threads), key)
+                lengths.append(n)
+                tokens += t
+                unknown += u
         if len(lengths) != 1:
             lengths = [np.concatenate(lengths or [np.zeros(0, dtype=np.int64)])]
         return lengths[0], int(tokens), int(unknown)

@@ -375,7 +375,9 @@ class WordPieceTokenizer:
         if self._on_gpu(texts):
             from .cuda import count_cuda
             return count_cuda(self, texts)
-        lengths, _, unknown = CPU.count(self.kernel_model, texts, self._threads(num_threads))
+        # the threads asked before each piece (an in-process job's share of the moment)
+        lengths, _, unknown = CPU.count(self.kernel_model, texts,
+                                        lambda: self._threads(num_threads))
         return lengths, unknown
 
     def __call__(self, texts, max_length: int | None = None, stride: int | None = None,

@@ -137,3 +137,14 @@ def chunk_buffers(chunk: pa.Array) -> StringBuffers:
         validity = np.frombuffer(validity_buf, dtype=np.uint8)
     return StringBuffers(offsets=offsets, data=data, validity=validity,
                          validity_offset=chunk.offset, n=n)
+
+
+def piece_ranges(offsets, piece_bytes: int):
+    """``(start, stop)`` document ranges of about ``piece_bytes`` of text each, from a
+    chunk's ``offsets`` (at least one document each; none for no documents)."""
+    n, start = len(offsets) - 1, 0
+    while start < n:
+        stop = int(np.searchsorted(offsets, int(offsets[start]) + piece_bytes, side="right")) - 1
+        stop = min(max(stop, start + 1), n)
+        yield start, stop
+        start = stop

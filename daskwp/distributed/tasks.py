@@ -259,18 +259,11 @@ def owned_unknown_tokens(table, unk_id: int) -> int:
 def _pieces(arr, piece_bytes: int):
     """Zero-copy slices of a chunked string/binary array, about ``piece_bytes`` of text
     each (a piece holds at least one document)."""
-    from ..core.strings import chunk_buffers
+    from ..core.strings import chunk_buffers, piece_ranges
     for chunk in arr.chunks:
-        n = len(chunk)
-        if n == 0:
-            continue
         off = chunk_buffers(chunk).offsets
-        start = 0
-        while start < n:
-            end = int(np.searchsorted(off, int(off[start]) + piece_bytes, side="right")) - 1
-            end = min(max(end, start + 1), n)
+        for start, end in piece_ranges(off, piece_bytes):
             yield chunk.slice(start, end - start), int(off[end] - off[start])
-            start = end
 
 
 _POOL = None

@@ -1,11 +1,11 @@
 // daskwp — the count-only CPU loop (``daskwp count``, ``.wordpiece.count()``): per document
 // its number of tokens, and the [UNK] tokens of the batch, from the same normalize+WordPiece
 // core and word memos as encode_batch (cpu_batch.cpp), run on the same plan of threads and
-// chunks. No token array is made: each document's ids go to a small buffer of its thread,
-// reused for the next document (in cache for documents of a few KB), where its [UNK] are
-// counted. encode_batch wrote every id to its chunk's buffer (a token per ~3 bytes of text,
-// 4 bytes each), copied them into the output array and the caller then compared them all
-// with the [UNK] id and took the offsets' differences.
+// chunks. No token array is made: the documents' ids go to a small buffer of their chunk
+// (128 KB, in cache), where their [UNK] are counted before it is reused. encode_batch wrote
+// every id to its chunk's buffer (a token per ~3 bytes of text, 4 bytes each), copied them
+// into the output array and the caller then compared them all with the [UNK] id and took
+// the offsets' differences.
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -18,24 +18,51 @@
 namespace daskwp {
 namespace {
 
-// A chunk's buffer for one document's ids at a time, grown (never shrunk) as documents need.
+// A chunk's buffer of ids: documents' ids follow on from `size` until the next document
+// might not fit in kFlushTokens, then their [UNK] are counted in one pass and it starts
+// again (a scan per document cost more than the scan itself on documents of ~25 tokens).
+// Grown (never shrunk) for a document longer than that.
+constexpr int64_t kFlushTokens = int64_t(1) << 15;  // 128 KB: stays in L2
+
 struct Scratch {
   std::unique_ptr<int32_t[]> ids;
-  int64_t cap = 0;
-  void reserve(int64_t want) {
+  int64_t cap = 0, size = 0, unknown = 0;
+  int32_t unk;
+  explicit Scratch(int32_t unk_id) : unk(unk_id) {}
+  void flush() {
+    const int32_t* p = ids.get();
+    int64_t u = 0, k = 0;
+#if defined(DWP_SSE2)
+    // 4 ids a step: each lane of acc counts down by one per match (-1 from the compare),
+    // at most size / 4 per lane (int32: a buffer of under 8G ids)
+    const __m128i key = _mm_set1_epi32(unk);
+    __m128i acc = _mm_setzero_si128();
+    for (; k + 4 <= size; k += 4)
+      acc = _mm_add_epi32(acc, _mm_cmpeq_epi32(
+                                   _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + k)), key));
+    alignas(16) int32_t lanes[4];
+    _mm_store_si128(reinterpret_cast<__m128i*>(lanes), acc);
+    u -= int64_t(lanes[0]) + lanes[1] + lanes[2] + lanes[3];
+#endif
+    for (; k < size; ++k) u += p[k] == unk;
+    unknown += u;
+    size = 0;
+  }
+  // Room for `want` more tokens after `size`.
+  void room(int64_t want) {
+    if (size + want <= cap) return;
+    flush();
     if (want <= cap) return;
-    cap = std::max<int64_t>(want, 2 * cap + 1024);
+    cap = std::max<int64_t>(want, kFlushTokens);
     ids.reset(new int32_t[static_cast<size_t>(cap)]);
   }
 };
 
-// Documents d0 .. d1: lengths[d] = tokens of document d; returns the [UNK] among them.
+// Documents d0 .. d1: lengths[d] = tokens of document d; their [UNK] go to buf.unknown.
 template <typename Off>
-int64_t count_range(const CoreContext& ctx, const Off* offsets, const uint8_t* data,
-                    const uint8_t* validity, int64_t validity_offset, int64_t d0, int64_t d1,
-                    int64_t data_end, WordCache* cache, Scratch& buf, int64_t* lengths) {
-  const int32_t unk = ctx.v.h->unk_id;
-  int64_t unknown = 0;
+void count_range(const CoreContext& ctx, const Off* offsets, const uint8_t* data,
+                 const uint8_t* validity, int64_t validity_offset, int64_t d0, int64_t d1,
+                 int64_t data_end, WordCache* cache, Scratch& buf, int64_t* lengths) {
   MemoWordPieceE2E t(ctx, nullptr, 0);  // one tokenizer state for the range, reset per document
   t.set_batch(data, offsets, d1);  // where documents end, for the memo's prefetcher
   for (int64_t d = d0; d < d1; ++d) {
@@ -45,22 +72,19 @@ int64_t count_range(const CoreContext& ctx, const Off* offsets, const uint8_t* d
       lengths[d] = 0;
       continue;
     }
-    buf.reserve(len + 64);  // the usual bound: a token per byte (the memo's copies included)
+    buf.room(len + 64);  // the usual bound: a token per byte (the memo's copies included)
     t.set_doc(d);
-    t.reset(buf.ids.get(), buf.cap, cache);
+    t.reset(buf.ids.get() + buf.size, buf.cap - buf.size, cache);
     int64_t got = t.run(data + b, len, data_end - b);
-    if (got > buf.cap) {  // rare: more tokens than the guess, run again
-      buf.reserve(got + 64);
-      t.reset(buf.ids.get(), buf.cap, cache);
+    if (got > buf.cap - buf.size) {  // rare: more tokens than the guess, run again
+      buf.room(got + 64);
+      t.reset(buf.ids.get() + buf.size, buf.cap - buf.size, cache);
       got = t.run(data + b, len, data_end - b);
     }
-    const int32_t* ids = buf.ids.get();
-    int64_t u = 0;
-    for (int64_t k = 0; k < got; ++k) u += ids[k] == unk;
-    unknown += u;
+    buf.size += got;
     lengths[d] = got;
   }
-  return unknown;
+  buf.flush();
 }
 
 }  // namespace
@@ -78,9 +102,10 @@ CountedBatch count_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
   const BatchPlan plan = plan_batch(offsets, n_docs, num_threads, cache_key, 0);
   std::vector<int64_t> unknown(plan.chunks, 0);
   run_chunks(ctx, plan, [&](WordCache* memo, int c) {
-    Scratch buf;  // (grown to the chunk's longest document; a few per thread and call)
-    unknown[c] = count_range(ctx, offsets, data, validity, validity_offset, plan.cut[c],
-                             plan.cut[c + 1], plan.data_end, memo, buf, out.lengths.get());
+    Scratch buf(ctx.v.h->unk_id);  // (128 KB, or the chunk's longest document's room)
+    count_range(ctx, offsets, data, validity, validity_offset, plan.cut[c], plan.cut[c + 1],
+                plan.data_end, memo, buf, out.lengths.get());
+    unknown[c] = buf.unknown;
   });
   for (int64_t d = 0; d < n_docs; ++d) out.tokens += out.lengths[d];
   for (int64_t u : unknown) out.unknown += u;
