@@ -18,6 +18,7 @@ from ..core.outputs import ResultMapping
 from ..distributed.dask_compat import Projection, new_collection
 from ..distributed.graph import GlobalLogID, GlobalTokenize, Tokenize, WriteParts, \
     partition_local
+from .parquet_source import direct_text_source
 from .eager import (WordPieceResult, check_kept_names, resolve_call, source_frame,
                     token_count_part)
 from ..frames.partition import (METADATA_COLUMNS, attention_mask_block, check_text_dtype,
@@ -232,7 +233,10 @@ class DaskWordPieceResult(ResultMapping):
                 import shutil
                 shutil.rmtree(path)
             os.makedirs(path, exist_ok=True)
-        parts = GlobalTokenize(self._source, self.tokenizer, self.options, None, None, None,
+        # a plain dd.read_parquet(...)["text"] is read by daskwp straight into Arrow
+        # (parquet_source: the same partitions and rows; anything else: dask's read)
+        source = direct_text_source(self._source)
+        parts = GlobalTokenize(source, self.tokenizer, self.options, None, None, None,
                                None, write)
         out = new_collection(WriteParts(parts))
         if not compute:

@@ -53,6 +53,20 @@ def _from_python_list(texts) -> pa.Array:
     return pa.array(out, type=pa.large_binary())
 
 
+def _arrow_chunks(series) -> pa.ChunkedArray | None:
+    """The chunked Arrow array behind a pandas Series of Arrow-backed strings
+    (``string[pyarrow]``, ``ArrowDtype`` of a string type), zero-copy; else None."""
+    import pandas as pd
+    if not isinstance(series.dtype, (pd.StringDtype, pd.ArrowDtype)):
+        return None
+    arrow = getattr(series.array, "__arrow_array__", None)
+    arr = arrow() if arrow is not None else None
+    if not isinstance(arr, pa.ChunkedArray) or not (
+            pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
+        return None
+    return arr
+
+
 def to_arrow(texts) -> pa.ChunkedArray:
     """Any accepted text collection as a chunked Arrow string/binary array."""
     if isinstance(texts, (str, bytes)):
@@ -72,6 +86,11 @@ def to_arrow(texts) -> pa.ChunkedArray:
             if isinstance(dtype, pd.CategoricalDtype):
                 # The categories are the texts: an Arrow dictionary array, decoded below.
                 arr = pa.chunked_array([pa.array(texts, from_pandas=True)])
+            elif (chunks := _arrow_chunks(texts)) is not None:
+                # pandas' Arrow-backed strings as they are, chunks and all: pa.array() of
+                # a Series of several chunks went through Python objects (4x the
+                # tokenizing CPU of a 64 MB partition read in 8 chunks)
+                arr = chunks
             elif isinstance(dtype, pd.ArrowDtype) or str(dtype).startswith("string") or \
                     dtype == object or str(dtype) == "str":
                 try:

@@ -1,0 +1,184 @@
+"""The lazy accessor's Parquet reads: a plain ``dd.read_parquet(...)["text"]`` read by
+daskwp itself, straight into Arrow, in batches.
+
+``to_parquet`` of ``dd.read_parquet(files)["text"].wordpiece.tokenize(...)``: dask's
+partition read gives Arrow's reader a whole row group, whose string buffer grows by
+doubling (96 MB reallocated for 63 MB of text), and that read, not the tokenizer, set the
+workers' peak memory. Read in batches of about :data:`CHUNK_BYTES` of text (one Arrow chunk
+each; the tokenizer's pieces follow the chunks), the read's peak is about the text itself.
+
+When the Series is such a read and nothing in it can change what a partition holds (no
+filters, no index, no partitioning columns, no read options, a local text column of
+Arrow strings), :func:`direct_text_source` swaps dask's read for :class:`DirectTextRead`:
+the same expression (same files, same partitions, the same row groups in each, the same
+row counts for the global logIDs) whose tasks read the partition's row groups with
+``pyarrow.parquet.ParquetFile`` on the task's own thread and wrap the column as the
+pandas string array dask would have built (zero-copy; a ``RangeIndex`` from 0, as dask's
+read without an index). Anything else keeps dask's read, silently.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ..distributed.dask_compat import Projection, ReadParquetFSSpec, Task
+
+__all__ = ["CHUNK_BYTES", "DirectTextRead", "batch_rows", "direct_text_source",
+           "read_text_partition"]
+
+
+#: Text bytes of each Arrow chunk a partition is read into (a batch of rows of about this
+#: many bytes, from the row groups' sizes): the tokenizer's pieces
+#: (:data:`~daskwp.distributed.tasks.PIECE_BYTES`) hold about one chunk each.
+CHUNK_BYTES = 8 << 20
+
+
+def batch_rows(pf, column: str, chunk_bytes: int | None = None) -> int:
+    """Rows per batch of ``column`` of ``pf`` (a ``ParquetFile``) for chunks of about
+    ``chunk_bytes`` (default :data:`CHUNK_BYTES`) of text, from the uncompressed size of
+    its column chunks (at least 64)."""
+    chunk_bytes = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
+    meta = pf.metadata
+    j = pf.schema_arrow.get_field_index(column)
+    rows = nbytes = 0
+    for g in range(meta.num_row_groups):
+        rg = meta.row_group(g)
+        rows += rg.num_rows
+        nbytes += rg.column(j).total_uncompressed_size if j >= 0 else 0
+    if rows == 0 or nbytes == 0:
+        return 1 << 16
+    return max(64, int(chunk_bytes * rows / nbytes))
+
+
+def read_text_partition(pieces: tuple, column: str, dtype, dask_read=None,
+                        part=None) -> pd.DataFrame:
+    """One partition of a :class:`DirectTextRead`: ``column`` of each ``(path,
+    row_groups)`` piece (``row_groups`` None: the whole file), in order, as a one-column
+    pandas frame of ``dtype`` with a ``RangeIndex`` from 0.
+
+    The column is read in batches of about :data:`CHUNK_BYTES` of text, one Arrow chunk
+    each. Memory: a whole row group read at once grows its string buffer by doubling
+    (reallocations up to 1.5x the text, 96 MB for 63 MB of text, faulted in again for
+    every partition); batches grow none beyond a chunk, so the read's peak is about the
+    partition's text.
+
+    A file whose footer could make dask's read differ (an index in its pandas metadata
+    other than a ``RangeIndex`` from 0 by 1, which dask restores; a column that is not
+    string or large_string) is read by ``dask_read(part)``, dask's own partition read."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    chunks = []
+    for path, row_groups in pieces:
+        pf = pq.ParquetFile(path)
+        schema = pf.schema_arrow
+        if not _plain_footer(schema, column) and dask_read is not None:
+            return dask_read(part)
+        groups = list(range(pf.metadata.num_row_groups)) if row_groups is None else \
+            list(row_groups)
+        for batch in pf.iter_batches(batch_size=batch_rows(pf, column), row_groups=groups,
+                                     columns=[column], use_threads=False):
+            chunks.append(batch.column(0))
+    col = pa.chunked_array(chunks, type=chunks[0].type) if chunks else \
+        pa.chunked_array([], type=pa.large_string())
+    return pd.DataFrame({column: pd.array(col, dtype=dtype)})
+
+
+def _plain_footer(schema, column: str) -> bool:
+    """Whether a file's schema reads as :func:`read_text_partition` builds it: ``column``
+    string or large_string, and no pandas index but a ``RangeIndex`` from 0 by 1."""
+    import pyarrow as pa
+
+    if column not in schema.names or \
+            schema.field(column).type not in (pa.string(), pa.large_string()):
+        return False
+    index = (schema.pandas_metadata or {}).get("index_columns") or []
+    return all(isinstance(i, dict) and i.get("kind") == "range" and i.get("start") == 0
+               and i.get("step") == 1 and i.get("name") is None for i in index)
+
+
+class DirectTextRead(ReadParquetFSSpec):
+    """dask's ``ReadParquetFSSpec`` of one text column, its partition tasks replaced by
+    :func:`read_text_partition` (built by :func:`direct_text_source` only where that gives
+    the frames dask's read gives). Planning, partitions, row counts (``Lengths``), culling
+    and IO fusion are dask's."""
+
+    @property
+    def _funcname(self):
+        return "daskwp-read-parquet"
+
+    def _filtered_task(self, name, index: int) -> Task:
+        column = self.columns[0]
+        pieces = tuple((p["piece"][0], p["piece"][1])
+                       for p in _part_pieces(self._plan["parts"][index]))
+        dtype = self._dataset_info["base_meta"][column].dtype
+        part = self._plan["parts"][index]
+        task = Task(name, read_text_partition, pieces, column, dtype, self._io_func, part,
+                    _data_producer=True)
+        if self._series:
+            import operator
+            return Task(name, operator.getitem, task, column)
+        return task
+
+
+def _part_pieces(part) -> list:
+    return part if isinstance(part, list) else [part]
+
+
+def direct_text_source(expr):
+    """``expr`` (the accessor's source Series expression) with dask's Parquet read swapped
+    for :class:`DirectTextRead` where that reads the same partitions, rows and values (see
+    the module's docstring); otherwise ``expr`` unchanged."""
+    try:
+        simple = expr.simplify()
+    except Exception:
+        return expr
+    read, column = None, None
+    if isinstance(simple, Projection) and type(simple.frame) is ReadParquetFSSpec:
+        read, column = simple.frame, simple.operand("columns")
+    elif type(simple) is ReadParquetFSSpec and simple._series:
+        read, column = simple, simple.columns[0]
+    if read is None or not isinstance(column, str) or read.columns != [column]:
+        return expr
+    try:
+        if not _plain_read(read, column):
+            return expr
+    except Exception:   # a dataset dask plans otherwise: its own read
+        return expr
+    direct = DirectTextRead(*read.operands)
+    return Projection(direct, column) if simple is not read else direct
+
+
+def _plain_read(read, column: str) -> bool:
+    """Whether dask's ``read`` of ``column`` gives exactly what :func:`read_text_partition`
+    gives: local files, no filters, index, categories or read options, no hive partition
+    keys, a string or large_string column read as pandas' Arrow-backed string dtype, no
+    index but a RangeIndex from 0 in the (first) file's pandas metadata (each task checks
+    its own files' footers again)."""
+    if read.operand("filters") or read.operand("categories") or read.operand("index") or \
+            read.operand("_partitions") is not None:
+        return False
+    if {k: v for k, v in (read.operand("kwargs") or {}).items()
+            if v is not None} or read.operand("storage_options"):
+        return False
+    info = read._dataset_info
+    # [None]: the files' pandas metadata holds a RangeIndex, restored by dask's read
+    if any(i is not None for i in (info["index"] or ())) or info.get("partitions") or info.get("partition_names") or \
+            info.get("filters"):
+        return False
+    fs = info["fs"]
+    if "file" not in ((fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)):
+        return False
+    if not _plain_footer(info["schema"], column):
+        return False
+    dtype = info["base_meta"][column].dtype
+    if not (isinstance(dtype, pd.StringDtype) and dtype.storage == "pyarrow"):
+        return False
+    plan = read._plan
+    if plan["empty"]:
+        return False
+    for part in plan["parts"]:
+        for p in _part_pieces(part):
+            if set(p) != {"piece"} or len(p["piece"]) != 3 or p["piece"][2]:
+                return False
+    return True

@@ -1,0 +1,199 @@
+"""The lazy accessor's own Parquet read (daskwp/accessors/parquet_source.py): where
+``to_parquet``'s input is a plain ``dd.read_parquet(...)["text"]``, daskwp reads the row
+groups into Arrow itself; the parts written are those of dask's read, and every other input
+keeps dask's read."""
+
+from __future__ import annotations
+
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import corpus_files, read_lines
+
+import daskwp  # noqa: F401  (the accessor)
+from daskwp.accessors import lazy
+from daskwp.accessors import parquet_source
+from daskwp.accessors.parquet_source import direct_text_source, read_text_partition
+
+OPTIONS = dict(max_length=32, stride=8, padding=False)
+
+
+def _corpus() -> list:
+    """Lines of the shared corpora (every file), with nulls and empty strings among them."""
+    lines = []
+    for path in corpus_files():
+        lines.extend(read_lines(path)[:300])
+    for k in range(0, len(lines), 97):
+        lines[k] = None
+    for k in range(5, len(lines), 211):
+        lines[k] = ""
+    return lines
+
+
+@pytest.fixture(scope="module")
+def client():
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as c:
+        yield c
+
+
+def _write_arrow_files(folder, docs, sizes, row_group_rows=None, large=False) -> None:
+    """Files written by pyarrow (no pandas metadata): ``text`` and an ``id`` column."""
+    folder.mkdir()
+    start = 0
+    for i, n in enumerate(sizes):
+        chunk = docs[start:start + n]
+        table = pa.table({"id": pa.array(np.arange(start, start + n)),
+                          "text": pa.array(chunk, pa.large_string() if large else pa.string())})
+        pq.write_table(table, folder / f"part.{i}.parquet", row_group_size=row_group_rows)
+        start += n
+
+
+def _uses_direct_read(out) -> bool:
+    from dask._expr import FinalizeCompute
+    from dask.base import collections_to_expr
+    graph = FinalizeCompute(collections_to_expr([out])).optimize().__dask_graph__()
+    return "read_text_partition" in repr(dict(graph)) or any(
+        "read_text_partition" in repr(getattr(t, "args", ())) for t in graph.values())
+
+
+def _parts(folder) -> dict:
+    return {p.name: pq.read_table(p) for p in sorted(folder.glob("part.*.parquet"))}
+
+
+def _write_both(series, tmp_path, monkeypatch, expect_direct: bool, **options):
+    """``to_parquet`` of ``series`` with and without the direct read; the parts of both."""
+    res = series.wordpiece.tokenize(**(options or OPTIONS))
+    out = res.to_parquet(tmp_path / "direct", compute=False)
+    assert _uses_direct_read(out) == expect_direct
+    out.compute()
+    with monkeypatch.context() as m:
+        m.setattr(lazy, "direct_text_source", lambda expr: expr)
+        ref = res.to_parquet(tmp_path / "dask", compute=False)
+        assert not _uses_direct_read(ref)
+        ref.compute()
+    return _parts(tmp_path / "direct"), _parts(tmp_path / "dask")
+
+
+def _assert_same_parts(direct: dict, ref: dict) -> None:
+    assert list(direct) == list(ref) and direct
+    for name in ref:
+        a, b = direct[name], ref[name]
+        assert a.schema.metadata.get(b"daskwp") == b.schema.metadata.get(b"daskwp"), name
+        assert a.drop_columns([]).equals(b), name
+
+
+@pytest.mark.parametrize("row_group_rows,split,large", [
+    (None, "infer", False),     # one partition per file
+    (500, True, True),          # one partition per row group (dask's split_row_groups)
+])
+def test_direct_read_writes_the_parts_of_dasks_read(client, tmp_path, monkeypatch,
+                                                    row_group_rows, split, large):
+    docs = _corpus()
+    _write_arrow_files(tmp_path / "in", docs, [1200, 0, 700, len(docs) - 1900],
+                       row_group_rows, large)
+    series = dd.read_parquet(tmp_path / "in", columns=["text"],
+                             split_row_groups=split)["text"]
+    direct, ref = _write_both(series, tmp_path, monkeypatch, expect_direct=True)
+    _assert_same_parts(direct, ref)
+    back = pd.concat([t.to_pandas() for t in direct.values()])
+    assert back["logID"].nunique() == len(docs)   # every document, nulls included
+
+
+def test_direct_read_of_pandas_files_with_a_range_index(client, tmp_path, monkeypatch):
+    # pandas writes its RangeIndex into the footer: from 0 by 1 the direct read gives
+    # dask's index; a file whose index starts elsewhere is read by dask's own read
+    docs = _corpus()[:900]
+    (tmp_path / "in").mkdir()
+    pd.DataFrame({"text": pd.Series(docs[:400], dtype="string")}) \
+        .to_parquet(tmp_path / "in" / "part.0.parquet")
+    pd.DataFrame({"text": pd.Series(docs[400:], dtype="string")},
+                 index=pd.RangeIndex(1000, 1000 + 2 * 500, 2)) \
+        .to_parquet(tmp_path / "in" / "part.1.parquet")
+    series = dd.read_parquet(tmp_path / "in")["text"]
+    direct, ref = _write_both(series, tmp_path, monkeypatch, expect_direct=True)
+    _assert_same_parts(direct, ref)
+    assert direct["part.1.parquet"].column("input_index").to_pylist()[0] == 1000
+
+
+def test_read_text_partition_gives_dasks_partition(tmp_path):
+    docs = _corpus()[:1000]
+    _write_arrow_files(tmp_path / "in", docs, [600, 400], row_group_rows=128)
+    for split in ("infer", True):
+        series = dd.read_parquet(tmp_path / "in", split_row_groups=split)["text"]
+        direct = direct_text_source(series.expr)
+        assert isinstance(direct.frame, parquet_source.DirectTextRead)
+        from dask._collections import new_collection
+        ours = new_collection(direct)
+        assert ours.npartitions == series.npartitions
+        for i in range(series.npartitions):
+            got = ours.partitions[i].compute(scheduler="sync")
+            want = series.partitions[i].compute(scheduler="sync")
+            pd.testing.assert_series_equal(got, want)
+    empty = read_text_partition((), "text", pd.StringDtype("pyarrow"))
+    assert len(empty) == 0 and list(empty.columns) == ["text"]
+
+
+def test_other_inputs_keep_dasks_read(client, tmp_path, monkeypatch):
+    docs = _corpus()[:1500]
+    _write_arrow_files(tmp_path / "in", docs, [700, 800])
+    wide = dd.read_parquet(tmp_path / "in")
+    refused = {
+        "filters": dd.read_parquet(tmp_path / "in", filters=[("id", ">", 100)])["text"],
+        "index": dd.read_parquet(tmp_path / "in", index="id")["text"],
+        "row filter": wide[wide["id"] % 3 != 1]["text"],
+        "dtype_backend": dd.read_parquet(tmp_path / "in", dtype_backend="pyarrow")["text"],
+        "from_pandas": dd.from_pandas(pd.DataFrame({"text": pd.Series(docs, dtype="string")}),
+                                      npartitions=2)["text"],
+    }
+    for what, series in refused.items():
+        assert direct_text_source(series.expr) is series.expr, what
+    # a filter and kept columns: dask's read, the same parts either way
+    direct, ref = _write_both(wide[wide["id"] % 3 != 1]["text"], tmp_path, monkeypatch,
+                              expect_direct=False)
+    _assert_same_parts(direct, ref)
+    res = wide["text"].wordpiece.tokenize(keep_columns=["id"], **OPTIONS)
+    out = res.to_parquet(tmp_path / "kept", compute=False)
+    assert not _uses_direct_read(out)
+
+
+def test_read_text_partition_reads_chunks_of_bounded_size(tmp_path, monkeypatch):
+    # a row group read whole grows its string buffer by doubling (up to 1.5x the text);
+    # batches of about CHUNK_BYTES of text grow none beyond a chunk
+    docs = [d for d in _corpus() if d]
+    _write_arrow_files(tmp_path / "in", docs, [len(docs)])
+    monkeypatch.setattr(parquet_source, "CHUNK_BYTES", 64 << 10)
+    path = str(tmp_path / "in" / "part.0.parquet")
+    got = read_text_partition(((path, None),), "text", pd.StringDtype("pyarrow"))["text"]
+    chunks = got.array.__arrow_array__().chunks
+    sizes = [c.buffers()[2].size for c in chunks]
+    assert len(chunks) > 5 and max(sizes) < 3 * (64 << 10), sizes
+    assert got.tolist() == docs
+    # fewer rows than one batch: one chunk
+    monkeypatch.setattr(parquet_source, "CHUNK_BYTES", 1 << 30)
+    one = read_text_partition(((path, None),), "text", pd.StringDtype("pyarrow"))["text"]
+    assert one.array.__arrow_array__().num_chunks == 1 and one.tolist() == docs
+
+
+def test_a_series_of_several_arrow_chunks_is_tokenized_as_it_is():
+    # to_arrow keeps the chunks of an Arrow-backed Series (zero-copy); pa.array() of it
+    # went through Python objects
+    from daskwp.core.strings import to_arrow
+    docs = [d for d in _corpus()[:400] if d is not None]
+    col = pa.chunked_array([pa.array(docs[:150], pa.large_string()),
+                            pa.array(docs[150:], pa.large_string())])
+    for dtype in (pd.StringDtype("pyarrow"), pd.ArrowDtype(pa.large_string())):
+        series = pd.Series(pd.array(col, dtype=dtype))
+        arr = to_arrow(series)
+        assert arr.num_chunks == 2
+        assert arr.chunk(1).buffers()[2].address == col.chunk(1).buffers()[2].address
+    chunked = pd.Series(pd.array(col, dtype=pd.StringDtype("pyarrow")))
+    whole = pd.Series(docs, dtype=pd.StringDtype("pyarrow"))
+    a = chunked.wordpiece.tokenize(**OPTIONS).to_frame()
+    b = whole.wordpiece.tokenize(**OPTIONS).to_frame()
+    pd.testing.assert_frame_equal(a, b)
