@@ -1691,3 +1691,42 @@ def test_the_listings_head_and_partition_zero_come_in_one_get(bucket, spool_tmp,
     assert fetched[0][:2] == ("t.txt.gz", 0)
     assert spool_files(spool_tmp) == [] and \
         [p for p in spool_tmp.iterdir() if p.is_dir()] == []
+
+
+def test_an_http_endpoints_uploads_are_checked_by_their_signature_only(bucket, monkeypatch):
+    """On a plain http:// endpoint botocore signs each body (its SHA-256, which the store
+    checks): daskwp's S3 filesystem leaves botocore's second check of the same bytes (a
+    CRC32 header) out. Over https, anonymous, or with the setting chosen (storage options,
+    environment), botocore's defaults stay."""
+    from fsspec.asyn import sync
+    name, options, _ = bucket
+    folder = storage.Folder(f"s3://{name}/ck", options)
+    fs, _ = folder._fs()
+    sync(fs.loop, fs.set_session)
+    sent = []
+
+    def record(request, **kw):
+        sent.append({k.lower(): v for k, v in request.headers.items()})
+    fs.s3.meta.events.register("before-send.s3.PutObject", record)
+    try:
+        folder.write_bytes("a.bin", b"daskwp" * 1000)
+    finally:
+        fs.s3.meta.events.unregister("before-send.s3.PutObject", record)
+    assert len(sent) == 1
+    assert len(sent[0]["x-amz-content-sha256"]) == 64    # the body's SHA-256, signed
+    assert not [h for h in sent[0] if h.startswith("x-amz-checksum-")], sent[0]
+    assert folder.read_bytes("a.bin") == b"daskwp" * 1000
+
+    def config(url, **opts):
+        return storage.filesystem(url, opts)[0].config_kwargs
+    assert config("s3://b/k", endpoint_url="http://127.0.0.1:1") == {
+        "request_checksum_calculation": "when_required"}
+    assert config("s3://b/k", client_kwargs={"endpoint_url": "http://127.0.0.1:1"}) == {
+        "request_checksum_calculation": "when_required"}
+    assert config("s3://b/k", endpoint_url="https://127.0.0.1:1") == {}
+    assert config("s3://b/k", endpoint_url="http://127.0.0.1:1", anon=True) == {}
+    chosen = {"request_checksum_calculation": "when_supported"}
+    assert config("s3://b/k", endpoint_url="http://127.0.0.1:1",
+                  config_kwargs=chosen) == chosen
+    monkeypatch.setenv("AWS_REQUEST_CHECKSUM_CALCULATION", "when_supported")
+    assert config("s3://b/k", endpoint_url="http://127.0.0.1:2") == {}

@@ -133,10 +133,40 @@ def filesystem(url: str, storage_options: dict | None = None):
     return _url_to_fs(url, options)
 
 
+def _signed_payload_options(url: str, options) -> dict | None:
+    """``options`` for an S3 URL whose endpoint is plain ``http://``: there botocore signs
+    every request's body (its SHA-256 in the signature, which the store checks), and its
+    default checksum of the body (CRC32, since botocore 1.36) checks the same bytes again:
+    ``request_checksum_calculation`` "when_required" leaves that out (a CPU pass over each
+    uploaded part). Unchanged over https (where the checksum is what checks the body),
+    anonymous access, payload signing turned off, or the setting chosen already (the
+    options, ``AWS_REQUEST_CHECKSUM_CALCULATION``)."""
+    m = _URL.match(url) if isinstance(url, str) else None
+    if not options or m is None or m.group(1).lower() not in ("s3", "s3a"):
+        return options
+    client_kwargs = options.get("client_kwargs") or {}
+    endpoint = options.get("endpoint_url") or client_kwargs.get("endpoint_url") or ""
+    config = dict(options.get("config_kwargs") or {})
+    if not str(endpoint).lower().startswith("http://") or options.get("anon") or \
+            "request_checksum_calculation" in config or \
+            "signature_version" in config or \
+            (config.get("s3") or {}).get("payload_signing_enabled") is False or \
+            os.environ.get("AWS_REQUEST_CHECKSUM_CALCULATION"):
+        return options
+    try:
+        from botocore.config import Config
+    except ImportError:
+        return options
+    if "request_checksum_calculation" not in getattr(Config, "OPTION_DEFAULTS", {}):
+        return options    # (a botocore without the checksum: nothing to leave out)
+    config["request_checksum_calculation"] = "when_required"
+    return {**options, "config_kwargs": config}
+
+
 def _url_to_fs(url: str, options):
     import fsspec
     try:
-        return fsspec.core.url_to_fs(url, **(options or {}))
+        return fsspec.core.url_to_fs(url, **(_signed_payload_options(url, options) or {}))
     except ImportError as e:
         raise StorageError(f"{url}: {' '.join(str(e).split())}") from None
     except (ValueError, TypeError) as e:
