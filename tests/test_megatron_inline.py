@@ -347,3 +347,69 @@ def test_direct_append_file_writes_what_it_was_given(tmp_path, monkeypatch):
     f.close()
     assert refused and not f.direct
     assert Path(path).read_bytes() == data
+
+
+@pytest.mark.parametrize("empty_last", [False, True])
+def test_the_index_end_is_written_while_the_last_partition_is_tokenized(tmp_path,
+                                                                        monkeypatch,
+                                                                        empty_last):
+    """The last partition's task tells the merge the dataset's documents when it starts;
+    the merge thread then writes the .idx's pointers and document indices of the
+    partitions appended at their places (as many sequences as documents: each is one),
+    so finish writes at most the last partition's. An empty document in the last partition
+    (one sequence fewer than planned) makes finish write them all again. The bytes are
+    those of merging the parts either way."""
+    import time
+
+    import daskwp.frames.megatron as fm
+    from test_megatron import DATA, _jsonl, read_documents
+    lines = read_documents(DATA / "corpus" / "en_ewt.txt")[:900]
+    docs = ["\n".join(lines[i:i + 3]) for i in range(0, len(lines), 3)]
+    if empty_last:
+        docs[-2] = ""
+    _jsonl(tmp_path / "docs.jsonl", docs)
+    want = _reference(tmp_path)
+    planned, written, real_offer = [], [], jm.InlineMerge.offer
+
+    def offer(self, index, data):
+        if index == self.n - 1:   # the merge thread's work ahead done before it
+            t = time.monotonic() + 60
+            while (self.appended < index or not self._planned or
+                   self.appender.ahead_pending()) and time.monotonic() < t:
+                time.sleep(0.01)
+            planned.append((self.appender._plan, self.appender.sequences))
+        return real_offer(self, index, data)
+
+    def counted(real):
+        def write(self, *args):
+            if finishing:
+                written.append(args[-1] if len(args) == 3 else memoryview(args[0]).nbytes)
+            return real(self, *args)
+        return write
+    finishing = False
+    real_finish = fm.PairAppender.finish
+
+    def finish(self):
+        nonlocal finishing
+        finishing = True
+        return real_finish(self)
+    monkeypatch.setattr(jm.InlineMerge, "offer", offer)
+    monkeypatch.setattr(fm.PairAppender, "finish", finish)
+    monkeypatch.setattr(fm._DirectRegion, "write", counted(fm._DirectRegion.write))
+    monkeypatch.setattr(fm._DirectRegion, "write_from",
+                        counted(fm._DirectRegion.write_from))
+    s = run_job(make_config(_values(tmp_path)))
+    _same_bytes(s, want)
+    n, seqs, n_docs = s["partitions"], s["megatron"]["sequences"], s["megatron"]["documents"]
+    assert n > 4 and n_docs == len(docs) and seqs == n_docs - empty_last
+    assert planned[0][0] == (n_docs, n_docs)
+    rec = json.loads((tmp_path / "o" / f"{jm.part_prefix(n - 1, n)}.json").read_text())
+    last = rec[jm.MERGED_KEY]
+    tail = (8 * (last["sequences"][1] - last["sequences"][0]) +
+            8 * (last["documents"][1] - last["documents"][0]))
+    everything = 8 * seqs + 8 * (n_docs + 1)
+    # (the merge thread may write the last partition's too, before finish)
+    if empty_last:
+        assert sum(written) == everything
+    else:
+        assert sum(written) <= tail < everything / 4

@@ -445,10 +445,12 @@ def test_summary_seconds_include_the_merge_of_the_parts(tmp_path, monkeypatch):
 def test_a_direct_merge_writes_the_bin_and_the_index_end_without_the_page_cache(tmp_path,
                                                                                monkeypatch,
                                                                                n):
-    """PairAppender(direct=True): every .bin byte and, at finish, the pointers and the
-    document indices (the last block of the lengths written again with them) go through
-    an O_DIRECT file; the bytes are those of one write (n=3: the .idx's lengths end in its
-    first block, the header's; n=30: past it)."""
+    """PairAppender(direct=True): every .bin byte goes through an O_DIRECT file, and at
+    finish the pointers and the document indices through two regions
+    (_DirectRegion), all but their partial first and last blocks (shared with the lengths
+    and each other) with O_DIRECT; the bytes are those of one write (n=3: the .idx's
+    lengths end in its first block, the header's, and nothing is direct; n=30: past
+    it, whole blocks of pointers and indices)."""
     import os
 
     import daskwp.frames.megatron as fm
@@ -460,7 +462,8 @@ def test_a_direct_merge_writes_the_bin_and_the_index_end_without_the_page_cache(
         with open(f"/proc/self/fdinfo/{fd}") as fh:
             return int(next(x for x in fh if x.startswith("flags:")).split()[1], 8)
 
-    real_write, real_from = fm._DirectAppendFile.write, fm._DirectAppendFile.write_from
+    real_write = fm._DirectAppendFile.write
+    real_region, real_pwrite = fm._DirectRegion.write, os.pwrite
 
     def count(self, nbytes):
         assert flags(self.fd) & os.O_DIRECT
@@ -471,15 +474,89 @@ def test_a_direct_merge_writes_the_bin_and_the_index_end_without_the_page_cache(
         count(self, memoryview(data).nbytes)
         return real_write(self, data)
 
-    def write_from(self, fd, offset, nbytes):
-        count(self, nbytes)
-        return real_from(self, fd, offset, nbytes)
+    def region(self, data):
+        through["idx"] = through.get("idx", 0) + memoryview(data).nbytes
+        return real_region(self, data)
+
+    def pwrite(fd, data, offset):
+        n = real_pwrite(fd, data, offset)
+        if flags(fd) & os.O_DIRECT and os.readlink(f"/proc/self/fd/{fd}").endswith(".idx"):
+            through["idx direct"] = through.get("idx direct", 0) + n
+        return n
     monkeypatch.setattr(fm._DirectAppendFile, "write", write)
-    monkeypatch.setattr(fm._DirectAppendFile, "write_from", write_from)
+    monkeypatch.setattr(fm._DirectRegion, "write", region)
+    monkeypatch.setattr(os, "pwrite", pwrite)
     out = PairAppender(str(tmp_path / ".tmp-d"), fsync=True, direct=True)
     assert out.bin_direct
     _append_all_and_compare(out, prefixes, tmp_path)
     assert (fm._FIXED + 4 * whole.sequences > fm._DIRECT_ALIGN) == (n == 30)
-    assert through == {"bin": os.path.getsize(tmp_path / "whole.bin"),
-                       "idx": 8 * whole.sequences + 8 * (whole.documents + 1)}
+    end = 8 * whole.sequences + 8 * (whole.documents + 1)
+    assert through["bin"] == os.path.getsize(tmp_path / "whole.bin")
+    # the documents section comes from the section file (write_from): all but the pointers
+    assert through["idx"] == 8 * whole.sequences
+    direct = through.get("idx direct", 0)
+    assert end - 4 * fm._DIRECT_ALIGN <= direct <= end
+    assert (direct > 0) == (n == 30)
     assert not list(tmp_path.glob(".tmp-d.idx.*"))
+
+
+@pytest.mark.parametrize("direct", [True, False])
+@pytest.mark.parametrize("more", [0, 1, 25, -1])
+def test_an_index_planned_ahead_gives_the_bytes_of_one_write(tmp_path, monkeypatch,
+                                                             direct, more):
+    """PairAppender.plan_index + write_ahead: with the dataset's own counts (more=0) the
+    pointers and document indices are written as the parts are appended, and finish
+    writes none of them; with more sequences and documents than it ends with (1, 25:
+    the regions placed past the real end), or fewer (-1: dropped when the appends pass
+    it), finish writes them all at their real places. The bytes are those of one
+    write either way."""
+    import daskwp.frames.megatron as fm
+    n = 30
+    prefixes = _parts(tmp_path, n)
+    whole = read_index(str(tmp_path / "whole.idx"))
+    monkeypatch.setattr(fm, "_DIRECT_CHUNK", 8192)   # several buffers of each region
+    out = PairAppender(str(tmp_path / ".tmp-p"), fsync=True, direct=direct, keep=True)
+    assert out.plan_index(whole.sequences + more, whole.documents + more)
+    assert not out.plan_index(whole.sequences, whole.documents)   # once
+    steps = 0
+    for p in prefixes:
+        out.append(p)
+        while out.write_ahead(17):
+            steps += 1
+        assert not out.ahead_pending()
+    assert steps > n
+    written = []
+    real = fm._DirectRegion.write
+
+    def write(self, data):
+        written.append(memoryview(data).nbytes)
+        return real(self, data)
+    monkeypatch.setattr(fm._DirectRegion, "write", write)
+    out.finish()
+    # (buffered, the document indices go through write too)
+    again = 8 * whole.sequences + (0 if direct else 8 * (whole.documents + 1))
+    assert sum(written) == (0 if more == 0 else again)
+    for ext in (".bin", ".idx"):
+        with open(out.prefix + ext, "rb") as fh:
+            assert fh.read() == (tmp_path / f"whole{ext}").read_bytes()
+    assert not list(tmp_path.glob(".tmp-p.idx.*"))
+
+
+def test_a_resumed_merge_drops_what_was_written_ahead(tmp_path):
+    """A merge killed after writing ahead (kept to resume) and reopened: its .idx is cut to
+    the lengths, and the bytes are those of one write."""
+    n = 6
+    prefixes = _parts(tmp_path, n)
+    whole = read_index(str(tmp_path / "whole.idx"))
+    out = PairAppender(str(tmp_path / ".tmp-r"), fsync=True, direct=True, keep=True)
+    out.plan_index(whole.sequences, whole.documents)
+    for p in prefixes[:3]:
+        out.append(p)
+    out.write_ahead()
+    state = (out.sequences, out.documents, out.bin_bytes, str(out.dtype))
+    out._files, files = [], out._files   # killed: nothing closed nor removed
+    for _, fh in files:
+        fh.close()
+    out2 = PairAppender(str(tmp_path / ".tmp-r"), fsync=True, direct=True, keep=True,
+                        resume=state)
+    _append_all_and_compare(out2, prefixes[3:], tmp_path)

@@ -525,23 +525,6 @@ class _DirectAppendFile:
         self.size += n
         return n
 
-    def write_from(self, fd: int, offset: int, count: int) -> None:
-        """Append ``count`` bytes of the open file ``fd`` from ``offset``, read straight
-        into the buffer (one copy). ValueError where the file is shorter."""
-        while count:
-            k = min(count, _DIRECT_CHUNK - self._fill)
-            got = os.preadv(fd, [self._buf[self._fill:self._fill + k]], offset)
-            if not got:
-                raise ValueError(f"file descriptor {fd} ends {count} bytes early")
-            self._fill += got
-            self.size += got
-            offset += got
-            count -= got
-            if self._fill == _DIRECT_CHUNK:
-                self._put(_DIRECT_CHUNK)
-                self._base += _DIRECT_CHUNK
-                self._fill = 0
-
     def _put(self, nbytes: int) -> None:
         """Write the buffer's first ``nbytes`` (aligned) at the buffer's offset."""
         done = 0
@@ -585,6 +568,124 @@ class _DirectAppendFile:
             self._buf.release()
             _give_buffer(self._map)
             self._map = None
+
+
+def _pwrite_all(fd: int, data, offset: int) -> None:
+    """Write every byte of ``data`` to the open file ``fd`` at ``offset``."""
+    view = memoryview(data).cast("B")
+    while view:
+        n = os.pwrite(fd, view, offset)
+        view = view[n:]
+        offset += n
+
+
+class _DirectRegion:
+    """Bytes written front to back into an open file from offset ``start`` (any), past
+    what the file holds or not, without the page cache: whole blocks (:data:`_DIRECT_ALIGN`)
+    through ``direct_fd`` (opened ``O_DIRECT``) a buffer (:data:`_DIRECT_CHUNK`) at a time,
+    and the partial blocks at either end, whose other bytes are not this region's (the
+    ``.idx`` sections before and after it), through ``fd`` (buffered): the first when
+    the buffer is first written, the last by :meth:`close`. ``direct_fd`` None (or a
+    write refused with EINVAL): every byte through ``fd``. :meth:`close` writes what is
+    left; :meth:`discard` drops it.
+
+    Memory: the buffer (:data:`_DIRECT_CHUNK`, pooled)."""
+
+    def __init__(self, fd: int, direct_fd: int | None, start: int):
+        self.fd, self.direct_fd = fd, direct_fd
+        self.end = start
+        self._map = _take_buffer() if direct_fd is not None else None
+        self._buf = memoryview(self._map) if self._map is not None else None
+        self._base = start - start % _DIRECT_ALIGN
+        self._skip = self._fill = start - self._base   # of the first block: not this region's
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        n = len(view)
+        if self._buf is None:
+            _pwrite_all(self.fd, view, self.end)
+        while self._buf is not None and view:
+            k = min(len(view), _DIRECT_CHUNK - self._fill)
+            self._buf[self._fill:self._fill + k] = view[:k]
+            self._fill += k
+            view = view[k:]
+            self._filled()
+        self.end += n
+        return n
+
+    def write_from(self, fd: int, offset: int, count: int) -> None:
+        """Write ``count`` bytes of the open file ``fd`` from ``offset`` (read straight into
+        the buffer: one copy). ValueError where it is shorter."""
+        if self._buf is None:
+            for buf in _pread_fd(fd, offset, count):
+                self.write(buf)
+            return
+        while count:
+            k = min(count, _DIRECT_CHUNK - self._fill)
+            got = os.preadv(fd, [self._buf[self._fill:self._fill + k]], offset)
+            if not got:
+                raise ValueError(f"file descriptor {fd} ends {count} bytes early")
+            self._fill += got
+            self.end += got
+            offset += got
+            count -= got
+            self._filled()
+
+    def _filled(self) -> None:
+        if self._fill == _DIRECT_CHUNK:
+            self._put(_DIRECT_CHUNK)
+            self._base += _DIRECT_CHUNK
+            self._fill = self._skip = 0
+
+    def _put(self, nbytes: int) -> None:
+        """Write the buffer's first ``nbytes`` (whole blocks) at its offset: the first
+        block's bytes of this region buffered where it begins inside it, the rest direct."""
+        lo = 0
+        if self._skip:
+            _pwrite_all(self.fd, self._buf[self._skip:_DIRECT_ALIGN], self._base + self._skip)
+            lo = _DIRECT_ALIGN
+        while lo < nbytes:
+            if self.direct_fd is None:
+                _pwrite_all(self.fd, self._buf[lo:nbytes], self._base + lo)
+                return
+            try:
+                lo += os.pwrite(self.direct_fd, self._buf[lo:nbytes], self._base + lo)
+            except OSError as e:
+                if e.errno != errno.EINVAL:
+                    raise
+                self.direct_fd = None   # refused after all: buffered, the same bytes
+
+    def close(self) -> None:
+        """Write what the buffer holds (its whole blocks direct, the last partial block
+        buffered) and release it."""
+        if self._buf is not None:
+            whole = self._fill - self._fill % _DIRECT_ALIGN
+            lo = self._skip
+            if whole > self._skip:
+                self._put(whole)
+                lo = whole
+            if self._fill > lo:
+                _pwrite_all(self.fd, self._buf[lo:self._fill], self._base + lo)
+        self.discard()
+
+    def discard(self) -> None:
+        """Release the buffer, unwritten."""
+        if self._map is not None:
+            self._buf.release()
+            _give_buffer(self._map)
+            self._map = self._buf = None
+
+
+def _pread_fd(fd: int, offset: int, count: int):
+    """The ``count`` bytes of the open file ``fd`` from ``offset`` in pieces of at most
+    16 MB. ValueError where it is shorter."""
+    while count:
+        buf = os.pread(fd, min(count, _COPY_CHUNK), offset)
+        if not buf:
+            raise ValueError(f"file descriptor {fd} ends {count} bytes early")
+        yield buf
+        offset += len(buf)
+        count -= len(buf)
 
 
 #: Index entries shifted at a time by :class:`PairAppender` (8 MB of int64).
@@ -664,6 +765,12 @@ class PairAppender:
     file, ``out_prefix.idx.documents``, copied after them by :meth:`finish`, which first
     writes the sequence pointers from the lengths: the only work left once every dataset is
     appended).
+    :meth:`plan_index` with the counts the dataset will end with (known before its last
+    datasets are appended) starts that work early: :meth:`write_ahead` then writes the
+    pointers and document indices of what is appended so far at their places in the
+    ``.idx`` for those counts (a job's merge calls it while it waits for its next
+    partition), and :meth:`finish` writes only what is left; a dataset past those counts
+    drops the plan, and :meth:`finish` with other counts writes them all again.
     :meth:`close` removes the section files (and, before :meth:`finish`, the output pair;
     with ``keep``, nothing before :meth:`finish`: ``resume`` = ``(sequences, documents,
     bin_bytes, dtype)`` then reopens the three files, cut to the datasets they held then).
@@ -691,6 +798,14 @@ class PairAppender:
         self.finished = False
         self._buf = np.empty(_SHIFT_ENTRIES, dtype=np.int64)
         self._files = []
+        # plan_index: the counts planned, the two regions being written (pointers,
+        # document indices), the sequences, document entries and .bin bytes they hold
+        self._plan: tuple | None = None
+        self._planned = False
+        self._regions: list = []
+        self._direct_idx: int | None = None
+        self._ahead = (0, 0, 0)
+        self._ahead_lock = threading.Lock()
         if resume is not None:   # the files hold datasets already: cut to them, go on
             self.sequences, self.documents, self.bin_bytes, dtype = resume
             self.dtype = None if dtype is None else np.dtype(dtype)
@@ -741,6 +856,7 @@ class PairAppender:
         self._check_dtype(dtype, "a dataset")
         lengths = _check_lengths(sequence_lengths)
         ends = np.asarray(document_ends, dtype=np.int64)
+        self._past_plan(len(lengths), len(ends))
         start = (self.sequences, self.documents, self.bin_bytes)
         n_bytes = 0
         out = [(self._bin, t) for t in tokens]
@@ -788,6 +904,7 @@ class PairAppender:
         if have != size:
             raise ValueError(f"{prefix}.bin holds {have} bytes, its index {size}")
         n = ix.sequences
+        self._past_plan(n, ix.documents)
         if n and (ix.sequence_pointers[0] != 0 or int(ix.sequence_pointers[-1]) +
                   int(ix.sequence_lengths[-1]) * ix.dtype.itemsize != size):
             raise ValueError(f"{ix.path}: its sequence pointers do not follow its lengths")
@@ -816,20 +933,96 @@ class PairAppender:
             with open(prefix + ".bin", "rb", buffering=0) as src:
                 drop_cached_pages(src.fileno())
 
-    def _pointer_chunks(self):
-        """The sequence pointers: the prefix sum of the lengths (read back from the
-        ``.idx``, kept in the page cache) x the token size, ``_SHIFT_ENTRIES`` at a time
-        (views of one buffer: each is used before the next is made)."""
+    def plan_index(self, sequences: int, documents: int) -> bool:
+        """Expect the dataset to end with ``sequences`` sequences and ``documents``
+        documents: :meth:`write_ahead` may write the ``.idx``'s pointers and document
+        indices at their places for those counts (once; not below what is appended).
+        Returns whether the plan is taken."""
+        with self._ahead_lock:
+            if self.finished or self._planned or sequences < self.sequences or \
+                    documents < self.documents:
+                return False
+            self._planned = True
+            self._start_regions(sequences, documents)
+            return True
+
+    def _start_regions(self, sequences: int, documents: int) -> None:
+        self._plan = (sequences, documents)
+        self._ahead = (0, 0, 0)
+        if self.direct and self._direct_idx is None:
+            self._direct_idx = open_direct(self.prefix + ".idx", os.O_WRONLY)
+        fd = self._idx.fileno()
+        self._regions = [_DirectRegion(fd, self._direct_idx, _FIXED + 4 * sequences),
+                         _DirectRegion(fd, self._direct_idx, _FIXED + 12 * sequences)]
+
+    def drop_plan(self) -> None:
+        """Forget :meth:`plan_index` (after a failed :meth:`write_ahead`: :meth:`finish`
+        writes every pointer and document index)."""
+        with self._ahead_lock:
+            self._drop_plan()
+
+    def _drop_plan(self) -> None:
+        for r in self._regions:
+            r.discard()
+        self._regions = []
+        self._plan = None
+        if self._direct_idx is not None:
+            os.close(self._direct_idx)
+            self._direct_idx = None
+
+    def _past_plan(self, sequences: int, documents: int) -> None:
+        """Before a dataset of ``sequences`` and ``documents`` is appended: the plan is
+        dropped when they go past it (its regions would then hold lengths)."""
+        plan = self._plan
+        if plan is not None and (self.sequences + sequences > plan[0] or
+                                 self.documents + documents > plan[1]):
+            self.drop_plan()
+
+    def ahead_pending(self) -> bool:
+        """Whether :meth:`write_ahead` has entries to write."""
+        plan = self._plan
+        return (plan is not None and not self.finished and
+                (self._ahead[0] < self.sequences or self._ahead[1] < self.documents + 1))
+
+    def write_ahead(self, entries: int | None = None) -> bool:
+        """Write up to ``entries`` (default all) pointers and as many document indices of
+        the datasets appended so far to their places in the ``.idx`` (:meth:`plan_index`);
+        returns whether some are left. Nothing without a plan. Its own lock: another
+        thread may :meth:`finish` (it waits for this)."""
+        with self._ahead_lock:
+            if self._plan is None or self.finished:
+                return False
+            self._write_regions(entries)
+            return self.ahead_pending()
+
+    def _write_regions(self, entries: int | None) -> None:
+        seq, doc, nbytes = self._ahead
+        hi = self.sequences if entries is None else min(self.sequences, seq + entries)
+        if hi > seq:
+            for chunk in self._pointer_chunks(seq, hi, nbytes):
+                self._regions[0].write(chunk)
+            nbytes = self._pointer_end
+        top = self.documents + 1
+        hi_doc = top if entries is None else min(top, doc + entries)
+        if hi_doc > doc:
+            self._regions[1].write_from(self._doc.fileno(), 8 * doc, 8 * (hi_doc - doc))
+        self._ahead = (hi, hi_doc, nbytes)
+
+    def _pointer_chunks(self, lo: int, hi: int, start: int):
+        """The pointers of sequences ``lo`` to ``hi`` (``start``: sequence ``lo``'s): the
+        prefix sum of the lengths (read back from the ``.idx``, kept in the page cache) x
+        the token size, ``_SHIFT_ENTRIES`` at a time (views of one buffer: each is used
+        before the next is made)."""
         size = self.dtype.itemsize
         lengths = np.empty(_SHIFT_ENTRIES, dtype=np.int32)
-        start = 0
-        for lo in range(0, self.sequences, _SHIFT_ENTRIES):
-            k = min(_SHIFT_ENTRIES, self.sequences - lo)
+        self._pointer_end = start   # the pointer after the last: its sequence's end
+        for at in range(lo, hi, _SHIFT_ENTRIES):
+            k = min(_SHIFT_ENTRIES, hi - at)
             piece = lengths[:k]
             view = memoryview(piece).cast("B")
             done = 0
             while done < 4 * k:
-                got = os.preadv(self._idx.fileno(), [view[done:]], _FIXED + 4 * lo + done)
+                got = os.preadv(self._idx.fileno(), [view[done:]], _FIXED + 4 * at + done)
                 if not got:
                     raise ValueError(f"{self.prefix}.idx ends before its lengths")
                 done += got
@@ -838,44 +1031,39 @@ class PairAppender:
             np.cumsum(piece[:-1], dtype=np.int64, out=chunk[1:])
             chunk[1:] *= size
             chunk[1:] += start
-            start = int(chunk[-1]) + int(piece[-1]) * size
+            start = self._pointer_end = int(chunk[-1]) + int(piece[-1]) * size
             yield chunk
 
     def finish(self) -> dict:
-        """Complete the ``.idx`` (header, pointers, document indices) and close both files;
-        returns ``{"sequences", "documents", "tokens", "dtype"}``. With ``direct``, the
-        pointers and the document indices go to the ``.idx`` without the page cache (the
-        last block of the lengths read back into the buffer and written again with them)."""
+        """Complete the ``.idx`` (header, pointers, document indices: what
+        :meth:`write_ahead` has not written, all of them when the dataset does not end
+        with the planned counts) and close both files; returns ``{"sequences",
+        "documents", "tokens", "dtype"}``. With ``direct``, the pointers and the document
+        indices go to the ``.idx`` without the page cache (:class:`_DirectRegion`: the
+        blocks they share with the lengths and each other buffered)."""
         if self.dtype is None:
             raise ValueError("merge_pairs needs at least one dataset")
-        tail = _DirectAppendFile.open(self.prefix + ".idx", _FIXED + 4 * self.sequences) \
-            if self.direct else None
-        out = tail if tail is not None else self._idx
-        try:
-            for chunk in self._pointer_chunks():
-                _write_array(out, chunk)
-            if tail is not None:
-                tail.write_from(self._doc.fileno(), 0, 8 * (self.documents + 1))
-                tail.flush()
-            else:
-                self._doc.seek(0)
-                append_file(self._doc, self._idx)
-            # (buffered, after the direct writes: the first block may be the tail's)
-            os.pwrite(self._idx.fileno(), _header(self.dtype, self.sequences,
-                                                  self.documents + 1), 0)
+        with self._ahead_lock:
+            if self._plan != (self.sequences, self.documents):
+                self._drop_plan()
+                self._start_regions(self.sequences, self.documents)
+            self._write_regions(None)
+            for r in self._regions:
+                r.close()
+            self._regions = []
+            fd = self._idx.fileno()
+            # (a plan dropped may have written past the end)
+            os.ftruncate(fd, index_size(self.sequences, self.documents))
+            os.pwrite(fd, _header(self.dtype, self.sequences, self.documents + 1), 0)
             if isinstance(self._bin, _DirectAppendFile):
                 self._bin.flush()
             if self.fsync:
                 for fh in (self._bin, self._idx):
                     os.fsync(fh.fileno())
-                    if not isinstance(fh, _DirectAppendFile) and tail is None:
+                    if not isinstance(fh, _DirectAppendFile):
                         drop_cached_pages(fh.fileno())
-                if tail is not None:   # the header's page, and the lengths' kept pages
-                    drop_cached_pages(self._idx.fileno())
-        finally:
-            if tail is not None:
-                tail.close()
-        self.finished = True
+            self._drop_plan()
+            self.finished = True
         self.close()
         return {"sequences": self.sequences, "documents": self.documents,
                 "tokens": self.bin_bytes // self.dtype.itemsize, "dtype": str(self.dtype)}
@@ -883,6 +1071,8 @@ class PairAppender:
     def close(self) -> None:
         """Close the files and remove the section files; before :meth:`finish`, the output
         pair too."""
+        with self._ahead_lock:
+            self._drop_plan()
         for ext, fh in self._files:
             fh.close()
             if self.keep and not self.finished:   # to resume (a job's merge)
