@@ -514,7 +514,17 @@ def test_an_index_planned_ahead_gives_the_bytes_of_one_write(tmp_path, monkeypat
     n = 30
     prefixes = _parts(tmp_path, n)
     whole = read_index(str(tmp_path / "whole.idx"))
+    import threading
     monkeypatch.setattr(fm, "_DIRECT_CHUNK", 8192)   # several buffers of each region
+    # the document indices on a thread of their own (direct) or not
+    monkeypatch.setattr(fm, "_PARALLEL_ENTRIES", 1 if direct else 1 << 40)
+    threads = set()
+    real_from = fm._DirectRegion.write_from
+
+    def write_from(self, *args):
+        threads.add(threading.current_thread().name.split("_")[0])
+        return real_from(self, *args)
+    monkeypatch.setattr(fm._DirectRegion, "write_from", write_from)
     out = PairAppender(str(tmp_path / ".tmp-p"), fsync=True, direct=direct, keep=True)
     assert out.plan_index(whole.sequences + more, whole.documents + more)
     assert not out.plan_index(whole.sequences, whole.documents)   # once
@@ -540,6 +550,7 @@ def test_an_index_planned_ahead_gives_the_bytes_of_one_write(tmp_path, monkeypat
         with open(out.prefix + ext, "rb") as fh:
             assert fh.read() == (tmp_path / f"whole{ext}").read_bytes()
     assert not list(tmp_path.glob(".tmp-p.idx.*"))
+    assert threads == ({"MainThread", "daskwp-idx"} if direct else {"MainThread"})
 
 
 def test_a_resumed_merge_drops_what_was_written_ahead(tmp_path):

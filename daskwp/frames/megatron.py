@@ -690,6 +690,9 @@ def _pread_fd(fd: int, offset: int, count: int):
 
 #: Index entries shifted at a time by :class:`PairAppender` (8 MB of int64).
 _SHIFT_ENTRIES = 1 << 20
+#: Pointers and document indices from which :class:`PairAppender` writes both at once
+#: (two threads; fewer: one after the other).
+_PARALLEL_ENTRIES = 1 << 16
 
 
 def _write_shifted(out, a: np.ndarray, shift: int, buf: np.ndarray) -> None:
@@ -806,6 +809,8 @@ class PairAppender:
         self._direct_idx: int | None = None
         self._ahead = (0, 0, 0)
         self._ahead_lock = threading.Lock()
+        self._helper = None     # the document indices' writer thread (_write_regions)
+        self._lengths: np.ndarray | None = None
         if resume is not None:   # the files hold datasets already: cut to them, go on
             self.sequences, self.documents, self.bin_bytes, dtype = resume
             self.dtype = None if dtype is None else np.dtype(dtype)
@@ -962,6 +967,9 @@ class PairAppender:
             self._drop_plan()
 
     def _drop_plan(self) -> None:
+        if self._helper is not None:
+            self._helper.shutdown()
+            self._helper = None
         for r in self._regions:
             r.discard()
         self._regions = []
@@ -996,16 +1004,31 @@ class PairAppender:
             return self.ahead_pending()
 
     def _write_regions(self, entries: int | None) -> None:
+        """The pointers and document indices up to ``entries`` more of each (None: all);
+        the indices on a thread of their own while this one makes and writes the
+        pointers, when both are many (two writers: the disk takes more at once)."""
         seq, doc, nbytes = self._ahead
         hi = self.sequences if entries is None else min(self.sequences, seq + entries)
-        if hi > seq:
-            for chunk in self._pointer_chunks(seq, hi, nbytes):
-                self._regions[0].write(chunk)
-            nbytes = self._pointer_end
         top = self.documents + 1
         hi_doc = top if entries is None else min(top, doc + entries)
+        docs = None
         if hi_doc > doc:
-            self._regions[1].write_from(self._doc.fileno(), 8 * doc, 8 * (hi_doc - doc))
+            args = (self._doc.fileno(), 8 * doc, 8 * (hi_doc - doc))
+            if hi - seq >= _PARALLEL_ENTRIES and hi_doc - doc >= _PARALLEL_ENTRIES:
+                if self._helper is None:
+                    from concurrent.futures import ThreadPoolExecutor
+                    self._helper = ThreadPoolExecutor(1, thread_name_prefix="daskwp-idx")
+                docs = self._helper.submit(self._regions[1].write_from, *args)
+            else:
+                self._regions[1].write_from(*args)
+        try:
+            if hi > seq:
+                for chunk in self._pointer_chunks(seq, hi, nbytes):
+                    self._regions[0].write(chunk)
+                nbytes = self._pointer_end
+        finally:
+            if docs is not None:
+                docs.result()
         self._ahead = (hi, hi_doc, nbytes)
 
     def _pointer_chunks(self, lo: int, hi: int, start: int):
@@ -1014,7 +1037,9 @@ class PairAppender:
         the token size, ``_SHIFT_ENTRIES`` at a time (views of one buffer: each is used
         before the next is made)."""
         size = self.dtype.itemsize
-        lengths = np.empty(_SHIFT_ENTRIES, dtype=np.int32)
+        if self._lengths is None:
+            self._lengths = np.empty(_SHIFT_ENTRIES, dtype=np.int32)
+        lengths = self._lengths
         self._pointer_end = start   # the pointer after the last: its sequence's end
         for at in range(lo, hi, _SHIFT_ENTRIES):
             k = min(_SHIFT_ENTRIES, hi - at)
