@@ -6,7 +6,36 @@ The package is layered (docs/design.md §8): core → backends → frames → di
 accessors, jobs → cli; this module is the public face and re-exports the API.
 """
 
+import os as _os
+import sys as _sys
 import warnings as _warnings
+
+
+def _started_as_command(argv, orig_argv, main_file) -> bool:
+    """Whether this process is the ``daskwp`` command: its console script (``__main__`` is
+    the script ``daskwp``) or ``python -m daskwp`` (``-m daskwp.cli``), which imports this
+    package while ``sys.argv[0]`` is still ``"-m"``."""
+    if main_file and _os.path.splitext(_os.path.basename(main_file))[0] in (
+            "daskwp", "daskwp-script"):
+        return True
+    if list(argv[:1]) != ["-m"]:
+        return False
+    orig_argv = list(orig_argv)
+    for k, a in enumerate(orig_argv[1:], 1):   # the interpreter's -m, the first one
+        if a == "-m":
+            return orig_argv[k + 1:k + 2] in (["daskwp"], ["daskwp.cli"])
+        if a.startswith("-m"):
+            return a[2:] in ("daskwp", "daskwp.cli")
+    return False
+
+
+if _started_as_command(_sys.argv, getattr(_sys, "orig_argv", ()),
+                       getattr(_sys.modules.get("__main__"), "__file__", None)):
+    # The command does no BLAS work, and OpenBLAS's threads, started when numpy loads it,
+    # spin for a while on every core (~0.1 s of CPU: half of `import numpy`'s) before they
+    # sleep. One thread unless the environment says otherwise; worker processes inherit it,
+    # as a nanny's get OPENBLAS_NUM_THREADS=1 anyway (distributed.nanny.pre-spawn-environ).
+    _os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from .core import config as _config  # noqa: F401  (registers daskwp's dask.config defaults)
 from .core import cache as _cache

@@ -162,3 +162,42 @@ def test_a_nannys_worker_gives_arrow_allocations_to_jemalloc():
                                      "DASKWP_WORKER_MALLOC": "0"}) == [default, default]
     assert _pool_after_worker_state({"MALLOC_TRIM_THRESHOLD_": "65536",
                                      "ARROW_DEFAULT_MEMORY_POOL": "system"}) == ["system"] * 2
+
+
+@pytest.mark.parametrize("argv, orig_argv, main_file, command", [
+    (["/venv/bin/daskwp", "count"], ["/venv/bin/python", "/venv/bin/daskwp", "count"],
+     "/venv/bin/daskwp", True),                                     # the console script
+    (["-m", "count"], ["python", "-m", "daskwp", "count"], None, True),
+    (["-m"], ["python", "-X", "importtime", "-m", "daskwp.cli"], None, True),
+    (["-m"], ["python", "-mdaskwp"], None, True),
+    (["-m"], ["python", "-m", "daskwp.jobs"], None, False),
+    (["-m"], ["python", "-m", "pytest", "-m", "daskwp"], None, False),
+    (["-c"], ["python", "-c", "import daskwp"], None, False),
+    (["job.py"], ["python", "job.py", "-m", "daskwp"], "/home/u/job.py", False),
+    (["daskwp_job.py"], ["python", "daskwp_job.py"], "/home/u/daskwp_job.py", False),
+])
+def test_started_as_command(argv, orig_argv, main_file, command):
+    assert daskwp._started_as_command(argv, orig_argv, main_file) is command
+
+
+def _openblas_threads(tmp_path, script_name: str, env: dict) -> str:
+    import os
+    folder = tmp_path / script_name.replace(".", "_")
+    folder.mkdir()
+    script = folder / script_name   # as pip's console script: `from daskwp.cli import ...`
+    script.write_text("import os\nfrom daskwp.cli import console_main\n"
+                      "print(os.environ.get('OPENBLAS_NUM_THREADS'))\n")
+    clean = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         cwd=REPO, timeout=120, env={**clean, **env})
+    assert res.returncode == 0, res.stderr
+    return res.stdout.strip()
+
+
+def test_the_command_runs_one_openblas_thread_unless_told(tmp_path):
+    """The ``daskwp`` command sets OPENBLAS_NUM_THREADS=1 before numpy loads OpenBLAS (whose
+    idle threads spin at start-up); a value in the environment wins; a program that imports
+    daskwp keeps OpenBLAS's own default."""
+    assert _openblas_threads(tmp_path, "daskwp", {}) == "1"
+    assert _openblas_threads(tmp_path, "other.py", {}) == "None"
+    assert _openblas_threads(tmp_path, "daskwp-script.py", {"OPENBLAS_NUM_THREADS": "4"}) == "4"
