@@ -671,8 +671,10 @@ class InlineMerge(PartMerger):
                 and (not self._planned or self.appender.ahead_pending()))
 
     #: Entries (pointers, and as many document indices) a step of the work ahead writes
-    #: before the merge thread looks for a partition to append again (8 MB of each).
-    AHEAD_ENTRIES = 1 << 20
+    #: before the merge thread looks for a partition to append again (2 MB of each: the
+    #: step's pointers and the lengths read back for them are arrays of its size, touched
+    #: while the last partitions are in memory; the writes still go 8 MB at a time).
+    AHEAD_ENTRIES = 1 << 18
 
     def _write_ahead(self) -> None:
         app = self.appender
