@@ -313,6 +313,8 @@ class NativeParquetWriter:
             self._kv[k] = v.encode() if isinstance(v, str) else bytes(v)
 
     def write_table(self, table: pa.Table, row_group_size: int | None = None) -> None:
+        if self._closed:
+            raise ValueError("write_table on a closed NativeParquetWriter: the file ended")
         if table.schema.remove_metadata() != self.schema.remove_metadata():
             raise ValueError(f"table schema differs from the file's: {table.schema}")
         n = table.num_rows
@@ -393,3 +395,7 @@ class NativeParquetWriter:
             (7, "list", ("struct", orders)),
         ])
         self._sink.write(footer + struct.pack("<i", len(footer)) + b"PAR1")
+        # the sink (a hashing file, its checksum's hash an extension object) is not held past
+        # the file's end: the writer's bound compressor makes it a cycle, collected late, or
+        # never where the heap is frozen at exit (the console command's)
+        self._sink = None

@@ -390,6 +390,10 @@ class PartWriter:
             self._done = True
             if self._file is not None and not self._file.closed:
                 self._file.abort()
+            # the file and its checksum's hash go with the part: a writer kept in a reference
+            # cycle (collected late, or never where the heap is frozen at exit) would otherwise
+            # hold the extension's hash object past the module's teardown
+            self._file = None
             if self._writer is not None:
                 writer, self._writer = self._writer, None
                 try:
