@@ -92,9 +92,7 @@ class Vocabulary:
                  source: str = "<tokens>", config: dict | None = None,
                  nonspecial_tokens: Iterable[str] = ()):
         tokens = list(tokens)  # id -> token (may contain duplicates / empty strings)
-        model: dict[str, int] = {}
-        for i, t in enumerate(tokens):
-            model[t] = i  # the last occurrence wins, as in HF
+        model = _token_map(tokens)  # the last occurrence wins, as in HF
         for t, i in (extra_tokens or {}).items():
             # Model tokens beyond the list or sharing an id with another token.
             model[t] = i
@@ -211,19 +209,13 @@ class Vocabulary:
             raw = raw[3:]
         if not raw.strip():
             raise ValueError(f"vocabulary file {str(p)!r} is empty")
-        lines = raw.split(b"\n")
-        if lines and lines[-1] == b"":
+        try:   # the whole file at once (a line at a time: 3x the time of a 30k-line file)
+            lines = raw.decode("utf-8").split("\n")
+        except UnicodeDecodeError:
+            _raise_invalid_line(p, raw)
+        if lines and lines[-1] == "":
             lines.pop()
-        tokens = []
-        for n, line in enumerate(lines, 1):
-            try:
-                text = line.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise ValueError(
-                    f"vocabulary file {str(p)!r}, line {n}: invalid UTF-8 ({e.reason} at byte "
-                    f"{e.start}); a vocabulary must be UTF-8 text") from None
-            tokens.append(text.rstrip(_WHITE_SPACE))
-        return cls(tokens, source=str(p), **kwargs)
+        return cls([line.rstrip(_WHITE_SPACE) for line in lines], source=str(p), **kwargs)
 
     @classmethod
     def _from_tokenizer_json(cls, p: Path, **kwargs) -> "Vocabulary":
@@ -369,17 +361,20 @@ class Vocabulary:
         return v
 
     def _compile(self, prefix: str) -> bytes:
-        items = list(self._model.items())
+        tokens, ids = list(self._model), list(self._model.values())
         if prefix != self.continuing_subword_prefix:
             # Continuation pieces hang under another (internal) prefix; the tokens keep their
             # literal place, where a word that starts with the real prefix finds them.
             real = self.continuing_subword_prefix
-            items += [(prefix + t[len(real):], i) for t, i in self._model.items()
-                      if t.startswith(real) and t != real]
-        encoded = [t.encode("utf-8", "surrogatepass") for t, _ in items]
+            moved = [(prefix + t[len(real):], i) for t, i in self._model.items()
+                     if t.startswith(real) and t != real]
+            tokens += [t for t, _ in moved]
+            ids += [i for _, i in moved]
+        encoded = [t.encode("utf-8", "surrogatepass") for t in tokens]
         offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
-        np.cumsum([len(b) for b in encoded], out=offsets[1:])
-        ids = np.fromiter((i for _, i in items), dtype=np.int32, count=len(items))
+        np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)),
+                  out=offsets[1:])
+        ids = np.array(ids, dtype=np.int32)
         return _ext.build_vocab(
             b"".join(encoded), offsets, ids, self._vocab[self.unk_token], prefix,
             list(self.special_tokens),
@@ -554,11 +549,22 @@ def check_new_special_tokens(vocab: "Vocabulary", tokens) -> list[str]:
     return tokens
 
 
+def _raise_invalid_line(p: Path, raw: bytes):
+    """The ValueError of a ``vocab.txt`` that is not UTF-8: the first line that is not, and
+    the byte within it."""
+    for n, line in enumerate(raw.split(b"\n"), 1):
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(
+                f"vocabulary file {str(p)!r}, line {n}: invalid UTF-8 ({e.reason} at byte "
+                f"{e.start}); a vocabulary must be UTF-8 text") from None
+    raise AssertionError("a file that is not UTF-8 has a line that is not")
+
+
 def _token_map(tokens) -> dict:
-    out: dict[str, int] = {}
-    for i, t in enumerate(tokens):
-        out[t] = i
-    return out
+    """token -> id, the last of equal tokens winning (its place in the map, the first's)."""
+    return dict(zip(tokens, range(len(tokens))))
 
 
 def _special_names(spec: dict) -> dict:
