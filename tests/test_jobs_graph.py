@@ -480,3 +480,60 @@ def test_set_task_threads_rejects_a_bad_count_and_keeps_a_bounded_table():
     assert _state._TASK_THREADS == {("k", -1): 3}
     assert _state.task_threads() is None   # not on a worker's task thread
     _state._TASK_THREADS.clear()
+
+
+@pytest.mark.parametrize("scheduler", ["synchronous", "threads"])
+def test_writes_after_total_before_wait_for_the_pass_and_start_in_order(tmp_path, tok,
+                                                                        scheduler):
+    """job_graph's total_before: the pass is done before that partition's write starts,
+    the writes from it on take the partitions in order (dask.order ranks them otherwise)
+    with the right offsets and counts, run_graph reports each under its partition and
+    hands on_total the total first; the counts after it do not keep their bytes."""
+    from daskwp.distributed.local import InProcess
+    sizes = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4]
+    specs = [jobs.PartitionSpec(index=i, path=f"/in/{i // 7}.txt", format="text",
+                                column="text", byte_start=10 * i, byte_end=10 * i + 10,
+                                documents=None) for i in range(len(sizes))]
+    n, tb = len(sizes), 14
+    counts = [sizes[q] if q % 4 == 1 else None for q in range(n)]   # some known
+    events = []
+
+    def count(spec, on_bad_row="error", keep=True):
+        events.append(("count", spec.index, keep))
+        return sizes[spec.index]
+
+    def write(spec, offset, out_dir, tok_, options, job_id, n_, device, documents,
+              file_offset):
+        events.append(("write", spec.index))
+        return {"partition": spec.index, "offset": offset, "documents": documents,
+                "file_offset": file_offset}
+    import unittest.mock
+    with unittest.mock.patch.object(driver, "count_job_partition", count):
+        graph = driver.job_graph(specs, counts, list(range(n)), str(tmp_path), tok, {},
+                                 "d" * 32, "cpu", write=write, total_before=tb)
+    got = {}
+
+    def on_write(i, st):
+        got[i] = st
+
+    def on_total(total):
+        events.append(("total", total))
+    driver.run_graph(graph, InProcess(scheduler, num_workers=2), on_write,
+                     on_total=on_total)
+    assert sorted(got) == list(range(n))
+    for i, st in got.items():
+        first = 7 * (i // 7)
+        assert st == {"partition": i, "offset": sum(sizes[:i]), "documents": sizes[i],
+                      "file_offset": sum(sizes[:first])}
+    at = events.index(("total", sum(sizes)))
+    assert ("write", tb) not in events[:at]
+    assert [e[1] for e in events if e[0] == "write" and e[1] >= tb] == list(range(tb, n))
+    assert {e[1]: e[2] for e in events if e[0] == "count"} == \
+        {q: q <= tb for q in range(n) if counts[q] is None}
+    # no total_before: the plain graph, every count keeps its bytes
+    plain = driver.job_graph(specs, counts, list(range(n)), str(tmp_path), tok, {},
+                             "d" * 32, "cpu", write=write)
+    assert not [k for k in plain.dsk if "tail" in _name(k)]
+    for q in range(n):
+        node = plain.dsk[plain.count_keys[q]]
+        assert isinstance(node, DataNode) or len(node.args) == 2

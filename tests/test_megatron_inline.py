@@ -413,3 +413,55 @@ def test_the_index_end_is_written_while_the_last_partition_is_tokenized(tmp_path
         assert sum(written) == everything
     else:
         assert sum(written) <= tail < everything / 4
+
+
+@pytest.mark.parametrize("separator", [None, "\n"])
+def test_the_driver_gives_the_merge_the_total_before_the_last_partitions(tmp_path,
+                                                                        monkeypatch,
+                                                                        separator):
+    """The driver hands the merge the dataset's documents as soon as the pass has them,
+    and the pass is done before the last len(missing) // AHEAD_SHARE + 1 partitions are
+    written (their writes wait for the total), so the .idx's end is written ahead while
+    they are; the counts of those after the first of them keep none of their bytes (they
+    run early). With a document_separator (no plan) the graph is the plain one. The bytes
+    are those of merging the parts."""
+    from daskwp.jobs.inputs import reading
+    from test_megatron import DATA, _jsonl, read_documents
+    lines = read_documents(DATA / "corpus" / "en_ewt.txt")[:1200]
+    _jsonl(tmp_path / "docs.jsonl", ["\n".join(lines[i:i + 3])
+                                     for i in range(0, len(lines), 3)])
+    monkeypatch.setattr(jm.InlineMerge, "AHEAD_SHARE", 4)
+    kw = {} if separator is None else {"document_separator": separator}
+    s = run_job(make_config(_values(tmp_path, "parts", merge_parts=False, **kw)))
+    merge_pairs(s["megatron"]["prefixes"], str(tmp_path / "ref"))
+    want = {ext: (tmp_path / f"ref{ext}").read_bytes() for ext in (".bin", ".idx")}
+    offered, told, kept_counts = [], [], []
+    real_offer, real_expect = jm.InlineMerge.offer, jm.InlineMerge.expect_documents
+    real_kept = reading.read_counted_bytes
+
+    def offer(self, index, data):
+        offered.append(index)
+        return real_offer(self, index, data)
+
+    def expect_documents(self, documents):
+        told.append((documents, max(offered, default=-1)))
+        return real_expect(self, documents)
+
+    def read_counted_bytes(spec):
+        kept_counts.append(spec.index)
+        return real_kept(spec)
+    monkeypatch.setattr(jm.InlineMerge, "offer", offer)
+    monkeypatch.setattr(jm.InlineMerge, "expect_documents", expect_documents)
+    monkeypatch.setattr(reading, "read_counted_bytes", read_counted_bytes)
+    s = run_job(make_config(_values(tmp_path, **kw)))
+    _same_bytes(s, want)
+    n = s["partitions"]
+    assert n >= 12 and offered == list(range(n))
+    m = n // 4
+    if separator is None:
+        # first told by the driver, before partition n - 1 - m was offered
+        assert told[0] == (s["documents"], n - 2 - m)
+        assert sorted(kept_counts) == list(range(n - m))
+    else:   # told by the last partition's task, as before; every count kept its bytes
+        assert told[0] == (s["documents"], n - 2)
+        assert sorted(kept_counts) == list(range(n))

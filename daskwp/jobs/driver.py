@@ -63,7 +63,7 @@ import sys
 import threading
 import time
 import uuid
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, NamedTuple, Sequence
 
 
 from ..backends.memory import release_freed_heap
@@ -614,21 +614,74 @@ class JobGraph:
     tokenizer_key: str
 
 
-def _job_count(specs: Sequence[PartitionSpec], counts: Sequence, on_bad_row: str, q: int):
-    """A leaf of the pass: the known count of partition q, or the task that counts it."""
-    return counts[q] if counts[q] is not None else (count_job_partition, specs[q],
-                                                    on_bad_row)
+def _job_count(specs: Sequence[PartitionSpec], counts: Sequence, on_bad_row: str,
+               ahead: int, q: int):
+    """A leaf of the pass: the known count of partition q, or the task that counts it
+    (from partition ``ahead`` on, keeping none of its bytes for its write)."""
+    if counts[q] is not None:
+        return counts[q]
+    return (count_job_partition, specs[q], on_bad_row) if q < ahead else \
+        (count_job_partition, specs[q], on_bad_row, False)
+
+
+def _pass_tail(total: int, *values) -> dict:
+    """The pass values the last writes take (:func:`job_graph`'s ``total_before``): the
+    total and ``key -> value`` of the offsets and counts, given as pairs."""
+    return dict(zip(values[::2], values[1::2]), total=total)
+
+
+class _Claimed(NamedTuple):
+    """The result of a write of :func:`job_graph`'s ``total_before``: the partition it
+    wrote and its statistics."""
+    partition: int
+    stats: dict
+
+
+class _TailClaims:
+    """The partitions of :func:`job_graph`'s last writes, handed out in order: each of
+    those tasks writes the next one when it starts (all are ready at once after the
+    pass, and dask.order ranks them out of partition order, e.g. 22, 23, ..., 28, 21:
+    the merge then held them)."""
+
+    def __init__(self, partitions):
+        self._left = list(partitions)
+        self._lock = threading.Lock()
+
+    def next(self) -> int:
+        with self._lock:
+            return self._left.pop(0)
+
+
+def _write_claimed(tail: dict, claims: _TailClaims, args: dict, write: Callable, out_dir,
+                   tok, options, job_id, n, device) -> _Claimed:
+    """A write of :func:`job_graph`'s ``total_before``: ``write`` of the next partition
+    of ``claims``, with its offset, count and file offset taken from the pass values
+    ``tail`` (``args``: partition -> its spec and the keys of those)."""
+    i = claims.next()
+    spec, offset, count, file_offset = args[i]
+    return _Claimed(i, write(spec, tail[offset], out_dir, tok, options, job_id, n, device,
+                             tail[count], tail[file_offset]))
 
 
 def job_graph(specs: Sequence[PartitionSpec], counts: Sequence, missing: Sequence[int],
               out_dir: str, tokenizer, options: dict, job_id: str, device: str,
-              run_id: str = "", write: Callable = write_partition) -> JobGraph:
+              run_id: str = "", write: Callable = write_partition,
+              total_before: int | None = None) -> JobGraph:
     """The graph of a job: the tokenizer as one key, the global-offset pass over the
     partitions' document counts (``counts[q]``, or None: counted from the input), and one
     write task per partition in ``missing``, taking its offset and count from the pass,
     and the offset of the first partition of its file (the rows of its rejects file)
     (``write``: the output format's partition writer, :func:`.parts.write_partition`'s
     signature).
+
+    ``total_before`` (a partition in ``missing``, in this process only): its write task
+    and those after it take their pass values from one task that takes the total (the
+    last offset) too, so the whole pass is done before the first of them starts; each
+    writes the next of those partitions when it starts (so they start in partition
+    order; its result says which: ``_Claimed``), and the counts of the partitions after
+    it keep none of their bytes for their writes (they run early: kept, they would be
+    partitions in memory too). For an in-process Megatron merge, which writes the
+    ``.idx``'s end ahead once it has the total (:meth:`.megatron.InlineMerge.total_before`).
 
     Keys carry the job id and ``run_id``, so two runs on one cluster never share a task.
     """
@@ -640,7 +693,9 @@ def job_graph(specs: Sequence[PartitionSpec], counts: Sequence, missing: Sequenc
     tok_key, dsk = tokenizer_layer(tokenizer)
     counts_ = PartitionCounts(f"daskwp-count-{tag}",
                               functools.partial(_job_count, tuple(specs), tuple(counts),
-                                                options.get("on_bad_row", "error")))
+                                                options.get("on_bad_row", "error"),
+                                                n if total_before is None
+                                                else total_before + 1))
     offset_name = f"daskwp-offset-{tag}"
     offset_keys = []
     for p in range(n + 1):
@@ -652,11 +707,25 @@ def job_graph(specs: Sequence[PartitionSpec], counts: Sequence, missing: Sequenc
     file_start = []    # the first partition of each partition's file
     for i, s in enumerate(specs):
         file_start.append(file_start[i - 1] if i and specs[i - 1].path == s.path else i)
+    tail = [i for i in missing if total_before is not None and i >= total_before]
+    if tail:
+        tail_key = f"daskwp-pass-tail-{tag}"
+        refs = {k for i in tail for k in (offset_keys[i], count_keys[i],
+                                          offset_keys[file_start[i]])}
+        dsk[tail_key] = Task(tail_key, _pass_tail, TaskRef(offset_keys[n]),
+                             *[x for k in sorted(refs, key=str) for x in (k, TaskRef(k))])
+        claims = _TailClaims(tail)
+        tail_args = {i: (specs[i], offset_keys[i], count_keys[i], offset_keys[file_start[i]])
+                     for i in tail}
     for i in missing:
         key = (f"daskwp-write-{tag}", i)
-        dsk[key] = Task(key, write, specs[i], TaskRef(offset_keys[i]), out_dir,
-                        TaskRef(tok_key), options, job_id, n, device,
-                        TaskRef(count_keys[i]), TaskRef(offset_keys[file_start[i]]))
+        if tail and i >= total_before:
+            dsk[key] = Task(key, _write_claimed, TaskRef(tail_key), claims, tail_args, write,
+                            out_dir, TaskRef(tok_key), options, job_id, n, device)
+        else:
+            dsk[key] = Task(key, write, specs[i], TaskRef(offset_keys[i]), out_dir,
+                            TaskRef(tok_key), options, job_id, n, device,
+                            TaskRef(count_keys[i]), TaskRef(offset_keys[file_start[i]]))
         write_keys[i] = key
     return JobGraph(dsk, offset_keys, count_keys, write_keys, tok_key)
 
@@ -926,22 +995,30 @@ def _write_priority(part_of: dict, key) -> int:
 
 def run_graph(graph: JobGraph, client, on_write: Callable[[int, dict], None],
               log: Callable[[str], None] | None = None,
-              stall_seconds: float = STALL_REPORT_SECONDS) -> dict:
+              stall_seconds: float = STALL_REPORT_SECONDS,
+              on_total: Callable[[int], None] | None = None) -> dict:
     """Run a job graph on ``client`` (a ``distributed.Client``, an
     :class:`~daskwp.distributed.local.InProcess` scheduler, or None: dask's synchronous
     scheduler), calling
-    ``on_write(i, stats)`` as each part is written. Returns the values of the offset and
-    count keys. A failing task raises its JobError (naming the partition). On a
-    ``distributed.Client``, ``log`` (when given) gets a :class:`StallWatch` report after
+    ``on_write(i, stats)`` as each part is written, and in this process (not on a
+    cluster) ``on_total(documents)`` once the pass has the total. Returns the values of
+    the offset and count keys. A failing task raises its JobError (naming the partition).
+    On a ``distributed.Client``, ``log`` (when given) gets a :class:`StallWatch` report after
     ``stall_seconds`` without a result."""
     from ..distributed.local import InProcess
     keys = graph.offset_keys + graph.count_keys + list(graph.write_keys.values())
     part_of = {k: i for i, k in graph.write_keys.items()}
     values: dict = {}
     if client is None or isinstance(client, InProcess):
+        total_key = graph.offset_keys[-1]
+
         def posttask(key, result):
-            if key in part_of:
+            if isinstance(result, _Claimed):   # (job_graph's total_before)
+                on_write(*result)
+            elif key in part_of:
                 on_write(part_of[key], result)
+            elif key == total_key and on_total is not None:
+                on_total(int(result))
 
         try:
             results = (client or InProcess("synchronous")).get(graph.dsk, keys,
@@ -1329,9 +1406,13 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
         spool_token, run_specs = _with_spool(specs, counts, cfg, job_id, run_id)
         if prefetch is not None:
             prefetch.adopt(run_specs)
+        # an in-process Megatron merge writes the .idx's end ahead from the total: the
+        # pass is done a few partitions before the last (InlineMerge.total_before)
+        total_before = merger.total_before(missing_graph, counts) \
+            if merger is not None else None
         graph = job_graph(run_specs, counts, missing_graph,
                           out, tok, options, job_id, device, run_id=run_id,
-                          write=_WRITERS[cfg.output_format])
+                          write=_WRITERS[cfg.output_format], total_before=total_before)
         prog = Progress("tokenizing", len(missing), cfg.quiet)
 
         def got_part(i, st):
@@ -1346,7 +1427,9 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
             # in this process, a partition's count and write read its bytes once
             with keeping_counted_bytes() if run_record["mode"] in LOCAL_SCHEDULERS \
                     else contextlib.nullcontext():
-                values = run_graph(graph, runner, got_part, log)
+                values = run_graph(graph, runner, got_part, log,
+                                   on_total=merger.expect_documents
+                                   if merger is not None else None)
             if merger is not None:
                 merger.drain()   # (the records of an in-process merge: checked next)
             ran = True

@@ -422,6 +422,15 @@ class PartMerger:
     def _append(self, index: int) -> None:
         self.appender.append(os.path.join(self.out_dir, part_prefix(index, self.n)))
 
+    def total_before(self, missing, counts) -> int | None:
+        """The partition whose write is to wait for the job's total document count
+        (``driver.job_graph``'s ``total_before``): none here (:class:`InlineMerge`'s
+        writes the ``.idx``'s end ahead from it)."""
+        return None
+
+    def expect_documents(self, documents: int) -> None:
+        """The dataset will hold ``documents`` documents (no use here)."""
+
     def _ahead_due(self) -> bool:
         """(Under the lock) whether the merge thread, with nothing to append, has work
         ahead of :meth:`finish` (:meth:`_write_ahead`)."""
@@ -648,9 +657,33 @@ class InlineMerge(PartMerger):
                 self.files.add(index)
                 self._cond.notify_all()
 
+    #: Of the partitions a run writes, the last ``1 / AHEAD_SHARE`` (at least one) are
+    #: counted before the write of the one before them starts (:meth:`total_before`).
+    AHEAD_SHARE = 8
+
+    def total_before(self, missing, counts) -> int | None:
+        """The partition (of ``missing``, those this run writes) whose write task is to
+        wait for the job's total document count (``driver.job_graph``'s
+        ``total_before``), so that the merge has it (:meth:`expect_documents`, from the
+        driver) while the last ``len(missing) // AHEAD_SHARE`` (at least one) partitions
+        are written, not only while the last is; None when that is no use: a
+        ``document_separator`` (no plan), too few partitions, or every count known
+        (the total is then there at once).
+
+        Why: the pointers and document indices to write ahead grow with the dataset
+        (~0.2 GB per GB of JSON Lines); with the total only when the last partition's
+        task started, a 3 GB job's merge had one partition's time to write ~0.6 GB, and
+        its end still wrote what was left. The partitions counted early read their bytes
+        again for their writes (not kept: they would be in memory meanwhile)."""
+        if not self._plannable or all(c is not None for c in counts):
+            return None
+        m = max(1, len(missing) // self.AHEAD_SHARE)
+        return missing[-1 - m] if len(missing) > m else None
+
     def expect_documents(self, documents: int) -> None:
-        """The dataset will hold ``documents`` documents (the last partition's logID
-        offset + its count, told by its task when it starts): the merge thread, while it
+        """The dataset will hold ``documents`` documents (from the driver once the pass
+        has them: :meth:`total_before`; else the last partition's logID offset + its
+        count, told by its task when it starts): the merge thread, while it
         waits for partitions, then writes the ``.idx``'s pointers and document indices of
         those appended at their places for that many sequences too (as many as there
         are documents left: without a ``document_separator``, no more), and keeps them

@@ -173,13 +173,15 @@ def partition_failure(exc: BaseException, spec: PartitionSpec, what: str = "part
     return JobError(f"{name} failed: {type(exc).__name__}: {exc}")
 
 
-def count_job_partition(spec: PartitionSpec, on_bad_row: str = "error") -> int:
+def count_job_partition(spec: PartitionSpec, on_bad_row: str = "error",
+                        keep: bool = True) -> int:
     """Documents of one partition, read from the input: a leaf of the global-offset pass
     (:class:`daskwp.distributed.graph.PartitionCounts`) for a partition whose count is not
-    known yet. ``on_bad_row='reject'``: a bad row is a document too. Errors name the
+    known yet. ``on_bad_row='reject'``: a bad row is a document too. ``keep`` False: its
+    bytes are not kept for its write (a count run ahead of it). Errors name the
     partition."""
     try:
-        return int(count_partition(spec, lenient=on_bad_row == "reject"))
+        return int(count_partition(spec, lenient=on_bad_row == "reject", keep=keep))
     except Exception as e:
         raise partition_failure(e, spec, "counting partition") from e
 

@@ -92,14 +92,16 @@ def read_partition_with_counts(spec: PartitionSpec, bad: list | None = None) -> 
     return texts, kept, invalid if invalid is not None else count_invalid_utf8(texts)
 
 
-def count_partition(spec: PartitionSpec, lenient: bool = False) -> int:
+def count_partition(spec: PartitionSpec, lenient: bool = False, keep: bool = True) -> int:
     """Documents in a partition (the same rule as :func:`read_partition`); ``lenient``:
     under the row policy, where a bad row is a document too. A URL partition of a job with
-    a spool is fetched into its spool file first and counted from there."""
+    a spool is fetched into its spool file first and counted from there. ``keep`` False:
+    its bytes are never kept for the write (:func:`read_counted_bytes`: a count run well
+    before its partition's write)."""
     if spec.documents is not None:
         return spec.documents
     with _pinned(spec), fetched(spec), storage.using(spec.storage_options):
-        return _count(exact_range(spec), lenient)
+        return _count(exact_range(spec), lenient, keep)
 
 
 def _pinned(spec: PartitionSpec):
@@ -109,7 +111,7 @@ def _pinned(spec: PartitionSpec):
     return storage.pinned({spec.path: spec.object_version})
 
 
-def _count(spec: PartitionSpec, lenient: bool) -> int:
+def _count(spec: PartitionSpec, lenient: bool, keep: bool = True) -> int:
     if spec.format == "text":
         try:
             with storage.using(spec.storage_options):
@@ -124,7 +126,7 @@ def _count(spec: PartitionSpec, lenient: bool) -> int:
         # or whole when the write that follows in this process takes the bytes
         try:
             with storage.using(spec.storage_options):
-                whole = read_counted_bytes(spec)
+                whole = read_counted_bytes(spec) if keep else None
                 return count_jsonl_documents(read_pieces(spec) if whole is None else (whole,))
         except JobError:
             raise
