@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "batch_range.hpp"
 #include "cpu_batch.hpp"
 #include "word_memo.hpp"
 #include "wordpiece_core.hpp"
@@ -56,36 +57,9 @@ struct Scratch {
     cap = std::max<int64_t>(want, kFlushTokens);
     ids.reset(new int32_t[static_cast<size_t>(cap)]);
   }
+  int32_t* at() { return ids.get() + size; }
+  int64_t left() const { return cap - size; }
 };
-
-// Documents d0 .. d1: lengths[d] = tokens of document d; their [UNK] go to buf.unknown.
-template <typename Off>
-void count_range(const CoreContext& ctx, const Off* offsets, const uint8_t* data,
-                 const uint8_t* validity, int64_t validity_offset, int64_t d0, int64_t d1,
-                 int64_t data_end, WordCache* cache, Scratch& buf, int64_t* lengths) {
-  MemoWordPieceE2E t(ctx, nullptr, 0);  // one tokenizer state for the range, reset per document
-  t.set_batch(data, offsets, d1);  // where documents end, for the memo's prefetcher
-  for (int64_t d = d0; d < d1; ++d) {
-    const int64_t b = static_cast<int64_t>(offsets[d]);
-    const int64_t len = document_bytes(offsets, validity, validity_offset, d);
-    if (len == 0) {
-      lengths[d] = 0;
-      continue;
-    }
-    buf.room(len + 64);  // the usual bound: a token per byte (the memo's copies included)
-    t.set_doc(d);
-    t.reset(buf.ids.get() + buf.size, buf.cap - buf.size, cache);
-    int64_t got = t.run(data + b, len, data_end - b);
-    if (got > buf.cap - buf.size) {  // rare: more tokens than the guess, run again
-      buf.room(got + 64);
-      t.reset(buf.ids.get() + buf.size, buf.cap - buf.size, cache);
-      got = t.run(data + b, len, data_end - b);
-    }
-    buf.size += got;
-    lengths[d] = got;
-  }
-  buf.flush();
-}
 
 }  // namespace
 
@@ -103,8 +77,10 @@ CountedBatch count_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
   std::vector<int64_t> unknown(plan.chunks, 0);
   run_chunks(ctx, plan, [&](WordCache* memo, int c) {
     Scratch buf(ctx.v.h->unk_id);  // (128 KB, or the chunk's longest document's room)
-    count_range(ctx, offsets, data, validity, validity_offset, plan.cut[c], plan.cut[c + 1],
-                plan.data_end, memo, buf, out.lengths.get());
+    // documents' lengths; their [UNK] counted as the buffer fills, the rest here
+    tokenize_range(ctx, offsets, data, validity, validity_offset, plan.cut[c],
+                   plan.cut[c + 1], plan.data_end, memo, buf, out.lengths.get());
+    buf.flush();
     unknown[c] = buf.unknown;
   });
   for (int64_t d = 0; d < n_docs; ++d) out.tokens += out.lengths[d];

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "batch_range.hpp"
 #include "cpu_batch.hpp"
 #include "word_memo.hpp"
 #include "wordpiece_core.hpp"
@@ -50,6 +51,10 @@ struct IdBuffer {
     if (with_words) grow(words, c, 1);
     cap = c;
   }
+  // (batch_range.hpp's tokenize_range)
+  void room(int64_t want) { reserve(size + want); }
+  int32_t* at() { return data.get() + size; }
+  int64_t left() const { return cap - size; }
 };
 
 // The memos (WordCache, word_memo.hpp) outlive the call: a process-wide pool keeps them,
@@ -548,27 +553,8 @@ void encode_range(const CoreContext& ctx, const Off* offsets, const uint8_t* dat
   // more grows the buffer below), so the buffer is not regrown and copied as it fills.
   // Pages that stay untouched cost no memory.
   if (d1 > d0) buf.reserve(static_cast<int64_t>(offsets[d1] - offsets[d0]) + 64);
-  MemoWordPieceE2E t(ctx, nullptr, 0);  // one tokenizer state for the range, reset per document
-  t.set_batch(data, offsets, d1);  // where documents end, for the memo's prefetcher
-  for (int64_t d = d0; d < d1; ++d) {
-    const int64_t b = static_cast<int64_t>(offsets[d]);
-    const int64_t len = document_bytes(offsets, validity, validity_offset, d);
-    if (len == 0) {
-      counts[d] = 0;
-      continue;
-    }
-    buf.reserve(buf.size + len + 64);
-    t.set_doc(d);
-    t.reset(buf.data.get() + buf.size, buf.cap - buf.size, cache);
-    int64_t got = t.run(data + b, len, data_end - b);
-    if (got > buf.cap - buf.size) {  // rare: more tokens than the guess, run again
-      buf.reserve(buf.size + got);
-      t.reset(buf.data.get() + buf.size, buf.cap - buf.size, cache);
-      got = t.run(data + b, len, data_end - b);
-    }
-    buf.size += got;
-    counts[d] = got;
-  }
+  tokenize_range(ctx, offsets, data, validity, validity_offset, d0, d1, data_end, cache, buf,
+                 counts);
 }
 
 // encode_range with offsets and / or word ids (docs/design.md §2.9): the core with its
