@@ -411,10 +411,10 @@ print(dask.config.get("distributed.dashboard.link"))
 def _threads_once_given(seconds: float = 20.0):
     """A task: polls the kernel threads its partition writer would take for its next piece
     until its driver gives it more than one (or ``seconds`` pass); returns them."""
-    from daskwp.distributed import tasks as _tasks
+    from daskwp.backends.cpu import default_num_threads
     end = time.monotonic() + seconds
     while True:
-        n = _tasks._kernel_threads(lambda: 1)
+        n = default_num_threads()
         if n > 1 or time.monotonic() > end:
             return n
         time.sleep(0.01)

@@ -16,7 +16,7 @@ from conftest import DATA, read_documents, requires_data
 from daskwp import _ext
 from daskwp.backends.cpu import set_task_num_threads
 from daskwp.core.cpu_clock import stage_cpu_seconds
-from daskwp.distributed import tasks
+from daskwp.distributed.local import InProcess
 from daskwp.jobs import make_config, run_job
 
 
@@ -90,9 +90,8 @@ def test_in_process_job_counts_its_kernel_threads(tmp_path, monkeypatch):
     inp = tmp_path / "in.txt"
     docs = read_documents(DATA / "corpus" / "en_ewt.txt")
     inp.write_text("\n".join(docs * 3) + "\n", encoding="utf-8")   # 3.4 MB
-    real = tasks.in_process_share
-    monkeypatch.setattr(tasks, "in_process_share",
-                        lambda: None if real() is None else max(2, real()))
+    real = InProcess.share
+    monkeypatch.setattr(InProcess, "share", lambda self: max(2, real(self)))
     set_task_num_threads(1)   # the synchronous job runs its tasks on this thread
     try:
         sync = [_tokenize_cpu(str(inp), tmp_path / f"s{k}", "synchronous")["tokenize"]

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 
 import daskwp
 from conftest import DATA, read_documents, requires_data
-from daskwp.backends.cpu import default_num_threads
+from daskwp.backends.cpu import default_num_threads, set_task_num_threads
 from daskwp.distributed import tasks
 from daskwp.distributed.local import InProcess, in_process_share
 
@@ -68,17 +68,20 @@ def test_each_piece_takes_the_share_of_the_moment(tmp_path, monkeypatch):
     options = dict(max_length=64, stride=8, truncation=False, add_special_tokens=True,
                    padding="do_not_pad", bucket_widths="auto")
     asked, used = iter([1, 2, 2, 1, 2] * 1000), []
-    monkeypatch.setattr(tasks, "in_process_share", lambda: next(asked))
+    # an InProcess thread's share of the moment, as its threads set it (local._start_thread)
+    set_task_num_threads(lambda: next(asked))
     real = type(tok).encode
 
     def encode(self, texts, *a, num_threads=None, **k):
         used.append(num_threads)
         return real(self, texts, *a, num_threads=num_threads, **k)
     monkeypatch.setattr(type(tok), "encode", encode)
-    tasks.write_tokenized_part(texts, tok, options, str(tmp_path / "a.parquet"),
-                               str(tmp_path / ".a.tmp"), piece_bytes=16 << 10)
+    try:
+        tasks.write_tokenized_part(texts, tok, options, str(tmp_path / "a.parquet"),
+                                   str(tmp_path / ".a.tmp"), piece_bytes=16 << 10)
+    finally:
+        set_task_num_threads(None)   # off an InProcess thread
     assert len(used) > 5 and used == ([1, 2, 2, 1, 2] * 1000)[:len(used)]
-    monkeypatch.setattr(tasks, "in_process_share", lambda: None)   # off an InProcess thread
     del used[:]
     tasks.write_tokenized_part(texts, tok, options, str(tmp_path / "b.parquet"),
                                str(tmp_path / ".b.tmp"), piece_bytes=16 << 10)

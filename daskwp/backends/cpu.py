@@ -36,7 +36,8 @@ from ..core.windows import WindowParams, check_output_size, convert_tensors, fil
     window_params
 from .protocol import KernelModel
 
-__all__ = ["CPUBackend", "default_num_threads", "set_task_num_threads", "set_word_cache_limit", "windows_from_encoding",
+__all__ = ["CPUBackend", "default_num_threads", "set_task_num_threads", "set_word_cache_limit",
+           "set_worker_task_threads", "windows_from_encoding",
            "word_cache_info", "word_cache_release"]
 
 #: The pool's limit unless ``daskwp.word_cache_mb`` says otherwise: DASKWP_WORD_CACHE_MB,
@@ -136,9 +137,24 @@ def set_task_num_threads(num_threads) -> None:
     _TASK_THREADS.num_threads = num_threads
 
 
+#: On a Dask worker's task thread, a function of no argument: the kernel threads the job's
+#: driver gave the running task, or None (:func:`set_worker_task_threads`).
+_WORKER_TASK_THREADS: list = [None]
+
+
+def set_worker_task_threads(threads) -> None:
+    """Where :func:`default_num_threads` asks, on a Dask worker's task thread, how many
+    kernel threads the running task was given (a function of no argument giving a number
+    or None; :func:`daskwp.distributed.state.task_threads` registers itself: a cluster
+    job's last partitions take their host's idle workers' threads)."""
+    _WORKER_TASK_THREADS[0] = threads
+
+
 def default_num_threads() -> int:
-    """All cores (0), except inside a Dask worker thread (1), where the worker owns the
-    parallelism, and on a thread given its share (:func:`set_task_num_threads`)."""
+    """All cores (0), except inside a Dask worker thread (1, where the worker owns the
+    parallelism, or the threads the job's driver gave the running task:
+    :func:`set_worker_task_threads`), and on a thread given its share
+    (:func:`set_task_num_threads`). Asked again by every kernel call that sets none."""
     share = getattr(_TASK_THREADS, "num_threads", None)
     if callable(share):
         share = share()
@@ -148,9 +164,10 @@ def default_num_threads() -> int:
         try:
             from distributed import get_worker
             get_worker()
-            return 1
         except (ValueError, ImportError):
-            pass
+            return 0
+        given = _WORKER_TASK_THREADS[0]
+        return (given() if given is not None else None) or 1
     return 0
 
 

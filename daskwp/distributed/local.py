@@ -49,11 +49,10 @@ class InProcess:
     when known: the cores are shared among the threads that have one (``kernel_threads``,
     the share a job records; a partition alone gets every core, as on dask's synchronous
     scheduler). While a graph runs, ``running`` counts its tasks in flight, and each
-    kernel call on a task thread takes the cores shared among them at that moment
-    (:func:`in_process_share`, which a Parquet writer asks before each piece, and
-    :func:`daskwp.backends.cpu.set_task_num_threads` for every call that sets no thread
-    count: a Megatron partition's slices, a count's calls): the last partition of a job,
-    left alone, takes the cores the others freed.
+    kernel call on a task thread that sets no thread count (a Parquet piece's, a Megatron
+    partition's slices, a count's calls) takes the cores shared among them at that moment
+    (:func:`in_process_share`, through :func:`daskwp.backends.cpu.set_task_num_threads`):
+    the last partition of a job, left alone, takes the cores the others freed.
     """
 
     def __init__(self, scheduler: str = "threads", num_workers: int | None = None,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 import threading
 
-from ..backends.cpu import word_cache_release
+from ..backends.cpu import set_worker_task_threads, word_cache_release
 from ..backends.memory import tune_worker_arrow_pool, tune_worker_malloc
 from ..core.cache import BoundedCache, clear_caches
 
@@ -125,3 +125,8 @@ def task_threads() -> int | None:
     except (ValueError, ImportError, AttributeError, KeyError):
         return None
     return _TASK_THREADS.get(key)
+
+
+# every kernel call on a worker's task thread that sets no thread count asks it
+# (backends.cpu.default_num_threads): a Parquet piece's, a Megatron slice's, a count's
+set_worker_task_threads(task_threads)

@@ -24,8 +24,7 @@ from ..frames.partition import (attach_kept_columns, attach_source, frame_from_o
                                 table_from_output)
 from ..frames.part_writer import PartWriter, native_for_kept
 from ..frames.schema import INPUT_INDEX_COLUMN, numpy_of_arrow, position_outputs_of
-from .local import in_process_share
-from .state import cached_tokenizer, task_threads
+from .state import cached_tokenizer
 
 __all__ = ["CALL_OPTIONS", "PIECE_BYTES", "add_counts", "add_logid_offset", "call_options",
            "count_documents", "finish_parts", "hold", "owned_unknown_tokens",
@@ -407,17 +406,6 @@ def _plain(options: dict) -> bool:
         options.get("mask_dtype", "int32") == "int32"
 
 
-def _kernel_threads(default) -> int:
-    """The kernel threads of the next piece's calls: the in-process share of the cores
-    (:func:`~daskwp.distributed.local.in_process_share`); on a cluster's worker, the
-    threads its driver gave this task (:func:`~daskwp.distributed.state.task_threads`: a
-    job's last writes take the threads of their host's idle workers); else ``default()``."""
-    share = in_process_share()
-    if share is None:
-        share = task_threads()
-    return default() if share is None else share
-
-
 def _bert_frame(tok) -> bool:
     """Whether ``tok`` frames rows as :func:`~daskwp.backends.cpu.windows_from_encoding`
     does (BERT's ``[CLS] ... [SEP]`` from the vocabulary): its post-processor is BERT's."""
@@ -481,7 +469,7 @@ def _write_pieces(texts, tok, options, logid_offset, with_mask, writer, stats, c
                 # each piece takes the cores it may use now: on in-process threads, a
                 # partition left alone at the end of a job gets the ones the others freed
                 threads = tok.num_threads if tok.num_threads is not None else \
-                    _kernel_threads(default_num_threads)
+                    default_num_threads()
                 enc = tok.encode(piece, num_threads=threads)
                 out = windows_from_encoding(enc, tok.vocab, **window_options,
                                             logid_offset=base, num_threads=threads)
