@@ -143,14 +143,21 @@ def release_freed_heap() -> bool:
     """
     import gc
     gc.collect()
-    try:
-        import ctypes
-        import ctypes.util
-        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-    except (OSError, AttributeError):  # not glibc
+    trim = _glibc("malloc_trim")
+    if trim is None:
         return False
     trim(0)
     return True
+
+
+def _glibc(name: str):
+    """glibc's function ``name`` in this process (ctypes), or None where libc is not glibc."""
+    try:
+        import ctypes
+        import ctypes.util
+        return getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), name)
+    except (OSError, AttributeError):
+        return None
 
 
 #: glibc's mallopt parameters (malloc.h) and the values :func:`tune_worker_malloc` sets.
@@ -200,12 +207,8 @@ def tune_worker_malloc() -> bool:
             return False
     except ValueError:
         pass
-    try:
-        import ctypes
-        import ctypes.util
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # not glibc
+    mallopt = _glibc("mallopt")
+    if mallopt is None:
         return False
     _tuned = bool(mallopt(_M_MMAP_THRESHOLD, WORKER_MMAP_THRESHOLD)) and \
         bool(mallopt(_M_TRIM_THRESHOLD, WORKER_TRIM_THRESHOLD))
