@@ -201,13 +201,16 @@ def _write_all(fh, data) -> None:
 
 
 def _pread_pieces(fh, offset: int, count: int, piece: int | None = None):
-    """The ``count`` bytes of the open file ``fh`` from ``offset``, in pieces of at most
-    ``piece`` bytes (default 16 MB; its position stays). ValueError where it is shorter."""
+    """The ``count`` bytes of the open file ``fh`` (a file object or a descriptor) from
+    ``offset``, in pieces of at most ``piece`` bytes (default 16 MB; its position stays).
+    ValueError where it is shorter."""
     piece = piece or _COPY_CHUNK
+    fd = fh if isinstance(fh, int) else fh.fileno()
     while count:
-        buf = os.pread(fh.fileno(), min(count, piece), offset)
+        buf = os.pread(fd, min(count, piece), offset)
         if not buf:
-            raise ValueError(f"{fh.name} ends {count} bytes early")
+            name = f"file descriptor {fh}" if isinstance(fh, int) else fh.name
+            raise ValueError(f"{name} ends {count} bytes early")
         yield buf
         offset += len(buf)
         count -= len(buf)
@@ -617,7 +620,7 @@ class _DirectRegion:
         """Write ``count`` bytes of the open file ``fd`` from ``offset`` (read straight into
         the buffer: one copy). ValueError where it is shorter."""
         if self._buf is None:
-            for buf in _pread_fd(fd, offset, count):
+            for buf in _pread_pieces(fd, offset, count):
                 self.write(buf)
             return
         while count:
@@ -674,18 +677,6 @@ class _DirectRegion:
             self._buf.release()
             _give_buffer(self._map)
             self._map = self._buf = None
-
-
-def _pread_fd(fd: int, offset: int, count: int):
-    """The ``count`` bytes of the open file ``fd`` from ``offset`` in pieces of at most
-    16 MB. ValueError where it is shorter."""
-    while count:
-        buf = os.pread(fd, min(count, _COPY_CHUNK), offset)
-        if not buf:
-            raise ValueError(f"file descriptor {fd} ends {count} bytes early")
-        yield buf
-        offset += len(buf)
-        count -= len(buf)
 
 
 #: Index entries shifted at a time by :class:`PairAppender` (8 MB of int64).
