@@ -14,11 +14,19 @@ namespace daskwp {
 // Buf: `int32_t* at()` (where the next id goes), `int64_t left()` (room there) and
 // `void room(int64_t want)` (at least `want` ids of room after `size`, which a buffer that
 // only counts may empty first), `size` (advanced here by each document's tokens).
-template <typename Off, typename Buf>
+// Tok: the tokenizer state (MemoWordPieceE2ET<true> for offsets / word ids); `bind(t)`
+// runs after each reset of it, to point its offsets state at the buffer's arrays.
+struct NoBind {
+  template <typename T>
+  void operator()(T&) const {}
+};
+
+template <typename Off, typename Buf, typename Tok = MemoWordPieceE2E, typename Bind = NoBind>
 void tokenize_range(const CoreContext& ctx, const Off* offsets, const uint8_t* data,
                     const uint8_t* validity, int64_t validity_offset, int64_t d0, int64_t d1,
-                    int64_t data_end, WordCache* cache, Buf& buf, int64_t* counts) {
-  MemoWordPieceE2E t(ctx, nullptr, 0);  // one tokenizer state for the range, reset per document
+                    int64_t data_end, WordCache* cache, Buf& buf, int64_t* counts,
+                    Bind bind = {}) {
+  Tok t(ctx, nullptr, 0);  // one tokenizer state for the range, reset per document
   t.set_batch(data, offsets, d1);  // where documents end, for the memo's prefetcher
   for (int64_t d = d0; d < d1; ++d) {
     const int64_t b = static_cast<int64_t>(offsets[d]);
@@ -30,10 +38,12 @@ void tokenize_range(const CoreContext& ctx, const Off* offsets, const uint8_t* d
     buf.room(len + 64);  // the usual bound: a token per byte (the memo's copies included)
     t.set_doc(d);
     t.reset(buf.at(), buf.left(), cache);
+    bind(t);
     int64_t got = t.run(data + b, len, data_end - b);
     if (got > buf.left()) {  // rare: more tokens than the guess, run again
       buf.room(got + 64);
       t.reset(buf.at(), buf.left(), cache);
+      bind(t);
       got = t.run(data + b, len, data_end - b);
     }
     buf.size += got;

@@ -566,28 +566,12 @@ void encode_range_extras(const CoreContext& ctx, const Off* offsets, const uint8
                          int64_t d1, int64_t data_end, bool chars, WordCache* cache,
                          IdBuffer& buf, int64_t* counts) {
   if (d1 > d0) buf.reserve(static_cast<int64_t>(offsets[d1] - offsets[d0]) + 64);
-  MemoWordPieceE2ET<true> t(ctx, nullptr, 0);
-  t.set_batch(data, offsets, d1);
-  for (int64_t d = d0; d < d1; ++d) {
-    const int64_t b = static_cast<int64_t>(offsets[d]);
-    const int64_t len = document_bytes(offsets, validity, validity_offset, d);
-    if (len == 0) {
-      counts[d] = 0;
-      continue;
-    }
-    buf.reserve(buf.size + len + 64);
-    t.set_doc(d);
-    for (int pass = 0; pass < 2; ++pass) {
-      t.reset(buf.data.get() + buf.size, buf.cap - buf.size, cache);
-      t.set_offsets(buf.with_spans ? buf.spans.get() + 2 * buf.size : nullptr,
-                    buf.with_words ? buf.words.get() + buf.size : nullptr, chars);
-      const int64_t got = t.run(data + b, len, data_end - b);
-      if (got <= buf.cap - buf.size) break;
-      buf.reserve(buf.size + got);  // rare: more tokens than the guess, run again
-    }
-    buf.size += t.sink.n;
-    counts[d] = t.sink.n;
-  }
+  tokenize_range<Off, IdBuffer, MemoWordPieceE2ET<true>>(
+      ctx, offsets, data, validity, validity_offset, d0, d1, data_end, cache, buf, counts,
+      [&buf, chars](MemoWordPieceE2ET<true>& t) {
+        t.set_offsets(buf.with_spans ? buf.spans.get() + 2 * buf.size : nullptr,
+                      buf.with_words ? buf.words.get() + buf.size : nullptr, chars);
+      });
 }
 
 int64_t thread_cpu_ns() {
