@@ -361,15 +361,15 @@ def test_the_index_end_is_written_while_the_last_partition_is_tokenized(tmp_path
     those of merging the parts either way."""
     import time
 
-    import daskwp.frames.megatron as fm
     from test_megatron import DATA, _jsonl, read_documents
+    from test_megatron_merge import _counting_finish
     lines = read_documents(DATA / "corpus" / "en_ewt.txt")[:900]
     docs = ["\n".join(lines[i:i + 3]) for i in range(0, len(lines), 3)]
     if empty_last:
         docs[-2] = ""
     _jsonl(tmp_path / "docs.jsonl", docs)
     want = _reference(tmp_path)
-    planned, written, real_offer = [], [], jm.InlineMerge.offer
+    planned, real_offer = [], jm.InlineMerge.offer
 
     def offer(self, index, data):
         if index == self.n - 1:   # the merge thread's work ahead done before it
@@ -379,25 +379,8 @@ def test_the_index_end_is_written_while_the_last_partition_is_tokenized(tmp_path
                 time.sleep(0.01)
             planned.append((self.appender._plan, self.appender.sequences))
         return real_offer(self, index, data)
-
-    def counted(real):
-        def write(self, *args):
-            if finishing:
-                written.append(args[-1] if len(args) == 3 else memoryview(args[0]).nbytes)
-            return real(self, *args)
-        return write
-    finishing = False
-    real_finish = fm.PairAppender.finish
-
-    def finish(self):
-        nonlocal finishing
-        finishing = True
-        return real_finish(self)
     monkeypatch.setattr(jm.InlineMerge, "offer", offer)
-    monkeypatch.setattr(fm.PairAppender, "finish", finish)
-    monkeypatch.setattr(fm._DirectRegion, "write", counted(fm._DirectRegion.write))
-    monkeypatch.setattr(fm._DirectRegion, "write_from",
-                        counted(fm._DirectRegion.write_from))
+    written = _counting_finish(monkeypatch)
     s = run_job(make_config(_values(tmp_path)))
     _same_bytes(s, want)
     n, seqs, n_docs = s["partitions"], s["megatron"]["sequences"], s["megatron"]["documents"]

@@ -16,11 +16,12 @@ from daskwp.jobs import make_config, run_job
 from daskwp.jobs import megatron as jm
 
 
-def _parts(folder: Path, n: int, seed: int = 5) -> list[str]:
+def _parts(folder: Path, n: int, seed: int = 5, shortest: int = 0) -> list[str]:
     """``n`` parts named as a job names them (``part-NNNNN``), one of them empty, and
-    ``folder/whole``: all their documents written at once (what merging them gives)."""
+    ``folder/whole``: all their documents (of ``shortest`` to 8 tokens) written at once
+    (what merging them gives)."""
     rng = np.random.default_rng(seed)
-    docs = [list(rng.integers(0, 30000, rng.integers(0, 9))) for _ in range(60 * n)]
+    docs = [list(rng.integers(0, 30000, rng.integers(shortest, 9))) for _ in range(60 * n)]
     flat = np.array([t for d in docs for t in d], np.int32)
     off = np.concatenate([[0], np.cumsum([len(d) for d in docs])]).astype(np.int64)
     write_pair(str(folder / "whole"), *document_sequences(flat, off, np.uint16, eod_id=102))
@@ -571,3 +572,106 @@ def test_a_resumed_merge_drops_what_was_written_ahead(tmp_path):
     out2 = PairAppender(str(tmp_path / ".tmp-r"), fsync=True, direct=True, keep=True,
                         resume=state)
     _append_all_and_compare(out2, prefixes[3:], tmp_path)
+
+
+def _counting_finish(monkeypatch) -> list:
+    """Bytes :meth:`PairAppender.finish` writes to the ``.idx``'s pointers and document
+    indices (its regions), listed as it writes them."""
+    import daskwp.frames.megatron as fm
+    written, finishing = [], []
+    real_finish = fm.PairAppender.finish
+
+    def finish(self):
+        finishing.append(True)
+        return real_finish(self)
+
+    def counted(real):
+        def write(self, *args):
+            if finishing:
+                written.append(args[-1] if len(args) == 3 else memoryview(args[0]).nbytes)
+            return real(self, *args)
+        return write
+    monkeypatch.setattr(fm.PairAppender, "finish", finish)
+    monkeypatch.setattr(fm._DirectRegion, "write", counted(fm._DirectRegion.write))
+    monkeypatch.setattr(fm._DirectRegion, "write_from", counted(fm._DirectRegion.write_from))
+    return written
+
+
+@pytest.mark.parametrize("plannable", [True, False])
+def test_merge_writes_the_index_end_ahead_once_told_the_documents(tmp_path, monkeypatch,
+                                                                   plannable):
+    """Told the dataset's documents (the driver's pass, before the last parts are written),
+    a plannable merge writes the pointers and document indices of the parts appended while
+    it waits for the next: finish writes only the last part's; the bytes are those of
+    merging all the parts at the end. Not plannable (a document_separator): finish writes
+    them all."""
+    import time
+    n = 6
+    prefixes = _parts(tmp_path, n, shortest=1)
+    ix = [read_index(p + ".idx") for p in prefixes]
+    documents, sequences = sum(i.documents for i in ix), sum(i.sequences for i in ix)
+    assert documents == sequences   # (no empty document: every one is a sequence)
+    written = _counting_finish(monkeypatch)
+    with jm.PartMerger(str(tmp_path), n, plannable=plannable) as merger:
+        merger.expect_documents(documents)
+        for i in range(n - 1):
+            merger.part_done(i)
+        merger.drain()
+        end = time.monotonic() + 60
+        while plannable and (not merger._planned or merger.appender.ahead_pending()) \
+                and time.monotonic() < end:
+            time.sleep(0.01)
+        merger.part_done(n - 1)
+        info = merger.finish(str(tmp_path / "got"))
+    assert (info["documents"], info["sequences"]) == (documents, sequences)
+    for ext in (".bin", ".idx"):
+        assert (tmp_path / f"got{ext}").read_bytes() == (tmp_path / f"whole{ext}").read_bytes()
+    everything = 8 * sequences + 8 * (documents + 1)
+    if plannable:
+        assert sum(written) <= 8 * ix[-1].sequences + 8 * ix[-1].documents < everything / 4
+    else:
+        assert sum(written) == everything
+    assert not list(tmp_path.glob(".tmp*"))
+
+
+@requires_data
+def test_cluster_job_tells_the_merge_the_documents_before_its_last_part(tmp_path,
+                                                                        monkeypatch):
+    """On a cluster the driver hands its merge the dataset's documents as soon as it has
+    summed the pass's counts, before the last part is written, and the merge writes the
+    .idx's end ahead: finish writes only what the last parts hold. The bytes are the
+    synchronous job's."""
+    from distributed import Client, LocalCluster
+    from test_megatron import DATA, _jsonl, read_documents
+    lines = read_documents(DATA / "corpus" / "en_ewt.txt")[:1200]
+    inp = _jsonl(tmp_path / "docs.jsonl", ["\n".join(lines[i:i + 3])
+                                           for i in range(0, len(lines), 3)])
+    values = dict(input=inp, output_format="megatron",
+                  vocab=str(vocab_path("bert-base-uncased")), quiet=True, append_eod=True, add_special_tokens=False, partition_size="5KB")
+    want = run_job(make_config(dict(values, output=str(tmp_path / "sync"),
+                                    scheduler_address="synchronous")))["megatron"]["prefix"]
+    told = []
+    real_expect, real_done = jm.PartMerger.expect_documents, jm.PartMerger.part_done
+
+    def expect_documents(self, documents):
+        told.append((documents, sum(self.complete)))
+        return real_expect(self, documents)
+
+    def part_done(self, index):
+        told.append(("done", index))
+        return real_done(self, index)
+    monkeypatch.setattr(jm.PartMerger, "expect_documents", expect_documents)
+    monkeypatch.setattr(jm.PartMerger, "part_done", part_done)
+    written = _counting_finish(monkeypatch)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=":0") as cluster, Client(cluster) as client:
+        s = run_job(make_config(dict(values, output=str(tmp_path / "o"))), client=client)
+    n, m = s["partitions"], s["megatron"]
+    assert n > 4
+    documents = [t for t in told if t[0] != "done"]
+    assert documents[0][0] == s["documents"] and documents[0][1] < n
+    assert told.index(documents[0]) < told.index(("done", n - 1))
+    # (the merge thread may write the last part's too, before finish)
+    assert sum(written) < (8 * m["sequences"] + 8 * (m["documents"] + 1)) / 2
+    for ext in (".bin", ".idx"):
+        assert Path(m["prefix"] + ext).read_bytes() == Path(want + ext).read_bytes()

@@ -883,9 +883,10 @@ class PairAppender:
                 if direct:
                     fh.flush()
                 os.fdatasync(fh.fileno())
-                # the sections (and, with keep, the lengths: the pointers follow from them)
-                # are read again by finish: kept
-                if not section and not direct and not (self.keep and ext == ".idx"):
+                # the sections (and, with keep or a plan, the lengths: the pointers
+                # follow from them) are read again by finish or write_ahead: kept
+                if not section and not direct and not (
+                        (self.keep or self._plan is not None) and ext == ".idx"):
                     drop_cached_pages(fh.fileno())
 
     def append(self, prefix: str) -> None:

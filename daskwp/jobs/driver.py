@@ -1000,8 +1000,10 @@ def run_graph(graph: JobGraph, client, on_write: Callable[[int, dict], None],
     """Run a job graph on ``client`` (a ``distributed.Client``, an
     :class:`~daskwp.distributed.local.InProcess` scheduler, or None: dask's synchronous
     scheduler), calling
-    ``on_write(i, stats)`` as each part is written, and in this process (not on a
-    cluster) ``on_total(documents)`` once the pass has the total. Returns the values of
+    ``on_write(i, stats)`` as each part is written, and ``on_total(documents)`` once the
+    pass has the total (on a cluster, where the pass runs ahead of the writes, as soon as
+    the driver has summed the counts: a Megatron merge then writes its ``.idx``'s end
+    ahead, :meth:`.megatron.PartMerger.expect_documents`). Returns the values of
     the offset and count keys. A failing task raises its JobError (naming the partition).
     On a ``distributed.Client``, ``log`` (when given) gets a :class:`StallWatch` report after
     ``stall_seconds`` without a result."""
@@ -1095,6 +1097,8 @@ def run_graph(graph: JobGraph, client, on_write: Callable[[int, dict], None],
         ``values``; returns those the writes may take."""
         got = {k: v for k, v in sums.add(new).items() if k in pass_set}
         values.update(got)
+        if on_total is not None and graph.offset_keys[-1] in got:
+            on_total(int(got[graph.offset_keys[-1]]))
         return got
 
     try:
@@ -1371,7 +1375,8 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
             # on a cluster: the parts merged in order as they complete, while the job runs
             merger = cleanup.enter_context(
                 InlineMerge(out, cfg, n, job_id, merged_state) if in_process
-                else PartMerger(out, n, merged_state))
+                else PartMerger(out, n, merged_state,
+                                plannable=cfg.document_separator is None))
             if in_process:
                 options["inline_merge"] = merger.key
             for i in range(n):

@@ -348,13 +348,19 @@ class PartMerger:
 
     A part that cannot be appended (it is refused, or the disk is full) stops the merge
     here: :func:`finish_megatron` then merges the parts after the job, which reports the
-    error. ``cpu_seconds``: the CPU seconds of the appends (the merge thread's). ``state``
+    error. With ``plannable`` (no ``document_separator``), once the driver has the
+    dataset's documents from the pass (:meth:`expect_documents`) the merge thread writes
+    the ``.idx``'s pointers and document indices of the parts appended at their final
+    places while it waits for the next part, as :class:`InlineMerge` does: :meth:`finish`
+    then writes only the last part's. ``cpu_seconds``: the CPU seconds of the appends and
+    of that work (the merge thread's). ``state``
     (:func:`merged_resume_state`): an in-process run's merge to go on with is refused
     (OutputConflictError).
 
     A job in this process merges with :class:`InlineMerge` instead."""
 
-    def __init__(self, out_dir: str, n_partitions: int, state: dict | None = None):
+    def __init__(self, out_dir: str, n_partitions: int, state: dict | None = None,
+                 plannable: bool = False):
         if state is not None and state["partitions"]:
             # (a run in this process appends to those; this merge starts afresh)
             raise OutputConflictError(
@@ -371,6 +377,11 @@ class PartMerger:
         self.appender = PairAppender(self.prefix, fsync=True, direct=True)
         self.complete = [False] * n_partitions
         self.appended = 0
+        # the documents of the whole dataset once the driver's pass has them
+        # (expect_documents); planned: the .idx's end planned from them
+        self.documents: int | None = None
+        self._plannable = plannable
+        self._planned = False
         self.failed: BaseException | None = None
         self.cpu_seconds = 0.0
         self._closed = False
@@ -424,20 +435,55 @@ class PartMerger:
 
     def total_before(self, missing, counts) -> int | None:
         """The partition whose write is to wait for the job's total document count
-        (``driver.job_graph``'s ``total_before``): none here (:class:`InlineMerge`'s
-        writes the ``.idx``'s end ahead from it)."""
+        (``driver.job_graph``'s ``total_before``): none here (on a cluster the pass runs
+        ahead of the writes: the total comes early, :meth:`expect_documents`)."""
         return None
 
     def expect_documents(self, documents: int) -> None:
-        """The dataset will hold ``documents`` documents (no use here)."""
+        """The dataset will hold ``documents`` documents (from the driver once the pass
+        has them: on a cluster, where the pass runs ahead of the writes, early; in this
+        process :meth:`InlineMerge.total_before`, or the last partition's logID offset +
+        its count, told by its task when it starts): with ``plannable`` (no
+        ``document_separator``), the merge thread, while it waits for partitions, then writes the ``.idx``'s pointers and document indices of
+        those appended at their places for that many sequences too (as many as there
+        are documents left: without a ``document_separator``, no more), and keeps them
+        written as the others are appended (``PairAppender.plan_index``,
+        ``write_ahead``); :meth:`finish` then writes only the last ones. A partition with
+        an empty document drops the plan (``finish`` writes them all, as without it).
+
+        Why: written after the last partition, they were the job's end, on one thread
+        (~0.2 GB per GB of JSON Lines, at the disk's O_DIRECT rate), while the other
+        threads have nothing left to do."""
+        with self._cond:
+            if self.documents is None:
+                self.documents = int(documents)
+                self._cond.notify_all()
 
     def _ahead_due(self) -> bool:
         """(Under the lock) whether the merge thread, with nothing to append, has work
         ahead of :meth:`finish` (:meth:`_write_ahead`)."""
-        return False
+        return (self.documents is not None and self._plannable and self.failed is None
+                and (not self._planned or self.appender.ahead_pending()))
+
+    #: Entries (pointers, and as many document indices) a step of the work ahead writes
+    #: before the merge thread looks for a partition to append again (2 MB of each: the
+    #: step's pointers and the lengths read back for them are arrays of its size, touched
+    #: while the last partitions are in memory; the writes still go 8 MB at a time).
+    AHEAD_ENTRIES = 1 << 18
 
     def _write_ahead(self) -> None:
         """A step of the work ahead of :meth:`finish` (:meth:`_ahead_due`)."""
+        app = self.appender
+        try:
+            if not self._planned:
+                self._planned = True
+                # every document left is a sequence at most (no document_separator)
+                app.plan_index(app.sequences + self.documents - app.documents,
+                               self.documents)
+            app.write_ahead(self.AHEAD_ENTRIES)
+        except (OSError, ValueError):   # finish writes them all again (and reports it)
+            self._plannable = False
+            app.drop_plan()
 
     def _appended(self, index: int | None) -> None:
         """(Under the lock) ``index`` is appended; None: the merge stopped."""
@@ -679,48 +725,6 @@ class InlineMerge(PartMerger):
             return None
         m = max(1, len(missing) // self.AHEAD_SHARE)
         return missing[-1 - m] if len(missing) > m else None
-
-    def expect_documents(self, documents: int) -> None:
-        """The dataset will hold ``documents`` documents (from the driver once the pass
-        has them: :meth:`total_before`; else the last partition's logID offset + its
-        count, told by its task when it starts): the merge thread, while it
-        waits for partitions, then writes the ``.idx``'s pointers and document indices of
-        those appended at their places for that many sequences too (as many as there
-        are documents left: without a ``document_separator``, no more), and keeps them
-        written as the others are appended (``PairAppender.plan_index``,
-        ``write_ahead``); :meth:`finish` then writes only the last ones. A partition with
-        an empty document drops the plan (``finish`` writes them all, as without it).
-
-        Why: written after the last partition, they were the job's end, on one thread
-        (~0.2 GB per GB of JSON Lines, at the disk's O_DIRECT rate), while the other
-        threads have nothing left to do."""
-        with self._cond:
-            if self.documents is None:
-                self.documents = int(documents)
-                self._cond.notify_all()
-
-    def _ahead_due(self) -> bool:
-        return (self.documents is not None and self._plannable and self.failed is None
-                and (not self._planned or self.appender.ahead_pending()))
-
-    #: Entries (pointers, and as many document indices) a step of the work ahead writes
-    #: before the merge thread looks for a partition to append again (2 MB of each: the
-    #: step's pointers and the lengths read back for them are arrays of its size, touched
-    #: while the last partitions are in memory; the writes still go 8 MB at a time).
-    AHEAD_ENTRIES = 1 << 18
-
-    def _write_ahead(self) -> None:
-        app = self.appender
-        try:
-            if not self._planned:
-                self._planned = True
-                # every document left is a sequence at most (no document_separator)
-                app.plan_index(app.sequences + self.documents - app.documents,
-                               self.documents)
-            app.write_ahead(self.AHEAD_ENTRIES)
-        except (OSError, ValueError):   # finish writes them all again (and reports it)
-            self._plannable = False
-            app.drop_plan()
 
     def _next(self) -> bool:
         return (self.failed is None and not self._closed and self.appended < self.n
