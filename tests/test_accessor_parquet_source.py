@@ -197,3 +197,26 @@ def test_a_series_of_several_arrow_chunks_is_tokenized_as_it_is():
     a = chunked.wordpiece.tokenize(**OPTIONS).to_frame()
     b = whole.wordpiece.tokenize(**OPTIONS).to_frame()
     pd.testing.assert_frame_equal(a, b)
+
+
+def test_the_text_is_read_into_the_heap_that_keeps_freed_blocks(tmp_path, monkeypatch):
+    # a nanny's worker gives Arrow's default pool to jemalloc, which hands the freed text
+    # back at once: each partition's read faulted its text in afresh. Where glibc keeps
+    # freed blocks the read allocates from it (the next partition reuses them)
+    from daskwp.backends import memory
+    system, default = pa.system_memory_pool(), pa.default_memory_pool()
+    if default.backend_name == system.backend_name:
+        pytest.skip("Arrow's default pool is the system allocator here")
+    docs = [d for d in _corpus() if d]
+    _write_arrow_files(tmp_path / "in", docs, [len(docs)])
+    path = str(tmp_path / "in" / "part.0.parquet")
+    text = sum(len(d.encode()) for d in docs)
+    for keeps, pool, other in ((True, system, default), (False, default, system)):
+        monkeypatch.setattr(memory, "malloc_keeps_freed_blocks", lambda: keeps)
+        assert (parquet_source.read_pool() is not None) == keeps
+        before, before_other = pool.bytes_allocated(), other.bytes_allocated()
+        got = read_text_partition(((path, None),), "text", pd.StringDtype("pyarrow"))
+        assert pool.bytes_allocated() - before >= text, keeps
+        assert other.bytes_allocated() - before_other < text // 4, keeps
+        assert got["text"].tolist() == docs
+        del got

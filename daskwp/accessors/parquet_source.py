@@ -6,6 +6,8 @@ partition read gives Arrow's reader a whole row group, whose string buffer grows
 doubling (96 MB reallocated for 63 MB of text), and that read, not the tokenizer, set the
 workers' peak memory. Read in batches of about :data:`CHUNK_BYTES` of text (one Arrow chunk
 each; the tokenizer's pieces follow the chunks), the read's peak is about the text itself.
+The text goes to the glibc heap where that keeps freed blocks (:func:`read_pool`), so the
+next partition's read reuses the pages instead of faulting them in again.
 
 When the Series is such a read and nothing in it can change what a partition holds (no
 filters, no index, no partitioning columns, no read options, a local text column of
@@ -23,7 +25,7 @@ import pandas as pd
 
 from ..distributed.dask_compat import Projection, ReadParquetFSSpec, Task
 
-__all__ = ["CHUNK_BYTES", "DirectTextRead", "batch_rows", "direct_text_source",
+__all__ = ["CHUNK_BYTES", "DirectTextRead", "batch_rows", "direct_text_source", "read_pool",
            "read_text_partition"]
 
 
@@ -34,12 +36,13 @@ CHUNK_BYTES = 8 << 20
 
 
 def batch_rows(pf, column: str, chunk_bytes: int | None = None) -> int:
-    """Rows per batch of ``column`` of ``pf`` (a ``ParquetFile``) for chunks of about
-    ``chunk_bytes`` (default :data:`CHUNK_BYTES`) of text, from the uncompressed size of
-    its column chunks (at least 64)."""
+    """Rows per batch of ``column`` of ``pf`` (a ``ParquetFile``, or the reader of
+    :func:`read_text_partition`) for chunks of about ``chunk_bytes`` (default
+    :data:`CHUNK_BYTES`) of text, from the uncompressed size of its column chunks (at
+    least 64)."""
     chunk_bytes = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
     meta = pf.metadata
-    j = pf.schema_arrow.get_field_index(column)
+    j = _leaf_index(meta, column)
     rows = nbytes = 0
     for g in range(meta.num_row_groups):
         rg = meta.row_group(g)
@@ -69,19 +72,56 @@ def read_text_partition(pieces: tuple, column: str, dtype, dask_read=None,
     import pyarrow.parquet as pq
 
     chunks = []
+    pool = read_pool()
     for path, row_groups in pieces:
-        pf = pq.ParquetFile(path)
+        pf = _open(path, pool)
         schema = pf.schema_arrow
         if not _plain_footer(schema, column) and dask_read is not None:
             return dask_read(part)
         groups = list(range(pf.metadata.num_row_groups)) if row_groups is None else \
             list(row_groups)
-        for batch in pf.iter_batches(batch_size=batch_rows(pf, column), row_groups=groups,
-                                     columns=[column], use_threads=False):
+        for batch in pf.iter_batches(batch_rows(pf, column), groups,
+                                     [_leaf_index(pf.metadata, column)], use_threads=False):
             chunks.append(batch.column(0))
     col = pa.chunked_array(chunks, type=chunks[0].type) if chunks else \
         pa.chunked_array([], type=pa.large_string())
     return pd.DataFrame({column: pd.array(col, dtype=dtype)})
+
+
+def read_pool():
+    """The memory pool the text is read into: the system allocator (glibc's malloc) where
+    it keeps freed blocks (:func:`daskwp.backends.memory.malloc_keeps_freed_blocks`: a
+    tuned worker, a process without ``MALLOC_*_`` settings), else None (Arrow's default
+    pool).
+
+    A nanny's worker gives Arrow's default pool to jemalloc, which hands a partition's
+    freed text back to the system within a second: every partition's read then faulted
+    its ~70 MB in afresh (a third of the read's CPU, in the kernel). From the glibc heap,
+    the next partition's read (and the tokenizer's outputs) reuse it."""
+    import pyarrow as pa
+
+    from ..backends.memory import malloc_keeps_freed_blocks
+    return pa.system_memory_pool() if malloc_keeps_freed_blocks() else None
+
+
+def _leaf_index(meta, column: str) -> int:
+    """The Parquet column (leaf) index of the top-level column ``column`` in the file
+    ``meta`` describes, -1 when it has none (a nested column before it shifts the leaves)."""
+    schema = meta.schema
+    for i in range(len(schema)):
+        if schema.column(i).path == column:
+            return i
+    return -1
+
+
+def _open(path, pool):
+    """pyarrow's reader of the Parquet file ``path``, its arrays allocated from ``pool``
+    (``ParquetFile`` takes no pool: its reader class does)."""
+    from pyarrow._parquet import ParquetReader
+
+    reader = ParquetReader(memory_pool=pool)
+    reader.open(path, pre_buffer=True)
+    return reader
 
 
 def _plain_footer(schema, column: str) -> bool:
