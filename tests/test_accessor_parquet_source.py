@@ -220,3 +220,35 @@ def test_the_text_is_read_into_the_heap_that_keeps_freed_blocks(tmp_path, monkey
         assert other.bytes_allocated() - before_other < text // 4, keeps
         assert got["text"].tolist() == docs
         del got
+
+
+def test_the_compressed_column_chunk_is_read_through_a_buffer(tmp_path):
+    # pyarrow's pre-buffered read holds a row group's whole column chunk in Arrow's
+    # default pool (faulted in afresh per partition on a worker): read it 1 MB at a time
+    import os
+    import subprocess
+    import sys
+    rng = np.random.default_rng(0)
+    letters = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz ", dtype=np.uint8)
+    docs = [rng.choice(letters, 200).tobytes().decode() for _ in range(80_000)]  # 16 MB
+    path = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"text": docs}), path, compression="none", use_dictionary=False)
+    chunk = pq.ParquetFile(path).metadata.row_group(0).column(0).total_compressed_size
+    assert chunk > 12 * parquet_source.READ_BUFFER_BYTES
+    code = (
+        "import pandas as pd, pyarrow as pa\n"
+        "from daskwp.accessors.parquet_source import read_text_partition\n"
+        "if pa.default_memory_pool().backend_name == pa.system_memory_pool().backend_name:\n"
+        "    print(-1); raise SystemExit\n"
+        f"got = read_text_partition((({str(path)!r}, None),), 'text', "
+        "pd.StringDtype('pyarrow'))\n"
+        "assert len(got) == 80000\n"
+        "print(pa.default_memory_pool().max_memory())\n")
+    # (no MALLOC_*_ settings, which a nanny started in this process may have left: the
+    # arrays then come from the system allocator, and the default pool holds the I/O only)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    peak = int(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                              text=True, env=env).stdout.split()[-1])
+    if peak < 0:
+        pytest.skip("Arrow's default pool is the system allocator here")
+    assert peak < chunk // 3, (peak, chunk)   # the buffer, a page and its decompressed copy

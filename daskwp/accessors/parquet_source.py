@@ -25,14 +25,20 @@ import pandas as pd
 
 from ..distributed.dask_compat import Projection, ReadParquetFSSpec, Task
 
-__all__ = ["CHUNK_BYTES", "DirectTextRead", "batch_rows", "direct_text_source", "read_pool",
-           "read_text_partition"]
+__all__ = ["CHUNK_BYTES", "READ_BUFFER_BYTES", "DirectTextRead", "batch_rows",
+           "direct_text_source", "read_pool", "read_text_partition"]
 
 
 #: Text bytes of each Arrow chunk a partition is read into (a batch of rows of about this
 #: many bytes, from the row groups' sizes): the tokenizer's pieces
 #: (:data:`~daskwp.distributed.tasks.PIECE_BYTES`) hold about one chunk each.
 CHUNK_BYTES = 8 << 20
+
+#: Bytes of a column chunk read from the file at a time. Arrow's default (pre-buffered
+#: reads) holds a row group's whole compressed column chunk (20 MB of a 64 MB partition
+#: of zstd text), in Arrow's default pool, faulted in afresh on a nanny's worker (its
+#: jemalloc hands it back): 5k page faults per partition, ~1k through this buffer.
+READ_BUFFER_BYTES = 1 << 20
 
 
 def batch_rows(pf, column: str, chunk_bytes: int | None = None) -> int:
@@ -116,11 +122,12 @@ def _leaf_index(meta, column: str) -> int:
 
 def _open(path, pool):
     """pyarrow's reader of the Parquet file ``path``, its arrays allocated from ``pool``
-    (``ParquetFile`` takes no pool: its reader class does)."""
+    (``ParquetFile`` takes no pool: its reader class does), reading the column chunks
+    through a buffer of :data:`READ_BUFFER_BYTES`."""
     from pyarrow._parquet import ParquetReader
 
     reader = ParquetReader(memory_pool=pool)
-    reader.open(path, pre_buffer=True)
+    reader.open(path, pre_buffer=False, buffer_size=READ_BUFFER_BYTES)
     return reader
 
 
