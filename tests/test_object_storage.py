@@ -1586,11 +1586,13 @@ def test_a_prefetched_first_partition_is_counted_and_written_without_a_get(bucke
                                       1 << 30) is None
 
 
-def test_a_job_on_its_own_cluster_prefetches_partition_zero(tmp_path, bucket, spool_tmp,
-                                                           monkeypatch):
-    """A job whose local cluster starts while it plans fetches partition 0 meanwhile, and
-    its count uses that file: each partition's range is fetched once (the parts equal those
-    of the same job on local files) and no spool is left."""
+def test_a_job_on_its_own_cluster_prefetches_its_first_partitions(tmp_path, bucket,
+                                                                 spool_tmp, monkeypatch):
+    """A job whose local cluster starts while it plans fetches partition 0 and the next
+    partitions of its object meanwhile, by the GET that brought the object's head, and
+    their counts use those files: an object that this GET holds whole is fetched once, by
+    one GET (the parts equal those of the same job on local files), and no spool is
+    left."""
     from daskwp.jobs import driver
     from daskwp.jobs.inputs import fetch_spool
     name, options, fs = bucket
@@ -1600,21 +1602,20 @@ def test_a_job_on_its_own_cluster_prefetches_partition_zero(tmp_path, bucket, sp
     made: list = []
     monkeypatch.setattr(driver, "connect_cluster", _own_cluster(made))
     adopted = []
-    adopt = fetch_spool.Prefetch.adopt
+    adopt = fetch_spool.StreamPrefetch.adopt
 
     def spy_adopt(self, specs):
-        adopted.append(adopt(self, specs))
-        return adopted[-1]
-    monkeypatch.setattr(fetch_spool.Prefetch, "adopt", spy_adopt)
+        adopted.append((adopt(self, specs), len(self.taken)))
+        return adopted[-1][0]
+    monkeypatch.setattr(fetch_spool.StreamPrefetch, "adopt", spy_adopt)
     fetched = spy_object_fetches(monkeypatch)
     summary = jobs.run_job(job_config(f"s3://{name}/in/a.txt", f"s3://{name}/out",
                                       n_workers=1, scheduler_address=None,
                                       partition_size=8000, storage_options=options))
-    assert adopted == [True]
-    ranges = [(s, e) for n_, s, e in fetched if n_ == "a.txt"]
     n = summary["partitions"]
-    # one GET per partition: partition 0's brought the listing's head too (HeadStreams)
-    assert n >= 3 and len(ranges) == n and ranges[0] == (0, len(data)), ranges
+    assert n >= 3 and adopted == [(True, n)]
+    # one GET: the listing's head, then every partition (HeadStreams, StreamPrefetch)
+    assert [(s, e) for n_, s, e in fetched if n_ == "a.txt"] == [(0, len(data))], fetched
     jobs.run_job(job_config(str(tmp_path / "a.txt"), str(tmp_path / "local"),
                             scheduler_address="synchronous", partition_size=8000))
     assert_same_parts(tmp_path / "local", f"s3://{name}/out", options)
@@ -1636,14 +1637,14 @@ def test_an_output_url_naming_an_object_is_refused(bucket):
     assert not fs.exists(f"{name}/taken/{jobs.JOB_FILE}")
 
 
-def test_the_listings_head_and_partition_zero_come_in_one_get(bucket, spool_tmp,
-                                                               monkeypatch):
+def test_the_listings_head_and_the_first_partitions_come_in_one_get(bucket, spool_tmp,
+                                                                     monkeypatch):
     """HeadStreams: the object head that listing and planning read is the start of one GET
-    (in a thread, into a spool folder of its own) that the prefetch of partition 0 takes
-    over, stopped at its range's end: one GET for both, where the head was a GET of 1 MB
-    of its own; the spool file is what a prefetch of its own fetches. A stream that no
-    prefetch takes (a compressed object) is stopped and leaves nothing; another object's
-    head is fetched as before."""
+    (in a thread, into a spool folder of its own) that the prefetch takes over for
+    partition 0 and the next partitions of the object: one GET for all, where the head
+    was a GET of 1 MB of its own; each partition's spool file is what a prefetch of its
+    own fetches. A stream that no prefetch takes (a compressed object) is stopped and
+    leaves nothing; another object's head is fetched as before."""
     import dataclasses
 
     from daskwp.jobs.inputs import fetch_spool
@@ -1662,18 +1663,23 @@ def test_the_listings_head_and_partition_zero_come_in_one_get(bucket, spool_tmp,
         pre = fetch_spool.start_prefetch(specs, 1 << 30, heads)
         heads.close()
         run = [dataclasses.replace(s, spool=(token, 1 << 30)) for s in specs]
-        assert pre is not None and pre.adopt(run)
+        pre.stream._thread.join(60)    # (adopted now, it would stop where it is)
+        assert pre.adopt(run)
     assert specs[0].path.endswith("/t.txt") and specs[0].byte_start == 0
-    # t.txt: one GET from its start (head and partition 0); u.txt: its head, 1 MB
+    in_t = [s for s in run if s.path.endswith("/t.txt")]
+    assert len(in_t) >= 2 and len(in_t) < len(run)
+    # t.txt: one GET from its start (head and its partitions); u.txt: its head, 1 MB
     assert fetched == [("t.txt", 0, len(data)), ("u.txt", 0, storage.HEAD_BYTES)], fetched
-    (spooled,) = spool_files(spool_tmp)
-    start, end = exact(data, specs[0])
-    held = (spool_tmp / spooled).read_bytes()
-    assert held.startswith(data[:end]) and data.startswith(held)
+    spooled = spool_files(spool_tmp)
+    assert len(spooled) == len(in_t)
+    held = (spool_tmp / spooled[0]).read_bytes()
+    assert held.startswith(data[:exact(data, specs[0])[1]]) and data.startswith(held)
     fetched.clear()
-    want = [x.encode() for x in data[start:end].decode().splitlines()]
-    assert inputs.count_partition(run[0]) == len(want)
-    assert inputs.read_partition(run[0]).to_pylist() == want
+    for spec in in_t:
+        start, end = exact(data, spec)
+        want = [x.encode() for x in data[start:end].decode().splitlines()]
+        assert inputs.count_partition(spec) == len(want)
+        assert inputs.read_partition(spec).to_pylist() == want
     assert fetched == [] and spool_files(spool_tmp) == []
     fetch_spool.remove_run_spools(token)
     # a compressed object: no prefetch takes the stream; stopped, nothing left
@@ -1691,6 +1697,116 @@ def test_the_listings_head_and_partition_zero_come_in_one_get(bucket, spool_tmp,
     assert fetched[0][:2] == ("t.txt.gz", 0)
     assert spool_files(spool_tmp) == [] and \
         [p for p in spool_tmp.iterdir() if p.is_dir()] == []
+
+
+def _streamed_object(bucket, monkeypatch, spool_tmp):
+    """An object of ~6 head stream pieces (FETCH_PIECE 1 MB here) planned in 1 MB
+    partitions with the listing's head from a HeadStreams: ``(data, specs, prefetch, the
+    run's specs, GETs sent)``."""
+    import dataclasses
+
+    from daskwp.jobs.inputs import fetch_spool
+    name, options, fs = bucket
+    monkeypatch.setattr(fetch_spool, "FETCH_PIECE", 1 << 20)
+    monkeypatch.setattr(fetch_spool, "MARGIN", 1000)
+    monkeypatch.setattr(storage, "STREAM_PIECE", 64 << 10)
+    data = ("\n".join(sample_lines() * 100) + "\n").encode()
+    assert len(data) > 6 << 20
+    fs.pipe(f"{name}/s/t.txt", data)
+    fetched = spy_object_fetches(monkeypatch)
+    with storage.using(options):
+        heads = fetch_spool.HeadStreams(1 << 30)
+        with storage.head_source(heads):
+            specs = inputs.plan_partitions(inputs.list_input_files(f"s3://{name}/s"),
+                                           "text", 1 << 20)
+        pre = fetch_spool.start_prefetch(specs, 1 << 30, heads)
+        heads.close()
+    token = fetch_spool.run_token("ef" * 8, "r1")
+    run = [dataclasses.replace(s, spool=(token, 1 << 30)) for s in specs]
+    return data, specs, pre, run, fetched
+
+
+def test_the_head_stream_goes_on_past_its_first_piece_into_every_partition(
+        bucket, spool_tmp, monkeypatch):
+    """The driver's GET of the object's head goes on, once planned, through the next
+    partitions (past the head's piece, FETCH_PIECE + MARGIN): each partition's range comes
+    once (a second GET from where the first stopped only where the head's piece came before
+    the plan), into a spool file of its own that its count and write read without a GET;
+    nothing is left."""
+    from daskwp.jobs.inputs import fetch_spool
+    data, specs, pre, run, fetched = _streamed_object(bucket, monkeypatch, spool_tmp)
+    assert isinstance(pre, fetch_spool.StreamPrefetch) and len(pre.taken) == len(specs) >= 6
+    pre.stream._thread.join(60)    # (adopted now, it would stop where it is)
+    with storage.using(bucket[1]):
+        assert pre.adopt(run)
+    # from the start to the end; a GET that stopped at the head's piece (the plan came
+    # later) followed by one from there: every byte once
+    head_piece = fetch_spool.FETCH_PIECE + fetch_spool.MARGIN
+    assert [(s, e) for _, s, e in fetched] in ([(0, len(data))], [(0, len(data)), (
+        head_piece, len(data))]), fetched
+    assert len(spool_files(spool_tmp)) == len(specs)
+    fetched.clear()
+    for spec in run:
+        start, end = exact(data, spec)
+        want = [x.encode() for x in data[start:end].decode().splitlines()]
+        assert inputs.count_partition(spec) == len(want)
+        assert inputs.read_partition(spec).to_pylist() == want
+    assert fetched == [] and spool_files(spool_tmp) == []
+    fetch_spool.remove_run_spools(run[0].spool[0])
+    assert [p for p in spool_tmp.iterdir() if p.is_dir()] == []
+
+
+def test_a_head_stream_stopped_mid_partition_hands_over_what_it_holds(bucket, spool_tmp,
+                                                                     monkeypatch):
+    """Adopted while its GET is in partition k, the stream stops there: the partitions
+    before k are adopted whole (counted without a GET); partition k's spool file goes over
+    with the bytes it holds, and its count fetches only the rest (one GET from where the
+    stream stopped); the partitions after k are fetched by their counts as without a
+    prefetch. The counts and reads are those of the bytes; nothing is left."""
+    import time
+
+    from daskwp.jobs.inputs import fetch_spool
+    write = fetch_spool._Counted.write
+    hold_at = 3 * (1 << 20) + 100_000
+
+    def held_write(self, data):
+        st = self._stream
+        if st.claimed and st.written >= hold_at:   # (until adopt stops the stream)
+            deadline = time.monotonic() + 30
+            while not st.stopped and time.monotonic() < deadline:
+                time.sleep(0.01)
+        return write(self, data)
+    monkeypatch.setattr(fetch_spool._Counted, "write", held_write)
+    data, specs, pre, run, fetched = _streamed_object(bucket, monkeypatch, spool_tmp)
+    deadline = time.monotonic() + 30
+    while pre.stream.written < hold_at and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with storage.using(bucket[1]):
+        assert pre.adopt(run)
+    stopped = pre.stream.written
+    assert hold_at <= stopped < hold_at + (64 << 10)
+    k = next(i for i, s in enumerate(run) if s.byte_end + 1000 > stopped)
+    assert 2 <= k < len(run) - 1
+    names = spool_files(spool_tmp)
+    assert len(names) == k + 1 and len([n for n in names if ".held-" in n]) == 1
+    fetched.clear()
+    for i, spec in enumerate(run):
+        start, end = exact(data, spec)
+        want = [x.encode() for x in data[start:end].decode().splitlines()]
+        assert inputs.count_partition(spec) == len(want)
+        gets = [(s, e) for _, s, e in fetched]
+        if i < k:
+            assert gets == [], (i, gets)
+        elif i == k:    # the rest of its range, from where the stream stopped
+            assert gets == [(stopped, spec.byte_end + 1000)], (i, gets, stopped)
+        else:
+            assert gets == [(spec.byte_start - 1, spec.byte_end + 1000)], (i, gets)
+        fetched.clear()
+        assert inputs.read_partition(spec).to_pylist() == want
+        assert fetched == []
+    assert spool_files(spool_tmp) == []
+    fetch_spool.remove_run_spools(run[0].spool[0])
+    assert [p for p in spool_tmp.iterdir() if p.is_dir()] == []
 
 
 def test_an_http_endpoints_uploads_are_checked_by_their_signature_only(bucket, monkeypatch):

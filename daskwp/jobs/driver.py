@@ -1272,9 +1272,9 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
         cleanup.callback(started.close)
     heads = None
     if started is not None and cfg.spool_max_bytes and cfg.packing is None:
-        # the workers' host is this one: partition 0 is fetched for its count while the
-        # cluster starts (inputs/fetch_spool.py, Prefetch), by the GET that brings the
-        # object's head for the listing (HeadStreams)
+        # the workers' host is this one: the first partitions are fetched for their counts
+        # while the cluster starts (inputs/fetch_spool.py, StreamPrefetch), by the GET
+        # that brings the object's head for the listing (HeadStreams)
         heads = HeadStreams(int(cfg.spool_max_bytes))
         cleanup.callback(heads.close)
     with storage.head_source(heads):

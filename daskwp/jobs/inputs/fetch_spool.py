@@ -20,12 +20,19 @@ driver's) and any folder left for a day. The spool files of a host take at most
 ``spool_max_bytes`` (the option) of disk together, and never the last GiB of free space: a
 partition that does not fit is counted from the store and fetched again by its write.
 
-A local cluster's first partition may be fetched before the cluster is up: the driver
-starts :class:`Prefetch` of partition 0 once it is planned (its host is the workers'), in a
-thread, into a folder of its own; when the run's spool is known, :meth:`Prefetch.adopt`
-moves the file into the run's folder under the name its count task looks for
-(:func:`fetched` takes a spool file that is there already), so that partition's write
-starts as soon as the cluster is: no GET of its own to wait for.
+A local cluster's first partitions may be fetched before the cluster is up (their host is
+the workers'), in a thread of the driver, into a folder of their own: the GET that brings
+the first object's head for listing and planning (:class:`HeadStreams`) goes on, once the
+object is planned, through partition 0 and the next partitions of that object, each into
+a spool file of its own (:class:`StreamPrefetch`; at most half of ``spool_max_bytes``);
+where there is no such GET, :class:`Prefetch` fetches partition 0. When the run's spool is
+known (the job's tasks go out), the GET stops where it is and each file moves into the
+run's folder: under the name its count task looks for when it holds the partition's range
+(:func:`fetched` takes a spool file that is there already: no GET of its own to wait
+for), or with the number of bytes it holds when the GET stopped in the range (its count
+task fetches the rest, one GET from there); a partition the GET did not reach is fetched
+by its count task. One GET of the object for its head and every partition fetched while
+the cluster starts, where each was a GET of its own.
 
 A fetch waits on the network: on a Dask worker the count task leaves the worker's thread
 pool for it (:func:`~daskwp.frames.storage.waiting_on_network`, installed by daskwp's worker
@@ -58,6 +65,8 @@ FETCH_PIECE = 64 << 20
 #: A range planned at cuts is fetched this far past its last cut, where its last line ends
 #: (further, a GET of this size and then bigger ones each, when a line is longer).
 MARGIN = 1 << 20
+#: What a copy between spool files moves at a time where the kernel does not copy.
+STREAM_PIECE_BYTES = 1 << 20
 #: Spooling never leaves less free disk than this.
 DISK_RESERVE = 1 << 30
 #: A run folder untouched for this long is a leftover (a driver killed before its cleanup).
@@ -306,7 +315,8 @@ def fetched(spec: PartitionSpec):
     ranges = regions(spec)
     got = None
     if ranges and not has_local_copy(spec.path):
-        got = _spooled_already(spec, ranges) or _fetch(spec, ranges)
+        got = _spooled_already(spec, ranges) or _adopted_part(spec, ranges) or \
+            _fetch(spec, ranges)
     if got is None:
         yield
         return
@@ -366,16 +376,15 @@ class Prefetch:
     that partition: :meth:`adopt` gives the file the name that task looks for in the run's
     folder; :meth:`discard` removes what was not adopted. ``spool_max_bytes``: the job's
     option (a partition that does not fit is not fetched). A fetch that fails is dropped
-    (the count task fetches the partition, and reports what is wrong)."""
+    (the count task fetches the partition, and reports what is wrong). Where the listing's
+    GET of the object's head goes on into partition 0 and the next partitions,
+    :class:`StreamPrefetch` does this instead."""
 
-    def __init__(self, spec: PartitionSpec, spool_max_bytes: int,
-                 stream: _HeadStream | None = None):
-        self.token = stream.token if stream is not None else \
-            run_token(uuid.uuid4().hex, "prefetch")
+    def __init__(self, spec: PartitionSpec, spool_max_bytes: int):
+        self.token = run_token(uuid.uuid4().hex, "prefetch")
         self.spec = dataclasses.replace(spec, spool=(self.token, int(spool_max_bytes)))
         self.ranges = regions(self.spec)
         self.got: tuple | None = None
-        self._stream = stream
         self._thread = threading.Thread(target=contextvars.copy_context().run,
                                         args=(self._fetch,), name="daskwp-prefetch",
                                         daemon=True)
@@ -384,8 +393,7 @@ class Prefetch:
     def _fetch(self) -> None:
         try:
             with storage.pinned({self.spec.path: self.spec.object_version}):
-                self.got = _fetch(self.spec, self.ranges) if self._stream is None else \
-                    self._stream.finish(self.spec, self.ranges)
+                self.got = _fetch(self.spec, self.ranges)
         except Exception:   # noqa: BLE001  (the count task fetches it, and raises)
             self.got = None
 
@@ -396,17 +404,12 @@ class Prefetch:
         try:
             if self.got is None:
                 return False
-            target = next((s for s in specs if s.index == self.spec.index and
-                           s.spool is not None and s.path == self.spec.path and
-                           regions(s) == self.ranges), None)
-            if target is None or target.object_version is None:
+            target = _target(specs, self.spec, self.ranges)
+            if target is None:
                 return False
-            folder = _folder(target)
-            root = spool_root()
-            with _locked(root):
-                _start_run(root, folder)
-                os.replace(self.got[0], os.path.join(folder, _name(
-                    target, self.ranges, repr(tuple(target.object_version)))))
+            folder = _run_folder(target)
+            os.replace(self.got[0], os.path.join(folder, _name(
+                target, self.ranges, repr(tuple(target.object_version)))))
             return True
         except OSError:
             return False
@@ -419,58 +422,160 @@ class Prefetch:
         remove_run_spools(self.token)
 
 
-def start_prefetch(specs, spool_max_bytes: int,
-                   heads: HeadStreams | None = None) -> Prefetch | None:
-    """A :class:`Prefetch` of the first partition of ``specs`` when it is one to spool
-    (a byte range of an uncompressed text or JSON Lines object, with a version), else
-    None. Its range goes on from the object's head fetched for the listing, where
-    ``heads`` fetched it (:meth:`HeadStreams.claim`)."""
+def _target(specs, spec: PartitionSpec, ranges: list) -> PartitionSpec | None:
+    """The partition of ``specs`` (the run's, with their spool) that ``spec``'s ``ranges``
+    were fetched for, or None (not in the run, not spooled, other ranges, no version)."""
+    target = next((s for s in specs if s.index == spec.index and s.spool is not None and
+                   s.path == spec.path and regions(s) == ranges), None)
+    if target is None or target.object_version is None or \
+            tuple(target.object_version) != tuple(spec.object_version or ()):
+        return None
+    return target
+
+
+def _run_folder(spec: PartitionSpec) -> str:
+    """The run's spool folder of ``spec`` on this host, made (:func:`_start_run`)."""
+    folder = _folder(spec)
+    root = spool_root()
+    with _locked(root):
+        _start_run(root, folder)
+    return folder
+
+
+#: The name of a spool file that a :class:`StreamPrefetch` handed over with its first
+#: bytes only: the spool file's name, this, and how many bytes it holds; the count task
+#: fetches the rest (:func:`_adopted_part`).
+_PARTIAL = ".held-"
+
+
+def _adopted_part(spec: PartitionSpec, ranges: list) -> tuple | None:
+    """The count side of a spool file handed over with the first bytes of ``spec``'s
+    range only (:class:`StreamPrefetch`): taken (renamed, so only one task takes it) and
+    completed from where it stops (a GET of the rest); ``(its path, the ranges it
+    holds)`` as :func:`_fetch` gives them, or None when there is none."""
+    if spec.object_version is None or not spec.cut_at_lines:
+        return None
+    folder = _folder(spec)
+    prefix = _name(spec, ranges, repr(tuple(spec.object_version))) + _PARTIAL
+    try:
+        held = [n for n in os.listdir(folder) if n.startswith(prefix)]
+    except OSError:
+        return None
+    for n in held:
+        tmp = os.path.join(folder, f"{_TMP}{uuid.uuid4().hex}")
+        try:
+            os.replace(os.path.join(folder, n), tmp)
+        except OSError:
+            continue    # (another task took it)
+        try:
+            with storage.waiting_on_network():
+                return _fetch_into(spec, ranges, tmp, int(n[len(prefix):]))
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+    return None
+
+
+def start_prefetch(specs, spool_max_bytes: int, heads: HeadStreams | None = None):
+    """A prefetch of the first partitions of ``specs`` when the first is one to spool (a
+    byte range of an uncompressed text or JSON Lines object, with a version), else None:
+    a :class:`StreamPrefetch` of partition 0 and the partitions after it in the same
+    object, where ``heads`` fetched the object's head for the listing
+    (:meth:`HeadStreams.claim`: its GET goes on into them), else a :class:`Prefetch` of
+    partition 0."""
     if not specs or not spool_max_bytes:
         return None
     first = specs[0]
-    probe = dataclasses.replace(first, spool=("", int(spool_max_bytes)))
+    limit = int(spool_max_bytes)
+    probe = dataclasses.replace(first, spool=("", limit))
     if not first.cut_at_lines or first.object_version is None or not regions(probe):
         return None
-    stream = heads.claim(first, regions(probe)) if heads is not None else None
-    return Prefetch(first, spool_max_bytes, stream)
+    if heads is not None:
+        parts = []
+        for s in specs:
+            ranges = regions(dataclasses.replace(s, spool=("", limit)))
+            if s.path != first.path or s.object_version != first.object_version or \
+                    not s.cut_at_lines or s.compression or not ranges or len(ranges) != 1:
+                break
+            parts.append((s, ranges))
+        claimed = heads.claim(parts)
+        if claimed is not None:
+            return StreamPrefetch(*claimed)
+    return Prefetch(first, limit)
 
 
 class _Stopped(Exception):
     """A head stream's GET stops here (:class:`_Counted`)."""
 
 
-class _Counted:
-    """The spool file of a :class:`_HeadStream`: counts the bytes written, up to where the
-    stream is to stop."""
+def _copy_file(path: str, offset: int, n: int, fd: int) -> None:
+    """Copy ``n`` bytes of the file ``path`` from ``offset`` to the start of the file
+    ``fd`` (in the kernel where it can)."""
+    src = os.open(path, os.O_RDONLY)
+    try:
+        at = 0
+        while at < n:
+            try:
+                k = os.copy_file_range(src, fd, n - at, offset + at, at)
+            except (AttributeError, OSError):
+                k = 0
+            if not k:    # (no copy_file_range here, or not between these files)
+                data = os.pread(src, min(n - at, STREAM_PIECE_BYTES), offset + at)
+                if not data:
+                    raise OSError(f"{path}: ends before byte {offset + n}")
+                _pwrite(fd, data, at)
+                k = len(data)
+            at += k
+    finally:
+        os.close(src)
 
-    def __init__(self, out, stream: _HeadStream):
-        self._out, self._stream = out, stream
+
+def _pwrite(fd: int, data, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, offset)
+        view, offset = view[n:], offset + n
+
+
+class _Counted:
+    """The files of a :class:`_HeadStream`: each piece of its GET written at its place in
+    every file whose range holds it, up to where the stream is to stop."""
+
+    def __init__(self, stream: _HeadStream):
+        self._stream = stream
 
     def write(self, data) -> int:
         st = self._stream
-        with st.cond:
-            room = st.stop_at - st.written
-        if room <= 0:
-            raise _Stopped
-        view = memoryview(data).cast("B")[:room]
-        rest = view
-        while rest:
-            rest = rest[self._out.write(rest):]
-        with st.cond:
-            st.written += len(view)
-            st.cond.notify_all()
+        with st.wlock:
+            with st.cond:
+                room = 0 if st.stopped else st.stop_at - st.written
+                pos = st.written
+            if room <= 0:
+                raise _Stopped
+            view = memoryview(data).cast("B")[:room]
+            for start, end, fd in st.files:
+                a, b = max(pos, start), min(pos + len(view), end)
+                if a < b:
+                    _pwrite(fd, view[a - pos:b - pos], a - start)
+            with st.cond:
+                st.written += len(view)
+                st.cond.notify_all()
         if len(view) < len(data):
             raise _Stopped
         return len(view)
 
 
 class _HeadStream:
-    """One GET of an object (the version ``version``) from its start to
-    :data:`FETCH_PIECE` + :data:`MARGIN` bytes (or its end) into a new spool folder of its
-    own, in a thread (in ``context``: the job's storage options). :meth:`head` reads the
-    first bytes from the file once they are in; :meth:`claim` says where to stop (a
-    partition's range); :meth:`finish` completes that range; :meth:`cancel` stops the
-    GET and removes the folder."""
+    """One GET of an object (the version ``version``) from its start, in a thread (in
+    ``context``: the job's storage options), into spool files of a new spool folder of
+    its own: first the head file (:meth:`head` reads the object's first bytes from it once
+    they are in), up to :data:`FETCH_PIECE` + :data:`MARGIN` bytes (or the object's end),
+    where the stream waits; :meth:`claim` gives it partition 0's range (the head file's)
+    and the next partitions' ranges (a file each), and it goes on until the last one's end
+    or :meth:`stop` (the job's tasks go out); :meth:`cancel` stops it and removes the
+    folder. A GET stopped before the stream's end (waiting to be claimed, a broken
+    response) is followed by another from where it stopped. ``limit``: the job's
+    ``spool_max_bytes``; the stream's files take at most half of it."""
 
     def __init__(self, url: str, version: tuple, limit: int, context):
         self.url, self.version, self.size = url, version, int(version[0])
@@ -479,8 +584,11 @@ class _HeadStream:
         self.path: str | None = None
         self.written = 0
         self.stop_at = self.end
-        self.done = self.claimed = False
+        self.done = self.claimed = self.stopped = self.cancelled = False
         self.cond = threading.Condition()
+        self.wlock = threading.Lock()     # a piece's writes; the files claim adds
+        self.files: list = []             # (start, end, fd): where the bytes go
+        self.budget = max(int(limit) // 2, self.end)
         self._limit = limit
         self._thread = threading.Thread(target=context.copy().run, args=(self._run,),
                                         name="daskwp-head-stream", daemon=True)
@@ -488,23 +596,48 @@ class _HeadStream:
 
     def _run(self) -> None:
         try:
-            self.path = _reserve_in(self.token, self._limit, self.end)   # None: no room
-            if self.path is not None:
+            path = _reserve_in(self.token, self._limit, self.end)   # None: no room
+            if path is not None:
+                with self.wlock:
+                    self.files.append((0, self.end, os.open(path, os.O_RDWR)))
+            with self.cond:
+                self.path = path
+                self.cond.notify_all()
+            if path is not None:
                 with storage.pinned({self.url: self.version}), \
-                        storage.open_input(self.url) as src, \
-                        open(self.path, "r+b", buffering=0) as out:
-                    storage.copy_range(src, 0, self.end, _Counted(out, self))
-        except _Stopped:
-            pass
-        except Exception:  # noqa: BLE001  the head is fetched as usual, the range again
+                        storage.open_input(self.url) as src:
+                    self._stream(src)
+        except Exception:  # noqa: BLE001  the head is fetched as usual, the rest by counts
             pass
         finally:
-            with self.cond:
-                self.done = True
-                cancelled = self.stop_at == 0
-                self.cond.notify_all()
+            with self.wlock:
+                for _, _, fd in self.files:
+                    os.close(fd)
+                self.files = []
+                with self.cond:
+                    self.done = True
+                    cancelled = self.cancelled
+                    self.cond.notify_all()
             if cancelled:
                 remove_run_spools(self.token)
+
+    def _stream(self, src) -> None:
+        while True:
+            with self.cond:
+                while self.written >= self.stop_at and not (self.claimed or self.stopped):
+                    self.cond.wait()     # (at the head file's end, until claimed)
+                if self.stopped or self.written >= self.stop_at:
+                    return
+                pos = self.written
+                # the GET's range: to the budget's end (the partitions the claim may give)
+                reach = min(self.size, max(self.budget, self.stop_at))
+            try:
+                storage.copy_range(src, pos, reach, _Counted(self))
+            except _Stopped:
+                pass
+            with self.cond:
+                if self.written == pos:
+                    return    # (nothing came: an error, or no streamed read)
 
     def head(self, n: int) -> bytes | None:
         """The object's first ``n`` bytes, once the GET has brought them (None: it
@@ -518,46 +651,145 @@ class _HeadStream:
             data = fh.read(n)
         return data if len(data) == n else None
 
-    def claim(self, end: int) -> None:
-        """The GET stops at ``end`` (or where it was to end, before)."""
+    def claim(self, parts: list) -> list:
+        """Give the stream the partitions ``parts`` (``[(spec, ranges)]``: partition 0 of
+        the object, its range from the start, then the next ones): partition 0's bytes go
+        to the head file, each next partition's (while they fit in the budget and the
+        spool) to a file of its own, reserved now, with the bytes the stream holds
+        already; the stream goes on to the last one's end. Returns ``[(spec, ranges,
+        file)]`` of those it took ([] when it cannot take partition 0: the stream is
+        then left as it was, for :meth:`cancel`)."""
         with self.cond:
-            self.claimed = True
-            self.stop_at = min(max(end, 0), self.end)
+            while self.path is None and not self.done:
+                self.cond.wait()
+            if self.path is None or self.stopped:
+                return []
+        (spec0, ranges0), *rest = parts
+        taken = [(spec0, ranges0, self.path)]
+        used = max(self.end, min(ranges0[0][1], self.size))
+        with self.wlock:     # (no piece is written meanwhile)
+            with self.cond:
+                have, done = self.written, self.done
+            files = [(0, min(ranges0[0][1], self.size), self.files[0][2])] \
+                if self.files else []
+            for spec, ranges in rest:
+                (start, end), = ranges
+                end = min(end, self.size)
+                if (done and have < end) or used + end - start > self.budget:
+                    break
+                try:
+                    path = _reserve_in(self.token, self._limit, end - start)
+                except OSError:
+                    path = None
+                if path is None:
+                    break
+                fd = os.open(path, os.O_RDWR)
+                if have > start:   # (the bytes in the head file already)
+                    _copy_file(self.path, start, min(have, end) - start, fd)
+                if done:
+                    os.close(fd)
+                else:
+                    files.append((start, end, fd))
+                taken.append((spec, ranges, path))
+                used += end - start
+            if not done:
+                self.files = files
+            with self.cond:
+                self.stop_at = min(taken[-1][1][0][1], self.size)
+                self.claimed = True
+                self.cond.notify_all()
+        return taken
 
-    def finish(self, spec: PartitionSpec, ranges: list) -> tuple | None:
-        """The spool file of ``spec``'s ``ranges`` (one, from the object's start, planned
-        at cuts), completed from where the GET stopped: ``(its path, the ranges it
-        holds)``, as :func:`_fetch` gives it."""
+    def held(self, ranges: list) -> int:
+        """The bytes of ``ranges`` (one range) the stream has brought, from its start."""
+        (start, end), = ranges
+        return max(0, min(self.written, end, self.size) - start)
+
+    def complete(self, ranges: list) -> bool:
+        """Whether the stream brought all of ``ranges`` (one range, to the object's end
+        where it goes past it)."""
+        (start, end), = ranges
+        return self.written >= min(end, self.size)
+
+    def stop(self) -> None:
+        """Stop the GET (at its next piece) and wait for its thread."""
+        with self.cond:
+            self.stopped = True
+            self.cond.notify_all()
         self._thread.join()
-        if self.path is None:
-            return _fetch(spec, ranges)
-        try:
-            return _fetch_into(spec, ranges, self.path, self.written)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.path)
 
     def cancel(self) -> None:
-        """Stop the GET (at its next piece) and remove what it fetched."""
+        """Stop the GET (at its next piece) and remove what it fetched (its thread does,
+        where it still runs)."""
         with self.cond:
-            self.stop_at = 0
+            self.stopped = self.cancelled = True
             done = self.done
+            self.cond.notify_all()
         if done:
             remove_run_spools(self.token)
 
 
+class StreamPrefetch:
+    """The partitions a :class:`_HeadStream` was given (:meth:`_HeadStream.claim`):
+    partition 0 and the next ones of its object, fetched by the listing's GET while the
+    cluster starts. :meth:`adopt` (the job's tasks go out) stops the GET where it is and
+    moves each partition's file into the run's folder: a partition whose range came whole
+    under the name its count task looks for (its line ends checked: :func:`_fetch_into`,
+    no GET unless its last line goes on past the range); one that came in part under a
+    name that says how much it holds (:func:`_adopted_part`: its count task fetches the
+    rest); one that did not start is not kept. :meth:`discard` removes what was not
+    adopted."""
+
+    def __init__(self, stream: _HeadStream, taken: list):
+        self.stream, self.taken = stream, taken
+
+    def adopt(self, specs) -> bool:
+        """Stop the stream; move its files into the run's folder of the partitions of
+        ``specs`` (the run's, with their spool). Whether any was."""
+        st = self.stream
+        st.stop()
+        adopted = 0
+        try:
+            with storage.pinned({st.url: st.version}):
+                for spec, ranges, path in self.taken:
+                    have = st.held(ranges)
+                    target = _target(specs, spec, ranges)
+                    if not have or target is None:
+                        continue
+                    try:
+                        if st.complete(ranges):
+                            _run_folder(target)
+                            _fetch_into(target, ranges, path, have)
+                        else:
+                            os.replace(path, os.path.join(_run_folder(target), _name(
+                                target, ranges, repr(tuple(target.object_version)))
+                                + f"{_PARTIAL}{have}"))
+                        adopted += 1
+                    except Exception:  # noqa: BLE001  (its count fetches it, and raises)
+                        continue
+            return adopted > 0
+        finally:
+            self.discard()
+
+    def discard(self) -> None:
+        """Stop the stream and remove what it left (nothing once adopted)."""
+        self.stream.stop()
+        remove_run_spools(self.stream.token)
+
+
 class HeadStreams:
     """The object heads that listing and planning read (an object's first MB: its codec,
-    format, JSON keys), for a job whose driver prefetches partition 0
+    format, JSON keys), for a job whose driver prefetches the first partitions
     (:func:`start_prefetch`): as :func:`~daskwp.frames.storage.head_source`, the first
-    object asked for is fetched by one GET from its start to :data:`FETCH_PIECE` +
-    :data:`MARGIN` (or its end), in a thread, and its head is read from that spool file
-    once its first bytes are in; the prefetch of partition 0 takes the file over
-    (:meth:`claim`) and the GET stops at its range's end: one GET of the object for the
-    head and partition 0, where the head was a GET of its own. :meth:`close` (after the
-    prefetch started) stops a GET that nothing took (partition 0 of another object, or
-    not spooled) and removes its file. Other objects' heads are fetched as usual. Made
-    within the job's storage options: the GET's thread uses them."""
+    object asked for is fetched by one GET from its start (:class:`_HeadStream`), in a
+    thread, and its head is read from that spool file once its first bytes are in; the
+    prefetch takes the stream over (:meth:`claim`) for partition 0 and the partitions
+    after it: one GET of the object for the head and the partitions the driver fetches
+    while its cluster starts, where the head was a GET of its own, and each partition
+    another. :meth:`close` (after the prefetch started) stops a GET that nothing took
+    (partition 0 of another object, or not spooled) and removes its file. Other objects'
+    heads are fetched as usual. Made within the job's storage options: the GET's thread
+    uses them."""
 
     def __init__(self, spool_max_bytes: int):
         self._limit = int(spool_max_bytes)
@@ -577,22 +809,25 @@ class HeadStreams:
             return None
         return stream.head(n)
 
-    def claim(self, spec: PartitionSpec, ranges: list) -> _HeadStream | None:
-        """The stream of ``spec``'s object when it holds the start of ``spec``'s ranges
-        (one range from the object's start, planned at cuts, that one GET of the stream
-        covers): told to stop at that range's end, for :class:`Prefetch`; else None. No
-        stream starts after this."""
+    def claim(self, parts: list) -> tuple | None:
+        """``(stream, what it took)`` (:meth:`_HeadStream.claim`), for
+        :class:`StreamPrefetch`, when the stream is the object's of ``parts``
+        (``[(spec, ranges)]``: partition 0, one range from the object's start, planned at
+        cuts, then the next partitions of the object) and takes partition 0; else None.
+        No stream starts after this."""
         with self._lock:
             self._closed = True
             st = self.stream
+            if not parts:
+                return None
+            spec, ranges = parts[0]
             if st is None or st.claimed or st.url != spec.path or \
                     spec.object_version is None or \
                     st.version != tuple(spec.object_version) or not spec.cut_at_lines or \
-                    spec.compression or len(ranges) != 1 or ranges[0][0] != 0 or \
-                    min(ranges[0][1], st.size) > st.end:
+                    spec.compression or len(ranges) != 1 or ranges[0][0] != 0:
                 return None
-            st.claim(ranges[0][1])
-            return st
+        taken = st.claim(parts)
+        return (st, taken) if taken else None
 
     def close(self) -> None:
         """Stop and remove a stream that :meth:`claim` did not give out."""
