@@ -200,7 +200,9 @@ def _part(tmp_path, name="p.parquet", docs=None, compression="lz4"):
 
 
 class _Spy:
-    """``_ext`` for the writer, recording each page it compresses with daskwp's LZ4."""
+    """``_ext`` for the writer, recording each page it compresses with daskwp's LZ4: the
+    scalar pages (``lz4_raw_compress``) and the list pages, compressed by the call that
+    encodes them (``parquet_list_page`` with ``packed``)."""
 
     def __init__(self):
         self.blocks = []
@@ -212,6 +214,13 @@ class _Spy:
         size = _ext.lz4_raw_compress(src, out)
         self.blocks.append((src.tobytes(), out[:size].tobytes()))
         return size
+
+    def parquet_list_page(self, *args):
+        got = _ext.parquet_list_page(*args)
+        if len(args) == 7 and got[0] <= len(args[5]):
+            assert got[3] >= 0
+            self.blocks.append((args[5][:got[0]].tobytes(), args[6][:got[3]].tobytes()))
+        return got
 
 
 def test_lz4_parts_are_daskwps_blocks_and_every_reader_reads_them(tmp_path, monkeypatch):
@@ -319,3 +328,96 @@ def test_compressor_under_address_and_undefined_behaviour_sanitizers(tmp_path):
     run = subprocess.run([str(exe), "3000", "7"], capture_output=True, text=True, env=env,
                          timeout=600)
     assert run.returncode == 0 and run.stdout.startswith("OK"), run.stdout + run.stderr[-2000:]
+
+
+# -- list pages compressed by the call that encodes them (compress_split_page) ------------
+
+def _repeating_ids(rng, n, vocab):
+    """Token-id-like values: runs of an earlier stretch repeated (the overlapping windows
+    and repeated lines the split compressor reuses matches of) among fresh ones."""
+    out = rng.integers(0, vocab, n).astype(np.int64)
+    for _ in range(n // 300):
+        src, length = int(rng.integers(0, n - 200)), int(rng.integers(8, 120))
+        dst = int(rng.integers(src + 1, min(n - length, src + 60_000)))
+        out[dst:dst + length] = out[src:src + length]
+    return out
+
+
+@pytest.mark.parametrize("kind", ["ids16", "ids_wide", "high_byte_one", "random32", "int64",
+                                  "int8", "zeros", "plain"])
+def test_list_pages_compressed_where_they_are_encoded_decode_to_the_page(kind):
+    """``parquet_list_page`` with ``packed``: the page it writes and, as one LZ4 block, the
+    same page (Arrow's ``lz4_raw`` decodes it; the end-of-block rules hold), for ids under
+    2^16 (two zero streams), wider ids, a constant non-zero high byte, random and 64-bit
+    values, small integers, all-zero values and PLAIN values; every page of a column of
+    ragged and empty rows, pages of a few bytes to a whole buffer."""
+    rng = np.random.default_rng(11)
+    lengths = rng.integers(0, 90, 3000)
+    lengths[::9] = 0
+    lengths[5:40] = 1
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    n = int(offsets[-1])
+    values = {"ids16": _repeating_ids(rng, n, 30_522).astype(np.int32),
+              "ids_wide": _repeating_ids(rng, n, 250_000).astype(np.int32),
+              "high_byte_one": (256 + _repeating_ids(rng, n, 256)).astype(np.int32),
+              "random32": rng.integers(-2**31, 2**31, n, dtype=np.int64).astype(np.int32),
+              "int64": _repeating_ids(rng, n, 2**40) * -3,
+              "int8": rng.integers(-128, 128, n, dtype=np.int8),
+              "zeros": np.zeros(n, dtype=np.int32),
+              "plain": _repeating_ids(rng, n, 30_522).astype(np.int32)}[kind]
+    split = kind != "plain"
+    page = np.zeros(1 << 20, dtype=np.uint8)
+    packed = np.zeros(_ext.lz4_raw_bound(len(page)), dtype=np.uint8)
+    for page_bytes in (1, 64, 4096, 1 << 20):
+        row = 0
+        while row < len(lengths):
+            size, entries, end, csize = _ext.parquet_list_page(values, offsets, row,
+                                                               page_bytes, split, page,
+                                                               packed)
+            assert 0 < csize <= _ext.lz4_raw_bound(size)
+            # the same page as without `packed`
+            assert _ext.parquet_list_page(values, offsets, row, page_bytes, split,
+                                          np.zeros(size, np.uint8)) == (size, entries, end)
+            body = page[:size].tobytes()
+            block = packed[:csize].tobytes()
+            assert LZ4_RAW.decompress(block, decompressed_size=size, asbytes=True) == body
+            seqs = _sequences(block, size)
+            pos = 0
+            for lit, offset, ml in seqs[:-1]:
+                pos += lit
+                assert pos + 12 <= size and pos + ml + 5 <= size, "end-of-block rules"
+                pos += ml
+            row = end
+
+
+def test_split_pages_search_one_stream_and_cost_few_bytes():
+    """A page of repeating ids under 2^16: each zero stream is one match at offset 1; the
+    second byte stream reuses the first one's matches (nearly all its matches at the
+    offsets found there); the block at most 3% larger than lz4_raw_compress's of the same
+    page."""
+    rng = np.random.default_rng(2)
+    lengths = rng.integers(1, 128, 8000)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    values = _repeating_ids(rng, int(offsets[-1]), 30_522).astype(np.int32)
+    page = np.zeros(1 << 21, dtype=np.uint8)
+    packed = np.zeros(_ext.lz4_raw_bound(len(page)), dtype=np.uint8)
+    size, entries, end, csize = _ext.parquet_list_page(values, offsets, 0, 1 << 30, True,
+                                                       page, packed)
+    assert end == len(lengths) and entries == len(values)
+    whole = np.zeros_like(packed)
+    plain_size = _ext.lz4_raw_compress(page[:size], whole)
+    assert csize <= 1.03 * plain_size, (csize, plain_size)
+    n = len(values)
+    head = size - 4 * n
+    seqs = _sequences(packed[:csize].tobytes(), size)
+    starts, pos = [], 0
+    for lit, offset, ml in seqs[:-1]:
+        pos += lit
+        starts.append((pos, offset, ml))
+        pos += ml
+    in_stream = [[(p - head - k * n, o) for p, o, _ in starts
+                  if head + k * n <= p < head + (k + 1) * n] for k in range(4)]
+    assert len(in_stream[2]) == len(in_stream[3]) == 1 and in_stream[2][0][1] == 1
+    assert len(in_stream[0]) > 100
+    reused = set(in_stream[0]) & set(in_stream[1])
+    assert len(reused) >= 0.9 * len(in_stream[1]), (len(reused), len(in_stream[1]))

@@ -4,10 +4,11 @@ writer"): integer columns and lists of integers, no nulls, zstd, lz4 or no compr
 The data pages come from the native core one at a time (``_ext.parquet_scalar_page`` /
 ``_ext.parquet_list_page``: levels as RLE runs, values BYTE_STREAM_SPLIT or
 DELTA_BINARY_PACKED, one pass over the buffers), each into the same reused buffer, which the
-compressor then reads while it is in the cache; this module compresses them (``lz4``:
-daskwp's own LZ4 block compressor, ``_ext.lz4_raw_compress``, into a second reused buffer;
-``zstd``: Arrow's codec), writes the page headers and the footer (Thrift compact protocol) and records the same
-schema, encodings and key-value metadata (``ARROW:schema``, ``pandas``) as
+compressor then reads while it is in the cache (``lz4``: daskwp's own LZ4 block compressor
+into a second reused buffer, a list page by the same native call that encodes it, which
+searches one of its value streams for matches and reuses them in the others; a scalar page
+by ``_ext.lz4_raw_compress``; ``zstd``: Arrow's codec); this module writes the page headers
+and the footer (Thrift compact protocol) and records the same schema, encodings and key-value metadata (``ARROW:schema``, ``pandas``) as
 ``pyarrow.parquet.ParquetWriter`` with :func:`daskwp.frames.part_writer.parquet_write_options`,
 so every reader sees the same file. It costs about a third of Arrow's writer on these columns
 (benchmarks/results/writer_variants.md): Arrow builds levels and encodes values per element
@@ -205,11 +206,15 @@ class _Column:
                 _schema_element("element", phys=a["type"], repetition=_OPTIONAL,
                                 converted=a.get("converted"), logical=a.get("logical"))]
 
-    def pages(self, arr: pa.Array, scratch):
-        """``(uncompressed body, num_values)`` of each page of ``arr`` (a slice of this
-        column), one after another. Each body is a view of the buffer that ``scratch(size)``
-        gives (at least ``size`` bytes; the writer reuses one): use it before taking the next
-        page."""
+    def pages(self, arr: pa.Array, scratch, packer=None):
+        """``(uncompressed body, num_values, compressed body or None)`` of each page of
+        ``arr`` (a slice of this column), one after another. Each body is a view of the
+        buffer that ``scratch(size)`` gives (at least ``size`` bytes; the writer reuses
+        one): use it before taking the next page. ``packer(size)``, where given, is the
+        buffer of an LZ4 block of a page of ``size`` bytes: a list page is compressed into
+        it by the call that encodes it (``_ext.parquet_list_page``, the streams of its
+        BYTE_STREAM_SPLIT values compressed as one, lz4_block.hpp), a view of which is the
+        third item; scalar pages give None (the writer compresses them)."""
         if arr.null_count:
             raise ValueError(f"column {self.name!r} holds nulls: daskwp's parts have none")
         if not self.is_list:
@@ -218,7 +223,7 @@ class _Column:
             while True:
                 buf, (size, n) = _page_into(scratch, lambda b: _ext.parquet_scalar_page(
                     values, first, PAGE_VALUES, b))
-                yield buf[:size], n
+                yield buf[:size], n, None
                 first += n
                 if first >= len(values):
                     return
@@ -229,10 +234,21 @@ class _Column:
         values = numpy_of_arrow(child)
         rows = len(offsets) - 1
         row = 0
+
+        def encode(b):
+            if packer is None:
+                return _ext.parquet_list_page(values, offsets, row, PAGE_BYTES, self.split, b)
+            return _ext.parquet_list_page(values, offsets, row, PAGE_BYTES, self.split, b,
+                                          packer(len(b)))
         while True:
-            buf, (size, n, end) = _page_into(scratch, lambda b: _ext.parquet_list_page(
-                values, offsets, row, PAGE_BYTES, self.split, b))
-            yield buf[:size], n
+            buf, out = _page_into(scratch, encode)
+            size, n, end = out[:3]
+            packed = None
+            if packer is not None:
+                # the page fitted its buffer, and the block's buffer its worst case
+                assert out[3] >= 0, "the list page was not compressed"
+                packed = packer(len(buf))[:out[3]]
+            yield buf[:size], n, packed
             row = end
             if row >= rows:
                 return
@@ -297,15 +313,21 @@ class NativeParquetWriter:
             self._page = np.empty(size + (size >> 3), dtype=np.uint8)
         return self._page
 
-    def _lz4_page(self, body: np.ndarray) -> np.ndarray:
-        """``body`` as one LZ4 block (an LZ4_RAW page): a view of the compressed-page buffer,
-        grown first to the block's worst case (``_ext.lz4_raw_bound``), which the compressor
-        checks before it writes; use it before compressing the next page."""
-        need = _ext.lz4_raw_bound(len(body))
+    def _lz4_buffer(self, size: int) -> np.ndarray:
+        """The compressed-page buffer, grown first to the worst case of an LZ4 block of
+        ``size`` bytes (``_ext.lz4_raw_bound``; at least that of the page buffer), which the
+        compressor checks before it writes."""
+        need = _ext.lz4_raw_bound(size)
         if need > len(self._packed):
             self._packed = np.empty(max(need, _ext.lz4_raw_bound(len(self._page))),
                                     dtype=np.uint8)
-        return self._packed[:_ext.lz4_raw_compress(body, self._packed)]
+        return self._packed
+
+    def _lz4_page(self, body: np.ndarray) -> np.ndarray:
+        """``body`` as one LZ4 block (an LZ4_RAW page): a view of the compressed-page
+        buffer; use it before compressing the next page."""
+        packed = self._lz4_buffer(len(body))
+        return packed[:_ext.lz4_raw_compress(body, packed)]
 
     def add_key_value_metadata(self, kv: dict) -> None:
         for k, v in kv.items():
@@ -332,8 +354,10 @@ class NativeParquetWriter:
             arr = column.chunk(0) if column.num_chunks else pa.array([], column.type)
             start = self._sink.tell()
             values = unc = comp = 0
-            for body, n in col.pages(arr, self._scratch):
-                data = self._compress(body) if self._compress else body
+            packer = self._lz4_buffer if self._compress == self._lz4_page else None
+            for body, n, data in col.pages(arr, self._scratch, packer):
+                if data is None:
+                    data = self._compress(body) if self._compress else body
                 header = _struct([(1, "i32", 0), (2, "i32", len(body)), (3, "i32", len(data)),
                                   (5, "struct", _struct([(1, "i32", n),
                                                          (2, "i32", col.encoding),

@@ -91,10 +91,13 @@ inline size_t common_length(const uint8_t* a, const uint8_t* b, const uint8_t* l
 
 // The continuation bytes of a length field whose nibble is 15: `rest` = length - 15.
 inline uint8_t* put_length(uint8_t* op, size_t rest) {
-  const size_t full = rest / 255;
-  std::memset(op, 255, full);
-  op += full;
-  *op++ = static_cast<uint8_t>(rest - full * 255);
+  if (rest >= 255) {  // (most lengths are shorter: no call)
+    const size_t full = rest / 255;
+    std::memset(op, 255, full);
+    op += full;
+    rest -= full * 255;
+  }
+  *op++ = static_cast<uint8_t>(rest);
   return op;
 }
 
@@ -139,62 +142,167 @@ inline uint8_t* put_last(uint8_t* op, const uint8_t* lit, size_t nlit) {
 
 }  // namespace detail
 
+// The sequences of one block, written in input order: the literals up to each match, then
+// the match; finish() writes the last literals. Every match is held to the end-of-block
+// rules (one that ends within the last 5 bytes is cut; one that starts within the last 12,
+// or is cut below 4 bytes, becomes literals), so a parse of part of the input need not know
+// where the block ends.
+class BlockWriter {
+ public:
+  BlockWriter(const uint8_t* src, size_t n, uint8_t* dst) : src_(src), n_(n), dst_(dst), op_(dst) {}
+  // The first input byte not yet written (a match starts at or after it).
+  size_t anchor() const { return anchor_; }
+  // A match of `len` bytes at `pos` (>= anchor()) from `pos - offset` (1..65535 back).
+  void match(size_t pos, size_t offset, size_t len) {
+    if (pos + kLastMatchStart > n_) return;
+    if (pos + len + kLastLiterals > n_) len = n_ - kLastLiterals - pos;
+    if (len < kMinMatch) return;
+    // short literal runs are copied 16 bytes at a time where 16 input bytes remain
+    op_ = detail::put_sequence(op_, src_ + anchor_, pos - anchor_, anchor_ + 16 <= n_, offset,
+                               len);
+    anchor_ = pos + len;
+  }
+  // Writes the last literals; returns the block's size.
+  size_t finish() {
+    op_ = detail::put_last(op_, src_ + anchor_, n_ - anchor_);
+    return static_cast<size_t>(op_ - dst_);
+  }
+
+ private:
+  const uint8_t* src_;
+  size_t n_;
+  uint8_t* dst_;
+  uint8_t* op_;
+  size_t anchor_ = 0;
+};
+
+// A match found by search(): at `pos`, `offset` back, `len` bytes.
+struct Match {
+  uint32_t pos, offset, len;
+};
+
+// Greedy search of `src[begin, end)` (matches end by `end`, their sources at or after
+// `begin`), each match found given to `out` and, where `found` is not null, recorded there
+// (at most (end - begin) / kSearchBytes of them). Probes ip, ip + 1, ... stepping further
+// after each 2^kSkipShift misses; a candidate is hashed and checked on 8 bytes.
+inline size_t search(const uint8_t* src, size_t begin, size_t end, BlockWriter& out,
+                     Match* found = nullptr) {
+  using namespace detail;
+  size_t matches = 0;
+  if (end - begin <= kSearchBytes) return 0;
+  uint32_t table[1u << kHashBits];
+  // position `begin`: a candidate the checks reject or take
+  for (uint32_t& slot : table) slot = static_cast<uint32_t>(begin);
+  const size_t last_start = end - kSearchBytes;  // the last a match starts at
+  size_t ip = begin + 1;
+  for (;;) {
+    size_t cand;
+    {
+      size_t probes = size_t{1} << kSkipShift;
+      size_t step = 1;
+      for (;;) {
+        if (ip > last_start) return matches;
+        const uint32_t h = hash8(src + ip);
+        cand = table[h];
+        table[h] = static_cast<uint32_t>(ip);
+        if (ip - cand <= kMaxOffset && same8(src + cand, src + ip)) break;
+        ip += step;
+        step = probes++ >> kSkipShift;
+      }
+    }
+    // the match may begin earlier: extend it backwards over the pending literals
+    while (ip > out.anchor() && cand > begin && src[ip - 1] == src[cand - 1]) {
+      --ip;
+      --cand;
+    }
+    const size_t mlen = kSearchBytes + common_length(src + ip + kSearchBytes,
+                                                     src + cand + kSearchBytes, src + end);
+    out.match(ip, ip - cand, mlen);
+    if (found != nullptr)
+      found[matches] = Match{static_cast<uint32_t>(ip), static_cast<uint32_t>(ip - cand),
+                             static_cast<uint32_t>(mlen)};
+    ++matches;
+    ip += mlen;
+    if (ip > last_start) return matches;
+    table[hash8(src + ip - 2)] = static_cast<uint32_t>(ip - 2);
+  }
+}
+
 // `src[0, n)` as one LZ4 block into `dst`, which holds at least compress_bound(n) bytes;
 // returns the block's size. Decodes with any LZ4 block decoder (Arrow's lz4_raw codec,
 // the readers' LZ4_RAW).
 inline size_t compress_block(const uint8_t* src, size_t n, uint8_t* dst) {
-  using namespace detail;
-  uint8_t* op = dst;
-  size_t anchor = 0;  // the first input byte not yet written
-  // a match found at ip covers [ip, ip + 8), which must end 5 bytes before the end (so it
-  // also starts more than 12 bytes before it)
   static_assert(kLastLiterals + kSearchBytes > kLastMatchStart, "the end-of-block rules");
-  if (n > kLastLiterals + kSearchBytes) {
-    uint32_t table[1u << kHashBits];
-    std::memset(table, 0, sizeof(table));  // position 0: a candidate the checks reject or take
-    const size_t last_start = n - kLastLiterals - kSearchBytes;  // the last a match starts at
-    const uint8_t* const match_end = src + n - kLastLiterals;
-    size_t ip = 1;
-    for (;;) {
-      size_t cand;
-      {  // search: probe ip, ip + 1, ... stepping further after each 2^kSkipShift misses
-        size_t probes = size_t{1} << kSkipShift;
-        size_t step = 1;
-        for (;;) {
-          if (ip > last_start) goto last_literals;
-          const uint32_t h = hash8(src + ip);
-          cand = table[h];
-          table[h] = static_cast<uint32_t>(ip);
-          if (ip - cand <= kMaxOffset && same8(src + cand, src + ip)) break;
-          ip += step;
-          step = probes++ >> kSkipShift;
-        }
+  BlockWriter out(src, n, dst);
+  // a match found ends 5 bytes before the end (so it also starts more than 12 before it)
+  if (n > kLastLiterals) search(src, 0, n - kLastLiterals, out);
+  return out.finish();
+}
+
+// The most matches compress_split_page records for a page of `stream_bytes`-byte streams
+// (the `found` array it is given).
+constexpr size_t split_matches_bound(size_t stream_bytes) {
+  return stream_bytes / kSearchBytes + 1;
+}
+
+// A BYTE_STREAM_SPLIT data page `src[0, n)` as one LZ4 block into `dst` (compress_bound(n)
+// bytes): `head` bytes (the levels) then `width` streams of `count` bytes, the k-th bytes
+// of the page's values; bit k of `zero` set where stream k holds zero bytes only (the
+// encoder knows). `found`: room for split_matches_bound(count) matches. Returns the
+// block's size; any LZ4 decoder gives back `src`.
+//
+// Where the values repeat (overlapping windows, repeated lines), every stream repeats at
+// the same places and distance. So one stream is searched (the first that is not zero:
+// the low bytes of token ids, the most random, whose matches are the ids' own), and in each
+// other stream its matches are only checked, extended and written, without a search; a
+// zero stream (the high bytes of ids under 2^16) is one match at offset 1. The head
+// is searched on its own. On the list pages of a 64 MB partition's part against
+// compress_block: 0.72x the CPU for 1.3% more bytes (the commit that made it says how).
+inline size_t compress_split_page(const uint8_t* src, size_t n, size_t head, int width,
+                                  size_t count, unsigned zero, Match* found,
+                                  uint8_t* dst) {
+  using namespace detail;
+  BlockWriter out(src, n, dst);
+  search(src, 0, head, out);
+  size_t matches = 0;
+  size_t searched = n;  // the searched stream's start (n: none yet)
+  for (int k = 0; k < width; ++k) {
+    const size_t base = head + static_cast<size_t>(k) * count;
+    const size_t end = base + count;
+    if (zero >> k & 1u) {
+      if (count == 0) continue;
+      // one match at offset 1: from the stream's first byte, or from the byte before it
+      // where that is the same (the zero high bytes of two streams)
+      const size_t from = base > 0 && src[base - 1] == src[base] ? base : base + 1;
+      if (from >= out.anchor() && end > from) out.match(from, 1, end - from);
+      continue;
+    }
+    if (searched == n) {
+      matches = search(src, base, end, out, found);
+      searched = base;
+      continue;
+    }
+    for (size_t i = 0; i < matches; ++i) {
+      // the searched stream's match at the same place of this stream: checked, extended
+      // both ways, written where 8 bytes or more are the same
+      const size_t offset = found[i].offset;
+      size_t pos = base + (found[i].pos - searched);
+      const size_t stop = pos + found[i].len;
+      if (pos < out.anchor()) {
+        if (stop <= out.anchor()) continue;
+        pos = out.anchor();
       }
-      // the match may begin earlier: extend it backwards over the pending literals
-      while (ip > anchor && cand > 0 && src[ip - 1] == src[cand - 1]) {
-        --ip;
-        --cand;
+      if (pos - base < offset) continue;  // its source would lie before this stream
+      size_t from = pos - offset;
+      while (pos > out.anchor() && from > base && src[pos - 1] == src[from - 1]) {
+        --pos;
+        --from;
       }
-      for (;;) {  // a match at ip, from cand; then another one right after it?
-        const size_t mlen = kSearchBytes + common_length(src + ip + kSearchBytes,
-                                                         src + cand + kSearchBytes, match_end);
-        // short literal runs are copied 16 bytes at a time where 16 input bytes remain
-        op = put_sequence(op, src + anchor, ip - anchor, anchor + 16 <= n, ip - cand, mlen);
-        ip += mlen;
-        anchor = ip;
-        if (ip > last_start) goto last_literals;
-        table[hash8(src + ip - 2)] = static_cast<uint32_t>(ip - 2);
-        const uint32_t h = hash8(src + ip);
-        cand = table[h];
-        table[h] = static_cast<uint32_t>(ip);
-        if (!(ip - cand <= kMaxOffset && same8(src + cand, src + ip))) break;
-      }
-      ++ip;
+      const size_t len = common_length(src + pos, src + from, src + end);
+      if (len >= kSearchBytes) out.match(pos, offset, len);
     }
   }
-last_literals:
-  op = detail::put_last(op, src + anchor, n - anchor);
-  return static_cast<size_t>(op - dst);
+  return out.finish();
 }
 
 }  // namespace daskwp::lz4

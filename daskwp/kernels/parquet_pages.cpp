@@ -4,10 +4,12 @@
 // levels 0/1, definition levels 3 on a value, 1 on an empty list). Levels are RLE runs of the
 // RLE/bit-packed hybrid; values PLAIN, BYTE_STREAM_SPLIT or DELTA_BINARY_PACKED. The page
 // header and the footer are written by daskwp/frames/parquet_writer.py, which compresses
-// the pages (lz4: lz4_block.hpp; zstd: Arrow's codec).
+// the pages (lz4: lz4_block.hpp, a list page by the call that encodes it; zstd: Arrow's
+// codec).
 //
 // One call per page, written into the caller's buffer (the writer reuses one); one pass over
 // the values, no per-value allocation, the GIL released. Pages end on row boundaries.
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 
 #include <algorithm>
@@ -18,8 +20,10 @@
 #include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "bindings.hpp"
+#include "lz4_block.hpp"
 
 #if defined(__SSSE3__)
 #include <tmmintrin.h>
@@ -27,6 +31,7 @@
 
 namespace {
 
+namespace lz4 = daskwp::lz4;
 using AnyInts = nb::ndarray<nb::ro, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
 // The encoders write through a raw pointer into memory the caller has sized from a bound
@@ -115,11 +120,23 @@ Values values_of(const AnyInts& a, const char* what) {
   return Values{a.data(), t.bits, a.shape(0)};
 }
 
+// Bit k set where byte k of `all_or` (the OR of a page's values) is zero: a
+// BYTE_STREAM_SPLIT stream of zero bytes (the high bytes of ids under 2^16).
+unsigned zero_streams(uint64_t all_or, int width) {
+  unsigned mask = 0;
+  for (int k = 0; k < width; ++k)
+    if (((all_or >> (8 * k)) & 0xff) == 0) mask |= 1u << k;
+  return mask;
+}
+
 // values [b, e) at `p` PLAIN (little-endian, physical width) or BYTE_STREAM_SPLIT (the
-// k-th bytes of all values, then the (k+1)-th, ...): n * phys() bytes.
-void put_values(char* p, const Values& v, size_t b, size_t e, bool split) {
+// k-th bytes of all values, then the (k+1)-th, ...): n * phys() bytes. Returns, for
+// BYTE_STREAM_SPLIT, the streams of zero bytes (zero_streams: the compressor writes each
+// as one match), else 0.
+unsigned put_values(char* p, const Values& v, size_t b, size_t e, bool split) {
   const size_t n = e - b;
   const int w = v.phys();
+  if (n == 0) return 0;
   if (!split) {
     if (v.bits == 32 || v.bits == 64) {
       std::memcpy(p, static_cast<const char*>(v.data) + b * (v.bits / 8), n * w);
@@ -129,9 +146,10 @@ void put_values(char* p, const Values& v, size_t b, size_t e, bool split) {
         std::memcpy(p + i * 4, &x, 4);
       }
     }
-    return;
+    return 0;
   }
   if (w == 4) {
+    uint32_t all_or = 0;
     uint8_t* s0 = reinterpret_cast<uint8_t*>(p);
     uint8_t *s1 = s0 + n, *s2 = s1 + n, *s3 = s2 + n;
     size_t i = 0;
@@ -140,16 +158,19 @@ void put_values(char* p, const Values& v, size_t b, size_t e, bool split) {
 #if defined(__SSSE3__)
       // 16 values at a time: each 4-value vector's bytes grouped by position (pshufb), then
       // a 4x4 transpose of 32-bit lanes gives 16 bytes of each stream.
+      // (the OR of the values gathered on the way, 4 lanes)
       const __m128i group = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+      __m128i vor = _mm_setzero_si128();
       for (; i + 16 <= n; i += 16) {
-        const __m128i x0 = _mm_shuffle_epi8(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)), group);
-        const __m128i x1 = _mm_shuffle_epi8(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 4)), group);
-        const __m128i x2 = _mm_shuffle_epi8(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 8)), group);
-        const __m128i x3 = _mm_shuffle_epi8(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 12)), group);
+        const __m128i r0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+        const __m128i r1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 4));
+        const __m128i r2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 8));
+        const __m128i r3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 12));
+        vor = _mm_or_si128(vor, _mm_or_si128(_mm_or_si128(r0, r1), _mm_or_si128(r2, r3)));
+        const __m128i x0 = _mm_shuffle_epi8(r0, group);
+        const __m128i x1 = _mm_shuffle_epi8(r1, group);
+        const __m128i x2 = _mm_shuffle_epi8(r2, group);
+        const __m128i x3 = _mm_shuffle_epi8(r3, group);
         const __m128i t0 = _mm_unpacklo_epi32(x0, x1), t1 = _mm_unpacklo_epi32(x2, x3);
         const __m128i t2 = _mm_unpackhi_epi32(x0, x1), t3 = _mm_unpackhi_epi32(x2, x3);
         _mm_storeu_si128(reinterpret_cast<__m128i*>(s0 + i), _mm_unpacklo_epi64(t0, t1));
@@ -157,9 +178,13 @@ void put_values(char* p, const Values& v, size_t b, size_t e, bool split) {
         _mm_storeu_si128(reinterpret_cast<__m128i*>(s2 + i), _mm_unpacklo_epi64(t2, t3));
         _mm_storeu_si128(reinterpret_cast<__m128i*>(s3 + i), _mm_unpackhi_epi64(t2, t3));
       }
+      alignas(16) uint32_t lanes[4];
+      _mm_store_si128(reinterpret_cast<__m128i*>(lanes), vor);
+      all_or = lanes[0] | lanes[1] | lanes[2] | lanes[3];
 #endif
       for (; i < n; ++i) {
         const uint32_t x = src[i];
+        all_or |= x;
         s0[i] = static_cast<uint8_t>(x);
         s1[i] = static_cast<uint8_t>(x >> 8);
         s2[i] = static_cast<uint8_t>(x >> 16);
@@ -168,19 +193,23 @@ void put_values(char* p, const Values& v, size_t b, size_t e, bool split) {
     } else {
       for (; i < n; ++i) {
         const uint32_t x = static_cast<uint32_t>(static_cast<int32_t>(v.at(b + i)));
+        all_or |= x;
         s0[i] = static_cast<uint8_t>(x);
         s1[i] = static_cast<uint8_t>(x >> 8);
         s2[i] = static_cast<uint8_t>(x >> 16);
         s3[i] = static_cast<uint8_t>(x >> 24);
       }
     }
-    return;
+    return zero_streams(all_or, 4);
   }
   const uint64_t* src = static_cast<const uint64_t*>(v.data) + b;
+  uint64_t all_or = 0;
+  for (size_t i = 0; i < n; ++i) all_or |= src[i];
   for (int k = 0; k < 8; ++k) {
     uint8_t* s = reinterpret_cast<uint8_t*>(p) + static_cast<size_t>(k) * n;
     for (size_t i = 0; i < n; ++i) s[i] = static_cast<uint8_t>(src[i] >> (8 * k));
   }
+  return zero_streams(all_or, 8);
 }
 
 // 32 values of W <= 56 bits (a 64-bit accumulator holds < 8 pending bits + one value),
@@ -330,9 +359,13 @@ nb::tuple scalar_page(AnyInts values, int64_t first, int64_t page_values, Bytes 
 // scalar_page): the writer encodes each page into one buffer that it reuses, which stays in
 // the cache for the compressor, where pages written into fresh memory cost about three
 // times the CPU (benchmarks/results/writer_variants.md). The levels go straight into `out`
-// where a bound of the page (each row's runs unmerged) fits it.
+// where a bound of the page (each row's runs at their longest) fits it. With `packed`, the
+// page is then compressed into it as one LZ4 block (lz4::compress_split_page for
+// BYTE_STREAM_SPLIT values, told which streams are zero), while it is in the cache: a
+// fourth item gives the block's size, -1 where `packed` is smaller than the page's worst
+// case.
 nb::tuple list_page(AnyInts values, I32 offsets, int64_t first_row, int64_t page_bytes,
-                    bool split, Bytes out) {
+                    bool split, Bytes out, std::optional<Bytes> packed) {
   const Values v = values_of(values, "values");
   if (offsets.shape(0) < 1) throw std::invalid_argument("offsets must not be empty");
   const size_t rows = offsets.shape(0) - 1;
@@ -344,25 +377,32 @@ nb::tuple list_page(AnyInts values, I32 offsets, int64_t first_row, int64_t page
   const size_t r0 = static_cast<size_t>(first_row);
   const size_t w = static_cast<size_t>(v.phys());
   size_t r1 = r0, size = 0;
-  int64_t entries = 0;
+  int64_t entries = 0, compressed = -1;
   const char* error = nullptr;
   {
     nb::gil_scoped_release release;
     if (off[r0] < 0) error = "offsets point outside values";
-    // the levels' bound: per row a repetition run of 0 (2 bytes), one of 1 for the rest of
-    // its values, a definition run of its values (or of the empty list's one entry)
-    size_t level_bound = 8;
-    while (!error && r1 < rows && (r1 == r0 || static_cast<size_t>(off[r1] - off[r0]) * w <
-                                                   static_cast<size_t>(page_bytes))) {
-      if (off[r1] > off[r1 + 1]) error = "offsets are not non-decreasing";
-      const uint64_t n = static_cast<uint64_t>(off[r1 + 1] - off[r1]);
-      level_bound += 3 + uleb_bytes((n ? n : 1) << 1) + (n > 1 ? 1 + uleb_bytes((n - 1) << 1) : 0);
-      ++r1;
+    // the page's rows: up to the one that brings its values to page_bytes (at least one),
+    // found by bisection; their offsets then checked in one pass
+    if (!error && r0 < rows) {
+      const size_t want = (static_cast<size_t>(page_bytes) + w - 1) / w;  // values
+      const int64_t stop = static_cast<int64_t>(off[r0]) + static_cast<int64_t>(want);
+      r1 = std::min(rows, static_cast<size_t>(
+          std::lower_bound(off + r0 + 1, off + rows + 1, stop,
+                           [](int32_t o, int64_t x) { return static_cast<int64_t>(o) < x; }) -
+          off));
+      bool sorted = true;
+      for (size_t r = r0; r < r1; ++r) sorted &= off[r] <= off[r + 1];
+      if (!sorted) error = "offsets are not non-decreasing";
     }
     if (!error && static_cast<size_t>(off[r1]) > v.size) error = "offsets point outside values";
     if (!error) {
       const size_t nv = static_cast<size_t>(off[r1] - off[r0]);
       const size_t cap = out.shape(0);
+      // the levels' bound: per row a repetition run of 0 (2 bytes), one of 1 for the rest
+      // of its values, a definition run of its values or of the empty list's one entry
+      // (merging runs never adds bytes)
+      const size_t level_bound = 8 + (r1 - r0) * (4 + 2 * uleb_bytes((nv + 1) << 1));
       uint8_t* const page = level_bound + nv * w <= cap ? out.data() : scratch(level_bound);
       uint8_t* p;
       {
@@ -377,9 +417,13 @@ nb::tuple list_page(AnyInts values, I32 offsets, int64_t first_row, int64_t page
       }
       {
         LevelRuns def(p);  // max definition level 3 (list, repeated group, element)
-        for (size_t r = r0; r < r1; ++r) {
-          const uint64_t n = static_cast<uint64_t>(off[r + 1] - off[r]);
-          def.add(n ? 3 : 1, n ? n : 1);
+        if (static_cast<size_t>(entries) == nv) {
+          def.add(3, nv);  // no empty list: one run
+        } else {
+          for (size_t r = r0; r < r1; ++r) {
+            const uint64_t n = static_cast<uint64_t>(off[r + 1] - off[r]);
+            def.add(n ? 3 : 1, n ? n : 1);
+          }
         }
         p = def.finish();
       }
@@ -388,12 +432,29 @@ nb::tuple list_page(AnyInts values, I32 offsets, int64_t first_row, int64_t page
       if (size <= cap) {
         uint8_t* o = out.data();
         if (page != o) std::memcpy(o, page, levels);
-        put_values(reinterpret_cast<char*>(o + levels), v, static_cast<size_t>(off[r0]),
-                   static_cast<size_t>(off[r1]), split);
+        const unsigned zero = put_values(reinterpret_cast<char*>(o + levels), v,
+                                             static_cast<size_t>(off[r0]),
+                                             static_cast<size_t>(off[r1]), split);
+        // the page compressed while it is in the cache, where the buffer holds its worst case
+        if (packed && lz4::compress_bound(size) <= packed->shape(0)) {
+          if (split && nv > 0) {
+            thread_local std::vector<lz4::Match> found;
+            if (found.size() < lz4::split_matches_bound(nv))
+              found.resize(lz4::split_matches_bound(nv));
+            compressed = static_cast<int64_t>(lz4::compress_split_page(
+                o, size, levels, static_cast<int>(w), nv, zero, found.data(),
+                packed->data()));
+          } else {
+            compressed = static_cast<int64_t>(lz4::compress_block(o, size, packed->data()));
+          }
+        }
       }
     }
   }
   if (error) throw std::invalid_argument(error);
+  if (packed)
+    return nb::make_tuple(static_cast<int64_t>(size), entries, static_cast<int64_t>(r1),
+                          compressed);
   return nb::make_tuple(static_cast<int64_t>(size), entries, static_cast<int64_t>(r1));
 }
 
@@ -497,8 +558,12 @@ void bind_parquet(nb::module_& m) {
         "`out` if it fits: (page bytes, num_values).");
   m.def("parquet_list_page", &list_page, nb::arg("values"), nb::arg("offsets"),
         nb::arg("first_row"), nb::arg("page_bytes"), nb::arg("byte_stream_split"),
-        nb::arg("out"),
+        nb::arg("out"), nb::arg("packed") = nb::none(),
         "One uncompressed v1 data page of an optional list<integer> column without nulls, "
         "from row first_row, BYTE_STREAM_SPLIT or PLAIN values, written into the uint8 "
-        "array `out` if it fits: (page bytes, num_values, the row after the page).");
+        "array `out` if it fits: (page bytes, num_values, the row after the page). With "
+        "the uint8 array `packed`, the page is also compressed into it as one LZ4 block "
+        "(LZ4_RAW; BYTE_STREAM_SPLIT values: one stream searched, its matches reused in "
+        "the others, lz4_block.hpp compress_split_page) and a fourth item gives the block's "
+        "size, -1 where the page or its worst case (lz4_raw_bound) did not fit.");
 }

@@ -5,7 +5,9 @@
 // block of exactly compress_bound(n) bytes, so a read past the input (the 8- and 16-byte
 // loads near its end) or a write past the bound is reported. Each block is then decoded by a
 // strict decoder here (offsets 1..65535 within the output, the last sequence literals only,
-// at least 5 of them, the last match starting >= 12 bytes before the end) and compared.
+// at least 5 of them, the last match starting >= 12 bytes before the end) and compared. The
+// same bytes are then compressed as a BYTE_STREAM_SPLIT page (compress_split_page: a head
+// and 4 or 8 streams, its zero streams marked or not) and checked the same way.
 //
 // Usage: lz4_asan_driver N SEED      N buffers of lengths 0..70000 (every length 0..299
 //                                    first), zero, constant, random, few-valued, BYTE_
@@ -114,8 +116,36 @@ int main(int argc, char** argv) {
     }
     raw += n;
     packed += c;
-    std::free(src);
     std::free(dst);
+    // the same bytes as a BYTE_STREAM_SPLIT page (compress_split_page): a head, then 4 or
+    // 8 streams; the zero streams marked (or none), in an exact-size block again
+    const int width = rng() % 2 ? 4 : 8;
+    const size_t head = n ? rng() % (n / 3 + 1) : 0;
+    const size_t streams = (n - head) / static_cast<size_t>(width);
+    const size_t pn = head + streams * static_cast<size_t>(width);
+    uint8_t* page = static_cast<uint8_t*>(std::malloc(pn ? pn : 1));
+    if (pn) std::memcpy(page, src, pn);
+    unsigned zero = 0;
+    for (int k = 0; k < width && rng() % 4; ++k) {
+      bool all = true;
+      for (size_t j = 0; j < streams && all; ++j) all = page[head + k * streams + j] == 0;
+      if (all) zero |= 1u << k;
+    }
+    std::vector<daskwp::lz4::Match> found(daskwp::lz4::split_matches_bound(streams));
+    const size_t pcap = daskwp::lz4::compress_bound(pn);
+    uint8_t* pdst = static_cast<uint8_t*>(std::malloc(pcap));
+    const size_t pc = daskwp::lz4::compress_split_page(page, pn, head, width, streams, zero,
+                                                       found.data(), pdst);
+    if (pc > pcap || !decode(pdst, pc, pn, back, why) ||
+        (pn && std::memcmp(back.data(), page, pn) != 0)) {
+      std::printf("FAIL split page %ld (n=%zu, head %zu, width %d, kind %d): %s\n", it, pn,
+                  head, width, kind,
+                  pc > pcap ? "over the bound" : why.empty() ? "content differs" : why.c_str());
+      return 1;
+    }
+    std::free(page);
+    std::free(pdst);
+    std::free(src);
   }
   std::printf("OK %ld buffers, %zu -> %zu bytes\n", count, raw, packed);
   return 0;
