@@ -7,6 +7,7 @@ and row-group boundaries)."""
 
 from __future__ import annotations
 
+import itertools
 import os
 
 import numpy as np
@@ -460,3 +461,17 @@ def test_delta_miniblocks_of_every_bit_width(tmp_path, dtype):
     assert back.equals(table.replace_schema_metadata(back.schema.metadata))
     a = _write(tmp_path / "a.parquet", [table], native=False, compression="lz4")
     _assert_same_files(a, n)
+
+
+def test_page_headers_are_the_thrift_structs_they_stand_for():
+    """``_page_header`` (a data page's header from its four integers) writes the bytes of
+    the general Thrift writer's PageHeader, around every varint length."""
+    rle = parquet_writer._RLE
+    for u, c, n, enc in itertools.product([0, 1, 63, 64, 8191, 8192, 1 << 20, 2**31 - 1],
+                                          [0, 5, 300, 1 << 20], [0, 1, 65536, 1 << 20],
+                                          [0, 5, 9]):
+        want = parquet_writer._struct([
+            (1, "i32", 0), (2, "i32", u), (3, "i32", c),
+            (5, "struct", parquet_writer._struct([(1, "i32", n), (2, "i32", enc),
+                                                  (3, "i32", rle), (4, "i32", rle)]))])
+        assert parquet_writer._page_header(u, c, n, enc) == want, (u, c, n, enc)

@@ -162,6 +162,15 @@ def _struct(fields) -> bytes:
     return bytes(out)
 
 
+def _page_header(uncompressed: int, compressed: int, num_values: int, encoding: int) -> bytes:
+    """The PageHeader of a v1 data page (type DATA_PAGE, its sizes, a DataPageHeader of
+    ``num_values`` values in ``encoding``, levels RLE), as :func:`_struct` writes it: the
+    fields' type bytes are fixed, only the four integers vary (a page's Python cost)."""
+    return b"".join((b"\x15\x00\x15", _varint(uncompressed << 1), b"\x15",
+                     _varint(compressed << 1), b"\x2c\x15", _varint(num_values << 1), b"\x15",
+                     _varint(encoding << 1), b"\x15\x06\x15\x06\x00\x00"))
+
+
 # -- schema -----------------------------------------------------------------------------------
 
 def _leaf_annotations(t: pa.DataType) -> dict:
@@ -358,11 +367,7 @@ class NativeParquetWriter:
             for body, n, data in col.pages(arr, self._scratch, packer):
                 if data is None:
                     data = self._compress(body) if self._compress else body
-                header = _struct([(1, "i32", 0), (2, "i32", len(body)), (3, "i32", len(data)),
-                                  (5, "struct", _struct([(1, "i32", n),
-                                                         (2, "i32", col.encoding),
-                                                         (3, "i32", _RLE),
-                                                         (4, "i32", _RLE)]))])
+                header = _page_header(len(body), len(data), n, col.encoding)
                 self._sink.write(header)
                 self._sink.write(data)
                 values += n
