@@ -166,7 +166,8 @@ class DaskWordPieceResult(ResultMapping):
                                self.tokenizer)
 
     def to_parquet(self, path, *, compression=DEFAULT_COMPRESSION, compute: bool = True,
-                   overwrite: bool = False, parquet_compat: bool = False, **kwargs):
+                   overwrite: bool = False, parquet_compat: bool = False,
+                   pause_worker_profiler: bool | None = None, **kwargs):
         """Write the tokenized partitions to ``path``, one Parquet part per partition
         (``part.<i>.parquet``), with daskwp's part writer: the layout of ``daskwp tokenize``
         (docs/batch-jobs.md "Output": global logIDs, ``input_ids`` as ``list<int32>``, the
@@ -192,12 +193,17 @@ class DaskWordPieceResult(ResultMapping):
         ``parquet_compat``: list values PLAIN instead of BYTE_STREAM_SPLIT, parts that
         fastparquet and older Spark/Hive read (the batch jobs' option).
         ``overwrite``: remove ``path`` first. ``compute=False`` returns the lazy result
-        (``.compute()`` writes and returns the summed statistics). Other keywords
+        (``.compute()`` writes and returns the summed statistics).
+        ``pause_worker_profiler``: on a distributed cluster, its workers' statistical
+        profiler is paused while the parts are written and restored after (default: the
+        ``daskwp.pause_worker_profiler`` config, true; the batch jobs' option). Other keywords
         (``write_metadata_file``, ``name_function``, ``partition_on``, ``engine``, ...)
         and dask_cudf frames go through ``dask.dataframe.to_parquet`` of
         :meth:`to_frame` instead.
         """
         import os
+        from ..distributed.profiler import computing_paused
+        pause = _pause_profiler(pause_worker_profiler)
         if kwargs.pop("write_index", False):
             raise ValueError("to_parquet writes no index: the rows are numbered by logID and "
                              "window")
@@ -210,8 +216,9 @@ class DaskWordPieceResult(ResultMapping):
             kwargs.setdefault("engine", _parquet_engine())
             if storage_options is not None:
                 kwargs["storage_options"] = storage_options
-            return frame.to_parquet(path, write_index=False, compression=compression,
-                                    compute=compute, overwrite=overwrite, **kwargs)
+            with computing_paused(frame, pause and compute):
+                return frame.to_parquet(path, write_index=False, compression=compression,
+                                        compute=compute, overwrite=overwrite, **kwargs)
         write = {"path": storage.local_path(os.fspath(path)), "compression": compression,
                  "parquet_compat": check("parquet_compat", parquet_compat)}
         if storage.is_url(write["path"]):
@@ -241,7 +248,8 @@ class DaskWordPieceResult(ResultMapping):
         out = new_collection(WriteParts(parts))
         if not compute:
             return out
-        out.compute()
+        with computing_paused(out, pause):
+            out.compute()
         return None
 
     def stitch(self, values, column: str | None = None, how: str = "auto"):
@@ -388,6 +396,12 @@ class DaskWordPieceResult(ResultMapping):
 
 
 @functools.cache
+def _pause_profiler(value) -> bool:
+    """The option ``pause_worker_profiler`` of a write (None: its configured default)."""
+    from ..core import config as dask_defaults
+    return check("pause_worker_profiler", dask_defaults.get("pause_worker_profiler", value))
+
+
 def _parquet_engine():
     """dask's pyarrow Parquet engine, writing pandas metadata that pandas can read back."""
     from dask.dataframe.io.parquet.arrow import ArrowDatasetEngine
@@ -530,7 +544,7 @@ class DaskWordPieceAccessor:
     def to_megatron(self, prefix, vocab=None, *, lowercase=None, add_special_tokens=None,
                     append_eod=False, eod_token=None, document_separator=None,
                     merge_parts=True, compute=True, storage_options=None,
-                    **tokenizer_options):
+                    pause_worker_profiler=None, **tokenizer_options):
         """Write the column as a Megatron indexed dataset (``prefix.bin`` + ``prefix.idx``,
         what ``megatron.core.datasets.indexed_dataset.IndexedDataset(prefix)`` opens): one
         sequence per document (or per piece with ``document_separator``), documents in row
@@ -548,13 +562,16 @@ class DaskWordPieceAccessor:
         ``prefix`` may be an fsspec URL (``s3://bucket/data/text``; ``storage_options``:
         the options of its filesystem): each pair is uploaded complete, the merge runs on
         copies downloaded to a temporary folder and uploads the merged pair.
+        ``pause_worker_profiler``: as :meth:`DaskWordPieceResult.to_parquet`'s.
         """
         import dask
         from ..core import config as dask_defaults
         from ..core.options import OPTIONS
         from ..backends.tokenizer import resolve_tokenizer
+        from ..distributed.profiler import computing_paused
 
         check_text_dtype(self._series._meta.dtype, f"Series {self._series.name!r}")
+        pause = _pause_profiler(pause_worker_profiler)
         if add_special_tokens is None:
             add_special_tokens = dask_defaults.get("add_special_tokens")
         options = {k: OPTIONS[k].check(k, v) for k, v in (
@@ -588,7 +605,10 @@ class DaskWordPieceAccessor:
             for i, block in enumerate(self._series.to_delayed())]
         out = dask.delayed(megatron_merge, pure=True)(parts, prefix, options["merge_parts"],
                                                       storage_options)
-        return out.compute() if compute else out
+        if not compute:
+            return out
+        with computing_paused(out, pause):
+            return out.compute()
 
 
 def _prefix_folder(prefix: str, storage_options: dict | None):

@@ -640,6 +640,13 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
          "an integer >= 1 or null", False, (JOB, CONFIG),
          "threads per worker of a local cluster", cli_type=int, metavar="N",
          group="cluster"),
+    _opt("pause_worker_profiler", True, check_bool, "true or false", False, (JOB, CONFIG),
+         "on a running cluster (scheduler_address, a client given, the accessor's "
+         "to_parquet): pause the workers' statistical profiler (distributed's stack "
+         "sampling every 10 ms, ~0.8 CPU s per GB) while the job computes, and restore it "
+         "after, also when the job fails; a lease the driver renews ends it within a minute "
+         "if the driver dies (default: yes; a cluster a job starts runs without it)",
+         group="cluster"),
     _opt("security", None, check_security, "a mapping of ca_file, cert, key (paths) and "
          "require_encryption (true/false), or null", False, (JOB,),
          "TLS of a running scheduler (tls://host:8786): the CA file, this client's certificate "

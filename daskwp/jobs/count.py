@@ -84,7 +84,7 @@ def run_count(cfg: JobConfig, *, client=None, log: Callable[[str], None] | None 
     from ..distributed.dask_compat import Task, TaskRef
     from ..distributed.offset_pass import tokenizer_layer
     from .driver import (build_tokenizer, close_scheduler, open_scheduler, resolve_device,
-                         start_cluster_early)
+                         running_cluster_profiler_paused, start_cluster_early)
 
     t0 = time.perf_counter()
     if log is None:
@@ -122,7 +122,8 @@ def run_count(cfg: JobConfig, *, client=None, log: Callable[[str], None] | None 
     try:
         prog = Progress("counting", len(specs), cfg.quiet)
         try:
-            results = _run(dsk, keys, runner, prog) if specs else []
+            with running_cluster_profiler_paused(cfg, runner, own):
+                results = _run(dsk, keys, runner, prog) if specs else []
         finally:
             prog.close()
     finally:

@@ -181,6 +181,16 @@ def open_scheduler(cfg: JobConfig, device: str, input_file_bytes: int, client=No
     return client, own, dict(_cluster_record(client, mode), why=why)
 
 
+def running_cluster_profiler_paused(cfg: JobConfig, runner, own: bool):
+    """A context in which the workers of a cluster the job did not start (``own`` false)
+    run without distributed's statistical profiler (``pause_worker_profiler``, default on;
+    :func:`daskwp.distributed.profiler.worker_profiler_paused`: restored after, also on an
+    error or an interrupt, and by its lease if this process dies). A cluster the job
+    started has none (:func:`connect_cluster`); in-process runners have no workers."""
+    from ..distributed.profiler import worker_profiler_paused
+    return worker_profiler_paused(runner, cfg.pause_worker_profiler and not own)
+
+
 def _cluster_record(client, mode: str) -> dict:
     try:
         nthreads = client.nthreads()
@@ -1387,11 +1397,13 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
     written_bytes = 0
     runner = None
     spool_token = None
+    paused = contextlib.ExitStack()
     try:
         # in-process threads, a local cluster or a running one (choose_scheduler)
         runner, own_client, run_record = open_scheduler(
             cfg, device, sum(f.size for f in files), client, work, log,
             tasks=n if packing else len(missing), started=started, urls=urls)
+        paused.enter_context(running_cluster_profiler_paused(cfg, runner, own_client))
         header["run"] = run_record
         save_job()   # with the run record, before any part is written
         if missing and SUMMARY_FILE in listed:
@@ -1442,6 +1454,7 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
             prog.close()
         work_seconds = time.perf_counter() - t_work
     finally:
+        paused.close()   # the workers' profiler as it was
         if spool_token:
             remove_spools(runner, spool_token)
         close_scheduler(runner, own_client)
