@@ -169,6 +169,44 @@ def test_job_on_a_running_cluster_pauses_the_profiler(client, tmp_path, monkeypa
     assert _running(client) == set(client.nthreads())
 
 
+def test_job_given_a_scheduler_address_pauses_the_profiler(client, tmp_path, monkeypatch):
+    # `daskwp run/tokenize --scheduler ADDRESS`: the job connects its own client to the
+    # running cluster (it owns the client, not the cluster)
+    seen: list = []
+    _observing_run_graph(monkeypatch, client, seen)
+    cfg = _job(tmp_path, scheduler_address=client.scheduler.address)
+    summary = driver.run_job(cfg)
+    assert summary["run"]["mode"] == "cluster"
+    assert seen == [{w: (1, False, False) for w in client.nthreads()}]
+    assert _running(client) == set(client.nthreads())
+
+
+def test_job_on_its_own_local_cluster_does_not_pause(tmp_path, monkeypatch):
+    from daskwp.distributed import profiler
+    calls = []
+    real = profiler.worker_profiler_paused
+    monkeypatch.setattr(profiler, "worker_profiler_paused",
+                        lambda runner, enabled: calls.append(enabled) or real(runner, enabled))
+    summary = driver.run_job(_job(tmp_path, n_workers=1, threads_per_worker=1))
+    assert summary["run"]["mode"] == "local_cluster"
+    assert calls == [False]
+
+
+def test_count_on_a_running_cluster_pauses_the_profiler(client, tmp_path, monkeypatch):
+    from daskwp.jobs import count
+    seen: list = []
+    real = count._run
+
+    def run(*args, **kwargs):
+        seen.append(_state(client))
+        return real(*args, **kwargs)
+    monkeypatch.setattr(count, "_run", run)
+    report = count.run_count(_job(tmp_path, scheduler_address=client.scheduler.address))
+    assert report["total"]["documents"] == 100 and report["run"]["mode"] == "cluster"
+    assert seen == [{w: (1, False, False) for w in client.nthreads()}]
+    assert _running(client) == set(client.nthreads())
+
+
 def test_job_that_fails_restores_the_profiler(client, tmp_path, monkeypatch):
     seen: list = []
     _observing_run_graph(monkeypatch, client, seen, fail=True)

@@ -122,7 +122,7 @@ def run_count(cfg: JobConfig, *, client=None, log: Callable[[str], None] | None 
     try:
         prog = Progress("counting", len(specs), cfg.quiet)
         try:
-            with running_cluster_profiler_paused(cfg, runner, own):
+            with running_cluster_profiler_paused(cfg, runner, run_record):
                 results = _run(dsk, keys, runner, prog) if specs else []
         finally:
             prog.close()

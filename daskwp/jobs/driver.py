@@ -181,14 +181,16 @@ def open_scheduler(cfg: JobConfig, device: str, input_file_bytes: int, client=No
     return client, own, dict(_cluster_record(client, mode), why=why)
 
 
-def running_cluster_profiler_paused(cfg: JobConfig, runner, own: bool):
-    """A context in which the workers of a cluster the job did not start (``own`` false)
-    run without distributed's statistical profiler (``pause_worker_profiler``, default on;
+def running_cluster_profiler_paused(cfg: JobConfig, runner, run_record: dict):
+    """A context in which the workers of a cluster the job did not start (``run_record``'s
+    ``mode`` ``cluster``: a running scheduler, or the client given) run without
+    distributed's statistical profiler (``pause_worker_profiler``, default on;
     :func:`daskwp.distributed.profiler.worker_profiler_paused`: restored after, also on an
-    error or an interrupt, and by its lease if this process dies). A cluster the job
+    error or an interrupt, and by its lease if this process dies). A local cluster the job
     started has none (:func:`connect_cluster`); in-process runners have no workers."""
     from ..distributed.profiler import worker_profiler_paused
-    return worker_profiler_paused(runner, cfg.pause_worker_profiler and not own)
+    return worker_profiler_paused(
+        runner, cfg.pause_worker_profiler and run_record.get("mode") == "cluster")
 
 
 def _cluster_record(client, mode: str) -> dict:
@@ -1403,7 +1405,7 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
         runner, own_client, run_record = open_scheduler(
             cfg, device, sum(f.size for f in files), client, work, log,
             tasks=n if packing else len(missing), started=started, urls=urls)
-        paused.enter_context(running_cluster_profiler_paused(cfg, runner, own_client))
+        paused.enter_context(running_cluster_profiler_paused(cfg, runner, run_record))
         header["run"] = run_record
         save_job()   # with the run record, before any part is written
         if missing and SUMMARY_FILE in listed:
