@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import dask
 import dask.dataframe as dd
@@ -51,7 +52,30 @@ def test_bad_device_is_rejected():
             wp_cluster.resolve_device()
 
 
-def test_connect_cpu_starts_worker_processes_and_closes_them():
+def _malloc_arenas() -> tuple:
+    """This process's ``MALLOC_ARENA_MAX`` and the arenas its malloc has (glibc's
+    ``malloc_info``)."""
+    import ctypes
+    import re
+    import tempfile
+    libc = ctypes.CDLL("libc.so.6")
+    libc.fopen.restype = ctypes.c_void_p
+    libc.fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+    libc.fclose.argtypes = [ctypes.c_void_p]
+    libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "info.xml")
+        fp = libc.fopen(path.encode(), b"w")
+        libc.malloc_info(0, fp)
+        libc.fclose(fp)
+        with open(path) as f:
+            heaps = len(re.findall(r"<heap nr=", f.read()))
+    return os.environ.get("MALLOC_ARENA_MAX"), heaps
+
+
+def test_connect_cpu_starts_worker_processes_and_closes_them(monkeypatch):
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    monkeypatch.delenv("DASKWP_WORKER_MALLOC", raising=False)
     client = daskwp.connect(device="cpu", n_workers=1, threads_per_worker=2,
                             dashboard_address=None)
     try:
@@ -64,10 +88,46 @@ def test_connect_cpu_starts_worker_processes_and_closes_them():
         pids = client.run(os.getpid)
         assert os.getpid() not in pids.values()  # processes, not threads of this one
         _check_tokenizes()
+        # one malloc arena per task thread, from the worker's start (docs/design.md §3.5)
+        if sys.platform.startswith("linux"):
+            assert list(client.run(_malloc_arenas).values()) == [("2", 2)]
         cluster = client.cluster
     finally:
         client.close()
     assert cluster.status.name == "closed"  # the client owned its cluster
+
+
+def test_worker_arenas_sets_the_nannies_environment_unless_chosen(monkeypatch):
+    key = "distributed.nanny.pre-spawn-environ"
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    monkeypatch.delenv("DASKWP_WORKER_MALLOC", raising=False)
+    before = dict(dask.config.get(key))
+    with wp_cluster.worker_arenas(3):
+        assert dask.config.get(key) == {**before, "MALLOC_ARENA_MAX": "3"}
+    assert dask.config.get(key) == before
+    with wp_cluster.worker_arenas(None):   # a cluster of threads: no process to start
+        assert dask.config.get(key) == before
+    with dask.config.set({key: {**before, "MALLOC_ARENA_MAX": "7"}}):
+        with wp_cluster.worker_arenas(3):
+            assert dask.config.get(key)["MALLOC_ARENA_MAX"] == "7"
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "5")
+    with wp_cluster.worker_arenas(3):
+        assert dask.config.get(key) == before
+    monkeypatch.delenv("MALLOC_ARENA_MAX")
+    monkeypatch.setenv("DASKWP_WORKER_MALLOC", "0")
+    with wp_cluster.worker_arenas(3):
+        assert dask.config.get(key) == before
+
+
+def test_local_worker_threads_follows_local_cluster(monkeypatch):
+    from distributed.deploy import local
+    monkeypatch.setattr(local, "CPU_COUNT", 8)
+    monkeypatch.setattr("dask.system.CPU_COUNT", 8)
+    assert wp_cluster._local_worker_threads(None, 3) == 3
+    assert wp_cluster._local_worker_threads(3, None) == 3     # ceil(8 / 3), as LocalCluster
+    assert wp_cluster._local_worker_threads(2, None) == 4
+    from distributed.deploy.utils import nprocesses_nthreads
+    assert wp_cluster._local_worker_threads(None, None) == nprocesses_nthreads()[1]
 
 
 def test_connect_to_a_running_scheduler():

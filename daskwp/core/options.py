@@ -736,8 +736,10 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
     _opt("worker_malloc", True, check_bool, "true or false", False, (ENV,),
          "in a Dask worker whose nanny set MALLOC_TRIM_THRESHOLD_ below 128 MB, raise "
          "glibc's mmap and trim thresholds to 32 and 128 MB, and in any nanny's worker make "
-         "Arrow's default memory pool jemalloc unless ARROW_DEFAULT_MEMORY_POOL is set "
-         "(docs/design.md §3.5); false: leave malloc alone", cli_flag=False,
+         "Arrow's default memory pool jemalloc unless ARROW_DEFAULT_MEMORY_POOL is set, and "
+         "start the workers of clusters daskwp.connect starts with MALLOC_ARENA_MAX set to "
+         "their task threads unless it is set (docs/design.md §3.5); false: leave malloc "
+         "alone", cli_flag=False,
          env="DASKWP_WORKER_MALLOC"),
     _opt("debug", False, check_bool, "true or false", False, (ENV,),
          "the daskwp command raises a failed job's exception with its traceback instead of "
@@ -843,8 +845,10 @@ def options_table_markdown() -> str:
              f"{'1/true/yes/on or 0/false/no/off' if isinstance(o.default, bool) else o.allowed} |"
              for o in OPTIONS.values() if o.env]
     rows += ["", "daskwp also reads, and never sets, `MALLOC_TRIM_THRESHOLD_` (set by a Dask "
-             "nanny; see `worker_malloc`), and the test helpers of `daskwp.testing` read "
-             "`CXX` (the compiler of the emulated CUDA build)."]
+             "nanny; see `worker_malloc`), sets `MALLOC_ARENA_MAX` only for the workers of "
+             "the clusters it starts (where it is not set; see `worker_malloc`), and the test "
+             "helpers of `daskwp.testing` read `CXX` (the compiler of the emulated CUDA "
+             "build)."]
     return "\n".join(rows) + "\n"
 
 

@@ -7,10 +7,10 @@ import os
 
 from ..backends.memory import tune_numpy_huge_pages
 from ..core import config as _config
-from ..core.options import SECURITY_KEYS, check_security, normalize_device
+from ..core.options import SECURITY_KEYS, check_security, env_value, normalize_device
 
 __all__ = ["ClusterSecurityError", "connect", "gpu_count", "make_security", "resolve_device",
-           "security_record"]
+           "security_record", "worker_arenas"]
 
 #: distributed's ``Security`` field for each key of a ``security`` mapping (the client's).
 _SECURITY_FIELDS = dict(zip(SECURITY_KEYS, ("tls_ca_file", "tls_client_cert",
@@ -175,9 +175,10 @@ def connect(device: str | None = None, scheduler_address: str | None = None,
     if resolve_device(device) == "gpu":
         from dask_cuda import LocalCUDACluster
 
-        cluster = LocalCUDACluster(n_workers=n_workers,
-                                   threads_per_worker=threads_per_worker or 1,
-                                   **cluster_kwargs)
+        with worker_arenas(threads_per_worker or 1):
+            cluster = LocalCUDACluster(n_workers=n_workers,
+                                       threads_per_worker=threads_per_worker or 1,
+                                       **cluster_kwargs)
         client = Client(cluster)
         # Own the cluster as a Client(n_workers=...) owns its LocalCluster: closing the
         # client closes it.
@@ -187,12 +188,55 @@ def connect(device: str | None = None, scheduler_address: str | None = None,
         return client
 
     cluster_kwargs.setdefault("processes", True)
-    client = Client(n_workers=n_workers, threads_per_worker=threads_per_worker,
-                    **cluster_kwargs)
+    with worker_arenas(_local_worker_threads(n_workers, threads_per_worker)
+                       if cluster_kwargs["processes"] else None):
+        client = Client(n_workers=n_workers, threads_per_worker=threads_per_worker,
+                        **cluster_kwargs)
     register_worker_plugin(client)
     if cluster_kwargs["processes"]:
         _register_process_tuning(client)
     return client
+
+
+def _local_worker_threads(n_workers: int | None, threads_per_worker: int | None) -> int:
+    """The task threads of each worker of the ``LocalCluster`` that ``Client(n_workers=,
+    threads_per_worker=)`` starts (its own rule when they are not given)."""
+    import math
+
+    from dask.system import CPU_COUNT
+    from distributed.deploy.utils import nprocesses_nthreads
+    if threads_per_worker:
+        return int(threads_per_worker)
+    if not n_workers:
+        return int(nprocesses_nthreads()[1])
+    return max(1, math.ceil(CPU_COUNT / int(n_workers)))
+
+
+def worker_arenas(task_threads: int | None):
+    """A context whose nannies (those made in it) start their workers, restarted ones too,
+    with glibc's ``MALLOC_ARENA_MAX`` set to ``task_threads``: one malloc arena per task
+    thread (through distributed's ``distributed.nanny.pre-spawn-environ``).
+    Nothing changes when ``task_threads`` is None, when ``MALLOC_ARENA_MAX`` is set in the
+    environment or in that setting already (the user's), or with ``worker_malloc`` false
+    (``DASKWP_WORKER_MALLOC=0``).
+
+    Why: a worker's threads each took an arena of their own (glibc: up to 8 per core), the
+    part writer's and the kernel's threads of a job's last partitions (given the idle
+    workers' cores) among them; each arena kept what its threads freed, unused by the
+    others, and a worker's peak RSS grew with the partitions it wrote. The variable must be
+    set before the process starts: arenas made before a ``mallopt`` stay, and new threads
+    take the idle ones (docs/design.md §3.5 "Worker malloc").
+    """
+    import contextlib
+
+    import dask
+    key = "distributed.nanny.pre-spawn-environ"
+    environ = dict(dask.config.get(key, default=None) or {})
+    if task_threads is None or "MALLOC_ARENA_MAX" in os.environ or \
+            "MALLOC_ARENA_MAX" in environ or env_value("worker_malloc") is False:
+        return contextlib.nullcontext()
+    environ["MALLOC_ARENA_MAX"] = str(max(1, int(task_threads)))
+    return dask.config.set({key: environ})
 
 
 def _register_process_tuning(client) -> None:
