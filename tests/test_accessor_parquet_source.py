@@ -252,3 +252,53 @@ def test_the_compressed_column_chunk_is_read_through_a_buffer(tmp_path):
     if peak < 0:
         pytest.skip("Arrow's default pool is the system allocator here")
     assert peak < chunk // 3, (peak, chunk)   # the buffer, a page and its decompressed copy
+
+
+@pytest.mark.parametrize("large,dictionary", [(True, False), (False, False), (True, True)])
+def test_a_files_text_is_gathered_into_one_host_block(tmp_path, monkeypatch, large,
+                                                      dictionary):
+    # the text of a file goes to one host-pool block (reused by the next partition, as a
+    # batch job's text buffer is), read in small batches and handed out in chunks of
+    # about CHUNK_BYTES, nulls kept; dictionary pages decode to more text than the block
+    # holds: the rest stays as read
+    monkeypatch.setattr(parquet_source, "HOST_BLOCK_MIN_BYTES", 16 << 10)
+    monkeypatch.setattr(parquet_source, "READ_BATCH_BYTES", 4 << 10)
+    monkeypatch.setattr(parquet_source, "CHUNK_BYTES", 64 << 10)
+    docs = _corpus()
+    if dictionary:
+        docs = [docs[k % 50] for k in range(40_000)]   # a few distinct lines, many rows
+        # (batches of ~20 KB of text past the block: several make a chunk)
+        monkeypatch.setattr(parquet_source, "READ_BATCH_BYTES", 256)
+    spilled = []
+    flush_spill = parquet_source._TextBlock.flush_spill
+    monkeypatch.setattr(parquet_source._TextBlock, "flush_spill",
+                        lambda self: spilled.append(len(self.spill)) or flush_spill(self))
+    kind = pa.large_string() if large else pa.string()
+    path = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"text": pa.array(docs, kind)}), path, use_dictionary=dictionary,
+                   row_group_size=len(docs) // 3)
+    got = read_text_partition(((str(path), None),), "text", pd.StringDtype("pyarrow"))
+    arr = got["text"].array.__arrow_array__()
+    assert [None if v is pd.NA else v for v in got["text"].tolist()] == docs
+    assert arr.combine_chunks().equals(pa.array(docs, arr.type))
+    sizes = [c.buffers()[2].size for c in arr.chunks]
+    assert len(sizes) >= 3 and max(sizes) < 2 * (64 << 10), sizes
+    # not the reads' batches (past a block, the block's text so far is a chunk)
+    assert min(sizes[1 if dictionary else 0:-1]) >= (64 << 10) - (8 << 10), sizes
+    assert arr.null_count == sum(d is None for d in docs)
+    assert (max(spilled) > 1) == dictionary, spilled
+
+
+def test_the_text_block_comes_from_the_host_pool(tmp_path):
+    from daskwp.backends.memory import host_pool_info
+    docs = [d for d in _corpus() if d]
+    docs = docs * (1 + (6 << 20) // sum(len(d.encode()) for d in docs))   # > 6 MB
+    path = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"text": docs}), path, use_dictionary=False)
+    before = host_pool_info()["live"]
+    got = read_text_partition(((str(path), None),), "text", pd.StringDtype("pyarrow"))
+    text = sum(len(d.encode()) for d in docs)
+    assert host_pool_info()["live"] - before >= text
+    assert got["text"].tolist() == docs
+    del got
+    assert host_pool_info()["live"] == before   # the block goes back with the frame

@@ -4,17 +4,19 @@ daskwp itself, straight into Arrow, in batches.
 ``to_parquet`` of ``dd.read_parquet(files)["text"].wordpiece.tokenize(...)``: dask's
 partition read gives Arrow's reader a whole row group, whose string buffer grows by
 doubling (96 MB reallocated for 63 MB of text), and that read, not the tokenizer, set the
-workers' peak memory. Read in batches of about :data:`CHUNK_BYTES` of text (one Arrow chunk
-each; the tokenizer's pieces follow the chunks), the read's peak is about the text itself.
-The text goes to the glibc heap where that keeps freed blocks (:func:`read_pool`), so the
-next partition's read reuses the pages instead of faulting them in again.
+workers' peak memory. Read in chunks of about :data:`CHUNK_BYTES` of text (the tokenizer's
+pieces follow the chunks), the read's peak is about the text itself. A file's text goes to
+one block of daskwp's host pool (:class:`_TextBlock`), as a batch job's text partition
+does: the next partition reuses the block instead of faulting fresh pages in, and Arrow's
+reads go through small batches of the glibc heap (:func:`read_pool`) that do not fragment
+it.
 
 When the Series is such a read and nothing in it can change what a partition holds (no
 filters, no index, no partitioning columns, no read options, a local text column of
 Arrow strings), :func:`direct_text_source` swaps dask's read for :class:`DirectTextRead`:
 the same expression (same files, same partitions, the same row groups in each, the same
 row counts for the global logIDs) whose tasks read the partition's row groups with
-``pyarrow.parquet.ParquetFile`` on the task's own thread and wrap the column as the
+pyarrow's Parquet reader on the task's own thread and wrap the column as the
 pandas string array dask would have built (zero-copy; a ``RangeIndex`` from 0, as dask's
 read without an index). Anything else keeps dask's read, silently.
 """
@@ -25,8 +27,9 @@ import pandas as pd
 
 from ..distributed.dask_compat import Projection, ReadParquetFSSpec, Task
 
-__all__ = ["CHUNK_BYTES", "READ_BUFFER_BYTES", "DirectTextRead", "batch_rows",
-           "direct_text_source", "read_pool", "read_text_partition"]
+__all__ = ["CHUNK_BYTES", "DirectTextRead", "HOST_BLOCK_MIN_BYTES", "READ_BATCH_BYTES",
+           "READ_BUFFER_BYTES", "batch_rows", "direct_text_source", "read_pool",
+           "read_text_partition"]
 
 
 #: Text bytes of each Arrow chunk a partition is read into (a batch of rows of about this
@@ -39,6 +42,15 @@ CHUNK_BYTES = 8 << 20
 #: of zstd text), in Arrow's default pool, faulted in afresh on a nanny's worker (its
 #: jemalloc hands it back): 5k page faults per partition, ~1k through this buffer.
 READ_BUFFER_BYTES = 1 << 20
+
+#: The smallest text of a file copied into one host-pool block (:class:`_TextBlock`): the
+#: pool's smallest pooled block.
+HOST_BLOCK_MIN_BYTES = 4 << 20
+
+#: Text bytes of each batch Arrow reads when the text goes to a host-pool block: its
+#: builders' doublings stay small in the heap (batches of 8 MB, held there for the whole
+#: task, fragmented a worker's heap).
+READ_BATCH_BYTES = 1 << 20
 
 
 def batch_rows(pf, column: str, chunk_bytes: int | None = None) -> int:
@@ -86,24 +98,131 @@ def read_text_partition(pieces: tuple, column: str, dtype, dask_read=None,
             return dask_read(part)
         groups = list(range(pf.metadata.num_row_groups)) if row_groups is None else \
             list(row_groups)
-        for batch in pf.iter_batches(batch_rows(pf, column), groups,
-                                     [_leaf_index(pf.metadata, column)], use_threads=False):
-            chunks.append(batch.column(0))
+        j = _leaf_index(pf.metadata, column)
+        block = _TextBlock(sum(pf.metadata.row_group(g).column(j).total_uncompressed_size
+                               for g in groups) if j >= 0 else 0)
+        rows = batch_rows(pf, column, READ_BATCH_BYTES if block.active else None)
+        for batch in pf.iter_batches(rows, groups, [j], use_threads=False):
+            chunk = batch.column(0)
+            del batch   # (its buffers go back to the heap once copied)
+            chunks.extend(block.add(chunk))
+            del chunk
+        chunks.extend(block.flush())
     col = pa.chunked_array(chunks, type=chunks[0].type) if chunks else \
         pa.chunked_array([], type=pa.large_string())
     return pd.DataFrame({column: pd.array(col, dtype=dtype)})
 
 
-def read_pool():
-    """The memory pool the text is read into: the system allocator (glibc's malloc) where
-    it keeps freed blocks (:func:`daskwp.backends.memory.malloc_keeps_freed_blocks`: a
-    tuned worker, a process without ``MALLOC_*_`` settings), else None (Arrow's default
-    pool).
+class _TextBlock:
+    """One host-pool block (:mod:`daskwp.backends.memory`) that a file's text is copied
+    into, batch after batch, and handed out as Arrow arrays of about :data:`CHUNK_BYTES`
+    of text over its slices: the partition's text in one block that the next partition
+    reuses (as a batch job's text partition is). Arrow reads batches of
+    :data:`READ_BATCH_BYTES` into the glibc heap, freed once copied: batches of 8 MB (and
+    their builders' doublings) read into the heap and held there fragmented it (a worker's
+    heap grew by ~150 MB over 23 partitions of 64 MB).
 
-    A nanny's worker gives Arrow's default pool to jemalloc, which hands a partition's
-    freed text back to the system within a second: every partition's read then faulted
-    its ~70 MB in afresh (a third of the read's CPU, in the kernel). From the glibc heap,
-    the next partition's read (and the tokenizer's outputs) reuse it."""
+    ``nbytes``: the block's size, the column chunks' uncompressed size (at least the text
+    of PLAIN pages); the batches that no longer fit (dictionary pages decode to more) are
+    concatenated as read into chunks of about CHUNK_BYTES. Below
+    :data:`HOST_BLOCK_MIN_BYTES` no block is taken (:attr:`active` False): the batches
+    are the chunks."""
+
+    def __init__(self, nbytes: int):
+        self.buf = None
+        self.used = 0        # bytes of the block taken
+        self.start = 0       # where the chunk being gathered starts
+        self.parts: list = []
+        self.spill: list = []   # batches past the block's end, as read
+        self.spilled = 0
+        if nbytes >= HOST_BLOCK_MIN_BYTES:
+            from .. import _ext
+            self.buf = _ext.host_bytes(int(nbytes))
+
+    @property
+    def active(self) -> bool:
+        return self.buf is not None
+
+    def add(self, chunk) -> list:
+        """Copy ``chunk`` (a string or large_string array) in; returns the arrays
+        completed (a chunk of about CHUNK_BYTES, or ``chunk`` itself where it does not
+        fit, after the one gathered so far)."""
+        import numpy as np
+
+        if len(chunk) == 0:
+            return []
+        validity, offsets, data = chunk.buffers()
+        off = np.frombuffer(offsets, dtype=_offset_dtype(chunk.type),
+                            count=len(chunk) + 1, offset=chunk.offset *
+                            _offset_dtype(chunk.type).itemsize)
+        lo, hi = int(off[0]), int(off[-1])
+        if self.buf is None or self.spill or self.used + hi - lo > len(self.buf):
+            out = self.flush_block()
+            self.spill.append(chunk)
+            self.spilled += hi - lo
+            return out + (self.flush_spill() if self.spilled >= CHUNK_BYTES else [])
+        self.buf[self.used:self.used + hi - lo] = np.frombuffer(
+            data, dtype=np.uint8, count=hi - lo, offset=lo)
+        base = self.used - self.start
+        self.parts.append((chunk, off - (lo - base)))
+        self.used += hi - lo
+        return self.flush_block() if self.used - self.start >= CHUNK_BYTES else []
+
+    def flush(self) -> list:
+        """The arrays gathered so far (none when empty)."""
+        return self.flush_block() + self.flush_spill()
+
+    def flush_spill(self) -> list:
+        """The batches read past the block's end as one array (concatenated into
+        :func:`read_pool`'s memory where there are several)."""
+        import pyarrow as pa
+
+        spill, self.spill, self.spilled = self.spill, [], 0
+        if len(spill) <= 1:
+            return spill
+        return [pa.concat_arrays(spill, memory_pool=read_pool())]
+
+    def flush_block(self) -> list:
+        """The chunk gathered in the block so far as one Arrow array (none when
+        empty)."""
+        import numpy as np
+        import pyarrow as pa
+
+        if not self.parts:
+            return []
+        parts, self.parts = self.parts, []
+        kind = parts[0][0].type
+        offsets = np.concatenate([parts[0][1]] + [o[1:] for _, o in parts[1:]])
+        n = len(offsets) - 1
+        nulls = sum(c.null_count for c, _ in parts)
+        validity = None
+        if nulls:
+            valid = np.concatenate([c.is_valid().to_numpy(zero_copy_only=False)
+                                    for c, _ in parts])
+            validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
+        text = self.buf[self.start:self.used]
+        self.start = self.used
+        return [pa.Array.from_buffers(kind, n, [validity, pa.py_buffer(offsets),
+                                                pa.py_buffer(text)], null_count=nulls)]
+
+
+def _offset_dtype(kind):
+    import numpy as np
+    import pyarrow as pa
+    return np.dtype(np.int64) if pa.types.is_large_string(kind) or \
+        pa.types.is_large_binary(kind) else np.dtype(np.int32)
+
+
+def read_pool():
+    """The memory pool Arrow reads the text's batches into: the system allocator (glibc's
+    malloc) where it keeps freed blocks
+    (:func:`daskwp.backends.memory.malloc_keeps_freed_blocks`: a tuned worker, a process
+    without ``MALLOC_*_`` settings), else None (Arrow's default pool).
+
+    A nanny's worker gives Arrow's default pool to jemalloc, which hands freed memory back
+    to the system within a second: every partition's read then faulted its ~70 MB in
+    afresh (a third of the read's CPU, in the kernel). From the glibc heap, the next
+    batch reuses the last one's pages."""
     import pyarrow as pa
 
     from ..backends.memory import malloc_keeps_freed_blocks
