@@ -5,8 +5,9 @@ bytes outside well-formed UTF-8 (every maximal ill-formed subsequence's bytes, P
 
 The reference is plain Python: ``bytes.split(b"\\n")`` and the bytes Python's own UTF-8
 decoder reports as errors. Every line of every shared corpus file is compared, as read
-and with adversarial bytes spliced in at every position of a 16-byte block, on every
-width of the kernel (16-byte blocks, 8-byte words, one byte at a time), in place and into
+and with adversarial bytes spliced in at every position of a 16-byte block and around the
+64-byte ones, on every width of the kernel this CPU has (64-byte AVX-512 blocks, 16-byte
+blocks, 8-byte words, one byte at a time), in place and into
 another buffer; then through partitions, compressed files and one whole job against
 HuggingFace's ids.
 """
@@ -26,7 +27,8 @@ from conftest import DATA, hf_encode, vocab_path
 from daskwp import _ext
 from daskwp.jobs import InputError, inputs
 
-WIDTHS = (16, 8, 1)
+#: The kernel's widths on this CPU (64: where it has AVX-512 VBMI2).
+WIDTHS = tuple(_ext.split_widths())
 
 # -- the reference ------------------------------------------------------------------------
 
@@ -119,6 +121,11 @@ BAD_CASES = {
     "newline at each block start": (b"\n" + b"b" * 15) * 9,
     "all newlines": b"\n" * 100,
     "sequence across a block edge": b"a" * 14 + b"\xf0\x9f\x98\x80" + b"b" * 30,
+    "sequence across a 64-byte block edge": b"a" * 62 + b"\xf0\x9f\x98\x80" + b"b" * 70,
+    "truncated across a 64-byte block edge": b"a" * 63 + b"\xe2\x82" + b"\n" + b"c" * 70,
+    "newline at each 64-byte block end": (b"a" * 63 + b"\n") * 5,
+    "invalid bytes on many lines of a block": (b"\xff\n\xc3\n\xe2\x82x\n") * 40,
+    "more than 8 newlines a block, then long lines": b"x\n" * 70 + b"y" * 200 + b"\n",
     "truncated across a block edge": b"a" * 15 + b"\xf0\x9f\x98" + b"\n" + b"c" * 16,
 }
 
@@ -129,10 +136,10 @@ def test_bad_input_cases(name):
 
 
 def test_every_edge_piece_at_every_block_position():
-    """Each piece placed at offsets 0..40 of ASCII filler (every 8- and 16-byte block edge),
-    with and without a newline around it."""
+    """Each piece placed at offsets 0..40 of ASCII filler (every 8- and 16-byte block edge)
+    and around the first two 64-byte block edges, with and without a newline around it."""
     for piece in EDGE_BYTES:
-        for at in range(41):
+        for at in (*range(41), *range(58, 70), *range(122, 134)):
             for tail in (b"", b"\n", b"z" * 20):
                 assert_same(b"q" * at + piece + tail, repr(piece))
                 assert_same(b"\n" * (at % 3) + b"w" * at + piece + b"\n" + piece + tail,
@@ -214,6 +221,19 @@ def test_fuzz_equals_the_reference(data):
     assert_same(data)
 
 
+def test_default_width_is_the_widest():
+    """Width 0 (the default, what the read stage uses) is the widest this CPU has."""
+    data = (b"one\n\xff two\n" * 50)
+    src = np.frombuffer(data, dtype=np.uint8)
+    assert WIDTHS in ((64, 16, 8, 1), (16, 8, 1))
+    for width in (None, 0):
+        out = np.zeros(len(src), np.uint8)
+        args = (src, out) if width is None else (src, out, width)
+        got = _ext.split_lines(*args)
+        want = _ext.split_lines(src, np.zeros(len(src), np.uint8), WIDTHS[-1])
+        assert all(np.array_equal(a, b) for a, b in zip(got, want))
+
+
 # -- the binding's checks -----------------------------------------------------------------
 
 def test_split_lines_refuses_bad_buffers():
@@ -223,8 +243,11 @@ def test_split_lines_refuses_bad_buffers():
     buf = np.zeros(16, np.uint8)
     with pytest.raises(ValueError, match="overlaps"):
         _ext.split_lines(buf[2:10], buf[:8])
-    with pytest.raises(ValueError, match="width must be 1, 8 or 16"):
+    with pytest.raises(ValueError, match="width must be 0 .*, 64, 16, 8 or 1"):
         _ext.split_lines(src, np.empty(8, np.uint8), 4)
+    if 64 not in WIDTHS:
+        with pytest.raises(ValueError, match="width 64 needs AVX-512 VBMI2"):
+            _ext.split_lines(src, np.empty(8, np.uint8), 64)
     with pytest.raises(ValueError, match="nbytes must be >= 0"):
         _ext.host_bytes(-1)
     with pytest.raises(TypeError):  # a read-only output

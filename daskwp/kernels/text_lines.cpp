@@ -4,11 +4,14 @@
 // of each line outside well-formed UTF-8 sequences. Also the pooled buffer a partition is
 // read into, and the newline count that counts a partition's documents.
 //
-// One pass over the bytes: 16-byte blocks with SSSE3 (x86-64-v2) or 8-byte words
-// elsewhere, the last few bytes one at a time. An all-ASCII block without a newline is
-// copied as it is; a block with newlines is left-packed (the newlines dropped) with one
-// shuffle per half; a block with bytes >= 0x80 is decoded by the scalar UTF-8 rule below,
-// from its first such byte.
+// One pass over the bytes: 64-byte blocks where the CPU has AVX-512 VBMI2 (chosen at run
+// time: the build targets x86-64-v2), else 16-byte blocks with SSSE3 (x86-64-v2) or 8-byte
+// words elsewhere, the last few bytes one at a time. An all-ASCII block without a newline
+// is copied as it is; a block with newlines is left-packed (the newlines dropped) with one
+// compress (AVX-512) or one shuffle per 8-byte half (SSSE3); a block with bytes >= 0x80 is
+// decoded by the scalar UTF-8 rule below, from its first such byte. (A 64 MB partition of
+// the benchmarks' corpus, from memory: 14-15 ms with 16-byte blocks, 8-9 ms with 64-byte
+// ones; the text is read faster than Python's readinto copies it.)
 //
 // In place (dst == src) every store lands at or before the bytes already loaded: the write
 // position never passes the read position, and a block is loaded (and decoded, which may
@@ -25,10 +28,42 @@
 #include <immintrin.h>
 #endif
 
+#include <nanobind/stl/vector.h>
+
 #include "bindings.hpp"
 #include "host_pool.hpp"
 
+// 64-byte blocks: an x86-64 GCC/Clang build, the AVX-512 functions compiled for that target
+// only and called where the CPU has it (has_split64).
+#if defined(__x86_64__) && defined(__GNUC__)
+#define DASKWP_SPLIT64 1
+#define DASKWP_SPLIT64_TARGET __attribute__((target("avx512f,avx512bw,avx512vbmi2")))
+#else
+#define DASKWP_SPLIT64 0
+#endif
+
 namespace {
+
+bool has_split64() {
+#if DASKWP_SPLIT64
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vbmi2");
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+
+// The widths split_lines takes on this CPU, widest first.
+std::vector<int> split_widths() {
+  std::vector<int> out;
+  if (has_split64()) out.push_back(64);
+  out.insert(out.end(), {16, 8, 1});
+  return out;
+}
 
 // The bytes of `s` that the tokenizer reads as U+FFFD, per line that holds any.
 struct InvalidBytes {
@@ -140,18 +175,30 @@ struct Splitter {
     return p;
   }
 
-#if defined(__SSSE3__)
-  // The UTF-8 rule over the bytes >= 0x80 of the block at p (mask `high`), from vpos on;
-  // `nl` places each invalid byte in its line.
-  void decode_block(size_t p, uint32_t high, uint32_t nl) {
+  // The lines the newlines of a block (mask `nl`, at most 64 bytes) end, its kept bytes
+  // about to be stored at dst + w; returns how many.
+  int end_lines(uint64_t nl) {
+    int dropped = 0;
+    for (uint64_t m = nl; m; m &= m - 1) {
+      offsets->push_back(static_cast<int64_t>(w + __builtin_ctzll(m) - dropped));
+      ++dropped;
+    }
+    line += dropped;
+    return dropped;
+  }
+
+  // The UTF-8 rule over the bytes >= 0x80 of the `block`-byte block at p (mask `high`, at
+  // most 64 bytes), from vpos on; `nl` places each invalid byte in its line.
+  void decode_block(size_t p, size_t block, uint64_t high, uint64_t nl) {
     size_t j = std::max(vpos, p);
-    while (j < p + 16) {
-      const uint32_t rest = high & ~((1u << (j - p)) - 1u);
+    while (j < p + block) {
+      const uint64_t rest = high & ~((uint64_t(1) << (j - p)) - 1u);
       if (!rest) break;
-      j = p + ctz32(rest);
+      j = p + static_cast<size_t>(__builtin_ctzll(rest));
       const Step st = utf8_step(src, n, j);
       if (st.bad) {
-        const int64_t at = line + popcount32(nl & ((1u << (j - p)) - 1u));
+        const int64_t at =
+            line + __builtin_popcountll(nl & ((uint64_t(1) << (j - p)) - 1u));
         invalid->add(at, static_cast<int64_t>(st.bad));
       }
       j += st.length;
@@ -159,24 +206,20 @@ struct Splitter {
     vpos = std::max(vpos, j);
   }
 
+#if defined(__SSSE3__)
   size_t blocks(size_t p) {
     const __m128i newline = _mm_set1_epi8('\n');
     for (; p + 16 <= n; p += 16) {
       const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + p));
       const uint32_t high = static_cast<uint32_t>(_mm_movemask_epi8(v));
       const uint32_t nl = static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(v, newline)));
-      if (high && vpos < p + 16) decode_block(p, high, nl);
+      if (high && vpos < p + 16) decode_block(p, 16, high, nl);
       if (!nl) {
         _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + w), v);
         w += 16;
         continue;
       }
-      int dropped = 0;
-      for (uint32_t m = nl; m; m &= m - 1) {
-        offsets->push_back(static_cast<int64_t>(w + ctz32(m) - dropped));
-        ++dropped;
-      }
-      line += dropped;
+      end_lines(nl);
       const uint32_t lo = nl & 0xFF, hi = nl >> 8;
       const __m128i a = _mm_shuffle_epi8(
           v, _mm_load_si128(reinterpret_cast<const __m128i*>(kPack.idx[lo])));
@@ -191,12 +234,40 @@ struct Splitter {
   }
 #endif
 
-  // width: 1 byte at a time, 8-byte words, or 16-byte blocks (words without SSSE3).
+#if DASKWP_SPLIT64
+  // 64-byte blocks: a block with newlines is compressed (the newlines dropped) and stored
+  // whole; its last 64 - kept bytes are garbage that the next store overwrites (in place
+  // they land at or before p + 64, never past the bytes already loaded).
+  DASKWP_SPLIT64_TARGET size_t blocks64(size_t p) {
+    const __m512i newline = _mm512_set1_epi8('\n');
+    for (; p + 64 <= n; p += 64) {
+      const __m512i v = _mm512_loadu_si512(src + p);
+      const uint64_t high = _mm512_movepi8_mask(v);
+      const uint64_t nl = _mm512_cmpeq_epi8_mask(v, newline);
+      if (high && vpos < p + 64) decode_block(p, 64, high, nl);
+      if (!nl) {
+        _mm512_storeu_si512(dst + w, v);
+        w += 64;
+        continue;
+      }
+      const int dropped = end_lines(nl);
+      _mm512_storeu_si512(dst + w, _mm512_maskz_compress_epi8(~nl, v));
+      w += 64 - dropped;
+    }
+    return p;
+  }
+#endif
+
+  // width: 1 byte at a time, 8-byte words, 16-byte blocks (words without SSSE3), or 64-byte
+  // blocks (AVX-512 VBMI2; split_widths() says whether this CPU has it).
   void run(int width) {
     // read before anything is written: in place, the last byte is overwritten
     const bool open_last_line = n && src[n - 1] != '\n';
     offsets->push_back(0);
     size_t p = 0;
+#if DASKWP_SPLIT64
+    if (width >= 64) p = blocks64(p);
+#endif
 #if defined(__SSSE3__)
     if (width >= 16) p = blocks(p);
 #endif
@@ -308,9 +379,13 @@ nb::ndarray<nb::numpy, T, nb::ndim<1>> vector_to_numpy(std::vector<T>&& v) {
 using U8Out = nb::ndarray<uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
 nb::tuple split_lines(U8 data, U8Out out, int width) {
-  if (width != 1 && width != 8 && width != 16)
-    throw std::invalid_argument("width must be 1, 8 or 16 (bytes per step), got " +
-                                std::to_string(width));
+  if (width == 0) width = split_widths().front();
+  if (width != 1 && width != 8 && width != 16 && width != 64)
+    throw std::invalid_argument("width must be 0 (the widest this CPU has), 64, 16, 8 or 1 "
+                                "(bytes per step), got " + std::to_string(width));
+  if (width == 64 && !has_split64())
+    throw std::invalid_argument("width 64 needs AVX-512 VBMI2, which this CPU (or build) "
+                                "lacks; it takes 16, 8 or 1");
   const size_t n = data.shape(0);
   if (out.shape(0) < n)
     throw std::invalid_argument("out holds " + std::to_string(out.shape(0)) +
@@ -361,14 +436,18 @@ nb::tuple count_nonblank_lines_binding(U8 data, bool open_counted) {
 
 void bind_text_lines(nb::module_& m) {
   m.def("split_lines", &split_lines, nb::arg("data"), nb::arg("out"),
-        nb::arg("width") = 16,
+        nb::arg("width") = 0,
         "Split bytes into lines on b'\\n' (a last line without one is a line too) and write "
         "them to `out` without the newlines (`out` may be `data` itself: in place). Returns "
         "(offsets, invalid_lines, invalid_bytes): the int64 offsets of the lines in `out` "
         "(lines + 1), and the lines holding bytes outside well-formed UTF-8 sequences with "
         "how many (each maximal ill-formed subsequence's bytes, Python's errors='replace' "
-        "rule). `width`: bytes per step, 16 (SSSE3 blocks; 8-byte words where the build has "
-        "none), 8 or 1: every width gives the same result (the tests run each).");
+        "rule). `width`: bytes per step, 0 (the widest this CPU has, the default), 64 (AVX-512 "
+        "VBMI2, where split_widths() lists it), 16 (SSSE3 blocks; 8-byte words where the "
+        "build has none), 8 or 1: every width gives the same result (the tests run each).");
+  m.def("split_widths", &split_widths,
+        "The widths split_lines takes on this CPU, widest first (64 where it has AVX-512 "
+        "VBMI2; 16, 8 and 1 everywhere).");
   m.def("count_newlines", &count_lines_binding, nb::arg("data"),
         "The b'\\n' bytes of `data` (counting a text partition's documents).");
   m.def("count_nonblank_lines", &count_nonblank_lines_binding, nb::arg("data"),
