@@ -483,6 +483,48 @@ def test_count_pass_in_small_pieces_equals_read(tmp_path, monkeypatch, piece):
                             data.count(b"\n") + (not data.endswith(b"\n"))), name
 
 
+def test_text_partitions_are_split_from_a_map_of_the_file(tmp_path):
+    """A local text partition is split from a memory map of its range (map_range: a
+    read-only view at the range's bytes, also where the range starts off a page), and the
+    lines hold a copy, not the map: rewriting the file afterwards changes no line read."""
+    from daskwp.jobs.inputs import byte_ranges
+    data = _spliced_corpus()
+    path = tmp_path / "in.txt"
+    path.write_bytes(data)
+    specs = [byte_ranges.exact_range(s) for s in _text_specs(path, 50_000)]
+    assert len(specs) > 3 and any(s.byte_start % 4096 for s in specs)
+    for spec in specs:
+        view = byte_ranges.map_range(spec)
+        assert not view.flags.writeable
+        assert view.tobytes() == data[spec.byte_start:spec.byte_end]
+    read = [inputs.read_partition_with_counts(s) for s in specs]
+    with open(path, "r+b") as fh:            # the same inode, every byte changed
+        fh.write(bytes(b ^ 0x55 for b in data))
+    want_lines, want_bad = reference(data)
+    assert [x for texts, _, _ in read for x in texts.to_pylist()] == want_lines
+    assert sum(b for _, _, (b, _) in read) == sum(want_bad)
+
+
+def test_map_range_leaves_what_it_cannot_map_to_the_reader(tmp_path):
+    """map_range gives None for an empty range, a compressed file and a URL (read as
+    before), and an InputError for a file shorter than the planned range."""
+    import dataclasses
+    from daskwp.jobs.inputs import byte_ranges
+    path = tmp_path / "in.txt"
+    path.write_bytes(b"one\ntwo\nthree\n")
+    (spec,) = _text_specs(path, 1 << 20)
+    spec = byte_ranges.exact_range(spec)
+    assert byte_ranges.map_range(spec).tobytes() == b"one\ntwo\nthree\n"
+    assert byte_ranges.map_range(dataclasses.replace(spec, byte_end=spec.byte_start)) is None
+    assert byte_ranges.map_range(dataclasses.replace(spec, compression="gzip")) is None
+    assert byte_ranges.map_range(dataclasses.replace(spec, path="s3://bucket/in.txt")) is None
+    path.write_bytes(b"one\n")              # shorter than planned: the job's error
+    with pytest.raises(InputError, match="shorter than when the job was planned"):
+        byte_ranges.map_range(spec)
+    with pytest.raises(InputError, match="shorter than when the job was planned"):
+        inputs.read_partition(spec)
+
+
 def test_jsonl_partitions_read_into_reused_pool_buffers(tmp_path):
     """The read stage of JSON Lines reads a partition into a buffer of the host memory
     pool, which the next partition's read gets back once freed (no fresh allocation per

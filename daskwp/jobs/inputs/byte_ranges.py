@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import mmap
+import os
 import threading
 from typing import Iterator
 
 import numpy as np
 
 from ... import _ext
-from ...frames.storage import is_url, open_input
+from ...frames.storage import is_url, local_path, open_input
 from ..errors import InputError
 from .compression import READ_ERRORS, open_stream, read_all
 from .specs import PartitionSpec
@@ -139,6 +141,48 @@ def read_range_into(spec: PartitionSpec, buf: np.ndarray) -> np.ndarray:
     if got != size:
         raise changed_error(spec.describe())
     return buf
+
+
+def map_range(spec: PartitionSpec) -> np.ndarray | None:
+    """The partition's byte range of a local uncompressed file as a read-only uint8 array
+    over a memory map of the file (the page cache's pages themselves: nothing is copied,
+    nothing allocated but the map), unmapped when the array and its views are gone; None
+    for a URL, a compressed file or an empty range, or where the file cannot be mapped:
+    read those (:func:`read_range_into`). A file shorter than the range (it changed since
+    planning): an InputError.
+
+    Why: ``readinto`` copied the range out of the page cache into a buffer (7.6 ms of a
+    64 MB text partition's 21.5 ms read stage), which the split then read again; the map
+    costs its page faults (one per 64 KB or so, about 3 ms per 64 MB) and the split reads
+    the page cache directly. The page cache is not touched otherwise (no
+    ``MADV_SEQUENTIAL``, which would drop the pages behind the read: the same input is
+    often read again, by the next run of a job).
+
+    A file truncated while a reader is in the range's bytes (not before: checked here) is
+    a SIGBUS in that process, as for any memory map; a file replaced by rename, or
+    appended to, is not."""
+    size = spec.byte_end - spec.byte_start
+    if spec.compression or is_url(spec.path) or size <= 0:
+        return None
+    start = spec.byte_start - spec.byte_start % mmap.ALLOCATIONGRANULARITY
+    try:
+        fd = os.open(local_path(spec.path), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None   # read_range_into says why (the same error as before)
+    try:
+        if os.fstat(fd).st_size < spec.byte_end:
+            raise changed_error(spec.describe())
+        try:
+            m = mmap.mmap(fd, spec.byte_end - start, access=mmap.ACCESS_READ, offset=start)
+        except (OSError, ValueError):
+            return None   # a file system or file that cannot be mapped
+    finally:
+        os.close(fd)
+    if hasattr(m, "madvise") and hasattr(mmap, "MADV_WILLNEED"):
+        # a file not in the page cache: one read-ahead of the whole range, not one per fault
+        with contextlib.suppress(OSError):
+            m.madvise(mmap.MADV_WILLNEED)
+    return np.frombuffer(m, dtype=np.uint8, offset=spec.byte_start - start, count=size)
 
 
 def read_bytes(spec: PartitionSpec) -> bytes:

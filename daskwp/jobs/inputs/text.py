@@ -1,7 +1,8 @@
-"""Plain text partitions, one document per line. A byte range is read with one ``readinto`` into
-a buffer of the host memory pool and split there in place by one native pass
-(``daskwp/kernels/text_lines.cpp``) that also counts each line's invalid UTF-8 bytes, so the
-read stage allocates nothing but the offsets and needs no second pass. Counting a partition's
+"""Plain text partitions, one document per line. A local byte range is split from a memory map of
+the file into a buffer of the host memory pool (a URL's is read with one ``readinto`` into
+that buffer and split there in place) by one native pass (``daskwp/kernels/text_lines.cpp``)
+that also counts each line's invalid UTF-8 bytes, so the read stage copies the bytes once,
+allocates nothing but the offsets and needs no second pass. Counting a partition's
 lines reads it in cache-sized pieces (a URL's in big ranged GETs) into one buffer kept by the
 thread.
 """
@@ -12,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from ... import _ext
-from .byte_ranges import read_pieces, read_range_into
+from .byte_ranges import map_range, read_pieces, read_range_into
 from .compression import read_all
 from .specs import PartitionSpec
 
@@ -50,15 +51,21 @@ def lines_to_arrow(data: bytes) -> pa.Array:
 def read_text_lines(spec: PartitionSpec) -> tuple[pa.Array, tuple[int, int]]:
     """``(lines, (invalid_bytes, invalid_documents))`` of a text partition.
 
-    An uncompressed byte range is read with one ``readinto`` into a buffer of the host
-    memory pool (a freed partition's block, already mapped, is reused) and split there in
-    place: the lines array holds that buffer (so it cannot be a buffer reused by the next
-    partition), and the read stage allocates nothing else but the offsets."""
+    A local uncompressed byte range is split straight from a memory map of the file
+    (:func:`.byte_ranges.map_range`: the page cache's pages, no copy) into a buffer of the
+    host memory pool (a freed partition's block, already mapped, is reused), which the
+    lines array holds (so it cannot be a buffer reused by the next partition): the read
+    stage allocates nothing else but the offsets. A range that is not mapped (a URL's) is
+    read with one ``readinto`` into that buffer and split there in place."""
     if spec.compression:
         data = read_all(spec.path, spec.compression)
         src = np.frombuffer(data, dtype=np.uint8)
         return _split_lines(src, _ext.host_bytes(len(src)))
-    buf = read_range_into(spec, _ext.host_bytes(spec.byte_end - spec.byte_start))
+    out = _ext.host_bytes(spec.byte_end - spec.byte_start)
+    src = map_range(spec)
+    if src is not None:
+        return _split_lines(src, out)
+    buf = read_range_into(spec, out)
     return _split_lines(buf, buf)
 
 
