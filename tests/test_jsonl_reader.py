@@ -573,16 +573,24 @@ def test_in_process_job_reads_each_partition_once(tmp_path, monkeypatch):
     path, specs = _jsonl_specs(tmp_path, n_docs=3000, partition=16384)
     reads, pieces = [], []
     real_into, real_pieces = byte_ranges.read_range_into, reading.read_pieces
+    real_map = byte_ranges.map_range
 
     def into(spec, buf):
         reads.append((spec.byte_start, spec.byte_end))
         return real_into(spec, buf)
+
+    def mapped(spec):   # a write's read of a range its count did not keep
+        view = real_map(spec)
+        if view is not None:
+            reads.append((spec.byte_start, spec.byte_end))
+        return view
 
     def in_pieces(spec):
         pieces.append(spec.byte_start)
         return real_pieces(spec)
 
     monkeypatch.setattr(byte_ranges, "read_range_into", into)
+    monkeypatch.setattr(byte_ranges, "map_range", mapped)
     monkeypatch.setattr(reading, "read_pieces", in_pieces)
     outs = {}
     for kept in (byte_ranges.KEPT_PARTITIONS, 0):

@@ -525,12 +525,13 @@ def test_map_range_leaves_what_it_cannot_map_to_the_reader(tmp_path):
         inputs.read_partition(spec)
 
 
-def test_jsonl_partitions_read_into_reused_pool_buffers(tmp_path):
-    """The read stage of JSON Lines reads a partition into a buffer of the host memory
-    pool, which the next partition's read gets back once freed (no fresh allocation per
-    partition), and what it returns holds no view of it: the documents (native reader)
+def test_jsonl_partitions_read_into_reused_pool_buffers(tmp_path, monkeypatch):
+    """The read stage of JSON Lines reads a local partition through a memory map of the
+    file (no copy, no buffer), and one it cannot map (a URL's) into a buffer of the host
+    memory pool, which the next partition's read gets back once freed (no fresh allocation
+    per partition); what it returns holds no view of either: the documents (native reader)
     and the kept columns (Arrow's reader) of a partition stay as they were while the next
-    partitions are read over the same block."""
+    partitions are read over the same block, and after the file is rewritten."""
     from daskwp.jobs.inputs import byte_ranges
     rows = [{"text": f"document {i} " + "w" * (400 + i % 300), "id": i} for i in range(30_000)]
     path = tmp_path / "d.jsonl"
@@ -539,18 +540,26 @@ def test_jsonl_partitions_read_into_reused_pool_buffers(tmp_path):
                                    keep_columns=["id"], warn=lambda m: None)
     assert len(specs) >= 3
     from daskwp.backends import memory
+    live = memory.host_pool_info()["live"]
+    exact = byte_ranges.exact_range(specs[1])
+    view = byte_ranges.read_partition_bytes(exact)       # a map of the file: no pool block
+    assert not view.flags.writeable and memory.host_pool_info()["live"] == live
+    assert view.tobytes() == path.read_bytes()[exact.byte_start:exact.byte_end]
+    del view
     limit = memory.host_pool_info()["limit"]
     memory.set_host_pool_limit(256 << 20)     # whatever DASKWP_HOST_POOL_MB says
     try:
-        buf = byte_ranges.read_partition_bytes(specs[0])
-        assert memory.host_pool_info()["live"] >= len(buf)   # a pool block ...
-        address = buf.ctypes.data
-        del buf
-        cached = memory.host_pool_info()["cached"]           # ... back in the pool ...
-        buf = byte_ranges.read_partition_bytes(specs[1])     # (same size; the last is shorter)
-        assert buf.ctypes.data == address                    # ... and the next read's
-        assert memory.host_pool_info()["cached"] < cached
-        del buf
+        with monkeypatch.context() as m:      # a range that is not mapped (a URL's)
+            m.setattr(byte_ranges, "map_range", lambda spec: None)
+            buf = byte_ranges.read_partition_bytes(specs[0])
+            assert memory.host_pool_info()["live"] >= len(buf)   # a pool block ...
+            address = buf.ctypes.data
+            del buf
+            cached = memory.host_pool_info()["cached"]           # ... back in the pool ...
+            buf = byte_ranges.read_partition_bytes(specs[1])     # (same size; the last is shorter)
+            assert buf.ctypes.data == address                    # ... and the next read's
+            assert memory.host_pool_info()["cached"] < cached
+            del buf
     finally:
         memory.set_host_pool_limit(limit)
     got = [inputs.read_partition(s) for s in specs]
@@ -563,3 +572,6 @@ def test_jsonl_partitions_read_into_reused_pool_buffers(tmp_path):
         [r["text"] for r in rows]
     assert [x for _, k in kept for x in k.column("id").to_pylist()] == \
         [r["id"] for r in rows]
+    with open(path, "r+b") as fh:           # the same inode: what a map would show
+        fh.write(b" " * path.stat().st_size)
+    assert [text(d) for a in got for d in a.to_pylist()] == [r["text"] for r in rows]

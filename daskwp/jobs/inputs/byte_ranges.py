@@ -2,8 +2,9 @@
 partition's planned cuts moved to line starts when it is read (planning reads none of the
 file for them, :func:`exact_range`), and reading a planned range back, checking that the file did not
 shrink since planning (a whole compressed file is read decompressed instead): whole, into a
-buffer given or one of the host memory pool (:func:`read_partition_bytes`), or piece by piece
-into one buffer the thread keeps (:func:`read_pieces`, the count pass). Within
+buffer given or one of the host memory pool, or as a view of a memory map of a local file
+(:func:`map_range`, :func:`read_partition_bytes`), or piece by piece into one buffer the
+thread keeps (:func:`read_pieces`, the count pass). Within
 :func:`keeping_counted_bytes` (a job on threads in this process) the count of a local
 uncompressed range reads it whole and keeps it for the read that follows
 (:func:`read_counted_bytes`): the file is read once, not twice.
@@ -257,19 +258,24 @@ def _take_counted_bytes(spec: PartitionSpec) -> np.ndarray | None:
 
 
 def read_partition_bytes(spec: PartitionSpec):
-    """The partition's bytes for a reader that keeps no view of them once it returns: an
-    uncompressed range is read into a buffer of the host memory pool (a uint8 array; freed,
-    it goes back to the pool, and the next partition's read gets the already mapped block
+    """The partition's bytes for a reader that keeps no view of them once it returns: the
+    bytes its count kept (:func:`read_counted_bytes`), when it did, without reading the
+    file; else a local uncompressed range as a read-only view of a memory map of the file
+    (:func:`map_range`: no copy out of the page cache, unmapped when the reader lets go of
+    it); else (a URL) read into a buffer of the host memory pool (a uint8 array; freed, it
+    goes back to the pool, and the next partition's read gets the already mapped block
     instead of a fresh allocation, whose page faults were 92.5% of a Parquet job's; a job
     that releases the pool after each partition, or a pool of size 0, gets fresh memory,
-    and no worker keeps a partition-sized buffer outside the pool's limit), a compressed
-    file decompressed into bytes. The bytes its count kept (:func:`read_counted_bytes`),
-    when it did, without reading the file."""
+    and no worker keeps a partition-sized buffer outside the pool's limit); a compressed
+    file decompressed into bytes."""
     if spec.compression:
         return read_all(spec.path, spec.compression)
     kept = _take_counted_bytes(spec)
     if kept is not None:
         return kept
+    mapped = map_range(spec)
+    if mapped is not None:
+        return mapped
     return read_range_into(spec, _ext.host_bytes(spec.byte_end - spec.byte_start))
 
 
