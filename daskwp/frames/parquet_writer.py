@@ -296,11 +296,13 @@ class NativeParquetWriter:
         self.schema = schema
         self._codec = CODECS[compression]
         self._compress = None
-        # the compressed page being written (lz4): one buffer of the worst case, reused
+        # the compressed page being written (lz4): one buffer of the worst case, reused.
+        # (A flag, not self._lz4_page kept in an attribute: that bound method made the
+        # writer a reference cycle, and its page buffers, ~2 MB a part, waited for the
+        # cyclic collector; a worker's peak RSS grew as its full passes grew rarer.)
         self._packed = np.empty(0, dtype=np.uint8)
-        if compression == "lz4":
-            self._compress = self._lz4_page
-        elif compression is not None:
+        self._lz4 = compression == "lz4"
+        if compression is not None and not self._lz4:
             codec = pa.Codec(compression, compression_level=compression_level)
             # a pyarrow Buffer (not copied into bytes), from a pool that keeps its pages
             self._compress = functools.partial(codec.compress, memory_pool=compression_pool())
@@ -363,10 +365,11 @@ class NativeParquetWriter:
             arr = column.chunk(0) if column.num_chunks else pa.array([], column.type)
             start = self._sink.tell()
             values = unc = comp = 0
-            packer = self._lz4_buffer if self._compress == self._lz4_page else None
+            packer = self._lz4_buffer if self._lz4 else None
             for body, n, data in col.pages(arr, self._scratch, packer):
                 if data is None:
-                    data = self._compress(body) if self._compress else body
+                    data = self._lz4_page(body) if self._lz4 else \
+                        self._compress(body) if self._compress else body
                 header = _page_header(len(body), len(data), n, col.encoding)
                 self._sink.write(header)
                 self._sink.write(data)
