@@ -1663,8 +1663,9 @@ def test_the_listings_head_and_the_first_partitions_come_in_one_get(bucket, spoo
         pre = fetch_spool.start_prefetch(specs, 1 << 30, heads)
         heads.close()
         run = [dataclasses.replace(s, spool=(token, 1 << 30)) for s in specs]
-        pre.stream._thread.join(60)    # (adopted now, it would stop where it is)
         assert pre.adopt(run)
+        pre.wait(60)
+        pre.discard()
     assert specs[0].path.endswith("/t.txt") and specs[0].byte_start == 0
     in_t = [s for s in run if s.path.endswith("/t.txt")]
     assert len(in_t) >= 2 and len(in_t) < len(run)
@@ -1736,9 +1737,10 @@ def test_the_head_stream_goes_on_past_its_first_piece_into_every_partition(
     from daskwp.jobs.inputs import fetch_spool
     data, specs, pre, run, fetched = _streamed_object(bucket, monkeypatch, spool_tmp)
     assert isinstance(pre, fetch_spool.StreamPrefetch) and len(pre.taken) == len(specs) >= 6
-    pre.stream._thread.join(60)    # (adopted now, it would stop where it is)
     with storage.using(bucket[1]):
         assert pre.adopt(run)
+        pre.wait(60)
+        pre.discard()
     # from the start to the end; a GET that stopped at the head's piece (the plan came
     # later) followed by one from there: every byte once
     head_piece = fetch_spool.FETCH_PIECE + fetch_spool.MARGIN
@@ -1756,39 +1758,54 @@ def test_the_head_stream_goes_on_past_its_first_piece_into_every_partition(
     assert [p for p in spool_tmp.iterdir() if p.is_dir()] == []
 
 
-def test_a_head_stream_stopped_mid_partition_hands_over_what_it_holds(bucket, spool_tmp,
-                                                                     monkeypatch):
-    """Adopted while its GET is in partition k, the stream stops there: the partitions
-    before k are adopted whole (counted without a GET); partition k's spool file goes over
-    with the bytes it holds, and its count fetches only the rest (one GET from where the
-    stream stopped); the partitions after k are fetched by their counts as without a
-    prefetch. The counts and reads are those of the bytes; nothing is left."""
+def _hold_stream_at(monkeypatch, at: int, until):
+    """Make a claimed head stream's GET wait, once at byte ``at`` or past it, until
+    ``until(stream)`` (at most 30 s)."""
     import time
 
     from daskwp.jobs.inputs import fetch_spool
     write = fetch_spool._Counted.write
-    hold_at = 3 * (1 << 20) + 100_000
 
     def held_write(self, data):
         st = self._stream
-        if st.claimed and st.written >= hold_at:   # (until adopt stops the stream)
+        if st.claimed and st.written >= at:
             deadline = time.monotonic() + 30
-            while not st.stopped and time.monotonic() < deadline:
+            while not until(st) and time.monotonic() < deadline:
                 time.sleep(0.01)
         return write(self, data)
     monkeypatch.setattr(fetch_spool._Counted, "write", held_write)
-    data, specs, pre, run, fetched = _streamed_object(bucket, monkeypatch, spool_tmp)
+
+
+def _wait_for_bytes(stream, n: int) -> None:
+    import time
     deadline = time.monotonic() + 30
-    while pre.stream.written < hold_at and time.monotonic() < deadline:
+    while stream.written < n and time.monotonic() < deadline:
         time.sleep(0.01)
+
+
+def test_a_head_stream_stopped_mid_partition_hands_over_what_it_holds(bucket, spool_tmp,
+                                                                     monkeypatch):
+    """A stream stopped while its GET is in partition k (an error, the job's end): the
+    partitions before k are adopted whole (counted without a GET); partition k's spool
+    file goes over with the bytes it holds, and its count fetches only the rest (one GET
+    from where the stream stopped); the partitions after k are fetched by their counts as
+    without a prefetch. The counts and reads are those of the bytes; nothing is left."""
+    hold_at = 3 * (1 << 20) + 100_000
+    _hold_stream_at(monkeypatch, hold_at, lambda st: st.stopped)
+    data, specs, pre, run, fetched = _streamed_object(bucket, monkeypatch, spool_tmp)
+    _wait_for_bytes(pre.stream, hold_at)
     with storage.using(bucket[1]):
         assert pre.adopt(run)
+        pre.stream.stop()
+        pre.wait(30)
     stopped = pre.stream.written
     assert hold_at <= stopped < hold_at + (64 << 10)
     k = next(i for i, s in enumerate(run) if s.byte_end + 1000 > stopped)
     assert 2 <= k < len(run) - 1
+    pre.discard()    # (the stream's own folder: the files of the partitions it did not reach)
     names = spool_files(spool_tmp)
-    assert len(names) == k + 1 and len([n for n in names if ".held-" in n]) == 1
+    assert all(n.startswith(run[0].spool[0] + "/") for n in names), names
+    assert len(names) == k + 1 and len([n for n in names if ".held-" in n]) == 1, names
     fetched.clear()
     for i, spec in enumerate(run):
         start, end = exact(data, spec)
@@ -1805,8 +1822,60 @@ def test_a_head_stream_stopped_mid_partition_hands_over_what_it_holds(bucket, sp
         assert inputs.read_partition(spec).to_pylist() == want
         assert fetched == []
     assert spool_files(spool_tmp) == []
-    fetch_spool.remove_run_spools(run[0].spool[0])
+    fetch_spool_remove(run)
     assert [p for p in spool_tmp.iterdir() if p.is_dir()] == []
+
+
+def fetch_spool_remove(run) -> None:
+    from daskwp.jobs.inputs import fetch_spool
+    fetch_spool.remove_run_spools(run[0].spool[0])
+
+
+def test_a_count_waits_for_the_head_stream_that_brings_its_partition(bucket, spool_tmp,
+                                                                    monkeypatch):
+    """Adopted while its GET is in partition 1, the stream goes on: the count of a later
+    partition (in another thread, as on a worker) waits for the stream's lock on it
+    instead of fetching it, and counts from the spool file once the stream brought it; no
+    GET but the stream's; each partition's lock file is gone once it is there."""
+    import threading
+
+    from daskwp.jobs.inputs import fetch_spool
+    go = threading.Event()
+    hold_at = (1 << 20) + 200_000
+    _hold_stream_at(monkeypatch, hold_at, lambda st: go.is_set())
+    data, specs, pre, run, fetched = _streamed_object(bucket, monkeypatch, spool_tmp)
+    _wait_for_bytes(pre.stream, hold_at)
+    with storage.using(bucket[1]):
+        assert pre.adopt(run)
+    locks = [n for n in spool_files(spool_tmp) if n.endswith(fetch_spool._STREAMING)]
+    # (partition 0 came whole: in the run's folder, or about to be)
+    assert len(run) - 1 <= len(locks) <= len(run), locks
+    last = run[-1]
+    got = []
+    counting = threading.Thread(target=lambda: got.append(inputs.count_partition(last)))
+    counting.start()
+    counting.join(0.5)
+    assert counting.is_alive() and not got    # waiting for the stream
+    go.set()
+    counting.join(60)
+    start, end = exact(data, last)
+    want_last = [x.encode() for x in data[start:end].decode().splitlines()]
+    assert got == [len(want_last)]
+    pre.wait(30)
+    assert not [n for n in spool_files(spool_tmp) if n.endswith(fetch_spool._STREAMING)]
+    head_piece = fetch_spool.FETCH_PIECE + fetch_spool.MARGIN
+    assert [(s, e) for _, s, e in fetched] in ([(0, len(data))], [(0, len(data)), (
+        head_piece, len(data))]), fetched
+    for spec in run[:-1]:
+        start, end = exact(data, spec)
+        want = [x.encode() for x in data[start:end].decode().splitlines()]
+        assert inputs.count_partition(spec) == len(want)
+        assert inputs.read_partition(spec).to_pylist() == want
+    assert inputs.read_partition(last).to_pylist() == want_last
+    assert len(fetched) <= 2    # (the stream's)
+    pre.discard()
+    fetch_spool_remove(run)
+    assert spool_files(spool_tmp) == []
 
 
 def test_an_http_endpoints_uploads_are_checked_by_their_signature_only(bucket, monkeypatch):

@@ -26,13 +26,14 @@ the first object's head for listing and planning (:class:`HeadStreams`) goes on,
 object is planned, through partition 0 and the next partitions of that object, each into
 a spool file of its own (:class:`StreamPrefetch`; at most half of ``spool_max_bytes``);
 where there is no such GET, :class:`Prefetch` fetches partition 0. When the run's spool is
-known (the job's tasks go out), the GET stops where it is and each file moves into the
-run's folder: under the name its count task looks for when it holds the partition's range
-(:func:`fetched` takes a spool file that is there already: no GET of its own to wait
-for), or with the number of bytes it holds when the GET stopped in the range (its count
-task fetches the rest, one GET from there); a partition the GET did not reach is fetched
-by its count task. One GET of the object for its head and every partition fetched while
-the cluster starts, where each was a GET of its own.
+known (the job's tasks go out), the GET goes on, and each partition's file moves into the
+run's folder under the name its count task looks for once the GET has brought its range
+(:func:`fetched` takes a spool file that is there already); meanwhile a lock file in the
+run's folder tells the count task to wait for it rather than fetch it. Where the GET stops
+first (an error, the job's end), the partition it was in goes over with the bytes it holds
+(its count task fetches the rest, one GET from there), and the later ones are fetched by
+their count tasks. One GET of the object for its head and the partitions the driver
+fetches, where each was a GET of its own.
 
 A fetch waits on the network: on a Dask worker the count task leaves the worker's thread
 pool for it (:func:`~daskwp.frames.storage.waiting_on_network`, installed by daskwp's worker
@@ -315,8 +316,8 @@ def fetched(spec: PartitionSpec):
     ranges = regions(spec)
     got = None
     if ranges and not has_local_copy(spec.path):
-        got = _spooled_already(spec, ranges) or _adopted_part(spec, ranges) or \
-            _fetch(spec, ranges)
+        got = _spooled_already(spec, ranges) or _after_stream(spec, ranges) or \
+            _adopted_part(spec, ranges) or _fetch(spec, ranges)
     if got is None:
         yield
         return
@@ -732,49 +733,142 @@ class _HeadStream:
 class StreamPrefetch:
     """The partitions a :class:`_HeadStream` was given (:meth:`_HeadStream.claim`):
     partition 0 and the next ones of its object, fetched by the listing's GET while the
-    cluster starts. :meth:`adopt` (the job's tasks go out) stops the GET where it is and
-    moves each partition's file into the run's folder: a partition whose range came whole
-    under the name its count task looks for (its line ends checked: :func:`_fetch_into`,
-    no GET unless its last line goes on past the range); one that came in part under a
-    name that says how much it holds (:func:`_adopted_part`: its count task fetches the
-    rest); one that did not start is not kept. :meth:`discard` removes what was not
-    adopted."""
+    cluster starts. :meth:`adopt` (the job's tasks go out) hands each partition to the
+    run: a lock file in the run's folder (:data:`_STREAMING`), held until the partition's
+    file is there, tells its count task to wait for it (:func:`_after_stream`) rather than
+    fetch it; the GET goes on, and as each partition's range comes whole its file moves
+    into the run's folder under the name its count task looks for (its line ends checked:
+    :func:`_fetch_into`, no GET unless its last line goes on past the range), and its lock
+    is let go. Where the GET stops before (an error, :meth:`discard`), the partition it
+    was in goes over under a name that says how much it holds (:func:`_adopted_part`: its
+    count task fetches the rest), and the later ones' locks are let go (their counts fetch
+    them). :meth:`discard` stops the GET and removes what was not adopted. Without
+    ``fcntl`` (no lock to wait on), :meth:`adopt` stops the GET first."""
 
     def __init__(self, stream: _HeadStream, taken: list):
         self.stream, self.taken = stream, taken
+        self._finisher: threading.Thread | None = None
 
     def adopt(self, specs) -> bool:
-        """Stop the stream; move its files into the run's folder of the partitions of
-        ``specs`` (the run's, with their spool). Whether any was."""
+        """Hand the partitions of ``specs`` (the run's, with their spool) that the stream
+        was given to the run (their lock files made and held now; their files moved into
+        the run's folder as they come, in a thread). Whether any was."""
+        try:
+            import fcntl
+        except ImportError:
+            fcntl = None
         st = self.stream
-        st.stop()
-        adopted = 0
+        if fcntl is None:
+            st.stop()
+        parts, locks = [], []
+        try:
+            for spec, ranges, path in self.taken:
+                target = _target(specs, spec, ranges)
+                if target is None or (fcntl is None and not st.held(ranges)):
+                    continue
+                parts.append((target, ranges, path))
+                if fcntl is not None:
+                    lock = os.path.join(_run_folder(target), _name(
+                        target, ranges, repr(tuple(target.object_version))) + _STREAMING)
+                    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+                    locks.append((lock, fd))
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            _release(locks)
+            self.discard()
+            return False
+        if not parts:
+            self.discard()
+            return False
+        self._finisher = threading.Thread(
+            target=contextvars.copy_context().run, args=(self._finish, parts, locks),
+            name="daskwp-stream-finish", daemon=True)
+        self._finisher.start()
+        if fcntl is None:
+            self._finisher.join()
+        return True
+
+    def _finish(self, parts: list, locks: list) -> None:
+        """Each partition of ``parts`` into the run's folder once the stream has brought
+        it (or stopped), in order; its lock (of ``locks``) let go after."""
+        st = self.stream
         try:
             with storage.pinned({st.url: st.version}):
-                for spec, ranges, path in self.taken:
+                for i, (target, ranges, path) in enumerate(parts):
+                    with st.cond:
+                        while not st.complete(ranges) and not st.done:
+                            st.cond.wait()
                     have = st.held(ranges)
-                    target = _target(specs, spec, ranges)
-                    if not have or target is None:
-                        continue
                     try:
                         if st.complete(ranges):
-                            _run_folder(target)
                             _fetch_into(target, ranges, path, have)
-                        else:
-                            os.replace(path, os.path.join(_run_folder(target), _name(
+                        elif have:
+                            os.replace(path, os.path.join(_folder(target), _name(
                                 target, ranges, repr(tuple(target.object_version)))
                                 + f"{_PARTIAL}{have}"))
-                        adopted += 1
                     except Exception:  # noqa: BLE001  (its count fetches it, and raises)
-                        continue
-            return adopted > 0
+                        pass
+                    finally:
+                        if locks:
+                            _release(locks, [i])
         finally:
-            self.discard()
+            _release(locks)
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Wait until every partition adopted is in the run's folder, or let go."""
+        if self._finisher is not None:
+            self._finisher.join(timeout)
 
     def discard(self) -> None:
         """Stop the stream and remove what it left (nothing once adopted)."""
         self.stream.stop()
+        if self._finisher is not None:
+            self._finisher.join()
         remove_run_spools(self.stream.token)
+
+
+#: The lock file of a partition that the driver's stream brings (:class:`StreamPrefetch`):
+#: the spool file's name and this, in the run's folder, locked until the file is there.
+_STREAMING = ".streaming"
+
+
+def _release(locks: list, which=None) -> None:
+    """Let go of the lock files ``locks`` (``[(path, fd)]``; those at the indices
+    ``which``, default all), each once (its place set to None): removed, then unlocked
+    (a count task that opened one before sees the unlock)."""
+    for i in range(len(locks)) if which is None else which:
+        if locks[i] is not None:
+            path, fd = locks[i]
+            locks[i] = None
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _after_stream(spec: PartitionSpec, ranges: list) -> tuple | None:
+    """The count side of a partition the driver's stream brings (:class:`StreamPrefetch`):
+    where its lock file is in the run's folder, wait (out of the worker's thread pool)
+    until it is let go; then the spool file, as :func:`_spooled_already` (None: the stream
+    stopped before it)."""
+    if spec.object_version is None or not spec.cut_at_lines:
+        return None
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    lock = os.path.join(_folder(spec), _name(spec, ranges, repr(tuple(spec.object_version)))
+                        + _STREAMING)
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except OSError:     # none, or let go meanwhile
+        return _spooled_already(spec, ranges)
+    try:
+        with storage.waiting_on_network():
+            fcntl.flock(fd, fcntl.LOCK_SH)
+    finally:
+        os.close(fd)
+    return _spooled_already(spec, ranges)
 
 
 class HeadStreams:
