@@ -258,21 +258,18 @@ def test_the_compressed_column_chunk_is_read_through_a_buffer(tmp_path):
 def test_a_files_text_is_gathered_into_one_host_block(tmp_path, monkeypatch, large,
                                                       dictionary):
     # the text of a file goes to one host-pool block (reused by the next partition, as a
-    # batch job's text buffer is), read in small batches and handed out in chunks of
-    # about CHUNK_BYTES, nulls kept; dictionary pages decode to more text than the block
-    # holds: the rest stays as read
+    # batch job's text buffer is), read in small batches and handed out as one chunk,
+    # nulls kept; dictionary pages decode to more text than the block holds: a larger one
     monkeypatch.setattr(parquet_source, "HOST_BLOCK_MIN_BYTES", 16 << 10)
     monkeypatch.setattr(parquet_source, "READ_BATCH_BYTES", 4 << 10)
-    monkeypatch.setattr(parquet_source, "CHUNK_BYTES", 64 << 10)
     docs = _corpus()
     if dictionary:
         docs = [docs[k % 50] for k in range(40_000)]   # a few distinct lines, many rows
-        # (batches of ~20 KB of text past the block: several make a chunk)
         monkeypatch.setattr(parquet_source, "READ_BATCH_BYTES", 256)
-    spilled = []
-    flush_spill = parquet_source._TextBlock.flush_spill
-    monkeypatch.setattr(parquet_source._TextBlock, "flush_spill",
-                        lambda self: spilled.append(len(self.spill)) or flush_spill(self))
+    grown = []
+    grow = parquet_source._TextBlock._grow
+    monkeypatch.setattr(parquet_source._TextBlock, "_grow",
+                        lambda self, n: grown.append(n) or grow(self, n))
     kind = pa.large_string() if large else pa.string()
     path = tmp_path / "in.parquet"
     pq.write_table(pa.table({"text": pa.array(docs, kind)}), path, use_dictionary=dictionary,
@@ -281,12 +278,11 @@ def test_a_files_text_is_gathered_into_one_host_block(tmp_path, monkeypatch, lar
     arr = got["text"].array.__arrow_array__()
     assert [None if v is pd.NA else v for v in got["text"].tolist()] == docs
     assert arr.combine_chunks().equals(pa.array(docs, arr.type))
-    sizes = [c.buffers()[2].size for c in arr.chunks]
-    assert len(sizes) >= 3 and max(sizes) < 2 * (64 << 10), sizes
-    # not the reads' batches (past a block, the block's text so far is a chunk)
-    assert min(sizes[1 if dictionary else 0:-1]) >= (64 << 10) - (8 << 10), sizes
+    assert [c.buffers()[2].size for c in arr.chunks] == [
+        sum(len(d.encode()) for d in docs if d)]
     assert arr.null_count == sum(d is None for d in docs)
-    assert (max(spilled) > 1) == dictionary, spilled
+    assert bool(grown) == dictionary, grown
+    assert len(grown) <= 3   # sized from the rows to come, not a batch at a time
 
 
 def test_the_text_block_comes_from_the_host_pool(tmp_path):
@@ -302,3 +298,20 @@ def test_the_text_block_comes_from_the_host_pool(tmp_path):
     assert got["text"].tolist() == docs
     del got
     assert host_pool_info()["live"] == before   # the block goes back with the frame
+
+
+def test_parts_from_host_blocks_are_the_bytes_of_dasks_read(tmp_path, monkeypatch):
+    # one chunk over a file's block: the tokenizer's pieces, the parts' row groups and
+    # their bytes are those of dask's read (chunks of CHUNK_BYTES and a byte more made a
+    # piece of a few rows each)
+    import dask
+    monkeypatch.setattr(parquet_source, "HOST_BLOCK_MIN_BYTES", 16 << 10)
+    monkeypatch.setattr(parquet_source, "READ_BATCH_BYTES", 4 << 10)
+    monkeypatch.setattr(parquet_source, "CHUNK_BYTES", 32 << 10)
+    docs = _corpus()
+    _write_arrow_files(tmp_path / "in", docs, [1500, len(docs) - 1500], large=True)
+    with dask.config.set(scheduler="threads"):
+        series = dd.read_parquet(tmp_path / "in", columns=["text"])["text"]
+        _write_both(series, tmp_path, monkeypatch, expect_direct=True)
+    for part in sorted((tmp_path / "dask").glob("part.*.parquet")):
+        assert (tmp_path / "direct" / part.name).read_bytes() == part.read_bytes(), part.name

@@ -4,12 +4,13 @@ daskwp itself, straight into Arrow, in batches.
 ``to_parquet`` of ``dd.read_parquet(files)["text"].wordpiece.tokenize(...)``: dask's
 partition read gives Arrow's reader a whole row group, whose string buffer grows by
 doubling (96 MB reallocated for 63 MB of text), and that read, not the tokenizer, set the
-workers' peak memory. Read in chunks of about :data:`CHUNK_BYTES` of text (the tokenizer's
-pieces follow the chunks), the read's peak is about the text itself. A file's text goes to
-one block of daskwp's host pool (:class:`_TextBlock`), as a batch job's text partition
-does: the next partition reuses the block instead of faulting fresh pages in, and Arrow's
-reads go through small batches of the glibc heap (:func:`read_pool`) that do not fragment
-it.
+workers' peak memory. Here a file's text goes to one block of daskwp's host pool
+(:class:`_TextBlock`), as a batch job's text partition does, one Arrow chunk over it (the
+tokenizer's pieces then those of dask's read): the read's peak is about the text itself,
+the next partition reuses the block instead of faulting fresh pages in, and Arrow's reads
+go through small batches of the glibc heap (:func:`read_pool`) that do not fragment it.
+Files under :data:`HOST_BLOCK_MIN_BYTES` are read in batches of about :data:`CHUNK_BYTES`
+of text, one chunk each.
 
 When the Series is such a read and nothing in it can change what a partition holds (no
 filters, no index, no partitioning columns, no read options, a local text column of
@@ -32,8 +33,9 @@ __all__ = ["CHUNK_BYTES", "DirectTextRead", "HOST_BLOCK_MIN_BYTES", "READ_BATCH_
            "read_text_partition"]
 
 
-#: Text bytes of each Arrow chunk a partition is read into (a batch of rows of about this
-#: many bytes, from the row groups' sizes): the tokenizer's pieces
+#: Text bytes of each Arrow chunk a partition is read into where it takes no host-pool
+#: block (a batch of rows of about this many bytes, from the row groups' sizes): the
+#: tokenizer's pieces
 #: (:data:`~daskwp.distributed.tasks.PIECE_BYTES`) hold about one chunk each.
 CHUNK_BYTES = 8 << 20
 
@@ -77,11 +79,11 @@ def read_text_partition(pieces: tuple, column: str, dtype, dask_read=None,
     row_groups)`` piece (``row_groups`` None: the whole file), in order, as a one-column
     pandas frame of ``dtype`` with a ``RangeIndex`` from 0.
 
-    The column is read in batches of about :data:`CHUNK_BYTES` of text, one Arrow chunk
-    each. Memory: a whole row group read at once grows its string buffer by doubling
-    (reallocations up to 1.5x the text, 96 MB for 63 MB of text, faulted in again for
-    every partition); batches grow none beyond a chunk, so the read's peak is about the
-    partition's text.
+    Each file's text is copied into one host-pool block (:class:`_TextBlock`) from
+    batches of :data:`READ_BATCH_BYTES`, one Arrow chunk over it. Memory: a whole row
+    group read at once grows its string buffer by doubling (reallocations up to 1.5x the
+    text, 96 MB for 63 MB of text, faulted in again for every partition); here the read's
+    peak is the partition's text and a batch.
 
     A file whose footer could make dask's read differ (an index in its pandas metadata
     other than a ``RangeIndex`` from 0 by 1, which dask restores; a column that is not
@@ -99,8 +101,10 @@ def read_text_partition(pieces: tuple, column: str, dtype, dask_read=None,
         groups = list(range(pf.metadata.num_row_groups)) if row_groups is None else \
             list(row_groups)
         j = _leaf_index(pf.metadata, column)
-        block = _TextBlock(sum(pf.metadata.row_group(g).column(j).total_uncompressed_size
-                               for g in groups) if j >= 0 else 0)
+        meta = pf.metadata
+        block = _TextBlock(sum(meta.row_group(g).column(j).total_uncompressed_size
+                               for g in groups) if j >= 0 else 0,
+                           sum(meta.row_group(g).num_rows for g in groups))
         rows = batch_rows(pf, column, READ_BATCH_BYTES if block.active else None)
         for batch in pf.iter_batches(rows, groups, [j], use_threads=False):
             chunk = batch.column(0)
@@ -115,26 +119,25 @@ def read_text_partition(pieces: tuple, column: str, dtype, dask_read=None,
 
 class _TextBlock:
     """One host-pool block (:mod:`daskwp.backends.memory`) that a file's text is copied
-    into, batch after batch, and handed out as Arrow arrays of about :data:`CHUNK_BYTES`
-    of text over its slices: the partition's text in one block that the next partition
-    reuses (as a batch job's text partition is). Arrow reads batches of
-    :data:`READ_BATCH_BYTES` into the glibc heap, freed once copied: batches of 8 MB (and
-    their builders' doublings) read into the heap and held there fragmented it (a worker's
-    heap grew by ~150 MB over 23 partitions of 64 MB).
+    into, batch after batch, and handed out as one Arrow array over it (several only where
+    32-bit offsets need it): the partition's text in one block that the next partition
+    reuses (as a batch job's text partition is), and the tokenizer's pieces those of
+    dask's read of the row group. Arrow reads batches of :data:`READ_BATCH_BYTES` into the
+    glibc heap, freed once copied: batches of 8 MB (and their builders' doublings) read
+    into the heap and held there fragmented it (a worker's heap grew by ~150 MB over 23
+    partitions of 64 MB).
 
     ``nbytes``: the block's size, the column chunks' uncompressed size (at least the text
-    of PLAIN pages); the batches that no longer fit (dictionary pages decode to more) are
-    concatenated as read into chunks of about CHUNK_BYTES. Below
-    :data:`HOST_BLOCK_MIN_BYTES` no block is taken (:attr:`active` False): the batches
-    are the chunks."""
+    of PLAIN pages); text past its end (dictionary pages decode to more) moves to a larger
+    block, sized from the ``rows`` still to come. Below :data:`HOST_BLOCK_MIN_BYTES` no
+    block is taken (:attr:`active` False): the batches are the chunks."""
 
-    def __init__(self, nbytes: int):
+    def __init__(self, nbytes: int, rows: int):
         self.buf = None
         self.used = 0        # bytes of the block taken
         self.start = 0       # where the chunk being gathered starts
         self.parts: list = []
-        self.spill: list = []   # batches past the block's end, as read
-        self.spilled = 0
+        self.rows, self.rows_read = rows, 0
         if nbytes >= HOST_BLOCK_MIN_BYTES:
             from .. import _ext
             self.buf = _ext.host_bytes(int(nbytes))
@@ -144,47 +147,46 @@ class _TextBlock:
         return self.buf is not None
 
     def add(self, chunk) -> list:
-        """Copy ``chunk`` (a string or large_string array) in; returns the arrays
-        completed (a chunk of about CHUNK_BYTES, or ``chunk`` itself where it does not
-        fit, after the one gathered so far)."""
+        """Copy ``chunk`` (a string or large_string array) in; returns the arrays it
+        completes (none but where ``chunk`` would take the one gathered past 32-bit
+        offsets; without a block, ``chunk`` itself)."""
         import numpy as np
 
+        if self.buf is None:
+            return [chunk]
         if len(chunk) == 0:
             return []
         validity, offsets, data = chunk.buffers()
-        off = np.frombuffer(offsets, dtype=_offset_dtype(chunk.type),
-                            count=len(chunk) + 1, offset=chunk.offset *
-                            _offset_dtype(chunk.type).itemsize)
+        kind = _offset_dtype(chunk.type)
+        off = np.frombuffer(offsets, dtype=kind, count=len(chunk) + 1,
+                            offset=chunk.offset * kind.itemsize)
         lo, hi = int(off[0]), int(off[-1])
-        if self.buf is None or self.spill or self.used + hi - lo > len(self.buf):
-            out = self.flush_block()
-            self.spill.append(chunk)
-            self.spilled += hi - lo
-            return out + (self.flush_spill() if self.spilled >= CHUNK_BYTES else [])
+        limit = (1 << 31) - 1 if kind == np.int32 else 1 << 62
+        out = self.flush() if self.used - self.start + hi - lo > limit else []
+        self.rows_read += len(chunk)
+        if self.used + hi - lo > len(self.buf):
+            self._grow(hi - lo)
         self.buf[self.used:self.used + hi - lo] = np.frombuffer(
             data, dtype=np.uint8, count=hi - lo, offset=lo)
         base = self.used - self.start
         self.parts.append((chunk, off - (lo - base)))
         self.used += hi - lo
-        return self.flush_block() if self.used - self.start >= CHUNK_BYTES else []
+        return out
+
+    def _grow(self, nbytes: int) -> None:
+        """A larger block for the text gathered so far and ``nbytes`` more: room for the
+        rows still to come at the bytes per row so far, a quarter more."""
+        from .. import _ext
+        held = self.used - self.start + nbytes
+        per_row = held / max(1, self.rows_read)
+        size = int(max(held + per_row * max(0, self.rows - self.rows_read) * 1.25,
+                       2 * len(self.buf), held))
+        new = _ext.host_bytes(size)
+        new[:self.used - self.start] = self.buf[self.start:self.used]
+        self.buf, self.used, self.start = new, self.used - self.start, 0
 
     def flush(self) -> list:
-        """The arrays gathered so far (none when empty)."""
-        return self.flush_block() + self.flush_spill()
-
-    def flush_spill(self) -> list:
-        """The batches read past the block's end as one array (concatenated into
-        :func:`read_pool`'s memory where there are several)."""
-        import pyarrow as pa
-
-        spill, self.spill, self.spilled = self.spill, [], 0
-        if len(spill) <= 1:
-            return spill
-        return [pa.concat_arrays(spill, memory_pool=read_pool())]
-
-    def flush_block(self) -> list:
-        """The chunk gathered in the block so far as one Arrow array (none when
-        empty)."""
+        """The text gathered so far as one Arrow array (none when empty)."""
         import numpy as np
         import pyarrow as pa
 
