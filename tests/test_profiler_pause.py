@@ -279,3 +279,36 @@ def test_option_from_yaml_cli_and_dask_config(tmp_path):
     assert make_config(values).pause_worker_profiler is True
     with dask.config.set({"daskwp.pause_worker_profiler": False}):
         assert make_config(values).pause_worker_profiler is False
+
+
+_DYING_DRIVER = """
+import os, sys
+from distributed import Client
+from daskwp.distributed.profiler import worker_profiler_paused
+client = Client(sys.argv[1])
+with worker_profiler_paused(client, lease_seconds=3.0, renew_seconds=0.5,
+                            check_seconds=0.1) as paused:
+    print(len(paused), flush=True)
+    os._exit(0)   # dies inside the job: no finally, no release
+"""
+
+
+def test_a_driver_that_dies_leaves_no_lasting_pause():
+    import subprocess
+    import sys
+    with dask.config.set({"distributed.worker.profile.enabled": True}):
+        cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1,
+                                           processes=False, protocol="tcp://",
+                                           dashboard_address=":0")
+    c = distributed.Client(cluster)
+    try:
+        out = subprocess.run([sys.executable, "-c", _DYING_DRIVER, cluster.scheduler_address],
+                             capture_output=True, text=True, timeout=60)
+        assert out.stdout.strip() == "2", out.stderr[-2000:]
+        assert not _running(c)   # the dead driver's hold is still there ...
+        # ... until its lease runs out
+        assert _wait_for(lambda: _running(c) == set(c.nthreads()), 15)
+        assert {h for h, _, _ in _state(c).values()} == {0}
+    finally:
+        c.close()
+        cluster.close()
