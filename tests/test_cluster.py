@@ -91,6 +91,7 @@ def test_connect_cpu_starts_worker_processes_and_closes_them(monkeypatch):
         # one malloc arena per task thread, from the worker's start (docs/design.md §3.5)
         if sys.platform.startswith("linux"):
             assert list(client.run(_malloc_arenas).values()) == [("2", 2)]
+        assert "MALLOC_ARENA_MAX" not in os.environ   # (the nanny's copy, in this process)
         cluster = client.cluster
     finally:
         client.close()
@@ -110,9 +111,13 @@ def test_worker_arenas_sets_the_nannies_environment_unless_chosen(monkeypatch):
     with dask.config.set({key: {**before, "MALLOC_ARENA_MAX": "7"}}):
         with wp_cluster.worker_arenas(3):
             assert dask.config.get(key)["MALLOC_ARENA_MAX"] == "7"
+    with wp_cluster.worker_arenas(2):   # a LocalCluster's nanny copies it here as it spawns
+        os.environ["MALLOC_ARENA_MAX"] = "2"
+    assert "MALLOC_ARENA_MAX" not in os.environ   # a later cluster is not misled by it
     monkeypatch.setenv("MALLOC_ARENA_MAX", "5")
     with wp_cluster.worker_arenas(3):
         assert dask.config.get(key) == before
+    assert os.environ["MALLOC_ARENA_MAX"] == "5"
     monkeypatch.delenv("MALLOC_ARENA_MAX")
     monkeypatch.setenv("DASKWP_WORKER_MALLOC", "0")
     with wp_cluster.worker_arenas(3):

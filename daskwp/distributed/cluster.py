@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 from ..backends.memory import tune_numpy_huge_pages
@@ -227,8 +228,6 @@ def worker_arenas(task_threads: int | None):
     set before the process starts: arenas made before a ``mallopt`` stay, and new threads
     take the idle ones (docs/design.md §3.5 "Worker malloc").
     """
-    import contextlib
-
     import dask
     key = "distributed.nanny.pre-spawn-environ"
     environ = dict(dask.config.get(key, default=None) or {})
@@ -236,7 +235,20 @@ def worker_arenas(task_threads: int | None):
             "MALLOC_ARENA_MAX" in environ or env_value("worker_malloc") is False:
         return contextlib.nullcontext()
     environ["MALLOC_ARENA_MAX"] = str(max(1, int(task_threads)))
-    return dask.config.set({key: environ})
+    return _arenas_set(dask.config.set({key: environ}))
+
+
+@contextlib.contextmanager
+def _arenas_set(config):
+    """``config`` (a ``dask.config.set``) for the block; after it, this process's own
+    environment without ``MALLOC_ARENA_MAX`` again: a nanny of a ``LocalCluster`` runs here
+    and copies its workers' variables into ``os.environ`` as it spawns them, and a cluster
+    started later would take ours for the user's."""
+    try:
+        with config:
+            yield
+    finally:
+        os.environ.pop("MALLOC_ARENA_MAX", None)
 
 
 def _register_process_tuning(client) -> None:
