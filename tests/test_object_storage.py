@@ -1878,6 +1878,33 @@ def test_a_count_waits_for_the_head_stream_that_brings_its_partition(bucket, spo
     assert spool_files(spool_tmp) == []
 
 
+def test_without_fcntl_the_head_stream_stops_when_the_run_starts(bucket, spool_tmp,
+                                                                  monkeypatch):
+    """Where there is no lock to wait on (no ``fcntl``), adopting the stream stops it
+    first: what it brought goes into the run's folder (whole, or with the bytes it holds)
+    and every partition counts and reads as its bytes; nothing is left."""
+    import sys
+    hold_at = 2 * (1 << 20) + 100_000
+    _hold_stream_at(monkeypatch, hold_at, lambda st: st.stopped)
+    data, specs, pre, run, fetched = _streamed_object(bucket, monkeypatch, spool_tmp)
+    _wait_for_bytes(pre.stream, hold_at)
+    monkeypatch.setitem(sys.modules, "fcntl", None)
+    with storage.using(bucket[1]):
+        assert pre.adopt(run)
+        pre.discard()
+    names = spool_files(spool_tmp)
+    assert names and all(n.startswith(run[0].spool[0] + "/") for n in names), names
+    assert len([n for n in names if ".held-" in n]) == 1, names
+    for spec in run:
+        start, end = exact(data, spec)
+        want = [x.encode() for x in data[start:end].decode().splitlines()]
+        assert inputs.count_partition(spec) == len(want)
+        assert inputs.read_partition(spec).to_pylist() == want
+    assert spool_files(spool_tmp) == []
+    fetch_spool_remove(run)
+    assert [p for p in spool_tmp.iterdir() if p.is_dir()] == []
+
+
 def test_an_http_endpoints_uploads_are_checked_by_their_signature_only(bucket, monkeypatch):
     """On a plain http:// endpoint botocore signs each body (its SHA-256, which the store
     checks): daskwp's S3 filesystem leaves botocore's second check of the same bytes (a

@@ -767,8 +767,9 @@ class StreamPrefetch:
                 if target is None or (fcntl is None and not st.held(ranges)):
                     continue
                 parts.append((target, ranges, path))
+                folder = _run_folder(target)
                 if fcntl is not None:
-                    lock = os.path.join(_run_folder(target), _name(
+                    lock = os.path.join(folder, _name(
                         target, ranges, repr(tuple(target.object_version))) + _STREAMING)
                     fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
                     locks.append((lock, fd))
