@@ -5,8 +5,8 @@ daskwp itself, straight into Arrow, in batches.
 partition read gives Arrow's reader a whole row group, whose string buffer grows by
 doubling (96 MB reallocated for 63 MB of text), and that read, not the tokenizer, set the
 workers' peak memory. Here a file's text goes to one block of daskwp's host pool
-(:class:`_TextBlock`), as a batch job's text partition does, one Arrow chunk over it (the
-tokenizer's pieces then those of dask's read): the read's peak is about the text itself,
+(:class:`_TextBlock`), as a batch job's text partition does, in Arrow chunks of at most
+:data:`CHUNK_BYTES` over it (one tokenizer piece each): the read's peak is about the text,
 the next partition reuses the block instead of faulting fresh pages in, and Arrow's reads
 go through small batches of the glibc heap (:func:`read_pool`) that do not fragment it.
 Files under :data:`HOST_BLOCK_MIN_BYTES` are read in batches of about :data:`CHUNK_BYTES`
@@ -33,9 +33,9 @@ __all__ = ["CHUNK_BYTES", "DirectTextRead", "HOST_BLOCK_MIN_BYTES", "READ_BATCH_
            "read_text_partition"]
 
 
-#: Text bytes of each Arrow chunk a partition is read into where it takes no host-pool
-#: block (a batch of rows of about this many bytes, from the row groups' sizes): the
-#: tokenizer's pieces
+#: Text bytes of each Arrow chunk a partition is read into: at most this many over a
+#: host-pool block, or a batch of rows of about this many bytes (from the row groups'
+#: sizes) where there is none. The tokenizer's pieces
 #: (:data:`~daskwp.distributed.tasks.PIECE_BYTES`) hold about one chunk each.
 CHUNK_BYTES = 8 << 20
 
@@ -80,7 +80,7 @@ def read_text_partition(pieces: tuple, column: str, dtype, dask_read=None,
     pandas frame of ``dtype`` with a ``RangeIndex`` from 0.
 
     Each file's text is copied into one host-pool block (:class:`_TextBlock`) from
-    batches of :data:`READ_BATCH_BYTES`, one Arrow chunk over it. Memory: a whole row
+    batches of :data:`READ_BATCH_BYTES`, in Arrow chunks of at most :data:`CHUNK_BYTES`. Memory: a whole row
     group read at once grows its string buffer by doubling (reallocations up to 1.5x the
     text, 96 MB for 63 MB of text, faulted in again for every partition); here the read's
     peak is the partition's text and a batch.
@@ -119,10 +119,10 @@ def read_text_partition(pieces: tuple, column: str, dtype, dask_read=None,
 
 class _TextBlock:
     """One host-pool block (:mod:`daskwp.backends.memory`) that a file's text is copied
-    into, batch after batch, and handed out as one Arrow array over it (several only where
-    32-bit offsets need it): the partition's text in one block that the next partition
-    reuses (as a batch job's text partition is), and the tokenizer's pieces those of
-    dask's read of the row group. Arrow reads batches of :data:`READ_BATCH_BYTES` into the
+    into, batch after batch, and handed out as Arrow arrays of at most :data:`CHUNK_BYTES`
+    over its slices (one tokenizer piece each; a batch larger alone): the partition's text
+    in one block that the next partition reuses (as a batch job's text partition is).
+    Arrow reads batches of :data:`READ_BATCH_BYTES` into the
     glibc heap, freed once copied: batches of 8 MB (and their builders' doublings) read
     into the heap and held there fragmented it (a worker's heap grew by ~150 MB over 23
     partitions of 64 MB).
@@ -148,8 +148,8 @@ class _TextBlock:
 
     def add(self, chunk) -> list:
         """Copy ``chunk`` (a string or large_string array) in; returns the arrays it
-        completes (none but where ``chunk`` would take the one gathered past 32-bit
-        offsets; without a block, ``chunk`` itself)."""
+        completes (the one gathered so far where ``chunk`` would take it past
+        CHUNK_BYTES; without a block, ``chunk`` itself)."""
         import numpy as np
 
         if self.buf is None:
@@ -161,8 +161,10 @@ class _TextBlock:
         off = np.frombuffer(offsets, dtype=kind, count=len(chunk) + 1,
                             offset=chunk.offset * kind.itemsize)
         lo, hi = int(off[0]), int(off[-1])
-        limit = (1 << 31) - 1 if kind == np.int32 else 1 << 62
-        out = self.flush() if self.used - self.start + hi - lo > limit else []
+        # chunks of at most CHUNK_BYTES: one tokenizer piece each (a byte more made a
+        # second piece of a few rows); one chunk over the whole block held more memory
+        # (peak RSS growth at 3 GB 358-408 MiB against 285-310)
+        out = self.flush() if self.used - self.start + hi - lo > CHUNK_BYTES else []
         self.rows_read += len(chunk)
         if self.used + hi - lo > len(self.buf):
             self._grow(hi - lo)
