@@ -575,3 +575,54 @@ def test_jsonl_partitions_read_into_reused_pool_buffers(tmp_path, monkeypatch):
     with open(path, "r+b") as fh:           # the same inode: what a map would show
         fh.write(b" " * path.stat().st_size)
     assert [text(d) for a in got for d in a.to_pylist()] == [r["text"] for r in rows]
+
+
+def test_a_mapped_range_is_split_in_pieces_whose_pages_leave_the_process(tmp_path,
+                                                                          monkeypatch,
+                                                                          request):
+    """A mapped text range is split in pieces cut after a newline (lines, invalid UTF-8
+    and offsets the whole split's, however the pieces fall), each piece's pages dropped
+    from the process once split: the peak RSS of reading a partition stays about its
+    output buffer, not the output plus the file's pages."""
+    from daskwp.jobs.inputs import byte_ranges, text
+    data = _spliced_corpus()
+    path = tmp_path / "in.txt"
+    path.write_bytes(data)
+    (spec,) = _text_specs(path, len(data) + 1)
+    spec = byte_ranges.exact_range(spec)
+    want_lines, want_bad = reference(data)
+    for piece in (1, 7, 4096, 65_536, len(data)):
+        monkeypatch.setattr(text, "MAPPED_PIECE", piece)
+        lines, (bad_bytes, bad_docs) = text.read_text_lines(spec)
+        assert lines.to_pylist() == want_lines, piece
+        assert bad_bytes == sum(want_bad), piece
+        assert bad_docs == sum(1 for b in want_bad if b), piece
+    monkeypatch.undo()
+
+    big = tmp_path / "big.txt"
+    line = b"x" * 99 + b"\n"
+    size = 64 << 20
+    big.write_bytes(line * (size // len(line)))
+    (spec,) = _text_specs(big, size + 1)
+    spec = byte_ranges.exact_range(spec)
+    import os
+    fd = os.open(big, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+    os.close(fd)
+    from daskwp.backends import memory
+    limit = memory.host_pool_info()["limit"]
+    memory.set_host_pool_limit(0)        # a fresh output buffer, not a resident pool block
+    request.addfinalizer(lambda: memory.set_host_pool_limit(limit))
+
+    def hwm():
+        with open("/proc/self/status") as fh:
+            return next(int(x.split()[1]) << 10 for x in fh if x.startswith("VmHWM"))
+    with open("/proc/self/clear_refs", "w") as fh:
+        fh.write("5")
+    before = hwm()
+    lines, _ = text.read_text_lines(spec)
+    grew = hwm() - before
+    assert len(lines) == size // len(line)
+    # the output buffer (64 MB) and its offsets (5 MB), a piece's pages at most besides;
+    # split whole, the 64 MB of file pages came on top
+    assert grew < size + (24 << 20), grew

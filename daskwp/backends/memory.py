@@ -25,7 +25,7 @@ from __future__ import annotations
 from .. import _ext
 from ..core.options import env_value
 
-__all__ = ["host_pool_info", "release_freed_heap", "release_host_memory", "set_host_pool_limit",
+__all__ = ["host_pool_info", "madvise_range", "release_freed_heap", "release_host_memory", "set_host_pool_limit",
            "trim_host_memory",
            "tune_numpy_huge_pages",
            "tune_worker_arrow_pool", "tune_worker_malloc"]
@@ -148,6 +148,32 @@ def release_freed_heap() -> bool:
         return False
     trim(0)
     return True
+
+
+_madvise = False   # glibc's madvise, looked up once (find_library runs ldconfig)
+
+
+def madvise_range(view, advice: int) -> bool:
+    """``madvise(advice)`` over the whole pages inside the memory of ``view`` (a NumPy
+    array over a memory map); False where there is no glibc or the call failed (advice is
+    only advice: the caller goes on either way)."""
+    import ctypes
+    import mmap
+
+    global _madvise
+    if _madvise is False:
+        _madvise = _glibc("madvise")
+    call = _madvise
+    if call is None or not len(view):
+        return False
+    page = mmap.PAGESIZE
+    lo = view.ctypes.data
+    start = -(-lo // page) * page
+    stop = (lo + view.nbytes) // page * page
+    if stop <= start:
+        return True
+    return call(ctypes.c_void_p(start), ctypes.c_size_t(stop - start),
+                ctypes.c_int(advice)) == 0
 
 
 def _glibc(name: str):

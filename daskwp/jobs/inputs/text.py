@@ -20,6 +20,11 @@ from .specs import PartitionSpec
 
 _LF = ord("\n")
 
+#: Bytes of a mapped range split per native call, after which their pages leave the
+#: process (:func:`_split_mapped`).
+MAPPED_PIECE = 8 << 20
+_MADV_DONTNEED = 4   # <sys/mman.h>, Linux
+
 
 def _lines_array(values: np.ndarray, offsets: np.ndarray) -> pa.Array:
     """A large_binary array over NumPy buffers, without a copy."""
@@ -35,6 +40,47 @@ def _split_lines(data: np.ndarray, out: np.ndarray) -> tuple[pa.Array, tuple[int
     numbers :func:`count_invalid_utf8` gives for them, from the same native pass."""
     offsets, bad_lines, bad_bytes = _ext.split_lines(data, out)
     return _lines_array(out, offsets), (int(bad_bytes.sum()), len(bad_lines))
+
+
+def _split_mapped(src: np.ndarray, out: np.ndarray) -> tuple[pa.Array, tuple[int, int]]:
+    """:func:`_split_lines` of ``src``, a view of a memory map (:func:`map_range`), in
+    pieces of about :data:`MAPPED_PIECE` bytes cut after a newline, each piece's pages
+    dropped from the process's map once split (``MADV_DONTNEED``: the page cache keeps
+    them). Split whole, the range's file pages and ``out`` were resident together at the
+    split's end: a worker's peak RSS rose by the partition's size over the in-place
+    split's. A piece ends after a newline, so no line or UTF-8 sequence spans two pieces
+    and the result is the whole split's."""
+    from ...backends.memory import madvise_range
+
+    n = len(src)
+    offsets, bad_lines, bad_bytes = [np.zeros(1, dtype=np.int64)], [], 0
+    pos = written = lines = 0
+    while pos < n:
+        end = _piece_end(src, pos + MAPPED_PIECE)
+        o, bad, counts = _ext.split_lines(src[pos:end], out[written:])
+        offsets.append(o[1:] + written)
+        bad_lines.append(bad + lines)
+        bad_bytes += int(counts.sum())
+        written += int(o[-1])
+        lines += len(o) - 1
+        madvise_range(src[pos:end], _MADV_DONTNEED)
+        pos = end
+    offsets = np.concatenate(offsets)
+    return _lines_array(out, offsets), (bad_bytes, sum(len(b) for b in bad_lines))
+
+
+def _piece_end(src: np.ndarray, at: int) -> int:
+    """The end of a piece of ``src`` from about ``at``: just after the first newline at or
+    after ``at`` (the end of ``src`` when there is none)."""
+    n = len(src)
+    step = 4096
+    while at < n:
+        hit = np.flatnonzero(src[at:at + step] == _LF)
+        if len(hit):
+            return at + int(hit[0]) + 1
+        at += step
+        step = min(step * 4, 1 << 20)
+    return n
 
 
 def lines_to_arrow(data: bytes) -> pa.Array:
@@ -64,7 +110,7 @@ def read_text_lines(spec: PartitionSpec) -> tuple[pa.Array, tuple[int, int]]:
     out = _ext.host_bytes(spec.byte_end - spec.byte_start)
     src = map_range(spec)
     if src is not None:
-        return _split_lines(src, out)
+        return _split_mapped(src, out)
     buf = read_range_into(spec, out)
     return _split_lines(buf, buf)
 
