@@ -1700,7 +1700,7 @@ def test_the_listings_head_and_the_first_partitions_come_in_one_get(bucket, spoo
         [p for p in spool_tmp.iterdir() if p.is_dir()] == []
 
 
-def _streamed_object(bucket, monkeypatch, spool_tmp):
+def _streamed_object(bucket, monkeypatch, spool_tmp, folder: str = "s"):
     """An object of ~6 head stream pieces (FETCH_PIECE 1 MB here) planned in 1 MB
     partitions with the listing's head from a HeadStreams: ``(data, specs, prefetch, the
     run's specs, GETs sent)``."""
@@ -1713,12 +1713,12 @@ def _streamed_object(bucket, monkeypatch, spool_tmp):
     monkeypatch.setattr(storage, "STREAM_PIECE", 64 << 10)
     data = ("\n".join(sample_lines() * 100) + "\n").encode()
     assert len(data) > 6 << 20
-    fs.pipe(f"{name}/s/t.txt", data)
+    fs.pipe(f"{name}/{folder}/t.txt", data)
     fetched = spy_object_fetches(monkeypatch)
     with storage.using(options):
         heads = fetch_spool.HeadStreams(1 << 30)
         with storage.head_source(heads):
-            specs = inputs.plan_partitions(inputs.list_input_files(f"s3://{name}/s"),
+            specs = inputs.plan_partitions(inputs.list_input_files(f"s3://{name}/{folder}"),
                                            "text", 1 << 20)
         pre = fetch_spool.start_prefetch(specs, 1 << 30, heads)
         heads.close()
@@ -1903,6 +1903,38 @@ def test_without_fcntl_the_head_stream_stops_when_the_run_starts(bucket, spool_t
     assert spool_files(spool_tmp) == []
     fetch_spool_remove(run)
     assert [p for p in spool_tmp.iterdir() if p.is_dir()] == []
+
+
+def test_a_head_stream_keeps_to_the_partitions_still_to_count(bucket, spool_tmp,
+                                                                monkeypatch):
+    """StreamPrefetch.keep (a resumed job, some counts known): the stream stops at the end
+    of the last partition kept, or at once where none is; nothing is left."""
+    import dataclasses
+    import threading
+    kept = threading.Event()
+    _hold_stream_at(monkeypatch, 1 << 20, lambda st: kept.is_set())
+    data, specs, pre, run, fetched = _streamed_object(bucket, monkeypatch, spool_tmp)
+    pre.keep([0, 2])
+    kept.set()
+    pre.stream._thread.join(60)
+    assert pre.stream.written == specs[2].byte_end + 1000 < len(data)
+    with storage.using(bucket[1]):
+        assert pre.adopt(run)
+        pre.wait(60)
+        pre.discard()
+    for spec in run[:3]:
+        start, end = exact(data, spec)
+        assert inputs.count_partition(spec) == len(data[start:end].decode().splitlines())
+    fetch_spool_remove(run)
+    kept.clear()
+    data, specs, pre, run, fetched = _streamed_object(bucket, monkeypatch, spool_tmp, "s2")
+    pre.keep([])
+    kept.set()
+    pre.stream._thread.join(60)
+    assert pre.stream.written < len(data) and not pre.adopt(
+        [dataclasses.replace(s, spool=None) for s in run])
+    assert spool_files(spool_tmp) == [] and \
+        [p for p in spool_tmp.iterdir() if p.is_dir()] == []
 
 
 def test_an_http_endpoints_uploads_are_checked_by_their_signature_only(bucket, monkeypatch):

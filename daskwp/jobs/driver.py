@@ -80,7 +80,8 @@ from .config import CONFIG_KEYS, JOB_KEYS, LOCAL_SCHEDULERS, JobConfig, default_
 from .errors import ConfigError, JobError, OutputConflictError
 from .inputs import (PartitionSpec, input_fingerprint, keeping_counted_bytes,
                      list_input_files, plan_partitions)
-from .inputs.fetch_spool import HeadStreams, remove_run_spools, run_token, start_prefetch
+from .inputs.fetch_spool import HeadStreams, StreamPrefetch, remove_run_spools, run_token, \
+    start_prefetch
 from .parts import (JOB_FILE, JOB_FORMAT, PART_PREFIX, PART_SUFFIX, REJECTS_PREFIX,
                     REJECTS_SUFFIX, SUMMARY_FILE, TMP_PREFIX, check_part, count_job_partition,
                     empty_partition, part_name, rejects_path, remove_temporary_files,
@@ -1352,6 +1353,8 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
             counts[i] = st["documents"]
     missing = [i for i in range(n) if stats[i] is None]
     skipped = n - len(missing)
+    if isinstance(prefetch, StreamPrefetch):   # (resumed: the counts known are not fetched)
+        prefetch.keep([i for i in range(n) if counts[i] is None])
 
     def save_job(offsets=None):
         parts = [{"spec": s.to_json(), "documents": c} for s, c in zip(specs, counts)]

@@ -815,6 +815,20 @@ class StreamPrefetch:
         finally:
             _release(locks)
 
+    def keep(self, indices) -> None:
+        """Only the partitions ``indices`` are to be fetched (the others' documents are
+        known: a resumed job's): the stream stops at the end of the last of them it was
+        given, or at once where it was given none of them."""
+        want = set(indices)
+        kept = [ranges for spec, ranges, _ in self.taken if spec.index in want]
+        st = self.stream
+        with st.cond:
+            if kept:
+                st.stop_at = min(st.stop_at, kept[-1][0][1], st.size)
+            else:
+                st.stopped = True
+            st.cond.notify_all()
+
     def wait(self, timeout: float | None = None) -> None:
         """Wait until every partition adopted is in the run's folder, or let go."""
         if self._finisher is not None:
