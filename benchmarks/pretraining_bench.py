@@ -248,7 +248,7 @@ def main() -> int:
         # kernel pass, so the kernel's best is taken over passes interleaved with the jobs
         best: dict[str, float] = {}
         stages: dict[str, dict] = {}
-        growth_rounds = []
+        growth_rounds = []   # (peak RSS, kept caches) per worker, each round's Megatron job
 
         def keep(name, value):
             best[name] = max(best.get(name, 0.0), value)
@@ -341,9 +341,10 @@ def main() -> int:
         part = min(os.path.getsize(jsonl),
                    daskwp.core.options.check_bytes("p", args.partition_size))
         limit = 2 * part * (1 + out_per_byte)
-        # per worker: its peak less its own idle RSS, in the round where it grew most
-        rss, caches = max(growth_rounds, key=lambda rc: max(
-            rc[0][w] - idle.get(w, rc[0][w]) for w in rc[0]))
+        # per worker: its peak less its own idle RSS, in the first round (the Megatron job
+        # right after the warm-up that the idle RSS was taken after; later rounds' workers
+        # also hold what the Parquet jobs between left in their pools)
+        rss, caches = growth_rounds[0]
         grow_by = {w: rss[w] - idle.get(w, rss[w]) for w in rss}
         worst = max(grow_by, key=grow_by.get)
         base, growth = idle.get(worst, rss[worst]), grow_by[worst]
