@@ -25,8 +25,8 @@ from __future__ import annotations
 from .. import _ext
 from ..core.options import env_value
 
-__all__ = ["host_pool_info", "madvise_range", "release_freed_heap", "release_host_memory", "set_host_pool_limit",
-           "trim_host_memory",
+__all__ = ["host_pool_info", "madvise_range", "release_freed_heap", "release_host_memory",
+           "set_host_pool_limit", "trim_host_memory",
            "tune_numpy_huge_pages",
            "tune_worker_arrow_pool", "tune_worker_malloc"]
 

@@ -37,8 +37,8 @@ import time
 import uuid
 
 __all__ = ["CHECK_SECONDS", "LEASE_SECONDS", "PROFILER_CALLBACKS", "RENEW_SECONDS",
-           "compute_client", "computing_paused", "pause_profiler", "profiler_pause_state", "release_profiler", "renew_profiler",
-           "worker_profiler_paused"]
+           "compute_client", "computing_paused", "pause_profiler", "profiler_pause_state",
+           "release_profiler", "renew_profiler", "worker_profiler_paused"]
 
 logger = logging.getLogger(__name__)
 
