@@ -23,7 +23,6 @@ _LF = ord("\n")
 #: Bytes of a mapped range split per native call, after which their pages leave the
 #: process (:func:`_split_mapped`).
 MAPPED_PIECE = 8 << 20
-_MADV_DONTNEED = 4   # <sys/mman.h>, Linux
 
 
 def _lines_array(values: np.ndarray, offsets: np.ndarray) -> pa.Array:
@@ -50,23 +49,23 @@ def _split_mapped(src: np.ndarray, out: np.ndarray) -> tuple[pa.Array, tuple[int
     split's end: a worker's peak RSS rose by the partition's size over the in-place
     split's. A piece ends after a newline, so no line or UTF-8 sequence spans two pieces
     and the result is the whole split's."""
+    import mmap
+
     from ...backends.memory import madvise_range
 
-    n = len(src)
-    offsets, bad_lines, bad_bytes = [np.zeros(1, dtype=np.int64)], [], 0
-    pos = written = lines = 0
-    while pos < n:
+    offsets, bad_bytes, bad_docs = [np.zeros(1, dtype=np.int64)], 0, 0
+    pos = written = 0
+    while pos < len(src):
         end = _piece_end(src, pos + MAPPED_PIECE)
         o, bad, counts = _ext.split_lines(src[pos:end], out[written:])
         offsets.append(o[1:] + written)
-        bad_lines.append(bad + lines)
         bad_bytes += int(counts.sum())
+        bad_docs += len(bad)
         written += int(o[-1])
-        lines += len(o) - 1
-        madvise_range(src[pos:end], _MADV_DONTNEED)
+        if hasattr(mmap, "MADV_DONTNEED"):
+            madvise_range(src[pos:end], mmap.MADV_DONTNEED)
         pos = end
-    offsets = np.concatenate(offsets)
-    return _lines_array(out, offsets), (bad_bytes, sum(len(b) for b in bad_lines))
+    return _lines_array(out, np.concatenate(offsets)), (bad_bytes, bad_docs)
 
 
 def _piece_end(src: np.ndarray, at: int) -> int:
