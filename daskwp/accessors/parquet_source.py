@@ -136,7 +136,8 @@ class _TextBlock:
         self.buf = None
         self.used = 0        # bytes of the block taken
         self.start = 0       # where the chunk being gathered starts
-        self.parts: list = []
+        self.parts: list = []   # (rows, validity or None, offsets) of each chunk copied in
+        self.kind = None
         self.rows, self.rows_read = rows, 0
         if nbytes >= HOST_BLOCK_MIN_BYTES:
             from .. import _ext
@@ -171,7 +172,10 @@ class _TextBlock:
         self.buf[self.used:self.used + hi - lo] = np.frombuffer(
             data, dtype=np.uint8, count=hi - lo, offset=lo)
         base = self.used - self.start
-        self.parts.append((chunk, off - (lo - base)))
+        # the chunk's validity only (its text is copied): the batch itself is freed now
+        valid = chunk.is_valid().to_numpy(zero_copy_only=False) if chunk.null_count else None
+        self.kind = chunk.type
+        self.parts.append((len(chunk), valid, off - (lo - base)))
         self.used += hi - lo
         return out
 
@@ -195,18 +199,17 @@ class _TextBlock:
         if not self.parts:
             return []
         parts, self.parts = self.parts, []
-        kind = parts[0][0].type
-        offsets = np.concatenate([parts[0][1]] + [o[1:] for _, o in parts[1:]])
+        offsets = np.concatenate([parts[0][2]] + [o[1:] for _, _, o in parts[1:]])
         n = len(offsets) - 1
-        nulls = sum(c.null_count for c, _ in parts)
-        validity = None
-        if nulls:
-            valid = np.concatenate([c.is_valid().to_numpy(zero_copy_only=False)
-                                    for c, _ in parts])
+        nulls, validity = 0, None
+        if any(v is not None for _, v, _ in parts):
+            valid = np.concatenate([np.ones(k, dtype=bool) if v is None else v
+                                    for k, v, _ in parts])
+            nulls = n - int(valid.sum())
             validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
         text = self.buf[self.start:self.used]
         self.start = self.used
-        return [pa.Array.from_buffers(kind, n, [validity, pa.py_buffer(offsets),
+        return [pa.Array.from_buffers(self.kind, n, [validity, pa.py_buffer(offsets),
                                                 pa.py_buffer(text)], null_count=nulls)]
 
 
