@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 
 import pandas as pd
@@ -98,12 +99,34 @@ def test_a_lease_not_renewed_expires(client):
                    for w in client.cluster.workers.values())
 
 
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
 def test_a_renewed_lease_holds(client):
-    with prof.worker_profiler_paused(client, lease_seconds=0.4, renew_seconds=0.1,
-                                     check_seconds=0.05):
-        time.sleep(1.2)   # three leases long
-        assert {v for v in _state(client).values()} == {(1, False, False)}
+    # the renewals go through the scheduler's broadcast: no worker log line for each one
+    # (Client.run writes "Run out-of-band function ..." at INFO for every call)
+    worker_log = logging.getLogger("distributed.worker")
+    records, level = _Records(), worker_log.level
+    worker_log.addHandler(records)
+    worker_log.setLevel(logging.INFO)
+    try:
+        with prof.worker_profiler_paused(client, lease_seconds=0.4, renew_seconds=0.1,
+                                         check_seconds=0.05):
+            time.sleep(1.2)   # three leases long
+            assert {v for v in _state(client).values()} == {(1, False, False)}
+    finally:
+        worker_log.removeHandler(records)
+        worker_log.setLevel(level)
     assert _running(client) == set(client.nthreads())
+    runs = [m for m in records.messages if "out-of-band" in m]
+    # the pause, the state check and the release: never a renewal
+    assert runs and not [m for m in runs if "renew" in m], runs
 
 
 def test_a_worker_started_without_the_profiler_stays_so():
@@ -312,3 +335,24 @@ def test_a_driver_that_dies_leaves_no_lasting_pause():
     finally:
         c.close()
         cluster.close()
+
+
+def test_renewals_stop_for_a_worker_that_no_longer_holds():
+    # a restarted worker has no renewal handler and no hold: it is not asked again
+    import threading
+
+    class FakeClient:
+        scheduler = type("S", (), {"broadcast": staticmethod(lambda **kw: None)})()
+
+        def __init__(self):
+            self.asked = []
+
+        def sync(self, fn, msg, workers, on_error):
+            self.asked.append(list(workers))
+            if len(self.asked) == 3:
+                stop.set()
+            return {w: (w == "a") for w in workers}
+
+    stop, fake = threading.Event(), FakeClient()
+    prof._renew(fake, "t", ["a", "b"], 1.0, 0.01, stop)
+    assert fake.asked == [["a", "b"], ["a"], ["a"]]

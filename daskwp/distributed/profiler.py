@@ -24,8 +24,11 @@ The pause is a lease, so that nothing a job does outlives it:
   stopped stays so. A worker that joins the cluster during the job, or that its nanny
   restarts, runs as its configuration says: it is not paused.
 
-The worker side runs through ``Client.run`` (on the worker's event loop, so its state needs
-no lock). A worker without the callbacks (another distributed) is left alone, not an error.
+The pause and its release run through ``Client.run`` (on the worker's event loop, so its
+state needs no lock); the renewals go through the scheduler's broadcast to a handler the pause
+registers on the worker (``RENEW_OP``), because every ``Client.run`` writes an INFO line to
+the worker's log and a renewal every ``RENEW_SECONDS`` would fill it. A worker without the
+callbacks (another distributed) is left alone, not an error.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import threading
 import time
 import uuid
 
-__all__ = ["CHECK_SECONDS", "LEASE_SECONDS", "PROFILER_CALLBACKS", "RENEW_SECONDS",
+__all__ = ["CHECK_SECONDS", "LEASE_SECONDS", "PROFILER_CALLBACKS", "RENEW_OP", "RENEW_SECONDS",
            "compute_client", "computing_paused", "pause_profiler", "profiler_pause_state",
            "release_profiler", "renew_profiler", "worker_profiler_paused"]
 
@@ -54,6 +57,8 @@ CHECK_SECONDS = 2.0
 #: worker's periodic callbacks (so that the worker's close stops it).
 _STATE = "_daskwp_profiler_pause"
 _CHECK = "daskwp-profiler-lease"
+#: The worker handler (``Worker.handlers``) that renews a hold, registered by the first pause.
+RENEW_OP = "daskwp_profiler_renew"
 
 
 class _Pause:
@@ -108,6 +113,9 @@ def pause_profiler(token: str, lease_seconds: float = LEASE_SECONDS,
         callbacks[_CHECK] = state.check
         setattr(dask_worker, _STATE, state)
         state.check.start()
+        handlers = getattr(dask_worker, "handlers", None)
+        if isinstance(handlers, dict) and RENEW_OP not in handlers:
+            handlers[RENEW_OP] = _renew_handler(dask_worker)
     state.holders[token] = time.monotonic() + lease_seconds
     return True
 
@@ -121,6 +129,14 @@ def renew_profiler(token: str, lease_seconds: float = LEASE_SECONDS,
         return False
     state.holders[token] = time.monotonic() + lease_seconds
     return True
+
+
+def _renew_handler(dask_worker):
+    """The worker's ``RENEW_OP`` handler (distributed calls it with the message's fields and
+    logs its ``__name__``)."""
+    def daskwp_profiler_renew(token: str, lease_seconds: float = LEASE_SECONDS) -> bool:
+        return renew_profiler(token, lease_seconds, dask_worker=dask_worker)
+    return daskwp_profiler_renew
 
 
 def release_profiler(token: str, dask_worker=None) -> bool:
@@ -209,9 +225,13 @@ def worker_profiler_paused(client, enabled: bool = True, *,
 
 def _renew(client, token: str, workers: list, lease_seconds: float, renew_seconds: float,
            stop: threading.Event) -> None:
-    while not stop.wait(renew_seconds):
+    msg = {"op": RENEW_OP, "token": token, "lease_seconds": lease_seconds}
+    while workers and not stop.wait(renew_seconds):
         try:
-            client.run(renew_profiler, token, lease_seconds, workers=workers,
-                       on_error="return")
+            replies = client.sync(client.scheduler.broadcast, msg=msg, workers=workers,
+                                  on_error="return")
         except Exception:   # noqa: BLE001  the client closing; the lease runs out
             return
+        # a worker that no longer holds the pause (restarted, left, its lease expired) is
+        # not asked again: a restarted worker has no handler, and it runs its profiler
+        workers = [w for w in workers if replies.get(w) is True]
