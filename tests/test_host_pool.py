@@ -163,3 +163,62 @@ def test_trim_frees_the_oldest_blocks_and_keeps_the_limit(pool_limit):
     info = host_pool.host_pool_info()
     assert 0 < info["cached"] <= cached // 2 and freed == cached - info["cached"]
     assert info["limit"] == 1 << 30
+
+
+def test_release_idle_frees_only_blocks_not_taken_since_the_mark(pool_limit):
+    """release_idle_host_memory(mark): the cached blocks freed before the mark and not taken
+    since go; those taken since (in use, or freed again) stay, and serve the same call
+    again without a new block."""
+    tok = daskwp.WordPieceTokenizer(num_threads=1)
+    host_pool.set_host_pool_limit(1 << 30)
+    host_pool.release_host_memory()
+    del tok(BIG[: len(BIG) // 4], max_length=128, stride=32)["input_ids"]
+    stale = host_pool.host_pool_info()["cached"]   # blocks of a quarter's sizes
+    assert stale >= 4 << 20
+    mark = host_pool.host_pool_mark()
+    again = tok(BIG, max_length=128, stride=32)    # four times larger: other blocks
+    expected = again["input_ids"].copy()
+    del again
+    info = host_pool.host_pool_info()
+    assert info["live"] == 0
+    freed = host_pool.release_idle_host_memory(mark)
+    assert 0 < freed <= stale
+    kept = host_pool.host_pool_info()["cached"]
+    assert kept == info["cached"] - freed
+    assert host_pool.release_idle_host_memory(mark) == 0   # nothing idle since: no change
+    out = tok(BIG, max_length=128, stride=32)   # served from the kept blocks alone
+    info = host_pool.host_pool_info()
+    assert info["live"] + info["cached"] == kept
+    np.testing.assert_array_equal(out["input_ids"], expected)
+    del out
+    assert host_pool.release_idle_host_memory(host_pool.host_pool_mark()) == kept
+    assert host_pool.host_pool_info()["cached"] == 0
+
+
+def test_a_job_partition_leaves_only_the_blocks_it_used(pool_limit, tmp_path):
+    """A batch job's partition (jobs.parts.write_partition) frees the cached blocks it did
+    not take: a worker's cache holds its last partition's blocks, not every size its earlier
+    partitions' outputs came in (its RSS grew with the partitions it had written)."""
+    from daskwp.jobs import driver
+    from daskwp.jobs.config import make_config
+    from daskwp.jobs.inputs import PartitionSpec
+    from daskwp.jobs.parts import write_partition
+    tok = daskwp.WordPieceTokenizer(num_threads=1)
+    host_pool.set_host_pool_limit(1 << 30)
+    host_pool.release_host_memory()
+    stale = tok(BIG, max_length=128, stride=32, padding="max_length")
+    del stale   # ~100 MB of padded windows' blocks, cached
+    cached = host_pool.host_pool_info()["cached"]
+    assert cached >= 32 << 20
+    src = tmp_path / "in.txt"
+    src.write_text("hello world, a small partition\n" * 1000)
+    out = tmp_path / "out"
+    out.mkdir()
+    cfg = make_config({"input": str(src), "output": str(out), "max_length": 128})
+    opts = {k: getattr(cfg, k) for k in driver._PARTITION_OPTIONS}
+    spec = PartitionSpec(index=0, path=str(src), format="text", column="text", byte_start=0,
+                         byte_end=src.stat().st_size)
+    stats = write_partition(spec, 0, str(out), tok, opts, "j" * 32, 1)
+    assert stats["documents"] == 1000
+    # the partition's blocks are under 4 MB (not pooled): none of the earlier ones is kept
+    assert host_pool.host_pool_info()["cached"] == 0

@@ -25,8 +25,9 @@ from __future__ import annotations
 from .. import _ext
 from ..core.options import env_value
 
-__all__ = ["host_pool_info", "madvise_range", "release_freed_heap", "release_host_memory",
-           "set_host_pool_limit", "trim_host_memory",
+__all__ = ["host_pool_info", "host_pool_mark", "madvise_range", "release_freed_heap",
+           "release_host_memory", "release_idle_host_memory", "set_host_pool_limit",
+           "trim_host_memory",
            "tune_numpy_huge_pages",
            "tune_worker_arrow_pool", "tune_worker_malloc"]
 
@@ -111,6 +112,25 @@ def trim_host_memory(nbytes: int) -> int:
     _ext.host_pool_set_limit(min(keep, int(limit)))
     _ext.host_pool_set_limit(int(limit))
     return int(cached) - int(_ext.host_pool_info()[1])
+
+
+def host_pool_mark() -> int:
+    """A mark of now in the host memory pool, for :func:`release_idle_host_memory`."""
+    return int(_ext.host_pool_mark())
+
+
+def release_idle_host_memory(mark: int) -> int:
+    """Free the host memory pool's cached blocks that no call has taken since ``mark``
+    (:func:`host_pool_mark`): those freed before it and still cached. Blocks taken since
+    (in use, or freed again) stay. Returns the bytes freed.
+
+    For a process that writes one partition after another (a batch job's worker): the pool
+    hands a block out again only for a request of about its size, so a partition whose
+    outputs come out larger or smaller than the last one's maps new blocks, and the old
+    ones stayed cached, unused, up to the pool's limit (an eighth of physical memory): a
+    worker's RSS grew with the partitions it had written. Marked at a partition's start and
+    released at its end, the cache holds what the last partition used."""
+    return int(_ext.host_pool_trim_idle(int(mark)))
 
 
 def tune_numpy_huge_pages() -> bool:

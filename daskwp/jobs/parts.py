@@ -29,6 +29,7 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
+from ..backends.memory import host_pool_mark, release_idle_host_memory
 from ..core.cpu_clock import stage_cpu_seconds
 from ..core.cache import BoundedCache
 from ..distributed.state import cached_tokenizer
@@ -254,11 +255,15 @@ def write_partition(spec: PartitionSpec, logid_offset: int, out_dir: str, tokeni
     (:func:`write_rejects`); ``file_offset`` is the first logID of the partition's file (a
     rejected row's ``row`` in it). Otherwise such a row fails the partition.
     """
+    mark = host_pool_mark()
     try:
         return _write_partition(spec, logid_offset, out_dir, tokenizer, options, job_id,
                                 n_partitions, device, documents, file_offset)
     except Exception as e:
         raise partition_failure(e, spec) from e
+    finally:
+        # the host pool keeps what this partition used (docs/design.md §3.5)
+        release_idle_host_memory(mark)
 
 
 #: The position prefix of the tokenizer's messages about one row ("pair 0 (logID 0): "),

@@ -14,6 +14,11 @@ void bind_memory(nb::module_& m) {
         "Most bytes of freed output blocks the pool keeps for reuse (0: none).");
   m.def("host_pool_release", &daskwp::host_pool_release,
         "Free the pool's cached blocks; returns their bytes.");
+  m.def("host_pool_mark", &daskwp::host_pool_mark,
+        "A mark of now, for host_pool_trim_idle.");
+  m.def("host_pool_trim_idle", &daskwp::host_pool_trim_idle, nb::arg("mark"),
+        "Free the cached blocks not handed out since `mark` (host_pool_mark); returns their "
+        "bytes.");
   m.def("set_huge_pages", [](bool on) { return daskwp::g_memo_huge_pages.exchange(on); },
         nb::arg("on"),
         "Whether new word-memo mappings ask for transparent huge pages (MADV_HUGEPAGE); "

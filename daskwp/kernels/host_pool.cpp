@@ -28,21 +28,39 @@ size_t initial_limit() {
   return std::min(std::max(phys / 8, size_t(256) << 20), size_t(16) << 30);
 }
 
+struct Cached {
+  void* p;
+  size_t size;
+  uint64_t freed_at;  // the pool's clock when it was freed (increasing along the list)
+};
+
 struct Pool {
   std::mutex mu;
-  std::unordered_map<void*, size_t> live;      // pooled blocks handed out, with their size
-  std::list<std::pair<void*, size_t>> cached;  // freed blocks kept for reuse, oldest first
+  std::unordered_map<void*, size_t> live;  // pooled blocks handed out, with their size
+  std::list<Cached> cached;                // freed blocks kept for reuse, oldest first
   size_t cached_bytes = 0;
   size_t live_bytes = 0;
   size_t limit = initial_limit();
+  uint64_t clock = 0;  // ticks at every free and every mark (host_pool_mark)
 
   // Drops the oldest cached blocks until at most `keep` bytes stay; returns them to free
   // outside the lock.
   std::vector<void*> trim(size_t keep) {
     std::vector<void*> out;
     while (cached_bytes > keep) {
-      out.push_back(cached.front().first);
-      cached_bytes -= cached.front().second;
+      out.push_back(cached.front().p);
+      cached_bytes -= cached.front().size;
+      cached.pop_front();
+    }
+    return out;
+  }
+
+  // Drops the cached blocks freed before `mark`; returns them to free outside the lock.
+  std::vector<void*> trim_before(uint64_t mark) {
+    std::vector<void*> out;
+    while (!cached.empty() && cached.front().freed_at < mark) {
+      out.push_back(cached.front().p);
+      cached_bytes -= cached.front().size;
       cached.pop_front();
     }
     return out;
@@ -90,12 +108,12 @@ void* host_alloc_pooled(size_t bytes) {
     std::lock_guard<std::mutex> lock(P.mu);
     auto best = P.cached.end();
     for (auto it = P.cached.begin(); it != P.cached.end(); ++it)
-      if (it->second >= rounded && it->second <= rounded + rounded / 4 &&
-          (best == P.cached.end() || it->second < best->second))
+      if (it->size >= rounded && it->size <= rounded + rounded / 4 &&
+          (best == P.cached.end() || it->size < best->size))
         best = it;
     if (best != P.cached.end()) {
-      void* p = best->first;
-      const size_t size = best->second;
+      void* p = best->p;
+      const size_t size = best->size;
       P.cached.erase(best);
       P.cached_bytes -= size;
       P.live.emplace(p, size);
@@ -138,7 +156,7 @@ void host_free(void* p) noexcept {
       if (size > P.limit) {
         drop.push_back(p);
       } else {
-        P.cached.emplace_back(p, size);
+        P.cached.push_back(Cached{p, size, ++P.clock});
         P.cached_bytes += size;
         drop = P.trim(P.limit);
       }
@@ -165,6 +183,26 @@ void host_pool_set_limit(size_t bytes) {
     drop = P.trim(bytes);
   }
   free_all(drop);
+}
+
+uint64_t host_pool_mark() {
+  Pool& P = pool();
+  std::lock_guard<std::mutex> lock(P.mu);
+  return ++P.clock;
+}
+
+size_t host_pool_trim_idle(uint64_t mark) {
+  Pool& P = pool();
+  std::vector<void*> drop;
+  size_t bytes;
+  {
+    std::lock_guard<std::mutex> lock(P.mu);
+    bytes = P.cached_bytes;
+    drop = P.trim_before(mark);
+    bytes -= P.cached_bytes;
+  }
+  free_all(drop);
+  return bytes;
 }
 
 size_t host_pool_release() {

@@ -39,6 +39,10 @@ struct HostPoolInfo {
 HostPoolInfo host_pool_info();
 void host_pool_set_limit(size_t bytes);  // also drops cached blocks above the new limit
 size_t host_pool_release();              // frees every cached block; returns their bytes
+// A mark of now: host_pool_trim_idle(mark) later frees the cached blocks that have not been
+// handed out since (those freed before the mark and still cached); returns their bytes.
+uint64_t host_pool_mark();
+size_t host_pool_trim_idle(uint64_t mark);
 
 struct FreeDelete {
   void operator()(void* p) const noexcept { host_free(p); }
