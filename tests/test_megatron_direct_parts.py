@@ -265,3 +265,39 @@ def test_part_tasks_slice_smaller_than_in_process_merges(tmp_path, monkeypatch):
     for ext in (".bin", ".idx"):
         assert (tmp_path / f"ref{ext}").read_bytes() == \
             open(m["megatron"]["prefix"] + ext, "rb").read()
+
+
+def _vm_flags(buf) -> list:
+    """The VmFlags of the mapping that holds ``buf`` (/proc/self/smaps)."""
+    import ctypes
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    inside = False
+    with open("/proc/self/smaps") as fh:
+        for line in fh:
+            head = line.split()[0]
+            if "-" in head and ":" not in head:
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= addr < hi
+            elif inside and line.startswith("VmFlags:"):
+                return line.split()[1:]
+    raise AssertionError("no mapping holds the buffer")
+
+
+@pytest.mark.skipif(not hasattr(__import__("mmap"), "MADV_HUGEPAGE")
+                    or not os.path.exists("/proc/self/smaps"),
+                    reason="transparent huge pages and smaps are Linux's")
+@pytest.mark.parametrize("setting", [None, "true", "false"])
+def test_direct_buffers_ask_for_huge_pages(monkeypatch, setting):
+    """A new direct I/O buffer asks for transparent huge pages (VmFlags 'hg': the pinning
+    of its pages for each direct read or write costs a fraction of 4 KB pages'), unless
+    DASKWP_HUGE_PAGES is false."""
+    if setting is None:
+        monkeypatch.delenv("DASKWP_HUGE_PAGES", raising=False)
+    else:
+        monkeypatch.setenv("DASKWP_HUGE_PAGES", setting)
+    monkeypatch.setattr(fm, "_idle_buffers", [])
+    buf = fm._take_buffer()
+    try:
+        assert ("hg" in _vm_flags(buf)) == (setting != "false")
+    finally:
+        buf.close()

@@ -730,8 +730,9 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
     _opt("huge_pages", True, check_bool, "true or false", False, (ENV,),
          "the word memos (one per tokenizing thread, made once and reused) ask for "
          "transparent huge pages (madvise): faster warm lookups; false: 4 KB pages, where "
-         "a process's first calls fault in less memory at once (output arrays never ask, and "
-         "the daskwp command and its cluster's workers turn NumPy's request off)",
+         "a process's first calls fault in less memory at once (the Megatron writers' pooled "
+         "8 MB direct I/O buffers ask too; output arrays never ask, and the daskwp command and "
+         "its cluster's workers turn NumPy's request off)",
          cli_flag=False, env="DASKWP_HUGE_PAGES"),
     _opt("worker_malloc", True, check_bool, "true or false", False, (ENV,),
          "in a Dask worker whose nanny set MALLOC_TRIM_THRESHOLD_ below 128 MB, raise "
