@@ -276,6 +276,23 @@ def test_accessor_to_parquet_pauses_the_profiler(client, tmp_path, pause):
     assert len(pd.read_parquet(tmp_path / "out")) == 80
 
 
+@pytest.mark.parametrize("pause", [None, False])
+def test_accessor_lazy_to_parquet_compute_pauses_the_profiler(client, tmp_path, pause):
+    # to_parquet(compute=False).compute(): the benchmark's call, paused as to_parquet()
+    _SEEN.clear()
+    s = dd.from_map(_texts, range(4), meta=pd.Series([], dtype="string", name="text"))
+    res = s.wordpiece.tokenize(max_length=16)
+    lazy = res.to_parquet(tmp_path / "out", compute=False, pause_worker_profiler=pause)
+    assert isinstance(lazy, daskwp.accessors.lazy.PartsWrite)
+    assert _SEEN == []   # nothing ran yet
+    with dask.config.set(scheduler=client.get):
+        stats = lazy.compute()
+    assert stats["documents"] == 80 and stats["parts"] == 4
+    assert len(_SEEN) == 4 and set(_SEEN) == {pause is False}
+    assert _running(client) == set(client.nthreads())
+    assert len(pd.read_parquet(tmp_path / "out")) == 80
+
+
 def test_accessor_to_megatron_pauses_the_profiler(client, tmp_path):
     _SEEN.clear()
     s = dd.from_map(_texts, range(3), meta=pd.Series([], dtype="string", name="text"))

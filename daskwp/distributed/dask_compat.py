@@ -44,6 +44,7 @@ _DATAFRAME_NAMES = {
                      "Projection", "optimize_blockwise_fusion"),
                     "dask.dataframe.dask_expr._expr"),
     "FusedIO": "dask.dataframe.dask_expr.io.io",
+    "Scalar": "dask.dataframe.dask_expr._collection",
     "ReadParquetFSSpec": "dask.dataframe.dask_expr.io.parquet",
 }
 
@@ -61,5 +62,5 @@ def __getattr__(name: str):
     return value
 
 __all__ = ["Blockwise", "DataNode", "Expr", "Fused", "FusedIO", "Lengths",
-           "Literal", "Partitions", "Projection", "ReadParquetFSSpec", "TESTED_DASK", "Task", "TaskRef",
+           "Literal", "Partitions", "Projection", "ReadParquetFSSpec", "Scalar", "TESTED_DASK", "Task", "TaskRef",
            "new_collection", "optimize_blockwise_fusion"]
