@@ -189,7 +189,7 @@ class CPUBackend:
         key = _cache_key(model)
         unit = {None: 0, "bytes": 1, "chars": 2}[offsets_unit]
 
-        def run(chunk):   # (ids, offsets from 0, spans, word ids) of one chunk
+        def run(chunk):   # (ids, offsets from 0, [spans, word ids,] [UNK]) of one chunk
             b = chunk_buffers(chunk)
             fn = _ext.encode64 if b.offsets.dtype == np.int64 else _ext.encode32
             return fn(model.vocab_blob, model.norm_blob, model.max_input_chars_per_word,
@@ -202,7 +202,8 @@ class CPUBackend:
             # the CPU caches between calls (docs/design.md §3.5).
             out = run(chunks[0])
             return Encoding(out[0], out[1], out[2] if unit else None,
-                            out[3] if word_ids else None, offsets_unit)
+                            out[3] if word_ids else None, offsets_unit,
+                            (model.vocab.unk_id, out[-1]))
         # None or several chunks: their arrays joined, each chunk's offsets after the last
         outs = [run(c) for c in chunks]
         off_parts, base = [np.zeros(1, dtype=np.int64)], 0
@@ -215,7 +216,8 @@ class CPUBackend:
         words = np.concatenate([o[3] for o in outs] or [np.zeros(0, dtype=np.int32)]) \
             if word_ids else None
         return Encoding(token_ids.astype(np.int32, copy=False), np.concatenate(off_parts),
-                        spans, words, offsets_unit)
+                        spans, words, offsets_unit,
+                        (model.vocab.unk_id, sum(int(o[-1]) for o in outs)))
 
     def count(self, model: KernelModel, texts, num_threads) -> tuple:
         """``(lengths, tokens, unknown)`` of ``texts``: the tokens of each document (int64),

@@ -135,6 +135,9 @@ class Encoding(RaggedRows):
     offsets_unit : str or None
         The unit of ``offset_mapping``.
 
+    :meth:`count_id` counts an id among ``token_ids`` (``enc.count_id(vocab.unk_id)``: the
+    batch's ``[UNK]``); the CPU extension counts the ``[UNK]`` while it writes the ids.
+
     Examples
     --------
     >>> import daskwp
@@ -145,15 +148,18 @@ class Encoding(RaggedRows):
     (3, array([7668], dtype=int32))
     """
 
-    __slots__ = ("offset_mapping", "word_ids", "offsets_unit")
+    __slots__ = ("offset_mapping", "word_ids", "offsets_unit", "_counted")
     _item = "document"
 
     def __init__(self, token_ids, offsets, offset_mapping=None, word_ids=None,
-                 offsets_unit=None):
+                 offsets_unit=None, counted=None):
         super().__init__(token_ids, offsets)
         self.offset_mapping = offset_mapping
         self.word_ids = word_ids
         self.offsets_unit = offsets_unit if offset_mapping is not None else None
+        #: ``(token_id, n)``: ``n`` of ``token_ids`` are ``token_id``, counted by the kernel
+        #: that wrote them (:meth:`count_id`); None: not counted
+        self._counted = counted
 
     @property
     def token_ids(self):
@@ -162,6 +168,24 @@ class Encoding(RaggedRows):
     @token_ids.setter
     def token_ids(self, value):
         self.values = value
+        self._counted = None
+
+    def count_id(self, token_id: int) -> int:
+        """How many of ``token_ids`` equal ``token_id`` (``enc.count_id(vocab.unk_id)``: the
+        batch's ``[UNK]``).
+
+        The CPU extension counts the vocabulary's ``[UNK]`` as it writes the ids, a block at
+        a time while they are in the cache: for that id this is no pass over the ids. Any
+        other id (or ids from elsewhere: the GPU, a slice) is counted here, in one pass (on
+        the device for CuPy ids). The count is of the ids as made: ``token_ids`` changed in
+        place afterwards are not counted again (assigning ``enc.token_ids`` is)."""
+        counted = self._counted
+        if counted is not None and counted[0] == int(token_id):
+            return int(counted[1])
+        if array_module(self.values) is np:
+            from .lengths import count_equal
+            return count_equal(self.values, int(token_id))
+        return int((self.values == int(token_id)).sum())
 
     def keys(self) -> list:
         """The outputs ``enc[name]`` gives, one row per document (the mapping every result
@@ -213,7 +237,7 @@ class Encoding(RaggedRows):
 
     def __reduce__(self):
         return (Encoding, (self.values, self.offsets, self.offset_mapping, self.word_ids,
-                           self.offsets_unit))
+                           self.offsets_unit, self._counted))
 
     def __repr__(self) -> str:
         extra = "".join(f", {k}" for k in ("offset_mapping", "word_ids")

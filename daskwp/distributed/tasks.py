@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 from ..core.cpu_clock import stage_cpu_seconds
-from ..core.lengths import LengthCounts, count_equal
+from ..core.lengths import LengthCounts
 from ..core.options import DEFAULT_COMPRESSION, WINDOWS, names
 from ..frames.storage import Folder, is_url
 from ..core.windows import WINDOW_OPTIONS
@@ -371,7 +371,8 @@ def _account(stats: dict, table, out_meta, enc, tok, options, doc_rows=None) -> 
         if len(offsets) > 1:
             stats["tokens"] += int(offsets[-1] - offsets[0])
             stats.setdefault("length_counts", []).append(LengthCounts.of(np.diff(offsets)))
-        stats["unknown_tokens"] += count_equal(enc.token_ids, tok.vocab.unk_id)
+        # counted by the kernel as it wrote the ids (the CPU extension), no pass here
+        stats["unknown_tokens"] += enc.count_id(tok.vocab.unk_id)
         return
     if table.num_rows:
         if out_meta is None:

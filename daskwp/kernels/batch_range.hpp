@@ -4,12 +4,42 @@
 // buffer's `size`, counts[d] its number of tokens.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "cpu_batch.hpp"
 #include "word_memo.hpp"
 
 namespace daskwp {
+
+// Ids per count of [UNK] in a chunk's buffer (count_batch's Scratch, encode_batch's
+// IdBuffer): the ids written since the last count are compared once at least this many
+// have accumulated (they are still in L2: 128 KB), and the rest at the chunk's end. A pass
+// per document cost more than the pass itself on documents of ~25 tokens; a pass over the
+// batch's ids after the call (NumPy) read them back from memory.
+constexpr int64_t kCountTokens = int64_t(1) << 15;
+
+// How many of p[0, n) equal `id`.
+inline int64_t count_equal_ids(const int32_t* p, int64_t n, int32_t id) {
+  int64_t u = 0, k = 0;
+#if defined(DWP_SSE2)
+  // 4 ids a step: each lane of acc counts down by one per match (-1 from the compare);
+  // blocks of at most 2^31 ids per lane total keep the int32 lanes from wrapping
+  const __m128i key = _mm_set1_epi32(id);
+  while (k + 4 <= n) {
+    const int64_t stop = k + std::min<int64_t>((n - k) & ~int64_t(3), int64_t(1) << 30);
+    __m128i acc = _mm_setzero_si128();
+    for (; k < stop; k += 4)
+      acc = _mm_add_epi32(acc, _mm_cmpeq_epi32(
+                                   _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + k)), key));
+    alignas(16) int32_t lanes[4];
+    _mm_store_si128(reinterpret_cast<__m128i*>(lanes), acc);
+    u -= int64_t(lanes[0]) + lanes[1] + lanes[2] + lanes[3];
+  }
+#endif
+  for (; k < n; ++k) u += p[k] == id;
+  return u;
+}
 
 // Buf: `int32_t* at()` (where the next id goes), `int64_t left()` (room there) and
 // `void room(int64_t want)` (at least `want` ids of room after `size`, which a buffer that

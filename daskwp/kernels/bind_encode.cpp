@@ -37,7 +37,7 @@ nb::tuple encode_impl(U8 vocab_blob, U8 norm_blob, int32_t max_chars, OffArr off
   if (!offsets_unit && !word_ids)
     return nb::make_tuple(
         daskwp::to_numpy(std::move(r.ids), n_ids),
-        daskwp::to_numpy(std::move(r.offsets), static_cast<size_t>(n_docs + 1)));
+        daskwp::to_numpy(std::move(r.offsets), static_cast<size_t>(n_docs + 1)), r.unknown);
   nb::object spans = nb::none(), words = nb::none();
   if (offsets_unit) {
     int64_t* raw = r.spans.release();
@@ -47,7 +47,7 @@ nb::tuple encode_impl(U8 vocab_blob, U8 norm_blob, int32_t max_chars, OffArr off
   if (word_ids) words = nb::cast(daskwp::to_numpy(std::move(r.words), n_ids));
   return nb::make_tuple(daskwp::to_numpy(std::move(r.ids), n_ids),
                         daskwp::to_numpy(std::move(r.offsets), static_cast<size_t>(n_docs + 1)),
-                        spans, words);
+                        spans, words, r.unknown);
 }
 
 // The throughput ceiling for benchmarks: one pass that reads every byte and writes it
@@ -81,15 +81,17 @@ void bind_encode(nb::module_& m) {
         nb::arg("max_input_chars_per_word"), nb::arg("offsets"), nb::arg("data"),
         nb::arg("validity").none(), nb::arg("validity_offset"), nb::arg("num_threads"),
         nb::arg("cache_key") = 0, nb::arg("offsets_unit") = 0, nb::arg("word_ids") = false,
-        "Tokenize Arrow string buffers (int32 offsets); returns (token_ids, offsets). "
+        "Tokenize Arrow string buffers (int32 offsets); returns (token_ids, offsets, unknown: "
+        "how many ids are the vocabulary blob's unk_id, counted as they were written). "
         "cache_key != 0: word memos from the process-wide pool, kept for later calls with "
         "the same key (equal keys must mean equal blobs and max_input_chars_per_word). "
         "offsets_unit 1 (bytes) / 2 (chars) and / or word_ids: returns (token_ids, offsets, "
-        "spans (tokens x 2 int64 or None), word ids (int32 or None)), docs/design.md 2.9.");
+        "spans (tokens x 2 int64 or None), word ids (int32 or None), unknown), docs/design.md 2.9.");
   m.def("encode64", &encode_impl<I64, int64_t>, nb::arg("vocab_blob"), nb::arg("norm_blob"),
         nb::arg("max_input_chars_per_word"), nb::arg("offsets"), nb::arg("data"),
         nb::arg("validity").none(), nb::arg("validity_offset"), nb::arg("num_threads"),
         nb::arg("cache_key") = 0, nb::arg("offsets_unit") = 0, nb::arg("word_ids") = false,
-        "Tokenize Arrow large-string buffers (int64 offsets); returns (token_ids, offsets). "
+        "Tokenize Arrow large-string buffers (int64 offsets); returns (token_ids, offsets, "
+        "unknown). "
         "cache_key, offsets_unit, word_ids: as encode32.");
 }

@@ -2,10 +2,9 @@
 // its number of tokens, and the [UNK] tokens of the batch, from the same normalize+WordPiece
 // core and word memos as encode_batch (cpu_batch.cpp), run on the same plan of threads and
 // chunks. No token array is made: the documents' ids go to a small buffer of their chunk
-// (128 KB, in cache), where their [UNK] are counted before it is reused. encode_batch wrote
-// every id to its chunk's buffer (a token per ~3 bytes of text, 4 bytes each), copied them
-// into the output array and the caller then compared them all with the [UNK] id and took
-// the offsets' differences.
+// (128 KB, in cache), where their [UNK] are counted before it is reused. encode_batch
+// writes every id to its chunk's buffer (a token per ~3 bytes of text, 4 bytes each),
+// counting the [UNK] the same way, and copies them into the output array.
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -20,33 +19,15 @@ namespace daskwp {
 namespace {
 
 // A chunk's buffer of ids: documents' ids follow on from `size` until the next document
-// might not fit in kFlushTokens, then their [UNK] are counted in one pass and it starts
-// again (a scan per document cost more than the scan itself on documents of ~25 tokens).
-// Grown (never shrunk) for a document longer than that.
-constexpr int64_t kFlushTokens = int64_t(1) << 15;  // 128 KB: stays in L2
-
+// might not fit in kCountTokens (batch_range.hpp), then their [UNK] are counted in one pass
+// and it starts again. Grown (never shrunk) for a document longer than that.
 struct Scratch {
   std::unique_ptr<int32_t[]> ids;
   int64_t cap = 0, size = 0, unknown = 0;
   int32_t unk;
   explicit Scratch(int32_t unk_id) : unk(unk_id) {}
   void flush() {
-    const int32_t* p = ids.get();
-    int64_t u = 0, k = 0;
-#if defined(DWP_SSE2)
-    // 4 ids a step: each lane of acc counts down by one per match (-1 from the compare),
-    // at most size / 4 per lane (int32: a buffer of under 8G ids)
-    const __m128i key = _mm_set1_epi32(unk);
-    __m128i acc = _mm_setzero_si128();
-    for (; k + 4 <= size; k += 4)
-      acc = _mm_add_epi32(acc, _mm_cmpeq_epi32(
-                                   _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + k)), key));
-    alignas(16) int32_t lanes[4];
-    _mm_store_si128(reinterpret_cast<__m128i*>(lanes), acc);
-    u -= int64_t(lanes[0]) + lanes[1] + lanes[2] + lanes[3];
-#endif
-    for (; k < size; ++k) u += p[k] == unk;
-    unknown += u;
+    unknown += count_equal_ids(ids.get(), size, unk);
     size = 0;
   }
   // Room for `want` more tokens after `size`.
@@ -54,7 +35,7 @@ struct Scratch {
     if (size + want <= cap) return;
     flush();
     if (want <= cap) return;
-    cap = std::max<int64_t>(want, kFlushTokens);
+    cap = std::max<int64_t>(want, kCountTokens);
     ids.reset(new int32_t[static_cast<size_t>(cap)]);
   }
   int32_t* at() { return ids.get() + size; }

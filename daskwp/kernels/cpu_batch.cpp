@@ -30,13 +30,17 @@ namespace daskwp {
 namespace {
 
 // A growable int32 buffer without zero-initialisation, with (spans, words) the offsets
-// and word ids of its tokens.
+// and word ids of its tokens, and the [UNK] (`unk`) among its ids: counted as it fills,
+// kCountTokens ids at a time while they are in the cache (batch_range.hpp), the rest by
+// count_rest() when the chunk is done.
 struct IdBuffer {
   HostArray<int32_t> data;
   HostArray<int64_t> spans;
   HostArray<int32_t> words;
   bool with_spans = false, with_words = false;
   int64_t size = 0, cap = 0;
+  int32_t unk = -1;
+  int64_t counted = 0, unknown = 0;  // ids [0, counted) counted: `unknown` of them [UNK]
   template <typename T>
   void grow(HostArray<T>& a, int64_t c, int64_t per) {
     HostArray<T> d = host_array<T>(static_cast<size_t>(c * per));
@@ -51,8 +55,15 @@ struct IdBuffer {
     if (with_words) grow(words, c, 1);
     cap = c;
   }
-  // (batch_range.hpp's tokenize_range)
-  void room(int64_t want) { reserve(size + want); }
+  // (batch_range.hpp's tokenize_range: before each document)
+  void room(int64_t want) {
+    if (size - counted >= kCountTokens) count_rest();
+    reserve(size + want);
+  }
+  void count_rest() {
+    unknown += count_equal_ids(data.get() + counted, size - counted, unk);
+    counted = size;
+  }
   int32_t* at() { return data.get() + size; }
   int64_t left() const { return cap - size; }
 };
@@ -555,6 +566,7 @@ void encode_range(const CoreContext& ctx, const Off* offsets, const uint8_t* dat
   if (d1 > d0) buf.reserve(static_cast<int64_t>(offsets[d1] - offsets[d0]) + 64);
   tokenize_range(ctx, offsets, data, validity, validity_offset, d0, d1, data_end, cache, buf,
                  counts);
+  buf.count_rest();
 }
 
 // encode_range with offsets and / or word ids (docs/design.md §2.9): the core with its
@@ -572,6 +584,7 @@ void encode_range_extras(const CoreContext& ctx, const Off* offsets, const uint8
         t.set_offsets(buf.with_spans ? buf.spans.get() + 2 * buf.size : nullptr,
                       buf.with_words ? buf.words.get() + buf.size : nullptr, chars);
       });
+  buf.count_rest();
 }
 
 int64_t thread_cpu_ns() {
@@ -709,7 +722,10 @@ EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
   std::vector<IdBuffer> bufs(chunks);
   // With extras both arrays are kept (the memo's hits need them), only those asked for
   // are returned; they go through memos of the offsets layout in the unit (their own key).
-  for (IdBuffer& b : bufs) b.with_spans = b.with_words = with_extras;
+  for (IdBuffer& b : bufs) {
+    b.with_spans = b.with_words = with_extras;
+    b.unk = ctx.v.h->unk_id;
+  }
   run_chunks(ctx, plan, [&](WordCache* memo, int c) {
     if (with_extras)
       encode_range_extras(ctx, offsets, data, validity, validity_offset, plan.cut[c],
@@ -719,7 +735,10 @@ EncodedBatch encode_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
                    plan.cut[c + 1], plan.data_end, memo, bufs[c], counts);
   });
   int64_t total = 0;
-  for (int c = 0; c < chunks; ++c) total += bufs[c].size;
+  for (int c = 0; c < chunks; ++c) {
+    total += bufs[c].size;
+    out.unknown += bufs[c].unknown;
+  }
   if (chunks == 1) {
     out.ids = std::move(bufs[0].data);
     if (extras.offsets) out.spans = std::move(bufs[0].spans);

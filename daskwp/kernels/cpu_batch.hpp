@@ -22,6 +22,7 @@ struct EncodedBatch {
   HostArray<int64_t> spans;    // with offsets: 2 per token, [begin, end) in the document
   HostArray<int32_t> words;    // with word ids: 1 per token
   int64_t n_ids = 0;
+  int64_t unknown = 0;  // ids equal to the vocabulary blob's unk_id, counted as written
 };
 
 // What encode_batch returns besides the ids (docs/design.md §2.9).
