@@ -554,6 +554,44 @@ def test_an_index_planned_ahead_gives_the_bytes_of_one_write(tmp_path, monkeypat
     assert threads == ({"MainThread", "daskwp-idx"} if direct else {"MainThread"})
 
 
+@pytest.mark.parametrize("direct", [True, False])
+@pytest.mark.parametrize("more", [0, 1, 25, -1])
+def test_documents_go_straight_to_a_planned_region(tmp_path, monkeypatch, direct, more):
+    """A merge that keeps no state to resume (a cluster's: keep False) with a plan: once
+    the plan's region holds every document index before a part's, the part's indices are
+    written straight into it, not to the section file (whose bytes went through the page
+    cache twice); a plan dropped after (more sequences and documents planned than there
+    are: 1, 25; fewer: -1) first gets them back in the section file. The bytes are those
+    of one write, with write_ahead between the appends or behind them."""
+    import os
+
+    import daskwp.frames.megatron as fm
+    n = 30
+    prefixes = _parts(tmp_path, n)
+    whole = read_index(str(tmp_path / "whole.idx"))
+    monkeypatch.setattr(fm, "_DIRECT_CHUNK", 8192)   # several buffers of each region
+    out = PairAppender(str(tmp_path / ".tmp-s"), fsync=True, direct=direct)
+    assert out.plan_index(whole.sequences + more, whole.documents + more)
+    section = out.prefix + ".idx.documents"
+    sizes = []
+    for k, p in enumerate(prefixes):
+        out.append(p)
+        sizes.append(os.path.getsize(section))
+        if k >= 2 and k % 7 != 3:   # (the pointers left behind now and then)
+            while out.write_ahead(17):
+                pass
+    documents = [read_index(p + ".idx").documents for p in prefixes]
+    if more >= 0:
+        # the first three parts' indices went to the section file (no write_ahead yet),
+        # the others (the region caught up) straight to the region
+        assert sizes[-1] == 8 * (1 + sum(documents[:3])) < 8 * (whole.documents + 1)
+    out.finish()
+    for ext in (".bin", ".idx"):
+        with open(out.prefix + ext, "rb") as fh:
+            assert fh.read() == (tmp_path / f"whole{ext}").read_bytes()
+    assert not list(tmp_path.glob(".tmp-s.idx.*"))
+
+
 def test_a_resumed_merge_drops_what_was_written_ahead(tmp_path):
     """A merge killed after writing ahead (kept to resume) and reopened: its .idx is cut to
     the lengths, and the bytes are those of one write."""

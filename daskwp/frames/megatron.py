@@ -826,6 +826,9 @@ class PairAppender:
         self._ahead_lock = threading.Lock()
         self._helper = None     # the document indices' writer thread (_write_regions)
         self._lengths: np.ndarray | None = None
+        # the first document index written only to the plan's region, not the section file
+        # (_append_documents); None: the section file holds them all
+        self._region_only: int | None = None
         if resume is not None:   # the files hold datasets already: cut to them, go on
             self.sequences, self.documents, self.bin_bytes, dtype = resume
             self.dtype = None if dtype is None else np.dtype(dtype)
@@ -877,6 +880,9 @@ class PairAppender:
         lengths = _check_lengths(sequence_lengths)
         ends = np.asarray(document_ends, dtype=np.int64)
         self._past_plan(len(lengths), len(ends))
+        if self._region_only is not None:   # (after append: the section file whole again)
+            with self._ahead_lock:
+                self._region_to_section()
         start = (self.sequences, self.documents, self.bin_bytes)
         n_bytes = 0
         out = [(self._bin, t) for t in tokens]
@@ -939,7 +945,7 @@ class PairAppender:
                 append_file(src, self._bin)
         with open(prefix + ".idx", "rb", buffering=0) as src:
             _copy_range(src, self._idx, _FIXED, 4 * n)
-        _write_shifted(self._doc, ix.document_indices[1:], self.sequences, self._buf)
+        self._append_documents(ix.document_indices[1:])
         self.sequences += n
         self.documents += ix.documents
         self.bin_bytes += size
@@ -953,6 +959,39 @@ class PairAppender:
             # again when the job checks the parts: kept)
             with open(prefix + ".bin", "rb", buffering=0) as src:
                 drop_cached_pages(src.fileno())
+
+    def _append_documents(self, ends: np.ndarray) -> None:
+        """Write a dataset's document indices (``ends``: its own, without the leading 0)
+        shifted by the sequences before it: with a plan (:meth:`plan_index`) whose region
+        holds every index before them already, straight into it (in a merge that keeps no
+        state to resume: not ``keep``), else to the section file, read back and written to
+        the region by :meth:`write_ahead` or :meth:`finish`.
+
+        Why: the section file's bytes went through the page cache twice (written, read
+        back) on the driver's merge thread: with the region caught up, a dataset's indices
+        are written once. The plan dropped (:meth:`drop_plan`, or counts other than the
+        plan's at :meth:`finish`), the indices written so are copied to the section file
+        first (:meth:`_region_to_section`)."""
+        with self._ahead_lock:
+            seq, doc, nbytes = self._ahead
+            if self._plan is not None and not self.keep and doc == self.documents + 1:
+                if self._region_only is None:
+                    self._region_only = doc
+                _write_shifted(self._regions[1], ends, self.sequences, self._buf)
+                self._ahead = (seq, doc + len(ends), nbytes)
+                return
+        _write_shifted(self._doc, ends, self.sequences, self._buf)
+
+    def _region_to_section(self) -> None:
+        """(Under the lock, before the plan's regions are dropped) copy the document
+        indices that only the plan's region holds (:meth:`_append_documents`) to the end of
+        the section file, which then holds them all again."""
+        lo, self._region_only = self._region_only, None
+        if lo is None or self._plan is None:
+            return
+        self._regions[1].close()   # (its bytes in the .idx; dropped after, as before)
+        start = _FIXED + 12 * self._plan[0] + 8 * lo
+        _copy_range(self._idx, self._doc, start, 8 * (self.documents + 1 - lo))
 
     def plan_index(self, sequences: int, documents: int) -> bool:
         """Expect the dataset to end with ``sequences`` sequences and ``documents``
@@ -980,6 +1019,7 @@ class PairAppender:
         """Forget :meth:`plan_index` (after a failed :meth:`write_ahead`: :meth:`finish`
         writes every pointer and document index)."""
         with self._ahead_lock:
+            self._region_to_section()
             self._drop_plan()
 
     def _drop_plan(self) -> None:
@@ -1086,6 +1126,7 @@ class PairAppender:
             raise ValueError("merge_pairs needs at least one dataset")
         with self._ahead_lock:
             if self._plan != (self.sequences, self.documents):
+                self._region_to_section()
                 self._drop_plan()
                 self._start_regions(self.sequences, self.documents)
             self._write_regions(None)
