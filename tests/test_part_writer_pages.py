@@ -1,6 +1,8 @@
-"""A written part leaves the page cache (daskwp/frames/part_writer.py, drop_cached_pages):
-after its fsync its pages are dropped, so that a large job's parts do not fill the cache and
-push the memory its later writes need into reclaim; a part staged for upload keeps them."""
+"""A written part leaves no page cache behind (daskwp/frames/part_writer.py): it is written
+without the page cache (``O_DIRECT``) where the file system allows, else its pages are
+dropped after its fsync (drop_cached_pages), so that a large job's parts do not fill the
+cache and push the memory its later writes need into reclaim; a part staged for upload is
+written through the cache and keeps its pages. The bytes are the same either way."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from daskwp.frames import part_writer
+from daskwp.frames import megatron, part_writer
 from daskwp.frames.part_writer import PartWriter
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"),
@@ -86,7 +88,55 @@ def test_a_written_part_leaves_the_page_cache(tmp_path):
         pq.read_metadata(kept).metadata[part_writer.CHECKSUM_KEY]
 
 
+def _refuse_direct(monkeypatch) -> None:
+    """Every file as on a file system that refuses ``O_DIRECT`` (tmpfs)."""
+    monkeypatch.setattr(megatron, "open_direct", lambda *a, **k: None)
+
+
+def _takes_direct(folder) -> bool:
+    fd = megatron.open_direct(os.path.join(folder, "probe.bin"), os.O_WRONLY | os.O_CREAT)
+    if fd is None:
+        return False
+    os.close(fd)
+    os.unlink(os.path.join(folder, "probe.bin"))
+    return True
+
+
+def test_a_part_is_written_direct_where_the_file_system_allows(tmp_path, monkeypatch):
+    if not _takes_direct(tmp_path):
+        pytest.skip("this file system refuses O_DIRECT (tmpfs)")
+    opened = []
+    real = part_writer._HashingFile.__init__
+
+    def init(self, *a, **k):
+        real(self, *a, **k)
+        opened.append(self.direct)
+    monkeypatch.setattr(part_writer._HashingFile, "__init__", init)
+    calls = []
+    monkeypatch.setattr(os, "posix_fadvise", lambda *a: calls.append(a), raising=False)
+    direct = _write(tmp_path / "direct.parquet", drop_cache=True)
+    kept = _write(tmp_path / "kept.parquet", drop_cache=False)   # staged: through the cache
+    assert opened == [True, False] and calls == []   # nothing cached: nothing to drop
+    _refuse_direct(monkeypatch)
+    buffered = _write(tmp_path / "buffered.parquet", drop_cache=True)
+    assert opened[-1] is False and len(calls) == 1
+    # the same bytes, the checksum in the footer included, whichever way they went
+    with open(direct, "rb") as a, open(buffered, "rb") as b, open(kept, "rb") as c:
+        assert a.read() == b.read() == c.read()
+    assert pq.read_table(direct).num_rows == 60_000
+
+
+def test_a_part_file_must_not_exist(tmp_path):
+    tmp = tmp_path / "a.parquet.tmp"
+    for drop_cache in (True, False):
+        tmp.write_bytes(b"someone's")
+        with pytest.raises(FileExistsError):
+            part_writer._HashingFile(str(tmp), drop_cache)
+        assert tmp.read_bytes() == b"someone's"
+
+
 def test_pages_are_dropped_after_the_fsync_and_never_before(tmp_path, monkeypatch):
+    _refuse_direct(monkeypatch)   # a buffered part: its pages are dropped
     calls = []
     real_fsync = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(("fsync", fd)),
@@ -105,6 +155,7 @@ def test_pages_are_dropped_after_the_fsync_and_never_before(tmp_path, monkeypatc
 
 
 def test_no_page_cache_advice_where_the_system_has_none(tmp_path, monkeypatch):
+    _refuse_direct(monkeypatch)
     monkeypatch.delattr(os, "posix_fadvise", raising=False)
     path = _write(tmp_path / "a.parquet", drop_cache=True)
     assert pq.read_table(path).num_rows == 60_000
