@@ -1221,6 +1221,122 @@ def test_a_part_is_uploaded_from_its_file_as_it_is_sent(tmp_path, bucket, monkey
         fs.rm(f"{name}/out/part.parquet")
 
 
+@pytest.fixture
+def staging_tmp(tmp_path, monkeypatch):
+    """The staging root (and handover folders) in a folder of the test's own."""
+    root = tmp_path / "staging"
+    monkeypatch.setattr(storage, "staging_root", lambda: str(root))
+    return root
+
+
+def spy_uploads(monkeypatch) -> list:
+    """``(name, thread)`` of each upload of Folder (publish's, or the driver's Uploads')."""
+    import threading
+    sent = []
+    upload = storage.Folder._upload
+
+    def spy(self, local_file, target):
+        sent.append((target, threading.current_thread().name))
+        return upload(self, local_file, target)
+    monkeypatch.setattr(storage.Folder, "_upload", spy)
+    return sent
+
+
+def test_files_handed_over_are_uploaded_by_the_driver_in_order(tmp_path, bucket,
+                                                               staging_tmp, monkeypatch):
+    """Folder.publish in a process told to hand its uploads over (hand_over_uploads) moves
+    the file into the handover folder, and nothing is in the store until the Uploads of
+    the driver sends it; Uploads sends the files in the order they were published (a
+    part's record after its files), from its own thread, and removes its folder."""
+    import threading
+    name, options, fs = bucket
+    folder = storage.Folder(f"s3://{name}/out/", options)
+    sent = spy_uploads(monkeypatch)
+    gate = threading.Event()
+    monkeypatch.setattr(storage.Uploads, "_upload_waiting",
+                        lambda self, real=storage.Uploads._upload_waiting:
+                        real(self) if gate.is_set() else None)
+    uploads = storage.Uploads(storage.Folder(f"s3://{name}/out", options))
+    try:
+        storage.hand_over_uploads(f"s3://{name}/out", uploads.path)
+        for i, n in enumerate(["b.parquet", "a.parquet", "a.record"]):
+            staged = tmp_path / n
+            staged.write_bytes(n.encode() * (i + 1))
+            folder.publish(str(staged), n)
+            assert not staged.exists()
+        assert objects(fs, f"{name}/out") == {} and sent == []
+        assert len(os.listdir(uploads.path)) == 3
+        gate.set()
+        uploads.poke()
+        uploads.finish()
+    finally:
+        uploads.close()
+    assert sent == [(n, "daskwp-uploads") for n in ["b.parquet", "a.parquet", "a.record"]]
+    assert fs.cat_file(f"{name}/out/a.record") == b"a.record" * 3
+    assert sorted(objects(fs, f"{name}/out")) == ["a.parquet", "a.record", "b.parquet"]
+    assert not os.path.exists(uploads.path)
+    # the handover is over: this process uploads again
+    staged = tmp_path / "c.parquet"
+    staged.write_bytes(b"c")
+    folder.publish(str(staged), "c.parquet")
+    assert sent[-1] == ("c.parquet", threading.current_thread().name)
+
+
+def test_a_failed_handed_over_upload_fails_the_driver_in_one_line(tmp_path, bucket,
+                                                                 staging_tmp):
+    """An upload of the driver's Uploads that fails (here: no such bucket) is raised by
+    check and finish as a one-line StorageError naming the object; nothing is left."""
+    name, options, fs = bucket
+    target = f"s3://{name}-missing-{uuid.uuid4().hex[:6]}/out"
+    uploads = storage.Uploads(storage.Folder(target, options))
+    try:
+        storage.hand_over_uploads(target, uploads.path)
+        staged = tmp_path / "part.parquet"
+        staged.write_bytes(b"x")
+        storage.Folder(target, options).publish(str(staged), "part.parquet")
+        with pytest.raises(storage.StorageError) as e:
+            uploads.finish()
+    finally:
+        uploads.close()
+    assert "\n" not in str(e.value) and "part.parquet" in str(e.value)
+    assert "bucket does not exist" in str(e.value)
+    with pytest.raises(storage.StorageError):
+        uploads.check()
+    assert not os.path.exists(uploads.path)
+    assert storage._HANDOVER == {}
+
+
+@pytest.mark.parametrize("n_workers", [None, 1])
+def test_a_jobs_parts_are_uploaded_by_its_driver(tmp_path, bucket, staging_tmp,
+                                                  monkeypatch, n_workers):
+    """A job on threads of its own process, or on its own local cluster, writing to a
+    bucket: its write tasks hand their parts over and the driver's Uploads thread sends
+    them (a task goes on with its next partition meanwhile); the parts equal those of the
+    same job on local files, and no handover folder is left."""
+    from daskwp.jobs import driver
+    name, options, fs = bucket
+    data = ("\n".join(sample_lines(300)) + "\n").encode()
+    fs.pipe(f"{name}/in/a.txt", data)
+    (tmp_path / "a.txt").write_bytes(data)
+    sent = spy_uploads(monkeypatch)
+    made: list = []
+    monkeypatch.setattr(driver, "connect_cluster", _own_cluster(made))
+    kw = {"n_workers": n_workers, "scheduler_address": None} if n_workers else \
+        {"scheduler_address": "threads"}
+    summary = jobs.run_job(job_config(f"s3://{name}/in/a.txt", f"s3://{name}/out",
+                                      partition_size=4000, storage_options=options, **kw))
+    n = summary["partitions"]
+    assert n >= 3
+    assert sorted(t for t, _ in sent if t.startswith("part-")) == \
+        [jobs.part_name(i, n) for i in range(n)]
+    assert {th for t, th in sent if t.startswith("part-")} == {"daskwp-uploads"}
+    jobs.run_job(job_config(str(tmp_path / "a.txt"), str(tmp_path / "local"),
+                            scheduler_address="synchronous", partition_size=4000))
+    assert_same_parts(tmp_path / "local", f"s3://{name}/out", options)
+    assert not staging_tmp.exists() or os.listdir(staging_tmp) == []
+    assert storage._HANDOVER == {}
+
+
 def test_a_retried_streamed_put_sends_the_whole_file(tmp_path, bucket, monkeypatch):
     """s3fs repeats a PUT that failed after botocore's own retries with the same open file,
     now at its end: each try must send the file from its start (else an empty object is
@@ -1309,12 +1425,15 @@ if not getattr(s3fs.S3FileSystem, "_daskwp_test_logged", False):   # (run once)
 """
 
 
+@pytest.mark.parametrize("spool", [0, None])
 def test_the_cluster_starts_while_a_url_input_is_planned_and_warms_the_workers(
-        tmp_path, bucket, monkeypatch):
+        tmp_path, bucket, monkeypatch, spool):
     """A job on a local cluster of its own (n_workers set) reading and writing a bucket:
-    the cluster starts while the driver plans the input (the planner waits for it), and
-    the worker process builds its S3 filesystem and client once, in its warm-up thread,
-    before its first task: no task thread builds one."""
+    the cluster starts while the driver plans the input (the planner waits for it).
+    Without a spool the worker process builds its S3 filesystem and client once, in its
+    warm-up thread, before its first task: no task thread builds one. With the spool the
+    driver fetches every partition (its head stream) and uploads every part (the parts
+    handed over): the worker builds none."""
     import threading
 
     from daskwp.jobs import driver
@@ -1341,14 +1460,20 @@ def test_the_cluster_starts_while_a_url_input_is_planned_and_warms_the_workers(
 
     monkeypatch.setattr(driver, "connect_cluster", connect_cluster)
     monkeypatch.setattr(driver, "plan_partitions", slow_plan)
+    extra = {} if spool is None else {"spool_max_bytes": spool}
     summary = jobs.run_job(job_config(f"s3://{name}/in", f"s3://{name}/out", n_workers=1,
                                       scheduler_address=None, partition_size=4000,
-                                      storage_options=options))
+                                      storage_options=options, **extra))
     assert seen == {"cluster started while planning": True}
     assert summary["documents"] == 300 and summary["partitions"] >= 3
-    # (a client is built on fsspec's event loop thread, for the thread that asks for it)
-    assert fs_log.read_text().splitlines() == ["filesystem daskwp-storage-warm",
-                                               "client fsspecIO"]
+    if spool == 0:
+        # (a client is built on fsspec's event loop thread, for the thread that asks)
+        assert fs_log.read_text().splitlines() == ["filesystem daskwp-storage-warm",
+                                                   "client fsspecIO"]
+    else:
+        assert not fs_log.exists()
+        assert sorted(n for n in objects(fs, f"{name}/out") if n.startswith("part-")) == \
+            [jobs.part_name(i, summary["partitions"]) for i in range(summary["partitions"])]
     assert [c.status for c in made] == ["closed"]
 
 

@@ -320,19 +320,57 @@ class ClusterStart:
             _close_own_client(client)
 
 
-def start_cluster_early(cfg: JobConfig, client, urls: Sequence[str]) -> ClusterStart | None:
+def start_cluster_early(cfg: JobConfig, client, urls: Sequence[str],
+                        warm: bool = True) -> ClusterStart | None:
     """A :class:`ClusterStart` when the job will run on a local cluster whatever its input's
     size (``n_workers`` or ``threads_per_worker`` set, a GPU device, ``in_process_max_bytes``
     0) and reads or writes an object store (``urls``): the cluster's start then overlaps
     the listing and planning (importing the filesystem's module, building its client, the
     requests). None otherwise: no client of the caller's, a running scheduler, in-process
-    runs and local jobs start nothing before they are planned."""
+    runs and local jobs start nothing before they are planned. ``warm`` False: the
+    workers do not build the URLs' filesystems as they start (the job says which they
+    need once planned: :func:`warm_workers`)."""
     if client is not None or cfg.scheduler_address or not any(is_url(u) for u in urls):
         return None
     device = resolve_device(cfg.device)
     if choose_scheduler(cfg, 0, device)[0] is not None:
         return None   # (whether it runs in this process depends on the input's size)
-    return ClusterStart(cfg, device, urls)
+    return ClusterStart(cfg, device, urls if warm else ())
+
+
+def warm_workers(client, urls: Sequence[str], storage_options: dict | None) -> None:
+    """The workers of ``client`` start building the filesystems of ``urls`` (those that
+    are URLs) now (:class:`~daskwp.distributed.plugin.StorageWarmup`)."""
+    urls = [u for u in urls if is_url(u)]
+    if urls:
+        from ..distributed.plugin import StorageWarmup
+        client.register_plugin(StorageWarmup(urls, storage_options))
+
+
+def hand_over_uploads(runner, run_record: dict, folder) -> "storage.Uploads | None":
+    """Where the job's processes share this host (its own local cluster, or in-process
+    threads) and its output is an object store's folder: the
+    :class:`~daskwp.frames.storage.Uploads` that uploads, in this process, the files that
+    the write tasks publish (:func:`~daskwp.frames.storage.hand_over_uploads`): the
+    workers build no client of the store for their parts, and a task goes on with its
+    next partition while its part is sent. None elsewhere (a running cluster's workers
+    may be on other hosts: each uploads its own parts)."""
+    mode = run_record.get("mode")
+    if not folder.remote or mode not in ("local_cluster", "threads"):
+        return None
+    try:
+        uploads = storage.Uploads(folder)
+    except OSError:    # (a staging root that is not this user's own: no handover)
+        return None
+    try:
+        if mode == "local_cluster":
+            runner.run(storage.hand_over_uploads, folder.location, uploads.path)
+        else:
+            storage.hand_over_uploads(folder.location, uploads.path)
+    except BaseException:
+        uploads.close()
+        raise
+    return uploads
 
 
 # ---------------------------------------------------------------------------------------
@@ -1279,12 +1317,15 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
     exclude = check_input_output_overlap(cfg.input, out)
     urls = [out, *([cfg.input] if isinstance(cfg.input, str) else cfg.input)]
     # A local cluster that will run the job whatever the input's size starts now, while
-    # the input is listed and planned; closed on any error before it is used.
-    started = start_cluster_early(cfg, client, urls)
+    # the input is listed and planned; closed on any error before it is used. With a
+    # spool, its workers build the filesystems they need once the job is planned (the
+    # driver fetches the first partitions and uploads the parts: maybe none).
+    spooling = bool(cfg.spool_max_bytes) and cfg.packing is None
+    started = start_cluster_early(cfg, client, urls, warm=not spooling)
     if started is not None:
         cleanup.callback(started.close)
     heads = None
-    if started is not None and cfg.spool_max_bytes and cfg.packing is None:
+    if started is not None and spooling:
         # the workers' host is this one: the first partitions are fetched for their counts
         # while the cluster starts (inputs/fetch_spool.py, StreamPrefetch), by the GET
         # that brings the object's head for the listing (HeadStreams)
@@ -1402,6 +1443,7 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
     written_bytes = 0
     runner = None
     spool_token = None
+    uploads = None   # the driver's uploads of the parts (hand_over_uploads)
     paused = contextlib.ExitStack()
     try:
         # in-process threads, a local cluster or a running one (choose_scheduler)
@@ -1409,6 +1451,17 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
             cfg, device, sum(f.size for f in files), client, work, log,
             tasks=n if packing else len(missing), started=started, urls=urls)
         paused.enter_context(running_cluster_profiler_paused(cfg, runner, run_record))
+        if not packing:
+            uploads = hand_over_uploads(runner, run_record, folder)
+        if started is not None and spooling and run_record["mode"] == "local_cluster":
+            # what the workers fetch or upload themselves: the input, unless the driver's
+            # prefetch holds every partition to count or write; the output, unless the
+            # driver uploads its parts
+            to_write = set(missing)
+            to_read = [i for i in range(n) if counts[i] is None or i in to_write]
+            warm_workers(runner, [*([] if uploads is not None else [out]),
+                                  *([] if prefetch is not None and prefetch.covers(to_read)
+                                    else urls[1:])], cfg.storage_options)
         header["run"] = run_record
         save_job()   # with the run record, before any part is written
         if missing and SUMMARY_FILE in listed:
@@ -1439,6 +1492,9 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
 
         def got_part(i, st):
             nonlocal written_bytes
+            if uploads is not None:   # (the part's files handed over: sent now)
+                uploads.poke()
+                uploads.check()
             stats[i] = st
             written_bytes += st["text_bytes"]
             prog.update(1, st["text_bytes"])
@@ -1454,11 +1510,15 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
                                    if merger is not None else None)
             if merger is not None:
                 merger.drain()   # (the records of an in-process merge: checked next)
+            if uploads is not None:
+                uploads.finish()   # every part in the store
             ran = True
         finally:
             prog.close()
         work_seconds = time.perf_counter() - t_work
     finally:
+        if uploads is not None:
+            uploads.close()   # (after an error: the parts not sent are dropped)
         paused.close()   # the workers' profiler as it was
         if spool_token:
             remove_spools(runner, spool_token)

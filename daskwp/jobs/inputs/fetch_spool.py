@@ -417,6 +417,10 @@ class Prefetch:
         finally:
             self.discard()
 
+    def covers(self, indices) -> bool:
+        """Whether the partitions ``indices`` are all this prefetch's (partition 0 only)."""
+        return set(indices) <= {self.spec.index}
+
     def discard(self) -> None:
         """Wait for the fetch and remove what it left (nothing once adopted)."""
         self._thread.join()
@@ -828,6 +832,11 @@ class StreamPrefetch:
             else:
                 st.stopped = True
             st.cond.notify_all()
+
+    def covers(self, indices) -> bool:
+        """Whether the partitions ``indices`` are all among those the stream was given
+        (where it stops early, their counts fetch the rest themselves)."""
+        return set(indices) <= {spec.index for spec, _, _ in self.taken}
 
     def wait(self, timeout: float | None = None) -> None:
         """Wait until every partition adopted is in the run's folder, or let go."""
