@@ -1,5 +1,6 @@
 // daskwp — the host memory pool behind host_alloc / host_free (see host_pool.hpp).
 #include <pthread.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,6 +29,31 @@ size_t initial_limit() {
   return std::min(std::max(phys / 8, size_t(256) << 20), size_t(16) << 30);
 }
 
+// A pooled block is a mapping of its own, 2 MB aligned (block_map), not malloc's: freed
+// (trimmed, released) it goes back to the system at once. From malloc, a Dask worker's
+// blocks of 4-32 MB came from the heap (tune_worker_malloc raises glibc's mmap threshold to
+// 32 MB), where those freed stayed resident as holes between the heap's other objects,
+// and the blocks of new sizes grew the heap's top: a worker's heap grew with the
+// partitions it wrote, whatever the pool kept.
+struct Block {
+  void* p;
+  size_t size;
+};
+
+void* block_map(size_t bytes) {
+  const size_t span = bytes + kHuge;
+  void* m = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return nullptr;
+  const uintptr_t base = reinterpret_cast<uintptr_t>(m);
+  const uintptr_t start = (base + kHuge - 1) / kHuge * kHuge;
+  if (start > base) munmap(m, start - base);
+  const uintptr_t end = start + bytes;
+  if (base + span > end) munmap(reinterpret_cast<void*>(end), base + span - end);
+  return reinterpret_cast<void*>(start);
+}
+
+void block_unmap(void* p, size_t bytes) noexcept { munmap(p, bytes); }
+
 struct Cached {
   void* p;
   size_t size;
@@ -45,10 +71,10 @@ struct Pool {
 
   // Drops the oldest cached blocks until at most `keep` bytes stay; returns them to free
   // outside the lock.
-  std::vector<void*> trim(size_t keep) {
-    std::vector<void*> out;
+  std::vector<Block> trim(size_t keep) {
+    std::vector<Block> out;
     while (cached_bytes > keep) {
-      out.push_back(cached.front().p);
+      out.push_back({cached.front().p, cached.front().size});
       cached_bytes -= cached.front().size;
       cached.pop_front();
     }
@@ -56,10 +82,10 @@ struct Pool {
   }
 
   // Drops the cached blocks freed before `mark`; returns them to free outside the lock.
-  std::vector<void*> trim_before(uint64_t mark) {
-    std::vector<void*> out;
+  std::vector<Block> trim_before(uint64_t mark) {
+    std::vector<Block> out;
     while (!cached.empty() && cached.front().freed_at < mark) {
-      out.push_back(cached.front().p);
+      out.push_back({cached.front().p, cached.front().size});
       cached_bytes -= cached.front().size;
       cached.pop_front();
     }
@@ -85,8 +111,8 @@ Pool& pool() {
 void pool_prepare_fork() { pool().mu.lock(); }
 void pool_after_fork() { pool().mu.unlock(); }
 
-void free_all(const std::vector<void*>& blocks) {
-  for (void* q : blocks) std::free(q);
+void free_all(const std::vector<Block>& blocks) {
+  for (const Block& b : blocks) block_unmap(b.p, b.size);
 }
 
 }  // namespace
@@ -121,17 +147,17 @@ void* host_alloc_pooled(size_t bytes) {
       return p;
     }
   }
-  void* p = std::aligned_alloc(kHuge, rounded);
+  void* p = block_map(rounded);
   if (!p) {  // the cached blocks may be what is in the way
     host_pool_release();
-    p = std::aligned_alloc(kHuge, rounded);
+    p = block_map(rounded);
     if (!p) throw std::bad_alloc();
   }
   std::lock_guard<std::mutex> lock(P.mu);
   try {
     P.live.emplace(p, rounded);
   } catch (...) {
-    std::free(p);
+    block_unmap(p, rounded);
     throw;
   }
   P.live_bytes += rounded;
@@ -141,7 +167,7 @@ void* host_alloc_pooled(size_t bytes) {
 void host_free(void* p) noexcept {
   if (!p) return;
   Pool& P = pool();
-  std::vector<void*> drop;
+  std::vector<Block> drop;
   {
     std::lock_guard<std::mutex> lock(P.mu);
     auto it = P.live.find(p);
@@ -154,14 +180,14 @@ void host_free(void* p) noexcept {
     P.live_bytes -= size;
     try {
       if (size > P.limit) {
-        drop.push_back(p);
+        drop.push_back({p, size});
       } else {
         P.cached.push_back(Cached{p, size, ++P.clock});
         P.cached_bytes += size;
         drop = P.trim(P.limit);
       }
     } catch (...) {  // no memory for the bookkeeping: just free it
-      std::free(p);
+      block_unmap(p, size);
       return;
     }
   }
@@ -176,7 +202,7 @@ HostPoolInfo host_pool_info() {
 
 void host_pool_set_limit(size_t bytes) {
   Pool& P = pool();
-  std::vector<void*> drop;
+  std::vector<Block> drop;
   {
     std::lock_guard<std::mutex> lock(P.mu);
     P.limit = bytes;
@@ -193,7 +219,7 @@ uint64_t host_pool_mark() {
 
 size_t host_pool_trim_idle(uint64_t mark) {
   Pool& P = pool();
-  std::vector<void*> drop;
+  std::vector<Block> drop;
   size_t bytes;
   {
     std::lock_guard<std::mutex> lock(P.mu);
@@ -207,7 +233,7 @@ size_t host_pool_trim_idle(uint64_t mark) {
 
 size_t host_pool_release() {
   Pool& P = pool();
-  std::vector<void*> drop;
+  std::vector<Block> drop;
   size_t bytes;
   {
     std::lock_guard<std::mutex> lock(P.mu);
