@@ -420,10 +420,10 @@ def _threads_once_given(seconds: float = 20.0):
         time.sleep(0.01)
 
 
-def test_the_last_write_takes_the_threads_of_its_hosts_idle_workers():
-    """give_idle_threads: a write left running while the other worker idles gets both
-    workers' threads for its next pieces (the kernel's threads, on this host); a key it was
-    not given keeps the worker's one thread."""
+def test_the_last_write_takes_the_threads_of_its_processs_idle_workers():
+    """give_idle_threads: a write left running while the other worker of its process idles
+    gets both workers' threads for its next pieces (the kernel's threads); a key it was not
+    given keeps the worker's one thread."""
     from distributed import Client, LocalCluster
 
     from daskwp.distributed import state as _state
@@ -444,6 +444,30 @@ def test_the_last_write_takes_the_threads_of_its_hosts_idle_workers():
         assert sent == {w0: {fut.key: 2}}
         assert fut.result() == 2
     _state._TASK_THREADS.clear()
+
+
+def test_another_worker_process_lends_no_threads():
+    """A write takes only its own process's idle threads: another worker process's thread
+    would make the write's process copy a word memo and tokenize on two threads' buffers
+    (+50 MB at a job's end for a fraction of a second). The workers of one process (an
+    in-process cluster: the test above) still lend theirs."""
+    from distributed import Client, LocalCluster
+
+    from daskwp.jobs.driver import cluster_workers, give_idle_threads, worker_process
+    assert worker_process("inproc://10.0.0.1/4242/3") == "inproc://10.0.0.1/4242"
+    assert worker_process("tcp://10.0.0.1:4000") == "tcp://10.0.0.1:4000"
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=":0") as cluster, Client(cluster) as client:
+        workers = cluster_workers(client)
+        assert len({p for p, _ in workers.values()}) == 2   # two processes, one host
+        w0 = sorted(workers)[0]
+        fut = client.submit(time.sleep, 3, key=("daskwp-write-test", 0), workers=[w0])
+        for _ in range(500):          # until the scheduler has the task processing
+            if any(fut.key in k for k in client.processing().values()):
+                break
+            time.sleep(0.01)
+        assert give_idle_threads(client, {fut.key}, workers) == {}
+        fut.result()
 
 
 def test_a_worker_busy_with_another_task_lends_no_threads():

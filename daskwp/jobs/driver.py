@@ -976,12 +976,21 @@ def _pass_priority(n: int, key) -> int:
     return 2 + n
 
 
+def worker_process(address: str) -> str:
+    """The process a worker runs in, as far as its address tells: the workers of one
+    process (``LocalCluster(processes=False)``: ``inproc://host/pid/n``) share
+    ``inproc://host/pid``; any other address is a process of its own."""
+    if address.startswith("inproc://"):
+        return address.rsplit("/", 1)[0]
+    return address
+
+
 def cluster_workers(client) -> dict:
-    """``{address: (host, threads)}`` of the workers of ``client`` now ({} when they cannot
-    be listed)."""
+    """``{address: (process, threads)}`` of the workers of ``client`` now
+    (:func:`worker_process`; {} when they cannot be listed)."""
     try:
         info = client.scheduler_info(n_workers=-1)["workers"]
-        return {w: (str(v["host"]), int(v["nthreads"])) for w, v in info.items()}
+        return {w: (worker_process(w), int(v["nthreads"])) for w, v in info.items()}
     except (OSError, KeyError, TypeError, ValueError):
         return {}
 
@@ -1002,32 +1011,45 @@ def prefetch_on_workers(client, future, priority: int, name: str, workers=None) 
 
 
 def give_idle_threads(client, running: set, workers: dict) -> dict:
-    """Give the writes still running (keys ``running``) the threads of their host's idle
-    workers: each gets ``threads // writes running on the host`` kernel threads from its
-    next piece on (:func:`~daskwp.distributed.state.set_task_threads`; the job's last
+    """Give the writes still running (keys ``running``) the idle threads of their process:
+    each gets ``threads // writes running in the process`` kernel threads from its next
+    piece on (:func:`~daskwp.distributed.state.set_task_threads`; the job's last
     partitions, with fewer of them left than threads), ``threads`` counting only the
-    workers that run nothing else (on a running cluster, a worker busy with another
-    client's task lends none). ``workers``: :func:`cluster_workers`. Returns ``{worker:
-    {key: threads}}`` as sent (only shares above one)."""
+    process's workers that run nothing else (on a running cluster, a worker busy with
+    another client's task lends none). ``workers``: :func:`cluster_workers`. Returns
+    ``{worker: {key: threads}}`` as sent (only shares above one).
+
+    Only a process's own threads: each kernel thread of a process takes a word memo of its
+    own (docs/design.md §3.5), and the process of a write has one per thread it runs. The
+    threads of another worker process on the host, given before, made the write's process
+    copy a memo and tokenize on two threads' buffers: a 2 x 1-thread cluster's worker that
+    wrote a 5 GB job's last partition peaked 342 MiB against 281-309 over its other
+    partitions (its heap +21 MB, a second memo +30 MB), for a fraction of a second saved
+    at the job's end (an 8 MB remainder partition: one 8 MB piece)."""
     from ..distributed.state import set_task_threads
+    per_process: dict = {}
+    for process, threads in workers.values():
+        per_process[process] = per_process.get(process, 0) + threads
+    if all(t < 2 for t in per_process.values()):   # nothing to give
+        return {}
     try:
         processing = client.processing()
     except OSError:
         return {}
     mine = {w: [k for k in keys if k in running] for w, keys in processing.items()
             if w in workers}
-    host_threads: dict = {}
-    host_running: dict = {}
-    for w, (host, threads) in workers.items():
+    idle_threads: dict = {}
+    writes: dict = {}
+    for w, (process, threads) in workers.items():
         if all(k in running for k in processing.get(w, ())):   # idle, or these writes
-            host_threads[host] = host_threads.get(host, 0) + threads
+            idle_threads[process] = idle_threads.get(process, 0) + threads
     for w, keys in mine.items():
-        host = workers[w][0]
-        host_running[host] = host_running.get(host, 0) + len(keys)
+        process = workers[w][0]
+        writes[process] = writes.get(process, 0) + len(keys)
     sent = {}
     for w, keys in mine.items():
-        host = workers[w][0]
-        share = host_threads.get(host, 0) // host_running[host] if keys else 1
+        process = workers[w][0]
+        share = idle_threads.get(process, 0) // writes[process] if keys else 1
         if share > 1:
             sent[w] = {k: share for k in keys}
             try:
@@ -1120,7 +1142,7 @@ def run_graph(graph: JobGraph, client, on_write: Callable[[int, dict], None],
     hold_name = graph.offset_keys[0][0].replace("daskwp-offset-", "daskwp-hold-", 1)
     workers: dict = {}
     # The last writes, fewer than the cluster's threads, take the threads of the workers
-    # left idle on their host (give_idle_threads), asked again as each write finishes.
+    # left idle in their process (give_idle_threads), asked again as each write finishes.
     submitted = 0
     done_writes = 0
     tail_at = None   # writes left when the threads were last given
