@@ -1337,6 +1337,46 @@ def test_a_jobs_parts_are_uploaded_by_its_driver(tmp_path, bucket, staging_tmp,
     assert storage._HANDOVER == {}
 
 
+@pytest.mark.parametrize("n_workers", [None, 1])
+def test_a_failed_upload_of_the_driver_fails_the_job_and_a_rerun_completes_it(
+        tmp_path, bucket, staging_tmp, monkeypatch, n_workers):
+    """A part whose upload by the driver fails (access denied, here) fails the job with
+    one line naming the part: that part is not in the store, no handover folder is
+    left, and a rerun writes it (and only the parts not in the store)."""
+    from daskwp.jobs import driver
+    name, options, fs = bucket
+    fs.pipe(f"{name}/in/a.txt", ("\n".join(sample_lines(300)) + "\n").encode())
+    upload = storage.Folder._upload
+
+    def failing(self, local_file, target):
+        if target.startswith("part-00001"):
+            raise PermissionError("AccessDenied: no")
+        return upload(self, local_file, target)
+    monkeypatch.setattr(storage.Folder, "_upload", failing)
+    made: list = []
+    monkeypatch.setattr(driver, "connect_cluster", _own_cluster(made))
+    kw = {"n_workers": n_workers, "scheduler_address": None} if n_workers else \
+        {"scheduler_address": "threads"}
+    cfg = job_config(f"s3://{name}/in/a.txt", f"s3://{name}/out", partition_size=4000,
+                     storage_options=options, **kw)
+    with pytest.raises(jobs.JobError) as e:
+        jobs.run_job(cfg)
+    assert "\n" not in str(e.value) and "part-00001" in str(e.value)
+    assert "access denied" in str(e.value)
+    assert not any(n.startswith("part-00001") for n in objects(fs, f"{name}/out"))
+    assert not staging_tmp.exists() or os.listdir(staging_tmp) == []
+    assert storage._HANDOVER == {}
+    monkeypatch.setattr(storage.Folder, "_upload", upload)
+    before = objects(fs, f"{name}/out")
+    summary = jobs.run_job(cfg)
+    after = objects(fs, f"{name}/out")
+    n = summary["partitions"]
+    assert all(after[jobs.part_name(i, n)] == before[jobs.part_name(i, n)]
+               for i in range(n) if jobs.part_name(i, n) in before)
+    assert sorted(k for k in after if k.startswith("part-")) == \
+        [jobs.part_name(i, n) for i in range(n)]
+
+
 def test_a_retried_streamed_put_sends_the_whole_file(tmp_path, bucket, monkeypatch):
     """s3fs repeats a PUT that failed after botocore's own retries with the same open file,
     now at its end: each try must send the file from its start (else an empty object is

@@ -1040,6 +1040,8 @@ class Uploads:
         self.folder = folder
         self.path = tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=root)
         self.uploaded = 0
+        #: ``time.perf_counter()`` when the last upload ended (the start, before any)
+        self.finished_at = time.perf_counter()
         self.error: BaseException | None = None
         self._wake = threading.Event()
         self._stopping = self._abort = False
@@ -1080,8 +1082,12 @@ class Uploads:
         for _, n, name in sorted(names):
             if self._abort:
                 return
-            self.folder._upload(os.path.join(self.path, n), name)
+            try:
+                self.folder._upload(os.path.join(self.path, n), name)
+            except Exception as e:
+                raise storage_error(self.folder.join(name), e) from None
             self.uploaded += 1
+            self.finished_at = time.perf_counter()
 
     def _stop(self) -> None:
         self._stopping = True

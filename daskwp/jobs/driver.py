@@ -1475,6 +1475,8 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
         paused.enter_context(running_cluster_profiler_paused(cfg, runner, run_record))
         if not packing:
             uploads = hand_over_uploads(runner, run_record, folder)
+            if uploads is not None:
+                cleanup.callback(uploads.close)   # (an error or interrupt before its finish)
         if started is not None and spooling and run_record["mode"] == "local_cluster":
             # what the workers fetch or upload themselves: the input, unless the driver's
             # prefetch holds every partition to count or write; the output, unless the
@@ -1516,7 +1518,10 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
             nonlocal written_bytes
             if uploads is not None:   # (the part's files handed over: sent now)
                 uploads.poke()
-                uploads.check()
+                try:
+                    uploads.check()
+                except storage.StorageError as e:   # (not the cluster's OSError)
+                    raise JobError(str(e)) from None
             stats[i] = st
             written_bytes += st["text_bytes"]
             prog.update(1, st["text_bytes"])
@@ -1532,14 +1537,12 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
                                    if merger is not None else None)
             if merger is not None:
                 merger.drain()   # (the records of an in-process merge: checked next)
-            if uploads is not None:
-                uploads.finish()   # every part in the store
             ran = True
         finally:
             prog.close()
         work_seconds = time.perf_counter() - t_work
     finally:
-        if uploads is not None:
+        if uploads is not None and not ran:
             uploads.close()   # (after an error: the parts not sent are dropped)
         paused.close()   # the workers' profiler as it was
         if spool_token:
@@ -1550,6 +1553,11 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
         # check takes the parts' sizes from (below), when the job ran.
         if not (ran and parquet):
             remove_temporary_files(folder)
+    if uploads is not None:
+        # the last parts' uploads went on while the cluster closed: every part in the
+        # store now, the work's time up to the last upload's end
+        uploads.finish()
+        work_seconds = max(work_seconds, uploads.finished_at - t_work)
     sizes = None
     if parquet:   # one listing: temporary files, the parts' sizes, the rejects files
         sizes = folder.sizes()
