@@ -448,3 +448,52 @@ def test_the_driver_gives_the_merge_the_total_before_the_last_partitions(tmp_pat
     else:   # told by the last partition's task, as before; every count kept its bytes
         assert told[0] == (s["documents"], n - 2)
         assert sorted(kept_counts) == list(range(n))
+
+
+@pytest.mark.parametrize("separator", [None, "\n"])
+def test_writes_take_their_partitions_in_order_when_every_count_is_known(tmp_path,
+                                                                         monkeypatch,
+                                                                         separator):
+    """With every partition's count known at planning (a Parquet input: its row groups'
+    rows) no pass orders the writes: on threads each write still takes the next partition
+    in input order (dask.order started them out of order, 18, 1, 0, 17, ..., and each past
+    the merge's bound was written as a part and copied), and the driver tells the merge
+    the total at once. The bytes are those of the same documents' JSON Lines job."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from test_megatron import DATA, _jsonl, read_documents
+    lines = read_documents(DATA / "corpus" / "en_ewt.txt")[:1500]
+    docs = ["\n".join(lines[i:i + 3]) for i in range(0, len(lines), 3)]
+    docs[5:5] = [None, ""]
+    _jsonl(tmp_path / "docs.jsonl", docs)
+    pq.write_table(pa.table({"text": docs}), tmp_path / "docs.parquet", row_group_size=20)
+    kw = {} if separator is None else {"document_separator": separator}
+
+    def values(out, **more):
+        v = _values(tmp_path, out, **kw)
+        v.update(scheduler_address="threads", **more)
+        return v
+    s = run_job(make_config(values("ref")))
+    want = {ext: Path(s["megatron"]["prefix"] + ext).read_bytes() for ext in (".bin", ".idx")}
+    started, told = [], []
+    real_write, real_expect = driver._WRITERS["megatron"], jm.InlineMerge.expect_documents
+
+    def write(spec, *args, **kwargs):
+        started.append(spec.index)
+        return real_write(spec, *args, **kwargs)
+
+    def expect_documents(self, documents):
+        told.append((documents, len(started)))
+        return real_expect(self, documents)
+    monkeypatch.setitem(driver._WRITERS, "megatron", write)
+    monkeypatch.setattr(jm.InlineMerge, "expect_documents", expect_documents)
+    s = run_job(make_config(values("o", input=str(tmp_path / "docs.parquet"),
+                                   partition_size="2KB")))
+    n = s["partitions"]
+    assert s["run"]["mode"] == "threads" and n >= 12
+    assert sorted(started) == list(range(n))
+    # (two threads: one may note its partition just after the next one's)
+    assert all(i >= j - 1 for j, i in enumerate(started)), started
+    assert told and told[0][0] == len(docs) and told[0][1] <= 2   # (at once)
+    _same_bytes(s, want)
+    assert not list((tmp_path / "o").glob("part-*.bin"))
