@@ -284,8 +284,10 @@ def _vm_flags(buf) -> list:
 
 
 @pytest.mark.skipif(not hasattr(__import__("mmap"), "MADV_HUGEPAGE")
-                    or not os.path.exists("/proc/self/smaps"),
-                    reason="transparent huge pages and smaps are Linux's")
+                    or not os.path.exists("/proc/self/smaps")
+                    or not os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled"),
+                    reason="transparent huge pages (a kernel built with them) and smaps are "
+                           "Linux's")
 @pytest.mark.parametrize("setting", [None, "true", "false"])
 def test_direct_buffers_ask_for_huge_pages(monkeypatch, setting):
     """A new direct I/O buffer asks for transparent huge pages (VmFlags 'hg': the pinning
