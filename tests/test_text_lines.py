@@ -459,8 +459,9 @@ def test_count_pass_in_small_pieces_equals_read(tmp_path, monkeypatch, piece):
     """The count pass reads each partition in pieces into one buffer of the thread (here
     pieces of a few bytes, so that lines span many): plain and compressed, text and JSON
     Lines, it counts the documents the read stage reads."""
-    from daskwp.jobs.inputs import byte_ranges
+    from daskwp.jobs.inputs import byte_ranges, text
     monkeypatch.setattr(byte_ranges, "PIECE", piece)
+    monkeypatch.setattr(text, "MAPPED_PIECE", piece)   # a local text range's count
     rng = random.Random(piece)
     lines = [rng.choice(["", " ", "\t\r", "x y", "ab\r"]) for _ in range(300)]
     docs = [json.dumps({"text": f"doc {i}"}) + rng.choice(["", " \r"]) for i in range(300)]
@@ -503,6 +504,51 @@ def test_text_partitions_are_split_from_a_map_of_the_file(tmp_path):
     want_lines, want_bad = reference(data)
     assert [x for texts, _, _ in read for x in texts.to_pylist()] == want_lines
     assert sum(b for _, _, (b, _) in read) == sum(want_bad)
+
+
+def test_text_count_reads_a_local_range_from_its_map_in_pieces(tmp_path, monkeypatch,
+                                                                 request):
+    """A local text partition is counted from a memory map of its range (no read() of its
+    bytes into a buffer), in pieces whose pages leave the process once counted: the counts
+    are the read stage's however the pieces fall, and counting a 64 MB partition raises
+    the peak RSS by about a piece, not the partition."""
+    from daskwp.jobs.inputs import byte_ranges, text
+
+    def no_read(spec):
+        raise AssertionError(f"read_pieces({spec.describe()})")
+    monkeypatch.setattr(text, "read_pieces", no_read)
+    data = _spliced_corpus()
+    path = tmp_path / "in.txt"
+    for tail in (b"", b"\n", b"last line"):
+        path.write_bytes(data + tail)
+        specs = [byte_ranges.exact_range(s) for s in _text_specs(path, 50_000)]
+        want = [len(inputs.read_partition(s)) for s in specs]
+        assert sum(want) == len(reference(data + tail)[0])
+        for piece in (1, 7, 4096, 1 << 20):
+            monkeypatch.setattr(text, "MAPPED_PIECE", piece)
+            assert [inputs.count_partition(s) for s in specs] == want, (tail, piece)
+    monkeypatch.undo()
+
+    big = tmp_path / "big.txt"
+    line = b"x" * 99 + b"\n"
+    size = 64 << 20
+    big.write_bytes(line * (size // len(line)))
+    (spec,) = _text_specs(big, size + 1)
+    import os
+    fd = os.open(big, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+    os.close(fd)
+
+    def hwm():
+        with open("/proc/self/status") as fh:
+            return next(int(x.split()[1]) << 10 for x in fh if x.startswith("VmHWM"))
+    with open("/proc/self/clear_refs", "w") as fh:
+        fh.write("5")
+    before = hwm()
+    assert inputs.count_partition(spec) == size // len(line)
+    grew = hwm() - before
+    # a piece's pages (8 MB) at most; mapped whole, the partition's 64 MB
+    assert grew < text.MAPPED_PIECE + (8 << 20), grew
 
 
 def test_map_range_leaves_what_it_cannot_map_to_the_reader(tmp_path):
