@@ -865,10 +865,11 @@ def test_listing_and_planning_fetch_an_objects_head_once(bucket, monkeypatch, ki
 @pytest.mark.parametrize("kind", ["a.txt", "b.jsonl"])
 def test_a_job_plans_without_a_get_per_cut(tmp_path, bucket, kind, spool_tmp, monkeypatch):
     """Planning a text or JSON Lines object sends no GET at its partitions' cuts (it sent one
-    of 1 MB at each, one after the other on the driver): with the spool, a job sends one GET
-    for the object's first MB (listing, planning) and one per partition (its count fetches
-    its range with the line starts at its cuts; its write reads that); the parts equal
-    those of the same job on local files."""
+    of 1 MB at each, one after the other on the driver): with the spool, a job in this
+    process sends one GET, which brings the object's first MB (listing, planning) and goes
+    on through every partition (each count reads its range, with the line starts at its
+    cuts, from that GET's spool file; its write reads that); the parts equal those of the
+    same job on local files."""
     name, options, fs = bucket
     data = corpus_files(sample_lines() * 12)[kind]
     assert len(data) > 2 * storage.HEAD_BYTES
@@ -885,7 +886,7 @@ def test_a_job_plans_without_a_get_per_cut(tmp_path, bucket, kind, spool_tmp, mo
     assert n == local["partitions"] >= 9
     assert remote["documents"] == local["documents"] == len(sample_lines()) * 12
     gets = [f for f in fetched if f[0] == kind]
-    assert gets[0] == (kind, 0, storage.HEAD_BYTES) and len(gets) == 1 + n, gets
+    assert gets == [(kind, 0, len(data))], gets
     assert_same_parts(tmp_path / "local", out, options)
     assert spool_files(spool_tmp) == []
 
@@ -995,8 +996,9 @@ def test_a_job_sends_no_request_it_can_do_without(tmp_path, bucket, requests_log
     # the check, rejects files); none for the probe's check that the output is no object
     # (a HEAD)
     assert got["LIST"] == 3, got
-    # GETs: the input's head and each partition's range; each part's footer once
-    assert got["GET"] == 1 + n + n, got
+    # GETs: the input's one (its head, then every partition's range); each part's
+    # footer once
+    assert got["GET"] == 1 + n, got
     assert sorted(key for k, key in outputs if k == "GET") == \
         [f"out/{jobs.part_name(i, n)}" for i in range(n)]
     assert not [key for k, key in outputs if k == "HEAD" and "part-" in key], outputs
@@ -1021,11 +1023,14 @@ def test_a_job_sends_no_request_it_can_do_without(tmp_path, bucket, requests_log
 
 
 @pytest.mark.parametrize("spool", ["4GB", 0])
-def test_an_input_object_replaced_after_planning_fails_the_job(tmp_path, bucket, spool_tmp,
-                                                                monkeypatch, spool):
+def test_an_input_object_replaced_after_planning_is_never_tokenized(
+        tmp_path, bucket, spool_tmp, monkeypatch, spool):
     """The partitions read the version of the object that the listing saw (each GET with
     If-Match its ETag): an object replaced after planning (the same size, other bytes) is
-    never tokenized; the job fails with one line naming the object, writes no part."""
+    never tokenized. Without a spool the job fails with one line naming the object and
+    writes no part; with it, the listing's GET had brought the whole object (the job runs
+    in this process: its head stream goes on through every partition) before it was
+    replaced, and the job writes the version it listed."""
     from daskwp.jobs import driver
     name, options, fs = bucket
     data = corpus_files(sample_lines(300))["a.txt"]
@@ -1034,13 +1039,27 @@ def test_an_input_object_replaced_after_planning_fails_the_job(tmp_path, bucket,
 
     def plan_then_replace(*a, **kw):
         specs = real(*a, **kw)
+        heads = storage._HEAD_SOURCE.get()
+        if heads is not None and heads.stream is not None:   # (its GET's bytes all in)
+            st = heads.stream
+            with st.cond:
+                while st.written < len(data) and not st.done:
+                    st.cond.wait()
         fs.pipe(f"{name}/a.txt", data.upper())
         return specs
     monkeypatch.setattr(driver, "plan_partitions", plan_then_replace)
     out = f"s3://{name}/out"
+    cfg = job_config(f"s3://{name}/a.txt", out, storage_options=options,
+                     spool_max_bytes=spool)
+    if spool:
+        jobs.run_job(cfg)
+        (tmp_path / "a.txt").write_bytes(data)
+        jobs.run_job(job_config(str(tmp_path / "a.txt"), str(tmp_path / "local")))
+        assert_same_parts(tmp_path / "local", out, options)
+        assert spool_files(spool_tmp) == []
+        return
     with pytest.raises(jobs.JobError) as e:
-        jobs.run_job(job_config(f"s3://{name}/a.txt", out, storage_options=options,
-                                spool_max_bytes=spool))
+        jobs.run_job(cfg)
     msg = str(e.value)
     assert f"{name}/a.txt" in msg and "\n" not in msg, msg
     fs.invalidate_cache()

@@ -1347,10 +1347,13 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
     if started is not None:
         cleanup.callback(started.close)
     heads = None
-    if started is not None and spooling:
-        # the workers' host is this one: the first partitions are fetched for their counts
-        # while the cluster starts (inputs/fetch_spool.py, StreamPrefetch), by the GET
-        # that brings the object's head for the listing (HeadStreams)
+    here = client is None and (not cfg.scheduler_address or
+                               cfg.scheduler_address in LOCAL_SCHEDULERS)
+    if spooling and (started is not None or here):
+        # the job runs on this host (a local cluster of its own, or in this process): the
+        # first partitions are fetched for their counts (while the cluster starts), by
+        # the GET that brings the object's head for the listing (inputs/fetch_spool.py,
+        # HeadStreams, StreamPrefetch)
         heads = HeadStreams(int(cfg.spool_max_bytes))
         cleanup.callback(heads.close)
     with storage.head_source(heads):
