@@ -30,7 +30,7 @@ from ..frames.stitching import stitch_frame, stitch_rows, value_column
 from ..frames.schema import position_output, position_outputs_of
 
 __all__ = ["DaskWordPieceAccessor", "DaskWordPieceResult", "PartsWrite",
-           "register_dask_accessor"]
+           "compute_lending_idle_threads", "register_dask_accessor"]
 
 
 # -- lazy result --------------------------------------------------------------------------
@@ -419,19 +419,74 @@ def _parquet_engine():
 
 class PartsWrite(Scalar):
     """What ``to_parquet(..., compute=False)`` returns: the lazy write of the parts (a dask
-    Scalar of their summed statistics). Its :meth:`compute` pauses the workers' profiler as
-    ``to_parquet`` does (``pause_worker_profiler``): the lazy write computed on a running
-    cluster took 15% more of the workers' CPU than ``to_parquet()`` itself. ``dask.compute``
-    of it with other collections runs it as it is."""
+    Scalar of their summed statistics). Its :meth:`compute` runs as ``to_parquet`` does:
+    on a ``distributed`` cluster, the workers' profiler paused (``pause_worker_profiler``;
+    the lazy write computed with it running took more of the workers' CPU), and the last
+    parts, fewer than the cluster's threads, given the idle threads of their worker process
+    (:func:`compute_lending_idle_threads`). ``dask.compute`` of it with other
+    collections runs it as it is."""
 
     def __init__(self, expr, pause_worker_profiler: bool = True):
         super().__init__(expr)
         self.pause_worker_profiler = bool(pause_worker_profiler)
 
     def compute(self, **kwargs):
-        from ..distributed.profiler import computing_paused
+        from ..distributed.profiler import compute_client, computing_paused
+        client = None if kwargs else compute_client(self)
         with computing_paused(self, self.pause_worker_profiler):
-            return super().compute(**kwargs)
+            if client is None:
+                return super().compute(**kwargs)
+            return compute_lending_idle_threads(self, client)
+
+
+def compute_lending_idle_threads(collection, client):
+    """``collection.compute()`` (a :class:`PartsWrite`) on ``client`` (a synchronous
+    ``distributed.Client``), giving the part writes still running, once fewer are left than
+    the cluster has threads, the idle threads of their own worker process, as a batch
+    job's driver does (:func:`daskwp.jobs.driver.give_idle_threads`, asked again as each
+    part completes): the last partition, alone on a worker of several threads (or on an
+    in-process cluster), tokenizes on all of them. A cluster of one-thread worker
+    processes lends none (another process's threads cost the write a second word memo).
+
+    The graph is the one ``compute`` runs (the optimized collection's); the final task's
+    value is returned. The threads lent are given back after (the parts' keys come again
+    when the same write is computed again; a batch job's carry its run's id)."""
+    from distributed import as_completed
+
+    from ..distributed.state import set_task_threads
+    from ..jobs.driver import cluster_workers, give_idle_threads
+
+    opt = collection.optimize()
+    dsk = dict(opt.__dask_graph__())
+    (key,) = opt.__dask_keys__()
+    parts = sorted(dsk[key].dependencies, key=str)   # the parts the final task takes
+    futures = client.get(dsk, [key, *parts], sync=False)
+    out, writes = futures[0], futures[1:]
+    lent: dict = {}   # worker -> keys given threads
+    try:
+        workers = cluster_workers(client)
+        threads = sum(t for _, t in workers.values())
+        left, tail_at = len(writes), None
+        for fut in as_completed(writes):
+            if fut.status != "finished":   # its error comes with the final task's
+                break
+            left -= 1
+            if workers and left != tail_at and 0 < left < threads:
+                tail_at = left
+                sent = give_idle_threads(client, {f.key for f in writes if not f.done()},
+                                         workers)
+                for w, keys in sent.items():
+                    lent.setdefault(w, set()).update(keys)
+        finalize, args = opt.__dask_postcompute__()
+        return finalize([out.result()], *args)
+    finally:
+        try:
+            client.cancel([f for f in futures if not f.done()])
+            for w, keys in lent.items():
+                client.run(set_task_threads, dict.fromkeys(keys, 1), workers=[w],
+                           on_error="ignore")
+        except OSError:   # the scheduler is gone
+            pass
 
 
 # -- accessor -----------------------------------------------------------------------------
