@@ -26,6 +26,7 @@ from daskwp.distributed import state as worker_state
 from daskwp.distributed.dask_compat import DataNode, Task
 from daskwp.distributed.graph import PartitionCounts, tokenizer_graph_key
 from daskwp.jobs import driver, parts
+from conftest import corpus_files, read_documents, requires_data, vocab_path
 
 SAMPLE = Path(__file__).resolve().parent.parent / "daskwp" / "data" / "sample.txt"
 OPTIONS = {"max_length": 32, "stride": 4, "truncation": False, "add_special_tokens": True,
@@ -446,28 +447,45 @@ def test_the_last_write_takes_the_threads_of_its_processs_idle_workers():
     _state._TASK_THREADS.clear()
 
 
-def test_another_worker_process_lends_no_threads():
-    """A write takes only its own process's idle threads: another worker process's thread
-    would make the write's process copy a word memo and tokenize on two threads' buffers
-    (+50 MB at a job's end for a fraction of a second). The workers of one process (an
-    in-process cluster: the test above) still lend theirs."""
+@requires_data
+def test_another_worker_process_lends_its_thread_with_a_small_memo():
+    """A write on a 1-thread worker process takes another worker process's idle thread
+    too, and its process is told its own threads (one): the lent thread takes a small word
+    memo of its own (backends.cpu.LENT_MEMO_MB), not a copy of the warm one (+30 MB of the
+    process's peak at a job's end)."""
     from distributed import Client, LocalCluster
 
     from daskwp.jobs.driver import cluster_workers, give_idle_threads, worker_process
     assert worker_process("inproc://10.0.0.1/4242/3") == "inproc://10.0.0.1/4242"
     assert worker_process("tcp://10.0.0.1:4000") == "tcp://10.0.0.1:4000"
+
+    def write(vocab, docs):   # (local: pickled by value for the worker processes)
+        import daskwp
+        from daskwp.backends.cpu import default_num_threads
+        end = time.monotonic() + 20
+        while default_num_threads() < 2 and time.monotonic() < end:
+            time.sleep(0.01)
+        tok = daskwp.WordPieceTokenizer(vocab, lowercase=True)
+        tok.encode(docs, num_threads=1)   # the process's warm memo
+        i1 = daskwp.memory.info()["word_cache"]
+        tok.encode(docs)                  # on the threads given
+        i2 = daskwp.memory.info()["word_cache"]
+        return default_num_threads(), i2["copied"] - i1["copied"], i2["lent"] - i1["lent"]
+
+    docs = [d for f in corpus_files() if f.name.startswith("en_") for d in read_documents(f)]
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                       dashboard_address=":0") as cluster, Client(cluster) as client:
         workers = cluster_workers(client)
         assert len({p for p, _ in workers.values()}) == 2   # two processes, one host
         w0 = sorted(workers)[0]
-        fut = client.submit(time.sleep, 3, key=("daskwp-write-test", 0), workers=[w0])
-        for _ in range(500):          # until the scheduler has the task processing
+        fut = client.submit(write, str(vocab_path("bert-base-uncased")), docs,
+                            key=("daskwp-write-test", 0), workers=[w0])
+        for _ in range(1000):         # until the scheduler has the task processing
             if any(fut.key in k for k in client.processing().values()):
                 break
             time.sleep(0.01)
-        assert give_idle_threads(client, {fut.key}, workers) == {}
-        fut.result()
+        assert give_idle_threads(client, {fut.key}, workers) == {w0: {fut.key: 2}}
+        assert fut.result() == (2, 0, 1)
 
 
 def test_a_worker_busy_with_another_task_lends_no_threads():

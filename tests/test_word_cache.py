@@ -360,6 +360,53 @@ def test_other_threads_start_with_copies_of_the_warm_memo(unit):
     assert daskwp.memory.info()["word_cache"]["copied"] == i2["copied"]
 
 
+def test_threads_beyond_the_processs_own_take_a_small_memo_of_their_own():
+    # A process of one thread of its own (a 1-thread worker process) that a driver lends a
+    # second (set_own_threads): the call's second thread takes a lent memo of at most
+    # lent_memo_bytes, not a copy of the warm full-size one; the next such call reuses it,
+    # the full memo is never replaced by it, and the ids equal one thread's.
+    from daskwp.backends.cpu import LENT_MEMO_MB, set_own_threads
+    tok = _tok(UNCASED, lowercase=True)
+    docs = _english() * 2
+    try:
+        set_own_threads(1)
+        i0 = daskwp.memory.info()["word_cache"]  # (its counters outlive clear_caches)
+        one = tok.encode(docs, num_threads=1)
+        i1 = daskwp.memory.info()["word_cache"]
+        assert i1["memos"] == 1
+        full = i1["bytes"]
+        two = tok.encode(docs, num_threads=2)
+        i2 = daskwp.memory.info()["word_cache"]
+        assert i2["copied"] == i1["copied"] and i2["lent"] == i1["lent"] + 1
+        assert i2["memos"] == 2 and 0 < i2["bytes"] - full <= LENT_MEMO_MB << 20 < full
+        _same(two, one)
+        again = tok.encode(docs, num_threads=2)
+        i3 = daskwp.memory.info()["word_cache"]
+        assert i3["lent"] == i2["lent"] and i3["memos"] == 2 and i3["bytes"] == i2["bytes"]
+        _same(again, one)
+        # (one thread takes the full memo, not the small one: no thread walks it all again)
+        tok.encode(docs, num_threads=1)
+        i4 = daskwp.memory.info()["word_cache"]
+        assert i4["misses"] - i3["misses"] < (i1["misses"] - i0["misses"]) // 50
+        # none at all for a lent thread
+        daskwp.memory.clear()
+        set_own_threads(1, 0)
+        tok.encode(docs, num_threads=1)
+        i5 = daskwp.memory.info()["word_cache"]
+        none = tok.encode(docs, num_threads=2)
+        i6 = daskwp.memory.info()["word_cache"]
+        assert i6["memos"] == 1 and i6["refused"] == i5["refused"] + 1 and i6["lent"] == i5["lent"]
+        _same(none, one)
+        # no bound: the second thread copies the warm memo, as before
+        set_own_threads(0)
+        tok.encode(docs, num_threads=2)
+        assert daskwp.memory.info()["word_cache"]["copied"] == i6["copied"] + 1
+        with pytest.raises(ValueError, match="threads"):
+            set_own_threads(-1)
+    finally:
+        set_own_threads(0)
+
+
 @pytest.mark.parametrize("unit", [None, "chars"])
 def test_small_calls_take_one_thread_more_than_the_idle_memos(unit):
     # A call of under 1 MB a thread maps no more than one new memo (docs/design.md §3.5):

@@ -37,7 +37,7 @@ from ..core.windows import WindowParams, check_output_size, convert_tensors, fil
 from .protocol import KernelModel
 
 __all__ = ["CPUBackend", "default_num_threads", "set_task_num_threads", "set_word_cache_limit",
-           "set_worker_task_threads", "windows_from_encoding",
+           "set_own_threads", "set_worker_task_threads", "windows_from_encoding",
            "word_cache_info", "word_cache_release"]
 
 #: The pool's limit unless ``daskwp.word_cache_mb`` says otherwise: DASKWP_WORD_CACHE_MB,
@@ -93,7 +93,9 @@ def word_cache_info() -> dict:
         with the others one call made with them, §3.5), ``reused``, ``evictions``,
         ``refused`` (threads that ran without a memo for lack of room), ``spare_bytes``
         (mappings of freed memos kept, within ``limit``, for the next memos;
-        ``word_cache_mb=0`` gives them back) and ``recycled`` (memos made in such a mapping).
+        ``word_cache_mb=0`` gives them back), ``recycled`` (memos made in such a mapping)
+        and ``lent`` (small memos made for threads beyond the process's own,
+        :func:`set_own_threads`).
         Public as ``daskwp.memory.info()["word_cache"]``.
     """
     _apply_word_cache_limit()
@@ -140,6 +142,25 @@ def set_task_num_threads(num_threads) -> None:
 #: On a Dask worker's task thread, a function of no argument: the kernel threads the job's
 #: driver gave the running task, or None (:func:`set_worker_task_threads`).
 _WORKER_TASK_THREADS: list = [None]
+
+
+#: The most MB of the word memo of a kernel thread a process runs beyond its own threads
+#: (:func:`set_own_threads`). One thread, cold, over a 64 MB partition of the benchmark's
+#: corpus, in ns of CPU per byte: 30 MB 2.99 (warm 2.35), 16 MB 3.09, 8 MB 5.33, 4 MB 7.87,
+#: 2 MB 9.87, no memo 9.29: 16 MB keeps the gain at half a full memo's 30 MB.
+LENT_MEMO_MB = 16
+
+
+def set_own_threads(threads: int, lent_memo_bytes: int = LENT_MEMO_MB << 20) -> None:
+    """The kernel threads this process has of its own (its Dask workers' threads; 0: no
+    bound, the default). A kernel call's threads beyond them (a job's last write given
+    another worker process's idle core, :func:`set_worker_task_threads`) take a word memo
+    of their own of at most ``lent_memo_bytes`` (0: none), kept for such threads, instead
+    of a copy of the warm memo (docs/design.md §3.5)."""
+    threads = check_int("threads", threads, lo=0, allowed="an integer >= 0")
+    lent_memo_bytes = check_int("lent_memo_bytes", lent_memo_bytes, lo=0,
+                                allowed="a number of bytes >= 0")
+    _ext.word_cache_set_lent(threads, lent_memo_bytes)
 
 
 def set_worker_task_threads(threads) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 import threading
 
-from ..backends.cpu import set_worker_task_threads, word_cache_release
+from ..backends.cpu import set_own_threads, set_worker_task_threads, word_cache_release
 from ..backends.memory import tune_worker_arrow_pool, tune_worker_malloc
 from ..core.cache import BoundedCache, clear_caches
 
@@ -101,13 +101,17 @@ _TASK_THREADS: dict = {}
 TASK_THREADS_KEPT = 256
 
 
-def set_task_threads(threads: dict) -> None:
+def set_task_threads(threads: dict, own_threads: int | None = None) -> None:
     """On a worker (``client.run``): the tasks of the keys in ``threads`` take that many
     kernel threads from their next piece on (:func:`task_threads`). Entries of earlier
-    calls stay, up to :data:`TASK_THREADS_KEPT` (then they are dropped)."""
+    calls stay, up to :data:`TASK_THREADS_KEPT` (then they are dropped). ``own_threads``
+    (when given): this process's own threads (its workers'); the threads beyond them take
+    a small word memo each (:func:`daskwp.backends.cpu.set_own_threads`)."""
     for key, n in threads.items():
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise ValueError(f"threads of {key!r} must be an int >= 1; got {n!r}")
+    if own_threads is not None:
+        set_own_threads(own_threads)
     with _PROCESS_LOCK:
         if len(_TASK_THREADS) + len(threads) > TASK_THREADS_KEPT:
             _TASK_THREADS.clear()

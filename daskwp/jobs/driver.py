@@ -1011,49 +1011,54 @@ def prefetch_on_workers(client, future, priority: int, name: str, workers=None) 
 
 
 def give_idle_threads(client, running: set, workers: dict) -> dict:
-    """Give the writes still running (keys ``running``) the idle threads of their process:
-    each gets ``threads // writes running in the process`` kernel threads from its next
-    piece on (:func:`~daskwp.distributed.state.set_task_threads`; the job's last
+    """Give the writes still running (keys ``running``) the threads of their host's idle
+    workers: each gets ``threads // writes running on the host`` kernel threads from its
+    next piece on (:func:`~daskwp.distributed.state.set_task_threads`; the job's last
     partitions, with fewer of them left than threads), ``threads`` counting only the
-    process's workers that run nothing else (on a running cluster, a worker busy with
-    another client's task lends none). ``workers``: :func:`cluster_workers`. Returns
-    ``{worker: {key: threads}}`` as sent (only shares above one).
+    workers that run nothing else (on a running cluster, a worker busy with another
+    client's task lends none). ``workers``: :func:`cluster_workers`. Returns ``{worker:
+    {key: threads}}`` as sent (only shares above one).
 
-    Only a process's own threads: each kernel thread of a process takes a word memo of its
-    own (docs/design.md §3.5), and the process of a write has one per thread it runs. The
-    threads of another worker process on the host, given before, made the write's process
-    copy a memo and tokenize on two threads' buffers: a 2 x 1-thread cluster's worker that
-    wrote a 5 GB job's last partition peaked 342 MiB against 281-309 over its other
-    partitions (its heap +21 MB, a second memo +30 MB), for a fraction of a second saved
-    at the job's end (an 8 MB remainder partition: one 8 MB piece)."""
+    Each kernel thread of a process takes a word memo of its own (docs/design.md §3.5).
+    The write's process is told its own threads (its workers' threads, :func:`worker_process`):
+    a thread beyond them, another worker process's core, takes a small memo of its own
+    (:data:`~daskwp.backends.cpu.LENT_MEMO_MB`), not a copy of the warm one (+30 MB of the
+    process's peak at the job's end: a 2 x 1-thread cluster's worker that wrote a 5 GB
+    job's last partition on two threads peaked 342 MiB against 281-309 over its other
+    partitions)."""
     from ..distributed.state import set_task_threads
-    per_process: dict = {}
-    for process, threads in workers.values():
-        per_process[process] = per_process.get(process, 0) + threads
-    if all(t < 2 for t in per_process.values()):   # nothing to give
+    if sum(t for _, t in workers.values()) < 2:   # nothing to give
         return {}
     try:
         processing = client.processing()
-    except OSError:
+        info = client.scheduler_info(n_workers=-1)["workers"]
+    except (OSError, KeyError, TypeError):
         return {}
+    hosts = {w: str(v.get("host", w)) for w, v in info.items()}
     mine = {w: [k for k in keys if k in running] for w, keys in processing.items()
             if w in workers}
-    idle_threads: dict = {}
-    writes: dict = {}
+    own: dict = {}            # threads of each process
+    host_threads: dict = {}   # idle threads of each host
+    host_writes: dict = {}
     for w, (process, threads) in workers.items():
+        own[process] = own.get(process, 0) + threads
+        host = hosts.get(w, w)
         if all(k in running for k in processing.get(w, ())):   # idle, or these writes
-            idle_threads[process] = idle_threads.get(process, 0) + threads
+            host_threads[host] = host_threads.get(host, 0) + threads
     for w, keys in mine.items():
-        process = workers[w][0]
-        writes[process] = writes.get(process, 0) + len(keys)
+        host = hosts.get(w, w)
+        host_writes[host] = host_writes.get(host, 0) + len(keys)
     sent = {}
     for w, keys in mine.items():
-        process = workers[w][0]
-        share = idle_threads.get(process, 0) // writes[process] if keys else 1
+        host, process = hosts.get(w, w), workers[w][0]
+        share = host_threads.get(host, 0) // host_writes[host] if keys else 1
         if share > 1:
             sent[w] = {k: share for k in keys}
             try:
-                client.run(set_task_threads, sent[w], workers=[w])
+                # (its own threads only when the share exceeds them: the process of an
+                # in-process cluster keeps full memos for its own threads)
+                client.run(set_task_threads, sent[w],
+                           own[process] if share > own[process] else None, workers=[w])
             except (OSError, KeyError, ValueError):   # the worker left meanwhile
                 del sent[w]
     return sent
@@ -1142,7 +1147,7 @@ def run_graph(graph: JobGraph, client, on_write: Callable[[int, dict], None],
     hold_name = graph.offset_keys[0][0].replace("daskwp-offset-", "daskwp-hold-", 1)
     workers: dict = {}
     # The last writes, fewer than the cluster's threads, take the threads of the workers
-    # left idle in their process (give_idle_threads), asked again as each write finishes.
+    # left idle on their host (give_idle_threads), asked again as each write finishes.
     submitted = 0
     done_writes = 0
     tail_at = None   # writes left when the threads were last given

@@ -43,10 +43,16 @@ void bind_memory(nb::module_& m) {
     d["refused"] = i.refused;
     d["spare_bytes"] = i.spare_bytes;
     d["recycled"] = i.recycled;
+    d["lent"] = i.lent;
     return d;
   }, "Statistics of the word-memo pool: limit, bytes, memos, idle, keys, hits, misses, "
      "long_resets, created, copied, merged, reused, evictions, refused, spare_bytes, "
-     "recycled.");
+     "recycled, lent.");
+  m.def("word_cache_set_lent", &daskwp::word_cache_set_lent, nb::arg("own_threads"),
+        nb::arg("lent_bytes"),
+        "The process's own kernel threads (0: unbounded) and the most bytes of the word memo "
+        "of each thread of a call beyond them (0: none): such a thread's memo is its own, "
+        "never a copy of a warm one.");
   m.def("word_cache_set_limit", &daskwp::word_cache_set_limit, nb::arg("nbytes"),
         "Most bytes of word memos (idle and in use) the pool keeps (0: none kept between "
         "calls); idle memos above it are freed.");

@@ -83,6 +83,15 @@ struct IdBuffer {
 // of its parent held (they do not exist in the child); its idle memos stay valid.
 constexpr size_t kDefaultWordCacheMB = 256;
 
+// word_cache_set_lent: the process's own threads (0: unbounded) and the most bytes of the
+// memo of each thread beyond them. A thread lent to a 1-thread worker process's last write
+// by an idle worker process took a copy of the warm memo (pool_seed: +30 MB of the
+// process's peak, for a fraction of a second at a job's end). Cold, one thread, over a
+// 64 MB partition of the benchmark's corpus (ns of CPU per byte): warm 30 MB 2.35, cold
+// 30 MB 2.99, 16 MB 3.09, 8 MB 5.33, 4 MB 7.87, 2 MB 9.87, none 9.29 (docs/design.md §3.5).
+std::atomic<int> g_own_threads{0};
+std::atomic<size_t> g_lent_bytes{size_t(16) << 20};
+
 struct IdleMemo {
   WordCache* memo;
   uint64_t key;
@@ -224,8 +233,10 @@ WordCache::Mapping take_spare(MemoPool& P, size_t need, std::vector<WordCache::M
 // (*kept_nothing set) or no memo fits the limit. `threads`: how many the call takes, so
 // that each may get one.
 // offsets_unit: the layout of its entries (reset_word_cache; part of the key, pool_key).
+// lent: for a thread beyond the process's own (word_cache_set_lent): only a lent memo, of
+// at most g_lent_bytes.
 WordCache* pool_acquire(const CoreContext& ctx, uint64_t key, int threads, int32_t offsets_unit,
-                        bool* kept_nothing, uint64_t call) {
+                        bool* kept_nothing, uint64_t call, bool lent) {
   MemoPool& P = memo_pool();
   std::vector<WordCache*> drop;
   int bits = kWordCacheDefaultBits;
@@ -240,7 +251,7 @@ WordCache* pool_acquire(const CoreContext& ctx, uint64_t key, int threads, int32
     if (!*kept_nothing) {
       size_t best = P.idle.size();
       for (size_t k = 0; k < P.idle.size(); ++k)
-        if (P.idle[k].key == key &&
+        if (P.idle[k].key == key && P.idle[k].memo->lent == lent &&
             (best == P.idle.size() || P.idle[k].last_use > P.idle[best].last_use))
           best = k;
       if (best < P.idle.size()) {
@@ -250,17 +261,22 @@ WordCache* pool_acquire(const CoreContext& ctx, uint64_t key, int threads, int32
         ++P.totals.reused;
       } else {
         // A new memo: as large as the default, or as the limit allows for every thread.
-        const size_t share = P.limit / static_cast<size_t>(threads > 0 ? threads : 1);
+        // A lent thread's: at most g_lent_bytes (0: none).
+        size_t share = P.limit / static_cast<size_t>(threads > 0 ? threads : 1);
+        const size_t cap = g_lent_bytes.load();
+        if (lent) share = std::min(share, cap);
         while (bits > kWordCacheMinBits && WordCache::bytes_for(bits) > share) --bits;
         const size_t need = WordCache::bytes_for(bits);
-        if (need <= P.limit) pool_trim(P, P.limit - need, drop);
-        if (need <= P.limit && P.bytes + need <= P.limit) {
+        const bool allowed = !lent || need <= cap;  // (cap 0: a lent thread takes none)
+        if (allowed && need <= P.limit) pool_trim(P, P.limit - need, drop);
+        if (allowed && need <= P.limit && P.bytes + need <= P.limit) {
           P.bytes += need;  // reserved; the memo is made outside the lock
           ++P.totals.created;
+          if (lent) ++P.totals.lent;
           made = true;
           adopt = take_spare(P, need, unmap);
         } else {
-          ++P.totals.refused;  // the room is taken by memos in use
+          ++P.totals.refused;  // the room is taken by memos in use (or a lent cap of 0)
         }
       }
     }
@@ -274,7 +290,8 @@ WordCache* pool_acquire(const CoreContext& ctx, uint64_t key, int threads, int32
     m = new WordCache(bits, nullptr, nullptr, &adopt);
     adopt.base = nullptr;  // the memo holds it now
     reset_word_cache(ctx, m, offsets_unit);
-    m->fill_call = call;
+    m->lent = lent;
+    m->fill_call = lent ? 0 : call;  // (not merged: a lent memo holds a few words)
   } catch (...) {
     unmap_spares({adopt});
     delete m;
@@ -380,7 +397,7 @@ void pool_seed(const CoreContext& ctx, uint64_t key, int threads, int32_t offset
     size_t best = P.idle.size();
     int have = 0;
     for (size_t k = 0; k < P.idle.size(); ++k)
-      if (P.idle[k].key == key) {
+      if (P.idle[k].key == key && !P.idle[k].memo->lent) {
         ++have;
         if (best == P.idle.size() || P.idle[k].last_use > P.idle[best].last_use) best = k;
       }
@@ -432,7 +449,7 @@ int pool_idle(uint64_t key) {
   std::lock_guard<std::mutex> lock(P.mu);
   if (P.limit == 0) return -1;
   int n = 0;
-  for (const IdleMemo& m : P.idle) n += m.key == key;
+  for (const IdleMemo& m : P.idle) n += m.key == key && !m.memo->lent;
   return n;
 }
 
@@ -467,10 +484,10 @@ struct ThreadMemo {
   std::unique_ptr<WordCache> own;
   uint64_t key = 0, generation = 0;
   ThreadMemo(const CoreContext& ctx, uint64_t k, uint64_t gen, int threads, bool big,
-             int32_t offsets_unit = 0, uint64_t call = 0)
+             int32_t offsets_unit = 0, uint64_t call = 0, bool lent = false)
       : key(k), generation(gen) {
     bool kept_nothing = true;
-    if (k) memo = pool_acquire(ctx, k, threads, offsets_unit, &kept_nothing, call);
+    if (k) memo = pool_acquire(ctx, k, threads, offsets_unit, &kept_nothing, call, lent);
     if (!memo && big && kept_nothing) {
       own.reset(new WordCache(16));  // 2^16 short entries, as before the pool
       reset_word_cache(ctx, own.get(), offsets_unit);
@@ -507,6 +524,11 @@ WordCacheInfo word_cache_info() {
   }
   free_memos(drop);
   return i;
+}
+
+void word_cache_set_lent(int own_threads, size_t lent_bytes) {
+  g_own_threads = own_threads > 0 ? own_threads : 0;
+  g_lent_bytes = lent_bytes;
 }
 
 void word_cache_set_limit(size_t bytes) {
@@ -673,13 +695,16 @@ template BatchPlan plan_batch<int64_t>(const int64_t*, int64_t, int, uint64_t, i
 
 void run_chunks(const CoreContext& ctx, const BatchPlan& b,
                 const std::function<void(WordCache*, int)>& fn) {
+  // Threads beyond the process's own (word_cache_set_lent) take a lent memo: no copies.
+  const int own = g_own_threads.load();
+  const int full = own > 0 ? std::min(b.threads, own) : b.threads;
   if (b.threads > 1 && b.key && b.big)
-    pool_seed(ctx, b.key, b.threads, b.unit, b.generation, b.merge);
+    pool_seed(ctx, b.key, full, b.unit, b.generation, b.merge);
   std::atomic<int> next{0};
   std::vector<std::exception_ptr> errors(b.threads);
   auto work = [&](int t) {
     try {
-      ThreadMemo memo(ctx, b.key, b.generation, b.threads, b.big, b.unit, b.call);
+      ThreadMemo memo(ctx, b.key, b.generation, b.threads, b.big, b.unit, b.call, t >= full);
       for (int c = next++; c < b.chunks; c = next++) fn(memo.memo, c);
     } catch (...) {
       errors[t] = std::current_exception();

@@ -159,11 +159,16 @@ struct WordCacheInfo {
   uint64_t refused = 0;      // threads that ran without a memo: no room under the limit
   uint64_t spare_bytes = 0;  // mappings of freed memos kept for the next ones (in the limit)
   uint64_t recycled = 0;     // memos made in such a mapping
+  uint64_t lent = 0;         // memos made for lent threads (word_cache_set_lent)
 };
 WordCacheInfo word_cache_info();
 void word_cache_set_limit(size_t bytes);  // frees idle memos above the new limit
 size_t word_cache_clear();  // frees the idle memos, drops the busy ones when returned
 size_t word_cache_release();  // gives back the kept mappings of freed memos (their bytes)
+// A process's own kernel threads (0: no such bound, the default): thread t >= own_threads
+// of a call (one a driver lent it: another worker process's idle core) takes a memo of its
+// own of at most lent_bytes (0: none), never a copy of a warm full-size memo.
+void word_cache_set_lent(int own_threads, size_t lent_bytes);
 
 void check_vocab_blob(const uint8_t* p, size_t size);
 void check_norm_blob(const uint8_t* p, size_t size);

@@ -224,6 +224,9 @@ struct WordCache {
   // call hold the words of the chunks each thread got, and a later large call first merges
   // them (merge_memos).
   uint64_t fill_call = 0;
+  // Made for a thread a call has beyond its process's own (word_cache_set_lent): smaller,
+  // never a copy's source, taken only by such threads.
+  bool lent = false;
 
   // Bytes of the block for a memo of 2^bits short entries: the tables and an arena of
   // 12 bytes per short entry, rounded up to 2 MB (huge pages) from 4 MB on, the arena
