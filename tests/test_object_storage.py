@@ -1301,6 +1301,58 @@ def test_files_handed_over_are_uploaded_by_the_driver_in_order(tmp_path, bucket,
     assert sent[-1] == ("c.parquet", threading.current_thread().name)
 
 
+def test_past_the_files_waiting_a_process_uploads_itself_after_its_own(
+        tmp_path, bucket, staging_tmp, monkeypatch):
+    """With HANDOVER_MAX_WAITING_BYTES waiting in the handover folder, a process does not
+    hand its next file over: it waits until its own files handed over earlier are sent
+    (their order), then uploads the file itself; with none of its own waiting it uploads
+    at once. The files waiting stay few, and the processes upload in parallel where the
+    driver's one thread falls behind."""
+    import threading
+    import time
+    name, options, fs = bucket
+    monkeypatch.setattr(storage, "HANDOVER_MAX_WAITING_BYTES", 1)
+    sent = spy_uploads(monkeypatch)
+    gate = threading.Event()
+    monkeypatch.setattr(storage.Uploads, "_upload_waiting",
+                        lambda self, real=storage.Uploads._upload_waiting:
+                        real(self) if gate.is_set() else None)
+    folder = storage.Folder(f"s3://{name}/out", options)
+    uploads = storage.Uploads(folder)
+
+    def publish(n):
+        staged = tmp_path / n
+        staged.write_bytes(n.encode())
+        folder.publish(str(staged), n)
+    try:
+        storage.hand_over_uploads(folder.location, uploads.path)
+        publish("a.parquet")      # handed over: nothing waits
+        assert sent == [] and len(os.listdir(uploads.path)) == 1
+        later = threading.Thread(target=publish, args=("b.parquet",), name="b-publisher")
+        later.start()
+        time.sleep(0.5)
+        assert later.is_alive() and sent == []    # waits for its own a.parquet
+        gate.set()
+        later.join(20)
+        assert not later.is_alive()
+        assert sent == [("a.parquet", "daskwp-uploads"), ("b.parquet", "b-publisher")]
+        # another process's file waiting: this one uploads at once
+        gate.clear()
+        other = os.path.join(uploads.path, f"{time.monotonic_ns():020d}-1-x.parquet")
+        with open(other, "wb") as fh:
+            fh.write(b"x")
+        publish("c.parquet")
+        assert sent[-1] == ("c.parquet", threading.current_thread().name)
+        gate.set()
+        uploads.poke()
+        uploads.finish()
+    finally:
+        uploads.close()
+    assert sorted(objects(fs, f"{name}/out")) == ["a.parquet", "b.parquet", "c.parquet",
+                                                   "x.parquet"]
+    assert fs.cat_file(f"{name}/out/b.parquet") == b"b.parquet"
+
+
 def test_a_failed_handed_over_upload_fails_the_driver_in_one_line(tmp_path, bucket,
                                                                  staging_tmp):
     """An upload of the driver's Uploads that fails (here: no such bucket) is raised by

@@ -37,7 +37,7 @@ import uuid
 __all__ = ["TMP_PREFIX", "Folder", "HeadCached", "LocalCopy", "StorageError", "Uploads",
            "caching_heads", "clear_warm_filesystems", "copy_range", "current_options",
            "describe_storage_error", "set_network_wait", "waiting_on_network",
-           "filesystem", "hand_over_uploads",
+           "filesystem", "HANDOVER_MAX_WAITING_BYTES", "hand_over_uploads",
            "has_local_copy", "head_source", "is_url", "local_copy", "local_path",
            "object_version",
            "open_input", "pinned", "size",
@@ -1000,16 +1000,49 @@ def hand_over_uploads(location: str, handover: str | None) -> None:
 _HANDOVER_ORDER = re.compile(r"^(\d{20})-(\d+)-(.+)$")
 
 
+#: A process hands a file over only while the files waiting in the handover folder hold
+#: fewer bytes than this; past that it uploads the file itself (:func:`_hand_over`), so
+#: that what waits on the host's disk stays bounded, and a host whose parts come faster
+#: than the driver's one thread sends them uploads from every process at once, as
+#: without a handover.
+HANDOVER_MAX_WAITING_BYTES = 256 << 20
+
+
+def _waiting(handover: str) -> list:
+    """``(order, pid, name)`` of the files waiting in the handover folder (OSError: the
+    folder is gone)."""
+    return [(int(m.group(1)), int(m.group(2)), m.group(3))
+            for m in map(_HANDOVER_ORDER.match, os.listdir(handover)) if m]
+
+
+def _waiting_bytes(handover: str, waiting: list) -> int:
+    total = 0
+    for order, pid, name in waiting:
+        with contextlib.suppress(FileNotFoundError):   # (sent meanwhile)
+            total += os.path.getsize(os.path.join(handover, f"{order:020d}-{pid}-{name}"))
+    return total
+
+
 def _hand_over(local_file: str, handover: str, name: str) -> bool:
     """Move ``local_file`` into the folder ``handover`` under a name that says the file's
     place in this process's order of publishing and its name in the output folder;
-    whether it was moved (False: it is where it was)."""
+    whether it was moved (False: it is where it was, to upload here). Where the files
+    waiting hold :data:`HANDOVER_MAX_WAITING_BYTES` already, it is not moved: once this
+    process's own files handed over earlier are sent (their order: a part's record after
+    its files), the caller uploads it."""
+    pid = os.getpid()
     try:
-        os.replace(local_file, os.path.join(
-            handover, f"{time.monotonic_ns():020d}-{os.getpid()}-{name}"))
-        return True
+        waiting = _waiting(handover)
+        if _waiting_bytes(handover, waiting) < HANDOVER_MAX_WAITING_BYTES:
+            os.replace(local_file, os.path.join(
+                handover, f"{time.monotonic_ns():020d}-{pid}-{name}"))
+            return True
+        while any(p == pid for _, p, _ in waiting):
+            time.sleep(Uploads.POLL_SECONDS)
+            waiting = _waiting(handover)
     except OSError:
-        return False
+        pass   # (the folder is gone: the driver's uploads ended, or failed)
+    return False
 
 
 class Uploads:
@@ -1069,21 +1102,20 @@ class Uploads:
             except BaseException as e:  # noqa: BLE001  raised in the driver (check, finish)
                 self.error = e if isinstance(e, StorageError) else \
                     storage_error(self.folder.location, e)
+                # the files not sent are dropped: a process waiting for its own to be
+                # sent (_hand_over) uploads its next one itself
+                shutil.rmtree(self.path, ignore_errors=True)
                 return
             if last or self._abort:
                 return
 
     def _upload_waiting(self) -> None:
-        names = []
-        for n in os.listdir(self.path):
-            m = _HANDOVER_ORDER.match(n)
-            if m:
-                names.append((int(m.group(1)), n, m.group(3)))
-        for _, n, name in sorted(names):
+        for order, pid, name in sorted(_waiting(self.path)):
             if self._abort:
                 return
             try:
-                self.folder._upload(os.path.join(self.path, n), name)
+                self.folder._upload(os.path.join(self.path, f"{order:020d}-{pid}-{name}"),
+                                    name)
             except Exception as e:
                 raise storage_error(self.folder.join(name), e) from None
             self.uploaded += 1
