@@ -422,7 +422,7 @@ class PartsWrite(Scalar):
     Scalar of their summed statistics). Its :meth:`compute` runs as ``to_parquet`` does:
     on a ``distributed`` cluster, the workers' profiler paused (``pause_worker_profiler``;
     the lazy write computed with it running took more of the workers' CPU), and the last
-    parts, fewer than the cluster's threads, given the idle threads of their worker process
+    parts, fewer than the cluster's threads, given the idle threads of their host
     (:func:`compute_lending_idle_threads`). ``dask.compute`` of it with other
     collections runs it as it is."""
 
@@ -442,11 +442,10 @@ class PartsWrite(Scalar):
 def compute_lending_idle_threads(collection, client):
     """``collection.compute()`` (a :class:`PartsWrite`) on ``client`` (a synchronous
     ``distributed.Client``), giving the part writes still running, once fewer are left than
-    the cluster has threads, the idle threads of their own worker process, as a batch
-    job's driver does (:func:`daskwp.jobs.driver.give_idle_threads`, asked again as each
-    part completes): the last partition, alone on a worker of several threads (or on an
-    in-process cluster), tokenizes on all of them. A cluster of one-thread worker
-    processes lends none (another process's threads cost the write a second word memo).
+    the cluster has threads, the idle threads of their host, as a batch job's driver does
+    (:func:`daskwp.jobs.driver.give_idle_threads`, asked again as each part completes): the
+    last partition, alone on one worker, tokenizes on its host's idle cores too (a thread
+    lent by another worker process takes a small word memo of its own, not a copy).
 
     The graph is the one ``compute`` runs (the optimized collection's); the final task's
     value is returned. The threads lent are given back after (the parts' keys come again
