@@ -1571,11 +1571,19 @@ def test_the_cluster_starts_while_a_url_input_is_planned_and_warms_the_workers(
 
     monkeypatch.setattr(driver, "connect_cluster", connect_cluster)
     monkeypatch.setattr(driver, "plan_partitions", slow_plan)
+    # the listing (its s3fs import) waits for the cluster thread's import of distributed
+    order = []
+    wait, listing = driver.ClusterStart.wait_imported, driver.list_input_files
+    monkeypatch.setattr(driver.ClusterStart, "wait_imported", lambda self, *a: (
+        wait(self, *a), order.append(("waited", self.imported.is_set())))[0])
+    monkeypatch.setattr(driver, "list_input_files", lambda *a, **kw: (
+        order.append("listed"), listing(*a, **kw))[1])
     extra = {} if spool is None else {"spool_max_bytes": spool}
     summary = jobs.run_job(job_config(f"s3://{name}/in", f"s3://{name}/out", n_workers=1,
                                       scheduler_address=None, partition_size=4000,
                                       storage_options=options, **extra))
     assert seen == {"cluster started while planning": True}
+    assert order == [("waited", True), "listed"]
     assert summary["documents"] == 300 and summary["partitions"] >= 3
     if spool == 0:
         # (a client is built on fsspec's event loop thread, for the thread that asks)
