@@ -18,7 +18,7 @@ import dask.dataframe as dd  # noqa: E402
 import daskwp  # noqa: E402,F401  the accessors
 from daskwp.accessors import lazy  # noqa: E402
 from daskwp.distributed import state, tasks  # noqa: E402
-from daskwp.jobs import driver  # noqa: E402
+from daskwp.distributed import lending  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -62,13 +62,13 @@ def slow_last_part(monkeypatch):
 
 def _sent(monkeypatch) -> list:
     calls: list = []
-    real = driver.give_idle_threads
+    real = lending.give_idle_threads
 
     def record(client, running, workers):
         sent = real(client, running, workers)
         calls.append((set(running), sent))
         return sent
-    monkeypatch.setattr(driver, "give_idle_threads", record)
+    monkeypatch.setattr(lending, "give_idle_threads", record)
     return calls
 
 

@@ -428,7 +428,7 @@ def test_the_last_write_takes_the_threads_of_its_processs_idle_workers():
     from distributed import Client, LocalCluster
 
     from daskwp.distributed import state as _state
-    from daskwp.jobs.driver import cluster_workers, give_idle_threads
+    from daskwp.distributed.lending import cluster_workers, give_idle_threads
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
                       dashboard_address=":0") as cluster, Client(cluster) as client:
         workers = cluster_workers(client)
@@ -455,7 +455,7 @@ def test_another_worker_process_lends_its_thread_with_a_small_memo():
     process's peak at a job's end)."""
     from distributed import Client, LocalCluster
 
-    from daskwp.jobs.driver import cluster_workers, give_idle_threads, worker_process
+    from daskwp.distributed.lending import cluster_workers, give_idle_threads, worker_process
     assert worker_process("inproc://10.0.0.1/4242/3") == "inproc://10.0.0.1/4242"
     assert worker_process("tcp://10.0.0.1:4000") == "tcp://10.0.0.1:4000"
 
@@ -493,7 +493,7 @@ def test_a_worker_busy_with_another_task_lends_no_threads():
     (another client's) is not idle: the last write keeps its one thread."""
     from distributed import Client, Event, LocalCluster
 
-    from daskwp.jobs.driver import cluster_workers, give_idle_threads
+    from daskwp.distributed.lending import cluster_workers, give_idle_threads
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
                       dashboard_address=":0") as cluster, Client(cluster) as client:
         workers = cluster_workers(client)

@@ -55,6 +55,10 @@ def _tok(vocab_name, **opts):
 
 @pytest.fixture(autouse=True)
 def _fresh_pool():
+    # (no bound on the process's own threads: an earlier test's in-process cluster may have
+    # been lent a thread, backends.cpu.set_own_threads)
+    from daskwp.backends.cpu import set_own_threads
+    set_own_threads(0)
     daskwp.memory.clear()
     yield
     daskwp.memory.clear()
@@ -403,6 +407,29 @@ def test_threads_beyond_the_processs_own_take_a_small_memo_of_their_own():
         assert daskwp.memory.info()["word_cache"]["copied"] == i6["copied"] + 1
         with pytest.raises(ValueError, match="threads"):
             set_own_threads(-1)
+    finally:
+        set_own_threads(0)
+
+
+def test_a_process_of_two_workers_is_not_lent_its_own_threads():
+    # A LocalCluster(processes=False) on tcp: the driver takes each worker for a process of
+    # its own and tells one it has 1 thread (set_task_threads' own_threads), but this
+    # process runs both: it counts its workers' threads itself, so a 2-thread call here
+    # still copies the warm memo instead of taking a small lent one.
+    distributed = pytest.importorskip("distributed")
+    from daskwp.backends.cpu import set_own_threads
+    from daskwp.distributed.state import set_task_threads
+    tok = _tok(UNCASED, lowercase=True)
+    docs = _english()
+    try:
+        with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                      protocol="tcp", dashboard_address=":0"):
+            set_task_threads({}, 1)
+            tok.encode(docs, num_threads=1)
+            i1 = daskwp.memory.info()["word_cache"]
+            tok.encode(docs, num_threads=2)
+            i2 = daskwp.memory.info()["word_cache"]
+        assert i2["copied"] == i1["copied"] + 1 and i2["lent"] == i1["lent"]
     finally:
         set_own_threads(0)
 

@@ -443,7 +443,7 @@ def compute_lending_idle_threads(collection, client):
     """``collection.compute()`` (a :class:`PartsWrite`) on ``client`` (a synchronous
     ``distributed.Client``), giving the part writes still running, once fewer are left than
     the cluster has threads, the idle threads of their host, as a batch job's driver does
-    (:func:`daskwp.jobs.driver.give_idle_threads`, asked again as each part completes): the
+    (:func:`daskwp.distributed.lending.give_idle_threads`, asked again as each part completes): the
     last partition, alone on one worker, tokenizes on its host's idle cores too (a thread
     lent by another worker process takes a small word memo of its own, not a copy).
 
@@ -453,7 +453,7 @@ def compute_lending_idle_threads(collection, client):
     from distributed import as_completed
 
     from ..distributed.state import set_task_threads
-    from ..jobs.driver import cluster_workers, give_idle_threads
+    from ..distributed.lending import cluster_workers, give_idle_threads
 
     opt = collection.optimize()
     dsk = dict(opt.__dask_graph__())

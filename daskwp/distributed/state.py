@@ -111,11 +111,28 @@ def set_task_threads(threads: dict, own_threads: int | None = None) -> None:
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise ValueError(f"threads of {key!r} must be an int >= 1; got {n!r}")
     if own_threads is not None:
-        set_own_threads(own_threads)
+        set_own_threads(max(own_threads, _process_worker_threads()))
     with _PROCESS_LOCK:
         if len(_TASK_THREADS) + len(threads) > TASK_THREADS_KEPT:
             _TASK_THREADS.clear()
         _TASK_THREADS.update(threads)
+
+
+def _process_worker_threads() -> int:
+    """The threads of the running ``distributed`` workers of this process: the driver groups
+    workers into processes by their addresses, which a ``LocalCluster(processes=False)`` on
+    tcp does not tell apart, so the process counts its own before it takes a lent share for
+    another worker's core."""
+    worker_mod = sys.modules.get("distributed.worker")
+    workers = getattr(getattr(worker_mod, "Worker", None), "_instances", None) or ()
+    total = 0
+    for w in list(workers):
+        try:
+            if w.status.name in ("running", "paused"):
+                total += int(w.state.nthreads)
+        except AttributeError:   # another distributed: the driver's count stands
+            continue
+    return total
 
 
 def task_threads() -> int | None:

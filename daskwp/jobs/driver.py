@@ -72,6 +72,7 @@ from ..core.lengths import LengthCounts
 from ..core.options import TOKENIZER, names
 from ..core.version import __version__
 from ..distributed.cluster import security_record
+from ..distributed.lending import cluster_workers, give_idle_threads
 from ..distributed.tasks import CALL_OPTIONS, call_options
 from ..frames import storage
 from ..frames.schema import empty_texts
@@ -992,25 +993,6 @@ def _pass_priority(n: int, key) -> int:
     return 2 + n
 
 
-def worker_process(address: str) -> str:
-    """The process a worker runs in, as far as its address tells: the workers of one
-    process (``LocalCluster(processes=False)``: ``inproc://host/pid/n``) share
-    ``inproc://host/pid``; any other address is a process of its own."""
-    if address.startswith("inproc://"):
-        return address.rsplit("/", 1)[0]
-    return address
-
-
-def cluster_workers(client) -> dict:
-    """``{address: (process, threads)}`` of the workers of ``client`` now
-    (:func:`worker_process`; {} when they cannot be listed)."""
-    try:
-        info = client.scheduler_info(n_workers=-1)["workers"]
-        return {w: (worker_process(w), int(v["nthreads"])) for w, v in info.items()}
-    except (OSError, KeyError, TypeError, ValueError):
-        return {}
-
-
 def prefetch_on_workers(client, future, priority: int, name: str, workers=None) -> list:
     """One :func:`~daskwp.distributed.tasks.hold` task per worker of ``client`` (or of
     ``workers``, addresses) that takes ``future`` (at ``priority``, keys ``(name, i)``):
@@ -1024,60 +1006,6 @@ def prefetch_on_workers(client, future, priority: int, name: str, workers=None) 
     return [client.submit(hold, future, key=(name, i), workers=[w], priority=priority,
                           allow_other_workers=True, pure=False)
             for i, w in enumerate(sorted(workers))]
-
-
-def give_idle_threads(client, running: set, workers: dict) -> dict:
-    """Give the writes still running (keys ``running``) the threads of their host's idle
-    workers: each gets ``threads // writes running on the host`` kernel threads from its
-    next piece on (:func:`~daskwp.distributed.state.set_task_threads`; the job's last
-    partitions, with fewer of them left than threads), ``threads`` counting only the
-    workers that run nothing else (on a running cluster, a worker busy with another
-    client's task lends none). ``workers``: :func:`cluster_workers`. Returns ``{worker:
-    {key: threads}}`` as sent (only shares above one).
-
-    Each kernel thread of a process takes a word memo of its own (docs/design.md §3.5).
-    The write's process is told its own threads (its workers' threads, :func:`worker_process`):
-    a thread beyond them, another worker process's core, takes a small memo of its own
-    (:data:`~daskwp.backends.cpu.LENT_MEMO_MB`), not a copy of the warm one (+30 MB of the
-    process's peak at the job's end: a 2 x 1-thread cluster's worker that wrote a 5 GB
-    job's last partition on two threads peaked 342 MiB against 281-309 over its other
-    partitions)."""
-    from ..distributed.state import set_task_threads
-    if sum(t for _, t in workers.values()) < 2:   # nothing to give
-        return {}
-    try:
-        processing = client.processing()
-        info = client.scheduler_info(n_workers=-1)["workers"]
-    except (OSError, KeyError, TypeError):
-        return {}
-    hosts = {w: str(v.get("host", w)) for w, v in info.items()}
-    mine = {w: [k for k in keys if k in running] for w, keys in processing.items()
-            if w in workers}
-    own: dict = {}            # threads of each process
-    host_threads: dict = {}   # idle threads of each host
-    host_writes: dict = {}
-    for w, (process, threads) in workers.items():
-        own[process] = own.get(process, 0) + threads
-        host = hosts.get(w, w)
-        if all(k in running for k in processing.get(w, ())):   # idle, or these writes
-            host_threads[host] = host_threads.get(host, 0) + threads
-    for w, keys in mine.items():
-        host = hosts.get(w, w)
-        host_writes[host] = host_writes.get(host, 0) + len(keys)
-    sent = {}
-    for w, keys in mine.items():
-        host, process = hosts.get(w, w), workers[w][0]
-        share = host_threads.get(host, 0) // host_writes[host] if keys else 1
-        if share > 1:
-            sent[w] = {k: share for k in keys}
-            try:
-                # (its own threads only when the share exceeds them: the process of an
-                # in-process cluster keeps full memos for its own threads)
-                client.run(set_task_threads, sent[w],
-                           own[process] if share > own[process] else None, workers=[w])
-            except (OSError, KeyError, ValueError):   # the worker left meanwhile
-                del sent[w]
-    return sent
 
 
 def _write_priority(part_of: dict, key) -> int:
