@@ -14,7 +14,8 @@ Two passes, no shuffle (docs/batch-jobs.md "Global packing"):
    the blocks that start in ``[S_i, S_{i+1})``; its write task cuts them from its own spill
    and takes the tail of its last block from the heads of the following partitions'
    spills (only the tokens it needs). Blocks are the same whatever the partitioning or
-   the workers.
+   the workers. The passes overlap: partition i's write runs once partitions 0..i+1 are
+   counted (after the last count when its last block reaches further).
 
 Spills are written and read with direct I/O where the file system allows it (each is
 written once and read once, its head a second time by the previous partition's write
@@ -479,6 +480,31 @@ def _write_parquet(table: pa.Table, path: str, compression) -> str | None:
     return None if digest is None else checksum_hex(digest)
 
 
+def _spill_counts(spill: dict) -> tuple[int, int]:
+    """``(units, documents)`` of a partition's spill (what the following writes take)."""
+    return int(spill["units"]), int(spill["documents"])
+
+
+def _write_when_placed(spec, spill: dict, n_partitions: int, out_dir: str, tokenizer,
+                       options: dict, job_id: str, file_start: int, *counts) -> dict:
+    """Pass 2 for partition ``spec.index`` as soon as the counts of partitions 0..i+1
+    (``counts``, :func:`_spill_counts`; all of them for the last two) place its blocks: the statistics of
+    :func:`write_packed_partition`, or ``{"later": spill}`` when its last block reaches
+    past partition i+1 (a following partition shorter than the rest of the block), to be
+    written once every count is known. The blocks written are those the whole pass gives:
+    ``_block_range`` and ``block_table`` read ``starts`` only up to the end of the
+    partition's last block."""
+    i = spec.index
+    starts = np.concatenate([[0], np.cumsum([u for u, _ in counts])])
+    if len(counts) < n_partitions:
+        size = options["packing"]["block_size"]
+        if int(starts[-1]) < -(-int(starts[i + 1]) // size) * size:
+            return {"later": spill}
+    docs = np.concatenate([[0], np.cumsum([d for _, d in counts])])
+    return write_packed_partition(spec, starts.tolist(), int(docs[i]), out_dir, tokenizer,
+                                  options, job_id, n_partitions, spill, int(docs[file_start]))
+
+
 def _run_tasks(client, dsk: dict, keys: list) -> list:
     if client is None:
         from dask.local import get_sync
@@ -501,33 +527,56 @@ def run_packed_job(cfg, tok, specs, out: str, job_id: str, client, log,
                "packing": cfg.packing, "output_format": cfg.output_format,
                "compression": cfg.compression}
     if missing:
+        # One graph: partition i's write waits only for the spills (counts) of partitions
+        # 0..i+1, which place its blocks (the last one ends inside partition i+1 unless that
+        # partition is shorter than the rest of the block): the writes run while later
+        # partitions are still tokenized, as an unpacked job's do. A write that needs more
+        # of the following partitions' counts hands its spill back ({"later": ...}) and
+        # runs after the pass. Complete parts of an earlier run are checked against the
+        # counts once all are in.
+        file_start = []
+        for i, s in enumerate(specs):
+            file_start.append(file_start[i - 1] if i and specs[i - 1].path == s.path else i)
         tok_key, dsk = tokenizer_layer(tok)
-        keys = []
+        spill_keys, count_keys = [], []
         for s in specs:
             key = (f"daskwp-spill-{job_id[:8]}", s.index)
             dsk[key] = Task(key, spill_partition, s, out, TaskRef(tok_key), options, device)
-            keys.append(key)
-        spills = _run_tasks(client, dsk, keys)
-        starts = np.concatenate([[0], np.cumsum([s["units"] for s in spills])])
-        doc_offsets = np.concatenate([[0], np.cumsum([s["documents"] for s in spills])])
+            count = (f"daskwp-spill-count-{job_id[:8]}", s.index)
+            dsk[count] = Task(count, _spill_counts, TaskRef(key))
+            spill_keys.append(key)
+            count_keys.append(count)
+        write_keys = []
+        for i in missing:
+            key = (f"daskwp-pack-{job_id[:8]}", i)
+            dsk[key] = Task(key, _write_when_placed, specs[i], TaskRef(spill_keys[i]), n,
+                            out, TaskRef(tok_key), options, job_id, file_start[i],
+                            *(TaskRef(k) for k in count_keys[:min(i + 2, n)]))
+            write_keys.append(key)
+        got = _run_tasks(client, dsk, count_keys + write_keys)
+        counts, written = got[:n], got[n:]
+        starts = np.concatenate([[0], np.cumsum([u for u, _ in counts])])
+        doc_offsets = np.concatenate([[0], np.cumsum([d for _, d in counts])])
         for i in range(n):
             if stats[i] is not None and stats[i].get("token_offset") != int(starts[i]):
                 raise JobError(f"part {i} of {out!r} starts at token {stats[i]['token_offset']}"
                                f", the input now at {int(starts[i])}: delete the output and "
                                f"rerun the job")
-        file_start = []
-        for i, s in enumerate(specs):
-            file_start.append(file_start[i - 1] if i and specs[i - 1].path == s.path else i)
-        tok_key, dsk = tokenizer_layer(tok)
-        keys = []
-        for i in missing:
-            key = (f"daskwp-pack-{job_id[:8]}", i)
-            dsk[key] = Task(key, write_packed_partition, specs[i], starts.tolist(),
-                            int(doc_offsets[i]), out, TaskRef(tok_key), options, job_id, n,
-                            spills[i], int(doc_offsets[file_start[i]]))
-            keys.append(key)
-        for i, st in zip(missing, _run_tasks(client, dsk, keys)):
-            stats[i] = st
+        later = {i: st["later"] for i, st in zip(missing, written) if "later" in st}
+        for i, st in zip(missing, written):
+            if i not in later:
+                stats[i] = st
+        if later:   # their blocks reach past partition i+1: every count is known now
+            tok_key, dsk = tokenizer_layer(tok)
+            keys = []
+            for i, spill in later.items():
+                key = (f"daskwp-pack-{job_id[:8]}", i)
+                dsk[key] = Task(key, write_packed_partition, specs[i], starts.tolist(),
+                                int(doc_offsets[i]), out, TaskRef(tok_key), options, job_id,
+                                n, spill, int(doc_offsets[file_start[i]]))
+                keys.append(key)
+            for i, st in zip(later, _run_tasks(client, dsk, keys)):
+                stats[i] = st
     offsets = np.concatenate([[0], np.cumsum([s["documents"] for s in stats])]).tolist()
     release_buffers()   # those of the tasks that ran in this process
     return stats, offsets, missing
