@@ -17,7 +17,7 @@ import pytest
 
 from conftest import DATA, hf_tokenizer, read_documents, requires_data, vocab_path
 from daskwp.frames.megatron import read_sequences
-from daskwp.jobs import ConfigError, make_config, run_job
+from daskwp.jobs import ConfigError, JobError, make_config, run_job
 
 pytestmark = requires_data
 
@@ -295,6 +295,29 @@ def test_resume_keeps_complete_parts(tmp_path):
     assert changed == [victim.name.replace(".json", ".parquet")]
     np.testing.assert_array_equal(_parquet_blocks(out)[0], group_texts(64)[0])
     assert not list(out.glob(".tmp-*"))
+
+
+def test_a_rerun_checks_its_complete_parts_before_writing(tmp_path, monkeypatch):
+    # A rerun whose counts no longer place its complete parts where they were written fails
+    # before it writes the missing part (the fresh run's overlapped writes are not used).
+    from daskwp.jobs import packing
+    inp = _input(tmp_path)
+    out = tmp_path / "o"
+    _job(inp, out, packing=64, partition_size="40KB")
+    victim = sorted(out.glob("part-*.json"))[2]
+    victim.unlink()
+    missing = victim.name.replace(".json", ".parquet")
+    before = (out / missing).stat().st_mtime_ns
+    real = packing._spill_counts
+
+    def shifted(spill):   # the input's first partition now one token longer
+        units, docs = real(spill)
+        return (units + 1 if spill["index"] == 0 else units), docs
+    monkeypatch.setattr(packing, "_spill_counts", shifted)
+    with pytest.raises(JobError, match="starts at token"):
+        _job(inp, out, packing=64, partition_size="40KB")
+    assert (out / missing).stat().st_mtime_ns == before
+    assert not (out / victim.name).exists()
 
 
 def test_packing_refuses_window_options(tmp_path):

@@ -14,8 +14,9 @@ Two passes, no shuffle (docs/batch-jobs.md "Global packing"):
    the blocks that start in ``[S_i, S_{i+1})``; its write task cuts them from its own spill
    and takes the tail of its last block from the heads of the following partitions'
    spills (only the tokens it needs). Blocks are the same whatever the partitioning or
-   the workers. The passes overlap: partition i's write runs once partitions 0..i+1 are
-   counted (after the last count when its last block reaches further).
+   the workers. In a fresh run the passes overlap: partition i's write runs once
+   partitions 0..i+1 are counted (after the last count when its last block reaches
+   further); a rerun checks its complete parts against the counts before it writes.
 
 Spills are written and read with direct I/O where the file system allows it (each is
 written once and read once, its head a second time by the previous partition's write
@@ -527,13 +528,6 @@ def run_packed_job(cfg, tok, specs, out: str, job_id: str, client, log,
                "packing": cfg.packing, "output_format": cfg.output_format,
                "compression": cfg.compression}
     if missing:
-        # One graph: partition i's write waits only for the spills (counts) of partitions
-        # 0..i+1, which place its blocks (the last one ends inside partition i+1 unless that
-        # partition is shorter than the rest of the block): the writes run while later
-        # partitions are still tokenized, as an unpacked job's do. A write that needs more
-        # of the following partitions' counts hands its spill back ({"later": ...}) and
-        # runs after the pass. Complete parts of an earlier run are checked against the
-        # counts once all are in.
         file_start = []
         for i, s in enumerate(specs):
             file_start.append(file_start[i - 1] if i and specs[i - 1].path == s.path else i)
@@ -546,15 +540,30 @@ def run_packed_job(cfg, tok, specs, out: str, job_id: str, client, log,
             dsk[count] = Task(count, _spill_counts, TaskRef(key))
             spill_keys.append(key)
             count_keys.append(count)
-        write_keys = []
-        for i in missing:
-            key = (f"daskwp-pack-{job_id[:8]}", i)
-            dsk[key] = Task(key, _write_when_placed, specs[i], TaskRef(spill_keys[i]), n,
-                            out, TaskRef(tok_key), options, job_id, file_start[i],
-                            *(TaskRef(k) for k in count_keys[:min(i + 2, n)]))
-            write_keys.append(key)
-        got = _run_tasks(client, dsk, count_keys + write_keys)
-        counts, written = got[:n], got[n:]
+        if len(missing) == n:
+            # A fresh run, one graph: partition i's write waits only for the counts of
+            # partitions 0..i+1, which place its blocks (the last one ends inside partition
+            # i+1 unless that partition is shorter than the rest of the block): the writes
+            # run while later partitions are still tokenized, as an unpacked job's do. A
+            # write that needs more of the following counts hands its spill back
+            # ({"later": ...}) and runs after the pass.
+            write_keys = []
+            for i in missing:
+                key = (f"daskwp-pack-{job_id[:8]}", i)
+                dsk[key] = Task(key, _write_when_placed, specs[i], TaskRef(spill_keys[i]), n,
+                                out, TaskRef(tok_key), options, job_id, file_start[i],
+                                *(TaskRef(k) for k in count_keys[:min(i + 2, n)]))
+                write_keys.append(key)
+            got = _run_tasks(client, dsk, count_keys + write_keys)
+            counts, written = got[:n], got[n:]
+            later = {i: st["later"] for i, st in zip(missing, written) if "later" in st}
+            for i, st in zip(missing, written):
+                if i not in later:
+                    stats[i] = st
+        else:
+            # A rerun: the complete parts are checked against the counts before any write
+            got = _run_tasks(client, dsk, count_keys + [spill_keys[i] for i in missing])
+            counts, later = got[:n], dict(zip(missing, got[n:]))
         starts = np.concatenate([[0], np.cumsum([u for u, _ in counts])])
         doc_offsets = np.concatenate([[0], np.cumsum([d for _, d in counts])])
         for i in range(n):
@@ -562,11 +571,7 @@ def run_packed_job(cfg, tok, specs, out: str, job_id: str, client, log,
                 raise JobError(f"part {i} of {out!r} starts at token {stats[i]['token_offset']}"
                                f", the input now at {int(starts[i])}: delete the output and "
                                f"rerun the job")
-        later = {i: st["later"] for i, st in zip(missing, written) if "later" in st}
-        for i, st in zip(missing, written):
-            if i not in later:
-                stats[i] = st
-        if later:   # their blocks reach past partition i+1: every count is known now
+        if later:   # every count is known now
             tok_key, dsk = tokenizer_layer(tok)
             keys = []
             for i, spill in later.items():
