@@ -17,6 +17,7 @@ from __future__ import annotations
 import codecs
 import gzip
 import json
+import os
 import random
 
 import numpy as np
@@ -274,6 +275,31 @@ def _spliced_corpus() -> bytes:
     return b"".join(parts) + b"a last line without a newline \xe2\x82"
 
 
+def _page_cached_lines(tmp_path, size: int = 64 << 20):
+    """``(path, size, lines)``: a text file of ``size`` bytes of 100-byte lines, its pages
+    in the page cache (a read of it maps resident pages, as a job's recent input)."""
+    big = tmp_path / "big.txt"
+    line = b"x" * 99 + b"\n"
+    big.write_bytes(line * (size // len(line)))
+    fd = os.open(big, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+    os.close(fd)
+    return big, size, size // len(line)
+
+
+def _peak_growth(fn):
+    """``(fn(), bytes)``: what ``fn`` returns and how far it raised this process's peak
+    RSS (VmHWM, reset first through /proc/self/clear_refs)."""
+    def hwm():
+        with open("/proc/self/status") as fh:
+            return next(int(x.split()[1]) << 10 for x in fh if x.startswith("VmHWM"))
+    with open("/proc/self/clear_refs", "w") as fh:
+        fh.write("5")
+    before = hwm()
+    out = fn()
+    return out, hwm() - before
+
+
 @pytest.mark.parametrize("partition_size", [1 << 12, 1 << 17, 1 << 30])
 def test_partitions_equal_the_reference(tmp_path, partition_size):
     data = _spliced_corpus()
@@ -529,24 +555,10 @@ def test_text_count_reads_a_local_range_from_its_map_in_pieces(tmp_path, monkeyp
             assert [inputs.count_partition(s) for s in specs] == want, (tail, piece)
     monkeypatch.undo()
 
-    big = tmp_path / "big.txt"
-    line = b"x" * 99 + b"\n"
-    size = 64 << 20
-    big.write_bytes(line * (size // len(line)))
+    big, size, lines = _page_cached_lines(tmp_path)
     (spec,) = _text_specs(big, size + 1)
-    import os
-    fd = os.open(big, os.O_RDONLY)
-    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
-    os.close(fd)
-
-    def hwm():
-        with open("/proc/self/status") as fh:
-            return next(int(x.split()[1]) << 10 for x in fh if x.startswith("VmHWM"))
-    with open("/proc/self/clear_refs", "w") as fh:
-        fh.write("5")
-    before = hwm()
-    assert inputs.count_partition(spec) == size // len(line)
-    grew = hwm() - before
+    count, grew = _peak_growth(lambda: inputs.count_partition(spec))
+    assert count == lines
     # a piece's pages (8 MB) at most; mapped whole, the partition's 64 MB
     assert grew < text.MAPPED_PIECE + (8 << 20), grew
 
@@ -645,30 +657,15 @@ def test_a_mapped_range_is_split_in_pieces_whose_pages_leave_the_process(tmp_pat
         assert bad_docs == sum(1 for b in want_bad if b), piece
     monkeypatch.undo()
 
-    big = tmp_path / "big.txt"
-    line = b"x" * 99 + b"\n"
-    size = 64 << 20
-    big.write_bytes(line * (size // len(line)))
+    big, size, n_lines = _page_cached_lines(tmp_path)
     (spec,) = _text_specs(big, size + 1)
     spec = byte_ranges.exact_range(spec)
-    import os
-    fd = os.open(big, os.O_RDONLY)
-    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
-    os.close(fd)
     from daskwp.backends import memory
     limit = memory.host_pool_info()["limit"]
     memory.set_host_pool_limit(0)        # a fresh output buffer, not a resident pool block
     request.addfinalizer(lambda: memory.set_host_pool_limit(limit))
-
-    def hwm():
-        with open("/proc/self/status") as fh:
-            return next(int(x.split()[1]) << 10 for x in fh if x.startswith("VmHWM"))
-    with open("/proc/self/clear_refs", "w") as fh:
-        fh.write("5")
-    before = hwm()
-    lines, _ = text.read_text_lines(spec)
-    grew = hwm() - before
-    assert len(lines) == size // len(line)
+    (lines, _), grew = _peak_growth(lambda: text.read_text_lines(spec))
+    assert len(lines) == n_lines
     # the output buffer (64 MB) and its offsets (5 MB), a piece's pages at most besides;
     # split whole, the 64 MB of file pages came on top
     assert grew < size + (24 << 20), grew
