@@ -13,6 +13,7 @@ import bz2
 import gzip
 import json
 import os
+import time
 import uuid
 from pathlib import Path
 
@@ -818,11 +819,29 @@ def test_a_new_run_removes_the_spool_of_a_killed_one(bucket, spool_tmp):
 
 def test_a_failed_job_leaves_no_spool(tmp_path, bucket, spool_tmp, monkeypatch):
     """A job that fails after its count pass removes the spool files of the partitions it
-    did not write."""
-    from daskwp.jobs import parts
+    did not write. The driver's stream, which moves the partitions it brought into the
+    run's folder (slowed here: it has many left at the failure), has stopped by then: a
+    partition moved in while the folder's files were being removed stayed there."""
+    import threading
+
+    from daskwp.jobs import driver, parts
+    from daskwp.jobs.inputs import fetch_spool
     name, options, fs = bucket
     fs.pipe(f"{name}/t.txt", ("\n".join(sample_lines()) + "\n").encode())
     real = parts.read_counted_partition
+    real_into, real_remove = fetch_spool._fetch_into, driver.remove_spools
+    moving = []
+
+    def slow_into(*a, **kw):
+        time.sleep(0.05)
+        return real_into(*a, **kw)
+
+    def remove_spools(*a):
+        moving.extend(t.name for t in threading.enumerate()
+                      if t.name == "daskwp-stream-finish")
+        real_remove(*a)
+    monkeypatch.setattr(fetch_spool, "_fetch_into", slow_into)
+    monkeypatch.setattr(driver, "remove_spools", remove_spools)
     spooled = []
 
     def fail_third(spec, *a, **kw):
@@ -835,6 +854,7 @@ def test_a_failed_job_leaves_no_spool(tmp_path, bucket, spool_tmp, monkeypatch):
         jobs.run_job(job_config(f"s3://{name}/t.txt", str(tmp_path / "out"),
                                 storage_options=options))
     assert any(f.split("/")[1].startswith("000002-") for f in spooled), spooled
+    assert moving == []
     assert spool_files(spool_tmp) == []
     assert [p for p in spool_tmp.iterdir() if p.is_dir()] == []
 

@@ -1500,6 +1500,10 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
         if uploads is not None and not ran:
             uploads.close()   # (after an error: the parts not sent are dropped)
         paused.close()   # the workers' profiler as it was
+        if prefetch is not None:
+            # its thread still moves partitions into the run's folder (after an error:
+            # into the folder being removed, where they would be left)
+            prefetch.discard()
         if spool_token:
             remove_spools(runner, spool_token)
         close_scheduler(runner, own_client)

@@ -752,6 +752,7 @@ class StreamPrefetch:
     def __init__(self, stream: _HeadStream, taken: list):
         self.stream, self.taken = stream, taken
         self._finisher: threading.Thread | None = None
+        self._discarded = False
 
     def adopt(self, specs) -> bool:
         """Hand the partitions of ``specs`` (the run's, with their spool) that the stream
@@ -803,6 +804,8 @@ class StreamPrefetch:
                     with st.cond:
                         while not st.complete(ranges) and not st.done:
                             st.cond.wait()
+                    if self._discarded:
+                        break     # (the run's folder is being removed: nothing more in it)
                     have = st.held(ranges)
                     try:
                         if st.complete(ranges):
@@ -844,7 +847,10 @@ class StreamPrefetch:
             self._finisher.join(timeout)
 
     def discard(self) -> None:
-        """Stop the stream and remove what it left (nothing once adopted)."""
+        """Stop the stream and remove what it left (nothing once adopted); no partition
+        goes into the run's folder after this returns (the job removes that folder next,
+        where it failed)."""
+        self._discarded = True
         self.stream.stop()
         if self._finisher is not None:
             self._finisher.join()
