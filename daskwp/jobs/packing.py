@@ -7,16 +7,21 @@ mask 0 there).
 
 Two passes, no shuffle (docs/batch-jobs.md "Global packing"):
 
-1. one task per partition tokenizes it and spills its documents' tokens (in the token
-   dtype: uint16 below 65,500 ids, else int32) and their lengths next to the output
-   (hidden temporary files); it returns its token and document counts;
+1. one task per partition tokenizes it: its documents' tokens (in the token dtype: uint16
+   below 65,500 ids, else int32) and their lengths; it gives its token and document counts;
 2. the driver sums them: partition i's tokens start at global position ``S_i``, so it owns
-   the blocks that start in ``[S_i, S_{i+1})``; its write task cuts them from its own spill
-   and takes the tail of its last block from the heads of the following partitions'
-   spills (only the tokens it needs). Blocks are the same whatever the partitioning or
-   the workers. In a fresh run the passes overlap: partition i's write runs once
-   partitions 0..i+1 are counted (after the last count when its last block reaches
-   further); a rerun checks its complete parts against the counts before it writes.
+   the blocks that start in ``[S_i, S_{i+1})``; its write task cuts them from its own
+   tokens and takes the tail of its last block from the heads of the following
+   partitions (fewer than ``block_size`` tokens of each). Blocks are the same whatever the
+   partitioning or the workers.
+
+In a fresh run the passes overlap: partition i's write runs once partitions 0..i+1 are
+counted. Run in this process, the tokens stay in memory for it (:class:`PartitionUnits`,
+a task result; its last block's tail from the next partition's head); on a cluster each
+partition spills them next to the output (hidden temporary files), read by whichever
+worker writes it. A write whose last block reaches further runs after the last count
+(its tokens spilled then). A rerun spills every partition and checks its complete parts
+against the counts before it writes.
 
 Spills are written and read with direct I/O where the file system allows it (each is
 written once and read once, its head a second time by the previous partition's write
@@ -56,8 +61,8 @@ from .parts import TMP_PREFIX, worker_device, worker_series
 from .records import (check_part_record, commit_part, naming_partition, part_stem,
                       refuse_set_options, temporary_path, timed_read, write_part_rejects)
 
-__all__ = ["PACKING_NOT_APPLICABLE", "check_packing_config", "document_units",
-           "run_packed_job", "spill_partition", "write_packed_partition"]
+__all__ = ["PACKING_NOT_APPLICABLE", "PartitionUnits", "check_packing_config",
+           "document_units", "run_packed_job", "spill_partition", "write_packed_partition"]
 
 #: Options that do not apply to packed blocks: refused when set to anything but their default.
 PACKING_NOT_APPLICABLE = ("max_length", "stride", "truncation", "padding", "bucket_widths",
@@ -245,16 +250,113 @@ def _read_spilled(out_dir: str, index: int, what: str, dtype, lo: int, hi: int,
         _give_back("chunk", buf)
 
 
+class PartitionUnits:
+    """A partition's document units held in memory by pass 1 of a fresh run (not spilled):
+    its slices' units in the spill dtype (``ids``), its documents' unit lengths (``lens``,
+    int32 slices) and its statistics (``stats``: what :func:`spill_partition` returns)."""
+
+    def __init__(self, ids: list, lens: list, stats: dict):
+        self.ids, self.lens, self.stats = ids, lens, stats
+        self.ends = np.cumsum([0] + [len(a) for a in ids], dtype=np.int64)
+
+    def read(self, lo: int, hi: int, out: np.ndarray) -> None:
+        """Units ``[lo, hi)`` into ``out`` (``hi - lo`` long, converted to its dtype)."""
+        filled = 0
+        k = int(np.searchsorted(self.ends, lo, side="right")) - 1
+        while lo < hi:
+            a, s = self.ids[k], int(self.ends[k])
+            n = min(hi, s + len(a)) - lo
+            out[filled:filled + n] = a[lo - s:lo - s + n]
+            filled += n
+            lo += n
+            k += 1
+
+    def lengths(self) -> np.ndarray:
+        return np.concatenate(self.lens) if self.lens else np.zeros(0, np.int32)
+
+    def head(self, n: int) -> np.ndarray:
+        """The first ``n`` units (all of them when fewer), in the spill dtype."""
+        n = min(int(n), int(self.ends[-1]))
+        out = np.empty(n, self.ids[0].dtype if self.ids else np.int32)
+        self.read(0, n, out)
+        return out
+
+
+class _SpilledUnits:
+    """Partition ``index``'s units in its spill files (:func:`spill_partition`): the
+    interface of :class:`PartitionUnits`' ``read`` and ``lengths``."""
+
+    def __init__(self, out_dir: str, index: int, dtype):
+        self.out_dir, self.index, self.dtype = out_dir, index, dtype
+
+    def read(self, lo: int, hi: int, out: np.ndarray) -> None:
+        _read_spilled(self.out_dir, self.index, "ids", self.dtype, lo, hi, out)
+
+    def lengths(self) -> np.ndarray:
+        lens = np.empty(os.path.getsize(_spill_path(self.out_dir, self.index, "lens")) // 4,
+                        np.int32)
+        _read_spilled(self.out_dir, self.index, "lens", np.int32, 0, len(lens), lens)
+        return lens
+
+
+def _spill_files(out_dir: str, index: int, pieces) -> float:
+    """Write ``(units, lens int32)`` pieces (an iterable: a generator's own work between
+    them is not counted) as partition ``index``'s spill files (``.ids``, ``.lens``),
+    atomically (temporary names, then renamed); returns the CPU seconds of the writing."""
+    tmp = {what: os.path.join(out_dir, f"{TMP_PREFIX}pack-w-{uuid.uuid4().hex}.{what}")
+           for what in ("ids", "lens")}
+    spent = 0.0
+    try:
+        writers = {}
+        try:
+            c = stage_cpu_seconds()
+            for what, path in tmp.items():
+                writers[what] = _SpillWriter(path)
+            spent += stage_cpu_seconds() - c
+            for units, lens in pieces:
+                c = stage_cpu_seconds()
+                writers["ids"].write(units)
+                writers["lens"].write(lens)
+                spent += stage_cpu_seconds() - c
+        finally:
+            c = stage_cpu_seconds()
+            _close_all(writers.values())
+            spent += stage_cpu_seconds() - c
+        c = stage_cpu_seconds()
+        for what, path in tmp.items():
+            os.replace(path, _spill_path(out_dir, index, what))
+        spent += stage_cpu_seconds() - c
+    finally:
+        for path in tmp.values():
+            if os.path.exists(path):
+                os.unlink(path)
+    return spent
+
+
+def _spill_units(units: PartitionUnits, out_dir: str, index: int) -> dict:
+    """Partition ``index``'s units held in memory written to its spill files (a write
+    that runs after the pass, :func:`_write_when_placed`); returns its statistics."""
+    spill_cpu = _spill_files(out_dir, index, zip(units.ids, units.lens))
+    stats = dict(units.stats)
+    cpu = dict(stats["cpu_seconds"])
+    cpu["spill"] = cpu.get("spill", 0.0) + spill_cpu
+    stats["cpu_seconds"] = cpu
+    return stats
+
+
 @naming_partition
 def spill_partition(spec, out_dir: str, tokenizer, options: dict, device: str = "cpu",
-                    documents: int | None = None) -> dict:
+                    documents: int | None = None, keep: bool = False):
     """Pass 1 of a packed job: tokenize partition ``spec``, spill its documents' units
     (``.ids``, raw, in the vocabulary's token dtype: uint16 below 65,500 ids, as Megatron's
     ``.bin``, else int32) and their lengths (``.lens``, raw int32), atomically; return its
-    counts and statistics (rejected rows: the row policy, listed at write time).
+    counts and statistics (rejected rows: the row policy, listed at write time). With
+    ``keep``, nothing is written: the units are returned in memory, a
+    :class:`PartitionUnits` (a fresh run's, whose write follows within the pass).
 
     Memory: the partition's text and the ids of a slice of it at a time
-    (:func:`daskwp.frames.megatron.document_slices`), appended to the spill."""
+    (:func:`daskwp.frames.megatron.document_slices`), appended to the spill (with
+    ``keep``: the partition's units, in the token dtype, and their lengths)."""
     texts, _, (bad_bytes, bad_docs), bad, read_cpu = timed_read(spec, documents, options)
     c1 = stage_cpu_seconds()
     tok = cached_tokenizer(tokenizer)
@@ -263,54 +365,45 @@ def spill_partition(spec, out_dir: str, tokenizer, options: dict, device: str = 
     dtype = token_dtype(len(tok.vocab))
     n_docs, n_bytes = len(texts), text_bytes(texts)
     counts = {"units": 0, "tokens": 0, "unknown_tokens": 0}
-    doc_lengths, spill_cpu = [], 0.0
-    tmp = {what: os.path.join(out_dir, f"{TMP_PREFIX}pack-w-{uuid.uuid4().hex}.{what}")
-           for what in ("ids", "lens")}
-    try:
-        writers = {}
-        try:
-            for what, path in tmp.items():
-                writers[what] = _SpillWriter(path)
-            for piece in document_slices(texts):
-                enc = tok.encode(worker_series(piece, dev) if dev != "cpu" else piece)
-                ids = enc.token_ids.get() if hasattr(enc.token_ids, "get") else \
-                    np.asarray(enc.token_ids)
-                offsets = enc.offsets.get() if hasattr(enc.offsets, "get") else \
-                    np.asarray(enc.offsets)
-                del enc
-                units, lens = document_units(ids, offsets,
-                                             tok.vocab.cls_id if special else None,
-                                             tok.vocab.sep_id if special else None, dtype)
-                counts["tokens"] += len(ids)
-                counts["unknown_tokens"] += count_equal(ids, tok.vocab.unk_id)
-                counts["units"] += len(units)
-                doc_lengths.append(np.diff(offsets))
-                del ids, offsets
-                c = stage_cpu_seconds()
-                # a document's units: < 2**31 (the kernel's int32 ids)
-                writers["ids"].write(units)
-                writers["lens"].write(lens.astype(np.int32))
-                spill_cpu += stage_cpu_seconds() - c
-            del texts
-        finally:
-            c = stage_cpu_seconds()
-            _close_all(writers.values())
-            spill_cpu += stage_cpu_seconds() - c
-        c = stage_cpu_seconds()
-        for what, path in tmp.items():
-            os.replace(path, _spill_path(out_dir, spec.index, what))
-        spill_cpu += stage_cpu_seconds() - c
-    finally:
-        for path in tmp.values():
-            if os.path.exists(path):
-                os.unlink(path)
+    doc_lengths = []
+    kept_ids, kept_lens = [], []
+
+    def pieces():
+        nonlocal texts
+        for piece in document_slices(texts):
+            enc = tok.encode(worker_series(piece, dev) if dev != "cpu" else piece)
+            ids = enc.token_ids.get() if hasattr(enc.token_ids, "get") else \
+                np.asarray(enc.token_ids)
+            offsets = enc.offsets.get() if hasattr(enc.offsets, "get") else \
+                np.asarray(enc.offsets)
+            del enc
+            units, lens = document_units(ids, offsets,
+                                         tok.vocab.cls_id if special else None,
+                                         tok.vocab.sep_id if special else None, dtype)
+            counts["tokens"] += len(ids)
+            counts["unknown_tokens"] += count_equal(ids, tok.vocab.unk_id)
+            counts["units"] += len(units)
+            doc_lengths.append(np.diff(offsets))
+            del ids, offsets
+            # a document's units: < 2**31 (the kernel's int32 ids)
+            yield units, lens.astype(np.int32)
+        texts = None
+
+    if keep:
+        for units, lens in pieces():
+            kept_ids.append(units)
+            kept_lens.append(lens)
+        spill_cpu = 0.0
+    else:
+        spill_cpu = _spill_files(out_dir, spec.index, pieces())
     lengths = np.concatenate(doc_lengths) if doc_lengths else np.zeros(0, np.int64)
-    return {"index": spec.index, **counts, "documents": n_docs, "text_bytes": n_bytes,
-            "invalid_utf8_bytes": bad_bytes, "invalid_utf8_documents": bad_docs,
-            "bad": bad, "length_counts": LengthCounts.of(lengths).to_json(),
-            "cpu_seconds": {"read": read_cpu,
-                            "tokenize": stage_cpu_seconds() - c1 - spill_cpu,
-                            "spill": spill_cpu}}
+    stats = {"index": spec.index, **counts, "documents": n_docs, "text_bytes": n_bytes,
+             "invalid_utf8_bytes": bad_bytes, "invalid_utf8_documents": bad_docs,
+             "bad": bad, "length_counts": LengthCounts.of(lengths).to_json(),
+             "cpu_seconds": {"read": read_cpu,
+                             "tokenize": stage_cpu_seconds() - c1 - spill_cpu,
+                             "spill": spill_cpu}}
+    return PartitionUnits(kept_ids, kept_lens, stats) if keep else stats
 
 
 def _block_range(i: int, starts, block_size: int, pad_last: bool) -> tuple[int, int]:
@@ -324,17 +417,28 @@ def _block_range(i: int, starts, block_size: int, pad_last: bool) -> tuple[int, 
 
 
 def _gather(out_dir: str, i: int, starts, lo: int, hi: int, out: np.ndarray,
-            spill_dtype) -> int:
-    """Global token positions ``[lo, hi)`` from the spills of partitions i, i+1, ...
-    (only the tokens asked for are read), copied into the front of ``out``; returns how
-    many."""
+            spill_dtype, units=None, tail=None) -> int:
+    """Global token positions ``[lo, hi)`` from partition i's units (``units``: a
+    :class:`PartitionUnits` in memory, else its spill) and the units that follow it
+    (``tail``: an array of the units from ``starts[i + 1]`` on, else read from the spills
+    of partitions i+1, i+2, ...: only the tokens asked for), copied into the front of
+    ``out``; returns how many."""
     j, filled = i, 0
     while lo < hi and j < len(starts) - 1:
         s, e = int(starts[j]), int(starts[j + 1])
+        if j > i and tail is not None:   # (lo is starts[i + 1])
+            if hi - lo > len(tail):
+                raise JobError(f"partition {i}'s last block takes {hi - lo} tokens of the "
+                               f"partitions after it, {len(tail)} were given")
+            out[filled:filled + hi - lo] = tail[:hi - lo]
+            return filled + hi - lo
         if e > lo:
             k = min(hi, e) - lo
-            _read_spilled(out_dir, j, "ids", spill_dtype, lo - s, lo - s + k,
-                          out[filled:filled + k])
+            dst = out[filled:filled + k]
+            if j == i and units is not None:
+                units.read(lo - s, lo - s + k, dst)
+            else:
+                _read_spilled(out_dir, j, "ids", spill_dtype, lo - s, lo - s + k, dst)
             filled += k
             lo += k
         j += 1
@@ -343,12 +447,15 @@ def _gather(out_dir: str, i: int, starts, lo: int, hi: int, out: np.ndarray,
 
 def block_table(out_dir: str, i: int, starts, logid_offset: int, block_size: int,
                 pad_last: bool, pad_id: int | None, spill_dtype, dtype=np.int32,
-                input_ids: bool = True, hold: list | None = None):
+                input_ids: bool = True, hold: list | None = None,
+                units: "PartitionUnits | None" = None, tail: np.ndarray | None = None):
     """The blocks partition i owns as an Arrow table ``block, logID, offset``, +
     ``input_ids`` (when ``input_ids``) and ``attention_mask`` (with ``pad_last``), and as a
-    blocks x block_size matrix in ``dtype`` (the spilled tokens, ``spill_dtype``, copied
+    blocks x block_size matrix in ``dtype`` (the partition's tokens, ``spill_dtype``, copied
     once, into it; with ``hold``, into a pooled buffer appended to ``hold``: the caller
-    gives it back, :func:`_give_back`, once done with the table and the matrix)."""
+    gives it back, :func:`_give_back`, once done with the table and the matrix). The
+    tokens: ``units`` (in memory) or partition i's spill, then ``tail`` or the following
+    partitions' spills (:func:`_gather`)."""
     b0, b1 = _block_range(i, starts, block_size, pad_last)
     s = int(starts[i])
     total = int(starts[-1])
@@ -362,11 +469,10 @@ def block_table(out_dir: str, i: int, starts, logid_offset: int, block_size: int
     if b1 > b0:
         flat = blocks.reshape(-1)
         k = _gather(out_dir, i, starts, b0 * block_size, min(b1 * block_size, total), flat,
-                    spill_dtype)
+                    spill_dtype, units, tail)
         if k < len(flat):   # the padded last block
             flat[k:] = pad_id
-    lens = np.empty(os.path.getsize(_spill_path(out_dir, i, "lens")) // 4, np.int32)
-    _read_spilled(out_dir, i, "lens", np.int32, 0, len(lens), lens)
+    lens = (units if units is not None else _SpilledUnits(out_dir, i, spill_dtype)).lengths()
     ends = np.cumsum(lens, dtype=np.int64)
     pos = np.arange(b0, b1, dtype=np.int64) * block_size - s
     doc = np.searchsorted(ends, pos, side="right")
@@ -389,11 +495,18 @@ def block_table(out_dir: str, i: int, starts, logid_offset: int, block_size: int
 
 @naming_partition
 def write_packed_partition(spec, starts, logid_offset: int, out_dir: str, tokenizer,
-                           options: dict, job_id: str, n_partitions: int, spill: dict,
-                           file_offset: int | None = None) -> dict:
+                           options: dict, job_id: str, n_partitions: int, spill,
+                           file_offset: int | None = None,
+                           tail: np.ndarray | None = None) -> dict:
     """Pass 2: the blocks partition ``spec.index`` owns, written in the job's output format
-    with a record (:func:`.records.commit_part`)."""
+    with a record (:func:`.records.commit_part`). ``spill``: the partition's statistics
+    (:func:`spill_partition`; its units read from its spill), or its
+    :class:`PartitionUnits` (in memory). ``tail``: the units from ``starts[i + 1]`` on that
+    its last block takes (else read from the following partitions' spills)."""
     t0 = stage_cpu_seconds()
+    units = spill if isinstance(spill, PartitionUnits) else None
+    if units is not None:
+        spill = units.stats
     from .datasets import shard_name, write_shard
     tok = cached_tokenizer(tokenizer)
     packing = options["packing"]
@@ -407,7 +520,8 @@ def write_packed_partition(spec, starts, logid_offset: int, out_dir: str, tokeni
                                 packing["block_size"], packing["pad_last"],
                                 tok.vocab.pad_id if packing["pad_last"] else None,
                                 dtype, dtype if megatron else np.int32,
-                                input_ids=not megatron, hold=held)
+                                input_ids=not megatron, hold=held, units=units, tail=tail)
+    del units   # copied into the blocks: its memory goes while the part is written
     i, n = spec.index, n_partitions
     stats = {k: spill[k] for k in ("documents", "tokens", "unknown_tokens", "text_bytes",
                                    "invalid_utf8_bytes", "invalid_utf8_documents",
@@ -481,29 +595,63 @@ def _write_parquet(table: pa.Table, path: str, compression) -> str | None:
     return None if digest is None else checksum_hex(digest)
 
 
-def _spill_counts(spill: dict) -> tuple[int, int]:
-    """``(units, documents)`` of a partition's spill (what the following writes take)."""
+def _spill_stats(spill) -> dict:
+    return spill.stats if isinstance(spill, PartitionUnits) else spill
+
+
+def _spill_counts(spill) -> tuple[int, int]:
+    """``(units, documents)`` of a partition's spill or units (what the following writes
+    take)."""
+    spill = _spill_stats(spill)
     return int(spill["units"]), int(spill["documents"])
 
 
-def _write_when_placed(spec, spill: dict, n_partitions: int, out_dir: str, tokenizer,
-                       options: dict, job_id: str, file_start: int, *counts) -> dict:
+def _units_head(units: PartitionUnits, block_size: int) -> np.ndarray:
+    """The first ``block_size - 1`` units of a partition (all when fewer): all that the
+    blocks of the partitions before it take of it (a block starts before it)."""
+    return units.head(block_size - 1)
+
+
+def _tail_of(heads, starts, i: int, block_size: int) -> np.ndarray:
+    """The units from ``starts[i + 1]`` on that partition i's last block takes, from the
+    heads (:func:`_units_head`) of the partitions after it."""
+    total = int(starts[-1])
+    end = min(-(-int(starts[i + 1]) // block_size) * block_size, total)
+    need, got, j = end - int(starts[i + 1]), [], i + 1
+    while need > 0:
+        got.append(heads[j][:need])
+        need -= len(got[-1])
+        j += 1
+    return np.concatenate(got) if got else np.zeros(0, np.int32)
+
+
+def _write_when_placed(spec, spill, n_partitions: int, out_dir: str, tokenizer,
+                       options: dict, job_id: str, file_start: int, head, *counts) -> dict:
     """Pass 2 for partition ``spec.index`` as soon as the counts of partitions 0..i+1
-    (``counts``, :func:`_spill_counts`; all of them for the last two) place its blocks: the statistics of
-    :func:`write_packed_partition`, or ``{"later": spill}`` when its last block reaches
-    past partition i+1 (a following partition shorter than the rest of the block), to be
-    written once every count is known. The blocks written are those the whole pass gives:
-    ``_block_range`` and ``block_table`` read ``starts`` only up to the end of the
-    partition's last block."""
+    (``counts``, :func:`_spill_counts`; all of them for the last two) place its blocks: the
+    statistics of :func:`write_packed_partition`, or ``{"later": stats}`` when its last
+    block reaches past partition i+1 (a following partition shorter than the rest of the
+    block), to be written once every count is known. ``spill``: its statistics (its units
+    spilled), or its :class:`PartitionUnits` in memory, its last block's tail then taken
+    from ``head`` (partition i+1's, :func:`_units_head`; None for the last partition); such
+    units are spilled (:func:`_spill_units`) when the write waits. The blocks written are
+    those the whole pass gives: ``_block_range`` and ``block_table`` read ``starts`` only
+    up to the end of the partition's last block."""
     i = spec.index
     starts = np.concatenate([[0], np.cumsum([u for u, _ in counts])])
+    size = options["packing"]["block_size"]
+    in_memory = isinstance(spill, PartitionUnits)
     if len(counts) < n_partitions:
-        size = options["packing"]["block_size"]
         if int(starts[-1]) < -(-int(starts[i + 1]) // size) * size:
-            return {"later": spill}
+            return {"later": _spill_units(spill, out_dir, i) if in_memory else spill}
     docs = np.concatenate([[0], np.cumsum([d for _, d in counts])])
+    tail = None
+    if in_memory:   # (the last partition's blocks end in it)
+        tail = np.zeros(0, np.int32) if head is None else \
+            _tail_of({i + 1: head}, starts, i, size)
     return write_packed_partition(spec, starts.tolist(), int(docs[i]), out_dir, tokenizer,
-                                  options, job_id, n_partitions, spill, int(docs[file_start]))
+                                  options, job_id, n_partitions, spill, int(docs[file_start]),
+                                  tail=tail)
 
 
 def _run_tasks(client, dsk: dict, keys: list) -> list:
@@ -519,6 +667,7 @@ def run_packed_job(cfg, tok, specs, out: str, job_id: str, client, log,
     ``(stats, offsets, missing)``: every part's statistics, the logID offsets (n + 1) and
     the parts this run wrote."""
     from ..distributed.dask_compat import Task, TaskRef
+    from ..distributed.local import InProcess
     from ..distributed.offset_pass import tokenizer_layer
 
     n = len(specs)
@@ -527,35 +676,53 @@ def run_packed_job(cfg, tok, specs, out: str, job_id: str, client, log,
     options = {"add_special_tokens": cfg.add_special_tokens, "on_bad_row": cfg.on_bad_row,
                "packing": cfg.packing, "output_format": cfg.output_format,
                "compression": cfg.compression}
+    size = cfg.packing["block_size"]
     if missing:
+        fresh = len(missing) == n
+        # A fresh run in this process keeps each partition's units in memory: its write
+        # follows within the graph. On a cluster they are spilled: the scheduler would move
+        # them to a less busy worker for the write (half the partitions in a two-worker
+        # run, the whole units each time), where a spill is read by whichever worker
+        # writes. A rerun spills them: the complete parts are checked before any write.
+        keep = fresh and (client is None or isinstance(client, InProcess))
         file_start = []
         for i, s in enumerate(specs):
             file_start.append(file_start[i - 1] if i and specs[i - 1].path == s.path else i)
         tok_key, dsk = tokenizer_layer(tok)
-        spill_keys, count_keys = [], []
+        spill_keys, count_keys, head_keys = [], [], []
         for s in specs:
             key = (f"daskwp-spill-{job_id[:8]}", s.index)
-            dsk[key] = Task(key, spill_partition, s, out, TaskRef(tok_key), options, device)
+            dsk[key] = Task(key, spill_partition, s, out, TaskRef(tok_key), options, device,
+                            None, keep)
             count = (f"daskwp-spill-count-{job_id[:8]}", s.index)
             dsk[count] = Task(count, _spill_counts, TaskRef(key))
             spill_keys.append(key)
             count_keys.append(count)
-        if len(missing) == n:
-            # A fresh run, one graph: partition i's write waits only for the counts of
-            # partitions 0..i+1, which place its blocks (the last one ends inside partition
-            # i+1 unless that partition is shorter than the rest of the block): the writes
-            # run while later partitions are still tokenized, as an unpacked job's do. A
-            # write that needs more of the following counts hands its spill back
-            # ({"later": ...}) and runs after the pass.
+            if keep:
+                head = (f"daskwp-spill-head-{job_id[:8]}", s.index)
+                dsk[head] = Task(head, _units_head, TaskRef(key), size)
+                head_keys.append(head)
+        heads = {}
+        if fresh:
+            # One graph: partition i's write waits only for the counts of partitions
+            # 0..i+1, which place its blocks (the last one ends inside partition i+1 unless
+            # that partition is shorter than the rest of the block), and for partition
+            # i+1's head in memory (the units its last block takes): the writes run while
+            # later partitions are still tokenized, as an unpacked job's do. A write that
+            # needs more of the following counts hands its spill back ({"later": ...}; its
+            # units in memory are spilled then) and runs after the pass, its tail from the
+            # heads in memory, else from the following spills.
             write_keys = []
             for i in missing:
                 key = (f"daskwp-pack-{job_id[:8]}", i)
                 dsk[key] = Task(key, _write_when_placed, specs[i], TaskRef(spill_keys[i]), n,
                                 out, TaskRef(tok_key), options, job_id, file_start[i],
+                                TaskRef(head_keys[i + 1]) if keep and i + 1 < n else None,
                                 *(TaskRef(k) for k in count_keys[:min(i + 2, n)]))
                 write_keys.append(key)
-            got = _run_tasks(client, dsk, count_keys + write_keys)
-            counts, written = got[:n], got[n:]
+            got = _run_tasks(client, dsk, count_keys + head_keys + write_keys)
+            k = n + len(head_keys)
+            counts, heads, written = got[:n], dict(enumerate(got[n:k])), got[k:]
             later = {i: st["later"] for i, st in zip(missing, written) if "later" in st}
             for i, st in zip(missing, written):
                 if i not in later:
@@ -578,7 +745,8 @@ def run_packed_job(cfg, tok, specs, out: str, job_id: str, client, log,
                 key = (f"daskwp-pack-{job_id[:8]}", i)
                 dsk[key] = Task(key, write_packed_partition, specs[i], starts.tolist(),
                                 int(doc_offsets[i]), out, TaskRef(tok_key), options, job_id,
-                                n, spill, int(doc_offsets[file_start[i]]))
+                                n, spill, int(doc_offsets[file_start[i]]),
+                                _tail_of(heads, starts, i, size) if heads else None)
                 keys.append(key)
             for i, st in zip(later, _run_tasks(client, dsk, keys)):
                 stats[i] = st
