@@ -462,8 +462,9 @@ print("pandas" in sys.modules)
 @pytest.mark.parametrize("fmt", ["parquet", "megatron"])
 def test_packed_parts_are_hashed_as_written(tmp_path, monkeypatch, fmt):
     """A packed part's record holds its files' checksums computed as they were written (no
-    read-back): the checksums of their bytes, which a rerun checks. Megatron pairs are
-    written without the page cache (O_DIRECT) where the file system takes it."""
+    read-back): the checksums of their bytes, which a rerun checks. Parquet parts and
+    Megatron pairs are written without the page cache (O_DIRECT) where the file system
+    takes it."""
     from daskwp.frames import megatron as fm
     from daskwp.jobs import records
     real = records.file_digest
@@ -476,7 +477,7 @@ def test_packed_parts_are_hashed_as_written(tmp_path, monkeypatch, fmt):
         return real(path, *a, **k)
 
     def put(self, nbytes):
-        direct.append(self.path.rsplit(".", 1)[1])
+        direct.append(self.path)
         return real_put(self, nbytes)
     monkeypatch.setattr(records, "file_digest", file_digest)
     monkeypatch.setattr(fm._DirectAppendFile, "_put", put)
@@ -496,6 +497,8 @@ def test_packed_parts_are_hashed_as_written(tmp_path, monkeypatch, fmt):
     if probe is not None:
         os.close(probe)
         if fmt == "megatron":
-            assert {"bin", "idx"} <= set(direct)
+            assert {"bin", "idx"} <= {p.rsplit(".", 1)[1] for p in direct}
+        else:
+            assert any("packed-" in os.path.basename(p) for p in direct), direct
     s = _job(inp, tmp_path / "o", **kw)   # a rerun keeps them all
     assert s["partitions_skipped"] == s["partitions"]

@@ -52,8 +52,8 @@ from ..core.cpu_clock import stage_cpu_seconds
 from ..core.lengths import LengthCounts, count_equal
 from ..distributed.state import cached_tokenizer
 from ..distributed.tasks import text_bytes
-from ..frames.megatron import (HashingWriter, document_slices, frame_pieces, open_direct,
-                               token_dtype, write_pair_from)
+from ..frames.megatron import (HashingWriter, complete_file, create_file, document_slices,
+                               frame_pieces, open_direct, token_dtype, write_pair_from)
 from ..frames.part_writer import checksum_hash, checksum_hex
 from ..frames.schema import arrow_of_numpy
 from .errors import JobError
@@ -569,30 +569,59 @@ def write_packed_partition(spec, starts, logid_offset: int, out_dir: str, tokeni
     return stats
 
 
+class _CountingWriter(HashingWriter):
+    """:class:`~daskwp.frames.megatron.HashingWriter` that keeps its own position (the
+    direct file of :func:`~daskwp.frames.megatron.create_file` has no ``tell``)."""
+
+    def __init__(self, fh, digest):
+        super().__init__(fh, digest)
+        self.pos = 0
+
+    def write(self, data) -> int:
+        n = super().write(data)
+        self.pos += n
+        return n
+
+    def tell(self) -> int:
+        return self.pos
+
+
 def _write_parquet(table: pa.Table, path: str, compression) -> str | None:
     """``table`` as a Parquet file at ``path`` (fsync'ed), in the layout of the job's parts
     (:func:`daskwp.frames.part_writer.parquet_write_options`: no dictionaries, statistics
     only for logID), by daskwp's own writer where it takes the table (integer columns and
     lists of them), else Arrow's. Returns the file's part checksum when daskwp's writer
-    wrote it (hashed as written), else None."""
+    wrote it (hashed as written), else None. daskwp's writer writes it without the page
+    cache where the file system allows it (:func:`~daskwp.frames.megatron.create_file`),
+    as the unpacked job's parts are: nothing is read back, and fresh page-cache pages cost
+    more CPU than the copy into the aligned buffer."""
     from ..frames import parquet_writer
     from ..frames.part_writer import LIST_ENCODING, parquet_write_options
     opts = parquet_write_options(table.schema, compression)
-    digest = None
-    with open(path, "wb") as fh:
-        if parquet_writer.supports(table.schema, opts["compression"]):
-            digest = checksum_hash()
-            writer = parquet_writer.NativeParquetWriter(
-                HashingWriter(fh, digest), table.schema, opts["compression"],
-                byte_stream_split=LIST_ENCODING == "BYTE_STREAM_SPLIT")
-            writer.write_table(table)
-            writer.close()
-        else:
-            import pyarrow.parquet as pq
+    if not parquet_writer.supports(table.schema, opts["compression"]):
+        import pyarrow.parquet as pq
+        with open(path, "wb") as fh:
             pq.write_table(table, fh, **opts)
-        fh.flush()
-        os.fsync(fh.fileno())
-    return None if digest is None else checksum_hex(digest)
+            fh.flush()
+            os.fsync(fh.fileno())
+        return None
+    digest = checksum_hash()
+    fh = create_file(path, direct=True)
+    try:
+        if not getattr(fh, "direct", False):   # (pages of the writer: buffered here)
+            fh.close()
+            fh = open(path, "wb", buffering=1 << 16)
+        writer = parquet_writer.NativeParquetWriter(
+            _CountingWriter(fh, digest), table.schema, opts["compression"],
+            byte_stream_split=LIST_ENCODING == "BYTE_STREAM_SPLIT")
+        writer.write_table(table)
+        writer.close()
+        if not getattr(fh, "direct", False):
+            fh.flush()
+        complete_file(fh, fsync=True)
+    finally:
+        fh.close()
+    return checksum_hex(digest)
 
 
 def _spill_stats(spill) -> dict:
