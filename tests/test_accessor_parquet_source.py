@@ -315,3 +315,130 @@ def test_parts_from_host_blocks_are_those_of_dasks_read(tmp_path, monkeypatch):
         series = dd.read_parquet(tmp_path / "in", columns=["text"])["text"]
         direct, ref = _write_both(series, tmp_path, monkeypatch, expect_direct=True)
     _assert_same_parts(direct, ref)
+
+
+# -- the page reader (daskwp/accessors/parquet_pages.py) ----------------------------------
+
+@pytest.fixture(autouse=True)
+def _pool_left_empty():
+    """The host pool's freed blocks released after each test (a later test of another
+    file may count on the block it freed being the one the pool gives back)."""
+    yield
+    from daskwp.backends.memory import release_host_memory
+    release_host_memory()
+
+
+def _page_docs() -> list:
+    """The corpus lines with nulls and empty strings, and non-ASCII text, repeated."""
+    docs = _corpus() + ["naïve café — 東京", "emoji 🙂 and tabs\tinside", ""]
+    return docs * 3
+
+
+def _read_both(path, monkeypatch):
+    """``read_text_partition`` of ``path`` with the page reader (counting the files it
+    read) and with pyarrow's reader."""
+    calls = []
+    read = parquet_source.read_column_pages
+    monkeypatch.setattr(parquet_source, "read_column_pages",
+                        lambda *a: calls.append(a[0]) or read(*a))
+    dtype = pd.StringDtype("pyarrow")
+    pages = read_text_partition(((str(path), None),), "text", dtype)["text"]
+    ref = read_text_partition(((str(path), None),), "text", dtype, pages=False)["text"]
+    return pages, ref, len(calls)
+
+
+def _same_text(pages, ref):
+    a = pages.array.__arrow_array__().combine_chunks()
+    b = ref.array.__arrow_array__().combine_chunks()
+    assert a.type == b.type and a.equals(b)
+    assert a.null_count == b.null_count
+
+
+@pytest.mark.parametrize("compression", ["none", "snappy", "gzip", "brotli", "zstd"])
+@pytest.mark.parametrize("version,dictionary,large", [
+    ("1.0", False, True), ("1.0", True, False), ("2.0", True, True), ("2.0", False, False)])
+def test_the_page_reader_reads_what_pyarrow_reads(tmp_path, monkeypatch, compression,
+                                                  version, dictionary, large):
+    # a text column's pages decoded by daskwp (PLAIN values straight into the host block,
+    # dictionary pages, nulls from the definition levels, v1 and v2 data pages, every
+    # codec pyarrow writes), in chunks of at most CHUNK_BYTES: the text pyarrow reads
+    monkeypatch.setattr(parquet_source, "HOST_BLOCK_MIN_BYTES", 16 << 10)
+    monkeypatch.setattr(parquet_source, "CHUNK_BYTES", 48 << 10)
+    docs = _page_docs()
+    path = tmp_path / "in.parquet"
+    kind = pa.large_string() if large else pa.string()
+    # small pages (many per row group), a small dictionary limit (dictionary pages, then
+    # PLAIN ones), several row groups
+    pq.write_table(pa.table({"text": pa.array(docs, kind)}), path, compression=compression,
+                   data_page_version=version, use_dictionary=dictionary,
+                   data_page_size=20 << 10, dictionary_pagesize_limit=8 << 10,
+                   row_group_size=len(docs) // 3 + 1)
+    pages, ref, calls = _read_both(path, monkeypatch)
+    assert calls == 1
+    _same_text(pages, ref)
+    assert [None if v is pd.NA else v for v in pages.tolist()] == docs
+    sizes = [c.buffers()[2].size for c in pages.array.__arrow_array__().chunks]
+    assert max(sizes) <= 48 << 10 and len(sizes) >= 3, sizes
+
+
+def test_the_page_reader_cuts_a_large_page_into_chunks(tmp_path, monkeypatch):
+    monkeypatch.setattr(parquet_source, "HOST_BLOCK_MIN_BYTES", 16 << 10)
+    monkeypatch.setattr(parquet_source, "CHUNK_BYTES", 8 << 10)
+    docs = [d for d in _page_docs() if d is not None] + ["x" * (20 << 10)]  # a row > a chunk
+    path = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"text": docs}), path, use_dictionary=False,
+                   data_page_size=1 << 20)   # one page per row group
+    pages, ref, calls = _read_both(path, monkeypatch)
+    assert calls == 1
+    _same_text(pages, ref)
+    sizes = [c.buffers()[2].size for c in pages.array.__arrow_array__().chunks]
+    assert sizes[-1] == 20 << 10   # the large row alone
+    assert max(sizes[:-1]) <= 8 << 10 and min(sizes[:-2]) > 6 << 10, sizes
+
+
+def test_columns_the_page_reader_does_not_decode_go_to_pyarrow(tmp_path, monkeypatch):
+    # an encoding it does not decode (DELTA_BYTE_ARRAY), the codec pyarrow calls LZ4
+    # (Hadoop's framing in older files): pyarrow's reader, the same text
+    monkeypatch.setattr(parquet_source, "HOST_BLOCK_MIN_BYTES", 16 << 10)
+    docs = _page_docs()
+    for name, kw in (("delta", dict(use_dictionary=False,
+                                    column_encoding={"text": "DELTA_BYTE_ARRAY"})),
+                     ("lz4", dict(compression="lz4"))):
+        path = tmp_path / f"{name}.parquet"
+        pq.write_table(pa.table({"text": docs}), path, **kw)
+        pages, ref, calls = _read_both(path, monkeypatch)
+        assert calls == 0, name
+        _same_text(pages, ref)
+
+
+def test_a_page_the_reader_cannot_decode_reads_the_partition_with_pyarrow(tmp_path,
+                                                                          monkeypatch):
+    from daskwp.accessors import parquet_pages
+    monkeypatch.setattr(parquet_source, "HOST_BLOCK_MIN_BYTES", 16 << 10)
+    docs = _page_docs()
+    path = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"text": docs}), path, use_dictionary=False,
+                   data_page_size=20 << 10)
+
+    def fail(*args):
+        raise parquet_pages.PagesUnsupported("a page it does not decode")
+
+    monkeypatch.setattr(parquet_source, "read_column_pages", fail)
+    got = read_text_partition(((str(path), None),), "text", pd.StringDtype("pyarrow"))
+    assert [None if v is pd.NA else v for v in got["text"].tolist()] == docs
+
+
+def test_plain_byte_array_values_decodes_a_plain_page():
+    from daskwp import _ext
+    values = [b"", b"abc", "é東".encode(), b"x" * 300]
+    page = b"".join(len(v).to_bytes(4, "little") + v for v in values)
+    out = np.zeros(400, dtype=np.uint8)
+    offsets = _ext.plain_byte_array_values(np.frombuffer(page, np.uint8), 4, out, 10)
+    assert offsets.tolist() == [10, 10, 13, 18, 318]
+    assert out[10:318].tobytes() == b"".join(values)
+    with pytest.raises(ValueError, match="past the end of the page"):
+        _ext.plain_byte_array_values(np.frombuffer(page[:-1], np.uint8), 4, out, 0)
+    with pytest.raises(ValueError, match="ends inside the length of value 4"):
+        _ext.plain_byte_array_values(np.frombuffer(page, np.uint8), 5, out, 0)
+    with pytest.raises(ValueError, match="out holds 100 bytes"):
+        _ext.plain_byte_array_values(np.frombuffer(page, np.uint8), 4, out[:100], 0)

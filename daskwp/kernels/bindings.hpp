@@ -21,6 +21,6 @@ void bind_count(nb::module_& m);    // bind_count.cpp: count32, count64 (count_b
 void bind_windows(nb::module_& m);  // bind_windows.cpp: windows, buckets, pad_rows
 void bind_parquet(nb::module_& m);  // parquet_pages.cpp: the part writer's data pages
 void bind_lz4(nb::module_& m);      // lz4_block.cpp: lz4_raw_compress, lz4_raw_bound (LZ4_RAW pages)
-void bind_text_lines(nb::module_& m);  // text_lines.cpp: split_lines, count_newlines, count_nonblank_lines, host_bytes
+void bind_text_lines(nb::module_& m);  // text_lines.cpp: split_lines, count_newlines, count_nonblank_lines, host_bytes, plain_byte_array_values
 void bind_jsonl_reader(nb::module_& m);  // jsonl_reader.cpp: read_jsonl_fields
 void bind_frame(nb::module_& m);    // frame_sequences.cpp: frame_sequences

@@ -418,6 +418,59 @@ nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>> host_bytes(int64_t nbytes) {
   return nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>(static_cast<uint8_t*>(raw), {n}, owner);
 }
 
+// The values of a PLAIN-encoded Parquet BYTE_ARRAY page (each a 4-byte little-endian
+// length, then its bytes: the Parquet format's "PLAIN" encoding) written to out[at:]
+// without their lengths, as Arrow binary data: returns the int64 offsets of the `count`
+// values in `out` (count + 1, the first `at`). The Parquet read of the accessor's text
+// (daskwp/accessors/parquet_source.py) decodes its pages with this, straight into the
+// block the partition's text is gathered in.
+nb::ndarray<nb::numpy, int64_t, nb::ndim<1>> plain_byte_array_values(U8 page, int64_t count,
+                                                                     U8Out out, int64_t at) {
+  if (count < 0)
+    throw std::invalid_argument("count must be >= 0, got " + std::to_string(count));
+  const size_t n = page.shape(0), room = out.shape(0);
+  if (at < 0 || static_cast<size_t>(at) > room)
+    throw std::invalid_argument("at must be within out (0.." + std::to_string(room) +
+                                "), got " + std::to_string(at));
+  std::vector<int64_t> offsets(static_cast<size_t>(count) + 1);
+  const uint8_t* src = page.data();
+  uint8_t* dst = out.data();
+  std::string error;
+  {
+    nb::gil_scoped_release release;
+    size_t i = 0, o = static_cast<size_t>(at);
+    offsets[0] = at;
+    for (int64_t k = 0; k < count; ++k) {
+      if (n - i < 4) {
+        error = "the page ends inside the length of value " + std::to_string(k) + " of " +
+                std::to_string(count) + " (" + std::to_string(n) + " bytes)";
+        break;
+      }
+      uint32_t len;
+      std::memcpy(&len, src + i, 4);   // little-endian (x86-64, aarch64)
+      i += 4;
+      if (len > n - i) {
+        error = "value " + std::to_string(k) + " of " + std::to_string(count) + " holds " +
+                std::to_string(len) + " bytes, past the end of the page (" +
+                std::to_string(n) + " bytes)";
+        break;
+      }
+      if (len > room - o) {
+        error = "out holds " + std::to_string(room) + " bytes, too few for the values from " +
+                std::to_string(at) + " (value " + std::to_string(k) + " ends at " +
+                std::to_string(o + len) + ")";
+        break;
+      }
+      std::memcpy(dst + o, src + i, len);
+      i += len;
+      o += len;
+      offsets[static_cast<size_t>(k) + 1] = static_cast<int64_t>(o);
+    }
+  }
+  if (!error.empty()) throw std::invalid_argument("malformed PLAIN page: " + error);
+  return vector_to_numpy(std::move(offsets));
+}
+
 int64_t count_lines_binding(U8 data) {
   nb::gil_scoped_release release;
   return count_newlines(data.data(), data.shape(0));
@@ -457,6 +510,12 @@ void bind_text_lines(nb::module_& m) {
         "Lines partition's documents), each counted at its first such byte. For bytes read "
         "in pieces: `open_counted` of a piece is the one returned for the piece before (the "
         "line open at its end is counted already); the first piece's is False.");
+  m.def("plain_byte_array_values", &plain_byte_array_values, nb::arg("page"),
+        nb::arg("count"), nb::arg("out"), nb::arg("at") = 0,
+        "Decode the `count` values of a PLAIN-encoded Parquet BYTE_ARRAY page (each a 4-byte "
+        "little-endian length, then its bytes) into `out[at:]` without their lengths; returns "
+        "their int64 offsets in `out` (count + 1, the first `at`). A value running past the "
+        "page, or past `out`, raises ValueError.");
   m.def("host_bytes", &host_bytes, nb::arg("nbytes"),
         "A writable uint8 array of `nbytes` from the host memory pool (4 MB and more: "
         "pooled, already mapped when a freed block is reused), for reading a partition.");

@@ -1,0 +1,284 @@
+"""The accessor's Parquet text read, page by page: a text column chunk's pages
+decompressed with Arrow's codecs and their PLAIN values decoded natively
+(:func:`daskwp._ext.plain_byte_array_values`) straight into the block the partition's
+text is gathered in (:class:`~daskwp.accessors.parquet_source._TextBlock`).
+
+Why: pyarrow's reader decodes a page's values into its string builder (one copy, and the
+builder's growth), then :class:`_TextBlock` copies them into the block (another). Of a
+64 MB partition of zstd text (``dd.read_parquet`` of the pipeline benchmark's files),
+its read took ~75-90 ms of CPU, ~45 of them the decompression; here the values are
+copied once, from the decompressed page into the block.
+
+What it reads: a flat (top-level) BYTE_ARRAY column; data pages v1 and v2, PLAIN or
+dictionary-encoded (the dictionary's values gathered with Arrow's ``take``), nulls from
+the definition levels; the codecs Arrow's ``Codec`` decompresses (none, snappy, gzip,
+brotli, zstd, LZ4_RAW). :func:`pages_readable` tells from the footer whether a column
+chunk is such; a page that turns out otherwise raises :class:`PagesUnsupported` (the
+caller then reads the partition with pyarrow's reader). Page checksums are not verified
+(neither are they by pyarrow's reader by default).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["PagesUnsupported", "pages_readable", "read_column_pages"]
+
+#: Arrow ``Codec`` names of the Parquet codecs read here (what pyarrow's footer calls
+#: "LZ4", which may be Hadoop's framing, is not: pyarrow's reader reads it).
+_CODECS = {"UNCOMPRESSED": None, "SNAPPY": "snappy", "GZIP": "gzip", "BROTLI": "brotli",
+           "ZSTD": "zstd", "LZ4_RAW": "lz4_raw"}
+_ENCODINGS = {"PLAIN", "PLAIN_DICTIONARY", "RLE_DICTIONARY", "RLE", "BIT_PACKED"}
+
+# Parquet's PageType and Encoding values (parquet.thrift)
+_DATA_PAGE, _DICTIONARY_PAGE, _DATA_PAGE_V2 = 0, 2, 3
+_PLAIN, _PLAIN_DICTIONARY, _RLE, _RLE_DICTIONARY = 0, 2, 3, 8
+
+
+class PagesUnsupported(ValueError):
+    """A page this reader does not decode (the caller reads the file with pyarrow's)."""
+
+
+def pages_readable(meta, j: int) -> bool:
+    """Whether column ``j`` (a leaf index) of every row group of the file ``meta`` (a
+    ``FileMetaData``) is read here, from its footer: a top-level BYTE_ARRAY column, at
+    most one definition level, a codec of ``_CODECS``, encodings of ``_ENCODINGS``."""
+    if j < 0:
+        return False
+    col = meta.schema.column(j)
+    if col.physical_type != "BYTE_ARRAY" or col.max_repetition_level != 0 or \
+            col.max_definition_level > 1 or "." in col.path:
+        return False
+    for g in range(meta.num_row_groups):
+        chunk = meta.row_group(g).column(j)
+        if chunk.compression not in _CODECS or not set(chunk.encodings) <= _ENCODINGS:
+            return False
+    return True
+
+
+def read_column_pages(f, meta, groups, j: int, block, scratch, batch_bytes: int,
+                      pool=None) -> list:
+    """Column ``j`` of row groups ``groups`` of the open file ``f`` (its footer ``meta``)
+    into ``block`` (a :class:`_TextBlock`); returns the Arrow arrays the block completes.
+    ``scratch(nbytes)``: a writable uint8 buffer of at least ``nbytes`` (the compressed
+    column chunk is read into it). A dictionary-encoded page's text goes to the block in
+    slices of about ``batch_bytes``. ``pool``: the Arrow memory pool the pages are
+    decompressed into (None: Arrow's default)."""
+    import pyarrow as pa
+
+    from .. import _ext
+
+    max_def = meta.schema.column(j).max_definition_level
+    out = []
+    for g in groups:
+        chunk = meta.row_group(g).column(j)
+        rows = meta.row_group(g).num_rows
+        start = chunk.data_page_offset
+        if chunk.has_dictionary_page and 0 < chunk.dictionary_page_offset < start:
+            start = chunk.dictionary_page_offset
+        size = chunk.total_compressed_size
+        buf = scratch(size)
+        f.seek(start)
+        if f.readinto(memoryview(buf)[:size]) != size:
+            raise PagesUnsupported(f"the column chunk of row group {g} ends past the file")
+        raw = memoryview(buf)[:size]
+        codec = _CODECS[chunk.compression]
+        codec = pa.Codec(codec) if codec else None
+        dictionary = None
+        seen, i = 0, 0
+        while i < size:
+            header, i = _read_struct(raw, i)
+            kind, unc, comp = header.get(1), header.get(2), header.get(3)
+            if unc is None or comp is None or i + comp > size:
+                raise PagesUnsupported(f"a page header of row group {g} is malformed")
+            body = raw[i:i + comp]
+            i += comp
+            if kind == _DICTIONARY_PAGE:
+                dph = header.get(7) or {}
+                if dph.get(2, _PLAIN) not in (_PLAIN, _PLAIN_DICTIONARY):
+                    raise PagesUnsupported("a dictionary page not PLAIN-encoded")
+                values = _decompress(codec, body, unc, pool)
+                n = dph.get(1, 0)
+                text = np.empty(max(1, len(values) - 4 * n), dtype=np.uint8)
+                offsets = _ext.plain_byte_array_values(values, n, text, 0)
+                dictionary = pa.Array.from_buffers(pa.large_binary(), n, [
+                    None, pa.py_buffer(offsets), pa.py_buffer(text)])
+                continue
+            if kind == _DATA_PAGE:
+                dph = header.get(5) or {}
+                n, encoding = dph.get(1, 0), dph.get(2)
+                page = _decompress(codec, body, unc, pool)
+                pos, valid = 0, None
+                if max_def:
+                    if dph.get(3, _RLE) != _RLE:
+                        raise PagesUnsupported("definition levels not RLE-encoded")
+                    if len(page) < 4:
+                        raise PagesUnsupported("a data page without its levels")
+                    nbytes = int(page[:4].view("<u4")[0])
+                    valid = _levels(page[4:4 + nbytes], n)
+                    pos = 4 + nbytes
+                values = page[pos:]
+            elif kind == _DATA_PAGE_V2:
+                dph = header.get(8) or {}
+                n, encoding = dph.get(1, 0), dph.get(4)
+                def_len, rep_len = dph.get(5, 0), dph.get(6, 0)
+                if rep_len:
+                    raise PagesUnsupported("repetition levels in a flat column")
+                valid = _levels(np.frombuffer(body[:def_len], dtype=np.uint8), n) \
+                    if max_def else None
+                rest = body[def_len:]
+                values = _decompress(codec if dph.get(7, True) else None, rest,
+                                     unc - def_len, pool)
+            else:
+                continue   # an index page: nothing of the values
+            if valid is not None and valid.all():
+                valid = None
+            count = n if valid is None else int(valid.sum())
+            if encoding == _PLAIN:
+                out.extend(block.add_plain(values, count, valid))
+            elif encoding in (_RLE_DICTIONARY, _PLAIN_DICTIONARY):
+                if dictionary is None:
+                    raise PagesUnsupported("a dictionary-encoded page without a dictionary")
+                idx = _dictionary_indices(values, count)
+                if len(idx) and (idx.min() < 0 or idx.max() >= len(dictionary)):
+                    raise PagesUnsupported("a dictionary index out of range")
+                if valid is not None:
+                    full = np.zeros(n, dtype=np.int32)
+                    full[valid] = idx
+                    idx = pa.array(full, mask=~valid)
+                try:
+                    text = dictionary.take(idx).cast(block.kind)
+                except pa.ArrowInvalid as e:   # (bytes that are not UTF-8)
+                    raise PagesUnsupported(str(e)) from None
+                for piece in _slices(text, batch_bytes):   # (the block's chunks stay small)
+                    out.extend(block.add(piece))
+            else:
+                raise PagesUnsupported(f"a data page of encoding {encoding}")
+            seen += n
+        if seen != rows:
+            raise PagesUnsupported(f"row group {g}: its pages hold {seen} values for "
+                                   f"{rows} rows")
+    return out
+
+
+def _slices(arr, nbytes: int):
+    """Slices of the string array ``arr`` of about ``nbytes`` of text each (a row at
+    least)."""
+    from ..core.strings import chunk_buffers, piece_ranges
+    off = chunk_buffers(arr).offsets
+    for start, end in piece_ranges(off, nbytes):
+        yield arr.slice(start, end - start)
+
+
+def _decompress(codec, body, nbytes: int, pool):
+    """A page's bytes, decompressed (a uint8 array)."""
+    if codec is not None:
+        body = codec.decompress(body, nbytes, asbytes=False, memory_pool=pool)
+    return np.frombuffer(body, dtype=np.uint8)
+
+
+def _levels(data, n: int):
+    """The validity (bool, ``n``) of definition levels of bit width 1, RLE/bit-packed
+    hybrid encoded."""
+    return _rle_hybrid(data, 1, n).astype(bool)
+
+
+def _dictionary_indices(values, n: int):
+    """The ``n`` dictionary indices of a dictionary-encoded page's values (a bit-width
+    byte, then the RLE/bit-packed hybrid runs)."""
+    if n == 0:
+        return np.zeros(0, dtype=np.int32)
+    return _rle_hybrid(values[1:], int(values[0]), n)
+
+
+def _rle_hybrid(data, width: int, n: int):
+    """``n`` values of the Parquet RLE/bit-packed hybrid encoding of ``width`` bits."""
+    if width > 32:
+        raise PagesUnsupported(f"a bit width of {width}")
+    out = np.empty(n, dtype=np.int32)
+    buf = np.frombuffer(data, dtype=np.uint8)
+    value_bytes = (width + 7) // 8
+    weights = (1 << np.arange(width, dtype=np.int64)) if width else None
+    i = k = 0
+    while k < n:
+        if i >= len(buf):
+            raise PagesUnsupported("levels or indices end before their values")
+        header, i = _varint(buf, i)
+        if header & 1:   # bit-packed: groups of 8 values
+            count = (header >> 1) * 8
+            nbytes = (header >> 1) * width
+            if width:
+                bits = np.unpackbits(buf[i:i + nbytes], bitorder="little")
+                vals = bits[:count * width].reshape(-1, width) @ weights
+            else:
+                vals = np.zeros(count, dtype=np.int64)
+            i += nbytes
+            take = min(count, n - k)
+            if len(vals) < take:
+                raise PagesUnsupported("a bit-packed run past the end of its page")
+            out[k:k + take] = vals[:take]
+        else:   # a run of one value
+            count = header >> 1
+            value = int.from_bytes(bytes(buf[i:i + value_bytes]), "little")
+            i += value_bytes
+            take = min(count, n - k)
+            out[k:k + take] = value
+        k += take
+    return out
+
+
+def _varint(buf, i: int) -> tuple:
+    r = s = 0
+    while True:
+        x = int(buf[i])
+        i += 1
+        r |= (x & 0x7F) << s
+        s += 7
+        if not x & 0x80:
+            return r, i
+
+
+# -- Thrift compact protocol (a page header) ---------------------------------------------
+
+def _read_struct(b, i: int) -> tuple:
+    """A Thrift compact-protocol struct at ``b[i:]``: ``({field id: value}, end)``."""
+    out, fid = {}, 0
+    while True:
+        h = b[i]
+        i += 1
+        if h == 0:
+            return out, i
+        kind, delta = h & 0x0F, h >> 4
+        if delta:
+            fid += delta
+        else:
+            v, i = _varint(b, i)
+            fid = (v >> 1) ^ -(v & 1)
+        out[fid], i = _read_value(b, i, kind)
+
+
+def _read_value(b, i: int, kind: int) -> tuple:
+    if kind in (1, 2):          # bool true / false
+        return kind == 1, i
+    if kind == 3:               # byte
+        return b[i], i + 1
+    if kind in (4, 5, 6):       # i16, i32, i64 (zigzag varints)
+        v, i = _varint(b, i)
+        return (v >> 1) ^ -(v & 1), i
+    if kind == 7:               # double
+        return None, i + 8
+    if kind == 8:               # binary
+        n, i = _varint(b, i)
+        return None, i + n
+    if kind in (9, 10):         # list, set
+        h = b[i]
+        i += 1
+        n, elem = h >> 4, h & 0x0F
+        if n == 15:
+            n, i = _varint(b, i)
+        for _ in range(n):
+            _, i = _read_value(b, i, elem)
+        return None, i
+    if kind == 12:              # struct
+        return _read_struct(b, i)
+    raise PagesUnsupported(f"a page header holding Thrift type {kind}")
