@@ -542,6 +542,92 @@ def test_bad_rows_are_rejected_as_documents_of_no_sequence(tmp_path):
         _job(str(inp), tmp_path / "e", on_bad_row="error")
 
 
+def test_cluster_writes_are_partition_local(tmp_path):
+    """On a cluster a Megatron job's writes take no value of the global-offset pass
+    (``job_graph``'s ``local``): the pass counts only the last partitions ahead
+    (``PartMerger.counted_ahead``), the others' counts come from their writes' statistics,
+    which the driver feeds to the pass (``PassSums``' ``external``)."""
+    from daskwp.jobs.driver import PassSums, job_graph
+    from daskwp.jobs.inputs import PartitionSpec
+    from daskwp.jobs.megatron import PartMerger, write_megatron_partition
+
+    specs = [PartitionSpec(index=i, path="x.jsonl", format="jsonl", column="text",
+                           byte_start=i, byte_end=i + 1) for i in range(17)]
+    counts = [None] * 17
+    counts[3] = 9   # known (a kept part's)
+    missing = [i for i in range(17) if i != 3]
+    merger = PartMerger.__new__(PartMerger)
+    merger._plannable = True
+    counted = merger.counted_ahead(missing, counts)
+    assert counted == [15, 16]   # len(missing) // AHEAD_SHARE
+    merger._plannable = False    # a document_separator: no plan, no count
+    assert merger.counted_ahead(missing, counts) == []
+    tok = daskwp.WordPieceTokenizer(str(vocab_path(UNCASED)), lowercase=True)
+    g = job_graph(specs, counts, missing, str(tmp_path), tok, {}, "j" * 32, "cpu",
+                  write=write_megatron_partition, local=missing, counted=counted)
+    for i in missing:
+        task = g.dsk[g.write_keys[i]]
+        assert set(task.dependencies) == {g.tokenizer_key}, i
+    assert {k[1] for k in g.count_from_write} == set(missing) - {15, 16}
+    assert set(g.count_from_write.values()) == {g.count_keys[i] for i in missing
+                                                 if i not in (15, 16)}
+    writes = set(g.write_keys.values())
+    sums = PassSums({k: v for k, v in g.dsk.items() if k not in writes},
+                    keep={g.tokenizer_key}, external=g.count_from_write.values())
+    assert sorted(k for k in sums.remote_keys if k in g.count_keys) == \
+        sorted(g.count_keys[i] for i in (15, 16))
+    got = sums.add({g.count_keys[15]: 5, g.count_keys[16]: 6})
+    assert g.offset_keys[-1] not in got
+    got = sums.add({g.count_keys[i]: 1 for i in missing if i not in (15, 16)})
+    assert got[g.offset_keys[-1]] == 14 + 9 + 5 + 6
+    assert sums.values[g.offset_keys[16]] == 14 + 9 + 5
+
+
+@pytest.mark.slow
+def test_cluster_job_with_bad_rows_writes_the_rejects_of_the_threads_job(tmp_path):
+    """A cluster's partition-local writes record no logID offset; the driver writes the
+    rejects files once the pass has the offsets (the same bytes as the job in this
+    process), and again for a kept part whose rejects file is missing (a driver stopped
+    before it wrote it)."""
+    from distributed import Client, LocalCluster
+
+    docs = _mixed_documents() * 3
+    inp = tmp_path / "docs.jsonl"
+    _jsonl(inp, docs)
+    lines = inp.read_text(encoding="utf-8").split("\n")
+    for k in (5, 150, 151, len(docs) - 2):
+        lines[k] = "{broken json"
+    inp.write_text("\n".join(lines), encoding="utf-8")
+    kw = dict(partition_size="4KB", append_eod=True)
+    want = _job(str(inp), tmp_path / "t", **kw)
+    want_rejects = {f.name: f.read_bytes() for f in (tmp_path / "t").glob("_rejects-*")}
+    assert len(want_rejects) >= 3
+    out = tmp_path / "c"
+    cfg = make_config(dict(input=str(inp), output=str(out), output_format="megatron",
+                           vocab=str(vocab_path(UNCASED)), quiet=True,
+                           add_special_tokens=False, **kw))
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        s = run_job(cfg, client=client)
+        assert s["run"]["mode"] == "cluster" and s["rejected_rows"] == 4
+        records = [json.loads(p.read_text()) for p in sorted(out.glob("part-*.json"))]
+        assert records and all(r["logid_offset"] is None for r in records)
+        got = {f.name: f.read_bytes() for f in out.glob("_rejects-*")}
+        assert got == want_rejects
+        job = json.loads((out / "_job.json").read_text())
+        assert [p["logid_offset"] for p in job["partitions"]] == \
+            [p["logid_offset"] for p in json.loads(
+                (tmp_path / "t" / "_job.json").read_text())["partitions"]]
+        lost = sorted(out.glob("_rejects-*"))[0]
+        lost.unlink()
+        s2 = run_job(cfg, client=client)
+    assert s2["partitions_written"] == 0 and s2["rejected_rows"] == 4
+    assert lost.read_bytes() == want_rejects[lost.name]
+    for ext in (".bin", ".idx"):
+        assert Path(s["megatron"]["prefix"] + ext).read_bytes() == \
+            Path(want["megatron"]["prefix"] + ext).read_bytes()
+
+
 @pytest.mark.slow
 def test_killed_worker_and_killed_driver(tmp_path):
     """A worker process SIGKILLed mid-job: the job completes; the driver SIGKILLed mid-job:

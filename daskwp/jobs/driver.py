@@ -93,7 +93,7 @@ from .datasets import (finish_datasets, is_datasets_file, verify_datasets_output
 from .megatron import (InlineMerge, PartMerger, check_output_format_options,
                        finish_megatron, merged_resume_state,
                        is_megatron_file, megatron_options, verify_megatron_output,
-                       write_megatron_partition)
+                       write_local_rejects, write_megatron_partition)
 from .records import RECORD_SUFFIX, check_part_record, part_stem
 from .packing import check_packing_config, packing_summary, run_packed_job
 from .progress import Progress
@@ -680,6 +680,10 @@ class JobGraph:
     count_keys: list       # documents of partition q
     write_keys: dict       # partition -> key of its write task
     tokenizer_key: str
+    # write key -> the count key whose value its statistics' documents give (the writes
+    # of job_graph's ``local`` whose count is not known): on a cluster that count is not
+    # a task; in this process the graph counts it (the task stays in dsk)
+    count_from_write: dict = dataclasses.field(default_factory=dict)
 
 
 def _job_count(specs: Sequence[PartitionSpec], counts: Sequence, on_bad_row: str,
@@ -734,7 +738,8 @@ def _write_claimed(tail: dict, claims: _TailClaims, args: dict, write: Callable,
 def job_graph(specs: Sequence[PartitionSpec], counts: Sequence, missing: Sequence[int],
               out_dir: str, tokenizer, options: dict, job_id: str, device: str,
               run_id: str = "", write: Callable = write_partition,
-              total_before: int | None = None) -> JobGraph:
+              total_before: int | None = None, local: Sequence[int] = (),
+              counted: Sequence[int] = ()) -> JobGraph:
     """The graph of a job: the tokenizer as one key, the global-offset pass over the
     partitions' document counts (``counts[q]``, or None: counted from the input), and one
     write task per partition in ``missing``, taking its offset and count from the pass,
@@ -750,6 +755,13 @@ def job_graph(specs: Sequence[PartitionSpec], counts: Sequence, missing: Sequenc
     it keep none of their bytes for their writes (they run early: kept, they would be
     partitions in memory too). For an in-process Megatron merge, which writes the
     ``.idx``'s end ahead once it has the total (:meth:`.megatron.InlineMerge.total_before`).
+
+    ``local`` (partitions of ``missing``, on a cluster): their writes take no pass value
+    (offset, count and file offset None: a Megatron part's bytes do not depend on them);
+    the count of each whose count is not known, but for those in ``counted`` (counted from
+    the input by the pass, ahead of the writes), is the documents of its write's
+    statistics (``JobGraph.count_from_write``: :func:`run_graph` feeds it to the pass,
+    whose count task for it is never run there).
 
     Keys carry the job id and ``run_id``, so two runs on one cluster never share a task.
     """
@@ -785,9 +797,18 @@ def job_graph(specs: Sequence[PartitionSpec], counts: Sequence, missing: Sequenc
         claims = _TailClaims(tail)
         tail_args = {i: (specs[i], offset_keys[i], count_keys[i], offset_keys[file_start[i]])
                      for i in tail}
+    local, counted = set(local), set(counted)
+    if local and tail:
+        raise ValueError("job_graph: total_before and local writes do not go together")
+    count_from_write = {}
     for i in missing:
         key = (f"daskwp-write-{tag}", i)
-        if tail and i >= total_before:
+        if i in local:
+            dsk[key] = Task(key, write, specs[i], None, out_dir, TaskRef(tok_key), options,
+                            job_id, n, device, None, None)
+            if counts[i] is None and i not in counted:
+                count_from_write[key] = count_keys[i]
+        elif tail and i >= total_before:
             dsk[key] = Task(key, _write_claimed, TaskRef(tail_key), claims, tail_args, write,
                             out_dir, TaskRef(tok_key), options, job_id, n, device)
         else:
@@ -795,7 +816,7 @@ def job_graph(specs: Sequence[PartitionSpec], counts: Sequence, missing: Sequenc
                             TaskRef(tok_key), options, job_id, n, device,
                             TaskRef(count_keys[i]), TaskRef(offset_keys[file_start[i]]))
         write_keys[i] = key
-    return JobGraph(dsk, offset_keys, count_keys, write_keys, tok_key)
+    return JobGraph(dsk, offset_keys, count_keys, write_keys, tok_key, count_from_write)
 
 
 def _with_spool(specs: Sequence[PartitionSpec], counts: Sequence, cfg: JobConfig,
@@ -940,15 +961,19 @@ class PassSums:
     no other pass value (the partitions' count tasks, and the keys in ``keep``), which run
     on the cluster; and the nodes above them (the prefix-count tree's sums and the offsets)
     and the known counts (``DataNode``), evaluated in the driver by :meth:`add` as their
-    inputs come in. Every task's inputs must lie in ``dsk``."""
+    inputs come in. Every task's inputs must lie in ``dsk``. The keys in ``external`` are
+    neither: their values come to :meth:`add` from elsewhere (a partition's count from
+    its write's statistics, ``JobGraph.count_from_write``)."""
 
-    def __init__(self, dsk: dict, keep=()):
+    def __init__(self, dsk: dict, keep=(), external=()):
         from ..distributed.dask_compat import DataNode
-        keep = set(keep)
+        keep, external = set(keep), set(external)
         self.remote = {k: t for k, t in dsk.items() if k in keep or (
-            not isinstance(t, DataNode) and not set(t.dependencies) & dsk.keys())}
+            k not in external and not isinstance(t, DataNode)
+            and not set(t.dependencies) & dsk.keys())}
         self.remote_keys = [k for k in dsk if k in self.remote and k not in keep]
-        self.local = {k: t for k, t in dsk.items() if k not in self.remote}
+        self.local = {k: t for k, t in dsk.items()
+                      if k not in self.remote and k not in external}
         outside = {d for t in self.local.values() for d in t.dependencies} - dsk.keys()
         if outside:
             raise ValueError(f"the pass takes keys it does not hold: "
@@ -1072,7 +1097,7 @@ def run_graph(graph: JobGraph, client, on_write: Callable[[int, dict], None],
     pass_keys = graph.offset_keys + graph.count_keys
     pass_set = set(pass_keys)
     sums = PassSums({k: v for k, v in graph.dsk.items() if k not in writes},
-                    keep={graph.tokenizer_key})
+                    keep={graph.tokenizer_key}, external=graph.count_from_write.values())
     # Within the pass, partition q's count goes before q + 1's (each write waits for the
     # counts before its partition): a count that fetches its partition from an object
     # store leaves its worker's thread pool while it waits on the network
@@ -1151,6 +1176,8 @@ def run_graph(graph: JobGraph, client, on_write: Callable[[int, dict], None],
                 if key in part_of:
                     on_write(part_of[key], result)
                     done_writes += 1
+                    if key in graph.count_from_write:   # (a partition-local write)
+                        got[graph.count_from_write[key]] = int(result["documents"])
                 else:
                     got[key] = result
                 fut.release()
@@ -1464,9 +1491,17 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
         # pass is done a few partitions before the last (InlineMerge.total_before)
         total_before = merger.total_before(missing_graph, counts) \
             if merger is not None else None
+        # a Megatron job on a cluster: partition-local writes (job_graph's local), their
+        # counts from their statistics but for the last few (PartMerger.counted_ahead)
+        local_writes: list = []
+        if megatron and run_record["mode"] not in LOCAL_SCHEDULERS and \
+                not folder.remote and spool_token is None and prefetch is None:
+            local_writes = missing_graph   # (packing's: none)
+        counted = merger.counted_ahead(local_writes, counts) if merger is not None else []
         graph = job_graph(run_specs, counts, missing_graph,
                           out, tok, options, job_id, device, run_id=run_id,
-                          write=_WRITERS[cfg.output_format], total_before=total_before)
+                          write=_WRITERS[cfg.output_format], total_before=total_before,
+                          local=local_writes, counted=counted)
         prog = Progress("tokenizing", len(missing), cfg.quiet)
 
         def got_part(i, st):
@@ -1527,12 +1562,18 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
     if packing:
         offsets = packed_offsets
     for i, st in enumerate(stats):
+        if megatron and st.get("logid_offset", 0) is None:
+            st["logid_offset"] = offsets[i]   # a partition-local write's (job_graph)
         if st["logid_offset"] != offsets[i] or st["documents"] != counts[i]:
             raise JobError(f"output part {part_name(i, n)!r} in {out!r} records logID offset "
                            f"{st['logid_offset']} and {st['documents']} documents, the job's "
                            f"pass gives {offsets[i]} and {counts[i]}; delete it and rerun "
                            f"the job")
     save_job(offsets)
+    if megatron and not folder.remote:
+        # the rejects files of partition-local writes (this run's, or kept parts' of a
+        # run stopped before it wrote them)
+        write_local_rejects(out, specs, stats, offsets)
 
     # Accounting: every logID 0..N-1 present exactly once, in order.
     plan = [{"index": i, "documents": counts[i], "logid_offset": offsets[i]}

@@ -42,8 +42,8 @@ from ..frames.megatron import (PairAppender, gather_pieces, index_size, megatron
                                merge_pairs, merge_pairs_in, merged_range_digest, read_index,
                                token_dtype, unfinish_pair, write_pair_from)
 from .errors import ConfigError, JobError, OutputConflictError
-from .parts import (PART_PREFIX, TMP_PREFIX, remove_temporary_files, worker_device,
-                    worker_series)
+from .parts import (PART_PREFIX, TMP_PREFIX, part_name, rejects_path, remove_temporary_files,
+                    worker_device, worker_series, write_rejects)
 from .records import (RECORD_SUFFIX, commit_part, file_digest, naming_partition, part_stem,
                       publish_part, refuse_set_options, temporary_path, timed_read,
                       write_part_rejects)
@@ -55,7 +55,7 @@ __all__ = ["DATA_ARGS_FILE", "HOST_POOL_KEEP", "InlineMerge", "MEGATRON_ONLY", "
            "check_megatron_config", "check_output_format_options",
            "finish_megatron", "is_megatron_file", "megatron_options",
            "megatron_prefix", "verify_megatron_output",
-           "write_megatron_partition"]
+           "write_local_rejects", "write_megatron_partition"]
 
 #: The job keys of Megatron output, passed to the write tasks.
 MEGATRON_OPTIONS = ("add_special_tokens", "append_eod", "eod_token", "document_separator")
@@ -176,6 +176,17 @@ def write_megatron_partition(spec, logid_offset: int, out_dir: str, tokenizer, o
     record that makes the pair complete, is renamed last. A retried task writes the same
     bytes. Errors name the partition and its file.
 
+    ``logid_offset`` None (with ``documents`` and ``file_offset`` None): a partition-local
+    write, which takes no value of the global-offset pass (a cluster's, whose driver takes
+    the partition's count from the statistics returned: ``driver.job_graph``'s
+    ``local``); its record holds ``logid_offset`` null, which the driver fills in from
+    the pass (``_job.json`` records every offset). Its documents' logIDs appear nowhere
+    else in a Megatron part: only a rejects file needs them. Its rejected rows (the row
+    policy ``reject``) are listed in its statistics instead (``rejected_rows``: ``[row in
+    the partition, reason]``), and the driver writes the rejects file from them once it
+    has the offsets (:func:`write_local_rejects`; not one of the part's files, so not in
+    its record's checksums).
+
     Memory: the partition's text and the ``.idx`` arrays; the ids and ``.bin`` data of a
     slice of it at a time (:func:`daskwp.frames.megatron.megatron_slices`)."""
     t0 = time.perf_counter()
@@ -196,11 +207,15 @@ def write_megatron_partition(spec, logid_offset: int, out_dir: str, tokenizer, o
 
     def complete(stats, folder_path):   # once the partition is tokenized and framed
         stats["length_counts"] = LengthCounts.of(stats.pop("document_lengths")).to_json()
-        stats.update(partition=spec.index, logid_offset=int(logid_offset),
+        stats.update(partition=spec.index,
+                     logid_offset=None if logid_offset is None else int(logid_offset),
                      text_bytes=n_bytes, invalid_utf8_bytes=bad_bytes,
                      invalid_utf8_documents=bad_docs, dtype=str(dtype),
                      rejected=len(bad or ()))
         _bound_partition_memory(n_bytes)
+        if logid_offset is None and bad:   # a partition-local write: the driver's
+            stats["rejected_rows"] = [[int(i), str(r)] for i, r in sorted(bad)]
+            return stats, ()
         return stats, write_part_rejects(folder_path, spec, n_partitions, bad,
                                          logid_offset, file_offset)
     if merge is None:
@@ -286,6 +301,22 @@ def _bound_partition_memory(text_bytes: int) -> bool:
         trim_host_memory(keep)
         return True
     return False
+
+
+def write_local_rejects(out_dir: str, specs, stats: list, offsets: list) -> None:
+    """The rejects files of the partitions written partition-local
+    (:func:`write_megatron_partition` without a logID offset) that rejected rows: each
+    from the ``rejected_rows`` of its statistics, with the logIDs of the job's pass
+    (``offsets``: every partition's, the total last), atomically (a rerun that keeps the
+    part writes the same bytes again)."""
+    first = []   # the logID of the first document of each partition's file
+    for i, s in enumerate(specs):
+        first.append(first[i - 1] if i and specs[i - 1].path == s.path else offsets[i])
+    for i, st in enumerate(stats):
+        rows = st.get("rejected_rows")
+        if rows:
+            write_rejects(rejects_path(os.path.join(out_dir, part_name(i, len(specs)))),
+                          [tuple(r) for r in rows], specs[i], offsets[i], first[i])
 
 
 def verify_megatron_output(out_dir: str, plan) -> None:
@@ -438,6 +469,34 @@ class PartMerger:
         (``driver.job_graph``'s ``total_before``): none here (on a cluster the pass runs
         ahead of the writes: the total comes early, :meth:`expect_documents`)."""
         return None
+
+    #: Of the partitions a run writes, the last ``1 / AHEAD_SHARE`` (at least one) are
+    #: counted ahead: on a cluster before the writes (:meth:`counted_ahead`), in this
+    #: process before the write of the one before them starts
+    #: (:meth:`InlineMerge.total_before`).
+    AHEAD_SHARE = 8
+
+    def counted_ahead(self, missing, counts) -> list:
+        """Of the partitions a cluster's run writes partition-local (``missing``, their
+        counts ``counts``: ``driver.job_graph``'s ``local``), those whose documents the
+        pass still counts from the input, ahead of the writes: the last
+        ``len(missing) // AHEAD_SHARE`` (at least one) whose count is not known, so that
+        the total comes in (:meth:`expect_documents`) once the writes before them are
+        done, and the ``.idx``'s end is written ahead while they are written. The others'
+        counts come from their writes. None with a ``document_separator`` (no plan) or
+        when that would be every partition.
+
+        Why: the writes took their logID offsets from a pass that read every partition
+        once more than its write (0.30 CPU s per GB of JSON Lines on a 2-worker cluster),
+        a count task and its result per partition on the cluster's event loops too; a
+        Megatron part's bytes do not depend on its offset. With no count at all the
+        total came with the last partition, and the ``.idx``'s pointers and document
+        indices (~0.19 GB per GB of JSON Lines) were all written after it."""
+        if not self._plannable:
+            return []
+        unknown = [i for i in missing if counts[i] is None]
+        m = max(1, len(missing) // self.AHEAD_SHARE)
+        return unknown[-m:] if len(unknown) > m else []
 
     def expect_documents(self, documents: int) -> None:
         """The dataset will hold ``documents`` documents (from the driver once the pass
@@ -702,10 +761,6 @@ class InlineMerge(PartMerger):
             if index >= self.appended and index not in self.held:
                 self.files.add(index)
                 self._cond.notify_all()
-
-    #: Of the partitions a run writes, the last ``1 / AHEAD_SHARE`` (at least one) are
-    #: counted before the write of the one before them starts (:meth:`total_before`).
-    AHEAD_SHARE = 8
 
     def total_before(self, missing, counts) -> int | None:
         """The partition (of ``missing``, those this run writes) whose write task is to
