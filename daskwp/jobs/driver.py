@@ -1189,8 +1189,13 @@ def run_graph(graph: JobGraph, client, on_write: Callable[[int, dict], None],
             if submitted == len(writes) and workers and left != tail_at and \
                     0 < left < sum(t for _, t in workers.values()):
                 tail_at = left
-                give_idle_threads(client, {f.key for f in futures if not f.done()} & writes,
-                                  workers)
+                # the workers now, not those of the first batch: a worker killed since
+                # (its nanny started another at a new address) lent nothing, and the
+                # writes of the one that replaced it were left out
+                workers = cluster_workers(client) or workers
+                if left < sum(t for _, t in workers.values()):
+                    give_idle_threads(client, {f.key for f in futures if not f.done()}
+                                      & writes, workers)
     except OSError as e:   # distributed's CommClosedError: the scheduler is gone
         raise JobError(f"lost the cluster's scheduler ({type(e).__name__}: {e}); complete "
                        f"parts are kept: run the same command again (against a running "
