@@ -130,6 +130,24 @@ def test_partitions_spilled_slice_by_slice(tmp_path, monkeypatch):
         assert got[key] == want[key], key
 
 
+def test_unknown_tokens_counted_by_the_kernel(tmp_path, monkeypatch):
+    """Pass 1 takes each slice's [UNK] count from the kernel that wrote the ids (no pass
+    over them): the summary's unknown_tokens are HF's."""
+    import daskwp.core.lengths as lengths
+    import daskwp.jobs.packing as packing
+
+    def no_pass(values, value):
+        raise AssertionError("the ids were counted again")
+    monkeypatch.setattr(lengths, "count_equal", no_pass)
+    monkeypatch.setattr(packing, "count_equal", no_pass, raising=False)
+    hf = hf_tokenizer(UNCASED)
+    unk = hf.token_to_id("[UNK]")
+    want = sum(u.count(unk) for u in _units(True))
+    assert want > 0
+    s = _job(_input(tmp_path), tmp_path / "o", packing=128, partition_size="200kB")
+    assert s["unknown_tokens"] == want
+
+
 def _buffered_only(monkeypatch):
     """As on a platform or file system without direct I/O."""
     import os

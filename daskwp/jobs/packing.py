@@ -49,7 +49,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..core.cpu_clock import stage_cpu_seconds
-from ..core.lengths import LengthCounts, count_equal
+from ..core.lengths import LengthCounts
 from ..distributed.state import cached_tokenizer
 from ..distributed.tasks import text_bytes
 from ..frames.megatron import (HashingWriter, complete_file, create_file, document_slices,
@@ -376,12 +376,13 @@ def spill_partition(spec, out_dir: str, tokenizer, options: dict, device: str = 
                 np.asarray(enc.token_ids)
             offsets = enc.offsets.get() if hasattr(enc.offsets, "get") else \
                 np.asarray(enc.offsets)
+            # the [UNK] the CPU kernel counted as it wrote the ids (no pass over them)
+            counts["unknown_tokens"] += enc.count_id(tok.vocab.unk_id)
             del enc
             units, lens = document_units(ids, offsets,
                                          tok.vocab.cls_id if special else None,
                                          tok.vocab.sep_id if special else None, dtype)
             counts["tokens"] += len(ids)
-            counts["unknown_tokens"] += count_equal(ids, tok.vocab.unk_id)
             counts["units"] += len(units)
             doc_lengths.append(np.diff(offsets))
             del ids, offsets
