@@ -1,5 +1,5 @@
-"""A batch job on its cluster while a worker process is killed (issue 42's soak, small):
-what the driver does after the nanny has started another worker."""
+"""A batch job on a cluster while a worker process is killed (issue 42's soak, small): what
+the driver asks of the workers after the nanny has started another one."""
 
 from __future__ import annotations
 
@@ -14,11 +14,16 @@ from test_cli import assert_matches, sample_lines, summary_parts, tok, write_tex
 
 
 @pytest.mark.slow
-def test_last_writes_lent_by_the_workers_alive_after_a_kill(tmp_path, tok, monkeypatch):
-    """The job's last write takes the idle threads of the workers alive at its end: a
-    worker killed half way (its address gone) lends none, and the one its nanny started
-    (a new address) is one of them. The driver took the workers of its first batch, the
-    killed one included, the new one left out, so the last write was never lent a core."""
+def test_a_worker_killed_half_way_is_asked_nothing_more(tmp_path, tok, monkeypatch):
+    """A job given a running cluster's client, one of its 2 x 1-thread workers SIGKILLed
+    once half the parts exist (its nanny starts another at a new address):
+
+    - the job's last write is lent the idle threads of the workers alive at its end: the
+      killed one lends none, the one started for it is one of them (the driver listed the
+      workers of its first batch once: the last write never got a second core);
+    - no message of the job goes to the killed worker: the profiler pause's release went
+      to every worker it paused, and the scheduler's broadcast to a worker that is gone
+      waits for distributed's connect timeout, so the job ended 30 s late."""
     calls = []
     lend = driver.give_idle_threads
 
@@ -31,15 +36,28 @@ def test_last_writes_lent_by_the_workers_alive_after_a_kill(tmp_path, tok, monke
     out = tmp_path / "out"
     cfg = jobs.make_config({"input": str(write_text(tmp_path / "in.txt", lines)),
                             "output": str(out), "partition_size": "8KB", "quiet": True})
-    # a cluster as the job starts its own (daskwp.connect: nannies, daskwp's plugins)
+    # a cluster as the job starts its own (daskwp.connect: nannies, daskwp's plugins), its
+    # workers' profiler running, as a cluster the user started has it
     with daskwp.connect(device="cpu", n_workers=2, threads_per_worker=1,
                         dashboard_address=":0") as client:
+        scheduler = client.cluster.scheduler
+        sent = []
+        broadcast = scheduler.handlers["broadcast"]
+
+        def broadcast_spy(*args, workers=None, **kwargs):
+            if workers is not None:
+                sent.append(sorted(set(workers) - set(scheduler.workers)))
+            return broadcast(*args, workers=workers, **kwargs)
+
+        monkeypatch.setitem(scheduler.handlers, "broadcast", broadcast_spy)
         first = set(client.scheduler_info(n_workers=-1)["workers"])
         summary, killed = run_killing_a_worker(
             client.cluster, lambda: jobs.run_job(cfg, client=client),
             lambda: len(list(out.glob("part-*.parquet"))) >= summary_parts(out) // 2 > 0)
         assert killed, "the job ended before a worker could be killed"
     assert summary["partitions"] >= 8
+    assert sent, "the job sent no message to chosen workers (no profiler pause?)"
+    assert [w for w in sent if w] == [], "messages to workers no longer in the cluster"
     gone = [sorted(w - live) for w, live in calls if not w <= live]
     assert not gone, f"threads asked of workers no longer in the cluster: {gone}"
     assert all(w == live for w, live in calls)

@@ -218,15 +218,34 @@ def worker_profiler_paused(client, enabled: bool = True, *,
         stop.set()
         if renewer is not None:
             renewer.join()
-        if paused:
+        alive = _in_cluster(client, paused)
+        if alive:
             with contextlib.suppress(Exception):   # the lease ends it otherwise
-                client.run(release_profiler, token, workers=paused, on_error="return")
+                client.run(release_profiler, token, workers=alive, on_error="return")
+
+
+def _in_cluster(client, workers: list) -> list:
+    """The addresses of ``workers`` that the scheduler of ``client`` still has (all of
+    them when it cannot say). A message to a worker that is gone (killed: its nanny starts
+    another at a new address) waits for distributed's connect timeout, 30 s, and the job
+    that paused the profiler with it: a worker killed half way through a job on a running
+    cluster made the job end 30 s late."""
+    if not workers:
+        return []
+    try:
+        now = client.scheduler_info(n_workers=-1)["workers"]
+    except Exception:   # noqa: BLE001  (a closing client: its messages fail fast anyway)
+        return list(workers)
+    return [w for w in workers if w in now]
 
 
 def _renew(client, token: str, workers: list, lease_seconds: float, renew_seconds: float,
            stop: threading.Event) -> None:
     msg = {"op": RENEW_OP, "token": token, "lease_seconds": lease_seconds}
     while workers and not stop.wait(renew_seconds):
+        workers = _in_cluster(client, workers)
+        if not workers:
+            return
         try:
             replies = client.sync(client.scheduler.broadcast, msg=msg, workers=workers,
                                   on_error="return")
