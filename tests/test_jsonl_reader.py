@@ -567,8 +567,8 @@ def test_count_keeps_at_most_kept_partitions(tmp_path, monkeypatch):
 def test_in_process_job_reads_each_partition_once(tmp_path, monkeypatch):
     """A Megatron job on threads in this process reads a partition's bytes from the file
     once (its count's read, taken by its write) for at least KEPT_PARTITIONS of them, and
-    writes the same dataset as with nothing kept (each partition read twice: its count in
-    pieces, then its write)."""
+    writes the same dataset as with nothing kept (each partition read twice: its count
+    from a map of the file, or in pieces, then its write)."""
     from daskwp.jobs.inputs import byte_ranges, reading
     path, specs = _jsonl_specs(tmp_path, n_docs=3000, partition=16384)
     reads, pieces = [], []
@@ -589,9 +589,16 @@ def test_in_process_job_reads_each_partition_once(tmp_path, monkeypatch):
         pieces.append(spec.byte_start)
         return real_pieces(spec)
 
+    def count_mapped(spec):   # a count of a range not kept: from a map of the file
+        view = real_map(spec)
+        if view is not None:
+            pieces.append(spec.byte_start)
+        return view
+
     monkeypatch.setattr(byte_ranges, "read_range_into", into)
     monkeypatch.setattr(byte_ranges, "map_range", mapped)
     monkeypatch.setattr(reading, "read_pieces", in_pieces)
+    monkeypatch.setattr(reading, "map_range", count_mapped)
     outs = {}
     for kept in (byte_ranges.KEPT_PARTITIONS, 0):
         monkeypatch.setattr(byte_ranges, "KEPT_PARTITIONS", kept)

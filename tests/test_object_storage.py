@@ -792,6 +792,56 @@ def test_the_write_reads_the_spool_of_this_version_only(bucket, spool_tmp, monke
         (spec.byte_end - 1, spec.byte_end - 1 + byte_ranges._FIND_PIECE), (start, end)] * 2]
 
 
+@pytest.mark.parametrize("kind", ["a.txt", "b.jsonl"])
+def test_a_spool_file_is_read_through_a_map(bucket, spool_tmp, monkeypatch, kind):
+    """A text or JSON Lines partition's count and read stage read its spool file through a
+    memory map, as a local file's (no copy of its bytes into a buffer: neither
+    ``read_range_into`` nor ``read_pieces``), pieces and documents equal to the same
+    partition's read from the store, and the write removes the spool file."""
+    import dataclasses
+
+    from daskwp.jobs.inputs import fetch_spool, reading, text
+    name, options, fs = bucket
+    data = corpus_files(sample_lines(600))[kind]
+    fs.pipe(f"{name}/{kind}", data)
+    with storage.using(options):
+        specs = inputs.plan_partitions(inputs.list_input_files(f"s3://{name}/{kind}"),
+                                       "text", 8000)
+    assert len(specs) > 3
+    want = [(inputs.count_partition(s), inputs.read_partition(s).to_pylist())
+            for s in specs]     # no spool: from the store
+    token = fetch_spool.run_token("cd" * 8, "m1")
+    spooled = [dataclasses.replace(s, spool=(token, 1 << 30)) for s in specs]
+    mapped = []
+    real_map = byte_ranges.map_range
+
+    def spy_map(spec):
+        view = real_map(spec)
+        mapped.append(view is not None)
+        return view
+
+    def no_copy(*a, **kw):
+        raise AssertionError("a spool file's bytes copied into a buffer")
+    for module in (byte_ranges, text, reading):
+        monkeypatch.setattr(module, "map_range", spy_map)
+        for f in ("read_range_into", "read_pieces"):
+            if hasattr(module, f):
+                monkeypatch.setattr(module, f, no_copy)
+    fetched = spy_object_fetches(monkeypatch)
+    for s, (count, docs) in zip(spooled, want):
+        assert inputs.count_partition(s) == count
+        assert len(spool_files(spool_tmp)) == 1
+        n = len(fetched)
+        assert inputs.read_partition(s).to_pylist() == docs
+        assert len(fetched) == n and spool_files(spool_tmp) == []   # no GET: the spool
+    assert mapped and all(mapped)
+    assert sum(c for c, _ in want) == 600
+    # outside a spool the same partition is read from the store: nothing mapped
+    monkeypatch.undo()
+    with storage.using(options):
+        assert byte_ranges.map_range(byte_ranges.exact_range(specs[1])) is None
+
+
 def test_a_new_run_removes_the_spool_of_a_killed_one(bucket, spool_tmp):
     """Spool folders of an earlier run of the same job (its driver killed before its
     cleanup) are removed when a run of that job starts spooling on the host; another job's

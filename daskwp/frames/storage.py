@@ -539,6 +539,23 @@ def has_local_copy(url: str) -> bool:
     return url in _LOCAL_COPIES.get()
 
 
+def local_copy_place(url: str, start: int, end: int) -> tuple[str, int] | None:
+    """``(local file, offset)``: where bytes ``[start, end)`` of the object ``url`` lie, one
+    after the other, in its local copy (:func:`local_copy`) from that offset, within one of
+    the copy's ranges; None outside a :func:`local_copy` block of ``url`` or where no range
+    of the copy holds them all (read them with :func:`open_input`, which says why)."""
+    copy = _LOCAL_COPIES.get().get(url)
+    if copy is None:
+        return None
+    path, ranges = copy
+    at = 0
+    for s, e in ranges:
+        if s <= start and end <= e:
+            return path, at + start - s
+        at += e - s
+    return None
+
+
 def open_input(path: str, buffering: int = -1, sequential: bool = False):
     """A binary, seekable file object to read ``path``: ``open(path, "rb")`` for a local
     path; for a URL the filesystem's file without a read cache, so that each ``read`` of a

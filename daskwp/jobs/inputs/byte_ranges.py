@@ -22,7 +22,7 @@ from typing import Iterator
 import numpy as np
 
 from ... import _ext
-from ...frames.storage import is_url, local_path, open_input
+from ...frames.storage import is_url, local_copy_place, local_path, open_input
 from ..errors import InputError
 from .compression import READ_ERRORS, open_stream, read_all
 from .specs import PartitionSpec
@@ -33,6 +33,9 @@ PIECE = 1 << 20
 # work per request) 1 MB pieces paid 64 times per 64 MB partition
 PIECE_URL = 16 << 20
 _ROUND = 1 << 20   # a kept buffer grows in whole MB
+#: A mapped range is counted in pieces of this size, each dropped from the process once
+#: counted (:func:`mapped_pieces`).
+MAPPED_PIECE = 8 << 20
 #: Looking for a line end: the first read's size (each further read four times bigger, up
 #: to 16 MB; from a URL each read is one ranged GET).
 _FIND_PIECE = 64 << 10
@@ -145,36 +148,47 @@ def read_range_into(spec: PartitionSpec, buf: np.ndarray) -> np.ndarray:
 
 
 def map_range(spec: PartitionSpec) -> np.ndarray | None:
-    """The partition's byte range of a local uncompressed file as a read-only uint8 array
-    over a memory map of the file (the page cache's pages themselves: nothing is copied,
-    nothing allocated but the map), unmapped when the array and its views are gone; None
-    for a URL, a compressed file or an empty range, or where the file cannot be mapped:
-    read those (:func:`read_range_into`). A file shorter than the range (it changed since
-    planning): an InputError.
+    """The partition's byte range of a local uncompressed file, or of a URL's local copy
+    (its fetch spool file, :func:`~daskwp.frames.storage.local_copy`), as a read-only uint8
+    array over a memory map of the file (the page cache's pages themselves: nothing is
+    copied, nothing allocated but the map), unmapped when the array and its views are gone;
+    None for a URL read from the store, a compressed file or an empty range, or where the
+    file cannot be mapped: read those (:func:`read_range_into`). A file shorter than the
+    range (it changed since planning): an InputError.
 
     Why: ``readinto`` copied the range out of the page cache into a buffer (7.6 ms of a
     64 MB text partition's 21.5 ms read stage), which the split then read again; the map
     costs its page faults (one per 64 KB or so, about 3 ms per 64 MB) and the split reads
     the page cache directly. The page cache is not touched otherwise (no
     ``MADV_SEQUENTIAL``, which would drop the pages behind the read: the same input is
-    often read again, by the next run of a job).
+    often read again, by the next run of a job). A spool file is mapped for the same
+    reason: the S3 job's read stage copied every byte its count had fetched to the host's
+    disk once more than the local job's.
 
     A file truncated while a reader is in the range's bytes (not before: checked here) is
     a SIGBUS in that process, as for any memory map; a file replaced by rename, or
-    appended to, is not."""
+    appended to, is not (nor is a spool file: complete under its name, never written
+    again, removed by unlinking)."""
     size = spec.byte_end - spec.byte_start
-    if spec.compression or is_url(spec.path) or size <= 0:
+    if spec.compression or size <= 0:
         return None
-    start = spec.byte_start - spec.byte_start % mmap.ALLOCATIONGRANULARITY
+    if is_url(spec.path):
+        place = local_copy_place(spec.path, spec.byte_start, spec.byte_end)
+        if place is None:
+            return None
+        path, offset = place
+    else:
+        path, offset = local_path(spec.path), spec.byte_start
+    start = offset - offset % mmap.ALLOCATIONGRANULARITY
     try:
-        fd = os.open(local_path(spec.path), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         return None   # read_range_into says why (the same error as before)
     try:
-        if os.fstat(fd).st_size < spec.byte_end:
+        if os.fstat(fd).st_size < offset + size:
             raise changed_error(spec.describe())
         try:
-            m = mmap.mmap(fd, spec.byte_end - start, access=mmap.ACCESS_READ, offset=start)
+            m = mmap.mmap(fd, offset + size - start, access=mmap.ACCESS_READ, offset=start)
         except (OSError, ValueError):
             return None   # a file system or file that cannot be mapped
     finally:
@@ -183,7 +197,21 @@ def map_range(spec: PartitionSpec) -> np.ndarray | None:
         # a file not in the page cache: one read-ahead of the whole range, not one per fault
         with contextlib.suppress(OSError):
             m.madvise(mmap.MADV_WILLNEED)
-    return np.frombuffer(m, dtype=np.uint8, offset=spec.byte_start - start, count=size)
+    return np.frombuffer(m, dtype=np.uint8, offset=offset - start, count=size)
+
+
+def mapped_pieces(src: np.ndarray, piece: int = MAPPED_PIECE) -> Iterator[np.ndarray]:
+    """``src`` (a view of a memory map, :func:`map_range`) in pieces of ``piece`` bytes,
+    each piece's pages dropped from the process once the caller asks for the next
+    (``MADV_DONTNEED``: the page cache keeps them): a count that reads the range once
+    never holds it whole."""
+    from ...backends.memory import madvise_range
+
+    for pos in range(0, len(src), piece):
+        part = src[pos:pos + piece]
+        yield part
+        if hasattr(mmap, "MADV_DONTNEED"):
+            madvise_range(part, mmap.MADV_DONTNEED)
 
 
 def read_bytes(spec: PartitionSpec) -> bytes:
@@ -262,7 +290,8 @@ def read_partition_bytes(spec: PartitionSpec):
     bytes its count kept (:func:`read_counted_bytes`), when it did, without reading the
     file; else a local uncompressed range as a read-only view of a memory map of the file
     (:func:`map_range`: no copy out of the page cache, unmapped when the reader lets go of
-    it); else (a URL) read into a buffer of the host memory pool (a uint8 array; freed, it
+    it), as is a URL's local copy (its fetch spool file); else (a URL read from the store)
+    read into a buffer of the host memory pool (a uint8 array; freed, it
     goes back to the pool, and the next partition's read gets the already mapped block
     instead of a fresh allocation, whose page faults were 92.5% of a Parquet job's; a job
     that releases the pool after each partition, or a pool of size 0, gets fresh memory,

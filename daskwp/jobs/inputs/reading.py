@@ -12,8 +12,8 @@ import pyarrow as pa
 
 from ...frames import storage
 from ..errors import InputError, JobError
-from .byte_ranges import (exact_range, read_bytes, read_counted_bytes, read_partition_bytes,
-                          read_pieces)
+from .byte_ranges import (exact_range, map_range, mapped_pieces, read_bytes,
+                          read_counted_bytes, read_partition_bytes, read_pieces)
 from .columns import partition_documents
 from .compression import READ_ERRORS
 from .csv_format import read_csv
@@ -122,12 +122,18 @@ def _count(spec: PartitionSpec, lenient: bool, keep: bool = True) -> int:
             raise InputError(f"cannot read {spec.describe()} as text: {e}") from None
     if spec.format == "jsonl":
         # a document per non-blank line, counted without parsing (the count pass of a job
-        # parsed every partition once more than its write), in pieces into one kept buffer,
-        # or whole when the write that follows in this process takes the bytes
+        # parsed every partition once more than its write): whole when the write that
+        # follows in this process takes the bytes, else from a memory map of the file (a
+        # local one, or a URL's fetch spool file) piece by piece, else in pieces into one
+        # kept buffer
         try:
             with storage.using(spec.storage_options):
                 whole = read_counted_bytes(spec) if keep else None
-                return count_jsonl_documents(read_pieces(spec) if whole is None else (whole,))
+                if whole is not None:
+                    return count_jsonl_documents((whole,))
+                mapped = map_range(spec)
+                return count_jsonl_documents(read_pieces(spec) if mapped is None
+                                             else mapped_pieces(mapped))
         except JobError:
             raise
         except READ_ERRORS as e:
