@@ -1447,19 +1447,73 @@ def test_a_failed_handed_over_upload_fails_the_driver_in_one_line(tmp_path, buck
     assert storage._HANDOVER == {}
 
 
+def test_uploads_keep_the_ends_of_the_files_the_store_holds_as_sent(tmp_path, bucket,
+                                                                    staging_tmp):
+    """Uploads keeps the end of each file it sends that ``keep_end`` asks for, with the
+    size and ETag of the store's answer; ``stored_ends`` gives those the folder's listing
+    shows with that size and ETag only: an object put again since (other bytes) is left
+    out, and so is one past KEPT_ENDS_MAX_BYTES. verify_parquet_output reads the ends
+    given for its parts instead of the store's: an end of other bytes fails the check."""
+    from daskwp.jobs import parts
+    name, options, fs = bucket
+    folder = storage.Folder(f"s3://{name}/out", options)
+    table = pa.table({"logID": list(range(10)), "x": list(range(10))})
+    files = {}
+    for i, n in enumerate(["part-0.parquet", "part-1.parquet", "a.record", "part-2.parquet"]):
+        sink = pa.BufferOutputStream()
+        pq.write_table(table.slice(0, 3 + i), sink)
+        files[n] = sink.getvalue().to_pybytes()
+    uploads = storage.Uploads(folder, keep_end=lambda n: 1000 if n.endswith(".parquet") else 0)
+    uploads.KEPT_ENDS_MAX_BYTES = 2000     # two ends
+    try:
+        storage.hand_over_uploads(folder.location, uploads.path)
+        for n, data in files.items():
+            (tmp_path / n).write_bytes(data)
+            folder.publish(str(tmp_path / n), n)
+        uploads.finish()
+    finally:
+        uploads.close()
+    ends = uploads.stored_ends(folder.entries())
+    assert ends == {n: files[n][-1000:] for n in ("part-0.parquet", "part-1.parquet")}
+    assert folder.entries()["part-0.parquet"][0] == len(files["part-0.parquet"])
+    # part-1 put again by another writer: not what was sent
+    fs.pipe(f"{name}/out/part-1.parquet", files["part-1.parquet"][:-1] + b"!")
+    assert set(uploads.stored_ends(folder.entries())) == {"part-0.parquet"}
+    # the check takes the end given for a part instead of reading the store's
+    fs.pipe(f"{name}/in/a.txt", ("\n".join(sample_lines(300)) + "\n").encode())
+    out = f"s3://{name}/job"
+    summary = jobs.run_job(job_config(f"s3://{name}/in/a.txt", out, partition_size=4000,
+                                      storage_options=options))
+    record = json.loads(fs.cat_file(f"{name}/job/{jobs.JOB_FILE}"))
+    plan = [{"index": i, "documents": p["documents"], "logid_offset": p["logid_offset"]}
+            for i, p in enumerate(record["partitions"])]
+    job = storage.Folder(out, options)
+    sizes = job.sizes()
+    first = jobs.part_name(0, summary["partitions"])
+    end = job.read_range(first, max(0, sizes[first] - parts.FOOTER_READ), sizes[first])
+    with storage.using(options):
+        parts.verify_parquet_output(out, plan, sizes, {first: end})
+        with pytest.raises(jobs.JobError, match="cannot be read back"):
+            parts.verify_parquet_output(out, plan, sizes, {first: b"x" * len(end)})
+        # (an end of another length is not the part's: read from the store)
+        parts.verify_parquet_output(out, plan, sizes, {first: b"x"})
+
+
 @pytest.mark.parametrize("n_workers", [None, 1])
 def test_a_jobs_parts_are_uploaded_by_its_driver(tmp_path, bucket, staging_tmp,
                                                   monkeypatch, n_workers):
     """A job on threads of its own process, or on its own local cluster, writing to a
     bucket: its write tasks hand their parts over and the driver's Uploads thread sends
     them (a task goes on with its next partition meanwhile); the parts equal those of the
-    same job on local files, and no handover folder is left."""
+    same job on local files, and no handover folder is left. The job's check reads the
+    footers the driver kept of the parts it sent: no GET of a part."""
     from daskwp.jobs import driver
     name, options, fs = bucket
     data = ("\n".join(sample_lines(300)) + "\n").encode()
     fs.pipe(f"{name}/in/a.txt", data)
     (tmp_path / "a.txt").write_bytes(data)
     sent = spy_uploads(monkeypatch)
+    fetched = spy_object_fetches(monkeypatch)
     made: list = []
     monkeypatch.setattr(driver, "connect_cluster", _own_cluster(made))
     kw = {"n_workers": n_workers, "scheduler_address": None} if n_workers else \
@@ -1471,6 +1525,7 @@ def test_a_jobs_parts_are_uploaded_by_its_driver(tmp_path, bucket, staging_tmp,
     assert sorted(t for t, _ in sent if t.startswith("part-")) == \
         [jobs.part_name(i, n) for i in range(n)]
     assert {th for t, th in sent if t.startswith("part-")} == {"daskwp-uploads"}
+    assert [f for f in fetched if f[0].startswith("part-")] == []
     jobs.run_job(job_config(str(tmp_path / "a.txt"), str(tmp_path / "local"),
                             scheduler_address="synchronous", partition_size=4000))
     assert_same_parts(tmp_path / "local", f"s3://{name}/out", options)

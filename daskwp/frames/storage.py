@@ -33,12 +33,14 @@ import tempfile
 import threading
 import time
 import uuid
+from typing import Callable
 
 __all__ = ["TMP_PREFIX", "Folder", "HeadCached", "LocalCopy", "StorageError", "Uploads",
            "caching_heads", "clear_warm_filesystems", "copy_range", "current_options",
            "describe_storage_error", "set_network_wait", "waiting_on_network",
            "filesystem", "HANDOVER_MAX_WAITING_BYTES", "hand_over_uploads",
-           "has_local_copy", "head_source", "is_url", "local_copy", "local_path",
+           "has_local_copy", "head_source", "is_url", "local_copy", "local_copy_place",
+           "local_path",
            "object_version",
            "open_input", "pinned", "size",
            "private_folder", "remove_stale_staging", "staging_root", "storage_error", "url_info", "using",
@@ -833,9 +835,15 @@ class Folder:
     def sizes(self) -> dict[str, int]:
         """``{name: size in bytes}`` of the files in the folder ({} when it does not exist
         yet): one listing of an object store, as :meth:`listdir`."""
+        return {name: size for name, (size, _) in self.entries().items()}
+
+    def entries(self) -> dict[str, tuple[int, str | None]]:
+        """``{name: (size in bytes, ETag)}`` of the files in the folder ({} when it does not
+        exist yet; the ETag None where the store lists none, and in a local folder): one
+        listing of an object store, as :meth:`listdir`."""
         if not self.remote:
             try:
-                return {e.name: e.stat().st_size for e in os.scandir(self.location)
+                return {e.name: (e.stat().st_size, None) for e in os.scandir(self.location)
                         if e.is_file()}
             except FileNotFoundError:
                 return {}
@@ -844,7 +852,8 @@ class Folder:
             entries = self._call(self.location, self._ls, fs, path)
         except FileNotFoundError:
             return {}
-        return {e["name"].rstrip("/").rsplit("/", 1)[-1]: int(e.get("size") or 0)
+        return {e["name"].rstrip("/").rsplit("/", 1)[-1]:
+                (int(e.get("size") or 0), e.get("ETag") or None)
                 for e in entries
                 if e["name"].rstrip("/") != path and e.get("type") != "directory"}
 
@@ -983,12 +992,15 @@ class Folder:
             return
         self._upload(local_file, name)
 
-    def _upload(self, local_file: str, name: str) -> None:
-        """:meth:`publish`'s upload to an object store, here, then ``local_file`` removed."""
+    def _upload(self, local_file: str, name: str) -> str | None:
+        """:meth:`publish`'s upload to an object store, here, then ``local_file`` removed;
+        the ETag the store gave the object, where its answer says (None: not known)."""
         fs, path = self._fs()
-        if not self._call(self.join(name), _put_streamed, fs, local_file, f"{path}/{name}"):
+        etag = self._call(self.join(name), _put_streamed, fs, local_file, f"{path}/{name}")
+        if etag is None:
             self._call(self.join(name), fs.put_file, local_file, f"{path}/{name}")
         os.unlink(local_file)
+        return etag or None
 
 
 #: Folder location -> the local folder that :meth:`Folder.publish` in this process moves the
@@ -1079,8 +1091,10 @@ class Uploads:
 
     #: How often the thread looks for new files (and at each :meth:`poke`).
     POLL_SECONDS = 0.05
+    #: The ends kept (:meth:`stored_ends`) hold at most this many bytes together.
+    KEPT_ENDS_MAX_BYTES = 16 << 20
 
-    def __init__(self, folder: Folder):
+    def __init__(self, folder: Folder, keep_end: Callable[[str], int] | None = None):
         if not folder.remote:
             raise ValueError(f"{folder!r}: uploads are for an object store's folder")
         root = staging_root()
@@ -1093,6 +1107,9 @@ class Uploads:
         #: ``time.perf_counter()`` when the last upload ended (the start, before any)
         self.finished_at = time.perf_counter()
         self.error: BaseException | None = None
+        self._keep_end = keep_end
+        self._ends: dict = {}    # name -> (size, ETag, its last bytes)
+        self._ends_bytes = 0
         self._wake = threading.Event()
         self._stopping = self._abort = False
         self._thread = threading.Thread(target=contextvars.copy_context().run,
@@ -1130,13 +1147,39 @@ class Uploads:
         for order, pid, name in sorted(_waiting(self.path)):
             if self._abort:
                 return
+            local_file = os.path.join(self.path, f"{order:020d}-{pid}-{name}")
+            self._ends.pop(name, None)   # (an earlier upload of the name: replaced)
             try:
-                self.folder._upload(os.path.join(self.path, f"{order:020d}-{pid}-{name}"),
-                                    name)
+                end = self._end_of(local_file, name)
+                etag = self.folder._upload(local_file, name)
             except Exception as e:
                 raise storage_error(self.folder.join(name), e) from None
+            if end is not None and etag and \
+                    self._ends_bytes + len(end[1]) <= self.KEPT_ENDS_MAX_BYTES:
+                self._ends[name] = (end[0], etag, end[1])
+                self._ends_bytes += len(end[1])
             self.uploaded += 1
             self.finished_at = time.perf_counter()
+
+    def _end_of(self, local_file: str, name: str) -> tuple[int, bytes] | None:
+        """``(size, its last bytes)`` of the file to upload as ``name``, as many as
+        ``keep_end(name)`` says (None: none asked for)."""
+        n = self._keep_end(name) if self._keep_end is not None else 0
+        if n <= 0:
+            return None
+        with open(local_file, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            fh.seek(max(0, size - n))
+            return size, fh.read()
+
+    def stored_ends(self, entries: dict) -> dict[str, bytes]:
+        """``{name: its last bytes}`` of the files uploaded (those ``keep_end`` asked to keep,
+        while they fit :data:`KEPT_ENDS_MAX_BYTES`) that the store holds as they were sent:
+        ``entries`` (:meth:`Folder.entries`, listed after :meth:`finish`) gives each the
+        size and ETag of that upload's answer (an object put since by another process, or
+        a broken one, has another ETag: not given, the caller reads it back)."""
+        return {name: end for name, (size, etag, end) in self._ends.items()
+                if entries.get(name) == (size, etag)}
 
     def _stop(self) -> None:
         self._stopping = True
@@ -1164,22 +1207,23 @@ class Uploads:
 S3_MULTIPART_BYTES = 100 << 20
 
 
-def _put_streamed(fs, local_file: str, path: str) -> bool:
+def _put_streamed(fs, local_file: str, path: str) -> str | None:
     """Upload ``local_file`` to ``path`` of the s3fs filesystem ``fs`` in one PUT whose body
     is read from the file as it is sent, where s3fs's ``put_file`` reads the file whole into
     memory first (fresh memory of the part's size: a page fault per 4 kB): for a file
     smaller than :data:`S3_MULTIPART_BYTES` (the same single PUT, content type and
-    ``s3_additional_kwargs``). False (nothing sent) for another filesystem or a bigger file:
+    ``s3_additional_kwargs``). Returns the object's ETag from the store's answer ("" where
+    it gives none); None (nothing sent) for another filesystem or a bigger file:
     ``put_file`` uploads it."""
     size = os.path.getsize(local_file)
     if type(fs).__module__.split(".")[0] != "s3fs" or size >= S3_MULTIPART_BYTES:
-        return False
+        return None
     try:    # s3fs's retry loop and kwargs (a version without them: put_file uploads it)
         from s3fs.core import _error_wrapper
     except ImportError:
-        return False
+        return None
     if not all(hasattr(fs, a) for a in ("set_session", "get_s3", "_get_s3_method_kwargs")):
-        return False
+        return None
     import mimetypes
 
     from fsspec.asyn import sync
@@ -1201,10 +1245,11 @@ def _put_streamed(fs, local_file: str, path: str) -> bool:
                 # short body fail rather than store)
                 body.seek(0)
                 return await s3.put_object(**call_kw)
-            await _error_wrapper(attempt, kwargs=fs._get_s3_method_kwargs(
+            return await _error_wrapper(attempt, kwargs=fs._get_s3_method_kwargs(
                 s3.put_object, Body=body, **kw), retries=fs.retries)
-    sync(fs.loop, put)
+    answer = sync(fs.loop, put)
     while path:    # (as put_file: the listings of the object's folders are stale)
         fs.invalidate_cache(path)
         path = fs._parent(path)
-    return True
+    etag = answer.get("ETag") if isinstance(answer, dict) else None
+    return etag if isinstance(etag, str) else ""

@@ -83,7 +83,7 @@ from .inputs import (PartitionSpec, input_fingerprint, keeping_counted_bytes,
                      list_input_files, plan_partitions)
 from .inputs.fetch_spool import HeadStreams, StreamPrefetch, remove_run_spools, run_token, \
     start_prefetch
-from .parts import (JOB_FILE, JOB_FORMAT, PART_PREFIX, PART_SUFFIX, REJECTS_PREFIX,
+from .parts import (FOOTER_READ, JOB_FILE, JOB_FORMAT, PART_PREFIX, PART_SUFFIX, REJECTS_PREFIX,
                     REJECTS_SUFFIX, SUMMARY_FILE, TMP_PREFIX, check_part, count_job_partition,
                     empty_partition, part_name, rejects_path, remove_temporary_files,
                     verify_output, verify_parquet_output, write_partition)
@@ -364,6 +364,14 @@ def warm_workers(client, urls: Sequence[str], storage_options: dict | None) -> N
         client.register_plugin(StorageWarmup(urls, storage_options))
 
 
+def _part_end_bytes(name: str) -> int:
+    """What :class:`~daskwp.frames.storage.Uploads` keeps of the end of the file it sends as
+    ``name``: a Parquet part's last :data:`~.parts.FOOTER_READ` bytes (its footer, which
+    :func:`~.parts.verify_parquet_output` then reads without a GET), nothing of another
+    file."""
+    return FOOTER_READ if name.startswith(PART_PREFIX) and name.endswith(PART_SUFFIX) else 0
+
+
 def hand_over_uploads(runner, run_record: dict, folder) -> "storage.Uploads | None":
     """Where the job's processes share this host (its own local cluster, or in-process
     threads) and its output is an object store's folder: the
@@ -376,7 +384,8 @@ def hand_over_uploads(runner, run_record: dict, folder) -> "storage.Uploads | No
     if not folder.remote or mode not in ("local_cluster", "threads"):
         return None
     try:
-        uploads = storage.Uploads(folder)
+        # (the end of each Parquet part it sends: its footer, for the job's check)
+        uploads = storage.Uploads(folder, keep_end=_part_end_bytes)
     except OSError:    # (a staging root that is not this user's own: no handover)
         return None
     try:
@@ -1558,9 +1567,13 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
         uploads.finish()
         work_seconds = max(work_seconds, uploads.finished_at - t_work)
     sizes = None
+    ends: dict = {}
     if parquet:   # one listing: temporary files, the parts' sizes, the rejects files
-        sizes = folder.sizes()
+        entries = folder.entries()
+        sizes = {name: size for name, (size, _) in entries.items()}
         remove_temporary_files(folder, names=list(sizes))
+        if uploads is not None:   # the footers of the parts this process sent, as stored
+            ends = uploads.stored_ends(entries)
 
     offsets = [int(values[k]) for k in graph.offset_keys]
     counts = [int(values[k]) for k in graph.count_keys]
@@ -1586,7 +1599,7 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
     if packing:
         packed = packing_summary(stats, cfg)
     elif parquet:
-        verify_parquet_output(out, plan, sizes)
+        verify_parquet_output(out, plan, sizes, ends)
     else:
         _VERIFIERS[cfg.output_format](out, plan)
     total_docs = offsets[n]

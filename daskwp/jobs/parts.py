@@ -575,12 +575,15 @@ def read_footer(folder: storage.Folder, name: str, size: int, tail=None):
 
 
 def verify_parquet_output(out_dir: str, plan: Sequence[dict],
-                          sizes: dict | None = None) -> None:
+                          sizes: dict | None = None, ends: dict | None = None) -> None:
     """:func:`verify_output`'s checks of a job's Parquet parts from their footers: one
     listing of the folder (the parts' sizes) and one read of each part's end
     (:func:`read_footer`; on an object store the GETs of :data:`FOOTER_BATCH` parts sent
     together, in a local folder one part at a time), not its logID column (``sizes``: that listing, if the caller
-    made it). A part must be there, its ``daskwp``
+    made it; ``ends``: ``{name: its last bytes}`` of parts whose end the caller holds as
+    the folder does, :data:`FOOTER_READ` of them, or all of a smaller part: the driver's
+    uploads, :meth:`~daskwp.frames.storage.Uploads.stored_ends`, not read again). A part
+    must be there, its ``daskwp``
     metadata must record its partition, documents, rows (= the footer's) and logID offset of
     the plan, and its logID statistics must run from offset_i to offset_i + documents_i - 1:
     each row group's min and max at most its rows - 1 apart, each next one starting at the
@@ -593,10 +596,12 @@ def verify_parquet_output(out_dir: str, plan: Sequence[dict],
     n = len(plan)
     tails: dict = {}
     batch_parts = FOOTER_BATCH if folder.remote else 1
+    ends = {m: e for m, e in (ends or {}).items()
+            if len(e) == min(sizes.get(m, -1), FOOTER_READ)}
     for k, p in enumerate(plan):
         if k % batch_parts == 0:   # the next parts' ends read together (their GETs at once)
             batch = [m for m in (part_name(q["index"], n) for q in plan[k:k + batch_parts])
-                     if sizes.get(m, 0) >= 12]
+                     if sizes.get(m, 0) >= 12 and m not in ends]
             tails = dict(zip(batch, folder.read_ranges(
                 [(m, max(0, sizes[m] - FOOTER_READ), sizes[m]) for m in batch])))
         name = part_name(p["index"], n)
@@ -609,7 +614,7 @@ def verify_parquet_output(out_dir: str, plan: Sequence[dict],
         if name not in sizes:
             raise JobError(f"output part {path!r} is missing; rerun the job")
         try:
-            md = read_footer(folder, name, sizes[name], tails.get(name))
+            md = read_footer(folder, name, sizes[name], ends.get(name, tails.get(name)))
             meta = json.loads((md.metadata or {}).get(METADATA_KEY, b"{}"))
         except (OSError, ValueError, pa.ArrowException) as e:
             raise JobError(f"output part {path!r} cannot be read back: {e}") from None
