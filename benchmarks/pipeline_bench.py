@@ -93,7 +93,12 @@ def corpus_base(data: Path) -> tuple[bytes, int]:
 
 def write_text(base: tuple[bytes, int], size_bytes: int, path: Path) -> dict:
     """``base`` repeated into ``path`` up to ``size_bytes`` (the last copy cut after a
-    newline), one copy at a time: never more than the base in memory."""
+    newline), one copy at a time: never more than the base in memory. Written back to disk
+    before it returns (``fsync``): a job that reads a file still being written back waits
+    on its pages (the soak's input, written just before its run, was: a 3 GB job's worker
+    threads sampled in the kernel's ``folio_wait_bit_common`` 20 times against once on the
+    same file written back, 0.8 GB of it dirty at the start), where the sized runs' inputs
+    had long been written back by their timed runs."""
     text, n_base = base
     k, rest = divmod(size_bytes, len(text))
     with open(path, "wb") as f:
@@ -101,6 +106,8 @@ def write_text(base: tuple[bytes, int], size_bytes: int, path: Path) -> dict:
             f.write(text)
         tail = text[:text.rfind(b"\n", 0, rest) + 1] if rest else b""
         f.write(tail)
+        f.flush()
+        os.fsync(f.fileno())
     size = k * len(text) + len(tail)
     lines = k * n_base + tail.count(b"\n")
     return {"text": path, "bytes": size, "lines": lines, "text_bytes": size - lines}
