@@ -442,3 +442,27 @@ def test_plain_byte_array_values_decodes_a_plain_page():
         _ext.plain_byte_array_values(np.frombuffer(page, np.uint8), 5, out, 0)
     with pytest.raises(ValueError, match="out holds 100 bytes"):
         _ext.plain_byte_array_values(np.frombuffer(page, np.uint8), 4, out[:100], 0)
+
+
+@pytest.mark.parametrize("buffer_bytes", [64, 3000, 1 << 20])
+def test_the_page_reader_reads_the_column_chunk_through_a_buffer(tmp_path, monkeypatch,
+                                                                 buffer_bytes):
+    # the compressed column chunk is read a buffer at a time (a page or a header across
+    # two reads; a page larger than the buffer), not whole
+    monkeypatch.setattr(parquet_source, "HOST_BLOCK_MIN_BYTES", 16 << 10)
+    monkeypatch.setattr(parquet_source, "READ_BUFFER_BYTES", buffer_bytes)
+    docs = _page_docs()
+    path = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"text": docs}), path, compression="zstd",
+                   dictionary_pagesize_limit=8 << 10, data_page_size=6 << 10,
+                   row_group_size=len(docs) // 2 + 1)
+    reads = []
+    from daskwp.accessors import parquet_pages
+    init = parquet_pages._ChunkReader.__init__
+    monkeypatch.setattr(parquet_pages._ChunkReader, "__init__",
+                        lambda self, *a: init(self, *a) or reads.append(self))
+    pages, ref, calls = _read_both(path, monkeypatch)
+    assert calls == 1 and len(reads) == 2
+    _same_text(pages, ref)
+    chunk = pq.ParquetFile(path).metadata.row_group(0).column(0).total_compressed_size
+    assert all(len(r.buf) < chunk for r in reads) or buffer_bytes >= chunk

@@ -56,14 +56,14 @@ def pages_readable(meta, j: int) -> bool:
     return True
 
 
-def read_column_pages(f, meta, groups, j: int, block, scratch, batch_bytes: int,
+def read_column_pages(f, meta, groups, j: int, block, buffer_bytes: int, batch_bytes: int,
                       pool=None) -> list:
     """Column ``j`` of row groups ``groups`` of the open file ``f`` (its footer ``meta``)
     into ``block`` (a :class:`_TextBlock`); returns the Arrow arrays the block completes.
-    ``scratch(nbytes)``: a writable uint8 buffer of at least ``nbytes`` (the compressed
-    column chunk is read into it). A dictionary-encoded page's text goes to the block in
-    slices of about ``batch_bytes``. ``pool``: the Arrow memory pool the pages are
-    decompressed into (None: Arrow's default)."""
+    The column chunk is read through a buffer of ``buffer_bytes`` (larger for a larger
+    page). A dictionary-encoded page's text goes to the block in slices of about
+    ``batch_bytes``. ``pool``: the Arrow memory pool the pages are decompressed into
+    (None: Arrow's default)."""
     import pyarrow as pa
 
     from .. import _ext
@@ -76,23 +76,20 @@ def read_column_pages(f, meta, groups, j: int, block, scratch, batch_bytes: int,
         start = chunk.data_page_offset
         if chunk.has_dictionary_page and 0 < chunk.dictionary_page_offset < start:
             start = chunk.dictionary_page_offset
-        size = chunk.total_compressed_size
-        buf = scratch(size)
-        f.seek(start)
-        if f.readinto(memoryview(buf)[:size]) != size:
-            raise PagesUnsupported(f"the column chunk of row group {g} ends past the file")
-        raw = memoryview(buf)[:size]
+        reader = _ChunkReader(f, start, chunk.total_compressed_size, buffer_bytes)
         codec = _CODECS[chunk.compression]
         codec = pa.Codec(codec) if codec else None
         dictionary = None
-        seen, i = 0, 0
-        while i < size:
-            header, i = _read_struct(raw, i)
+        seen = 0
+        while reader.remaining():
+            header, used = _page_header(reader)
+            reader.skip(used)
             kind, unc, comp = header.get(1), header.get(2), header.get(3)
-            if unc is None or comp is None or i + comp > size:
+            if unc is None or comp is None or comp > reader.remaining():
                 raise PagesUnsupported(f"a page header of row group {g} is malformed")
-            body = raw[i:i + comp]
-            i += comp
+            # (the page's bytes are used up before the reader's next view)
+            body = reader.view(comp)[:comp]
+            reader.skip(comp)
             if kind == _DICTIONARY_PAGE:
                 dph = header.get(7) or {}
                 if dph.get(2, _PLAIN) not in (_PLAIN, _PLAIN_DICTIONARY):
@@ -159,6 +156,59 @@ def read_column_pages(f, meta, groups, j: int, block, scratch, batch_bytes: int,
             raise PagesUnsupported(f"row group {g}: its pages hold {seen} values for "
                                    f"{rows} rows")
     return out
+
+
+#: Bytes of a page header read at a time (its statistics may take more: then up to
+#: :data:`_HEADER_MAX_BYTES`).
+_HEADER_BYTES, _HEADER_MAX_BYTES = 16 << 10, 1 << 20
+
+
+def _page_header(reader) -> tuple:
+    """The page header at the reader's position: ``({field id: value}, its bytes)``."""
+    for want in (_HEADER_BYTES, _HEADER_MAX_BYTES):
+        head = reader.view(min(want, reader.remaining()))
+        try:
+            return _read_struct(head, 0)
+        except IndexError:   # past the bytes at hand
+            if len(head) == reader.remaining():
+                break
+    raise PagesUnsupported("a page header runs past its column chunk")
+
+
+class _ChunkReader:
+    """The bytes of a column chunk (``size`` from ``start`` of the file ``f``), read
+    through a buffer of ``nbytes`` (larger where a page needs it)."""
+
+    def __init__(self, f, start: int, size: int, nbytes: int):
+        f.seek(start)
+        self.f, self.left = f, size   # bytes of the chunk still in the file
+        self.buf = np.empty(max(1, min(nbytes, size)), dtype=np.uint8)
+        self.lo = self.hi = 0         # the bytes at hand: buf[lo:hi]
+
+    def remaining(self) -> int:
+        return self.hi - self.lo + self.left
+
+    def view(self, n: int):
+        """At least ``n`` bytes from the position (fewer at the chunk's end), valid until
+        the next call."""
+        held = self.hi - self.lo
+        if held < n and self.left:
+            if len(self.buf) < n:
+                grown = np.empty(n, dtype=np.uint8)
+                grown[:held] = self.buf[self.lo:self.hi]
+                self.buf = grown
+            else:
+                self.buf[:held] = self.buf[self.lo:self.hi].copy()
+            self.lo, self.hi = 0, held
+            want = min(len(self.buf) - held, self.left)
+            if self.f.readinto(memoryview(self.buf)[held:held + want]) != want:
+                raise PagesUnsupported("a column chunk ends past its file")
+            self.hi += want
+            self.left -= want
+        return memoryview(self.buf)[self.lo:self.hi]
+
+    def skip(self, n: int) -> None:
+        self.lo += n
 
 
 def _slices(arr, nbytes: int):

@@ -119,7 +119,6 @@ def _read_pieces(pieces: tuple, column: str, pages: bool, own_read: bool) -> lis
     :func:`~daskwp.accessors.parquet_pages.read_column_pages`."""
     chunks = []
     pool = read_pool()
-    scratch = _Scratch()
     for path, row_groups in pieces:
         pf = _open(path, pool)
         schema = pf.schema_arrow
@@ -135,7 +134,8 @@ def _read_pieces(pieces: tuple, column: str, pages: bool, own_read: bool) -> lis
                            schema.field(column).type)
         if pages and block.active and pages_readable(meta, j):
             with open(path, "rb", buffering=0) as f:
-                chunks.extend(read_column_pages(f, meta, groups, j, block, scratch,
+                chunks.extend(read_column_pages(f, meta, groups, j, block,
+                                                 READ_BUFFER_BYTES,
                                                  min(READ_BATCH_BYTES, CHUNK_BYTES // 4),
                                                  pool))
         else:
@@ -147,22 +147,6 @@ def _read_pieces(pieces: tuple, column: str, pages: bool, own_read: bool) -> lis
                 del chunk
         chunks.extend(block.flush())
     return chunks
-
-
-class _Scratch:
-    """A host-pool buffer (:func:`daskwp._ext.host_bytes`) that a compressed column chunk
-    is read into, reused for the next: ``scratch(nbytes)`` gives one of at least
-    ``nbytes``."""
-
-    def __init__(self):
-        self.buf = None
-
-    def __call__(self, nbytes: int):
-        if self.buf is None or len(self.buf) < nbytes:
-            from .. import _ext
-            self.buf = None
-            self.buf = _ext.host_bytes(max(int(nbytes), HOST_BLOCK_MIN_BYTES))
-        return self.buf
 
 
 class _TextBlock:
