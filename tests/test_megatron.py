@@ -585,10 +585,11 @@ def test_cluster_writes_are_partition_local(tmp_path):
 
 @pytest.mark.slow
 def test_cluster_job_with_bad_rows_writes_the_rejects_of_the_threads_job(tmp_path):
-    """A cluster's partition-local writes record no logID offset; the driver writes the
-    rejects files once the pass has the offsets (the same bytes as the job in this
-    process), and again for a kept part whose rejects file is missing (a driver stopped
-    before it wrote it)."""
+    """A cluster's partition-local writes record no logID offset and write their rejected
+    rows numbered from the partition's first (``_rejects-NNNNN.jsonl.local``, a file of
+    the part); the driver writes the rejects files from them once the pass has the
+    offsets (the same bytes as the job in this process), and again for a kept part whose
+    rejects file is missing (a driver stopped before it wrote it)."""
     from distributed import Client, LocalCluster
 
     docs = _mixed_documents() * 3
@@ -612,13 +613,16 @@ def test_cluster_job_with_bad_rows_writes_the_rejects_of_the_threads_job(tmp_pat
         assert s["run"]["mode"] == "cluster" and s["rejected_rows"] == 4
         records = [json.loads(p.read_text()) for p in sorted(out.glob("part-*.json"))]
         assert records and all(r["logid_offset"] is None for r in records)
-        got = {f.name: f.read_bytes() for f in out.glob("_rejects-*")}
+        local = {r["rejects_local"] for r in records if r.get("rejects_local")}
+        assert local == {n + ".local" for n in want_rejects}
+        assert all(r["rejects_local"] in r["files"] for r in records if r.get("rejected"))
+        got = {f.name: f.read_bytes() for f in out.glob("_rejects-*.jsonl")}
         assert got == want_rejects
         job = json.loads((out / "_job.json").read_text())
         assert [p["logid_offset"] for p in job["partitions"]] == \
             [p["logid_offset"] for p in json.loads(
                 (tmp_path / "t" / "_job.json").read_text())["partitions"]]
-        lost = sorted(out.glob("_rejects-*"))[0]
+        lost = sorted(out.glob("_rejects-*.jsonl"))[-1]
         lost.unlink()
         s2 = run_job(cfg, client=client)
     assert s2["partitions_written"] == 0 and s2["rejected_rows"] == 4

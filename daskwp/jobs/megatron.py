@@ -42,13 +42,15 @@ from ..frames.megatron import (PairAppender, gather_pieces, index_size, megatron
                                merge_pairs, merge_pairs_in, merged_range_digest, read_index,
                                token_dtype, unfinish_pair, write_pair_from)
 from .errors import ConfigError, JobError, OutputConflictError
-from .parts import (PART_PREFIX, TMP_PREFIX, part_name, rejects_path, remove_temporary_files,
-                    worker_device, worker_series, write_rejects)
+from .parts import (PART_PREFIX, REJECTS_PREFIX, REJECTS_SUFFIX, TMP_PREFIX, part_name,
+                    rejects_path, remove_temporary_files, worker_device, worker_series,
+                    write_rejects)
 from .records import (RECORD_SUFFIX, commit_part, file_digest, naming_partition, part_stem,
                       publish_part, refuse_set_options, temporary_path, timed_read,
                       write_part_rejects)
 
-__all__ = ["DATA_ARGS_FILE", "HOST_POOL_KEEP", "InlineMerge", "MEGATRON_ONLY", "MEGATRON_OPTIONS",
+__all__ = ["DATA_ARGS_FILE", "HOST_POOL_KEEP", "InlineMerge", "LOCAL_REJECTS_SUFFIX",
+           "MEGATRON_ONLY", "MEGATRON_OPTIONS",
            "PART_SLICE_BYTES",
            "MERGED_KEY", "MERGE_TMP_PREFIX", "merged_resume_state",
            "PART_FILES", "PartMerger", "remove_merge_temporaries",
@@ -93,6 +95,8 @@ def is_megatron_file(name: str, cfg=None) -> bool:
         return True
     if name.startswith(PART_PREFIX) and name.endswith(PART_FILES):
         return True
+    if name.startswith(REJECTS_PREFIX) and name.endswith(REJECTS_SUFFIX + LOCAL_REJECTS_SUFFIX):
+        return True   # (a partition-local write's rows)
     return cfg is not None and name in (megatron_prefix(cfg) + ".bin",
                                         megatron_prefix(cfg) + ".idx")
 
@@ -182,10 +186,10 @@ def write_megatron_partition(spec, logid_offset: int, out_dir: str, tokenizer, o
     ``local``); its record holds ``logid_offset`` null, which the driver fills in from
     the pass (``_job.json`` records every offset). Its documents' logIDs appear nowhere
     else in a Megatron part: only a rejects file needs them. Its rejected rows (the row
-    policy ``reject``) are listed in its statistics instead (``rejected_rows``: ``[row in
-    the partition, reason]``), and the driver writes the rejects file from them once it
-    has the offsets (:func:`write_local_rejects`; not one of the part's files, so not in
-    its record's checksums).
+    policy ``reject``) go to the part's file ``_rejects-NNNNN.jsonl.local`` instead (the
+    rejects file's lines with logIDs and rows counted from the partition's first
+    document, :data:`LOCAL_REJECTS_SUFFIX`), from which the driver writes the rejects
+    file once it has the offsets (:func:`write_local_rejects`).
 
     Memory: the partition's text and the ``.idx`` arrays; the ids and ``.bin`` data of a
     slice of it at a time (:func:`daskwp.frames.megatron.megatron_slices`)."""
@@ -213,9 +217,13 @@ def write_megatron_partition(spec, logid_offset: int, out_dir: str, tokenizer, o
                      invalid_utf8_documents=bad_docs, dtype=str(dtype),
                      rejected=len(bad or ()))
         _bound_partition_memory(n_bytes)
-        if logid_offset is None and bad:   # a partition-local write: the driver's
-            stats["rejected_rows"] = [[int(i), str(r)] for i, r in sorted(bad)]
-            return stats, ()
+        if logid_offset is None:   # a partition-local write: numbered from 0 here
+            path = _local_rejects_path(folder_path, spec.index, n_partitions)
+            write_rejects(path, bad or (), spec, 0, 0)   # (none: an earlier one removed)
+            if not bad:
+                return stats, ()
+            stats["rejects_local"] = os.path.basename(path)
+            return stats, (stats["rejects_local"],)
         return stats, write_part_rejects(folder_path, spec, n_partitions, bad,
                                          logid_offset, file_offset)
     if merge is None:
@@ -303,20 +311,46 @@ def _bound_partition_memory(text_bytes: int) -> bool:
     return False
 
 
+#: What a partition-local write (:func:`write_megatron_partition` without a logID offset)
+#: adds to its rejects file's name: the rows it rejected, numbered from the partition's
+#: first document; one of the part's files (in its record, checksummed).
+LOCAL_REJECTS_SUFFIX = ".local"
+
+
+def _local_rejects_path(folder: str, index: int, n: int) -> str:
+    return rejects_path(os.path.join(folder, part_name(index, n))) + LOCAL_REJECTS_SUFFIX
+
+
 def write_local_rejects(out_dir: str, specs, stats: list, offsets: list) -> None:
-    """The rejects files of the partitions written partition-local
-    (:func:`write_megatron_partition` without a logID offset) that rejected rows: each
-    from the ``rejected_rows`` of its statistics, with the logIDs of the job's pass
-    (``offsets``: every partition's, the total last), atomically (a rerun that keeps the
-    part writes the same bytes again)."""
+    """The rejects files of the partitions written partition-local that rejected rows
+    (``rejects_local`` in their statistics): each line of the part's
+    ``_rejects-NNNNN.jsonl.local`` with the logID of the job's pass (``offsets``: every
+    partition's, the total last) and its row in its file, written as the part's writer
+    writes a rejects file (:func:`.parts.write_rejects`: the same bytes), atomically; a
+    rerun that keeps the part writes them again. Streamed: a line at a time."""
     first = []   # the logID of the first document of each partition's file
     for i, s in enumerate(specs):
         first.append(first[i - 1] if i and specs[i - 1].path == s.path else offsets[i])
     for i, st in enumerate(stats):
-        rows = st.get("rejected_rows")
-        if rows:
-            write_rejects(rejects_path(os.path.join(out_dir, part_name(i, len(specs)))),
-                          [tuple(r) for r in rows], specs[i], offsets[i], first[i])
+        name = st.get("rejects_local")
+        if not name:
+            continue
+        path = rejects_path(os.path.join(out_dir, part_name(i, len(specs))))
+        tmp = os.path.join(out_dir, f"{TMP_PREFIX}{i}-rejects-{uuid.uuid4().hex}")
+        try:
+            with open(os.path.join(out_dir, name), encoding="utf-8") as src, \
+                    open(tmp, "w", encoding="utf-8") as fh:
+                for line in src:
+                    row = json.loads(line)
+                    row["logID"] = int(offsets[i]) + int(row["logID"])
+                    row["row"] = row["logID"] - int(first[i])
+                    fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
 
 
 def verify_megatron_output(out_dir: str, plan) -> None:
