@@ -64,3 +64,43 @@ def test_a_worker_killed_half_way_is_asked_nothing_more(tmp_path, tok, monkeypat
     for w, _ in calls:   # the survivor, and the worker started for the killed one if up
         assert len(w & first) == 1
     assert_matches(out, tok, lines)
+
+
+def _worker_settings(dask_worker=None) -> tuple:
+    import dask
+    callback = dask_worker.periodic_callbacks.get("profile")
+    return (dask.config.get("distributed.worker.profile.enabled"),
+            dask.config.get("distributed.admin.tick.interval"),
+            dask.config.get("distributed.admin.low-level-log-length"),
+            callback is not None and callback.is_running())
+
+
+@pytest.mark.slow
+def test_a_restarted_worker_keeps_the_job_clusters_settings(tmp_path):
+    """A worker of the cluster a job starts for itself, killed and started again by its
+    nanny, runs with that cluster's settings (no statistical profiler, a 1 s tick, short
+    logs), not distributed's defaults (profiler every 10 ms, a 20 ms tick): the nanny kept
+    the job's dask.config only until the block it was started in ended."""
+    import os
+    import signal
+    import time
+
+    cfg = jobs.make_config({"input": str(write_text(tmp_path / "in.txt", ["a b"])),
+                            "output": str(tmp_path / "out"), "n_workers": 2,
+                            "threads_per_worker": 1, "quiet": True})
+    client = driver.start_cluster(cfg, "cpu")
+    try:
+        want = (False, "1s", driver.OWN_CLUSTER_LOG_LENGTH, False)
+        before = client.run(_worker_settings)
+        assert set(before.values()) == {want}
+        os.kill(next(iter(client.cluster.workers.values())).process.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            now = client.run(_worker_settings, on_error="return")
+            if len(now) == 2 and set(now) != set(before):
+                break
+            time.sleep(0.2)
+        assert len(now) == 2 and set(now) != set(before), "no worker was started again"
+        assert now == {w: want for w in now}
+    finally:
+        client.close()   # (and the cluster it started)

@@ -10,8 +10,8 @@ from ..backends.memory import tune_numpy_huge_pages
 from ..core import config as _config
 from ..core.options import SECURITY_KEYS, check_security, env_value, normalize_device
 
-__all__ = ["ClusterSecurityError", "connect", "gpu_count", "make_security", "resolve_device",
-           "security_record", "worker_arenas"]
+__all__ = ["ClusterSecurityError", "connect", "gpu_count", "make_security", "nanny_config",
+           "resolve_device", "security_record", "worker_arenas"]
 
 #: distributed's ``Security`` field for each key of a ``security`` mapping (the client's).
 _SECURITY_FIELDS = dict(zip(SECURITY_KEYS, ("tls_ca_file", "tls_client_cert",
@@ -191,12 +191,31 @@ def connect(device: str | None = None, scheduler_address: str | None = None,
     cluster_kwargs.setdefault("processes", True)
     with worker_arenas(_local_worker_threads(n_workers, threads_per_worker)
                        if cluster_kwargs["processes"] else None):
+        if cluster_kwargs["processes"]:
+            cluster_kwargs.setdefault("config", nanny_config())
         client = Client(n_workers=n_workers, threads_per_worker=threads_per_worker,
                         **cluster_kwargs)
     register_worker_plugin(client)
     if cluster_kwargs["processes"]:
         _register_process_tuning(client)
     return client
+
+
+def nanny_config() -> dict:
+    """A copy of ``dask.config`` now, to the last level, for the nannies of a cluster
+    started here (``Nanny(config=...)``): the workers they start, and those they start again
+    after one died, run with the configuration the cluster was started in.
+
+    A nanny keeps ``dask.config`` as it finds it, but only its top level is its own: the
+    sections are the global ones, which a ``dask.config.set`` block restores when it ends.
+    A batch job starts its cluster in such a block (no statistical profiler, slower ticks,
+    short logs: ``daskwp.jobs.driver.connect_cluster``), so a worker its nanny restarted
+    (issue 42's soak kills one half way) ran the profiler, the 20 ms tick and the
+    1000-entry logs of distributed's defaults."""
+    import copy
+
+    import dask
+    return copy.deepcopy(dask.config.config)
 
 
 def _local_worker_threads(n_workers: int | None, threads_per_worker: int | None) -> int:
