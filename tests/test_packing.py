@@ -130,6 +130,28 @@ def test_partitions_spilled_slice_by_slice(tmp_path, monkeypatch):
         assert got[key] == want[key], key
 
 
+@pytest.mark.parametrize("scheduler", ["synchronous", "threads"])
+def test_units_in_memory_are_written_as_they_come(tmp_path, monkeypatch, scheduler):
+    """In this process the writes follow the spills: a few partitions' units are held at
+    once, not the whole input's (dask's order runs partition i's write once i+1 is
+    tokenized)."""
+    import daskwp.jobs.packing as packing
+    log = []
+
+    def logged(what, real):
+        def run(spec, *args):
+            log.append(what)
+            return real(spec, *args)
+        return run
+    monkeypatch.setattr(packing, "spill_partition", logged(1, packing.spill_partition))
+    monkeypatch.setattr(packing, "_write_when_placed", logged(-1, packing._write_when_placed))
+    s = _job(_input(tmp_path), tmp_path / "o", packing=128, partition_size="20kB",
+             scheduler_address=scheduler)
+    assert s["partitions"] > 20 and len(log) == 2 * s["partitions"]
+    assert max(np.cumsum(log)) <= 4, log
+    np.testing.assert_array_equal(_parquet_blocks(tmp_path / "o")[0], group_texts(128)[0])
+
+
 def test_unknown_tokens_counted_by_the_kernel(tmp_path, monkeypatch):
     """Pass 1 takes each slice's [UNK] count from the kernel that wrote the ids (no pass
     over them): the summary's unknown_tokens are HF's."""
