@@ -44,6 +44,7 @@ import mmap
 import os
 import threading
 import uuid
+import weakref
 
 import numpy as np
 import pyarrow as pa
@@ -250,14 +251,36 @@ def _read_spilled(out_dir: str, index: int, what: str, dtype, lo: int, hi: int,
         _give_back("chunk", buf)
 
 
+_held_lock = threading.Lock()
+#: :class:`PartitionUnits` alive in this process (each until dask drops it: its write, its
+#: count and its head are done).
+_held = 0
+
+
+def _unhold() -> None:
+    global _held
+    with _held_lock:
+        _held -= 1
+
+
+def units_held() -> int:
+    """How many partitions' units this process holds in memory now."""
+    return _held
+
+
 class PartitionUnits:
     """A partition's document units held in memory by pass 1 of a fresh run (not spilled):
     its slices' units in the spill dtype (``ids``), its documents' unit lengths (``lens``,
-    int32 slices) and its statistics (``stats``: what :func:`spill_partition` returns)."""
+    int32 slices) and its statistics (``stats``: what :func:`spill_partition` returns).
+    Counted while alive (:func:`units_held`)."""
 
     def __init__(self, ids: list, lens: list, stats: dict):
+        global _held
         self.ids, self.lens, self.stats = ids, lens, stats
         self.ends = np.cumsum([0] + [len(a) for a in ids], dtype=np.int64)
+        with _held_lock:
+            _held += 1
+        weakref.finalize(self, _unhold)
 
     def read(self, lo: int, hi: int, out: np.ndarray) -> None:
         """Units ``[lo, hi)`` into ``out`` (``hi - lo`` long, converted to its dtype)."""
@@ -346,17 +369,20 @@ def _spill_units(units: PartitionUnits, out_dir: str, index: int) -> dict:
 
 @naming_partition
 def spill_partition(spec, out_dir: str, tokenizer, options: dict, device: str = "cpu",
-                    documents: int | None = None, keep: bool = False):
+                    documents: int | None = None, keep: int = 0):
     """Pass 1 of a packed job: tokenize partition ``spec``, spill its documents' units
     (``.ids``, raw, in the vocabulary's token dtype: uint16 below 65,500 ids, as Megatron's
     ``.bin``, else int32) and their lengths (``.lens``, raw int32), atomically; return its
     counts and statistics (rejected rows: the row policy, listed at write time). With
-    ``keep``, nothing is written: the units are returned in memory, a
-    :class:`PartitionUnits` (a fresh run's, whose write follows within the pass).
+    ``keep`` (a number of partitions) and fewer than that held in this process
+    (:func:`units_held`), nothing is written: the units are returned in memory, a
+    :class:`PartitionUnits` (a fresh run's, whose write follows within the pass; dask's
+    threads may run the spills ahead of the writes: the bound spills the rest).
 
     Memory: the partition's text and the ids of a slice of it at a time
-    (:func:`daskwp.frames.megatron.document_slices`), appended to the spill (with
-    ``keep``: the partition's units, in the token dtype, and their lengths)."""
+    (:func:`daskwp.frames.megatron.document_slices`), appended to the spill (kept: the
+    partition's units, in the token dtype, and their lengths)."""
+    keep = bool(keep) and units_held() < keep
     texts, _, (bad_bytes, bad_docs), bad, read_cpu = timed_read(spec, documents, options)
     c1 = stage_cpu_seconds()
     tok = cached_tokenizer(tokenizer)
@@ -401,6 +427,7 @@ def spill_partition(spec, out_dir: str, tokenizer, options: dict, device: str = 
     stats = {"index": spec.index, **counts, "documents": n_docs, "text_bytes": n_bytes,
              "invalid_utf8_bytes": bad_bytes, "invalid_utf8_documents": bad_docs,
              "bad": bad, "length_counts": LengthCounts.of(lengths).to_json(),
+             "spill_dtype": dtype.str,
              "cpu_seconds": {"read": read_cpu,
                              "tokenize": stage_cpu_seconds() - c1 - spill_cpu,
                              "spill": spill_cpu}}
@@ -636,10 +663,16 @@ def _spill_counts(spill) -> tuple[int, int]:
     return int(spill["units"]), int(spill["documents"])
 
 
-def _units_head(units: PartitionUnits, block_size: int) -> np.ndarray:
-    """The first ``block_size - 1`` units of a partition (all when fewer): all that the
-    blocks of the partitions before it take of it (a block starts before it)."""
-    return units.head(block_size - 1)
+def _units_head(spill, block_size: int, out_dir: str) -> np.ndarray:
+    """The first ``block_size - 1`` units of a partition (all when fewer; from memory or
+    from its spill): all that the blocks of the partitions before it take of it (a block
+    starts before it)."""
+    if isinstance(spill, PartitionUnits):
+        return spill.head(block_size - 1)
+    n = min(block_size - 1, int(spill["units"]))
+    out = np.empty(n, np.dtype(spill["spill_dtype"]))
+    _SpilledUnits(out_dir, spill["index"], out.dtype).read(0, n, out)
+    return out
 
 
 def _tail_of(heads, starts, i: int, block_size: int) -> np.ndarray:
@@ -662,9 +695,11 @@ def _write_when_placed(spec, spill, n_partitions: int, out_dir: str, tokenizer,
     statistics of :func:`write_packed_partition`, or ``{"later": stats}`` when its last
     block reaches past partition i+1 (a following partition shorter than the rest of the
     block), to be written once every count is known. ``spill``: its statistics (its units
-    spilled), or its :class:`PartitionUnits` in memory, its last block's tail then taken
-    from ``head`` (partition i+1's, :func:`_units_head`; None for the last partition); such
-    units are spilled (:func:`_spill_units`) when the write waits. The blocks written are
+    spilled), or its :class:`PartitionUnits` in memory (spilled, :func:`_spill_units`,
+    when the write waits). ``head``: partition i+1's (:func:`_units_head`) where the run
+    keeps units in memory (its last block's tail taken from it: the next partition may
+    have no spill), else None (the tail read from the next spills; and for the last
+    partition, whose blocks end in it). The blocks written are
     those the whole pass gives: ``_block_range`` and ``block_table`` read ``starts`` only
     up to the end of the partition's last block."""
     i = spec.index
@@ -675,10 +710,7 @@ def _write_when_placed(spec, spill, n_partitions: int, out_dir: str, tokenizer,
         if int(starts[-1]) < -(-int(starts[i + 1]) // size) * size:
             return {"later": _spill_units(spill, out_dir, i) if in_memory else spill}
     docs = np.concatenate([[0], np.cumsum([d for _, d in counts])])
-    tail = None
-    if in_memory:   # (the last partition's blocks end in it)
-        tail = np.zeros(0, np.int32) if head is None else \
-            _tail_of({i + 1: head}, starts, i, size)
+    tail = None if head is None else _tail_of({i + 1: head}, starts, i, size)
     return write_packed_partition(spec, starts.tolist(), int(docs[i]), out_dir, tokenizer,
                                   options, job_id, n_partitions, spill, int(docs[file_start]),
                                   tail=tail)
@@ -714,7 +746,11 @@ def run_packed_job(cfg, tok, specs, out: str, job_id: str, client, log,
         # them to a less busy worker for the write (half the partitions in a two-worker
         # run, the whole units each time), where a spill is read by whichever worker
         # writes. A rerun spills them: the complete parts are checked before any write.
-        keep = fresh and (client is None or isinstance(client, InProcess))
+        keep = 0
+        if fresh and (client is None or isinstance(client, InProcess)):
+            # (at most this many partitions' units in memory; the spills of dask's threads
+            # can run ahead of the writes: the others are spilled)
+            keep = max(4, 2 * (client.num_workers if client is not None else 1))
         file_start = []
         for i, s in enumerate(specs):
             file_start.append(file_start[i - 1] if i and specs[i - 1].path == s.path else i)
@@ -730,7 +766,7 @@ def run_packed_job(cfg, tok, specs, out: str, job_id: str, client, log,
             count_keys.append(count)
             if keep:
                 head = (f"daskwp-spill-head-{job_id[:8]}", s.index)
-                dsk[head] = Task(head, _units_head, TaskRef(key), size)
+                dsk[head] = Task(head, _units_head, TaskRef(key), size, out)
                 head_keys.append(head)
         heads = {}
         if fresh:
