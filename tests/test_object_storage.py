@@ -159,6 +159,43 @@ def test_bucket_inputs_equal_the_same_job_on_local_files(tmp_path, bucket, kind)
         f"s3://{name}/corpus/{k}" for k in sorted(chosen)]
 
 
+def test_a_protocols_import_is_kept_from_the_collector_where_the_heap_is_frozen(
+        monkeypatch):
+    """In a process that froze its heap (the daskwp command: gc.freeze in cli.main), the
+    first resolution of a protocol (its implementation's import) runs without a
+    collection and freezes what it made; a protocol resolved before, or a process that
+    froze nothing, is left as it was (the collector's state restored either way)."""
+    import gc
+    runs = []
+
+    def count(phase, info):
+        if phase == "start":
+            runs.append(info["generation"])
+    monkeypatch.setattr(storage, "_IMPORTED", set())
+    gc.callbacks.append(count)
+    try:
+        assert gc.get_freeze_count() == 0 and gc.isenabled()
+        storage._url_to_fs("memory://a/b", None)       # nothing frozen: no freeze
+        assert gc.get_freeze_count() == 0 and gc.isenabled()
+        gc.freeze()
+        frozen = gc.get_freeze_count()
+        with storage._kept_from_collector("file:///x"):
+            assert not gc.isenabled()
+            made = [[i] for i in range(50_000)]       # (collections, were it enabled)
+        assert runs == [] and gc.isenabled()
+        assert gc.get_freeze_count() >= frozen + len(made)
+        frozen = gc.get_freeze_count()
+        with storage._kept_from_collector("file:///y"):   # resolved before
+            assert gc.isenabled()
+            more = [[i] for i in range(50_000)]
+        with storage._kept_from_collector("/local/path"):
+            assert gc.isenabled()
+        assert gc.get_freeze_count() < frozen + len(more)   # (none of them frozen)
+    finally:
+        gc.callbacks.remove(count)
+        gc.unfreeze()
+
+
 def test_memory_urls_globs_and_include_exclude(tmp_path):
     import fsspec
     m = fsspec.filesystem("memory")
