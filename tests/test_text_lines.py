@@ -532,17 +532,16 @@ def test_text_partitions_are_split_from_a_map_of_the_file(tmp_path):
     assert sum(b for _, _, (b, _) in read) == sum(want_bad)
 
 
-def test_text_count_reads_a_local_range_from_its_map_in_pieces(tmp_path, monkeypatch,
-                                                                 request):
-    """A local text partition is counted from a memory map of its range (no read() of its
-    bytes into a buffer), in pieces whose pages leave the process once counted: the counts
-    are the read stage's however the pieces fall, and counting a 64 MB partition raises
-    the peak RSS by about a piece, not the partition."""
+def _check_mapped_counts(tmp_path, monkeypatch, tiny_on) -> None:
+    """The count of each 50 KB partition of the spliced corpus (three kinds of end), from
+    its memory map in pieces of 4096 bytes and 1 MB (every partition) and of 1 and 7 bytes
+    (the partitions ``i`` of ``n`` where ``tiny_on(i, n)``: ~9 CPU s per pass over all of
+    them at 1 byte), equals the read stage's."""
     from daskwp.jobs.inputs import byte_ranges, text
 
     def no_read(spec):
         raise AssertionError(f"read_pieces({spec.describe()})")
-    monkeypatch.setattr(text, "read_pieces", no_read)
+    monkeypatch.setattr(text, "read_pieces", no_read)   # counted from the map only
     data = _spliced_corpus()
     path = tmp_path / "in.txt"
     for tail in (b"", b"\n", b"last line"):
@@ -550,9 +549,33 @@ def test_text_count_reads_a_local_range_from_its_map_in_pieces(tmp_path, monkeyp
         specs = [byte_ranges.exact_range(s) for s in _text_specs(path, 50_000)]
         want = [len(inputs.read_partition(s)) for s in specs]
         assert sum(want) == len(reference(data + tail)[0])
+        tiny = [i for i in range(len(specs)) if tiny_on(i, len(specs))]
+        assert tiny, "no partition in tiny pieces"
         for piece in (1, 7, 4096, 1 << 20):
             monkeypatch.setattr(text, "MAPPED_PIECE", piece)
-            assert [inputs.count_partition(s) for s in specs] == want, (tail, piece)
+            at = tiny if piece < 8 else range(len(specs))
+            assert [inputs.count_partition(specs[i]) for i in at] == [want[i] for i in at], \
+                (tail, piece)
+
+
+@pytest.mark.slow   # ~30 CPU s: 1-byte pieces over 3.9 MB, three times
+def test_text_count_in_tiny_pieces_on_every_partition(tmp_path, monkeypatch):
+    """test_text_count_reads_a_local_range_from_its_map_in_pieces's counts in pieces of 1
+    and 7 bytes on every partition, not only the first and last two."""
+    _check_mapped_counts(tmp_path, monkeypatch, tiny_on=lambda i, n: True)
+
+
+def test_text_count_reads_a_local_range_from_its_map_in_pieces(tmp_path, monkeypatch,
+                                                                 request):
+    """A local text partition is counted from a memory map of its range (no read() of its
+    bytes into a buffer), in pieces whose pages leave the process once counted: the counts
+    are the read stage's however the pieces fall, and counting a 64 MB partition raises
+    the peak RSS by about a piece, not the partition."""
+    from daskwp.jobs.inputs import text
+
+    # pieces of 1 and 7 bytes on the first and the last two partitions (the tail's);
+    # test_text_count_in_tiny_pieces_on_every_partition (slow) runs them on all
+    _check_mapped_counts(tmp_path, monkeypatch, tiny_on=lambda i, n: i < 2 or i >= n - 2)
     monkeypatch.undo()
 
     big, size, lines = _page_cached_lines(tmp_path)
