@@ -466,3 +466,42 @@ def test_the_page_reader_reads_the_column_chunk_through_a_buffer(tmp_path, monke
     _same_text(pages, ref)
     chunk = pq.ParquetFile(path).metadata.row_group(0).column(0).total_compressed_size
     assert all(len(r.buf) < chunk for r in reads) or buffer_bytes >= chunk
+
+
+def test_a_partition_task_runs_on_a_worker_without_dask_dataframe(tmp_path):
+    # a fresh worker that unpickled the read's task imported dask.dataframe for it (the
+    # module's dask glue, dask's partition read as an argument): ~0.25 s of CPU at its
+    # first task. Unpickled and run in a fresh process, it imports none.
+    import pickle
+    import subprocess
+    import sys
+    lines = _corpus()[:500]
+    pd.DataFrame({"text": pd.array(lines, dtype="string[pyarrow]")}).to_parquet(
+        tmp_path / "a.parquet", index=False)
+    direct = direct_text_source(dd.read_parquet(str(tmp_path))["text"].expr)
+    assert isinstance(direct.frame, parquet_source.DirectTextRead)
+    (task,) = direct.frame.__dask_graph__().values()
+    code = (
+        "import pickle, sys\n"
+        f"task = pickle.loads({pickle.dumps(task)!r})\n"
+        "assert not [m for m in sys.modules if m.startswith('dask.dataframe')], 'imported'\n"
+        "got = task({})\n"
+        "assert not [m for m in sys.modules if m.startswith('dask.dataframe')], 'ran'\n"
+        "print(len(got))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert int(out.stdout.split()[-1]) == len(lines)
+
+
+def test_dask_read_passed_to_a_task_reads_as_dask(tmp_path):
+    # dask's partition read travels pickled (DaskRead), loaded when called (for a file
+    # whose footer asks for dask's read): the frame is dask's own
+    import pickle
+    lines = _corpus()[:300]
+    pd.DataFrame({"text": pd.array(lines, dtype="string[pyarrow]")}).to_parquet(
+        tmp_path / "a.parquet", index=False)
+    read = dd.read_parquet(str(tmp_path))["text"].expr.simplify().frame
+    part = read._plan["parts"][0]
+    wrapped = pickle.loads(pickle.dumps(parquet_source.DaskRead(read._io_func)))
+    assert isinstance(wrapped.blob, bytes)
+    pd.testing.assert_frame_equal(wrapped(part), read._io_func(part))

@@ -26,13 +26,17 @@ row counts for the global logIDs) whose tasks read the partition's row groups wi
 pyarrow's Parquet reader on the task's own thread and wrap the column as the
 pandas string array dask would have built (zero-copy; a ``RangeIndex`` from 0, as dask's
 read without an index). Anything else keeps dask's read, silently.
+
+The partition read imports no dask (nor does unpickling its task: dask's own partition
+read, which a task falls back to, travels pickled as :class:`DaskRead`): a fresh worker
+that unpickled it imported ``dask.dataframe`` for it, ~0.25 s of CPU at its first task.
+:class:`DirectTextRead` is dask glue, made (importing dask's expressions) when first used.
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
-from ..distributed.dask_compat import Projection, ReadParquetFSSpec, Task
 from .parquet_pages import PagesUnsupported, pages_readable, read_column_pages
 
 __all__ = ["CHUNK_BYTES", "DirectTextRead", "HOST_BLOCK_MIN_BYTES", "READ_BATCH_BYTES",
@@ -343,28 +347,66 @@ def _plain_footer(schema, column: str) -> bool:
                and i.get("step") == 1 and i.get("name") is None for i in index)
 
 
-class DirectTextRead(ReadParquetFSSpec):
-    """dask's ``ReadParquetFSSpec`` of one text column, its partition tasks replaced by
-    :func:`read_text_partition` (built by :func:`direct_text_source` only where that gives
-    the frames dask's read gives). Planning, partitions, row counts (``Lengths``), culling
-    and IO fusion are dask's."""
+class DaskRead:
+    """dask's partition read (``ReadParquetFSSpec._io_func``) as a task argument that
+    unpickles without dask: its pickle is loaded, importing ``dask.dataframe``, only
+    when called (by :func:`read_text_partition`, for a file whose footer asks for it)."""
 
-    @property
-    def _funcname(self):
-        return "daskwp-read-parquet"
+    def __init__(self, io_func):
+        import cloudpickle
+        self.blob = cloudpickle.dumps(io_func)
 
-    def _filtered_task(self, name, index: int) -> Task:
-        column = self.columns[0]
-        pieces = tuple((p["piece"][0], p["piece"][1])
-                       for p in _part_pieces(self._plan["parts"][index]))
-        dtype = self._dataset_info["base_meta"][column].dtype
-        part = self._plan["parts"][index]
-        task = Task(name, read_text_partition, pieces, column, dtype, self._io_func, part,
-                    _data_producer=True)
-        if self._series:
-            import operator
-            return Task(name, operator.getitem, task, column)
-        return task
+    def __call__(self, part):
+        import pickle
+        return pickle.loads(self.blob)(part)
+
+
+def _direct_read_class():
+    """:class:`DirectTextRead`, defined on first use (it subclasses dask's
+    ``ReadParquetFSSpec``: importing this module imports no dask)."""
+    global _DirectTextRead
+    if _DirectTextRead is None:
+        _DirectTextRead = _define_direct_read()
+    return _DirectTextRead
+
+
+_DirectTextRead = None
+
+
+def __getattr__(name: str):
+    if name == "DirectTextRead":
+        return _direct_read_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _define_direct_read():
+    from ..distributed.dask_compat import ReadParquetFSSpec, Task
+
+    class DirectTextRead(ReadParquetFSSpec):
+        """dask's ``ReadParquetFSSpec`` of one text column, its partition tasks replaced
+        by :func:`read_text_partition` (built by :func:`direct_text_source` only where
+        that gives the frames dask's read gives). Planning, partitions, row counts
+        (``Lengths``), culling and IO fusion are dask's."""
+
+        @property
+        def _funcname(self):
+            return "daskwp-read-parquet"
+
+        def _filtered_task(self, name, index: int) -> Task:
+            column = self.columns[0]
+            pieces = tuple((p["piece"][0], p["piece"][1])
+                           for p in _part_pieces(self._plan["parts"][index]))
+            dtype = self._dataset_info["base_meta"][column].dtype
+            part = self._plan["parts"][index]
+            task = Task(name, read_text_partition, pieces, column, dtype,
+                        DaskRead(self._io_func), part, _data_producer=True)
+            if self._series:
+                import operator
+                return Task(name, operator.getitem, task, column)
+            return task
+
+    DirectTextRead.__module__, DirectTextRead.__qualname__ = __name__, "DirectTextRead"
+    return DirectTextRead
 
 
 def _part_pieces(part) -> list:
@@ -375,6 +417,8 @@ def direct_text_source(expr):
     """``expr`` (the accessor's source Series expression) with dask's Parquet read swapped
     for :class:`DirectTextRead` where that reads the same partitions, rows and values (see
     the module's docstring); otherwise ``expr`` unchanged."""
+    from ..distributed.dask_compat import Projection, ReadParquetFSSpec
+
     try:
         simple = expr.simplify()
     except Exception:
@@ -391,7 +435,7 @@ def direct_text_source(expr):
             return expr
     except Exception:   # a dataset dask plans otherwise: its own read
         return expr
-    direct = DirectTextRead(*read.operands)
+    direct = _direct_read_class()(*read.operands)
     return Projection(direct, column) if simple is not read else direct
 
 
