@@ -441,6 +441,47 @@ def test_blocks_on_worker_processes(tmp_path):
     assert summary["packing"]["blocks"] == len(want)
 
 
+def test_cluster_runs_pass_1_first_partition_by_partition_on_a_worker(tmp_path):
+    """On a cluster, partition i's spill, count and write are placed on one worker (i modulo
+    the workers), and pass 1 runs before the writes whenever both are ready: writes are
+    left for the end, where a worker would otherwise wait for the other's last spill."""
+    from distributed import LocalCluster
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
+    seen = {}
+
+    class Record(SchedulerPlugin):
+        def transition(self, key, start, finish, *args, **kwargs):
+            ts = self.scheduler.tasks.get(key)
+            if ts is not None and isinstance(key, tuple) and finish in ("waiting",
+                                                                         "processing"):
+                seen[key] = (ts.priority, ts.worker_restrictions, ts.loose_restrictions)
+
+    inp = _input(tmp_path)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=None) as cluster:
+        plugin = Record()
+        plugin.scheduler = cluster.scheduler
+        cluster.scheduler.add_plugin(plugin, name="record")
+        workers = sorted(cluster.scheduler.workers)
+        _job(inp, tmp_path / "o", packing=128, partition_size="50KB",
+             scheduler_address=cluster.scheduler_address)
+    got, _, _, _, _ = _parquet_blocks(tmp_path / "o")
+    np.testing.assert_array_equal(got, group_texts(128)[0])
+    by = {}
+    for (name, i), value in seen.items():
+        kind = name.split("-")[1] + ("-count" if "count" in name else "")
+        by.setdefault(kind, {})[i] = value
+    n = len(by["pack"])
+    assert n > 4 and set(by["spill"]) == set(by["spill-count"]) == set(range(n))
+    for i in range(n):
+        for kind in ("spill", "spill-count", "pack"):
+            _, where, loose = by[kind][i]
+            assert where == {workers[i % 2]} and loose, (kind, i)
+    assert max(p for p, _, _ in by["spill"].values()) < \
+        min(p for p, _, _ in by["pack"].values())
+
+
 def test_cli_and_yaml(tmp_path, capsys):
     from daskwp.cli import main
     from daskwp.jobs import load_config
