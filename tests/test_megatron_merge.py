@@ -493,8 +493,9 @@ def test_a_direct_merge_writes_the_bin_and_the_index_end_without_the_page_cache(
     assert (fm._FIXED + 4 * whole.sequences > fm._DIRECT_ALIGN) == (n == 30)
     end = 8 * whole.sequences + 8 * (whole.documents + 1)
     assert through["bin"] == os.path.getsize(tmp_path / "whole.bin")
-    # the documents section comes from the section file (write_from): all but the pointers
-    assert through["idx"] == 8 * whole.sequences
+    # the pointers, and the document indices held in memory (not the section file's
+    # leading 0: write_from)
+    assert through["idx"] == 8 * whole.sequences + 8 * whole.documents
     direct = through.get("idx direct", 0)
     assert end - 4 * fm._DIRECT_ALIGN <= direct <= end
     assert (direct > 0) == (n == 30)
@@ -554,18 +555,24 @@ def test_an_index_planned_ahead_gives_the_bytes_of_one_write(tmp_path, monkeypat
     assert threads == ({"MainThread", "daskwp-idx"} if direct else {"MainThread"})
 
 
+@pytest.mark.parametrize("memory", [0, None])
 @pytest.mark.parametrize("direct", [True, False])
 @pytest.mark.parametrize("more", [0, 1, 25, -1])
-def test_documents_go_straight_to_a_planned_region(tmp_path, monkeypatch, direct, more):
+def test_documents_go_straight_to_a_planned_region(tmp_path, monkeypatch, direct, more,
+                                                   memory):
     """A merge that keeps no state to resume (a cluster's: keep False) with a plan: once
     the plan's region holds every document index before a part's, the part's indices are
     written straight into it, not to the section file (whose bytes went through the page
     cache twice); a plan dropped after (more sequences and documents planned than there
     are: 1, 25; fewer: -1) first gets them back in the section file. The bytes are those
-    of one write, with write_ahead between the appends or behind them."""
+    of one write, with write_ahead between the appends or behind them. (memory 0: the
+    indices before the region's go to the section file; by default they are held in
+    memory, and the section file holds only the leading 0.)"""
     import os
 
     import daskwp.frames.megatron as fm
+    if memory is not None:
+        monkeypatch.setattr(fm, "_DOCUMENT_MEMORY", memory)
     n = 30
     prefixes = _parts(tmp_path, n)
     whole = read_index(str(tmp_path / "whole.idx"))
@@ -581,7 +588,13 @@ def test_documents_go_straight_to_a_planned_region(tmp_path, monkeypatch, direct
             while out.write_ahead(17):
                 pass
     documents = [read_index(p + ".idx").documents for p in prefixes]
-    if more >= 0:
+    if memory is None:
+        # the first three parts' indices held in memory, the others straight to the
+        # region (-1: the plan dropped, all back in the section file, then memory)
+        assert sizes[-1] == 8 * out._file_entries
+        if more >= 0:
+            assert out._memory_entries == sum(documents[:3]) and sizes[-1] == 8
+    elif more >= 0:
         # the first three parts' indices went to the section file (no write_ahead yet),
         # the others (the region caught up) straight to the region
         assert sizes[-1] == 8 * (1 + sum(documents[:3])) < 8 * (whole.documents + 1)
@@ -590,6 +603,51 @@ def test_documents_go_straight_to_a_planned_region(tmp_path, monkeypatch, direct
         with open(out.prefix + ext, "rb") as fh:
             assert fh.read() == (tmp_path / f"whole{ext}").read_bytes()
     assert not list(tmp_path.glob(".tmp-s.idx.*"))
+
+
+@pytest.mark.parametrize("shortest", [0, 1])
+@pytest.mark.parametrize("plan", ["early", "late", "dropped", "none"])
+def test_document_indices_held_in_memory_stay_within_the_bound(tmp_path, monkeypatch,
+                                                                shortest, plan):
+    """A merge that keeps no state to resume holds the document indices appended before
+    the plan in memory instead of the section file: a part's whose documents are one
+    sequence each (shortest 1: no empty document) as a run (two numbers, none of the
+    bound), others' as arrays up to _DOCUMENT_MEMORY bytes, past which they go to the
+    section file after what memory held. The plan told early (after two parts), late
+    (after 25 of 30), dropped (more sequences than there are) or never: the bytes are
+    those of one write."""
+    import os
+
+    import daskwp.frames.megatron as fm
+    limit = 8 * 40
+    monkeypatch.setattr(fm, "_DOCUMENT_MEMORY", limit)
+    monkeypatch.setattr(fm, "_DIRECT_CHUNK", 8192)
+    monkeypatch.setattr(fm, "_RUN_ENTRIES", 7)   # runs made and checked in pieces
+    monkeypatch.setattr(fm, "_RUN_BASE", np.arange(7, dtype=np.int64))
+    n = 30
+    prefixes = _parts(tmp_path, n, shortest=shortest)
+    whole = read_index(str(tmp_path / "whole.idx"))
+    out = PairAppender(str(tmp_path / ".tmp-b"), fsync=True, direct=True)
+    section = out.prefix + ".idx.documents"
+    at = {"early": 2, "late": 25, "dropped": 25, "none": None}[plan]
+    for k, p in enumerate(prefixes):
+        if k == at:
+            more = 3 if plan == "dropped" else 0
+            assert out.plan_index(whole.sequences + more, whole.documents + more)
+        out.append(p)
+        assert out._memory_bytes <= limit
+        if shortest:   # every part a run: nothing in the file, no array in memory
+            assert out._memory_bytes == 0 and os.path.getsize(section) == 8
+        assert 8 * out._file_entries == os.path.getsize(section)
+        while out.write_ahead(11):
+            pass
+    if not shortest:
+        assert os.path.getsize(section) > 8   # (spilled past the bound)
+    out.finish()
+    for ext in (".bin", ".idx"):
+        with open(out.prefix + ext, "rb") as fh:
+            assert fh.read() == (tmp_path / f"whole{ext}").read_bytes()
+    assert not list(tmp_path.glob(".tmp-b.idx.*"))
 
 
 def test_a_resumed_merge_drops_what_was_written_ahead(tmp_path):

@@ -708,6 +708,43 @@ _SHIFT_ENTRIES = 1 << 20
 #: Pointers and document indices from which :class:`PairAppender` writes both at once
 #: (two threads; fewer: one after the other).
 _PARALLEL_ENTRIES = 1 << 16
+#: Bytes of document indices (int64) a :class:`PairAppender` without ``keep`` holds in
+#: memory instead of writing them to its section file (:meth:`PairAppender._store_documents`;
+#: runs of consecutive indices, a dataset's whose documents are one sequence each, take
+#: none of it).
+_DOCUMENT_MEMORY = 64 << 20
+#: Entries of a run of document indices made at a time (:func:`_write_run`).
+_RUN_ENTRIES = 1 << 16
+
+
+def _is_run(a: np.ndarray, buf: np.ndarray) -> bool:
+    """Whether ``a`` (int64) is ``a[0], a[0] + 1, ...`` (checked ``len(buf)`` at a time,
+    at most :data:`_RUN_ENTRIES`)."""
+    n = len(a)
+    if not n or int(a[-1]) - int(a[0]) != n - 1:
+        return False
+    first = int(a[0])
+    for lo in range(0, n, len(buf)):
+        piece = a[lo:lo + len(buf)]
+        chunk = buf[:len(piece)]
+        np.subtract(piece, _RUN_BASE[:len(piece)], out=chunk)
+        chunk -= first + lo
+        if chunk.any():
+            return False
+    return True
+
+
+def _write_run(out, first: int, n: int, buf: np.ndarray) -> None:
+    """Write ``first, first + 1, ..., first + n - 1`` (int64) to ``out``, ``len(buf)``
+    entries at a time."""
+    for lo in range(0, n, len(buf)):
+        chunk = buf[:min(len(buf), n - lo)]
+        chunk[:] = _RUN_BASE[:len(chunk)]
+        chunk += first + lo
+        _write_array(out, chunk)
+
+
+_RUN_BASE = np.arange(_RUN_ENTRIES, dtype=np.int64)
 
 
 def _write_shifted(out, a: np.ndarray, shift: int, buf: np.ndarray) -> None:
@@ -803,7 +840,12 @@ class PairAppender:
     a page-cache copy on either side costs a fresh page per 4 KB, several times the copy
     on a virtual machine (benchmarks/results/megatron_write.md).
 
-    Memory: 8 MB of shifted entries at a time."""
+    Without ``keep`` the document indices appended before the plan's region has them are
+    held in memory, up to :data:`_DOCUMENT_MEMORY` bytes, runs of consecutive indices as
+    two numbers (:meth:`_store_documents`); past that they go to the section file.
+
+    Memory: 8 MB of shifted entries at a time; document indices up to
+    :data:`_DOCUMENT_MEMORY` (without ``keep``)."""
 
     def __init__(self, out_prefix: str, *, fsync: bool = False, keep: bool = False,
                  resume: tuple | None = None, direct: bool = False):
@@ -829,6 +871,16 @@ class PairAppender:
         # the first document index written only to the plan's region, not the section file
         # (_append_documents); None: the section file holds them all
         self._region_only: int | None = None
+        # the document indices after the section file's (_store_documents): its entries
+        # (the leading 0 the first), the pieces after them in memory ((first entry, int64
+        # array) or (first entry, (first index, count)): a run), their entries and the
+        # bytes of their arrays
+        self._file_entries = 1
+        self._memory: list = []
+        self._memory_entries = 0
+        self._memory_bytes = 0
+        self._memory_limit = 0 if keep else _DOCUMENT_MEMORY
+        self._run_buf = np.empty(_RUN_ENTRIES, dtype=np.int64)
         if resume is not None:   # the files hold datasets already: cut to them, go on
             self.sequences, self.documents, self.bin_bytes, dtype = resume
             self.dtype = None if dtype is None else np.dtype(dtype)
@@ -839,6 +891,7 @@ class PairAppender:
                     fh.truncate(sizes[ext])
                     fh.seek(0, os.SEEK_END)
             self._bin, self._idx, self._doc = (f for _, f in self._files)
+            self._file_entries = self.documents + 1
             return
         self._bin = self._open(".bin", direct=direct)
         self._idx = self._open(".idx")
@@ -880,9 +933,10 @@ class PairAppender:
         lengths = _check_lengths(sequence_lengths)
         ends = np.asarray(document_ends, dtype=np.int64)
         self._past_plan(len(lengths), len(ends))
-        if self._region_only is not None:   # (after append: the section file whole again)
-            with self._ahead_lock:
+        with self._ahead_lock:
+            if self._region_only is not None:   # (after append: the section file whole again)
                 self._region_to_section()
+            self._spill()   # (the indices held in memory first: written in order)
         start = (self.sequences, self.documents, self.bin_bytes)
         n_bytes = 0
         out = [(self._bin, t) for t in tokens]
@@ -895,6 +949,7 @@ class PairAppender:
                 n_bytes += a.nbytes
         self.sequences += len(lengths)
         self.documents += len(ends)
+        self._file_entries += len(ends)
         self.bin_bytes += n_bytes
         self._sync(sections=self.keep)
         return {"sequences": [start[0], self.sequences],
@@ -964,8 +1019,9 @@ class PairAppender:
         """Write a dataset's document indices (``ends``: its own, without the leading 0)
         shifted by the sequences before it: with a plan (:meth:`plan_index`) whose region
         holds every index before them already, straight into it (in a merge that keeps no
-        state to resume: not ``keep``), else to the section file, read back and written to
-        the region by :meth:`write_ahead` or :meth:`finish`.
+        state to resume: not ``keep``), else held (:meth:`_store_documents`: in memory, or
+        the section file) and written to the region by :meth:`write_ahead` or
+        :meth:`finish`.
 
         Why: the section file's bytes went through the page cache twice (written, read
         back) on the driver's merge thread: with the region caught up, a dataset's indices
@@ -980,7 +1036,79 @@ class PairAppender:
                 _write_shifted(self._regions[1], ends, self.sequences, self._buf)
                 self._ahead = (seq, doc + len(ends), nbytes)
                 return
-        _write_shifted(self._doc, ends, self.sequences, self._buf)
+            self._store_documents(ends, self.sequences)
+
+    def _store_documents(self, ends: np.ndarray, shift: int) -> None:
+        """(Under the lock) keep ``ends + shift``, the document indices after those held,
+        in memory (without ``keep``): a run of consecutive indices (each document one
+        sequence: the datasets of a merge with no ``document_separator``) as its first
+        index and count, other indices as an array while the arrays held stay within
+        :data:`_DOCUMENT_MEMORY`; else (and with ``keep``) they go to the section file,
+        after what memory holds (:meth:`_spill`).
+
+        Why: on a cluster the plan comes once most parts are appended (the dataset's
+        total from the pass over the last eighth of the partitions): their indices went
+        through the section file (written, read back by :meth:`write_ahead`: 190 MB per
+        2 GB of JSON Lines, copied twice through the page cache on the merge thread)."""
+        n = len(ends)
+        if not n:
+            return
+        if self._memory_limit:
+            at = self._file_entries + self._memory_entries
+            if _is_run(ends, self._run_buf):
+                first = int(ends[0]) + shift
+                if self._memory:
+                    start, last = self._memory[-1]
+                    if isinstance(last, tuple) and last[0] + last[1] == first:
+                        self._memory[-1] = (start, (last[0], last[1] + n))
+                        self._memory_entries += n
+                        return
+                self._memory.append((at, (first, n)))
+                self._memory_entries += n
+                return
+            if self._memory_bytes + 8 * n <= self._memory_limit:
+                self._memory.append((at, ends + shift))
+                self._memory_entries += n
+                self._memory_bytes += 8 * n
+                return
+        self._spill()
+        _write_shifted(self._doc, ends, shift, self._buf)
+        self._file_entries += n
+
+    def _spill(self) -> None:
+        """(Under the lock) write the document indices held in memory to the section file
+        (which then holds them all)."""
+        for _, piece in self._memory:
+            if isinstance(piece, tuple):
+                _write_run(self._doc, piece[0], piece[1], self._run_buf)
+            else:
+                _write_array(self._doc, piece)
+        self._file_entries += self._memory_entries
+        self._memory = []
+        self._memory_entries = self._memory_bytes = 0
+
+    def _documents_to(self, region, lo: int, hi: int) -> None:
+        """Write the document indices' entries ``lo`` to ``hi`` (the leading 0 entry 0)
+        to ``region``: from the section file, then from memory."""
+        top = min(hi, self._file_entries)
+        if top > lo:
+            region.write_from(self._doc.fileno(), 8 * lo, 8 * (top - lo))
+            lo = top
+        for start, piece in self._memory:
+            if lo >= hi:
+                break
+            size = piece[1] if isinstance(piece, tuple) else len(piece)
+            if start + size <= lo:
+                continue
+            a, b = lo - start, min(hi, start + size) - start
+            if isinstance(piece, tuple):
+                # (the lock held: _store_documents waits)
+                _write_run(region, piece[0] + a, b - a, self._run_buf)
+            else:
+                region.write(piece[a:b])
+            lo = start + b
+        if lo < hi:
+            raise ValueError(f"{self.prefix}: document indices {lo} to {hi} are not held")
 
     def _region_to_section(self) -> None:
         """(Under the lock, before the plan's regions are dropped) copy the document
@@ -989,9 +1117,11 @@ class PairAppender:
         lo, self._region_only = self._region_only, None
         if lo is None or self._plan is None:
             return
+        self._spill()
         self._regions[1].close()   # (its bytes in the .idx; dropped after, as before)
         start = _FIXED + 12 * self._plan[0] + 8 * lo
         _copy_range(self._idx, self._doc, start, 8 * (self.documents + 1 - lo))
+        self._file_entries = self.documents + 1
 
     def plan_index(self, sequences: int, documents: int) -> bool:
         """Expect the dataset to end with ``sequences`` sequences and ``documents``
@@ -1069,14 +1199,14 @@ class PairAppender:
         hi_doc = top if entries is None else min(top, doc + entries)
         docs = None
         if hi_doc > doc:
-            args = (self._doc.fileno(), 8 * doc, 8 * (hi_doc - doc))
+            args = (self._regions[1], doc, hi_doc)
             if hi - seq >= _PARALLEL_ENTRIES and hi_doc - doc >= _PARALLEL_ENTRIES:
                 if self._helper is None:
                     from concurrent.futures import ThreadPoolExecutor
                     self._helper = ThreadPoolExecutor(1, thread_name_prefix="daskwp-idx")
-                docs = self._helper.submit(self._regions[1].write_from, *args)
+                docs = self._helper.submit(self._documents_to, *args)
             else:
-                self._regions[1].write_from(*args)
+                self._documents_to(*args)
         try:
             if hi > seq:
                 for chunk in self._pointer_chunks(seq, hi, nbytes):
@@ -1155,6 +1285,7 @@ class PairAppender:
         pair too."""
         with self._ahead_lock:
             self._drop_plan()
+            self._memory = []
         for ext, fh in self._files:
             fh.close()
             if self.keep and not self.finished:   # to resume (a job's merge)
