@@ -482,6 +482,24 @@ def test_cluster_runs_pass_1_first_partition_by_partition_on_a_worker(tmp_path):
         min(p for p, _, _ in by["pack"].values())
 
 
+def test_a_packed_job_runs_no_offset_graph_after_its_passes(tmp_path, monkeypatch):
+    """The two passes give every offset: the job submits no graph after them (on a
+    cluster, one more scheduler round trip with nothing to do)."""
+    from daskwp.jobs import driver
+
+    def no_graph(*args, **kwargs):
+        raise AssertionError("a packed job ran the offset pass's graph")
+
+    monkeypatch.setattr(driver, "run_graph", no_graph)
+    _job(_input(tmp_path), tmp_path / "o", packing=128, partition_size="200KB")
+    got, logid, _, _, _ = _parquet_blocks(tmp_path / "o")
+    want, doc, _ = group_texts(128)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(logid, doc)
+    summary = json.loads((tmp_path / "o" / "_summary.json").read_text())
+    assert summary["documents"] == len(_corpus())
+
+
 def test_cli_and_yaml(tmp_path, capsys):
     from daskwp.cli import main
     from daskwp.jobs import load_config

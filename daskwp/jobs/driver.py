@@ -1534,11 +1534,17 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
 
         try:
             # in this process, a partition's count and write read its bytes once
-            with keeping_counted_bytes() if run_record["mode"] in LOCAL_SCHEDULERS \
-                    else contextlib.nullcontext():
-                values = run_graph(graph, runner, got_part, log,
-                                   on_total=merger.expect_documents
-                                   if merger is not None else None)
+            if packing:
+                # both passes ran: the offsets are pass 1's counts, nothing is left to
+                # run (a graph of the offset pass alone: a scheduler round trip, 0.1-0.4 s
+                # idle on a cluster at load 20)
+                values = {}
+            else:
+                with keeping_counted_bytes() if run_record["mode"] in LOCAL_SCHEDULERS \
+                        else contextlib.nullcontext():
+                    values = run_graph(graph, runner, got_part, log,
+                                       on_total=merger.expect_documents
+                                       if merger is not None else None)
             if merger is not None:
                 merger.drain()   # (the records of an in-process merge: checked next)
             ran = True
@@ -1575,10 +1581,11 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
         if uploads is not None:   # the footers of the parts this process sent, as stored
             ends = uploads.stored_ends(entries)
 
-    offsets = [int(values[k]) for k in graph.offset_keys]
-    counts = [int(values[k]) for k in graph.count_keys]
     if packing:
         offsets = packed_offsets
+    else:
+        offsets = [int(values[k]) for k in graph.offset_keys]
+        counts = [int(values[k]) for k in graph.count_keys]
     for i, st in enumerate(stats):
         if megatron and st.get("logid_offset", 0) is None:
             st["logid_offset"] = offsets[i]   # a partition-local write's (job_graph)
