@@ -1494,28 +1494,29 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
             written_bytes = sum(stats[i]["text_bytes"] for i in missing)
             # pass 1 counted every partition's documents: the offset pass reads nothing
             counts = [s["documents"] for s in stats]
-            missing_graph: list = []
-        else:
-            missing_graph = missing
         run_id = uuid.uuid4().hex[:8]
         spool_token, run_specs = _with_spool(specs, counts, cfg, job_id, run_id)
         if prefetch is not None:
             prefetch.adopt(run_specs)
-        # an in-process Megatron merge writes the .idx's end ahead from the total: the
-        # pass is done a few partitions before the last (InlineMerge.total_before)
-        total_before = merger.total_before(missing_graph, counts) \
-            if merger is not None else None
-        # a Megatron job on a cluster: partition-local writes (job_graph's local), their
-        # counts from their statistics but for the last few (PartMerger.counted_ahead)
-        local_writes: list = []
-        if megatron and run_record["mode"] not in LOCAL_SCHEDULERS and \
-                not folder.remote and spool_token is None and prefetch is None:
-            local_writes = missing_graph   # (packing's: none)
-        counted = merger.counted_ahead(local_writes, counts) if merger is not None else []
-        graph = job_graph(run_specs, counts, missing_graph,
-                          out, tok, options, job_id, device, run_id=run_id,
-                          write=_WRITERS[cfg.output_format], total_before=total_before,
-                          local=local_writes, counted=counted)
+        graph = None   # (packing's passes ran above: no graph is left to run)
+        if not packing:
+            # an in-process Megatron merge writes the .idx's end ahead from the total: the
+            # pass is done a few partitions before the last (InlineMerge.total_before)
+            total_before = merger.total_before(missing, counts) \
+                if merger is not None else None
+            # a Megatron job on a cluster: partition-local writes (job_graph's local),
+            # their counts from their statistics but for the last few
+            # (PartMerger.counted_ahead)
+            local_writes: list = []
+            if megatron and run_record["mode"] not in LOCAL_SCHEDULERS and \
+                    not folder.remote and spool_token is None and prefetch is None:
+                local_writes = missing
+            counted = merger.counted_ahead(local_writes, counts) \
+                if merger is not None else []
+            graph = job_graph(run_specs, counts, missing,
+                              out, tok, options, job_id, device, run_id=run_id,
+                              write=_WRITERS[cfg.output_format], total_before=total_before,
+                              local=local_writes, counted=counted)
         prog = Progress("tokenizing", len(missing), cfg.quiet)
 
         def got_part(i, st):
@@ -1534,10 +1535,9 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
 
         try:
             # in this process, a partition's count and write read its bytes once
-            if packing:
-                # both passes ran: the offsets are pass 1's counts, nothing is left to
-                # run (a graph of the offset pass alone: a scheduler round trip, 0.1-0.4 s
-                # idle on a cluster at load 20)
+            if graph is None:
+                # packing: the offsets are pass 1's counts (a graph of the offset pass
+                # alone was a scheduler round trip, 0.1-0.4 s idle on a cluster at load 20)
                 values = {}
             else:
                 with keeping_counted_bytes() if run_record["mode"] in LOCAL_SCHEDULERS \
