@@ -689,6 +689,13 @@ def _tail_of(heads, starts, i: int, block_size: int) -> np.ndarray:
     return np.concatenate(got) if got else np.zeros(0, np.int32)
 
 
+def _prefix_sums(counts) -> tuple[np.ndarray, np.ndarray]:
+    """The units and the documents before each partition (and in all, last), of their
+    ``(units, documents)`` counts (:func:`_spill_counts`)."""
+    units, docs = (np.concatenate([[0], np.cumsum([c[k] for c in counts])]) for k in (0, 1))
+    return units, docs
+
+
 def _write_when_placed(spec, spill, n_partitions: int, out_dir: str, tokenizer,
                        options: dict, job_id: str, file_start: int, head, *counts) -> dict:
     """Pass 2 for partition ``spec.index`` as soon as the counts of partitions 0..i+1
@@ -704,13 +711,12 @@ def _write_when_placed(spec, spill, n_partitions: int, out_dir: str, tokenizer,
     those the whole pass gives: ``_block_range`` and ``block_table`` read ``starts`` only
     up to the end of the partition's last block."""
     i = spec.index
-    starts = np.concatenate([[0], np.cumsum([u for u, _ in counts])])
+    starts, docs = _prefix_sums(counts)
     size = options["packing"]["block_size"]
     in_memory = isinstance(spill, PartitionUnits)
     if len(counts) < n_partitions:
         if int(starts[-1]) < -(-int(starts[i + 1]) // size) * size:
             return {"later": _spill_units(spill, out_dir, i) if in_memory else spill}
-    docs = np.concatenate([[0], np.cumsum([d for _, d in counts])])
     tail = None if head is None else _tail_of({i + 1: head}, starts, i, size)
     return write_packed_partition(spec, starts.tolist(), int(docs[i]), out_dir, tokenizer,
                                   options, job_id, n_partitions, spill, int(docs[file_start]),
@@ -832,8 +838,7 @@ def run_packed_job(cfg, tok, specs, out: str, job_id: str, client, log,
             # A rerun: the complete parts are checked against the counts before any write
             got = _run_tasks(client, dsk, count_keys + [spill_keys[i] for i in missing])
             counts, later = got[:n], dict(zip(missing, got[n:]))
-        starts = np.concatenate([[0], np.cumsum([u for u, _ in counts])])
-        doc_offsets = np.concatenate([[0], np.cumsum([d for _, d in counts])])
+        starts, doc_offsets = _prefix_sums(counts)
         for i in range(n):
             if stats[i] is not None and stats[i].get("token_offset") != int(starts[i]):
                 raise JobError(f"part {i} of {out!r} starts at token {stats[i]['token_offset']}"
