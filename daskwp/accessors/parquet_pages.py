@@ -288,6 +288,13 @@ def _varint(buf, i: int) -> tuple:
             return r, i
 
 
+def _zigzag_varint(buf, i: int) -> tuple:
+    """A zigzag-encoded signed integer (0, -1, 1, -2, ... as 0, 1, 2, 3, ...) as a varint
+    at ``buf[i:]``: ``(value, end)``."""
+    v, i = _varint(buf, i)
+    return (v >> 1) ^ -(v & 1), i
+
+
 # -- Thrift compact protocol (a page header) ---------------------------------------------
 
 def _read_struct(b, i: int) -> tuple:
@@ -302,8 +309,7 @@ def _read_struct(b, i: int) -> tuple:
         if delta:
             fid += delta
         else:
-            v, i = _varint(b, i)
-            fid = (v >> 1) ^ -(v & 1)
+            fid, i = _zigzag_varint(b, i)
         out[fid], i = _read_value(b, i, kind)
 
 
@@ -313,8 +319,7 @@ def _read_value(b, i: int, kind: int) -> tuple:
     if kind == 3:               # byte
         return b[i], i + 1
     if kind in (4, 5, 6):       # i16, i32, i64 (zigzag varints)
-        v, i = _varint(b, i)
-        return (v >> 1) ^ -(v & 1), i
+        return _zigzag_varint(b, i)
     if kind == 7:               # double
         return None, i + 8
     if kind == 8:               # binary
