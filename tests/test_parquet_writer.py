@@ -18,7 +18,7 @@ import pytest
 
 import daskwp
 from conftest import every_corpus_line, slow_unless
-from daskwp.frames import parquet_writer
+from daskwp.frames import parquet_writer, thrift_compact
 from daskwp.frames.partition import table_from_output
 from daskwp.frames.part_writer import PartWriter
 
@@ -470,8 +470,8 @@ def test_page_headers_are_the_thrift_structs_they_stand_for():
     for u, c, n, enc in itertools.product([0, 1, 63, 64, 8191, 8192, 1 << 20, 2**31 - 1],
                                           [0, 5, 300, 1 << 20], [0, 1, 65536, 1 << 20],
                                           [0, 5, 9]):
-        want = parquet_writer._struct([
+        want = thrift_compact.write_struct([
             (1, "i32", 0), (2, "i32", u), (3, "i32", c),
-            (5, "struct", parquet_writer._struct([(1, "i32", n), (2, "i32", enc),
-                                                  (3, "i32", rle), (4, "i32", rle)]))])
+            (5, "struct", thrift_compact.write_struct([(1, "i32", n), (2, "i32", enc),
+                                                       (3, "i32", rle), (4, "i32", rle)]))])
         assert parquet_writer._page_header(u, c, n, enc) == want, (u, c, n, enc)

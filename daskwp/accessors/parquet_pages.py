@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..frames.thrift_compact import UnsupportedType, read_struct, read_varint
+
 __all__ = ["PagesUnsupported", "pages_readable", "read_column_pages"]
 
 #: Arrow ``Codec`` names of the Parquet codecs read here (what pyarrow's footer calls
@@ -168,10 +170,12 @@ def _page_header(reader) -> tuple:
     for want in (_HEADER_BYTES, _HEADER_MAX_BYTES):
         head = reader.view(min(want, reader.remaining()))
         try:
-            return _read_struct(head, 0)
+            return read_struct(head, 0)
         except IndexError:   # past the bytes at hand
             if len(head) == reader.remaining():
                 break
+        except UnsupportedType as e:
+            raise PagesUnsupported(f"a page header holding Thrift type {e.kind}") from None
     raise PagesUnsupported("a page header runs past its column chunk")
 
 
@@ -253,7 +257,7 @@ def _rle_hybrid(data, width: int, n: int):
     while k < n:
         if i >= len(buf):
             raise PagesUnsupported("levels or indices end before their values")
-        header, i = _varint(buf, i)
+        header, i = read_varint(buf, i)
         if header & 1:   # bit-packed: groups of 8 values
             count = (header >> 1) * 8
             nbytes = (header >> 1) * width
@@ -275,65 +279,3 @@ def _rle_hybrid(data, width: int, n: int):
             out[k:k + take] = value
         k += take
     return out
-
-
-def _varint(buf, i: int) -> tuple:
-    r = s = 0
-    while True:
-        x = int(buf[i])
-        i += 1
-        r |= (x & 0x7F) << s
-        s += 7
-        if not x & 0x80:
-            return r, i
-
-
-def _zigzag_varint(buf, i: int) -> tuple:
-    """A zigzag-encoded signed integer (0, -1, 1, -2, ... as 0, 1, 2, 3, ...) as a varint
-    at ``buf[i:]``: ``(value, end)``."""
-    v, i = _varint(buf, i)
-    return (v >> 1) ^ -(v & 1), i
-
-
-# -- Thrift compact protocol (a page header) ---------------------------------------------
-
-def _read_struct(b, i: int) -> tuple:
-    """A Thrift compact-protocol struct at ``b[i:]``: ``({field id: value}, end)``."""
-    out, fid = {}, 0
-    while True:
-        h = b[i]
-        i += 1
-        if h == 0:
-            return out, i
-        kind, delta = h & 0x0F, h >> 4
-        if delta:
-            fid += delta
-        else:
-            fid, i = _zigzag_varint(b, i)
-        out[fid], i = _read_value(b, i, kind)
-
-
-def _read_value(b, i: int, kind: int) -> tuple:
-    if kind in (1, 2):          # bool true / false
-        return kind == 1, i
-    if kind == 3:               # byte
-        return b[i], i + 1
-    if kind in (4, 5, 6):       # i16, i32, i64 (zigzag varints)
-        return _zigzag_varint(b, i)
-    if kind == 7:               # double
-        return None, i + 8
-    if kind == 8:               # binary
-        n, i = _varint(b, i)
-        return None, i + n
-    if kind in (9, 10):         # list, set
-        h = b[i]
-        i += 1
-        n, elem = h >> 4, h & 0x0F
-        if n == 15:
-            n, i = _varint(b, i)
-        for _ in range(n):
-            _, i = _read_value(b, i, elem)
-        return None, i
-    if kind == 12:              # struct
-        return _read_struct(b, i)
-    raise PagesUnsupported(f"a page header holding Thrift type {kind}")

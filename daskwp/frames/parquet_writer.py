@@ -8,7 +8,8 @@ compressor then reads while it is in the cache (``lz4``: daskwp's own LZ4 block 
 into a second reused buffer, a list page by the same native call that encodes it, which
 searches one of its value streams for matches and reuses them in the others; a scalar page
 by ``_ext.lz4_raw_compress``; ``zstd``: Arrow's codec); this module writes the page headers
-and the footer (Thrift compact protocol) and records the same schema, encodings and key-value metadata (``ARROW:schema``, ``pandas``) as
+and the footer (Thrift compact protocol, :mod:`daskwp.frames.thrift_compact`) and records
+the same schema, encodings and key-value metadata (``ARROW:schema``, ``pandas``) as
 ``pyarrow.parquet.ParquetWriter`` with :func:`daskwp.frames.part_writer.parquet_write_options`,
 so every reader sees the same file. It costs about a third of Arrow's writer on these columns
 (benchmarks/results/writer_variants.md): Arrow builds levels and encodes values per element
@@ -30,6 +31,7 @@ import pyarrow as pa
 from .. import _ext
 from ..backends import memory
 from .schema import numpy_of_arrow
+from .thrift_compact import write_struct, write_varint
 
 __all__ = ["NativeParquetWriter", "compression_pool", "supports"]
 
@@ -51,10 +53,6 @@ _REQUIRED, _OPTIONAL, _REPEATED = 0, 1, 2
 _PLAIN, _RLE, _DELTA, _BSS = 0, 3, 5, 9
 _LIST = 3
 _INT_CONVERTED = {8: 15, 16: 16}   # INT_8, INT_16
-
-# Thrift compact protocol types
-_T_TRUE, _T_FALSE, _T_I8, _T_I16, _T_I32, _T_I64, _T_BIN, _T_LIST, _T_STRUCT = \
-    1, 2, 3, 4, 5, 6, 8, 9, 12
 
 
 def _int_type(t: pa.DataType) -> bool:
@@ -94,81 +92,15 @@ def supports(schema: pa.Schema, compression) -> bool:
     return True
 
 
-# -- Thrift compact protocol ------------------------------------------------------------------
-
-def _varint(v: int) -> bytes:
-    """An unsigned integer as a ULEB128 varint (7 bits a byte, low first)."""
-    out = bytearray()
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
-
-
-def _zigzag_varint(v: int) -> bytes:
-    """A signed 64-bit integer zigzag-encoded (0, -1, 1, -2, ... as 0, 1, 2, 3, ...), as a
-    varint: the compact protocol's integers and field ids."""
-    return _varint((v << 1) ^ (v >> 63))
-
-
-def _struct(fields) -> bytes:
-    """A struct of ``(field id, type, value)`` in increasing id order; None values are
-    left out (optional fields)."""
-    out = bytearray()
-    last = 0
-    for fid, kind, value in fields:
-        if value is None:
-            continue
-        if kind == "bool":
-            t = _T_TRUE if value else _T_FALSE
-        else:
-            t = {"i8": _T_I8, "i16": _T_I16, "i32": _T_I32, "i64": _T_I64, "bin": _T_BIN,
-                 "list": _T_LIST, "struct": _T_STRUCT}[kind]
-        delta = fid - last
-        if 0 < delta <= 15:
-            out.append((delta << 4) | t)
-        else:
-            out.append(t)
-            out += _zigzag_varint(fid)
-        last = fid
-        if kind == "bool":
-            pass
-        elif kind == "i8":
-            out += struct.pack("<b", value)
-        elif kind in ("i16", "i32", "i64"):
-            out += _zigzag_varint(int(value))
-        elif kind == "bin":
-            b = value.encode() if isinstance(value, str) else bytes(value)
-            out += _varint(len(b)) + b
-        elif kind == "struct":
-            out += value
-        else:  # ("list", (element kind, [values]))
-            ekind, items = value
-            et = {"i32": _T_I32, "i64": _T_I64, "bin": _T_BIN, "struct": _T_STRUCT}[ekind]
-            n = len(items)
-            out.append((n << 4) | et if n < 15 else 0xF0 | et)
-            if n >= 15:
-                out += _varint(n)
-            for item in items:
-                if ekind in ("i32", "i64"):
-                    out += _zigzag_varint(int(item))
-                elif ekind == "bin":
-                    b = item.encode() if isinstance(item, str) else bytes(item)
-                    out += _varint(len(b)) + b
-                else:
-                    out += item
-    out.append(0)
-    return bytes(out)
-
-
 def _page_header(uncompressed: int, compressed: int, num_values: int, encoding: int) -> bytes:
     """The PageHeader of a v1 data page (type DATA_PAGE, its sizes, a DataPageHeader of
-    ``num_values`` values in ``encoding``, levels RLE), as :func:`_struct` writes it: the
-    fields' type bytes are fixed, only the four integers vary (a page's Python cost)."""
-    return b"".join((b"\x15\x00\x15", _varint(uncompressed << 1), b"\x15",
-                     _varint(compressed << 1), b"\x2c\x15", _varint(num_values << 1), b"\x15",
-                     _varint(encoding << 1), b"\x15\x06\x15\x06\x00\x00"))
+    ``num_values`` values in ``encoding``, levels RLE), as
+    :func:`~daskwp.frames.thrift_compact.write_struct` writes it: the fields' type bytes
+    are fixed, only the four integers vary (a page's Python cost)."""
+    return b"".join((b"\x15\x00\x15", write_varint(uncompressed << 1), b"\x15",
+                     write_varint(compressed << 1), b"\x2c\x15",
+                     write_varint(num_values << 1), b"\x15",
+                     write_varint(encoding << 1), b"\x15\x06\x15\x06\x00\x00"))
 
 
 # -- schema -----------------------------------------------------------------------------------
@@ -179,14 +111,15 @@ def _leaf_annotations(t: pa.DataType) -> dict:
     ann = {"type": phys}
     if bits in _INT_CONVERTED:
         ann["converted"] = _INT_CONVERTED[bits]
-        ann["logical"] = _struct([(10, "struct", _struct([(1, "i8", bits), (2, "bool", True)]))])
+        ann["logical"] = write_struct([
+            (10, "struct", write_struct([(1, "i8", bits), (2, "bool", True)]))])
     return ann
 
 
 def _schema_element(name, *, phys=None, repetition=None, children=None, converted=None,
                     logical=None) -> bytes:
-    return _struct([(1, "i32", phys), (3, "i32", repetition), (4, "bin", name),
-                    (5, "i32", children), (6, "i32", converted), (10, "struct", logical)])
+    return write_struct([(1, "i32", phys), (3, "i32", repetition), (4, "bin", name),
+                         (5, "i32", children), (6, "i32", converted), (10, "struct", logical)])
 
 
 class _Column:
@@ -210,7 +143,7 @@ class _Column:
             return [_schema_element(self.name, phys=a["type"], repetition=_OPTIONAL,
                                     converted=a.get("converted"), logical=a.get("logical"))]
         return [_schema_element(self.name, repetition=_OPTIONAL, children=1, converted=_LIST,
-                                logical=_struct([(3, "struct", _struct([]))])),
+                                logical=write_struct([(3, "struct", write_struct([]))])),
                 _schema_element("list", repetition=_REPEATED, children=1),
                 _schema_element("element", phys=a["type"], repetition=_OPTIONAL,
                                 converted=a.get("converted"), logical=a.get("logical"))]
@@ -377,7 +310,7 @@ class NativeParquetWriter:
                 unc += len(header) + len(body)
                 comp += len(header) + len(data)
             stats = self._statistics(col, arr)
-            meta = _struct([
+            meta = write_struct([
                 (1, "i32", col.ann["type"]),
                 (2, "list", ("i32", [_RLE, col.encoding] if len(arr) else [_RLE])),
                 (3, "list", ("bin", col.path)),
@@ -386,10 +319,10 @@ class NativeParquetWriter:
                 (9, "i64", start),
                 (12, "struct", stats),
             ])
-            chunks.append(_struct([(2, "i64", start), (3, "struct", meta)]))
+            chunks.append(write_struct([(2, "i64", start), (3, "struct", meta)]))
             total_u += unc
             total_c += comp
-        self._row_groups.append(_struct([
+        self._row_groups.append(write_struct([
             (1, "list", ("struct", chunks)), (2, "i64", total_u), (3, "i64", table.num_rows),
             (5, "i64", first), (6, "i64", total_c),
             (7, "i16", len(self._row_groups))]))
@@ -404,7 +337,7 @@ class NativeParquetWriter:
         values = numpy_of_arrow(arr)
         fmt = "<q" if col.ann["type"] == _INT64 else "<i"
         lo, hi = struct.pack(fmt, int(values.min())), struct.pack(fmt, int(values.max()))
-        return _struct([(1, "bin", hi), (2, "bin", lo), (3, "i64", 0), (5, "bin", hi),
+        return write_struct([(1, "bin", hi), (2, "bin", lo), (3, "i64", 0), (5, "bin", hi),
                         (6, "bin", lo)])
 
     def close(self) -> None:
@@ -415,9 +348,9 @@ class NativeParquetWriter:
                                     children=len(self._columns))]
         for col in self._columns:
             elements += col.elements
-        kv = [_struct([(1, "bin", k), (2, "bin", v)]) for k, v in self._kv.items()]
-        orders = [_struct([(1, "struct", _struct([]))]) for _ in self._columns]
-        footer = _struct([
+        kv = [write_struct([(1, "bin", k), (2, "bin", v)]) for k, v in self._kv.items()]
+        orders = [write_struct([(1, "struct", write_struct([]))]) for _ in self._columns]
+        footer = write_struct([
             (1, "i32", 2),
             (2, "list", ("struct", elements)),
             (3, "i64", self._rows),
