@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .state import set_task_threads
 
-__all__ = ["cluster_workers", "give_idle_threads", "worker_process"]
+__all__ = ["cluster_workers", "give_idle_threads", "scheduler_workers", "worker_process"]
 
 
 def worker_process(address: str) -> str:
@@ -20,13 +20,39 @@ def worker_process(address: str) -> str:
     return address
 
 
+def scheduler_workers(client, on_error: str = "unknown") -> dict | None:
+    """``{address: info}`` of every worker the scheduler of ``client`` has now (its
+    ``scheduler_info(n_workers=-1)["workers"]``: all of them, not the first five), or None
+    when that is unknown: the client cannot ask (closing or closed: its call raises) or
+    its reply lists no workers (distributed's cached identity before the first reply has
+    no ``"workers"``). What unknown means is the caller's: nothing to lend
+    (:func:`cluster_workers`), every worker still there (the profiler's pause), an error
+    (``on_error="raise"``: what the client raised, or the KeyError or TypeError of a reply
+    without a worker dict)."""
+    if on_error not in ("unknown", "raise"):
+        raise ValueError(f"scheduler_workers: on_error must be 'unknown' or 'raise', "
+                         f"got {on_error!r}")
+    try:
+        workers = client.scheduler_info(n_workers=-1)["workers"]
+        if not isinstance(workers, dict):
+            raise TypeError(f"the scheduler's workers are a {type(workers).__name__}, "
+                            f"not a dict")
+    except Exception:   # noqa: BLE001  (a client closing fails in many ways)
+        if on_error == "raise":
+            raise
+        return None
+    return workers
+
+
 def cluster_workers(client) -> dict:
     """``{address: (process, threads)}`` of the workers of ``client`` now
     (:func:`worker_process`; {} when they cannot be listed)."""
+    info = scheduler_workers(client)
+    if info is None:
+        return {}
     try:
-        info = client.scheduler_info(n_workers=-1)["workers"]
         return {w: (worker_process(w), int(v["nthreads"])) for w, v in info.items()}
-    except (OSError, KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError):
         return {}
 
 
@@ -50,8 +76,10 @@ def give_idle_threads(client, running: set, workers: dict) -> dict:
         return {}
     try:
         processing = client.processing()
-        info = client.scheduler_info(n_workers=-1)["workers"]
     except (OSError, KeyError, TypeError):
+        return {}
+    info = scheduler_workers(client)
+    if info is None:
         return {}
     hosts = {w: str(v.get("host", w)) for w, v in info.items()}
     mine = {w: [k for k in keys if k in running] for w, keys in processing.items()

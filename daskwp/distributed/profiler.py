@@ -39,6 +39,8 @@ import threading
 import time
 import uuid
 
+from .lending import scheduler_workers
+
 __all__ = ["CHECK_SECONDS", "LEASE_SECONDS", "PROFILER_CALLBACKS", "RENEW_OP", "RENEW_SECONDS",
            "compute_client", "computing_paused", "pause_profiler", "profiler_pause_state",
            "release_profiler", "renew_profiler", "worker_profiler_paused"]
@@ -232,9 +234,8 @@ def _in_cluster(client, workers: list) -> list:
     cluster made the job end 30 s late."""
     if not workers:
         return []
-    try:
-        now = client.scheduler_info(n_workers=-1)["workers"]
-    except Exception:   # noqa: BLE001  (a closing client: its messages fail fast anyway)
+    now = scheduler_workers(client)
+    if now is None:   # (a closing client: its messages fail fast anyway)
         return list(workers)
     return [w for w in workers if w in now]
 

@@ -733,13 +733,14 @@ def _run_tasks(client, dsk: dict, keys: list, first=()) -> list:
     pass 1 that every remaining write needed (0.9-1.9 s of a 19-partition job's 17-24 s at
     load 20), and the second worker started late (every pass 1 task first went to the
     worker that held the tokenizer, till dask stole half of them)."""
+    from ..distributed.lending import scheduler_workers
     from ..distributed.local import InProcess
     if client is None:
         from dask.local import get_sync
         return list(get_sync(dsk, keys)) if keys else []
     if not keys:
         return []
-    workers = sorted(client.scheduler_info(n_workers=-1)["workers"]) \
+    workers = sorted(scheduler_workers(client, on_error="raise")) \
         if first and not isinstance(client, InProcess) else []
     if not workers:
         return client.get(dsk, keys, sync=True)
