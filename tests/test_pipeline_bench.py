@@ -74,6 +74,33 @@ def _job(base, tmp_path):
     return inp, out
 
 
+def test_the_rss_poller_polls_its_workers_but_scans_the_process_tree_rarely(monkeypatch):
+    """The poller runs in the process whose job it measures: it finds a worker (a spawned
+    child) and polls it every 20 ms, but scans the process tree (psutil's children(), which
+    reads every process's stat file) every SCAN_SECONDS only, not at every poll."""
+    import os
+    import time
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import time; time.sleep(10)  # spawn_main"])
+    try:
+        poll = pb.RssPoller(os.getpid(), hwm=False)
+        scans = []
+        children = poll.root.children
+        monkeypatch.setattr(poll.root, "children",
+                            lambda **kw: scans.append(1) or children(**kw))
+        t = time.monotonic()
+        with poll:
+            while child.pid not in poll.rss and time.monotonic() - t < 5:
+                time.sleep(0.02)
+            time.sleep(1.0)
+        wall = time.monotonic() - t
+        assert child.pid in poll.rss and poll.rss[child.pid][1] > 0
+        assert 1 <= len(scans) <= wall / pb.RssPoller.SCAN_SECONDS + 1, len(scans)
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_soak_checks_pass_on_a_good_output_and_fail_on_a_bad_one(base, tmp_path):
     inp, out = _job(base, tmp_path)
     tok = daskwp.WordPieceTokenizer()
