@@ -20,7 +20,7 @@ import os
 import sys
 import time
 
-from .backends.memory import tune_numpy_huge_pages
+from .backends.memory import tune_command_malloc, tune_numpy_huge_pages
 from .core.options import OPTIONS, check_bool, check_opt_bool, check_truncation
 from .core.options import SECURITY_KEYS, env_value
 from .core.version import __version__
@@ -403,6 +403,7 @@ def main(argv=None) -> int:
         parser.print_help()
         return 2
     tune_numpy_huge_pages()   # this process is daskwp's (backends/memory.py)
+    tune_command_malloc()     # (its jobs' temporaries reused from the heap)
     # what the imports made (numpy, pyarrow, dask, daskwp: ~10^5 objects) out of the
     # collector's reach while the command runs: each full collection during a job
     # traversed all of it again (gc_collect_main and its visits: 1.2% of a Megatron job's

@@ -1,6 +1,7 @@
 """The host memory pool (daskwp/backends/memory.py, kernels/host_pool.cpp): freed output blocks of
 4 MB and more are handed out again, up to a limit, and results never change."""
 
+import json
 import os
 import subprocess
 import sys
@@ -145,6 +146,48 @@ def test_worker_malloc_tuning_keeps_temporaries_mapped():
         out = subprocess.run([sys.executable, "-c", _REFAULT, "tune"], env=e, check=True,
                              capture_output=True, text=True, timeout=120).stdout.split()
         assert out[0] == "False", (extra, out)
+
+
+_HEAP_CHURN = r"""
+import json, resource, sys, numpy as np
+from daskwp.backends.memory import tune_command_malloc
+if sys.argv[1] == "command":   # the daskwp command, then whether it tuned
+    from daskwp.cli import main
+    main(["count", sys.argv[2], "--quiet", "--json"])
+tuned = tune_command_malloc()
+def churn():   # a job's partitions: a few temporaries of some MB at once, then freed
+    for _ in range(5):
+        held = [np.ones(6 << 17) for _ in range(4)]
+        del held
+churn()
+f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+churn()
+print(json.dumps([tuned, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0]))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_the_daskwp_command_keeps_its_jobs_temporaries_mapped(tmp_path):
+    # Outside a nanny, glibc's dynamic thresholds trim the heap's top once 4 x 6 MB are
+    # freed: each partition's temporaries were faulted in afresh. The daskwp command
+    # raises the thresholds as a worker's (backends/memory.py tune_command_malloc);
+    # a MALLOC_*_ variable or worker_malloc off leaves malloc alone.
+    doc = tmp_path / "in.jsonl"
+    doc.write_text('{"text": "hello world"}\n')
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("MALLOC_") and k != "DASKWP_WORKER_MALLOC"}
+
+    def run(mode, **extra):
+        out = subprocess.run([sys.executable, "-c", _HEAP_CHURN, mode, str(doc)],
+                             env={**env, **extra}, check=True, capture_output=True,
+                             text=True, timeout=120).stdout
+        return json.loads(out.strip().splitlines()[-1])
+
+    tuned, faults = run("command")
+    assert tuned and faults * 10 <= run("library", DASKWP_WORKER_MALLOC="0")[1]
+    assert run("library", DASKWP_WORKER_MALLOC="0")[1] >= 4 * 256   # refaulted: >= 4 MB
+    assert run("command", DASKWP_WORKER_MALLOC="0")[0] is False
+    assert run("command", MALLOC_TOP_PAD_="0")[0] is False
 
 
 def test_trim_frees_the_oldest_blocks_and_keeps_the_limit(pool_limit):

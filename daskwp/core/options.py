@@ -735,7 +735,8 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
          "its cluster's workers turn NumPy's request off)",
          cli_flag=False, env="DASKWP_HUGE_PAGES"),
     _opt("worker_malloc", True, check_bool, "true or false", False, (ENV,),
-         "in a Dask worker whose nanny set MALLOC_TRIM_THRESHOLD_ below 128 MB, raise "
+         "in a Dask worker whose nanny set MALLOC_TRIM_THRESHOLD_ below 128 MB, and in the "
+         "daskwp command's process unless a MALLOC_*_ variable is set, raise "
          "glibc's mmap and trim thresholds to 32 and 128 MB, and in any nanny's worker make "
          "Arrow's default memory pool jemalloc unless ARROW_DEFAULT_MEMORY_POOL is set, and "
          "start the workers of clusters daskwp.connect starts with MALLOC_ARENA_MAX set to "
