@@ -416,6 +416,116 @@ def test_a_rerun_checks_its_complete_parts_before_writing(tmp_path, monkeypatch)
     assert not (out / victim.name).exists()
 
 
+def test_parts_are_written_and_committed_off_the_task_thread(tmp_path, monkeypatch):
+    """A write task cuts its blocks and hands the part's write, fsync and renames to a
+    commit thread of its own, then returns (its thread goes on to the next task); at most
+    one commit per task thread is in flight, and the job's parts and statistics are those
+    the commits wrote."""
+    import threading
+
+    from daskwp.jobs import packing
+    seen = []
+    real = packing.commit_part
+
+    def commit_part(out_dir, index, *args, **kw):
+        seen.append((threading.current_thread().name, index,
+                     sum(t.name.startswith("daskwp-commit-") for t in threading.enumerate())))
+        return real(out_dir, index, *args, **kw)
+    monkeypatch.setattr(packing, "commit_part", commit_part)
+    inp = _input(tmp_path)
+    s = _job(inp, tmp_path / "o", packing=128, partition_size="100kB")
+    assert s["partitions"] > 3 and len(seen) == s["partitions"]
+    assert {name for name, _, _ in seen} == {f"daskwp-commit-{i}" for _, i, _ in seen}
+    assert max(n for _, _, n in seen) == 1   # (one task thread: synchronous)
+    got, logid, _, _, _ = _parquet_blocks(tmp_path / "o")
+    want, doc, _ = group_texts(128)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(logid, doc)
+    assert s["rows"] == len(want) and s["cpu_seconds"]["write"] > 0
+    assert packing._commits == {} and packing._commit_threads == {}
+
+
+def test_a_failed_commit_fails_the_job_and_a_rerun_writes_the_part(tmp_path, monkeypatch):
+    """A commit that fails in its thread fails the job, naming its partition; the part is
+    not complete (no record, no temporary file left), and a rerun writes it."""
+    from daskwp.jobs import packing
+    real = packing.commit_part
+
+    def commit_part(out_dir, index, *args, **kw):
+        if index == 2:
+            raise OSError(28, "No space left on device")
+        return real(out_dir, index, *args, **kw)
+    monkeypatch.setattr(packing, "commit_part", commit_part)
+    inp = _input(tmp_path)
+    out = tmp_path / "o"
+    with pytest.raises(JobError, match="partition 2 .*No space left on device"):
+        _job(inp, out, packing=128, partition_size="100kB")
+    assert 2 not in _recorded(out)
+    assert not list(out.glob(".tmp-2-*"))
+    assert packing._commits == {} and packing._commit_threads == {}
+    monkeypatch.undo()
+    s = _job(inp, out, packing=128, partition_size="100kB")
+    assert 1 <= s["partitions_written"] < s["partitions"]
+    np.testing.assert_array_equal(_parquet_blocks(out)[0], group_texts(128)[0])
+
+
+def _recorded(out) -> set:
+    """The partitions whose part is complete (its record written)."""
+    return {json.loads(p.read_text())["partition"] for p in Path(out).glob("part-*.json")}
+
+
+def _lose_commit(monkeypatch, index):
+    """The commit of partition ``index`` lost once, as with a worker gone after its write
+    task returned: the part is not written and no outcome is kept."""
+    from daskwp.jobs import packing
+    real = packing._run_commit
+    lost = []
+
+    def run_commit(job_id, spec, commit):
+        if spec.index == index and not lost:
+            lost.append(index)
+            from daskwp.jobs.packing import _give_back
+            _give_back("blocks", commit.args[-2].pop())   # (its buffer, as a dead worker's)
+            return
+        real(job_id, spec, commit)
+    monkeypatch.setattr(packing, "_run_commit", run_commit)
+    return lost
+
+
+def test_a_commit_lost_in_this_process_fails_the_job(tmp_path, monkeypatch):
+    """Units held in memory (a job in this process) cannot be written again: a commit
+    that never ended fails the job, and a rerun writes the part."""
+    inp = _input(tmp_path)
+    out = tmp_path / "o"
+    _lose_commit(monkeypatch, 1)
+    with pytest.raises(JobError, match="partition 1's part was not committed"):
+        _job(inp, out, packing=128, partition_size="100kB")
+    assert 1 not in _recorded(out) and 0 in _recorded(out)
+    monkeypatch.undo()
+    s = _job(inp, out, packing=128, partition_size="100kB")
+    assert s["partitions_written"] == 1
+    np.testing.assert_array_equal(_parquet_blocks(out)[0], group_texts(128)[0])
+
+
+def test_a_commit_lost_on_a_cluster_is_written_again_from_its_spill(tmp_path, monkeypatch):
+    """On a cluster a partition's tokens are spilled: a part whose commit ended with its
+    worker (after its write task returned) is written again from the spills once the
+    others are collected; the job's blocks are group_texts'."""
+    from distributed import LocalCluster
+    lost = _lose_commit(monkeypatch, 3)
+    inp = _input(tmp_path)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=None) as cluster:
+        s = _job(inp, tmp_path / "o", packing=128, partition_size="50KB",
+                 scheduler_address=cluster.scheduler_address)
+    assert lost == [3] and _recorded(tmp_path / "o") == set(range(s["partitions"]))
+    got, logid, _, _, _ = _parquet_blocks(tmp_path / "o")
+    want, doc, _ = group_texts(128)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(logid, doc)
+    assert s["packing"]["blocks"] == len(want)
+
+
 def test_packing_refuses_window_options(tmp_path):
     inp = _input(tmp_path)
     with pytest.raises(ConfigError, match="max_length=64 does not apply to packing"):
@@ -574,9 +684,9 @@ opts = {{"add_special_tokens": True, "on_bad_row": "error", "output_format": {fm
          "packing": {{"block_size": 16, "pad_last": True}}, "compression": "zstd"}}
 spills = [packing.spill_partition(s, folder, tok, opts) for s in specs]
 starts = np.concatenate([[0], np.cumsum([s["units"] for s in spills])]).tolist()
-st = packing.write_packed_partition(specs[0], starts, 0, folder, tok, opts, "j", len(specs),
-                                    spills[0], 0)
-assert st["rows"] > 0
+packing.write_packed_partition(specs[0], starts, 0, folder, tok, opts, "j", len(specs),
+                               spills[0], 0)
+assert packing.collect_commits("j")[0]["rows"] > 0
 print("pandas" in sys.modules)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

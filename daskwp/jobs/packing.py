@@ -23,6 +23,14 @@ worker writes it. A write whose last block reaches further runs after the last c
 (its tokens spilled then). A rerun spills every partition and checks its complete parts
 against the counts before it writes.
 
+A write task cuts its blocks and hands the part (its write, fsync, renames and record) to
+a commit thread, then returns: its task thread goes on to the next task while the disk
+writes (:func:`_commit_in_thread`; one commit in flight per task thread). The driver
+collects the commits of every process once the writes have run (:func:`collect_commits`);
+a part is complete only once its record is renamed into place, so a commit that fails,
+or ends with its worker, leaves no part a reader or a rerun takes for complete. A commit
+that failed fails the job; one lost with its worker is written again from its spill.
+
 Spills are written and read with direct I/O where the file system allows it (each is
 written once and read once, its head a second time by the previous partition's write
 task: the page cache would only add fresh pages to fill), in
@@ -59,12 +67,13 @@ from ..frames.megatron import (HashingWriter, complete_file, create_file, docume
 from ..frames.part_writer import checksum_hash, checksum_hex
 from ..frames.schema import arrow_of_numpy
 from .errors import JobError
-from .parts import TMP_PREFIX, worker_device, worker_series
+from .parts import TMP_PREFIX, partition_failure, worker_device, worker_series
 from .records import (check_part_record, commit_part, naming_partition, part_stem,
                       refuse_set_options, temporary_path, timed_read, write_part_rejects)
 
 __all__ = ["PACKING_NOT_APPLICABLE", "PartitionUnits", "check_packing_config",
-           "document_units", "run_packed_job", "spill_partition", "write_packed_partition"]
+           "collect_commits", "document_units", "run_packed_job", "spill_partition",
+           "write_packed_partition"]
 
 #: Options that do not apply to packed blocks: refused when set to anything but their default.
 PACKING_NOT_APPLICABLE = ("max_length", "stride", "truncation", "padding", "bucket_widths",
@@ -527,16 +536,22 @@ def write_packed_partition(spec, starts, logid_offset: int, out_dir: str, tokeni
                            options: dict, job_id: str, n_partitions: int, spill,
                            file_offset: int | None = None,
                            tail: np.ndarray | None = None) -> dict:
-    """Pass 2: the blocks partition ``spec.index`` owns, written in the job's output format
-    with a record (:func:`.records.commit_part`). ``spill``: the partition's statistics
+    """Pass 2: the blocks partition ``spec.index`` owns, cut here and handed to a commit
+    thread (:func:`_commit_in_thread`) that writes them in the job's output format with a
+    record (:func:`_commit_packed`). ``spill``: the partition's statistics
     (:func:`spill_partition`; its units read from its spill), or its
     :class:`PartitionUnits` (in memory). ``tail``: the units from ``starts[i + 1]`` on that
-    its last block takes (else read from the following partitions' spills)."""
+    its last block takes (else read from the following partitions' spills). Returns
+    ``{"committing": i, "spill": ...}``: the part's statistics come from
+    :func:`collect_commits`; its spill's statistics (None for units in memory) let the
+    driver write it again if the commit is lost with its worker.
+
+    Memory: the blocks of two partitions per task thread (this one's, and the previous
+    one's while its commit runs)."""
     t0 = stage_cpu_seconds()
     units = spill if isinstance(spill, PartitionUnits) else None
     if units is not None:
         spill = units.stats
-    from .datasets import shard_name, write_shard
     tok = cached_tokenizer(tokenizer)
     packing = options["packing"]
     fmt = options["output_format"]
@@ -550,6 +565,7 @@ def write_packed_partition(spec, starts, logid_offset: int, out_dir: str, tokeni
                                 tok.vocab.pad_id if packing["pad_last"] else None,
                                 dtype, dtype if megatron else np.int32,
                                 input_ids=not megatron, hold=held, units=units, tail=tail)
+    in_memory = units is not None
     del units   # copied into the blocks: its memory goes while the part is written
     i, n = spec.index, n_partitions
     stats = {k: spill[k] for k in ("documents", "tokens", "unknown_tokens", "text_bytes",
@@ -560,10 +576,29 @@ def write_packed_partition(spec, starts, logid_offset: int, out_dir: str, tokeni
                  blocks=[int(table.column("block")[0].as_py()) if table.num_rows else None,
                          table.num_rows])
     rejects = write_part_rejects(out_dir, spec, n, spill["bad"], logid_offset, file_offset)
+    stats["cpu_seconds"] = dict(spill["cpu_seconds"], write=stage_cpu_seconds() - t0)
+    commit = functools.partial(_commit_packed, out_dir, spec, n, job_id, fmt, options, dtype,
+                               stats, table, blocks, held, rejects)
+    del table, blocks   # (the commit's now: its thread gives the buffer back)
+    _commit_in_thread(job_id, spec, commit)
+    # a part's commit lost with its worker is written again from its spill
+    return {"committing": i, "spill": None if in_memory else spill}
+
+
+def _commit_packed(out_dir: str, spec, n: int, job_id: str, fmt: str, options: dict, dtype,
+                   stats: dict, table, blocks, held: list, rejects: tuple) -> dict:
+    """Write partition ``spec.index``'s blocks (``table``, ``blocks``: what
+    :func:`block_table` gave; ``held``: their pooled buffer, given back here) as its part
+    in the job's output format, fsync'ed, and commit it with its record
+    (:func:`.records.commit_part`: renamed, the record last); returns ``stats`` completed
+    (``files``). Runs in a commit thread (:func:`_commit_in_thread`)."""
+    from .datasets import shard_name, write_shard
+    i = spec.index
+    packing = options["packing"]
     tmp = temporary_path(out_dir, i, "packed-")
     digests = {}   # the checksums of files hashed as they were written
     try:
-        if megatron:
+        if fmt == "megatron":
             # one sequence and one document a block; as a cluster's Megatron parts: without
             # the page cache where the file system allows it, hashed as written
             k = table.num_rows
@@ -592,10 +627,68 @@ def write_packed_partition(spec, starts, logid_offset: int, out_dir: str, tokeni
         for t in (tmp, tmp + ".bin", tmp + ".idx"):
             if os.path.exists(t):
                 os.unlink(t)
-    del table, blocks   # written: their buffer goes to the next partition
-    _give_back("blocks", held.pop())
-    stats["cpu_seconds"] = dict(spill["cpu_seconds"], write=stage_cpu_seconds() - t0)
+        del table, blocks   # written: their buffer goes to the next partition
+        _give_back("blocks", held.pop())
     return stats
+
+
+_commit_lock = threading.Lock()
+#: The commit thread each task thread of this process started last (by thread id).
+_commit_threads: dict[int, threading.Thread] = {}
+#: Commits ended in this process and not yet collected, by job id: ``{partition: stats}``,
+#: or the error (a :class:`JobError` naming the partition) that ended it.
+_commits: dict[str, dict] = {}
+
+
+def _commit_in_thread(job_id: str, spec, commit) -> None:
+    """Run ``commit()`` (:func:`_commit_packed`: a part's write, fsync and renames) in a
+    thread of its own while the calling task thread goes on to its next task; its outcome
+    is kept for :func:`collect_commits`. At most one commit per task thread is in flight:
+    this waits for the calling thread's previous one (its part's buffer goes back to the
+    pool then), and raises the error of a commit of this job that failed in this process
+    (the job stops at the next write, not at the end)."""
+    me = threading.get_ident()
+    with _commit_lock:
+        previous = _commit_threads.pop(me, None)
+    if previous is not None:
+        previous.join()
+    with _commit_lock:
+        failed = [e for e in _commits.get(job_id, {}).values() if isinstance(e, BaseException)]
+    if failed:
+        raise failed[0]
+    thread = threading.Thread(target=_run_commit, args=(job_id, spec, commit),
+                              name=f"daskwp-commit-{spec.index}", daemon=True)
+    with _commit_lock:
+        _commit_threads[me] = thread
+    thread.start()
+
+
+def _run_commit(job_id: str, spec, commit) -> None:
+    c = stage_cpu_seconds()
+    try:
+        outcome = commit()
+        cpu = outcome["cpu_seconds"]   # (the write stage: the task's and this thread's)
+        cpu["write"] += stage_cpu_seconds() - c
+    except BaseException as e:   # kept for the driver (collect_commits)
+        outcome = partition_failure(e, spec)
+    with _commit_lock:
+        _commits.setdefault(job_id, {})[spec.index] = outcome
+
+
+def collect_commits(job_id: str) -> dict:
+    """Wait for this process's commit threads; return the commits of ``job_id`` that
+    ended here (``{partition: stats}``) and forget them, or raise the first error."""
+    with _commit_lock:
+        threads = list(_commit_threads.values())
+        _commit_threads.clear()
+    for t in threads:
+        t.join()
+    with _commit_lock:
+        done = _commits.pop(job_id, {})
+    for i in sorted(done):
+        if isinstance(done[i], BaseException):
+            raise done[i]
+    return done
 
 
 class _CountingWriter(HashingWriter):
@@ -699,8 +792,8 @@ def _prefix_sums(counts) -> tuple[np.ndarray, np.ndarray]:
 def _write_when_placed(spec, spill, n_partitions: int, out_dir: str, tokenizer,
                        options: dict, job_id: str, file_start: int, head, *counts) -> dict:
     """Pass 2 for partition ``spec.index`` as soon as the counts of partitions 0..i+1
-    (``counts``, :func:`_spill_counts`; all of them for the last two) place its blocks: the
-    statistics of :func:`write_packed_partition`, or ``{"later": stats}`` when its last
+    (``counts``, :func:`_spill_counts`; all of them for the last two) place its blocks:
+    what :func:`write_packed_partition` returns, or ``{"later": stats}`` when its last
     block reaches past partition i+1 (a following partition shorter than the rest of the
     block), to be written once every count is known. ``spill``: its statistics (its units
     spilled), or its :class:`PartitionUnits` in memory (spilled, :func:`_spill_units`,
@@ -750,6 +843,54 @@ def _run_tasks(client, dsk: dict, keys: list, first=()) -> list:
                        workers=functools.partial(_placement, workers),
                        allow_other_workers=True):
         return client.get(dsk, keys, sync=True)
+
+
+def _run_committing(client, job_id: str, dsk: dict, keys: list, first=()) -> list:
+    """:func:`_run_tasks` of a graph whose writes commit their parts in threads
+    (:func:`_commit_in_thread`): where the graph fails, the commit threads it started are
+    waited for (none writes in the output after the job has ended) and their outcomes
+    dropped."""
+    try:
+        return _run_tasks(client, dsk, keys, first)
+    except BaseException:
+        try:
+            _commits_of(client, job_id)
+        except Exception:   # (the graph's error is the one to raise)
+            pass
+        raise
+
+
+def _commits_of(client, job_id: str) -> dict:
+    """:func:`collect_commits` of ``job_id`` in every process that ran its tasks (this one,
+    or each worker of a cluster)."""
+    from ..distributed.local import InProcess
+    if client is None or isinstance(client, InProcess):
+        return collect_commits(job_id)
+    done = {}
+    for got in client.run(collect_commits, job_id).values():
+        done.update(got)
+    return done
+
+
+def _collect_commits(client, job_id: str, committing: dict, stats: list,
+                     later: dict | None = None) -> None:
+    """Once every commit thread of the job has ended, the statistics of the parts that the
+    writes handed to them (``committing``: partition to its spill's statistics, or None
+    for units held in memory) into ``stats``. A part whose commit ended with its worker (a
+    worker lost after its write task returned) is written again from its spill: it goes
+    to ``later``; JobError where it cannot be (no ``later``, or no spill)."""
+    if not committing:
+        return
+    done = _commits_of(client, job_id)
+    for i, spill in committing.items():
+        if i in done:
+            stats[i] = done[i]
+        elif later is not None and spill is not None:
+            later[i] = spill
+        else:
+            raise JobError(f"partition {i}'s part was not committed: the worker that wrote "
+                           f"it was lost before its part was complete; rerun the job (its "
+                           f"complete parts are kept)")
 
 
 def _priority(first: frozenset, key) -> int:
@@ -827,14 +968,13 @@ def run_packed_job(cfg, tok, specs, out: str, job_id: str, client, log,
                                 TaskRef(head_keys[i + 1]) if keep and i + 1 < n else None,
                                 *(TaskRef(k) for k in count_keys[:min(i + 2, n)]))
                 write_keys.append(key)
-            got = _run_tasks(client, dsk, count_keys + head_keys + write_keys,
-                             first=spill_keys + count_keys)
+            got = _run_committing(client, job_id, dsk, count_keys + head_keys + write_keys,
+                                  first=spill_keys + count_keys)
             k = n + len(head_keys)
             counts, heads, written = got[:n], dict(enumerate(got[n:k])), got[k:]
             later = {i: st["later"] for i, st in zip(missing, written) if "later" in st}
-            for i, st in zip(missing, written):
-                if i not in later:
-                    stats[i] = st
+            _collect_commits(client, job_id, {i: st["spill"] for i, st in zip(missing, written)
+                                              if "committing" in st}, stats, later)
         else:
             # A rerun: the complete parts are checked against the counts before any write
             got = _run_tasks(client, dsk, count_keys + [spill_keys[i] for i in missing])
@@ -855,8 +995,9 @@ def run_packed_job(cfg, tok, specs, out: str, job_id: str, client, log,
                                 n, spill, int(doc_offsets[file_start[i]]),
                                 _tail_of(heads, starts, i, size) if heads else None)
                 keys.append(key)
-            for i, st in zip(later, _run_tasks(client, dsk, keys)):
-                stats[i] = st
+            _collect_commits(client, job_id, {st["committing"]: st["spill"] for st in
+                                              _run_committing(client, job_id, dsk, keys)},
+                             stats)
     offsets = np.concatenate([[0], np.cumsum([s["documents"] for s in stats])]).tolist()
     release_buffers()   # those of the tasks that ran in this process
     return stats, offsets, missing
