@@ -205,6 +205,24 @@ def test_field_names_read_by_the_general_path_only():
             assert native(data, spec).to_pylist() == ["found", None]
 
 
+def test_plain_keys_of_14_to_17_bytes_near_the_buffers_end():
+    """A plain key is compared 16 bytes at a time when its quoted form fits in 16 and 16
+    bytes are left (else byte by byte): keys of 14 (quoted: 16) and 15 bytes, a key that
+    only its last byte or its closing quote tells from the name, and keys ending within 16
+    bytes of the buffer's end, each found exactly where Arrow finds it."""
+    for name in ("abcdefghijklmn", "abcdefghijklmno", "k"):
+        spec = PartitionSpec(index=0, path="mem.jsonl", format="jsonl", column=name)
+        near = [name[:-1] + "X", name + "s", name[:-1], "X" + name[1:]]
+        for other in near:
+            body = '{%s:"no",%s:"yes"}' % (json.dumps(other), json.dumps(name))
+            for pad in range(0, 20):
+                data = (body + "\n" + "{}" + " " * pad).encode()
+                assert agrees(data, spec), (name, other, pad)
+                assert native(data, spec).to_pylist() == ["yes", None], (name, other, pad)
+                tail = ('{"z":1, %s :"end"}' % json.dumps(name)).encode()
+                assert native(tail, spec).to_pylist() == ["end"]
+
+
 def test_a_first_line_of_null_is_a_null_document():
     """Arrow reads a ``null`` line as a null row, but crashes (pyarrow 26) when it is the
     buffer's first row; the native reader gives the null row there too."""
