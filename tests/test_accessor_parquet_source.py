@@ -444,6 +444,48 @@ def test_plain_byte_array_values_decodes_a_plain_page():
         _ext.plain_byte_array_values(np.frombuffer(page, np.uint8), 4, out[:100], 0)
 
 
+@pytest.mark.parametrize("levels,n,expected", [
+    (bytes([10 << 1, 1]), 10, None),              # one run of ten 1s: every value present
+    (bytes([0x90, 0x03, 1]), 150, None),          # a run of 200 (a two-byte varint header)
+    (bytes([12 << 1, 1]), 10, None),              # a run longer than the page
+    (bytes([3 << 1, 1, 2 << 1, 0]), 5, [1, 1, 1, 0, 0]),   # 1s, then nulls
+    (bytes([5 << 1, 0]), 5, [0] * 5),             # all null
+    (bytes([(1 << 1) | 1, 0b10110111]), 8, [1, 1, 1, 0, 1, 1, 0, 1]),   # bit-packed
+    (bytes([(1 << 1) | 1, 0xFF]), 8, [1] * 8),    # bit-packed 1s: decoded (the caller
+])                                                # drops an all-true validity)
+def test_definition_levels_of_a_page_without_nulls_are_read_from_their_header(levels, n,
+                                                                                expected):
+    from daskwp.accessors.parquet_pages import _levels
+    got = _levels(np.frombuffer(levels, np.uint8), n)
+    if expected is None:
+        assert got is None
+    else:
+        assert got.dtype == bool and got.tolist() == [bool(v) for v in expected]
+
+
+def test_levels_that_end_before_the_page_does_are_refused():
+    from daskwp.accessors.parquet_pages import PagesUnsupported, _levels
+    with pytest.raises(PagesUnsupported, match="end before their values"):
+        _levels(np.frombuffer(bytes([4 << 1, 1]), np.uint8), 10)   # 4 of 10 levels
+
+
+def test_a_column_without_nulls_reads_no_levels_but_their_header(tmp_path, monkeypatch):
+    # pyarrow's pages of a nullable column without nulls: each opens with one run of 1s
+    from daskwp.accessors import parquet_pages
+    docs = [d for d in _page_docs() if d is not None] * 20
+    path = tmp_path / "full.parquet"
+    pq.write_table(pa.table({"text": pa.array(docs, pa.large_string())}), path,
+                   compression="zstd", use_dictionary=False, data_page_size=4096)
+    decoded = []
+    rle = parquet_pages._rle_hybrid
+    monkeypatch.setattr(parquet_pages, "_rle_hybrid",
+                        lambda *a: decoded.append(a[2]) or rle(*a))
+    pages, ref, files = _read_both(path, monkeypatch)
+    assert files == 1
+    _same_text(pages, ref)
+    assert decoded == []
+
+
 @pytest.mark.parametrize("buffer_bytes", [64, 3000, 1 << 20])
 def test_the_page_reader_reads_the_column_chunk_through_a_buffer(tmp_path, monkeypatch,
                                                                  buffer_bytes):
