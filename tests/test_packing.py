@@ -551,6 +551,50 @@ def test_blocks_on_worker_processes(tmp_path):
     assert summary["packing"]["blocks"] == len(want)
 
 
+@pytest.mark.slow
+def test_killed_worker_and_killed_driver(tmp_path):
+    """A worker process SIGKILLed while parts are written (its commit in flight, maybe):
+    the job completes with group_texts' blocks; the driver SIGKILLed mid-job: the rerun
+    keeps every complete part (same mtime), writes the rest, and the blocks are the
+    same."""
+    import subprocess
+    import sys
+
+    from distributed import Client, LocalCluster
+    from conftest import REPO_ROOT, run_killing_a_worker, run_killing_the_job
+
+    inp = _input(tmp_path)
+    want, doc, _ = group_texts(128)
+    out = tmp_path / "w"
+    cfg = make_config(dict(input=inp, output=str(out), vocab=str(vocab_path(UNCASED)),
+                           quiet=True, device="cpu", packing=128, partition_size="10KB"))
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        s, killed = run_killing_a_worker(cluster, lambda: run_job(cfg, client=client),
+                                         lambda: len(list(out.glob("part-*.json"))) >= 2)
+    assert killed, "the job ended before a worker could be killed"
+    got, logid, _, _, _ = _parquet_blocks(out)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(logid, doc)
+    assert _recorded(out) == set(range(s["partitions"]))
+
+    out = tmp_path / "d"
+    cmd = [sys.executable, "-m", "daskwp", "tokenize", inp, str(out), "--pack", "128",
+           "--vocab", str(vocab_path(UNCASED)), "--scheduler", "synchronous",
+           "--partition-size", "10KB", "-q"]
+    run_killing_the_job(cmd, lambda: len(list(out.glob("part-*.json"))) >= 3, REPO_ROOT)
+    kept = {p.name: p.stat().st_mtime_ns for p in out.glob("part-*")
+            if (out / (p.name.split(".")[0] + ".json")).exists()}
+    rerun = subprocess.run(cmd + ["--json"], cwd=REPO_ROOT, capture_output=True, text=True,
+                           timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    summary = json.loads(rerun.stdout)
+    assert summary["partitions_skipped"] >= 3 and summary["partitions_written"] > 0
+    assert all((out / n).stat().st_mtime_ns == t for n, t in kept.items())
+    np.testing.assert_array_equal(_parquet_blocks(out)[0], want)
+    assert not list(out.glob(".tmp*"))
+
+
 def test_cluster_runs_pass_1_first_partition_by_partition_on_a_worker(tmp_path):
     """On a cluster, partition i's spill, count and write are placed on one worker (i modulo
     the workers), and pass 1 runs before the writes whenever both are ready: writes are
