@@ -18,6 +18,9 @@
 #   GPU_CHECK_REBUILD=1   build daskwp even when it already imports from this checkout
 #   GPU_CHECK_ARGS="..."  more arguments for gpu_check.py (e.g. "--skip cluster")
 #   GPU_CHECK_PY_TIMEOUT  seconds gpu_check.py may run (default 300 with FAST, else 1800)
+#   GPU_CHECK_TESTS       the test paths (space-separated) the gpu-marked tests are taken
+#                         from (default tests: the whole suite; tests/test_gpu_check.py's dry
+#                         run names two files, not to collect the suite for tests that skip)
 #   OUT                   results folder (default .gpucheck-out): gpu_check.log,
 #                         gpu_check.json, gpu_check.md, gpu_tests.xml
 #   PYTHON                interpreter (default python3)
@@ -141,7 +144,7 @@ fi
   || { echo "gpu_check: daskwp does not import (build rc $build_rc)" >&2; exit 3; }
 build_s=$((SECONDS - t0))
 
-say "GPU tests: NVRTC compile of the CuPy source, then pytest -m gpu (suite-wide)"
+say "GPU tests: NVRTC compile of the CuPy source, then pytest -m gpu ${GPU_CHECK_TESTS:-tests}"
 t0=$SECONDS
 tests_rc=0
 # Caps keep a hung test from spending the device's time (FAST: the whole run stays inside
@@ -151,8 +154,9 @@ timeout "$t_nvrtc" "$PY" -m pytest -q -p no:cacheprovider tests/test_cuda.py -rs
   -k "(nvrtc and compute_90) or digest or include or implementation" || tests_rc=$?
 # -m gpu selects the gpu-marked tests everywhere, tests/test_backends.py's "gpu" backend
 # parameter included; without a device they skip, with the reason.
+read -ra gpu_paths <<< "${GPU_CHECK_TESTS:-tests}"
 gpu_rc=0
-timeout "$t_gpu" "$PY" -m pytest -q -p no:cacheprovider tests -m gpu -rs \
+timeout "$t_gpu" "$PY" -m pytest -q -p no:cacheprovider "${gpu_paths[@]}" -m gpu -rs \
   --junitxml="$OUT_DIR/gpu_tests.xml" || gpu_rc=$?
 ((gpu_rc == 5)) && gpu_rc=0   # none selected is not a failure
 ((gpu_rc)) && tests_rc=$gpu_rc

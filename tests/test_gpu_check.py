@@ -7,7 +7,11 @@ GPU time is rare, so the check must work the first time it meets a device. Here:
   it runs without a device (CPU == HF, the emulated CUDA backend == CPU on every corpus x
   vocabulary, the launcher timed stage by stage == the launcher untimed, the distributed job read
   back == the CPU job) and a summary line last;
-* the comparisons name the first differing document when the outputs differ.
+* the comparisons name the first differing document when the outputs differ;
+* the tests the script names exist: each alternative of its NVRTC step's ``-k`` selects a
+  test, and its GPU step's default paths are there. (The dry run takes the gpu-marked
+  tests of two files, ``GPU_TESTS``, not of the whole suite: without a device they all
+  skip, and collecting the whole suite cost ~12 s of the dry run's ~40 s of CPU.)
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -26,6 +31,9 @@ from conftest import DATA, REPO_ROOT
 
 SCRIPT = REPO_ROOT / "benchmarks" / "gpu_check.sh"
 MODULE = REPO_ROOT / "benchmarks" / "gpu_check.py"
+#: The dry run's gpu-marked tests (``GPU_CHECK_TESTS``): a ``pytest.mark.gpu`` file and the
+#: backends' "gpu" parameter.
+GPU_TESTS = "tests/test_cuda.py tests/test_backends.py"
 
 
 def _gpu_check():
@@ -38,7 +46,7 @@ def _gpu_check():
 @pytest.mark.slow
 def test_dry_run_writes_the_whole_report(tmp_path):
     env = dict(os.environ, GPU_CHECK_CPU_ONLY="1", GPU_CHECK_FAST="1", OUT=str(tmp_path),
-               PYTHON=sys.executable)
+               PYTHON=sys.executable, GPU_CHECK_TESTS=GPU_TESTS)
     for k in ("GPU_CHECK_REBUILD", "GPU_CHECK_ARGS", "RAYON_NUM_THREADS"):
         env.pop(k, None)
     r = subprocess.run(["bash", str(SCRIPT), str(DATA)], env=env, capture_output=True,
@@ -56,6 +64,7 @@ def test_dry_run_writes_the_whole_report(tmp_path):
     assert R["mode"] == "cpu-only" and R["fast"] is True
     assert R["errors"] == {}, R["errors"]
     assert R["gpu_tests"]["rc"] == 0 and R["gpu_tests"].get("failures", 0) == 0
+    assert R["gpu_tests"]["tests"] > 0   # (none selected would pass: rc 5 counts as 0)
     assert R["build"]["rc"] == 0
 
     P = R["parity"]
@@ -98,6 +107,49 @@ def test_dry_run_writes_the_whole_report(tmp_path):
     assert md.startswith("# daskwp GPU check (cpu-only, fast)") and last in md
     assert (tmp_path / "gpu_check.log").stat().st_size > 0
     assert len(list(tmp_path.iterdir())) <= 8   # what the device tool brings back
+
+
+def _alternatives(expr: str) -> list[str]:
+    """The top-level ``or`` terms of a ``-k`` expression."""
+    terms, depth, start = [], 0, 0
+    for m in re.finditer(r"\(|\)|\bor\b", expr):
+        if m.group() == "(":
+            depth += 1
+        elif m.group() == ")":
+            depth -= 1
+        elif depth == 0:
+            terms.append(expr[start:m.start()].strip())
+            start = m.end()
+    return terms + [expr[start:].strip()]
+
+
+def test_the_tests_the_script_names_exist():
+    """A test of ``gpu_check.sh``'s NVRTC step renamed or gone would drop out of the device
+    check silently (the step fails only when its ``-k`` selects nothing at all): each
+    alternative of the ``-k`` must select a test of its file. The GPU step's default paths
+    (``GPU_CHECK_TESTS``) and the dry run's must exist."""
+    text = SCRIPT.read_text()
+    step = re.search(r'pytest -q -p no:cacheprovider (\S+) -rs \\\n\s*-k "([^"]+)"', text)
+    assert step, "gpu_check.sh: the NVRTC step's pytest line not found"
+    path, expr = step.groups()
+    terms = _alternatives(expr)
+    assert len(terms) >= 2 and all(terms), terms
+    defaults = re.findall(r"\$\{GPU_CHECK_TESTS:-([^}]+)\}", text)
+    assert defaults, "gpu_check.sh: GPU_CHECK_TESTS's default not found"
+    for p in " ".join(defaults).split() + GPU_TESTS.split() + [path]:
+        assert (REPO_ROOT / p).exists(), p
+    # one interpreter, pytest's own -k, one collection per term (the file imports once)
+    code = ("import contextlib, io, sys, pytest\n"
+            "for term in sys.argv[2:]:\n"
+            "    with contextlib.redirect_stdout(io.StringIO()):\n"
+            "        rc = pytest.main(['--collect-only', '-q', '-p', 'no:cacheprovider',\n"
+            "                          sys.argv[1], '-k', term])\n"
+            "    print(term, '->', int(rc))\n")
+    r = subprocess.run([sys.executable, "-c", code, path, *terms, "no_such_test_name"],
+                       capture_output=True, text=True, timeout=300, cwd=str(REPO_ROOT))
+    rcs = dict(line.rsplit(" -> ", 1) for line in r.stdout.splitlines() if " -> " in line)
+    assert rcs.get("no_such_test_name") == "5", r.stdout + r.stderr[-3000:]   # the probe
+    assert {t: rcs.get(t) for t in terms} == {t: "0" for t in terms}, r.stdout + r.stderr[-3000:]
 
 
 def test_encoding_mismatch_names_the_first_differing_document():
