@@ -1098,10 +1098,10 @@ def test_a_job_sends_no_request_it_can_do_without(tmp_path, bucket, requests_log
     # DELETEs: the probe only (no rejects file, no _summary.json to remove)
     assert got.get("DELETE", 0) == 1 and ("DELETE", "out/_rejects-00000.jsonl") \
         not in outputs, got
-    # listings: the input, the output's one at planning (not s3fs's of its parent as well,
-    # the output being empty), one at the end (temporary objects, the parts' sizes for
-    # the check, rejects files); none for the probe's check that the output is no object
-    # (a HEAD)
+    # listings: the input, the output's one at planning (which says too that no object
+    # has the output's name: no HEAD; and, the output being empty, no listing of its
+    # names after it, nor s3fs's of its parent), one at the end (temporary objects, the
+    # parts' sizes for the check, rejects files)
     assert got["LIST"] == 3, got
     # GETs: the input's one (its head, then every partition's range); each part's
     # footer once
@@ -1109,11 +1109,10 @@ def test_a_job_sends_no_request_it_can_do_without(tmp_path, bucket, requests_log
     assert sorted(key for k, key in outputs if k == "GET") == \
         [f"out/{jobs.part_name(i, n)}" for i in range(n)]
     assert not [key for k, key in outputs if k == "HEAD" and "part-" in key], outputs
-    # HEADs: the input's while listing (an object: its size and ETag, once), the output's
-    # (a folder, not an object); none per partition: its count and its write read the
-    # version the listing saw (If-Match its ETag)
-    assert [k for k, _, key in log if k == "HEAD" and key == "a.txt"] == ["HEAD"], log
-    assert got["HEAD"] <= 2, got
+    # HEADs: the input's while listing (an object: its size and ETag, once); none of the
+    # output (its listing says it is a folder); none per partition: its count and its
+    # write read the version the listing saw (If-Match its ETag)
+    assert [(k, key) for k, _, key in log if k == "HEAD"] == [("HEAD", "a.txt")], log
     # a stale rejects file is removed by the rerun that rewrites its part
     stale = "out/_rejects-00003.jsonl"
     fs.pipe(f"{name}/{stale}", b"{}\n")
@@ -2041,6 +2040,43 @@ def test_an_output_url_naming_an_object_is_refused(bucket):
     fs.invalidate_cache()
     assert fs.cat(f"{name}/taken") == b"not a folder"
     assert not fs.exists(f"{name}/taken/{jobs.JOB_FILE}")
+
+
+def test_the_output_check_is_one_listing(bucket, requests_log, monkeypatch):
+    """The check of an output folder on S3 (no object of its name, objects can be put in
+    it) lists the names that start with the folder's once, where a HEAD and a listing of
+    the folder were two requests: an empty folder's names come from that listing ([]), a
+    folder holding objects is listed after it (None: not known); names that only start
+    like the folder's (a folder "out-2", an object "out.txt") are not in it, over pages of
+    the listing too; an object of the folder's name is refused."""
+    name, options, fs = bucket
+    for other in ("out-2/a", "out.txt", "out-a", "out0/b", *(f"out-{i:04d}" for i in range(3))):
+        fs.pipe(f"{name}/{other}", b"x")
+    requests_log.clear()
+    folder = storage.Folder(f"s3://{name}/out", options)
+    assert folder.check_writable(".tmp-probe-") == []
+    kinds = [k for k, b, _ in requests_log if b == name]
+    assert kinds == ["LIST", "PUT", "DELETE"], requests_log
+    fs.pipe(f"{name}/out/part-0.parquet", b"x")
+    assert folder.check_writable(".tmp-probe-") is None
+    assert folder.listdir() == ["part-0.parquet"]
+    # a listing in pages of 2 names: the folder "out/" comes after the page that holds
+    # "out-0000" ... "out.txt" ("-" and "." sort before "/")
+    import s3fs
+    call = s3fs.core.S3FileSystem._call_s3
+
+    async def paged(self, method, *args, **kw):
+        if method == "list_objects_v2":
+            kw["MaxKeys"] = 2
+        return await call(self, method, *args, **kw)
+    monkeypatch.setattr(s3fs.core.S3FileSystem, "_call_s3", paged)
+    assert folder.check_writable(".tmp-probe-") is None
+    fs.rm(f"{name}/out/part-0.parquet")
+    assert folder.check_writable(".tmp-probe-") == []
+    assert storage.Folder(f"s3://{name}/out-2", options).check_writable() is None
+    with pytest.raises(NotADirectoryError, match="is an object, not a folder"):
+        storage.Folder(f"s3://{name}/out.txt", options).check_writable()
+    assert fs.cat(f"{name}/out.txt") == b"x"
 
 
 def test_the_listings_head_and_the_first_partitions_come_in_one_get(bucket, spool_tmp,

@@ -808,20 +808,56 @@ class Folder:
         except Exception as e:
             raise storage_error(what, e) from None
 
-    def check_writable(self, probe_prefix: str = ".tmp-probe-") -> None:
+    def check_writable(self, probe_prefix: str = ".tmp-probe-") -> list[str] | None:
         """Create a local folder; on an object store check that objects can be created in
         the folder: a probe object (``probe_prefix`` + a random name) put and removed. The
         bucket is never created: a missing one is an error. Raises StorageError /
-        OSError."""
+        OSError. Returns the names in the folder where the check learnt them (on S3 one
+        listing says both that no object has the folder's name and whether anything is
+        below it: a folder found empty gives []), else None (ask :meth:`listdir`)."""
         if not self.remote:
             os.makedirs(self.location, exist_ok=True)
-            return
+            return None
         fs, path = self._fs()
-        if self._call(self.location, self._is_object, fs, path):
+        is_object, holds = self._call(self.location, self._object_or_folder, fs, path)
+        if is_object:
             raise NotADirectoryError(f"{self.location!r} is an object, not a folder")
         probe = f"{path}/{probe_prefix}{uuid.uuid4().hex}"
         self._call(self.location, fs.pipe_file, probe, b"")
         self._call(self.location, fs.rm_file, probe)
+        return [] if holds is False else None
+
+    @staticmethod
+    def _object_or_folder(fs, path: str) -> tuple[bool, bool | None]:
+        """``(whether an object is named path, whether anything is below path/)``, the
+        second None where not known. On s3fs one listing of the names that start with
+        ``path``, cut at the next "/" (the object itself, and ``path/`` as one common
+        prefix where the folder holds anything; other names that start with ``path`` come
+        too, a page of them at a time, up to ``path/``), where a HEAD of the object and a
+        listing of the folder were two requests. Elsewhere fsspec's ``isfile`` (False on
+        any error: the probe's put says what fails)."""
+        if type(fs).__module__.split(".")[0] != "s3fs" or not hasattr(fs, "_call_s3"):
+            return fs.isfile(path), None
+        bucket, key, _ = fs.split_path(path)
+        if not key:
+            return False, None    # (a bucket: the listing would be every top-level name)
+        from fsspec.asyn import sync
+        folder = key + "/"
+        kw = {"Bucket": bucket, "Prefix": key, "Delimiter": "/"}
+        is_object = False
+        while True:
+            page = sync(fs.loop, fs._call_s3, "list_objects_v2", **kw)
+            keys = [c.get("Key", "") for c in page.get("Contents") or []]
+            prefixes = [c.get("Prefix", "") for c in page.get("CommonPrefixes") or []]
+            is_object = is_object or key in keys
+            if folder in prefixes:
+                return is_object, True
+            token = page.get("NextContinuationToken")
+            # (names come in order: one past path/ means there is nothing below it)
+            if not page.get("IsTruncated") or not token or \
+                    max(keys + prefixes, default="") > folder:
+                return is_object, False
+            kw["ContinuationToken"] = token
 
     def listdir(self) -> list[str]:
         """The names in the folder ([] when it does not exist yet)."""
@@ -837,22 +873,6 @@ class Folder:
             return []
         return sorted(e["name"].rstrip("/").rsplit("/", 1)[-1] for e in entries
                       if e["name"].rstrip("/") != path)
-
-    @staticmethod
-    def _is_object(fs, path: str) -> bool:
-        """Whether an object is named ``path`` (fsspec's ``isfile``: False on any error).
-        On s3fs one HEAD: its ``isfile`` lists the prefix too when there is none."""
-        if type(fs).__module__.split(".")[0] != "s3fs" or not hasattr(fs, "_call_s3"):
-            return fs.isfile(path)
-        bucket, key, _ = fs.split_path(path)
-        if not key:
-            return False
-        from fsspec.asyn import sync
-        try:
-            sync(fs.loop, fs._call_s3, "head_object", Bucket=bucket, Key=key)
-            return True
-        except Exception:   # noqa: BLE001  (as isfile: the probe's put says what fails)
-            return False
 
     @staticmethod
     def _ls(fs, path: str) -> list:

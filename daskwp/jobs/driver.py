@@ -577,19 +577,20 @@ def check_input_output_overlap(inputs, output: str) -> list[str]:
     return sorted(set(exclude))
 
 
-def _make_output_directory(out: str) -> None:
+def _make_output_directory(out: str) -> list[str] | None:
     """Create ``out`` (and its parents) and check that files can be created in it, as
     OutputConflictError naming the path and the reason. A URL's bucket is not created:
-    a missing one (or no credentials, an endpoint that does not answer) is refused."""
+    a missing one (or no credentials, an endpoint that does not answer) is refused.
+    Returns the names in ``out`` where the check learnt them (a URL's folder found empty:
+    []), else None."""
     if is_url(out):
         try:
-            storage.Folder(out, storage.current_options()).check_writable(
+            return storage.Folder(out, storage.current_options()).check_writable(
                 f"{TMP_PREFIX}probe-")
         except OSError as e:
             raise OutputConflictError(f"cannot use output directory {e}" if isinstance(
                 e, storage.StorageError) else f"cannot use output directory {out!r}: "
                 f"{e}") from None
-        return
     if os.path.exists(out) and not os.path.isdir(out):
         raise OutputConflictError(f"output {out!r} exists and is not a directory")
     try:
@@ -601,6 +602,7 @@ def _make_output_directory(out: str) -> None:
     except OSError as e:
         raise OutputConflictError(f"cannot use output directory {out!r}: "
                                   f"{e.strerror or e}") from None
+    return None
 
 
 def prepare_output(cfg: JobConfig, header: dict, plan: list | None = None,
@@ -611,9 +613,9 @@ def prepare_output(cfg: JobConfig, header: dict, plan: list | None = None,
     or written (OutputConflictError). ``listed``: a set that receives the names the folder
     holds when it returns (its one listing, less what it removed)."""
     out = cfg.output
-    _make_output_directory(out)
+    known = _make_output_directory(out)
     folder = storage.Folder(out, storage.current_options())
-    names = folder.listdir()
+    names = known if known is not None else folder.listdir()
     listed = set() if listed is None else listed
     listed.update(names)
 
