@@ -2079,6 +2079,40 @@ def test_the_output_check_is_one_listing(bucket, requests_log, monkeypatch):
     assert fs.cat(f"{name}/out.txt") == b"x"
 
 
+def test_the_last_job_file_is_put_while_the_output_is_listed(tmp_path, bucket, spool_tmp,
+                                                             monkeypatch):
+    """At a bucket job's end its ``_job.json`` with the offsets is put while the folder is
+    listed for the check (two requests at once, not one after the other); the summary
+    comes after both."""
+    name, options, fs = bucket
+    fs.pipe(f"{name}/a.txt", corpus_files(sample_lines() * 4)["a.txt"])
+    out = f"s3://{name}/out"
+    real = storage.Folder.entries
+    seen = []
+
+    def entries(self):
+        # the end's listing: wait (up to 20 s) for the _job.json that has the offsets
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            fs.invalidate_cache()
+            try:
+                job = json.loads(fs.cat(f"{name}/out/{jobs.JOB_FILE}"))
+            except FileNotFoundError:
+                job = {}
+            if job.get("documents") is not None:
+                seen.append(job["documents"])
+                break
+            time.sleep(0.05)
+        assert not fs.exists(f"{name}/out/{jobs.SUMMARY_FILE}")
+        return real(self)
+    monkeypatch.setattr(storage.Folder, "entries", entries)
+    summary = jobs.run_job(job_config(f"s3://{name}/a.txt", out, storage_options=options,
+                                      partition_size=4096))
+    assert seen == [summary["documents"]] and summary["partitions"] > 1
+    assert json.loads(fs.cat(f"{name}/out/{jobs.JOB_FILE}"))["documents"] == \
+        summary["documents"]
+
+
 def test_the_listings_head_and_the_first_partitions_come_in_one_get(bucket, spool_tmp,
                                                                      monkeypatch):
     """HeadStreams: the object head that listing and planning read is the start of one GET

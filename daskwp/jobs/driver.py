@@ -53,6 +53,7 @@ Resume design
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import functools
 import glob
@@ -479,6 +480,29 @@ def _write_json(path: str, obj: dict) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
+
+
+class _JobFilePut(threading.Thread):
+    """``save(offsets)`` in a thread of its own, within the caller's context (its storage
+    options); ``error``: what it raised, once joined."""
+
+    def __init__(self, save: Callable, offsets: list):
+        super().__init__(name="daskwp-job-file", daemon=True)
+        self._run = functools.partial(contextvars.copy_context().run, save, offsets)
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except BaseException as e:   # noqa: BLE001  (raised by the caller after join)
+            self.error = e
+
+
+def _job_file_put(save: Callable, offsets: list) -> _JobFilePut:
+    """A started :class:`_JobFilePut` of ``save(offsets)``."""
+    put = _JobFilePut(save, offsets)
+    put.start()
+    return put
 
 
 def _our_files(names: Iterable[str], cfg=None) -> tuple[list[str], list[str]]:
@@ -1574,29 +1598,42 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
         # store now, the work's time up to the last upload's end
         uploads.finish()
         work_seconds = max(work_seconds, uploads.finished_at - t_work)
-    sizes = None
-    ends: dict = {}
-    if parquet:   # one listing: temporary files, the parts' sizes, the rejects files
-        entries = folder.entries()
-        sizes = {name: size for name, (size, _) in entries.items()}
-        remove_temporary_files(folder, names=list(sizes))
-        if uploads is not None:   # the footers of the parts this process sent, as stored
-            ends = uploads.stored_ends(entries)
-
     if packing:
         offsets = packed_offsets
     else:
         offsets = [int(values[k]) for k in graph.offset_keys]
         counts = [int(values[k]) for k in graph.count_keys]
+    wrong = None   # a part whose record differs from the pass (after the listing: an error)
     for i, st in enumerate(stats):
         if megatron and st.get("logid_offset", 0) is None:
             st["logid_offset"] = offsets[i]   # a partition-local write's (job_graph)
-        if st["logid_offset"] != offsets[i] or st["documents"] != counts[i]:
-            raise JobError(f"output part {part_name(i, n)!r} in {out!r} records logID offset "
-                           f"{st['logid_offset']} and {st['documents']} documents, the job's "
-                           f"pass gives {offsets[i]} and {counts[i]}; delete it and rerun "
-                           f"the job")
-    save_job(offsets)
+        if wrong is None and (st["logid_offset"] != offsets[i] or
+                              st["documents"] != counts[i]):
+            wrong = (f"output part {part_name(i, n)!r} in {out!r} records logID offset "
+                     f"{st['logid_offset']} and {st['documents']} documents, the job's "
+                     f"pass gives {offsets[i]} and {counts[i]}; delete it and rerun the job")
+    sizes = None
+    ends: dict = {}
+    # an object store's _job.json (with the offsets) is put while the folder is listed:
+    # two requests at once, not one after the other
+    saving = _job_file_put(save_job, offsets) if parquet and folder.remote and \
+        wrong is None else None
+    try:
+        if parquet:   # one listing: temporary files, the parts' sizes, the rejects files
+            entries = folder.entries()
+            sizes = {name: size for name, (size, _) in entries.items()}
+            remove_temporary_files(folder, names=list(sizes))
+            if uploads is not None:   # the footers of the parts this process sent, as stored
+                ends = uploads.stored_ends(entries)
+    finally:
+        if saving is not None:
+            saving.join()
+    if wrong is not None:
+        raise JobError(wrong)
+    if saving is None:
+        save_job(offsets)
+    elif saving.error is not None:
+        raise saving.error
     if megatron and not folder.remote:
         # the rejects files of partition-local writes (this run's, or kept parts' of a
         # run stopped before it wrote them)
