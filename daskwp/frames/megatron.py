@@ -1341,19 +1341,39 @@ def frame_pieces(ids, lengths, dtype, cls_id=None, sep_id=None, eod_id=None, las
     native core in one pass (``_ext.frame_sequences``, uint16 or int32 output; other
     dtypes by NumPy). ValueError for an id ``dtype`` cannot hold."""
     out, out_lens, _ = _frame_pieces(ids, lengths, dtype, cls_id, sep_id, eod_id, last)
-    return out, out_lens
+    return out, out_lens.astype(np.int64)
 
 
 def _frame_pieces(ids, lengths, dtype, cls_id, sep_id, eod_id, last, unk_id=None):
-    """:func:`frame_pieces`, and how many of ``ids`` are ``unk_id`` (0 when None), counted
-    by the native core in the pass that checks the ids' range."""
+    """:func:`frame_pieces` with the lengths int32 (checked: what the ``.idx`` stores), and
+    how many of ``ids`` are ``unk_id`` (0 when None), counted by the native core in the
+    pass that checks the ids' range. ``last`` None with an ``eod_id``: every piece is the
+    last of its document.
+
+    The lengths are made in one int32 array (the piece's tokens + what each piece adds):
+    the int64 sums of each term, then their int32 copy, were four arrays of a slice's
+    pieces, fresh memory each, in a stage that moves ~8 bytes per piece for every byte of
+    them it needs."""
     from .. import _ext
     dtype = np.dtype(dtype)
     lengths = np.ascontiguousarray(lengths, dtype=np.int64)
-    out_lens = lengths + (cls_id is not None) + (sep_id is not None)
-    if eod_id is not None:
+    every = eod_id is not None and last is None   # (every piece gets the eod)
+    per_piece = (cls_id is not None) + (sep_id is not None) + every
+    if every:
+        last = np.ones(len(lengths), dtype=bool)
+    elif eod_id is not None:
         last = np.ascontiguousarray(last, dtype=bool)
-        out_lens = out_lens + last
+    some = eod_id is not None and not every   # (the pieces marked by last get the eod)
+    top = np.iinfo(np.int32).max - per_piece - some
+    if len(lengths) and (int(lengths.max()) > top or int(lengths.min()) < 0):
+        exact = lengths + per_piece
+        if some:
+            exact += last
+        _check_lengths(exact)   # (raises where one does not fit)
+    out_lens = np.empty(len(lengths), dtype=np.int32)
+    np.add(lengths, per_piece, out=out_lens, casting="unsafe")
+    if some:
+        out_lens += last
     total = int(out_lens.sum(dtype=np.int64))
     if dtype not in (np.dtype(np.uint16), np.dtype(np.int32)):
         unknown = 0 if unk_id is None else int(np.count_nonzero(np.asarray(ids) == unk_id))
@@ -1439,9 +1459,8 @@ def _document_sequences(token_ids, offsets, dtype, pieces_per_document=None, cls
         # a piece per document and none empty (most corpora): every piece is kept as the
         # last of its document; no index of the kept, no count per document
         out, out_lens, unknown = _frame_pieces(ids, lens, dtype, cls_id, sep_id, eod_id,
-                                               np.ones(n_pieces, dtype=bool), unk_id)
-        return (out, _check_lengths(out_lens), np.arange(n_pieces + 1, dtype=np.int64),
-                unknown)
+                                               None, unk_id)
+        return out, out_lens, np.arange(n_pieces + 1, dtype=np.int64), unknown
     kept = np.flatnonzero(lens > 0)
     if pieces_per_document is None:   # a piece per document
         n_docs = n_pieces
@@ -1458,7 +1477,7 @@ def _document_sequences(token_ids, offsets, dtype, pieces_per_document=None, cls
     last[:-1] = doc_of_kept[:-1] != doc_of_kept[1:]
     out, out_lens, unknown = _frame_pieces(ids, lengths, dtype, cls_id, sep_id, eod_id, last,
                                            unk_id)
-    return out, _check_lengths(out_lens), document_indices, unknown
+    return out, out_lens, document_indices, unknown
 
 
 def _host(a) -> np.ndarray:
