@@ -4,6 +4,8 @@ as merging them all at the end, nothing left behind when a part is refused."""
 
 from __future__ import annotations
 
+import fcntl
+import os
 from pathlib import Path
 
 import numpy as np
@@ -521,12 +523,12 @@ def test_an_index_planned_ahead_gives_the_bytes_of_one_write(tmp_path, monkeypat
     # the document indices on a thread of their own (direct) or not
     monkeypatch.setattr(fm, "_PARALLEL_ENTRIES", 1 if direct else 1 << 40)
     threads = set()
-    real_from = fm._DirectRegion.write_from
+    real_documents = fm.PairAppender._documents_to
 
-    def write_from(self, *args):
+    def documents_to(self, *args):
         threads.add(threading.current_thread().name.split("_")[0])
-        return real_from(self, *args)
-    monkeypatch.setattr(fm._DirectRegion, "write_from", write_from)
+        return real_documents(self, *args)
+    monkeypatch.setattr(fm.PairAppender, "_documents_to", documents_to)
     out = PairAppender(str(tmp_path / ".tmp-p"), fsync=True, direct=direct, keep=True)
     assert out.plan_index(whole.sequences + more, whole.documents + more)
     assert not out.plan_index(whole.sequences, whole.documents)   # once
@@ -545,8 +547,10 @@ def test_an_index_planned_ahead_gives_the_bytes_of_one_write(tmp_path, monkeypat
         return real(self, data)
     monkeypatch.setattr(fm._DirectRegion, "write", write)
     out.finish()
-    # (buffered, the document indices go through write too)
-    again = 8 * whole.sequences + (0 if direct else 8 * (whole.documents + 1))
+    # the document indices go through write too: buffered, or (direct, kept) from the
+    # memory that holds them as they are written to the section file (all but its leading
+    # 0, read from the file: write_from)
+    again = 8 * whole.sequences + 8 * whole.documents + (0 if direct else 8)
     assert sum(written) == (0 if more == 0 else again)
     for ext in (".bin", ".idx"):
         with open(out.prefix + ext, "rb") as fh:
@@ -771,3 +775,67 @@ def test_cluster_job_tells_the_merge_the_documents_before_its_last_part(tmp_path
     assert sum(written) < (8 * m["sequences"] + 8 * (m["documents"] + 1)) / 2
     for ext in (".bin", ".idx"):
         assert Path(m["prefix"] + ext).read_bytes() == Path(want + ext).read_bytes()
+
+
+@pytest.mark.parametrize("shortest", [0, 1])   # empty documents (no run) or none (a run)
+def test_a_kept_direct_merge_reads_its_document_indices_back_only_to_resume(
+        tmp_path, monkeypatch, shortest):
+    """PairAppender(keep=True, direct=True), an in-process job's merge (InlineMerge): the
+    document indices' section file is written without the page cache and the indices it
+    gets are held in memory too (a run as two numbers), so the .idx takes them from there:
+    only the section's leading 0 is read back. Resumed from its files (a killed run), the
+    indices of the datasets appended before are read from the section file. The bytes are
+    those of one write either way."""
+    import daskwp.frames.megatron as fm
+    n = 8
+    prefixes = _parts(tmp_path, n, shortest=shortest)
+    whole = read_index(str(tmp_path / "whole.idx"))
+    datasets = []
+    for p in prefixes:
+        ix = read_index(p + ".idx")
+        datasets.append(([np.fromfile(p + ".bin", dtype=np.uint16)],
+                         np.array(ix.sequence_lengths), np.array(ix.document_indices[1:])))
+    read_back = []
+    real_from = fm._DirectRegion.write_from
+
+    def write_from(self, fd, offset, count):
+        read_back.append(count)
+        return real_from(self, fd, offset, count)
+    monkeypatch.setattr(fm._DirectRegion, "write_from", write_from)
+
+    def appender(name, resume=None):
+        return PairAppender(str(tmp_path / name), fsync=True, direct=True, keep=True,
+                            resume=resume)
+
+    def check(out):
+        for ext in (".bin", ".idx"):
+            with open(out.prefix + ext, "rb") as fh:
+                assert fh.read() == (tmp_path / f"whole{ext}").read_bytes()
+        assert not list(tmp_path.glob(f"{os.path.basename(out.prefix)}.idx.*"))
+
+    out = appender(".tmp-a")
+    assert fcntl.fcntl(out._doc.fileno(), fcntl.F_GETFL) & os.O_DIRECT
+    for tokens, lengths, ends in datasets:
+        out.append_data(tokens, lengths, ends, np.uint16)
+    out.plan_index(out.sequences, out.documents)
+    out.write_ahead()
+    out.finish()
+    check(out)
+    assert sum(read_back) == 8   # the leading 0 only
+
+    read_back.clear()
+    out = appender(".tmp-b")
+    for tokens, lengths, ends in datasets[:4]:
+        out.append_data(tokens, lengths, ends, np.uint16)
+    state = (out.sequences, out.documents, out.bin_bytes, str(out.dtype))
+    before = out.documents
+    out._files, files = [], out._files   # killed: nothing closed nor removed
+    for _, fh in files:
+        fh.close()
+    out = appender(".tmp-b", resume=state)
+    for tokens, lengths, ends in datasets[4:]:
+        out.append_data(tokens, lengths, ends, np.uint16)
+    out.finish()
+    check(out)
+    assert sum(read_back) == 8 * (before + 1)   # those of the run before, from its file
+    assert whole.documents == out.documents

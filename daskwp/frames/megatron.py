@@ -881,23 +881,35 @@ class PairAppender:
         self._memory_bytes = 0
         self._memory_limit = 0 if keep else _DOCUMENT_MEMORY
         self._run_buf = np.empty(_RUN_ENTRIES, dtype=np.int64)
+        # with keep and direct: the section file written without the page cache, and the
+        # indices it gets also held in memory (_mirror_documents) for the .idx: entries
+        # [_mirror_lo, _mirror_hi) as pieces like _memory's; the file read back (through
+        # a buffered descriptor of its own, _doc_read) only for the others
+        direct_doc = keep and direct
+        self._mirror: list | None = [] if direct_doc else None
+        self._mirror_lo = self._mirror_hi = 0
+        self._mirror_bytes = 0
+        self._doc_read: int | None = None
         if resume is not None:   # the files hold datasets already: cut to them, go on
             self.sequences, self.documents, self.bin_bytes, dtype = resume
             self.dtype = None if dtype is None else np.dtype(dtype)
             sizes = _section_sizes(self.sequences, self.documents, self.bin_bytes)
             for ext in (".bin", ".idx", ".idx.documents"):
-                fh = self._open(ext, "r+b", direct and ext == ".bin", sizes[ext])
+                fh = self._open(ext, "r+b", direct and ext == ".bin" or
+                                direct_doc and ext == ".idx.documents", sizes[ext])
                 if not isinstance(fh, _DirectAppendFile):
                     fh.truncate(sizes[ext])
                     fh.seek(0, os.SEEK_END)
             self._bin, self._idx, self._doc = (f for _, f in self._files)
             self._file_entries = self.documents + 1
+            self._mirror_lo = self._mirror_hi = self._file_entries
             return
         self._bin = self._open(".bin", direct=direct)
         self._idx = self._open(".idx")
-        self._doc = self._open(".idx.documents")
+        self._doc = self._open(".idx.documents", direct=direct_doc)
         self._idx.write(bytes(_FIXED))          # the header, written by finish
         _write_array(self._doc, np.zeros(1, dtype=np.int64))
+        self._mirror_lo = self._mirror_hi = 1
 
     def _open(self, ext: str, mode: str = "w+b", direct: bool = False,
               keep: int | None = None):
@@ -950,6 +962,7 @@ class PairAppender:
         _write_array(sink(self._idx), lengths)
         # shifted a buffer at a time (an array of them was fresh memory each partition)
         _write_shifted(sink(self._doc), ends, self.sequences, self._buf)
+        self._mirror_documents(ends, self.sequences)
         self.sequences += len(lengths)
         self.documents += len(ends)
         self._file_entries += len(ends)
@@ -1076,6 +1089,7 @@ class PairAppender:
                 return
         self._spill()
         _write_shifted(self._doc, ends, shift, self._buf)
+        self._mirror_documents(ends, shift)
         self._file_entries += n
 
     def _spill(self) -> None:
@@ -1094,10 +1108,27 @@ class PairAppender:
         """Write the document indices' entries ``lo`` to ``hi`` (the leading 0 entry 0)
         to ``region``: from the section file, then from memory."""
         top = min(hi, self._file_entries)
-        if top > lo:
-            region.write_from(self._doc.fileno(), 8 * lo, 8 * (top - lo))
-            lo = top
-        for start, piece in self._memory:
+        # the section file's entries: those the mirror holds from memory, the others read
+        for a, b, held in ((lo, min(top, self._mirror_lo), False),
+                           (self._mirror_lo, min(top, self._mirror_hi), True),
+                           (self._mirror_hi, top, False)):
+            a = max(a, lo)
+            if b <= a:
+                continue
+            if held:
+                lo = self._pieces_to(region, self._mirror, a, b)
+            else:
+                region.write_from(self._section_fd(), 8 * a, 8 * (b - a))
+                lo = b
+        lo = self._pieces_to(region, self._memory, max(lo, top), hi)
+        if lo < hi:
+            raise ValueError(f"{self.prefix}: document indices {lo} to {hi} are not held")
+
+    def _pieces_to(self, region, pieces: list, lo: int, hi: int) -> int:
+        """Write the entries ``lo`` to ``hi`` that ``pieces`` (``_memory``'s or
+        ``_mirror``'s: ``(first entry, int64 array or (first index, count))``, in order)
+        hold to ``region``; returns the entry after the last written."""
+        for start, piece in pieces:
             if lo >= hi:
                 break
             size = piece[1] if isinstance(piece, tuple) else len(piece)
@@ -1110,8 +1141,49 @@ class PairAppender:
             else:
                 region.write(piece[a:b])
             lo = start + b
-        if lo < hi:
-            raise ValueError(f"{self.prefix}: document indices {lo} to {hi} are not held")
+        return lo
+
+    def _mirror_documents(self, ends: np.ndarray, shift: int) -> None:
+        """(With keep and direct) hold ``ends + shift``, the entries just written to the
+        section file, in memory too (:meth:`_documents_to` takes them there): a run of
+        consecutive indices as two numbers, other indices as an array while the arrays
+        held stay within :data:`_DOCUMENT_MEMORY`; past that the mirror stops (the file
+        is read back from there).
+
+        Why: in-process (:class:`daskwp.jobs.megatron.InlineMerge`, whose merge keeps its
+        files to resume) every index went through the page cache: written to the section
+        file (fresh cached pages, 8 bytes a document: most of the merge thread's system
+        CPU with the lengths), written back by each append's fdatasync, read back for the
+        ``.idx``. Now that file is written without the page cache and read back only for
+        the entries the mirror lacks (of a resumed run's earlier partitions)."""
+        if self._mirror is None or self._mirror_hi != self._file_entries or not len(ends):
+            return   # (none, or stopped: the entries before these are not all held)
+        n = len(ends)
+        if _is_run(ends, self._run_buf):
+            first = int(ends[0]) + shift
+            if self._mirror and isinstance(self._mirror[-1][1], tuple):
+                start, (f0, k) = self._mirror[-1]
+                if f0 + k == first:
+                    self._mirror[-1] = (start, (f0, k + n))
+                    self._mirror_hi += n
+                    return
+            self._mirror.append((self._mirror_hi, (first, n)))
+        elif self._mirror_bytes + 8 * n <= _DOCUMENT_MEMORY:
+            self._mirror.append((self._mirror_hi, ends + shift))
+            self._mirror_bytes += 8 * n
+        else:
+            return
+        self._mirror_hi += n
+
+    def _section_fd(self) -> int:
+        """A descriptor to read the section file: its own, or (written without the page
+        cache) a buffered one, once what its buffer holds is written."""
+        if not isinstance(self._doc, _DirectAppendFile):
+            return self._doc.fileno()
+        self._doc.flush()
+        if self._doc_read is None:
+            self._doc_read = os.open(self.prefix + ".idx.documents", os.O_RDONLY)
+        return self._doc_read
 
     def _region_to_section(self) -> None:
         """(Under the lock, before the plan's regions are dropped) copy the document
@@ -1289,6 +1361,11 @@ class PairAppender:
         with self._ahead_lock:
             self._drop_plan()
             self._memory = []
+            if self._mirror is not None:
+                self._mirror = []
+            if self._doc_read is not None:
+                os.close(self._doc_read)
+                self._doc_read = None
         for ext, fh in self._files:
             fh.close()
             if self.keep and not self.finished:   # to resume (a job's merge)
