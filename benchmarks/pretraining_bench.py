@@ -3,9 +3,10 @@ speed and memory goals as ratios within the run):
 
 * the bare kernel: ``tok.encode`` in this process on every core, in batches of the
   partition size over the first ``--kernel-mb`` MB, a cold pass then warm ones, one
-  before each round of jobs (the ratios use the best warm pass; every job's MB/s is the
-  best of its ``--rounds`` rounds; beside it, each job's best ratio to the pass of its own
-  round, the machine as it was then);
+  right before every timed job (the headline ratios use the best warm pass; every job's
+  MB/s is the best of its ``--rounds`` rounds; beside it, each round's ratio of the job to
+  the pass just before it, the machine as it was then: this VM's speed drifts by 20-30%
+  over minutes, so a pass minutes away says little about a job's);
 * ``daskwp tokenize --output-format megatron`` (a local cluster, one 1-thread worker per
   core; tokenize, write the parts, merge);
 * what ``tools/preprocess_data.py`` does: a ``multiprocessing.Pool`` of one worker per core
@@ -186,16 +187,17 @@ def main() -> int:
         # each round of jobs, so the warm figure the ratios use (the best of them, as
         # pipeline_bench's) is measured beside the jobs and not once at the start of a
         # run on a machine whose speed drifts
+        batches, sample = [], 0   # read once, kept for every pass
+        for spec in plan_partitions(list_input_files(str(jsonl)), "text",
+                                    daskwp.core.options.check_bytes(
+                                        "p", args.partition_size)):
+            if sample >= args.kernel_mb * MB:
+                break
+            batch = read_partition(spec)
+            batches.append(batch)
+            sample += text_bytes(batch)
+
         def kernel_pass(count=1):
-            batches, sample = [], 0
-            for spec in plan_partitions(list_input_files(str(jsonl)), "text",
-                                        daskwp.core.options.check_bytes(
-                                            "p", args.partition_size)):
-                if sample >= args.kernel_mb * MB:
-                    break
-                batch = read_partition(spec)
-                batches.append(batch)
-                sample += text_bytes(batch)
             passes = []
             for _ in range(count):
                 out_bytes = 0
@@ -245,20 +247,32 @@ def main() -> int:
                 cli_cmds.append(shown)
             return json.loads(proc.stdout), mb / wall
 
-        # every job's MB/s is the best of --rounds rounds; each round starts with a warm
-        # kernel pass, so the kernel's best is taken over passes interleaved with the jobs
+        # every job's MB/s is the best of --rounds rounds; a warm kernel pass runs right
+        # before every timed job, so the kernel's best is taken over passes interleaved
+        # with the jobs and every job has a pass beside it
         best: dict[str, float] = {}
         stages: dict[str, dict] = {}
         growth_rounds = []   # (peak RSS, kept caches) per worker, each round's Megatron job
 
-        # each job's best ratio to the kernel pass of its own round (the pass just before
-        # it, on the machine as it is then: this VM runs slower under sustained load than
-        # in a run's first seconds, where the best pass usually falls)
-        beside: dict[str, float] = {}
+        # each round's ratio of a job to the kernel pass just before it (the machine as it
+        # is then: this VM's speed drifts by 20-30% over minutes, and the best pass is
+        # often one a job never ran beside)
+        beside: dict[str, list] = {}
+
+        def kernel_now(what):
+            warm_passes.extend(kernel_pass()[2])
+            log(f"kernel {warm_passes[-1][0]:.1f} MB/s warm, before {what}")
 
         def keep(name, value):
             best[name] = max(best.get(name, 0.0), value)
-            beside[name] = max(beside.get(name, 0.0), value / warm_passes[-1][0])
+            beside.setdefault(name, []).append(value / warm_passes[-1][0])
+
+        def ratios(name):
+            return ", ".join(f"{v:.2f}" for v in beside[name])
+
+        def cost(packed_name, plain_name):
+            return ", ".join(f"{100 * (u / p - 1):.1f}%"
+                             for p, u in zip(beside[packed_name], beside[plain_name]))
 
         with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
                           dashboard_address=None) as cluster, Client(cluster) as client:
@@ -277,21 +291,22 @@ def main() -> int:
                                      output_format="megatron")), client=client)
             idle = client.run(current_rss_bytes)   # warmed, idle workers
             for r in range(args.rounds):
-                if r:
-                    warm_passes += kernel_pass()[2]
-                    log(f"round {r + 1}: kernel {warm_passes[-1][0]:.1f} MB/s warm")
                 client.run(reset_peak_rss)
+                kernel_now("the Megatron job")
                 s, rate = job("megatron", output_format="megatron",
                               add_special_tokens=False, append_eod=True)
                 keep("megatron", rate)
                 growth_rounds.append((client.run(peak_rss_bytes), client.run(kept_caches)))
                 stages["megatron"] = megatron_stages(s)
+                kernel_now("count")
                 t0 = time.perf_counter()
                 run_count(make_config(dict(common, output=str(tmp))), client=client)
                 keep("count", mb / (time.perf_counter() - t0))
+                kernel_now("the Parquet job")
                 s, rate = job("plain", padding="do_not_pad")
                 keep("plain", rate)
                 stages["tokenize (Parquet)"] = s["cpu_seconds"]
+                kernel_now("the packed job")
                 s, rate = job("packed", packing=512)
                 keep("packed", rate)
                 stages["--pack 512"] = s["cpu_seconds"]
@@ -299,15 +314,17 @@ def main() -> int:
         # the default commands after the cluster is closed: a user's command has no idle
         # cluster beside it (one at distributed's defaults takes ~8% of a core)
         for r in range(args.rounds):
-            warm_passes += kernel_pass()[2]
-            log(f"round {r + 1}: kernel {warm_passes[-1][0]:.1f} MB/s warm")
+            kernel_now("the default Megatron command")
             s, rate = cli("d-megatron", "tokenize", "--output-format", "megatron",
                           "--no-add-special-tokens", "--append-eod")
             keep("d_meg", rate)
             stages["megatron, default command"] = megatron_stages(s)
             ran = (s.get("run") or {}).get("mode", "?")
+            kernel_now("the default count")
             keep("d_count", cli("d-count", "count")[1])
+            kernel_now("the default Parquet command")
             keep("d_plain", cli("d-plain", "tokenize", "--padding", "do_not_pad")[1])
+            kernel_now("the default packed command")
             keep("d_packed", cli("d-packed", "tokenize", "--pack", "512")[1])
             log(f"round {r + 1}: default commands done")
         kernel, kernel_cpu_sample = max(warm_passes)
@@ -318,31 +335,33 @@ def main() -> int:
         d_meg, d_count, d_plain, d_packed = (best[k] for k in ("d_meg", "d_count", "d_plain",
                                                                "d_packed"))
         rows.append((f"bare kernel: tok.encode in {args.partition_size} batches, all cores, "
-                     f"warm, the best of {len(warm_passes)} passes, one before each round of "
-                     f"jobs (the ratios use the best; each job's best ratio to its own "
-                     f"round's pass beside it) "
+                     f"warm, the best of {len(warm_passes)} passes, one right before every "
+                     f"timed job (the ratios use the best; beside them each round's ratio "
+                     f"to the pass just before the job) "
                      f"("
                      + ", ".join(f"{v:.1f}" for v, _ in warm_passes)
                      + f"; first {sample / MB:,.0f} MB; its first, cold pass "
                      f"{kernel_cold:.1f})", kernel, ""))
         rows += [
             ("cluster: daskwp --output-format megatron --append-eod", megatron,
-             f"{megatron / kernel:.2f}x kernel ({beside['megatron']:.2f}x its round's pass)"),
+             f"{megatron / kernel:.2f}x kernel (each round to the pass before it: {ratios('megatron')})"),
             ("cluster: daskwp count", count,
-             f"{count / kernel:.2f}x kernel ({beside['count']:.2f}x its round's pass)"),
+             f"{count / kernel:.2f}x kernel (each round to the pass before it: {ratios('count')})"),
             ("cluster: daskwp tokenize --padding do_not_pad (Parquet)", plain, ""),
             ("cluster: daskwp tokenize --pack 512 (Parquet)", packed,
-             f"packing costs {100 * (plain / packed - 1):.1f}% of the unpacked job's time"),
+             f"packing costs {100 * (plain / packed - 1):.1f}% of the unpacked job's time "
+             f"(each round, the jobs to the passes before them: {cost('packed', 'plain')})"),
             (f"default command (ran: {ran}): daskwp tokenize --output-format megatron "
              f"--append-eod, whole command", d_meg,
-             f"{d_meg / kernel:.2f}x kernel ({beside['d_meg']:.2f}x its round's pass)"),
+             f"{d_meg / kernel:.2f}x kernel (each round to the pass before it: {ratios('d_meg')})"),
             ("default command: daskwp count, whole command", d_count,
-             f"{d_count / kernel:.2f}x kernel ({beside['d_count']:.2f}x its round's pass)"),
+             f"{d_count / kernel:.2f}x kernel (each round to the pass before it: {ratios('d_count')})"),
             ("default command: daskwp tokenize --padding do_not_pad (Parquet), whole command",
              d_plain, ""),
             ("default command: daskwp tokenize --pack 512 (Parquet), whole command", d_packed,
              f"packing costs {100 * (d_plain / d_packed - 1):.1f}% of the unpacked job's "
-             f"time")]
+             f"time (each round, the jobs to the passes before them: "
+             f"{cost('d_packed', 'd_plain')})")]
         hf_bytes, hf_s = preprocess_data_like(jsonl, vocab, tmp / "pdp", args.workers,
                                               args.hf_mb)
         pdp = hf_bytes / MB / hf_s
