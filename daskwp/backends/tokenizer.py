@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -271,7 +270,7 @@ class WordPieceTokenizer:
         compiled = self._compiled
         try:
             prefix = vocab.prefix_choice(
-                hashlib.blake2b(compiled.blob, digest_size=16).digest(),
+                compiled.digest,
                 lambda: internal_prefix(compiled, vocab.continuing_subword_prefix,
                                         vocab.model_tokens))
         except ValueError as e:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pickle
 import re
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -14,6 +15,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from .. import _ext
+from .cache import BoundedCache
 
 DEFAULT_VOCAB_PATH = Path(__file__).resolve().parent.parent / "data" / "bert-base-uncased-vocab.txt"
 
@@ -63,8 +65,13 @@ class Vocabulary:
     -----
     **Memory.** The blob is about 40 bytes per trie node: ~1.3 MB for bert-base-uncased, ~9
     MB for the 119,547-token multilingual vocabulary; special tokens add about 13 bytes per
-    trie node of their own plus their bytes (10,000 like ``<|tok_00042|>``: 0.6 MB). It
-    pickles as bytes, so Dask ships it once per worker keyed by :attr:`hash`.
+    trie node of their own plus their bytes (10,000 like ``<|tok_00042|>``: 0.6 MB).
+
+    **Pickling.** A vocabulary pickles as its tokens and settings (about 0.3 MB for
+    bert-base-uncased; the blob is rebuilt from them on loading, and checked against
+    :attr:`hash`) plus a digest of that content. A process keeps the last few vocabularies
+    it loaded or pickled by that digest, so loading one it already holds (every job's task
+    graph on a running Dask worker) is a lookup that returns the same object.
 
     **Differences from HuggingFace.** A UTF-8 BOM at the start of ``vocab.txt`` is stripped
     (HF keeps it in the first token). A ``tokenizer.json`` added token with ``"normalized":
@@ -160,6 +167,12 @@ class Vocabulary:
         self._prefix_blobs: dict = {}
         self._prefix_choices: dict = {}
         self._blob = self._compile(prefix)
+        self.hash = self._content_hash()
+
+    def _content_hash(self) -> str:
+        """:attr:`hash`: the digest of the blob, the tokens, the special names (when not
+        BERT's) and the non-special added tokens."""
+        names = self._names
         h = hashlib.blake2b(digest_size=16)
         h.update(self._blob)
         h.update("\n".join(self._tokens).encode("utf-8", "surrogatepass"))
@@ -170,7 +183,7 @@ class Vocabulary:
         if self._nonspecial:
             h.update(("\0nonspecial\0" + "\0".join(self._nonspecial))
                      .encode("utf-8", "surrogatepass"))
-        self.hash = h.hexdigest()
+        return h.hexdigest()
 
     # -- construction -------------------------------------------------------------------
     @classmethod
@@ -481,7 +494,23 @@ class Vocabulary:
         return ("daskwp.Vocabulary", self.hash)
 
     def __reduce__(self):
-        return (_rebuild_vocabulary, (self.__getstate__(),))
+        key, payload = self._pickled()
+        return (_unpickle_vocabulary, (key, payload))
+
+    def _pickled(self) -> tuple[str, bytes]:
+        """(content key, payload): the payload is :meth:`__getstate__` without the blob
+        (rebuilt from the tokens on loading), pickled once per instance; the key is its
+        digest. The instance is remembered under the key, so this process loads it back
+        as itself."""
+        done = self.__dict__.get("_pickled_state")
+        if done is None:
+            state = self.__getstate__()
+            del state["blob"]
+            payload = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+            key = hashlib.blake2b(payload, digest_size=20).hexdigest()
+            done = self._pickled_state = (key, payload)
+            _BY_CONTENT.put(key, self)
+        return done
 
     def __getstate__(self) -> dict:
         # The token -> id maps are rebuilt from the id -> token list on unpickling (the last
@@ -593,6 +622,31 @@ def _special_names(spec: dict) -> dict:
     return {k: v for k, v in names.items() if isinstance(v, str) and v}
 
 
+#: Vocabularies this process unpickled (or pickled), by the digest of their pickled content:
+#: loading a vocabulary the process already holds is a lookup. Keys come from the whole
+#: payload (tokens, ids, special tokens, names, prefix, source, config), so two vocabularies
+#: that differ anywhere never share an entry.
+_BY_CONTENT = BoundedCache("vocabularies_by_content", 4)
+
+
+def _unpickle_vocabulary(key: str, payload: bytes) -> Vocabulary:
+    """The vocabulary of ``payload`` (what :meth:`Vocabulary._pickled` made): this process's
+    copy when it has one under ``key``, else rebuilt from the payload alone."""
+    return _BY_CONTENT.get_or_create(key, lambda: _rebuild_from_payload(key, payload))
+
+
+def _rebuild_from_payload(key: str, payload: bytes) -> Vocabulary:
+    state = pickle.loads(payload)
+    v = _rebuild_vocabulary(state)
+    v._blob = v._compile(v.continuing_subword_prefix)
+    if v._content_hash() != v.hash:
+        raise ValueError(f"unpickled vocabulary {v.source!r} compiles to another trie than the "
+                         f"one it was pickled with (hash {v.hash[:12]}); the daskwp versions "
+                         f"that pickled and loaded it differ")
+    v._pickled_state = (key, payload)
+    return v
+
+
 def _rebuild_vocabulary(state: dict) -> Vocabulary:
     v = Vocabulary.__new__(Vocabulary)
     v._tokens = state["tokens"]
@@ -616,7 +670,7 @@ def _rebuild_vocabulary(state: dict) -> Vocabulary:
     v._registered = tuple(state.get("registered", ()))
     v.continuing_subword_prefix = state["prefix"]
     v.special_tokens = tuple(state["special_tokens"])
-    v._blob = state["blob"]
+    v._blob = state.get("blob")
     v._prefix_blobs = {}
     v._prefix_choices = {}
     v.hash = state["hash"]

@@ -8,6 +8,8 @@ continuation pieces.
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
 from .bert import norm_blob
@@ -36,10 +38,12 @@ class CompiledPipeline:
     """``blob`` (bytes, model.hpp's layout) and ``classes`` (uint8[0x110000]: the
     pre-tokenizer class of each code point as an output character)."""
 
-    __slots__ = ("blob", "classes", "ascii_free")
+    __slots__ = ("blob", "classes", "ascii_free", "digest")
 
     def __init__(self, blob: bytes, classes: np.ndarray, ascii_free: tuple):
         self.blob = blob
+        #: 16-byte digest of ``blob`` (the key of per-vocabulary choices made for it)
+        self.digest = hashlib.blake2b(blob, digest_size=16).digest()
         self.classes = classes
         #: ASCII characters that never start a word: pre-tokenizer whitespace, or never
         #: output by the normalizer
