@@ -134,3 +134,26 @@ def test_a_pickle_of_the_former_layout_still_loads():
     v = Vocabulary.from_tokens(TOKENS)
     old = vocab_module._rebuild_vocabulary(v.__getstate__())
     assert old.hash == v.hash and old.blob == v.blob and old.tokens == v.tokens
+
+
+def test_unpickled_tokenizers_share_one_kernel_model_per_setting():
+    # the model (and the CPU word memo's key, a hash of both blobs) is made once per
+    # vocabulary, normalization and word limit, not per unpickled tokenizer
+    v = Vocabulary.from_tokens(TOKENS)
+    tok = daskwp.WordPieceTokenizer(v)
+    b = pickle.dumps(tok)
+    t1, t2 = pickle.loads(b), pickle.loads(b)
+    assert t1.kernel_model is t2.kernel_model is tok.kernel_model
+    short = daskwp.WordPieceTokenizer(v, max_input_chars_per_word=3)
+    cased = daskwp.WordPieceTokenizer(v, lowercase=False)
+    models = {id(t.kernel_model) for t in (tok, short, cased)}
+    assert len(models) == 3
+    assert short.encode(["hello"]).to_list() == [[1]]
+    assert cased.encode(["Hello hello"]).to_list() == [[1, 5]]
+    assert tok.encode(["Hello hello"]).to_list() == [[5, 5]]
+    # a vocabulary with more tokens gets a model of its own
+    more = daskwp.WordPieceTokenizer(v)
+    ids = more.add_special_tokens(["<x1>"])
+    assert more.kernel_model is not tok.kernel_model
+    assert more.encode(["hello <x1>"]).to_list() == [[5, ids[0]]]
+    assert tok.encode(["hello <x1>"]).to_list() == [[5, 1, 1, 1]]

@@ -275,12 +275,18 @@ class WordPieceTokenizer:
                                         vocab.model_tokens))
         except ValueError as e:
             raise ValueError(f"{self._where}: {e}") from None
-        vocab_blob = vocab.blob if prefix is None else vocab.blob_for_prefix(prefix)
-        self.kernel_model = KernelModel(
-            vocab=vocab,
-            vocab_blob=np.frombuffer(vocab_blob, dtype=np.uint8),
-            norm_blob=np.frombuffer(compiled.blob, dtype=np.uint8),
-            max_input_chars_per_word=self.max_input_chars_per_word)
+        limit = self.max_input_chars_per_word
+
+        def model() -> KernelModel:
+            vocab_blob = vocab.blob if prefix is None else vocab.blob_for_prefix(prefix)
+            return KernelModel(vocab=vocab, vocab_blob=np.frombuffer(vocab_blob, dtype=np.uint8),
+                               norm_blob=np.frombuffer(compiled.blob, dtype=np.uint8),
+                               max_input_chars_per_word=limit)
+
+        # One model per vocabulary, normalization and word limit: tokenizers unpickled in a
+        # worker share it, and with it the backends' per-model state (the CPU word memo's key,
+        # a hash of both blobs)
+        self.kernel_model = vocab.derived(("kernel_model", compiled.digest, prefix, limit), model)
         self.vocab = vocab
 
     @staticmethod

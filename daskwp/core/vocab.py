@@ -166,6 +166,7 @@ class Vocabulary:
         self._nonspecial = tuple(t for t in nonspecial if t in self.special_tokens)
         self._prefix_blobs: dict = {}
         self._prefix_choices: dict = {}
+        self._derived: dict = {}
         self._blob = self._compile(prefix)
         self.hash = self._content_hash()
 
@@ -412,6 +413,16 @@ class Vocabulary:
         if key not in self._prefix_choices:
             self._prefix_choices[key] = choose()
         return self._prefix_choices[key]
+
+    def derived(self, key, make):
+        """``make()``, kept with this vocabulary under ``key`` (what a tokenizer builds from
+        the vocabulary alone and ``key``, like its kernel model: tokenizers that share the
+        vocabulary, e.g. every unpickled copy of one in a worker, share it). Not carried over
+        to :meth:`with_special_tokens`' vocabulary."""
+        value = self._derived.get(key)
+        if value is None:
+            value = self._derived.setdefault(key, make())
+        return value
 
     # -- queries --------------------------------------------------------------------------
     @property
@@ -673,6 +684,7 @@ def _rebuild_vocabulary(state: dict) -> Vocabulary:
     v._blob = state.get("blob")
     v._prefix_blobs = {}
     v._prefix_choices = {}
+    v._derived = {}
     v.hash = state["hash"]
     v.source = state["source"]
     v.config = state["config"]
