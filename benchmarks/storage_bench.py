@@ -405,7 +405,8 @@ def report(res: dict, args, info: dict, inputs: dict, server_info: dict, minutes
 
 STAGES = ("read", "tokenize", "arrow", "write", "finish")
 #: What the report says the S3 job does beyond the local one.
-NOTE = ("What the S3 job does beyond the local one: listing and planning read the input "
+NOTE = ("What the S3 job does beyond the local one: listing (one LIST, which gives the "
+        "input object's size and ETag: no HEAD) and planning read the input "
         "object's first MB (codec, format, JSON keys) from the GET that fetches the first "
         "partitions' ranges for their counts (below), and nothing at the partitions' cuts; "
         "the global-offset pass fetches each partition's byte range, from the byte before "

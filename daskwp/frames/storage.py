@@ -766,6 +766,42 @@ def remove_stale_staging(root: str, now: float | None = None) -> list[str]:
     return removed
 
 
+def object_or_folder(fs, path: str) -> tuple[dict | None, bool] | None:
+    """On s3fs, from one listing of the names that start with ``path`` cut at the next "/"
+    (the object itself, and ``path/`` as one common prefix where anything is below it;
+    other names that start with ``path`` come too, a page at a time, up to ``path/``):
+    ``(the object's info as s3fs's ``info`` gives it, or None where no object has that
+    name; whether anything is below path/)``, where a HEAD and a listing were two
+    requests. None on another filesystem, and for a bucket (whose listing would be every
+    top-level name). Errors as s3fs raises them (a missing bucket: FileNotFoundError)."""
+    if type(fs).__module__.split(".")[0] != "s3fs" or not hasattr(fs, "_call_s3"):
+        return None
+    bucket, key, version = fs.split_path(path)
+    if not key or version:
+        return None
+    from fsspec.asyn import sync
+    folder = key + "/"
+    kw = {"Bucket": bucket, "Prefix": key, "Delimiter": "/"}
+    info = None
+    while True:
+        page = sync(fs.loop, fs._call_s3, "list_objects_v2", **kw)
+        contents = page.get("Contents") or []
+        prefixes = [c.get("Prefix", "") for c in page.get("CommonPrefixes") or []]
+        for c in contents:
+            if c.get("Key") == key:
+                info = {"ETag": c.get("ETag", ""), "LastModified": c.get("LastModified", ""),
+                        "size": c.get("Size"), "name": f"{bucket}/{key}", "type": "file",
+                        "StorageClass": c.get("StorageClass", "STANDARD")}
+        if folder in prefixes:
+            return info, True
+        token = page.get("NextContinuationToken")
+        # (names come in order: one past path/ means there is nothing below it)
+        if not page.get("IsTruncated") or not token or \
+                max([c.get("Key", "") for c in contents] + prefixes, default="") > folder:
+            return info, False
+        kw["ContinuationToken"] = token
+
+
 class Folder:
     """A folder of output files: a local directory (POSIX: a temporary file, fsync'ed and
     renamed) or a prefix of an object store (a file appears under its name complete: one
@@ -830,34 +866,15 @@ class Folder:
     @staticmethod
     def _object_or_folder(fs, path: str) -> tuple[bool, bool | None]:
         """``(whether an object is named path, whether anything is below path/)``, the
-        second None where not known. On s3fs one listing of the names that start with
-        ``path``, cut at the next "/" (the object itself, and ``path/`` as one common
-        prefix where the folder holds anything; other names that start with ``path`` come
-        too, a page of them at a time, up to ``path/``), where a HEAD of the object and a
-        listing of the folder were two requests. Elsewhere fsspec's ``isfile`` (False on
-        any error: the probe's put says what fails)."""
-        if type(fs).__module__.split(".")[0] != "s3fs" or not hasattr(fs, "_call_s3"):
-            return fs.isfile(path), None
-        bucket, key, _ = fs.split_path(path)
-        if not key:
-            return False, None    # (a bucket: the listing would be every top-level name)
-        from fsspec.asyn import sync
-        folder = key + "/"
-        kw = {"Bucket": bucket, "Prefix": key, "Delimiter": "/"}
-        is_object = False
-        while True:
-            page = sync(fs.loop, fs._call_s3, "list_objects_v2", **kw)
-            keys = [c.get("Key", "") for c in page.get("Contents") or []]
-            prefixes = [c.get("Prefix", "") for c in page.get("CommonPrefixes") or []]
-            is_object = is_object or key in keys
-            if folder in prefixes:
-                return is_object, True
-            token = page.get("NextContinuationToken")
-            # (names come in order: one past path/ means there is nothing below it)
-            if not page.get("IsTruncated") or not token or \
-                    max(keys + prefixes, default="") > folder:
-                return is_object, False
-            kw["ContinuationToken"] = token
+        second None where not known: on s3fs one listing (:func:`object_or_folder`), where
+        a HEAD of the object and a listing of the folder were two requests; elsewhere
+        fsspec's ``isfile`` (False on any error: the probe's put says what fails)."""
+        known = object_or_folder(fs, path)
+        if known is not None:
+            return known[0] is not None, known[1]
+        if type(fs).__module__.split(".")[0] == "s3fs" and not fs.split_path(path)[1]:
+            return False, None    # (a bucket: no object has its name)
+        return fs.isfile(path), None
 
     def listdir(self) -> list[str]:
         """The names in the folder ([] when it does not exist yet)."""

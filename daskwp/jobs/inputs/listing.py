@@ -196,7 +196,8 @@ def _url_files(item: str, include: _Patterns, excluded: _Excluded,
     """The objects an fsspec URL names (an object, a glob, or a folder: every object
     below it), as URLs, by the rules of local inputs: sorted, hidden names skipped unless a
     pattern names them, include/exclude relative to a folder input. ``infos`` gets the
-    ``info`` of a URL that names one object (its HEAD: not sent again)."""
+    ``info`` of a URL that names one object (on S3 from the one listing that says too
+    whether the URL is a folder, else its HEAD: not sent again)."""
     fs, path = storage.filesystem(item)
     path = path.rstrip("/") or path
 
@@ -223,7 +224,11 @@ def _url_files(item: str, include: _Patterns, excluded: _Excluded,
             if not found:
                 raise InputError(f"no input file matches {item!r}")
             return sorted(found)
-        if fs.isdir(path):
+        try:   # on S3 one listing: the object's info and whether path/ holds anything
+            known = storage.object_or_folder(fs, path)
+        except FileNotFoundError:    # (a missing bucket: nothing of that name)
+            known = (None, False)
+        if (known[1] if known is not None else fs.isdir(path)):
             found = []
             for p, info in fs.find(path, detail=True).items():
                 rel = p[len(path):].lstrip("/")
@@ -243,10 +248,13 @@ def _url_files(item: str, include: _Patterns, excluded: _Excluded,
                 what = " that include/exclude select" if include or excluded.relative else ""
                 raise InputError(f"input directory {item!r} holds no files{what}")
             return [u for _, u in sorted(found)]
-        try:
-            info = fs.info(path)
-        except FileNotFoundError:
-            info = None
+        if known is not None:
+            info = known[0]
+        else:
+            try:
+                info = fs.info(path)
+            except FileNotFoundError:
+                info = None
         if info is not None and info.get("type") == "file":
             if infos is not None:
                 infos[item] = info
