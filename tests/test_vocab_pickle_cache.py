@@ -157,3 +157,14 @@ def test_unpickled_tokenizers_share_one_kernel_model_per_setting():
     assert more.kernel_model is not tok.kernel_model
     assert more.encode(["hello <x1>"]).to_list() == [[5, ids[0]]]
     assert tok.encode(["hello <x1>"]).to_list() == [[5, 1, 1, 1]]
+
+
+def test_the_kernel_model_key_is_computed_once():
+    # the GPU backend's per-model cache asks for it on every call (a digest of the 0.3 MB
+    # normalization blob each time before)
+    km = pickle.loads(pickle.dumps(daskwp.WordPieceTokenizer(Vocabulary.from_tokens(TOKENS)))
+                      ).kernel_model
+    assert km.key is km.key and km.key[0] == km.vocab.hash
+    other = daskwp.WordPieceTokenizer(Vocabulary.from_tokens(TOKENS),
+                                      max_input_chars_per_word=7).kernel_model
+    assert other.key[:2] == km.key[:2] and other.key[2] == 7 != km.key[2]

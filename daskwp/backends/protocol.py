@@ -13,6 +13,7 @@ consumes byte for byte (docs/design.md §8) — and the validated
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 from typing import Protocol
 
@@ -42,10 +43,11 @@ class KernelModel:
     norm_blob: np.ndarray
     max_input_chars_per_word: int
 
-    @property
+    @functools.cached_property
     def key(self) -> tuple:
         """Identity of what the kernels compute: vocabulary hash, normalization digest and
-        word limit (the key of every per-model cache)."""
+        word limit (the key of every per-model cache; computed once per model, which
+        tokenizers sharing a vocabulary share)."""
         return (self.vocab.hash, hashlib.blake2b(self.norm_blob, digest_size=16).hexdigest(),
                 self.max_input_chars_per_word)
 
