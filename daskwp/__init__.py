@@ -37,33 +37,50 @@ if _started_as_command(_sys.argv, getattr(_sys, "orig_argv", ()),
     # as a nanny's get OPENBLAS_NUM_THREADS=1 anyway (distributed.nanny.pre-spawn-environ).
     _os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from .core import config as _config  # noqa: F401  (registers daskwp's dask.config defaults)
-from .core import cache as _cache
-from .core.decode import decode, merge_wordpieces
-from .core.labels import align_labels, labels_to_spans, spans_to_labels
-from .core.ragged import BatchWindows, Encoding, RaggedRows
-from .core.stitch import stitch, stitch_flat
+from .accessors.register import after_import as _after_import, register_accessors
 from .core.version import __version__
-from .core.vocab import Vocabulary
-from .core.windows import OutputSizeError
-from .backends import cpu as _cpu
-from .backends import memory as _host_memory
-from .backends.cpu import windows_from_encoding
-from .backends.tokenizer import WordPieceTokenizer
-from .backends.transformers_compat import TransformersTokenizer
-from .distributed.cluster import connect
-from .accessors.register import register_accessors
-from .io.tokenized import read_tokenized
-from . import memory
 
 register_accessors()  # .wordpiece on pandas, Dask and (when it imports) cudf Series
+
+
+def _register_config_defaults() -> None:
+    from .core.config import dask_config
+    dask_config()
+
+
+# daskwp's dask.config defaults (daskwp.<name>) are there as soon as dask is imported, now
+# or later: importing daskwp imports no dask itself (the in-process command needs none of it).
+_after_import("dask.config", _register_config_defaults)
+
+#: The public API, imported on first use (PEP 562): ``import daskwp`` imports neither dask
+#: nor pandas nor the tokenizer's backends until a name below is used (the ``daskwp``
+#: command's start; docs/design.md §8). {name: (module, attribute; None: the module)}
+_LAZY = {
+    "decode": (".core.decode", "decode"),
+    "merge_wordpieces": (".core.decode", "merge_wordpieces"),
+    "align_labels": (".core.labels", "align_labels"),
+    "labels_to_spans": (".core.labels", "labels_to_spans"),
+    "spans_to_labels": (".core.labels", "spans_to_labels"),
+    "BatchWindows": (".core.ragged", "BatchWindows"),
+    "Encoding": (".core.ragged", "Encoding"),
+    "RaggedRows": (".core.ragged", "RaggedRows"),
+    "stitch": (".core.stitch", "stitch"),
+    "stitch_flat": (".core.stitch", "stitch_flat"),
+    "Vocabulary": (".core.vocab", "Vocabulary"),
+    "OutputSizeError": (".core.windows", "OutputSizeError"),
+    "windows_from_encoding": (".backends.cpu", "windows_from_encoding"),
+    "WordPieceTokenizer": (".backends.tokenizer", "WordPieceTokenizer"),
+    "TransformersTokenizer": (".backends.transformers_compat", "TransformersTokenizer"),
+    "connect": (".distributed.cluster", "connect"),
+    "read_tokenized": (".io.tokenized", "read_tokenized"),
+    "memory": (".memory", None),
+}
 
 __all__ = ["BatchWindows", "Encoding", "OutputSizeError", "RaggedRows", "TransformersTokenizer", "Vocabulary", "WordPieceTokenizer",
            "__version__", "align_labels", "connect", "decode",
            "labels_to_spans", "memory", "merge_wordpieces", "read_tokenized",
            "register_accessors", "spans_to_labels",
            "stitch", "stitch_flat", "windows_from_encoding"]
-
 
 # -- the memory functions' old names: deprecated aliases for one release (0.x: removed in the
 # next), outside __all__; daskwp.memory holds them now.
@@ -78,15 +95,36 @@ def _deprecated(old: str, new: str, fn):
     return alias
 
 
-cache_info = _deprecated("cache_info", 'daskwp.memory.info()["caches"]', _cache.cache_info)
-clear_caches = _deprecated("clear_caches", "daskwp.memory.clear()", _cache.clear_caches)
-word_cache_info = _deprecated("word_cache_info", 'daskwp.memory.info()["word_cache"]',
-                              _cpu.word_cache_info)
-host_pool_info = _deprecated("host_pool_info", 'daskwp.memory.info()["host_pool"]',
-                             _host_memory.host_pool_info)
-release_host_memory = _deprecated(
-    "release_host_memory", "daskwp.memory.release() (which also gives back the word cache's "
-    "spare mappings)", _host_memory.release_host_memory)
-set_host_pool_limit = _deprecated("set_host_pool_limit",
-                                  "daskwp.memory.set_limit(host_pool=nbytes)",
-                                  _host_memory.set_host_pool_limit)
+#: {old name: (new name, module, function)}
+_DEPRECATED = {
+    "cache_info": ('daskwp.memory.info()["caches"]', ".core.cache", "cache_info"),
+    "clear_caches": ("daskwp.memory.clear()", ".core.cache", "clear_caches"),
+    "word_cache_info": ('daskwp.memory.info()["word_cache"]', ".backends.cpu",
+                        "word_cache_info"),
+    "host_pool_info": ('daskwp.memory.info()["host_pool"]', ".backends.memory",
+                       "host_pool_info"),
+    "release_host_memory": ("daskwp.memory.release() (which also gives back the word "
+                            "cache's spare mappings)", ".backends.memory",
+                            "release_host_memory"),
+    "set_host_pool_limit": ("daskwp.memory.set_limit(host_pool=nbytes)", ".backends.memory",
+                            "set_host_pool_limit"),
+}
+
+
+def __getattr__(name: str):
+    import importlib
+    if name in _LAZY:
+        module, attr = _LAZY[name]
+        mod = importlib.import_module(module, __name__)
+        value = mod if attr is None else getattr(mod, attr)
+    elif name in _DEPRECATED:
+        new, module, attr = _DEPRECATED[name]
+        value = _deprecated(name, new, getattr(importlib.import_module(module, __name__), attr))
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value   # once: later lookups find it as any module attribute
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY) | set(_DEPRECATED))
