@@ -146,7 +146,7 @@ def cache_info() -> dict:
     -------
     dict
         ``{name: {"entries", "maxsize", "hits", "misses"}}``: vocabularies read from paths,
-        tokenizers on a worker, normalization blobs, decode tables, GPU device models and
+        vocabularies unpickled by content digest, tokenizers on a worker, normalization blobs, decode tables, GPU device models and
         modules (docs/design.md §3.5). The CPU word cache has its own report,
         ``daskwp.memory.info()["word_cache"]``. Public as ``daskwp.memory.info()["caches"]``.
     """
