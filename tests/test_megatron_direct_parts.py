@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -71,11 +72,11 @@ def test_direct_part_writes_the_bytes_of_a_buffered_one(tmp_path, monkeypatch, n
     through, synced = {}, []
     real_put, real_fsync = fm._DirectAppendFile._put, os.fsync
 
-    def put(self, nbytes):
+    def put(self, nbytes, *where):
         assert _flags(self.fd) & os.O_DIRECT
         ext = self.path.rsplit(".", 1)[1]
         through[ext] = through.get(ext, 0) + nbytes
-        return real_put(self, nbytes)
+        return real_put(self, nbytes, *where)
 
     def fsync(fd):
         synced.append(os.path.basename(os.readlink(f"/proc/self/fd/{fd}")))
@@ -102,6 +103,92 @@ def test_direct_part_writes_the_bytes_of_a_buffered_one(tmp_path, monkeypatch, n
     monkeypatch.undo()
     for ext in ("bin", "idx"):
         assert (tmp_path / f"r.{ext}").read_bytes() == (tmp_path / f"b.{ext}").read_bytes()
+
+
+def test_part_bin_is_written_behind_while_the_next_buffer_fills(tmp_path, monkeypatch):
+    """write_pair_from(direct=True): each full buffer of the .bin is written by a writer
+    thread while the caller goes on filling the next one (its write blocked here until the
+    caller has filled half the next buffer), one write in flight; the bytes those of a
+    buffered pair, every buffer back in the pool after."""
+    if not _direct_works(tmp_path):
+        pytest.skip("this file system refuses O_DIRECT")
+    monkeypatch.setattr(fm, "_DIRECT_CHUNK", 64 << 10)
+    pieces = _pieces(60, 60)
+    assert sum(p[0].nbytes for p in pieces) > 4 * fm._DIRECT_CHUNK
+    caller = threading.get_ident()
+    real_put = fm._DirectAppendFile._put
+    first_put, half_filled = threading.Event(), threading.Event()
+    puts, in_flight, most = [], [0], [0]
+    lock = threading.Lock()
+
+    def put(self, nbytes, *where):
+        if self.path.endswith(".bin") and nbytes == fm._DIRECT_CHUNK:
+            with lock:
+                in_flight[0] += 1
+                most[0] = max(most[0], in_flight[0])
+            puts.append(threading.get_ident())
+            if len(puts) == 1:
+                first_put.set()
+                assert half_filled.wait(10), "the caller waited for the write"
+            try:
+                return real_put(self, nbytes, *where)
+            finally:
+                with lock:
+                    in_flight[0] -= 1
+        return real_put(self, nbytes, *where)
+
+    real_write = fm._DirectAppendFile.write
+
+    def write(self, data):
+        n = real_write(self, data)
+        if first_put.is_set() and self._base == fm._DIRECT_CHUNK and \
+                self._fill >= fm._DIRECT_CHUNK // 2:
+            half_filled.set()
+        return n
+    monkeypatch.setattr(fm._DirectAppendFile, "_put", put)
+    monkeypatch.setattr(fm._DirectAppendFile, "write", write)
+    fm._idle_buffers.clear()
+    write_pair_from(str(tmp_path / "d"), iter(pieces), np.uint16, fsync=True, direct=True)
+    monkeypatch.undo()
+    assert half_filled.is_set()
+    assert len(puts) >= 4 and caller not in puts and most[0] == 1
+    assert len(fm._idle_buffers) == 2   # the .bin's two (the .idx took one of them)
+    write_pair_from(str(tmp_path / "b"), iter(pieces), np.uint16)
+    for ext in ("bin", "idx"):
+        assert (tmp_path / f"d.{ext}").read_bytes() == (tmp_path / f"b.{ext}").read_bytes()
+
+
+def test_a_failed_write_behind_is_raised_to_the_writer(tmp_path, monkeypatch):
+    """A write-behind that fails (a full disk) raises its error in the caller's thread,
+    at its next full buffer or at complete_file/close; the buffers come back to the pool
+    and the file is closed."""
+    if not _direct_works(tmp_path):
+        pytest.skip("this file system refuses O_DIRECT")
+    monkeypatch.setattr(fm, "_DIRECT_CHUNK", 64 << 10)
+    real_put = fm._DirectAppendFile._put
+    caller = threading.get_ident()
+
+    def put(self, nbytes, *where):
+        if threading.get_ident() != caller:
+            raise OSError(errno.ENOSPC, "No space left on device", self.path)
+        return real_put(self, nbytes, *where)
+    monkeypatch.setattr(fm._DirectAppendFile, "_put", put)
+    fm._idle_buffers.clear()
+    chunk = np.arange(fm._DIRECT_CHUNK // 2, dtype=np.uint16)
+    for data, calls in ((chunk, 8), (chunk, 2)):
+        fh = fm.create_file(str(tmp_path / "x.bin"), direct=True, behind=True)
+        with pytest.raises(OSError, match="No space") as got:
+            try:
+                for _ in range(calls):
+                    fm._write_array(fh, data)
+                fm.complete_file(fh, True)
+            finally:
+                fd = fh.fileno()
+                fh.close()
+        assert got.value.errno == errno.ENOSPC
+        with pytest.raises(OSError):
+            os.fstat(fd)
+        assert len(fm._idle_buffers) == 2
 
 
 def test_read_direct_gives_any_range_of_the_file(tmp_path, monkeypatch):

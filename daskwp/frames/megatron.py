@@ -433,12 +433,13 @@ def _give_buffer(buf: mmap.mmap) -> None:
     buf.close()
 
 
-def create_file(path: str, direct: bool = False):
+def create_file(path: str, direct: bool = False, behind: bool = False):
     """A new, empty file at ``path`` (replacing one there) to write once, front to back:
     with ``direct``, a :class:`_DirectAppendFile` (no page cache) where the file system
-    takes ``O_DIRECT``, else an unbuffered file. Complete it with :func:`complete_file`,
-    then ``close`` it."""
-    fh = _DirectAppendFile.open(path) if direct else None
+    takes ``O_DIRECT``, else an unbuffered file. ``behind`` (with ``direct``): each full
+    buffer written by a writer thread while the caller fills the next (write-behind).
+    Complete it with :func:`complete_file`, then ``close`` it."""
+    fh = _DirectAppendFile.open(path, behind=behind) if direct else None
     return fh if fh is not None else open(path, "wb", buffering=0)
 
 
@@ -503,17 +504,22 @@ class _DirectAppendFile:
     same bytes).
 
     ``open``: None where ``O_DIRECT`` is refused (use a buffered file); ``keep``: the bytes
-    of an existing file kept (a resumed merge), its end cut after them.
+    of an existing file kept (a resumed merge), its end cut after them; ``behind``: each
+    full buffer written by a writer thread (:func:`_write_behind`) while the caller fills
+    another, one write in flight (:meth:`flush` and :meth:`close` wait for it and raise
+    its error).
 
-    Memory: the buffer (:data:`_DIRECT_CHUNK`)."""
+    Memory: the buffer (:data:`_DIRECT_CHUNK`); with ``behind``, two."""
 
-    def __init__(self, path: str, fd: int, keep: int | None = None):
+    def __init__(self, path: str, fd: int, keep: int | None = None, behind: bool = False):
         self.path = path
         self.fd = fd
         self.direct = True
         self._map = _take_buffer()
         self._buf = memoryview(self._map)
         self.size = self._base = self._fill = self._flushed = 0
+        self._behind = behind
+        self._pending = None   # the write in flight (``behind``): (future, map, view)
         if keep is not None:
             os.ftruncate(fd, keep)
         if keep:   # the tail of the last block kept goes back into the buffer
@@ -525,10 +531,11 @@ class _DirectAppendFile:
             self.size = self._flushed = keep
 
     @classmethod
-    def open(cls, path: str, keep: int | None = None) -> "_DirectAppendFile | None":
+    def open(cls, path: str, keep: int | None = None,
+             behind: bool = False) -> "_DirectAppendFile | None":
         fd = open_direct(path, os.O_RDWR | os.O_CREAT | (0 if keep is not None else
                                                           os.O_TRUNC))
-        return None if fd is None else cls(path, fd, keep)
+        return None if fd is None else cls(path, fd, keep, behind)
 
     @property
     def name(self) -> str:
@@ -546,18 +553,46 @@ class _DirectAppendFile:
             self._fill += k
             view = view[k:]
             if self._fill == _DIRECT_CHUNK:
-                self._put(_DIRECT_CHUNK)
-                self._base += _DIRECT_CHUNK
-                self._fill = 0
+                self._put_full()
         self.size += n
         return n
 
-    def _put(self, nbytes: int) -> None:
-        """Write the buffer's first ``nbytes`` (aligned) at the buffer's offset."""
+    def _put_full(self) -> None:
+        """Write the full buffer and start the next: with ``behind``, by a writer thread
+        (:func:`_write_behind`) while this one fills a second buffer; one such write in
+        flight at a time."""
+        if not self._behind:
+            self._put(_DIRECT_CHUNK)
+        else:
+            self._wait()   # (its buffer back to the pool: the one taken next)
+            self._pending = (_write_behind(self._put, _DIRECT_CHUNK, self._buf, self._base),
+                             self._map, self._buf)
+            self._map = _take_buffer()
+            self._buf = memoryview(self._map)
+        self._base += _DIRECT_CHUNK
+        self._fill = 0
+
+    def _wait(self) -> None:
+        """Wait for the write in flight, if any, and pool its buffer; raises its error."""
+        if self._pending is None:
+            return
+        future, buf_map, buf = self._pending
+        self._pending = None
+        try:
+            future.result()
+        finally:
+            buf.release()
+            _give_buffer(buf_map)
+
+    def _put(self, nbytes: int, buf=None, base: int | None = None) -> None:
+        """Write the first ``nbytes`` (aligned) of ``buf`` (default: the buffer) at
+        ``base`` (default: the buffer's offset)."""
+        buf = self._buf if buf is None else buf
+        base = self._base if base is None else base
         done = 0
         while done < nbytes:
             try:
-                done += os.pwrite(self.fd, self._buf[done:nbytes], self._base + done)
+                done += os.pwrite(self.fd, buf[done:nbytes], base + done)
             except OSError as e:
                 if e.errno != errno.EINVAL or not self.direct:
                     raise
@@ -572,6 +607,7 @@ class _DirectAppendFile:
         """Write every byte appended to the file: the buffer's whole blocks, then its tail
         padded to a block (zeros) and the file cut to :attr:`size`. The tail stays in the
         buffer, at its start."""
+        self._wait()
         if self.size == self._flushed:
             return
         self._flushed = self.size
@@ -588,13 +624,43 @@ class _DirectAppendFile:
             os.ftruncate(self.fd, self.size)
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-        if self._map is not None:
-            self._buf.release()
-            _give_buffer(self._map)
-            self._map = None
+        """Close the file (after the write in flight, whose error it raises)."""
+        try:
+            self._wait()
+        finally:
+            if self.fd >= 0:
+                os.close(self.fd)
+                self.fd = -1
+            if self._map is not None:
+                self._buf.release()
+                _give_buffer(self._map)
+                self._map = None
+
+
+#: The threads of :func:`_write_behind` (made at its first call): as many as the idle
+#: buffers kept, one write in flight for each file written at once.
+_writers = None
+
+
+def _write_behind(put, nbytes: int, buf, base: int):
+    """``put(nbytes, buf, base)`` run by a writer thread: a future of it."""
+    global _writers
+    with _idle_lock:
+        if _writers is None:
+            from concurrent.futures import ThreadPoolExecutor
+            _writers = ThreadPoolExecutor(_IDLE_BUFFERS_KEPT,
+                                          thread_name_prefix="daskwp-write-behind")
+    return _writers.submit(put, nbytes, buf, base)
+
+
+def _forget_writers() -> None:
+    """A forked child has none of its parent's threads: it makes its own writers."""
+    global _writers
+    _writers = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_writers)
 
 
 def _pwrite_all(fd: int, data, offset: int) -> None:
@@ -1755,10 +1821,16 @@ def write_pair_from(prefix: str, pieces, dtype, *, fsync: bool = False,
     pieces' statistics added up (``document_lengths`` concatenated). ``digests``: hash
     objects by ``".bin"`` / ``".idx"``, updated with each file's bytes as they are written
     (its checksum without reading it back). ``direct``: both files written without the
-    page cache where the file system allows it (:func:`create_file`)."""
+    page cache where the file system allows it (:func:`create_file`), the ``.bin``'s
+    buffers written behind (while the next pieces are made and copied; the bytes the
+    same, written back by ``fsync`` before it returns).
+
+    Why write-behind: a direct write returns once the device has the bytes: a cluster's
+    part writer, one task thread a worker, waited for each 8 MB buffer of its ``.bin``
+    instead of making the next slice."""
     index = _PieceIndex(dtype)
     digests = digests or {}
-    raw = create_file(prefix + ".bin", direct)
+    raw = create_file(prefix + ".bin", direct, behind=direct)
     try:
         fh = raw if digests.get(".bin") is None else HashingWriter(raw, digests[".bin"])
         for piece in pieces:
