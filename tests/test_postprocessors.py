@@ -19,6 +19,7 @@ and the rest is refused by name when the tokenizer is built.
 
 from __future__ import annotations
 
+import functools
 import json
 import pickle
 
@@ -220,24 +221,100 @@ def test_file_post_processor_equals_hf(tmp_path, name):
 # ---------------------------------------------------------------------------------------
 # Every corpus line, two vocabularies (slow)
 # ---------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=1)
+def corpus_encodings(vocab_name: str):
+    """Every corpus line and HF's encoding of each alone, as ``encode`` makes it before
+    post-processing (the vocabulary's normalizer, pre-tokenizer and WordPiece; no special
+    tokens, no truncation), and the indices of the lines of at most 16 tokens. HF's
+    ``encode`` is this step then ``Tokenizer.post_process`` (truncation, the
+    post-processor): the cases of one vocabulary share this step and each runs HF's own
+    ``post_process`` with its post-processor (``hf_post_processed``). One vocabulary is kept
+    (the cases run grouped by vocabulary)."""
+    lines = every_corpus_line()
+    hf = base_tokenizer(vocab_name)
+    hf.post_processor = None
+    encodings = hf.encode_batch(lines, add_special_tokens=False)
+    return lines, encodings, [i for i, e in enumerate(encodings) if len(e.ids) <= 16]
+
+
+def hf_post_processed(hf, firsts, seconds, max_length, stride, strategy):
+    """As :func:`hf_rows` without windows (``overflow=False``), from encodings of
+    ``corpus_encodings``: HF's ``post_process`` of each text or pair with the truncation
+    set. Equal to ``hf_rows`` whenever the post-processor sets the type ids
+    (``test_post_processed_equals_encode``). Not for windows of pairs, nor without a
+    post-processor: ``encode`` gives a pair's second text type id 1 before post-processing,
+    which its windows after the first and, with no post-processor, every row keep, and an
+    encoding made alone has type id 0."""
+    assert hf.post_processor is not None
+    hf.enable_truncation(max_length, stride=stride, strategy=strategy)
+    try:
+        if seconds is None:
+            return [hf.post_process(e) for e in firsts]
+        return [hf.post_process(a, b) for a, b in zip(firsts, seconds)]
+    finally:
+        hf.no_truncation()
+
+
+def with_windows(encodings):
+    """Single texts' rows, each encoding followed by its windows, and the sample mapping."""
+    rows, mapping = [], []
+    for i, e in enumerate(encodings):
+        for w in [e] + list(e.overflowing):
+            rows.append(w)
+            mapping.append(i)
+    return rows, mapping
+
+
+@pytest.mark.parametrize("name", slow_unless(
+    ["bert_processing", "sep_only", "pair_type0", "several", "multi_id"],
+    fast={"bert_processing", "several"}))
+def test_post_processed_equals_encode(tmp_path, name):
+    """The slow cases' oracle (``hf_post_processed`` of shared encodings) is HF's
+    ``encode_batch``: rows, type ids, sequence ids and mapping equal on a subset, single
+    texts windowed and pairs truncated."""
+    _, hf = write_file(tmp_path, name)
+    lines = subset_lines()
+    base = base_tokenizer()
+    base.post_processor = None
+    encs = base.encode_batch(lines, add_special_tokens=False)
+    want, want_map = hf_rows(hf, lines, None, 24, 6, "longest_first")
+    got, got_map = with_windows(hf_post_processed(hf, encs, None, 24, 6, "longest_first"))
+    assert got_map == want_map and len(got) > len(lines), name
+    assert [(r.ids, r.type_ids, r.sequence_ids) for r in got] == \
+        [(r.ids, r.type_ids, r.sequence_ids) for r in want], name
+    want, _ = hf_rows(hf, lines[1:], lines[:-1], 40, 0, "longest_first", False)
+    got = hf_post_processed(hf, encs[1:], encs[:-1], 40, 0, "longest_first")
+    assert sum(len(r.overflowing) > 0 for r in got) > 10, name
+    assert [(r.ids, r.type_ids, r.sequence_ids) for r in got] == \
+        [(r.ids, r.type_ids, r.sequence_ids) for r in want], name
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("vocab_name", ["bert-base-uncased", "bert-base-cased"])
 @pytest.mark.parametrize("name", ["none", "bert_processing", "sep_only", "pair_type0",
                                   "several", "multi_id"])
+@pytest.mark.parametrize("vocab_name", ["bert-base-uncased", "bert-base-cased"])
 def test_every_corpus_line_equals_hf(tmp_path, vocab_name, name):
     path, hf = write_file(tmp_path, name, vocab_name)
     tok = daskwp.WordPieceTokenizer(path)
-    lines = every_corpus_line()
-    rows, mapping = hf_rows(hf, lines, None, 24, 6, "longest_first")
+    lines, encs, short = corpus_encodings(vocab_name)
+    if name == "none":  # HF's encode itself (see hf_post_processed)
+        rows, mapping = hf_rows(hf, lines, None, 24, 6, "longest_first")
+    else:
+        rows, mapping = with_windows(hf_post_processed(hf, encs, None, 24, 6,
+                                                       "longest_first"))
     out = tok(lines, max_length=24, stride=6, padding=False, return_token_type_ids=True)
     assert_rows(out, rows, mapping, f"{vocab_name} {name} single")
-    # every line as the context of a short question, windowed; and as pairs, truncated
-    shorts = short_and_long(hf, lines, 16)
-    firsts = [shorts[i % len(shorts)] for i in range(len(lines))]
+    # every line as the context of a short question, windowed (HF's encode: see
+    # hf_post_processed); and as pairs, truncated
+    firsts = [lines[short[i % len(short)]] for i in range(len(lines))]
     rows, mapping = hf_rows(hf, firsts, lines, 48, 12, "only_second")
     out = tok(firsts, text_pair=lines, max_length=48, stride=12, padding=False)
     assert_rows(out, rows, mapping, f"{vocab_name} {name} pair only_second")
-    rows, mapping = hf_rows(hf, lines[1:], lines[:-1], 40, 0, "longest_first", False)
+    if name == "none":
+        rows, mapping = hf_rows(hf, lines[1:], lines[:-1], 40, 0, "longest_first", False)
+    else:
+        rows = hf_post_processed(hf, encs[1:], encs[:-1], 40, 0, "longest_first")
+        mapping = list(range(len(rows)))
     out = tok(lines[1:], text_pair=lines[:-1], max_length=40, truncation=True, padding=False)
     assert_rows(out, rows, mapping, f"{vocab_name} {name} pair longest_first")
 
