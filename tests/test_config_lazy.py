@@ -45,7 +45,8 @@ def test_importing_daskwp_and_its_command_imports_no_dask(module):
 
 def test_in_process_count_imports_neither_distributed_nor_pandas(tmp_path):
     """dask's threaded scheduler runs the graph (dask itself is imported then), but neither
-    distributed nor pandas is, and the configuration is read without dask until then."""
+    distributed nor pandas is (nor the transformers drop-in or packing's module), and the
+    configuration is read without dask until then."""
     inp = tmp_path / "in.jsonl"
     inp.write_text("".join(json.dumps({"text": f"Hello world number {i}!"}) + "\n"
                            for i in range(50)))
@@ -53,10 +54,13 @@ def test_in_process_count_imports_neither_distributed_nor_pandas(tmp_path):
             f"assert main(['count', {str(inp)!r}, '-q', '--json']) == 0\n"
             "print('LOADED', sorted({m.split('.')[0] for m in sys.modules} & "
             "{'distributed', 'pandas'}))\n"
+            "print('UNUSED', sorted(set(sys.modules) & {'daskwp.backends.transformers_compat', "
+            "'daskwp.jobs.packing'}))\n"
             "import dask.config\n"
             "print('DEFAULTS', dask.config.get('daskwp.max_length'))\n")
     lines = _python(code, env=_clean_env()).strip().splitlines()
-    assert lines[-2] == "LOADED []", lines
+    assert lines[-3] == "LOADED []", lines
+    assert lines[-2] == "UNUSED []", lines   # the transformers drop-in, packing: on use
     assert lines[-1] == "DEFAULTS 128", lines
 
 

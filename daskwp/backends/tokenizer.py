@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,7 +25,10 @@ from ..core.vocab import (DEFAULT_SPECIAL_NAMES, SPECIAL_NAME_OPTIONS, Vocabular
 from ..core.windows import WINDOW_OPTIONS, window_params
 from .cpu import CPU, default_num_threads
 from .protocol import KernelModel
-from .transformers_compat import TransformersTokenizer, from_transformers as read_transformers
+
+if TYPE_CHECKING:   # the drop-in is imported by the two methods that use it (its import
+    # is ~0.03 s of the command's start, which builds a tokenizer and never uses it)
+    from .transformers_compat import TransformersTokenizer
 
 __all__ = ["FROM_FILE", "TOKENIZER_OPTIONS", "WordPieceTokenizer", "resolve_tokenizer"]
 
@@ -646,6 +650,7 @@ class WordPieceTokenizer:
         arguments override the tokenizer's settings (``num_threads``, ``device``, ...).
         Anything daskwp does not run exactly is refused with a ValueError naming the
         component (daskwp/backends/transformers_compat.py)."""
+        from .transformers_compat import from_transformers as read_transformers
         args, settings = read_transformers(obj)
         args.pop("_where", None)
         args.update(kwargs)
@@ -677,6 +682,7 @@ class WordPieceTokenizer:
                     f"as_transformers: the drop-in frames rows as BERT does ([CLS] $A [SEP] / "
                     f"[CLS] $A [SEP] $B:1 [SEP]:1), but this tokenizer's post_processor "
                     f"({self.processor.name}) frames them otherwise; call the tokenizer itself")
+        from .transformers_compat import TransformersTokenizer
         base = dict(getattr(self, "transformers_settings", None) or {})
         base.update(settings)
         return TransformersTokenizer(self, **base)

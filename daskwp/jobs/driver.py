@@ -96,7 +96,6 @@ from .megatron import (InlineMerge, PartMerger, check_output_format_options,
                        is_megatron_file, megatron_options, verify_megatron_output,
                        write_local_rejects, write_megatron_partition)
 from .records import RECORD_SUFFIX, check_part_record, part_stem
-from .packing import check_packing_config, packing_summary, run_packed_job
 from .progress import Progress
 
 def resolve_device(device: str) -> str:
@@ -434,6 +433,7 @@ def check_window_parameters(cfg: JobConfig, tokenizer, source: str = "config") -
                           + (" with packing" if cfg.packing is not None else "")
                           + " writes to a local or shared filesystem path only, not a URL")
     if cfg.packing is not None:
+        from .packing import check_packing_config   # packing's jobs only (the start's CPU)
         check_packing_config(cfg, default_value)
     else:
         check_output_format_options(cfg, tokenizer, default_value)
@@ -1515,6 +1515,7 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
             folder.remove(SUMMARY_FILE)
         t_work = time.perf_counter()  # the cluster is up: counting, tokenizing, writing
         if packing:   # two passes of their own (jobs/packing.py)
+            from .packing import run_packed_job
             stats, packed_offsets, _ = run_packed_job(cfg, tok, specs, out, job_id, runner,
                                                       log, device)
             written_bytes = sum(stats[i]["text_bytes"] for i in missing)
@@ -1643,6 +1644,7 @@ def _run_job(cfg: JobConfig, *, client=None, tokenizer=None,
     plan = [{"index": i, "documents": counts[i], "logid_offset": offsets[i]}
             for i in range(n)]
     if packing:
+        from .packing import packing_summary
         packed = packing_summary(stats, cfg)
     elif parquet:
         verify_parquet_output(out, plan, sizes, ends)
