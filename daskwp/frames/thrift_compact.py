@@ -42,6 +42,9 @@ class UnsupportedType(ValueError):
         super().__init__(f"Thrift compact type {kind} is not read (types 1-10 and 12 are)")
         self.kind = kind
 
+    def __reduce__(self):   # rebuilt from its type, not from its message
+        return type(self), (self.kind,)
+
 
 # -- writing ----------------------------------------------------------------------------------
 
