@@ -1,6 +1,8 @@
 """Cross-references of the docs (issue 40): every ``docs/design.md §n`` cited anywhere in the
 repository names a section that exists, the benchmark reports link their history, and the
 design documents keep decisions, not run logs."""
+import fnmatch
+import os
 import re
 from pathlib import Path
 
@@ -32,12 +34,15 @@ def cited_sections(text):
 
 
 def repository_files():
-    for pattern in _SOURCES:
-        for path in ROOT.rglob(pattern):
-            rel = path.relative_to(ROOT)
-            if _SKIP.intersection(rel.parts) or not path.is_file():
-                continue
-            yield path
+    """The files of the repository that match ``_SOURCES``, outside the ``_SKIP`` folders
+    (one walk that does not enter them: a walk per pattern through ``.venv`` took ~8 CPU s
+    of the two tests that read these files)."""
+    for folder, dirs, files in os.walk(ROOT):
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP)
+        for name in sorted(files):
+            path = Path(folder) / name
+            if any(fnmatch.fnmatchcase(name, p) for p in _SOURCES) and path.is_file():
+                yield path
 
 
 def test_citation_parser_reads_lists_and_rejects_missing_sections():
