@@ -390,3 +390,28 @@ def test_direct_buffers_ask_for_huge_pages(monkeypatch, setting):
         assert ("hg" in _vm_flags(buf)) == (setting != "false")
     finally:
         buf.close()
+
+
+def test_a_buffer_pooled_at_another_chunk_size_is_not_taken(tmp_path, monkeypatch):
+    """The idle buffers are of the chunk size they were made at: a buffer pooled while the
+    size was another (a test's smaller chunk) is dropped, not taken by the next file,
+    which would copy a chunk's bytes into a smaller buffer."""
+    fm._idle_buffers.clear()
+    with monkeypatch.context() as m:
+        m.setattr(fm, "_DIRECT_CHUNK", 8192)
+        small = fm._take_buffer()
+        fm._give_buffer(small)
+        assert fm._idle_buffers == [small]   # pooled at its own size
+    fh = fm.create_file(str(tmp_path / "f"), direct=True)
+    if not getattr(fh, "direct", False):
+        fh.close()
+        pytest.skip("this file system refuses O_DIRECT")
+    data = np.arange(3 * fm._DIRECT_CHUNK // 8 + 5, dtype=np.int64)
+    try:
+        fh.write(data)
+        fm.complete_file(fh)
+    finally:
+        fh.close()
+    assert (tmp_path / "f").read_bytes() == data.tobytes()
+    assert small.closed and small not in fm._idle_buffers
+    assert all(len(b) == fm._DIRECT_CHUNK for b in fm._idle_buffers)

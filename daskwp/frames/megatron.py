@@ -398,8 +398,11 @@ _IDLE_BUFFERS_KEPT = 4
 
 def _take_buffer() -> mmap.mmap:
     with _idle_lock:
-        if _idle_buffers:
-            return _idle_buffers.pop()
+        while _idle_buffers:
+            buf = _idle_buffers.pop()
+            if len(buf) == _DIRECT_CHUNK:
+                return buf
+            buf.close()   # pooled while the chunk size was another (a test's)
     buf = mmap.mmap(-1, _DIRECT_CHUNK, flags=mmap.MAP_PRIVATE)
     _ask_huge_pages(buf)
     return buf
@@ -427,7 +430,7 @@ def _ask_huge_pages(buf: mmap.mmap) -> bool:
 
 def _give_buffer(buf: mmap.mmap) -> None:
     with _idle_lock:
-        if len(_idle_buffers) < _IDLE_BUFFERS_KEPT:
+        if len(_idle_buffers) < _IDLE_BUFFERS_KEPT and len(buf) == _DIRECT_CHUNK:
             _idle_buffers.append(buf)
             return
     buf.close()
