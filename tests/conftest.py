@@ -547,6 +547,27 @@ def run_killing_the_job(cmd, ready, cwd, timeout: float = 120) -> None:
     assert killed, "the job finished before it could be killed"
 
 
+def rerun_after_killing_the_job(cmd, out: Path, cwd, parts: int = 3) -> dict:
+    """Kills the job ``cmd`` (writing to ``out``) once ``parts`` part records are there
+    (:func:`run_killing_the_job`), then reruns it with ``--json``; asserts that the rerun
+    succeeds, skips at least ``parts`` partitions and writes the rest, leaves every part
+    complete before it untouched (same mtime) and no temporary file. Returns the rerun's
+    summary."""
+    import json
+    import subprocess
+    run_killing_the_job(cmd, lambda: len(list(out.glob("part-*.json"))) >= parts, cwd)
+    kept = {p.name: p.stat().st_mtime_ns for p in out.glob("part-*")
+            if (out / (p.name.split(".")[0] + ".json")).exists()}
+    rerun = subprocess.run(cmd + ["--json"], cwd=cwd, capture_output=True, text=True,
+                           timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    summary = json.loads(rerun.stdout)
+    assert summary["partitions_skipped"] >= parts and summary["partitions_written"] > 0
+    assert all((out / n).stat().st_mtime_ns == t for n, t in kept.items())
+    assert not list(out.glob(".tmp*"))
+    return summary
+
+
 def run_killing_a_worker(cluster, fn, ready, timeout: float = 120, settle: float = 0.0,
                          poll: float = 0.005):
     """Runs ``fn()`` in a thread; once ``ready()`` is true (polled every ``poll`` s, at most

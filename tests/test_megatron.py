@@ -637,11 +637,10 @@ def test_killed_worker_and_killed_driver(tmp_path):
     """A worker process SIGKILLed mid-job: the job completes; the driver SIGKILLed mid-job:
     the rerun keeps every complete part (same mtime) and merges the same bytes as an
     uninterrupted job."""
-    import subprocess
     import sys
 
     from distributed import Client, LocalCluster
-    from conftest import REPO_ROOT, run_killing_a_worker, run_killing_the_job
+    from conftest import REPO_ROOT, rerun_after_killing_the_job, run_killing_a_worker
 
     docs = _mixed_documents() * 4
     inp = _jsonl(tmp_path / "docs.jsonl", docs)
@@ -664,15 +663,6 @@ def test_killed_worker_and_killed_driver(tmp_path):
     cmd = [sys.executable, "-m", "daskwp", "tokenize", inp, str(out), "--output-format",
            "megatron", "--vocab", str(vocab_path(UNCASED)), "--no-special-tokens",
            "--append-eod", "--scheduler", "synchronous", "--partition-size", "3KB", "-q"]
-    run_killing_the_job(cmd, lambda: len(list(out.glob("part-*.json"))) >= 3, REPO_ROOT)
-    kept = {p.name: p.stat().st_mtime_ns for p in out.glob("part-*")
-            if (out / (p.name.split(".")[0] + ".json")).exists()}
-    rerun = subprocess.run(cmd + ["--json"], cwd=REPO_ROOT, capture_output=True, text=True,
-                           timeout=300)
-    assert rerun.returncode == 0, rerun.stderr
-    summary = json.loads(rerun.stdout)
-    assert summary["partitions_skipped"] >= 3 and summary["partitions_written"] > 0
-    assert all((out / n).stat().st_mtime_ns == t for n, t in kept.items())
+    summary = rerun_after_killing_the_job(cmd, out, REPO_ROOT)
     for ext in (".bin", ".idx"):
         assert Path(summary["megatron"]["prefix"] + ext).read_bytes() == want[ext]
-    assert not list(out.glob(".tmp*"))

@@ -557,11 +557,10 @@ def test_killed_worker_and_killed_driver(tmp_path):
     the job completes with group_texts' blocks; the driver SIGKILLed mid-job: the rerun
     keeps every complete part (same mtime), writes the rest, and the blocks are the
     same."""
-    import subprocess
     import sys
 
     from distributed import Client, LocalCluster
-    from conftest import REPO_ROOT, run_killing_a_worker, run_killing_the_job
+    from conftest import REPO_ROOT, rerun_after_killing_the_job, run_killing_a_worker
 
     inp = _input(tmp_path)
     want, doc, _ = group_texts(128)
@@ -582,17 +581,8 @@ def test_killed_worker_and_killed_driver(tmp_path):
     cmd = [sys.executable, "-m", "daskwp", "tokenize", inp, str(out), "--pack", "128",
            "--vocab", str(vocab_path(UNCASED)), "--scheduler", "synchronous",
            "--partition-size", "10KB", "-q"]
-    run_killing_the_job(cmd, lambda: len(list(out.glob("part-*.json"))) >= 3, REPO_ROOT)
-    kept = {p.name: p.stat().st_mtime_ns for p in out.glob("part-*")
-            if (out / (p.name.split(".")[0] + ".json")).exists()}
-    rerun = subprocess.run(cmd + ["--json"], cwd=REPO_ROOT, capture_output=True, text=True,
-                           timeout=300)
-    assert rerun.returncode == 0, rerun.stderr
-    summary = json.loads(rerun.stdout)
-    assert summary["partitions_skipped"] >= 3 and summary["partitions_written"] > 0
-    assert all((out / n).stat().st_mtime_ns == t for n, t in kept.items())
+    rerun_after_killing_the_job(cmd, out, REPO_ROOT)
     np.testing.assert_array_equal(_parquet_blocks(out)[0], want)
-    assert not list(out.glob(".tmp*"))
 
 
 def test_cluster_runs_pass_1_first_partition_by_partition_on_a_worker(tmp_path):
