@@ -134,3 +134,36 @@ def test_closing_the_jobs_own_cluster_gives_its_freed_memory_back(monkeypatch):
     driver.close_scheduler("client", own=True)
     assert calls == ["client", 1]
     assert memory.release_freed_heap() in (True, False)
+
+
+def _footer_part(folder: Path, columns: dict, documents: int) -> list[dict]:
+    """One part (partition 0 of 1) with ``columns``; returns its plan."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    folder.mkdir()
+    meta = {"partition": 0, "documents": documents, "logid_offset": 0,
+            "rows": len(next(iter(columns.values())))}
+    table = pa.table(columns).replace_schema_metadata(
+        {parts.METADATA_KEY: json.dumps(meta)})
+    pq.write_table(table, folder / parts.part_name(0, 1))
+    return [{"index": 0, "documents": documents, "logid_offset": 0}]
+
+
+def test_the_footer_check_finds_logid_by_its_leaf_not_the_schema(tmp_path):
+    # The check reads logID's statistics by its leaf column (row groups' paths), without
+    # building the part's schema (~65 KB left in the driver's heap per part: 10 MiB of a
+    # 10 GB job's peak RSS). After a struct of two leaves, logID is Arrow field 1 but
+    # leaf 2: field 1 read the struct's second leaf (100..300) as the logIDs.
+    plan = _footer_part(tmp_path / "out", {
+        "s": [{"a": 7, "b": 100}, {"a": 8, "b": 200}, {"a": 9, "b": 300}],
+        "logID": [0, 1, 2]}, documents=3)
+    parts.verify_parquet_output(str(tmp_path / "out"), plan)
+    bad = [dict(plan[0], documents=2)]
+    with pytest.raises(jobs.JobError, match="documents"):
+        parts.verify_parquet_output(str(tmp_path / "out"), bad)
+
+
+def test_the_footer_check_names_a_part_without_logid(tmp_path):
+    plan = _footer_part(tmp_path / "out", {"x": [0, 1, 2]}, documents=3)
+    with pytest.raises(jobs.JobError, match="no logID column"):
+        parts.verify_parquet_output(str(tmp_path / "out"), plan)
