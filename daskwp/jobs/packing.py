@@ -622,11 +622,7 @@ def _commit_packed(out_dir: str, spec, n: int, job_id: str, fmt: str, options: d
             digest = _write_parquet(table, tmp, options.get("compression"))
             if digest is not None:
                 digests[name] = digest
-        cpu = stats.pop("cpu_seconds")   # this run's timings: not in the part's record
-        try:
-            commit_part(out_dir, i, n, job_id, stats, files, rejects, digests)
-        finally:
-            stats["cpu_seconds"] = cpu
+        commit_part(out_dir, i, n, job_id, stats, files, rejects, digests)
     finally:
         for t in (tmp, tmp + ".bin", tmp + ".idx"):
             if os.path.exists(t):

@@ -53,6 +53,11 @@ def file_digest(path: str, key: bytes = CHECKSUM_KEY) -> str:
         return checksum_of(fh, fh.seek(0, os.SEEK_END), key)
 
 
+#: The keys of a part's statistics that time this run (not the part): never recorded, so
+#: that a part's record is the same bytes whichever run, process or thread wrote it.
+RUN_TIMINGS = frozenset({"cpu_seconds", "seconds"})
+
+
 def commit_part(out_dir: str, index: int, n_partitions: int, job_id: str, stats: dict,
                 files: dict, written: tuple = (), digests: dict | None = None) -> None:
     """Make partition ``index`` complete: ``files`` maps each final file name (in
@@ -60,7 +65,7 @@ def commit_part(out_dir: str, index: int, n_partitions: int, job_id: str, stats:
     the part already in place (its rejects file). Records ``stats`` with the sizes and
     checksums of all of them (``digests``: final name to the :func:`file_digest` its
     writer computed as it wrote the file; the others are read back), renames the files,
-    then the record."""
+    then the record (without the run's timings, :data:`RUN_TIMINGS`)."""
     paths = {**{n: os.path.join(out_dir, n) for n in written}, **files}
     digests = digests or {}
     stats["files"] = {name: {"bytes": os.path.getsize(tmp),
@@ -69,7 +74,9 @@ def commit_part(out_dir: str, index: int, n_partitions: int, job_id: str, stats:
     record = temporary_path(out_dir, index, "record-")
     try:
         with open(record, "w", encoding="utf-8") as fh:
-            json.dump({"job_id": job_id, "partition": index, **stats}, fh, indent=1)
+            json.dump({"job_id": job_id, "partition": index,
+                       **{k: v for k, v in stats.items() if k not in RUN_TIMINGS}},
+                      fh, indent=1)
             fh.write("\n")
             fh.flush()
             os.fsync(fh.fileno())
