@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -734,14 +735,28 @@ def test_merge_writes_the_index_end_ahead_once_told_the_documents(tmp_path, monk
     assert not list(tmp_path.glob(".tmp*"))
 
 
+_TOTAL_TOLD = threading.Event()     # (module-level: the workers' tasks find it)
+_HELD: list = []
+
+
+def _write_last_after_the_total(spec, *args, **kwargs):
+    """The Megatron part writer, holding the last partition's write until the driver has
+    told its merge the total (60 s at most: the assertions then fail, not hang)."""
+    if spec.index == args[5] - 1:      # (logid_offset, out_dir, tok, options, job, n)
+        _HELD.append(_TOTAL_TOLD.wait(60))
+    return jm.write_megatron_partition(spec, *args, **kwargs)
+
+
 @requires_data
 def test_cluster_job_tells_the_merge_the_documents_before_its_last_part(tmp_path,
                                                                         monkeypatch):
     """On a cluster the driver hands its merge the dataset's documents as soon as it has
-    summed the pass's counts, before the last part is written, and the merge writes the
-    .idx's end ahead: finish writes only what the last parts hold. The bytes are the
-    synchronous job's."""
+    summed the pass's counts, without waiting for the parts to be written, and the merge
+    writes the .idx's end ahead: finish writes only what the last parts hold. The bytes
+    are the synchronous job's. (The last part's write is held until the total is told:
+    which comes first is otherwise a race.)"""
     from distributed import Client, LocalCluster
+    import daskwp.jobs.driver as jd
     from test_megatron import DATA, _jsonl, read_documents
     lines = read_documents(DATA / "corpus" / "en_ewt.txt")[:1200]
     inp = _jsonl(tmp_path / "docs.jsonl", ["\n".join(lines[i:i + 3])
@@ -755,7 +770,10 @@ def test_cluster_job_tells_the_merge_the_documents_before_its_last_part(tmp_path
 
     def expect_documents(self, documents):
         told.append((documents, sum(self.complete)))
-        return real_expect(self, documents)
+        try:
+            return real_expect(self, documents)
+        finally:
+            _TOTAL_TOLD.set()
 
     def part_done(self, index):
         told.append(("done", index))
@@ -763,11 +781,14 @@ def test_cluster_job_tells_the_merge_the_documents_before_its_last_part(tmp_path
     monkeypatch.setattr(jm.PartMerger, "expect_documents", expect_documents)
     monkeypatch.setattr(jm.PartMerger, "part_done", part_done)
     written = _counting_finish(monkeypatch)
+    monkeypatch.setitem(jd._WRITERS, "megatron", _write_last_after_the_total)
+    _TOTAL_TOLD.clear()
+    _HELD.clear()
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
                       dashboard_address=":0") as cluster, Client(cluster) as client:
         s = run_job(make_config(dict(values, output=str(tmp_path / "o"))), client=client)
     n, m = s["partitions"], s["megatron"]
-    assert n > 4
+    assert n > 4 and _HELD == [True]
     documents = [t for t in told if t[0] != "done"]
     assert documents[0][0] == s["documents"] and documents[0][1] < n
     assert told.index(documents[0]) < told.index(("done", n - 1))

@@ -1394,9 +1394,13 @@ def test_files_handed_over_are_uploaded_by_the_driver_in_order(tmp_path, bucket,
     folder = storage.Folder(f"s3://{name}/out/", options)
     sent = spy_uploads(monkeypatch)
     gate = threading.Event()
-    monkeypatch.setattr(storage.Uploads, "_upload_waiting",
-                        lambda self, real=storage.Uploads._upload_waiting:
-                        real(self) if gate.is_set() else None)
+    passing = threading.Lock()    # held through a pass of the driver's thread
+
+    def upload_waiting(self, real=storage.Uploads._upload_waiting):
+        with passing:
+            if gate.is_set():
+                real(self)
+    monkeypatch.setattr(storage.Uploads, "_upload_waiting", upload_waiting)
     uploads = storage.Uploads(storage.Folder(f"s3://{name}/out", options))
     try:
         storage.hand_over_uploads(f"s3://{name}/out", uploads.path)
@@ -1436,9 +1440,13 @@ def test_past_the_files_waiting_a_process_uploads_itself_after_its_own(
     monkeypatch.setattr(storage, "HANDOVER_MAX_WAITING_BYTES", 1)
     sent = spy_uploads(monkeypatch)
     gate = threading.Event()
-    monkeypatch.setattr(storage.Uploads, "_upload_waiting",
-                        lambda self, real=storage.Uploads._upload_waiting:
-                        real(self) if gate.is_set() else None)
+    passing = threading.Lock()    # held through a pass of the driver's thread
+
+    def upload_waiting(self, real=storage.Uploads._upload_waiting):
+        with passing:
+            if gate.is_set():
+                real(self)
+    monkeypatch.setattr(storage.Uploads, "_upload_waiting", upload_waiting)
     folder = storage.Folder(f"s3://{name}/out", options)
     uploads = storage.Uploads(folder)
 
@@ -1459,7 +1467,8 @@ def test_past_the_files_waiting_a_process_uploads_itself_after_its_own(
         assert not later.is_alive()
         assert sent == [("a.parquet", "daskwp-uploads"), ("b.parquet", "b-publisher")]
         # another process's file waiting: this one uploads at once
-        gate.clear()
+        with passing:             # (a pass begun while the gate was open has ended)
+            gate.clear()
         other = os.path.join(uploads.path, f"{time.monotonic_ns():020d}-1-x.parquet")
         with open(other, "wb") as fh:
             fh.write(b"x")
