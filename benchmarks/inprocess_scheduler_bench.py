@@ -189,6 +189,7 @@ def main() -> int:
     tok = daskwp.WordPieceTokenizer(vocab, lowercase=True)
     psize = check_bytes("partition_size", args.partition_size)
     lines = [f"# The in-process scheduler's cost (dask's threaded scheduler)\n",
+             "Earlier runs: [HISTORY.md](HISTORY.md).\n",
              f"Command: `python benchmarks/inprocess_scheduler_bench.py "
              f"{' '.join(f'--size-mb {s:g}' for s in sizes)} --partition-size "
              f"{args.partition_size} --rounds {args.rounds} --imports {args.imports}`\n"]
