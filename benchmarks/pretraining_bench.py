@@ -6,11 +6,11 @@ speed and memory goals as ratios within the run):
   passes over the first ``--kernel-mb`` MB (a cold one, then a warm one right before every
   timed job; the best warm pass, the headline ratios' kernel); *adjacent*, the warm pass
   just before the job (each round's ratio: the machine as it was then); *sustained*, the
-  whole input streamed from disk in the same batches (reading left out of its time), so
-  the kernel runs as long as a job does: this VM runs the same work ~14% slower after
-  ~10 s of load on both cores (results/kernel_drift.md), which a 1-2 s burst pass never
-  reaches and a 3 GB job spends most of its time in. Every job's MB/s is the best of its
-  ``--rounds`` rounds;
+  whole input streamed from disk in the same batches (reading left out of its time), the
+  text a job reads, so the kernel runs about as long as a job does: this VM runs the same
+  work ~14% slower after ~10 s of load on both cores (results/kernel_drift.md), which a
+  1-2 s burst pass never reaches and a 3 GB job spends most of its time in. Every job's
+  MB/s is the best of its ``--rounds`` rounds;
 * ``daskwp tokenize --output-format megatron`` (a local cluster, one 1-thread worker per
   core; tokenize, write the parts, merge);
 * what ``tools/preprocess_data.py`` does: a ``multiprocessing.Pool`` of one worker per core
