@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import threading
 import time
 from pathlib import Path
 
@@ -539,7 +540,8 @@ def test_set_task_threads_rejects_a_bad_count_and_keeps_a_bounded_table():
 
 @pytest.mark.parametrize("scheduler", ["synchronous", "threads"])
 def test_writes_after_total_before_wait_for_the_pass_and_start_in_order(tmp_path, tok,
-                                                                        scheduler):
+                                                                        scheduler,
+                                                                        monkeypatch):
     """job_graph's total_before: the pass is done before that partition's write starts,
     the writes from it on take the partitions in order (dask.order ranks them otherwise)
     with the right offsets and counts, run_graph reports each under its partition and
@@ -557,9 +559,26 @@ def test_writes_after_total_before_wait_for_the_pass_and_start_in_order(tmp_path
         events.append(("count", spec.index, keep))
         return sizes[spec.index]
 
+    # A last write's claim of its partition and its event are one step (on two task
+    # threads, one could claim first and record second): the claim takes ``claimed``,
+    # the write's event gives it back.
+    claimed = threading.Lock()
+
+    class Claims(driver._TailClaims):
+        def next(self):
+            claimed.acquire()
+            try:
+                return super().next()
+            except BaseException:
+                claimed.release()
+                raise
+    monkeypatch.setattr(driver, "_TailClaims", Claims)
+
     def write(spec, offset, out_dir, tok_, options, job_id, n_, device, documents,
               file_offset):
         events.append(("write", spec.index))
+        if spec.index >= tb:
+            claimed.release()
         return {"partition": spec.index, "offset": offset, "documents": documents,
                 "file_offset": file_offset}
     import unittest.mock
