@@ -2153,8 +2153,8 @@ def test_the_last_job_file_is_put_while_the_output_is_listed(tmp_path, bucket, s
     seen = []
 
     def entries(self):
-        # the end's listing: wait (up to 20 s) for the _job.json that has the offsets
-        deadline = time.monotonic() + 20
+        # the end's listing: wait (up to 120 s) for the _job.json that has the offsets
+        deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             fs.invalidate_cache()
             try:
@@ -2298,7 +2298,7 @@ def test_the_head_stream_goes_on_past_its_first_piece_into_every_partition(
 
 def _hold_stream_at(monkeypatch, at: int, until):
     """Make a claimed head stream's GET wait, once at byte ``at`` or past it, until
-    ``until(stream)`` (at most 30 s)."""
+    ``until(stream)`` (at most 120 s)."""
     import time
 
     from daskwp.jobs.inputs import fetch_spool
@@ -2307,7 +2307,7 @@ def _hold_stream_at(monkeypatch, at: int, until):
     def held_write(self, data):
         st = self._stream
         if st.claimed and st.written >= at:
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + 120
             while not until(st) and time.monotonic() < deadline:
                 time.sleep(0.01)
         return write(self, data)
@@ -2316,7 +2316,7 @@ def _hold_stream_at(monkeypatch, at: int, until):
 
 def _wait_for_bytes(stream, n: int) -> None:
     import time
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120
     while stream.written < n and time.monotonic() < deadline:
         time.sleep(0.01)
 
