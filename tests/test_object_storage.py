@@ -2512,3 +2512,46 @@ def test_an_http_endpoints_uploads_are_checked_by_their_signature_only(bucket, m
                   config_kwargs=chosen) == chosen
     monkeypatch.setenv("AWS_REQUEST_CHECKSUM_CALCULATION", "when_supported")
     assert config("s3://b/k", endpoint_url="http://127.0.0.1:2") == {}
+
+
+def test_a_plain_http_endpoint_loads_no_ca_bundle(bucket, monkeypatch):
+    """No TLS certificate is verified on a plain http:// endpoint: daskwp's S3 filesystem
+    builds its client with ``verify=False`` there, so its first request loads no CA
+    bundle (aiobotocore's default: a file of certificates parsed per process). Over https,
+    with ``verify`` chosen, or with a proxy configured (a TLS proxy is verified with
+    those settings), the client keeps its defaults."""
+    import ssl
+    for k in [k for k in os.environ if k.lower() in ("http_proxy", "https_proxy",
+                                                      "all_proxy")]:
+        monkeypatch.delenv(k)
+    loaded = []
+    load = ssl.SSLContext.load_verify_locations
+
+    def record(self, *args, **kw):
+        loaded.append(args or kw)
+        return load(self, *args, **kw)
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", record)
+    name, options, fs = bucket
+    fs.pipe(f"{name}/v/a.txt", b"daskwp\n")
+    folder = storage.Folder(f"s3://{name}/v", options)
+    assert folder.listdir() == ["a.txt"]
+    assert folder.read_bytes("a.txt") == b"daskwp\n"
+    assert loaded == []
+
+    def client_kwargs(url, **opts):
+        return storage.filesystem(url, opts)[0].client_kwargs
+    assert client_kwargs("s3://b/k", endpoint_url="http://127.0.0.1:1") == {"verify": False}
+    assert client_kwargs("s3://b/k", client_kwargs={"endpoint_url": "HTTP://127.0.0.1:1"}) \
+        == {"endpoint_url": "HTTP://127.0.0.1:1", "verify": False}
+    assert client_kwargs("s3://b/k", endpoint_url="https://127.0.0.1:1") == {}
+    assert client_kwargs("s3://b/k") == {}
+    chosen = {"verify": "/etc/my-ca.pem"}
+    assert client_kwargs("s3://b/k", endpoint_url="http://127.0.0.1:1",
+                         client_kwargs=chosen) == chosen
+    assert client_kwargs("s3://b/k", endpoint_url="http://127.0.0.1:1", config_kwargs={
+        "proxies": {"http": "https://proxy.example:443"}}) == {}
+    monkeypatch.setenv("HTTPS_PROXY", "https://proxy.example:443")
+    assert client_kwargs("s3://b/k", endpoint_url="http://127.0.0.1:3") == {}
+    # (a filesystem the options do not name, gs://, ... is left alone)
+    assert storage._plain_http_options("gs://b/k", {"endpoint_url": "http://h"}) == \
+        {"endpoint_url": "http://h"}
