@@ -1817,7 +1817,8 @@ def gather_pieces(pieces, dtype) -> tuple:
 
 
 def write_pair_from(prefix: str, pieces, dtype, *, fsync: bool = False,
-                    digests: dict | None = None, direct: bool = False) -> dict:
+                    digests: dict | None = None, direct: bool = False,
+                    index_direct: bool | None = None) -> dict:
     """Write ``prefix.bin`` / ``prefix.idx`` from consecutive ``(tokens, sequence_lengths,
     document_indices, stats)`` pieces (:func:`megatron_slices`): the bytes
     :func:`write_pair` writes for them concatenated. ``.bin`` data is streamed; returns the
@@ -1826,7 +1827,8 @@ def write_pair_from(prefix: str, pieces, dtype, *, fsync: bool = False,
     (its checksum without reading it back). ``direct``: both files written without the
     page cache where the file system allows it (:func:`create_file`), the ``.bin``'s
     buffers written behind (while the next pieces are made and copied; the bytes the
-    same, written back by ``fsync`` before it returns).
+    same, written back by ``fsync`` before it returns). ``index_direct``: the ``.idx``
+    so too (default: as ``direct``); False: through the page cache.
 
     Why write-behind: a direct write returns once the device has the bytes: a cluster's
     part writer, one task thread a worker, waited for each 8 MB buffer of its ``.bin``
@@ -1845,7 +1847,8 @@ def write_pair_from(prefix: str, pieces, dtype, *, fsync: bool = False,
     # the index written from the slices' entries as they are (concatenated, they and the
     # pointers were a partition's largest arrays, at the peak of its write)
     _write_index_pieces(prefix + ".idx", index.lengths, index.docs, dtype,
-                        digest=digests.get(".idx"), direct=direct, fsync=fsync)
+                        digest=digests.get(".idx"), fsync=fsync,
+                        direct=direct if index_direct is None else index_direct)
     index.lengths = index.docs = None
     return index.statistics()
 
