@@ -478,3 +478,44 @@ def test_cluster_part_idx_through_the_page_cache_and_not_fsynced(tmp_path, monke
         fh.seek(40)
         fh.write(bytes([b[0] ^ 1]))
     assert check_part_record(str(out), 0, 1, "job-1", 3000) is None
+
+
+def test_part_bin_completes_while_the_idx_is_written(tmp_path, monkeypatch):
+    """write_pair_from(direct=True): the .bin's last buffer goes to disk and is fsync'ed on
+    another thread while the caller writes the .idx (the .bin's completion held here until
+    the .idx has begun); write_pair_from returns once both are done, the .bin closed, the
+    bytes those of a buffered pair. An error of that completion is raised by it."""
+    if not _direct_works(tmp_path):
+        pytest.skip("this file system refuses O_DIRECT")
+    pieces = _pieces(7, 7)
+    caller = threading.get_ident()
+    idx_begun, done = threading.Event(), []
+    real_complete, real_index = fm.complete_file, fm._write_index_pieces
+
+    def complete(fh, fsync=False):
+        if fh.name.endswith(".bin"):
+            assert idx_begun.wait(10), "the .idx waited for the .bin"
+            done.append(threading.get_ident())
+        return real_complete(fh, fsync)
+
+    def index(*a, **k):
+        idx_begun.set()
+        return real_index(*a, **k)
+    monkeypatch.setattr(fm, "complete_file", complete)
+    monkeypatch.setattr(fm, "_write_index_pieces", index)
+    write_pair_from(str(tmp_path / "d"), iter(pieces), np.uint16, fsync=True, direct=True,
+                    index_direct=False)
+    assert len(done) == 1 and done[0] != caller
+
+    def fail(fh, fsync=False):
+        if fh.name.endswith(".bin"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_complete(fh, fsync)
+    monkeypatch.setattr(fm, "complete_file", fail)
+    with pytest.raises(OSError, match="No space"):
+        write_pair_from(str(tmp_path / "e"), iter(pieces), np.uint16, direct=True,
+                        index_direct=False)
+    monkeypatch.undo()
+    write_pair_from(str(tmp_path / "b"), iter(pieces), np.uint16)
+    for ext in ("bin", "idx"):
+        assert (tmp_path / f"d.{ext}").read_bytes() == (tmp_path / f"b.{ext}").read_bytes()
