@@ -145,3 +145,63 @@ def vm_hwm(pid="self") -> int | None:
     except (OSError, ValueError):
         return None
     return None
+
+
+#: This process's environment when ``_common`` was first imported: what
+#: :func:`launch_env` falls back to where /proc/self/environ cannot be read.
+_IMPORT_ENV = dict(os.environ)
+
+
+def launch_env() -> dict[str, str]:
+    """The environment this process was started with (its shell's), for the commands a
+    benchmark times as a user types them: /proc/self/environ, which later changes to
+    ``os.environ`` leave alone, else ``os.environ`` as it was when this module was first
+    imported. Not ``os.environ`` now: a LocalCluster started in this process has its
+    nannies write ``distributed.nanny.pre-spawn-environ`` (``MALLOC_TRIM_THRESHOLD_=65536``,
+    ``OMP_NUM_THREADS=1``, ``MKL_NUM_THREADS=1``, ``OPENBLAS_NUM_THREADS=1``) and more
+    (``PYTHONHASHSEED``, ``__DASK_PARENT_PID``) into ``os.environ`` for good, and every
+    child started after it would inherit them: a driver whose glibc malloc trims at 64 KB,
+    an in-process job with daskwp's malloc tuning off."""
+    try:
+        with open("/proc/self/environ", "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return dict(_IMPORT_ENV)
+    env = {}
+    for item in raw.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep and key:
+            env[os.fsdecode(key)] = os.fsdecode(value)
+    return env
+
+
+def kernel_stream(batches, calls: dict) -> tuple[dict, float]:
+    """Every call of ``calls`` (name -> ``fn(batch)``, its result dropped) on every batch
+    that ``batches`` yields (``(batch, text bytes)`` pairs), in turn, so the machine's
+    noise hits them alike. Returns ``{name: {"seconds", "cpu", "bytes", "mbps"}}`` of the
+    calls alone (wall and CPU seconds of this process, all its threads) and the wall
+    seconds spent getting the batches (reading: in none of the calls' figures)."""
+    wall = dict.fromkeys(calls, 0.0)
+    cpu = dict.fromkeys(calls, 0.0)
+    done, read = 0, 0.0
+    it = iter(batches)
+    while True:
+        t = time.perf_counter()
+        try:
+            batch, nbytes = next(it)
+        except StopIteration:
+            read += time.perf_counter() - t
+            break
+        read += time.perf_counter() - t
+        done += nbytes
+        for name, fn in calls.items():
+            t, c = time.perf_counter(), time.process_time()
+            fn(batch)
+            wall[name] += time.perf_counter() - t
+            cpu[name] += time.process_time() - c
+        del batch
+    if not done:
+        raise ValueError("kernel_stream: the batches hold no text")
+    out = {name: {"seconds": wall[name], "cpu": cpu[name], "bytes": done,
+                  "mbps": done / 1e6 / wall[name]} for name in calls}
+    return out, read

@@ -2,11 +2,15 @@
 speed and memory goals as ratios within the run):
 
 * the bare kernel: ``tok.encode`` in this process on every core, in batches of the
-  partition size over the first ``--kernel-mb`` MB, a cold pass then warm ones, one
-  right before every timed job (the headline ratios use the best warm pass; every job's
-  MB/s is the best of its ``--rounds`` rounds; beside it, each round's ratio of the job to
-  the pass just before it, the machine as it was then: this VM's speed drifts by 20-30%
-  over minutes, so a pass minutes away says little about a job's);
+  partition size, measured three ways, every job's ratio given to each: *burst*, short
+  passes over the first ``--kernel-mb`` MB (a cold one, then a warm one right before every
+  timed job; the best warm pass, the headline ratios' kernel); *adjacent*, the warm pass
+  just before the job (each round's ratio: the machine as it was then); *sustained*, the
+  whole input streamed from disk in the same batches (reading left out of its time), the
+  text a job reads, so the kernel runs about as long as a job does: this VM runs the same
+  work ~14% slower after ~10 s of load on both cores (results/kernel_drift.md), which a
+  1-2 s burst pass never reaches and a 3 GB job spends most of its time in. Every job's
+  MB/s is the best of its ``--rounds`` rounds;
 * ``daskwp tokenize --output-format megatron`` (a local cluster, one 1-thread worker per
   core; tokenize, write the parts, merge);
 * what ``tools/preprocess_data.py`` does: a ``multiprocessing.Pool`` of one worker per core
@@ -45,6 +49,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _common import kernel_stream, launch_env
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES = ["en_ewt.txt", "en_book_moby_dick.txt", "en_book_pride_and_prejudice.txt", "logs/*.log"]
@@ -187,37 +192,51 @@ def main() -> int:
         # each round of jobs, so the warm figure the ratios use (the best of them, as
         # pipeline_bench's) is measured beside the jobs and not once at the start of a
         # run on a machine whose speed drifts
-        batches, sample = [], 0   # read once, kept for every pass
-        for spec in plan_partitions(list_input_files(str(jsonl)), "text",
-                                    daskwp.core.options.check_bytes(
-                                        "p", args.partition_size)):
+        specs = plan_partitions(list_input_files(str(jsonl)), "text",
+                                daskwp.core.options.check_bytes("p", args.partition_size))
+        batches, sample = [], 0   # read once, kept for every short pass
+        for spec in specs:
             if sample >= args.kernel_mb * MB:
                 break
             batch = read_partition(spec)
-            batches.append(batch)
-            sample += text_bytes(batch)
+            batches.append((batch, text_bytes(batch)))
+            sample += batches[-1][1]
 
-        def kernel_pass(count=1):
-            passes = []
-            for _ in range(count):
-                out_bytes = 0
-                t0, c0 = time.perf_counter(), time.process_time()
-                for batch in batches:
-                    enc = tok.encode(batch, num_threads=0)
-                    out_bytes += (np.asarray(enc.token_ids).nbytes
-                                  + np.asarray(enc.offsets).nbytes)
-                    del enc
-                passes.append((sample / MB / (time.perf_counter() - t0),
-                               time.process_time() - c0))
-            return sample, out_bytes, passes
+        def encode(batch):
+            tok.encode(batch, num_threads=0)
 
-        sample, out_bytes, passes = kernel_pass(2)
-        kernel_cold = passes[0][0]
-        warm_passes = [passes[1]]
-        # the tokenizer's output arrays (ids, offsets) per byte of input: a worker's share of
-        # them is part of the RSS goal (as pipeline_bench's)
-        out_per_byte = out_bytes / (os.path.getsize(jsonl) * sample / nbytes)
-        log(f"kernel {passes[1][0]:.1f} MB/s warm, {kernel_cold:.1f} cold")
+        def kernel_pass():
+            """A short (burst) pass: the in-memory sample; (MB/s, CPU seconds)."""
+            f = kernel_stream(batches, {"encode": encode})[0]["encode"]
+            return f["mbps"], f["cpu"]
+
+        def sustained_pass(what):
+            """The whole input in the jobs' partitions, each read from disk then encoded
+            (the reading timed apart); {mbps, cpu, seconds, read, bytes, batches}."""
+            def stream():
+                for spec in specs:
+                    batch = read_partition(spec)
+                    yield batch, text_bytes(batch)
+            f, read = kernel_stream(stream(), {"encode": encode})
+            sustained.append(dict(f["encode"], read=read, batches=len(specs)))
+            log(f"kernel {f['encode']['mbps']:.1f} MB/s sustained ({f['encode']['seconds']:.1f}"
+                f" s over {f['encode']['bytes'] / MB:,.0f} MB, {read:.1f} s reading apart), "
+                f"{what}")
+
+        # the first pass, cold (this fresh process), also sizes the tokenizer's output
+        # arrays (ids, offsets) per byte of input: a worker's share of them is part of the
+        # RSS goal (as pipeline_bench's)
+        out_bytes = []
+
+        def encode_sized(batch):
+            enc = tok.encode(batch, num_threads=0)
+            out_bytes.append(np.asarray(enc.token_ids).nbytes + np.asarray(enc.offsets).nbytes)
+
+        kernel_cold = kernel_stream(batches, {"encode": encode_sized})[0]["encode"]["mbps"]
+        out_per_byte = sum(out_bytes) / (os.path.getsize(jsonl) * sample / nbytes)
+        log(f"kernel {kernel_cold:.1f} MB/s cold")
+        warm_passes: list = []   # (MB/s, CPU seconds) of every warm short pass
+        sustained: list = []     # every sustained pass
 
         common = dict(input=str(jsonl), vocab=vocab, lowercase=True, quiet=True,
                       partition_size=args.partition_size, device="cpu")
@@ -237,7 +256,10 @@ def main() -> int:
             cmd += ["--vocab", vocab, "--lowercase", "--partition-size", args.partition_size,
                     "--device", "cpu", "--quiet", *extra[1:], "--json"]
             t0 = time.perf_counter()
-            proc = subprocess.run(cmd, capture_output=True, text=True)
+            # the environment this bench was started with: the LocalCluster above wrote
+            # its nannies' variables (MALLOC_TRIM_THRESHOLD_, OMP_NUM_THREADS, ...) into
+            # os.environ, which a user's command does not have
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=launch_env())
             wall = time.perf_counter() - t0
             if proc.returncode:
                 raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
@@ -254,25 +276,34 @@ def main() -> int:
         stages: dict[str, dict] = {}
         growth_rounds = []   # (peak RSS, kept caches) per worker, each round's Megatron job
 
-        # each round's ratio of a job to the kernel pass just before it (the machine as it
-        # is then: this VM's speed drifts by 20-30% over minutes, and the best pass is
-        # often one a job never ran beside)
+        # each round's (job MB/s, the kernel pass just before it): the machine as it is
+        # then (this VM's speed drifts by 20-30% over minutes, and the best pass is often
+        # one a job never ran beside)
         beside: dict[str, list] = {}
 
         def kernel_now(what):
-            warm_passes.extend(kernel_pass()[2])
+            warm_passes.append(kernel_pass())
             log(f"kernel {warm_passes[-1][0]:.1f} MB/s warm, before {what}")
 
         def keep(name, value):
             best[name] = max(best.get(name, 0.0), value)
-            beside.setdefault(name, []).append(value / warm_passes[-1][0])
+            beside.setdefault(name, []).append((value, warm_passes[-1][0]))
 
         def ratios(name):
-            return ", ".join(f"{v:.2f}" for v in beside[name])
+            """A job's ratio to each kernel: burst, sustained, then each round's to the
+            pass before it (with the figures it divides)."""
+            v = best[name]
+            return (f"{v / kernel:.2f}x burst kernel; {v / kernel_sus:.2f}x sustained "
+                    f"kernel; each round to the pass before it: "
+                    + ", ".join(f"{j / k:.2f} ({j:.1f} / {k:.1f})" for j, k in beside[name]))
 
         def cost(packed_name, plain_name):
-            return ", ".join(f"{100 * (u / p - 1):.1f}%"
-                             for p, u in zip(beside[packed_name], beside[plain_name]))
+            return ", ".join(f"{100 * ((u / ku) / (p / kp) - 1):.1f}%"
+                             for (p, kp), (u, ku) in zip(beside[packed_name],
+                                                         beside[plain_name]))
+
+        # the sustained kernel, before the cluster starts (no idle cluster beside it)
+        sustained_pass("before the cluster jobs")
 
         with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
                           dashboard_address=None) as cluster, Client(cluster) as client:
@@ -313,6 +344,7 @@ def main() -> int:
                 log(f"round {r + 1}: cluster jobs done")
         # the default commands after the cluster is closed: a user's command has no idle
         # cluster beside it (one at distributed's defaults takes ~8% of a core)
+        sustained_pass("before the default commands")
         for r in range(args.rounds):
             kernel_now("the default Megatron command")
             s, rate = cli("d-megatron", "tokenize", "--output-format", "megatron",
@@ -330,44 +362,49 @@ def main() -> int:
         kernel, kernel_cpu_sample = max(warm_passes)
         # CPU seconds over the whole input at the best warm pass's rate
         kernel_cpu = kernel_cpu_sample * nbytes / sample
+        sus = max(sustained, key=lambda f: f["mbps"])
+        kernel_sus = sus["mbps"]
         megatron, count, plain, packed = (best[k] for k in ("megatron", "count", "plain",
                                                              "packed"))
         d_meg, d_count, d_plain, d_packed = (best[k] for k in ("d_meg", "d_count", "d_plain",
                                                                "d_packed"))
-        rows.append((f"bare kernel: tok.encode in {args.partition_size} batches, all cores, "
-                     f"warm, the best of {len(warm_passes)} passes, one right before every "
-                     f"timed job (the ratios use the best; beside them each round's ratio "
-                     f"to the pass just before the job) "
-                     f"("
+        rows.append((f"bare kernel, burst: tok.encode in {args.partition_size} batches, all "
+                     f"cores, warm, the best of {len(warm_passes)} short passes over the "
+                     f"first {sample / MB:,.0f} MB, one right before every timed job ("
                      + ", ".join(f"{v:.1f}" for v, _ in warm_passes)
-                     + f"; first {sample / MB:,.0f} MB; its first, cold pass "
-                     f"{kernel_cold:.1f})", kernel, ""))
+                     + f"; its first, cold pass {kernel_cold:.1f})", kernel, ""))
+        rows.append((f"bare kernel, sustained: the same call over the whole input "
+                     f"({sus['bytes'] / MB:,.0f} MB in {sus['batches']} batches of "
+                     f"{args.partition_size}, each read from disk first, the reading left out: "
+                     + ", ".join(f"{f['read']:.1f}" for f in sustained)
+                     + " s), the best of its passes, one before the cluster jobs and one "
+                     "before the default commands ("
+                     + ", ".join(f"{f['mbps']:.1f} MB/s in {f['seconds']:.1f} s"
+                                 for f in sustained) + ")", kernel_sus, ""))
         rows += [
             ("cluster: daskwp --output-format megatron --append-eod", megatron,
-             f"{megatron / kernel:.2f}x kernel (each round to the pass before it: {ratios('megatron')})"),
-            ("cluster: daskwp count", count,
-             f"{count / kernel:.2f}x kernel (each round to the pass before it: {ratios('count')})"),
-            ("cluster: daskwp tokenize --padding do_not_pad (Parquet)", plain, ""),
+             ratios("megatron")),
+            ("cluster: daskwp count", count, ratios("count")),
+            ("cluster: daskwp tokenize --padding do_not_pad (Parquet)", plain, ratios("plain")),
             ("cluster: daskwp tokenize --pack 512 (Parquet)", packed,
              f"packing costs {100 * (plain / packed - 1):.1f}% of the unpacked job's time "
-             f"(each round, the jobs to the passes before them: {cost('packed', 'plain')})"),
+             f"(each round, the jobs to the passes before them: {cost('packed', 'plain')}); "
+             + ratios("packed")),
             (f"default command (ran: {ran}): daskwp tokenize --output-format megatron "
-             f"--append-eod, whole command", d_meg,
-             f"{d_meg / kernel:.2f}x kernel (each round to the pass before it: {ratios('d_meg')})"),
-            ("default command: daskwp count, whole command", d_count,
-             f"{d_count / kernel:.2f}x kernel (each round to the pass before it: {ratios('d_count')})"),
+             f"--append-eod, whole command", d_meg, ratios("d_meg")),
+            ("default command: daskwp count, whole command", d_count, ratios("d_count")),
             ("default command: daskwp tokenize --padding do_not_pad (Parquet), whole command",
-             d_plain, ""),
+             d_plain, ratios("d_plain")),
             ("default command: daskwp tokenize --pack 512 (Parquet), whole command", d_packed,
              f"packing costs {100 * (d_plain / d_packed - 1):.1f}% of the unpacked job's "
              f"time (each round, the jobs to the passes before them: "
-             f"{cost('d_packed', 'd_plain')})")]
+             f"{cost('d_packed', 'd_plain')}); " + ratios("d_packed"))]
         hf_bytes, hf_s = preprocess_data_like(jsonl, vocab, tmp / "pdp", args.workers,
                                               args.hf_mb)
         pdp = hf_bytes / MB / hf_s
         rows.append((f"preprocess_data.py's way ({args.workers} workers, first "
                      f"{hf_bytes / MB:.1f} MB)", pdp, ""))
-        rows[1] = rows[1][:2] + (rows[1][2] + f"; {megatron / pdp:.1f}x preprocess_data's "
+        rows[2] = rows[2][:2] + (rows[2][2] + f"; {megatron / pdp:.1f}x preprocess_data's "
                                  f"way",)
         part = min(os.path.getsize(jsonl),
                    daskwp.core.options.check_bytes("p", args.partition_size))
@@ -395,6 +432,14 @@ def main() -> int:
             "job's start to its summary); the default-command rows run each command as a "
             "user types it, a fresh process timed whole (start-up included):", "",
             *[f"    {c}" for c in cli_cmds], "",
+            "Every job's ratio is given to three measures of the bare kernel: the *burst* "
+            "kernel (the best short warm pass: the headline, what issue 39's speed goals "
+            "are read against, as before), the *sustained* kernel (the whole input, as long "
+            "as a job runs: this VM slows the same work ~14% after ~10 s of load, "
+            "results/kernel_drift.md) and, each round, the pass just before the job (job MB/s "
+            "/ pass MB/s). The default commands get the environment this bench was started "
+            "with (not the variables its LocalCluster's nannies put into os.environ, such "
+            "as MALLOC_TRIM_THRESHOLD_).", "",
             "| what | MB/s of text | ratio |", "|---|---|---|"]
         lines += [f"| {w} | {v:.1f} | {r} |" for w, v, r in rows]
         lines += ["", "Memory goal (\"peak memory per worker within 2x its partition\"), "
@@ -423,8 +468,9 @@ def main() -> int:
                   "workers' task threads; the kernel's own threads included; "
                   "`merge`: the driver's, Megatron's `merge_cpu_seconds`, appending each part "
                   "as it completes; `merge_tail`: those of them after the last part was "
-                  "written, `merge_tail_cpu_seconds`). The bare kernel "
-                  f"took {kernel_cpu:.2f} CPU seconds (all its threads) over the same text.",
+                  "written, `merge_tail_cpu_seconds`). The bare kernel took "
+                  f"{kernel_cpu:.2f} CPU seconds (all its threads) over the same text at its "
+                  f"best burst pass's rate, {sus['cpu']:.2f} in its best sustained pass.",
                   "", "| job | " + " | ".join(sorted({k for v in stages.values() for k in v}))
                   + " |", "|---" * (1 + len({k for v in stages.values() for k in v})) + "|"]
         keys = sorted({k for v in stages.values() for k in v})

@@ -5,8 +5,7 @@ process: one process of two threads."""
 
 from __future__ import annotations
 
-import os
-import time
+import threading
 
 import pandas as pd
 import pytest
@@ -43,30 +42,34 @@ def _series(n=3):
 
 
 @pytest.fixture
-def slow_last_part(monkeypatch):
-    """Partition 2's write waits for parts 0 and 1 to exist, then takes a while: it runs
-    alone at the end (the cluster's workers are threads of this process)."""
+def asked():
+    """Set once ``give_idle_threads`` has been asked (see :func:`_sent`)."""
+    return threading.Event()
+
+
+@pytest.fixture
+def slow_last_part(monkeypatch, asked):
+    """Partition 2's write waits (at most 60 s) until the driver has asked
+    ``give_idle_threads``: it is still running when parts 0 and 1 are done, however slowly
+    the driver hears of them (the cluster's workers are threads of this process)."""
     real = tasks.write_tokenized_part
 
     def slow(texts, tokenizer, options, path, *args, partition=None, **kwargs):
         if partition == 2:
-            folder = os.path.dirname(path)
-            end = time.monotonic() + 60
-            while time.monotonic() < end and not all(
-                    os.path.exists(os.path.join(folder, f"part.{i}.parquet")) for i in (0, 1)):
-                time.sleep(0.02)
-            time.sleep(1.0)
+            asked.wait(60)
         return real(texts, tokenizer, options, path, *args, partition=partition, **kwargs)
     monkeypatch.setattr(tasks, "write_tokenized_part", slow)
 
 
-def _sent(monkeypatch) -> list:
+def _sent(monkeypatch, asked=None) -> list:
     calls: list = []
     real = lending.give_idle_threads
 
     def record(client, running, workers):
         sent = real(client, running, workers)
         calls.append((set(running), sent))
+        if asked is not None:
+            asked.set()
         return sent
     monkeypatch.setattr(lending, "give_idle_threads", record)
     return calls
@@ -74,8 +77,8 @@ def _sent(monkeypatch) -> list:
 
 @pytest.mark.parametrize("lazy_call", [False, True])
 def test_last_part_gets_the_idle_workers_threads(client, tmp_path, monkeypatch, lazy_call,
-                                                 slow_last_part):
-    calls = _sent(monkeypatch)
+                                                 asked, slow_last_part):
+    calls = _sent(monkeypatch, asked)
     res = _series().wordpiece.tokenize(max_length=16)
     with dask.config.set(scheduler=client.get):
         if lazy_call:

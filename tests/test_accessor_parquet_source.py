@@ -547,3 +547,29 @@ def test_dask_read_passed_to_a_task_reads_as_dask(tmp_path):
     wrapped = pickle.loads(pickle.dumps(parquet_source.DaskRead(read._io_func)))
     assert isinstance(wrapped.blob, bytes)
     pd.testing.assert_frame_equal(wrapped(part), read._io_func(part))
+
+
+def test_dask_read_pickled_once_for_all_partitions(tmp_path, monkeypatch):
+    # every partition's task carries the same DaskRead (dask's read pickled once, not once
+    # per task), and dask takes its token without pickling it again
+    import pickle
+
+    from dask.tokenize import tokenize
+    lines = _corpus()[:400]
+    for i in range(4):
+        pd.DataFrame({"text": pd.array(lines[i::4], dtype="string[pyarrow]")}).to_parquet(
+            tmp_path / f"{i}.parquet", index=False)
+    direct = direct_text_source(dd.read_parquet(str(tmp_path))["text"].expr)
+    read = direct.frame
+    assert isinstance(read, parquet_source.DirectTextRead) and read.npartitions == 4
+    tasks = list(read.__dask_graph__().values())
+    reads = {id(a) for t in tasks for a in t.args if isinstance(a, parquet_source.DaskRead)}
+    assert len(tasks) == 4 and len(reads) == 1
+    wrapped = read._dask_read
+    copy = pickle.loads(pickle.dumps(wrapped))
+    copy._token = None   # (as a DaskRead whose token was never taken)
+    token = tokenize(wrapped)
+    import cloudpickle
+    for mod in (pickle, cloudpickle):
+        monkeypatch.setattr(mod, "dumps", lambda *a, **k: pytest.fail("pickled for a token"))
+    assert tokenize(copy) == token == tokenize(wrapped)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import threading
 import time
 from pathlib import Path
 
@@ -409,7 +410,7 @@ print(dask.config.get("distributed.dashboard.link"))
     assert "{port}" in out.stdout
 
 
-def _threads_once_given(seconds: float = 20.0):
+def _threads_once_given(seconds: float = 60.0):
     """A task: polls the kernel threads its partition writer would take for its next piece
     until its driver gives it more than one (or ``seconds`` pass); returns them."""
     from daskwp.backends.cpu import default_num_threads
@@ -418,6 +419,27 @@ def _threads_once_given(seconds: float = 20.0):
         n = default_num_threads()
         if n > 1 or time.monotonic() > end:
             return n
+        time.sleep(0.01)
+
+
+def _threads_once_set(event: str):
+    """A task: the kernel threads its partition writer would take for its next piece once
+    the distributed Event ``event`` is set (at most 120 s)."""
+    from distributed import Event
+
+    from daskwp.backends.cpu import default_num_threads
+    Event(event).wait(120)
+    return default_num_threads()
+
+
+def _until_processing(client, *futures, timeout: float = 60.0):
+    """Waits until the scheduler has every one of ``futures`` processing on a worker."""
+    end = time.monotonic() + timeout
+    while True:
+        keys = {k for ks in client.processing().values() for k in ks}
+        if all(f.key in keys for f in futures):
+            return
+        assert time.monotonic() < end, f"not processing after {timeout} s: {futures}"
         time.sleep(0.01)
 
 
@@ -437,10 +459,7 @@ def test_the_last_write_takes_the_threads_of_its_processs_idle_workers():
         fut = client.submit(_threads_once_given, key=("daskwp-write-test", 0), workers=[w0])
         other = client.submit(_threads_once_given, 0.3, key=("daskwp-write-test", 1))
         assert other.result() == 1   # nothing given: a worker's task keeps one thread
-        for _ in range(200):          # until the scheduler has the task processing
-            if any(fut.key in k for k in client.processing().values()):
-                break
-            time.sleep(0.01)
+        _until_processing(client, fut)
         sent = give_idle_threads(client, {fut.key, ("daskwp-write-test", 9)}, workers)
         assert sent == {w0: {fut.key: 2}}
         assert fut.result() == 2
@@ -462,7 +481,7 @@ def test_another_worker_process_lends_its_thread_with_a_small_memo():
     def write(vocab, docs):   # (local: pickled by value for the worker processes)
         import daskwp
         from daskwp.backends.cpu import default_num_threads
-        end = time.monotonic() + 20
+        end = time.monotonic() + 120
         while default_num_threads() < 2 and time.monotonic() < end:
             time.sleep(0.01)
         tok = daskwp.WordPieceTokenizer(vocab, lowercase=True)
@@ -480,10 +499,7 @@ def test_another_worker_process_lends_its_thread_with_a_small_memo():
         w0 = sorted(workers)[0]
         fut = client.submit(write, str(vocab_path("bert-base-uncased")), docs,
                             key=("daskwp-write-test", 0), workers=[w0])
-        for _ in range(1000):         # until the scheduler has the task processing
-            if any(fut.key in k for k in client.processing().values()):
-                break
-            time.sleep(0.01)
+        _until_processing(client, fut)
         assert give_idle_threads(client, {fut.key}, workers) == {w0: {fut.key: 2}}
         assert fut.result() == (2, 0, 1)
 
@@ -498,19 +514,17 @@ def test_a_worker_busy_with_another_task_lends_no_threads():
                       dashboard_address=":0") as cluster, Client(cluster) as client:
         workers = cluster_workers(client)
         w0, w1 = sorted(workers)
-        release = Event("daskwp-test-release")
-        busy = client.submit(release.wait, 30, key="another-clients-task", workers=[w1])
-        fut = client.submit(_threads_once_given, 0.5, key=("daskwp-write-test", 0),
-                            workers=[w0])
-        for _ in range(200):          # until both tasks are processing
-            keys = {k for ks in client.processing().values() for k in ks}
-            if fut.key in keys and busy.key in keys:
-                break
-            time.sleep(0.01)
+        release, asked = Event("daskwp-test-release"), Event("daskwp-test-asked")
+        busy = client.submit(release.wait, 120, key="another-clients-task", workers=[w1])
+        # the write runs until the test has asked give_idle_threads
+        fut = client.submit(_threads_once_set, "daskwp-test-asked",
+                            key=("daskwp-write-test", 0), workers=[w0])
+        _until_processing(client, fut, busy)
         assert give_idle_threads(client, {fut.key}, workers) == {}
+        asked.set()
         assert fut.result() == 1
         release.set()
-        busy.result()
+        assert busy.result() is True
 
 
 def test_set_task_threads_rejects_a_bad_count_and_keeps_a_bounded_table():
@@ -526,7 +540,8 @@ def test_set_task_threads_rejects_a_bad_count_and_keeps_a_bounded_table():
 
 @pytest.mark.parametrize("scheduler", ["synchronous", "threads"])
 def test_writes_after_total_before_wait_for_the_pass_and_start_in_order(tmp_path, tok,
-                                                                        scheduler):
+                                                                        scheduler,
+                                                                        monkeypatch):
     """job_graph's total_before: the pass is done before that partition's write starts,
     the writes from it on take the partitions in order (dask.order ranks them otherwise)
     with the right offsets and counts, run_graph reports each under its partition and
@@ -544,9 +559,26 @@ def test_writes_after_total_before_wait_for_the_pass_and_start_in_order(tmp_path
         events.append(("count", spec.index, keep))
         return sizes[spec.index]
 
+    # A last write's claim of its partition and its event are one step (on two task
+    # threads, one could claim first and record second): the claim takes ``claimed``,
+    # the write's event gives it back.
+    claimed = threading.Lock()
+
+    class Claims(driver._TailClaims):
+        def next(self):
+            claimed.acquire()
+            try:
+                return super().next()
+            except BaseException:
+                claimed.release()
+                raise
+    monkeypatch.setattr(driver, "_TailClaims", Claims)
+
     def write(spec, offset, out_dir, tok_, options, job_id, n_, device, documents,
               file_offset):
         events.append(("write", spec.index))
+        if spec.index >= tb:
+            claimed.release()
         return {"partition": spec.index, "offset": offset, "documents": documents,
                 "file_offset": file_offset}
     import unittest.mock

@@ -415,3 +415,107 @@ def test_a_buffer_pooled_at_another_chunk_size_is_not_taken(tmp_path, monkeypatc
     assert (tmp_path / "f").read_bytes() == data.tobytes()
     assert small.closed and small not in fm._idle_buffers
     assert all(len(b) == fm._DIRECT_CHUNK for b in fm._idle_buffers)
+
+
+def test_cluster_part_idx_through_the_page_cache_and_not_fsynced(tmp_path, monkeypatch):
+    """A cluster's part (write_megatron_partition, partition-local): its .bin through
+    O_DIRECT, its .idx through the page cache, neither they nor the record fsync'ed; the
+    bytes those of a buffered pair of the same slices. A rerun keeps the part while its
+    files match the record, and not once its .idx differs (what a crash of the system
+    could leave behind without the fsyncs)."""
+    if not _direct_works(tmp_path):
+        pytest.skip("this file system refuses O_DIRECT")
+    import json
+
+    import daskwp
+    from daskwp.frames.megatron import megatron_slices
+    from daskwp.jobs import list_input_files, plan_partitions, read_partition
+    from daskwp.jobs.records import check_part_record, part_stem
+    rng = np.random.default_rng(3)
+    words = ["alpha", "beta", "gamma", "delta", "the", "quick", "brown", "fox", "jumps"]
+    src = tmp_path / "in.jsonl"
+    with open(src, "w", encoding="utf-8") as fh:
+        for _ in range(3000):
+            fh.write(json.dumps({"text": " ".join(rng.choice(words, rng.integers(0, 40)))})
+                     + "\n")
+    spec = plan_partitions(list_input_files(str(src)), "text", 1 << 30)[0]
+    tok = daskwp.WordPieceTokenizer(os.path.join(os.path.dirname(daskwp.__file__), "data",
+                                                 "bert-base-uncased-vocab.txt"),
+                                    lowercase=True, num_threads=1)
+    opts = {"add_special_tokens": False, "append_eod": True, "eod_token": None,
+            "document_separator": None}
+    out = tmp_path / "out"
+    out.mkdir()
+    opened, synced = {}, []
+    real_create, real_fsync = fm.create_file, os.fsync
+
+    def track_create(path, *a, **k):
+        fh = real_create(path, *a, **k)
+        opened[str(path).rsplit(".", 1)[1]] = bool(_flags(fh.fileno()) & os.O_DIRECT)
+        return fh
+
+    def track_fsync(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return real_fsync(fd)
+    monkeypatch.setattr(fm, "create_file", track_create)
+    monkeypatch.setattr(os, "fsync", track_fsync)
+    stats = jm.write_megatron_partition(spec, None, str(out), tok, opts, "job-1", 1)
+    monkeypatch.undo()
+    assert opened == {"bin": True, "idx": False}
+    assert synced == []
+    prefix = out / part_stem(0, 1)
+    slices = megatron_slices(tok, read_partition(spec), opts, None, {}, 4 << 10)
+    write_pair_from(str(tmp_path / "ref"), slices, np.uint16)
+    for ext in ("bin", "idx"):
+        assert (tmp_path / f"ref.{ext}").read_bytes() == \
+            (out / (part_stem(0, 1) + "." + ext)).read_bytes()
+    assert read_index(str(prefix) + ".idx").documents == stats["documents"] == 3000
+    rec = check_part_record(str(out), 0, 1, "job-1", 3000)
+    assert rec is not None and rec["documents"] == 3000
+    with open(str(prefix) + ".idx", "r+b") as fh:   # a stale page of the index
+        fh.seek(40)
+        b = fh.read(1)
+        fh.seek(40)
+        fh.write(bytes([b[0] ^ 1]))
+    assert check_part_record(str(out), 0, 1, "job-1", 3000) is None
+
+
+def test_part_bin_completes_while_the_idx_is_written(tmp_path, monkeypatch):
+    """write_pair_from(direct=True): the .bin's last buffer goes to disk and is fsync'ed on
+    another thread while the caller writes the .idx (the .bin's completion held here until
+    the .idx has begun); write_pair_from returns once both are done, the .bin closed, the
+    bytes those of a buffered pair. An error of that completion is raised by it."""
+    if not _direct_works(tmp_path):
+        pytest.skip("this file system refuses O_DIRECT")
+    pieces = _pieces(7, 7)
+    caller = threading.get_ident()
+    idx_begun, done = threading.Event(), []
+    real_complete, real_index = fm.complete_file, fm._write_index_pieces
+
+    def complete(fh, fsync=False):
+        if fh.name.endswith(".bin"):
+            assert idx_begun.wait(10), "the .idx waited for the .bin"
+            done.append(threading.get_ident())
+        return real_complete(fh, fsync)
+
+    def index(*a, **k):
+        idx_begun.set()
+        return real_index(*a, **k)
+    monkeypatch.setattr(fm, "complete_file", complete)
+    monkeypatch.setattr(fm, "_write_index_pieces", index)
+    write_pair_from(str(tmp_path / "d"), iter(pieces), np.uint16, fsync=True, direct=True,
+                    index_direct=False)
+    assert len(done) == 1 and done[0] != caller
+
+    def fail(fh, fsync=False):
+        if fh.name.endswith(".bin"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_complete(fh, fsync)
+    monkeypatch.setattr(fm, "complete_file", fail)
+    with pytest.raises(OSError, match="No space"):
+        write_pair_from(str(tmp_path / "e"), iter(pieces), np.uint16, direct=True,
+                        index_direct=False)
+    monkeypatch.undo()
+    write_pair_from(str(tmp_path / "b"), iter(pieces), np.uint16)
+    for ext in ("bin", "idx"):
+        assert (tmp_path / f"d.{ext}").read_bytes() == (tmp_path / f"b.{ext}").read_bytes()

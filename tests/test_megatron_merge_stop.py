@@ -13,14 +13,18 @@ def test_a_closed_merge_stops_after_the_append_it_is_in(tmp_path, monkeypatch):
     appended, started = [], threading.Event()
 
     def slow_append(self, index):
+        # the append lasts until the merge is closed (at most 60 s), however late the
+        # test's thread gets to close it
         started.set()
-        time.sleep(0.3)
+        end = time.monotonic() + 60
+        while not self._closed and time.monotonic() < end:
+            time.sleep(0.005)
         appended.append(index)
     monkeypatch.setattr(jm.PartMerger, "_append", slow_append)
     merger = jm.PartMerger(str(tmp_path), 5)
     for i in range(5):
         merger.part_done(i)
-    assert started.wait(10)
+    assert started.wait(60)
     merger.close()      # during the first append: the four others are not done
     assert appended == [0]
     assert merger.finish(str(tmp_path / "merged")) is None

@@ -2153,8 +2153,8 @@ def test_the_last_job_file_is_put_while_the_output_is_listed(tmp_path, bucket, s
     seen = []
 
     def entries(self):
-        # the end's listing: wait (up to 20 s) for the _job.json that has the offsets
-        deadline = time.monotonic() + 20
+        # the end's listing: wait (up to 120 s) for the _job.json that has the offsets
+        deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             fs.invalidate_cache()
             try:
@@ -2298,7 +2298,7 @@ def test_the_head_stream_goes_on_past_its_first_piece_into_every_partition(
 
 def _hold_stream_at(monkeypatch, at: int, until):
     """Make a claimed head stream's GET wait, once at byte ``at`` or past it, until
-    ``until(stream)`` (at most 30 s)."""
+    ``until(stream)`` (at most 120 s)."""
     import time
 
     from daskwp.jobs.inputs import fetch_spool
@@ -2307,7 +2307,7 @@ def _hold_stream_at(monkeypatch, at: int, until):
     def held_write(self, data):
         st = self._stream
         if st.claimed and st.written >= at:
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + 120
             while not until(st) and time.monotonic() < deadline:
                 time.sleep(0.01)
         return write(self, data)
@@ -2316,7 +2316,7 @@ def _hold_stream_at(monkeypatch, at: int, until):
 
 def _wait_for_bytes(stream, n: int) -> None:
     import time
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120
     while stream.written < n and time.monotonic() < deadline:
         time.sleep(0.01)
 
@@ -2512,3 +2512,46 @@ def test_an_http_endpoints_uploads_are_checked_by_their_signature_only(bucket, m
                   config_kwargs=chosen) == chosen
     monkeypatch.setenv("AWS_REQUEST_CHECKSUM_CALCULATION", "when_supported")
     assert config("s3://b/k", endpoint_url="http://127.0.0.1:2") == {}
+
+
+def test_a_plain_http_endpoint_loads_no_ca_bundle(bucket, monkeypatch):
+    """No TLS certificate is verified on a plain http:// endpoint: daskwp's S3 filesystem
+    builds its client with ``verify=False`` there, so its first request loads no CA
+    bundle (aiobotocore's default: a file of certificates parsed per process). Over https,
+    with ``verify`` chosen, or with a proxy configured (a TLS proxy is verified with
+    those settings), the client keeps its defaults."""
+    import ssl
+    for k in [k for k in os.environ if k.lower() in ("http_proxy", "https_proxy",
+                                                      "all_proxy")]:
+        monkeypatch.delenv(k)
+    loaded = []
+    load = ssl.SSLContext.load_verify_locations
+
+    def record(self, *args, **kw):
+        loaded.append(args or kw)
+        return load(self, *args, **kw)
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", record)
+    name, options, fs = bucket
+    fs.pipe(f"{name}/v/a.txt", b"daskwp\n")
+    folder = storage.Folder(f"s3://{name}/v", options)
+    assert folder.listdir() == ["a.txt"]
+    assert folder.read_bytes("a.txt") == b"daskwp\n"
+    assert loaded == []
+
+    def client_kwargs(url, **opts):
+        return storage.filesystem(url, opts)[0].client_kwargs
+    assert client_kwargs("s3://b/k", endpoint_url="http://127.0.0.1:1") == {"verify": False}
+    assert client_kwargs("s3://b/k", client_kwargs={"endpoint_url": "HTTP://127.0.0.1:1"}) \
+        == {"endpoint_url": "HTTP://127.0.0.1:1", "verify": False}
+    assert client_kwargs("s3://b/k", endpoint_url="https://127.0.0.1:1") == {}
+    assert client_kwargs("s3://b/k") == {}
+    chosen = {"verify": "/etc/my-ca.pem"}
+    assert client_kwargs("s3://b/k", endpoint_url="http://127.0.0.1:1",
+                         client_kwargs=chosen) == chosen
+    assert client_kwargs("s3://b/k", endpoint_url="http://127.0.0.1:1", config_kwargs={
+        "proxies": {"http": "https://proxy.example:443"}}) == {}
+    monkeypatch.setenv("HTTPS_PROXY", "https://proxy.example:443")
+    assert client_kwargs("s3://b/k", endpoint_url="http://127.0.0.1:3") == {}
+    # (a filesystem the options do not name, gs://, ... is left alone)
+    assert storage._plain_http_options("gs://b/k", {"endpoint_url": "http://h"}) == \
+        {"endpoint_url": "http://h"}

@@ -46,7 +46,33 @@ def _running(client) -> set:
     return {w for w, (_, p, c) in _state(client).items() if p and c}
 
 
-def _wait_for(cond, timeout=10.0):
+class _Clock:
+    """The profiler's ``time.monotonic`` (the leases' clock), moved only by the test: a
+    lease expires when the test says so, not when a loaded machine is slow."""
+
+    def __init__(self, now: float = 1000.0):
+        self.now = now
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch) -> _Clock:
+    c = _Clock()
+    monkeypatch.setattr(prof, "time", c)   # the cluster's workers are in this process
+    return c
+
+
+def _expiries(client) -> dict:
+    """``{worker: sorted expiries of its holds}``."""
+    def get(dask_worker):
+        state = getattr(dask_worker, prof._STATE, None)
+        return sorted(state.holders.values()) if state is not None else []
+    return client.run(get)
+
+
+def _wait_for(cond, timeout=60.0):
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if cond():
@@ -87,12 +113,13 @@ def test_disabled_option_leaves_it_running(client):
         assert _running(client) == set(client.nthreads())
 
 
-def test_a_lease_not_renewed_expires(client):
+def test_a_lease_not_renewed_expires(client, clock):
     # a driver that paused and died: nothing renews or releases its hold
     replies = client.run(prof.pause_profiler, "dead-driver", 0.3, 0.05)
     assert set(replies.values()) == {True}
     assert not _running(client)
-    assert _wait_for(lambda: _running(client) == set(client.nthreads()), 5)
+    clock.now += 0.3   # the lease's end: the next check (every 0.05 s) drops it
+    assert _wait_for(lambda: _running(client) == set(client.nthreads()))
     assert {h for h, _, _ in _state(client).values()} == {0}
     # the lease check went with the pause
     assert not any(prof._CHECK in w.periodic_callbacks
@@ -108,7 +135,7 @@ class _Records(logging.Handler):
         self.messages.append(record.getMessage())
 
 
-def test_a_renewed_lease_holds(client):
+def test_a_renewed_lease_holds(client, clock):
     # the renewals go through the scheduler's broadcast: no worker log line for each one
     # (Client.run writes "Run out-of-band function ..." at INFO for every call)
     worker_log = logging.getLogger("distributed.worker")
@@ -116,9 +143,16 @@ def test_a_renewed_lease_holds(client):
     worker_log.addHandler(records)
     worker_log.setLevel(logging.INFO)
     try:
+        t0 = clock.now
         with prof.worker_profiler_paused(client, lease_seconds=0.4, renew_seconds=0.1,
                                          check_seconds=0.05):
-            time.sleep(1.2)   # three leases long
+            assert set(map(tuple, _expiries(client).values())) == {(t0 + 0.4,)}
+            for step in range(1, 4):   # three leases long, each renewed before its end
+                clock.now = t0 + 0.3 * step
+                assert _wait_for(lambda: set(map(tuple, _expiries(client).values())) ==
+                                 {(clock.now + 0.4,)}), _expiries(client)
+            clock.now += 0.2   # past the lease before the last renewal
+            client.run(lambda dask_worker: getattr(dask_worker, prof._STATE).expire())
             assert {v for v in _state(client).values()} == {(1, False, False)}
     finally:
         worker_log.removeHandler(records)
@@ -333,7 +367,7 @@ with worker_profiler_paused(client, lease_seconds=3.0, renew_seconds=0.5,
 """
 
 
-def test_a_driver_that_dies_leaves_no_lasting_pause():
+def test_a_driver_that_dies_leaves_no_lasting_pause(clock):
     import subprocess
     import sys
     with dask.config.set({"distributed.worker.profile.enabled": True}):
@@ -347,7 +381,8 @@ def test_a_driver_that_dies_leaves_no_lasting_pause():
         assert out.stdout.strip() == "2", out.stderr[-2000:]
         assert not _running(c)   # the dead driver's hold is still there ...
         # ... until its lease runs out
-        assert _wait_for(lambda: _running(c) == set(c.nthreads()), 15)
+        clock.now += 3.0
+        assert _wait_for(lambda: _running(c) == set(c.nthreads()))
         assert {h for h, _, _ in _state(c).values()} == {0}
     finally:
         c.close()

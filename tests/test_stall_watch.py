@@ -4,6 +4,7 @@ nothing is logged while results come, and the results are the same."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -18,20 +19,37 @@ def _value(x):
     return x
 
 
+#: Set once the stall report is logged: the stalled write waits for it (the cluster's
+#: worker runs in this process).
+_REPORTED = threading.Event()
+
+
 def _write(offset, seconds, *after):
     time.sleep(seconds)
     return {"offset": offset}
 
 
-def _graph(seconds: float) -> JobGraph:
+def _write_until_reported(offset, *after):
+    _REPORTED.wait(60)
+    return {"offset": offset}
+
+
+def _graph(seconds: float | None, n: int = 2) -> JobGraph:
+    """Writes 0 .. n-1, each after the one before: write 0 takes ``seconds`` (None: until
+    the stall is reported), the others ``seconds`` or none."""
     dsk = {"tok": Task("tok", _value, 0),
            ("off", 0): Task(("off", 0), _value, 0),
            ("off", 1): Task(("off", 1), _value, 5),
-           ("cnt", 0): Task(("cnt", 0), _value, 5),
-           ("w", 0): Task(("w", 0), _write, TaskRef(("off", 0)), seconds),
-           ("w", 1): Task(("w", 1), _write, TaskRef(("off", 0)), 0, TaskRef(("w", 0)))}
-    return JobGraph(dsk, [("off", 0), ("off", 1)], [("cnt", 0)], {0: ("w", 0), 1: ("w", 1)},
-                    "tok")
+           ("cnt", 0): Task(("cnt", 0), _value, 5)}
+    for i in range(n):
+        after = (TaskRef(("w", i - 1)),) if i else ()
+        if i == 0 and seconds is None:
+            dsk[("w", 0)] = Task(("w", 0), _write_until_reported, TaskRef(("off", 0)))
+        else:
+            dsk[("w", i)] = Task(("w", i), _write, TaskRef(("off", 0)),
+                                 seconds if seconds is not None else 0, *after)
+    return JobGraph(dsk, [("off", 0), ("off", 1)], [("cnt", 0)],
+                    {i: ("w", i) for i in range(n)}, "tok")
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +62,12 @@ def client():
 
 def test_a_stalled_job_reports_what_it_waits_for(client):
     logs, written = [], []
-    values = run_graph(_graph(2.0), client, lambda i, st: written.append(i), logs.append,
+    _REPORTED.clear()
+
+    def log(text):
+        logs.append(text)
+        _REPORTED.set()
+    values = run_graph(_graph(None), client, lambda i, st: written.append(i), log,
                        stall_seconds=0.5)
     assert sorted(written) == [0, 1]
     assert values[("off", 1)] == 5
@@ -57,11 +80,12 @@ def test_a_stalled_job_reports_what_it_waits_for(client):
 
 
 def test_a_moving_job_reports_nothing(client):
-    """A job whose results come less than ``stall_seconds`` apart, running long enough for
-    the watch to wake several times (every ``stall_seconds / 4``): no report."""
+    """A job whose results come far less than ``stall_seconds`` apart (0.25 s, 4 s),
+    running long enough for the watch to wake several times (every ``stall_seconds / 4``):
+    no report."""
     logs, written = [], []
     t = time.monotonic()
-    run_graph(_graph(1.0), client, lambda i, st: written.append(i), logs.append,
-              stall_seconds=1.5)
-    assert time.monotonic() - t > 1.5 / 4 * 2    # the watch woke at least twice
-    assert sorted(written) == [0, 1] and logs == []
+    run_graph(_graph(0.25, n=12), client, lambda i, st: written.append(i), logs.append,
+              stall_seconds=4.0)
+    assert time.monotonic() - t > 4.0 / 4 * 2    # the watch woke at least twice
+    assert sorted(written) == list(range(12)) and logs == []

@@ -59,9 +59,11 @@ def test_the_cpu_of_a_jobs_processes_is_read_while_it_runs(bench):
     """ChildCPU sums the CPU seconds of the processes below the job's (a grandchild too),
     not the job's own."""
     burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass"
+    # the grandchild idles 1 s after its burn: a watch thread that a loaded machine wakes
+    # late still reads its final CPU time before it exits
     job = subprocess.Popen([sys.executable, "-c",
                             f"import subprocess, sys; subprocess.run([sys.executable, '-c', "
-                            f"{burn!r}]); {burn}"])
+                            f"{burn + chr(10) + 'time.sleep(1.0)'!r}]); {burn}"])
     watch = bench.ChildCPU(job.pid, 0.02)
     watch.start()
     job.wait()

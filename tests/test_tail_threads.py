@@ -17,7 +17,7 @@ from daskwp.distributed import tasks
 from daskwp.distributed.local import InProcess, in_process_share
 
 
-def _wait_for(cond, timeout: float = 10.0) -> bool:
+def _wait_for(cond, timeout: float = 60.0) -> bool:
     end = time.monotonic() + timeout
     while not cond():
         if time.monotonic() > end:
@@ -33,7 +33,7 @@ def test_a_task_left_alone_gets_every_core():
     seen = {}
 
     def a():
-        assert b_started.wait(10)
+        assert b_started.wait(60)
         # a kernel call that sets no thread count (a Megatron slice's, a count's) takes
         # the same share, asked at each call
         seen["both"] = (in_process_share(), default_num_threads())
@@ -43,7 +43,7 @@ def test_a_task_left_alone_gets_every_core():
 
     def b():
         b_started.set()
-        assert a_read.wait(10)
+        assert a_read.wait(60)
         seen["b"] = in_process_share()
 
     runner.get({"a": (a,), "b": (b,)}, ["a", "b"])
@@ -116,7 +116,7 @@ def test_megatron_slices_of_a_partition_alone_take_the_freed_cores(monkeypatch):
     got = []
 
     def a():
-        assert b_started.wait(10)
+        assert b_started.wait(60)
         del used[:]
         slices = megatron_slices(tok, texts, options, nbytes=16 << 10)
         got.append(next(slices))   # b runs: its share
@@ -126,7 +126,7 @@ def test_megatron_slices_of_a_partition_alone_take_the_freed_cores(monkeypatch):
 
     def b():
         b_started.set()
-        assert b_may_end.wait(10)
+        assert b_may_end.wait(60)
 
     runner.get({"a": (a,), "b": (b,)}, ["a", "b"])
     assert len(used) == len(ref) > 5

@@ -304,3 +304,32 @@ def test_job_parts_with_kept_integers_go_through_daskwps_writer(tmp_path):
     assert "parquet-cpp" in created[-1], created
     table = pa.concat_tables([pq.read_table(p) for p in parts])
     assert table.column("n").to_pylist() == [ns[i] for i in table.column("logID").to_pylist()]
+
+
+@pytest.mark.parametrize("start,step", [(0, 1), (1000, 1), (5, 3), (-7, -2)])
+def test_range_index_labels_computed_from_logids(start, step):
+    """A source partition on a RangeIndex with no kept columns: its ``input_index`` labels
+    are computed from the rows' logIDs (no index gathered), and equal what the general
+    path (the index as an Arrow table, taken by position) gives."""
+    from daskwp.distributed.tasks import source_hook
+    from daskwp.frames.partition import (attach_kept_columns, attach_range_index,
+                                         source_table)
+    n, offset = 50, 12_345
+    index = pd.RangeIndex(start, start + step * n, step)
+    # rows of several windows per document, and a document with none
+    logid = np.repeat(np.arange(n, dtype=np.int64) + offset, [2, 0, 1, 3, 1] * (n // 5))
+    table = pa.table({"logID": logid, "start": np.zeros(len(logid), np.int64)})
+    hook, kept = source_hook(index, None, offset)
+    assert hook.func is attach_range_index and kept is None
+    got = hook(table)
+    want = attach_kept_columns(table, source_table(index, None), offset)
+    assert got.equals(want), (got.schema, want.schema)
+    assert got.column("input_index").to_pylist() == index[logid - offset].tolist()
+    assert hook(table.slice(0, 0)).column("input_index").to_pylist() == []
+    # other indexes, and kept columns, keep the general path
+    for other, kept_frame in ((pd.Index(np.arange(n) * 2), None),
+                              (index, pd.DataFrame({"id": np.arange(n)}, index=index))):
+        hook, kept = source_hook(other, kept_frame, offset)
+        assert hook.func is attach_kept_columns and kept is not None
+        assert hook(table).column("input_index").to_pylist() == \
+            other[logid - offset].tolist()

@@ -19,16 +19,16 @@ from ..core.lengths import LengthCounts
 from ..core.options import DEFAULT_COMPRESSION, WINDOWS, names
 from ..frames.storage import Folder, is_url
 from ..core.windows import WINDOW_OPTIONS
-from ..frames.partition import (attach_kept_columns, attach_source, frame_from_output,
-                                frame_to_table, is_cudf, source_table, split_source, stores_mask,
-                                table_from_output)
+from ..frames.partition import (attach_kept_columns, attach_range_index, attach_source,
+                                frame_from_output, frame_to_table, is_cudf, source_table,
+                                split_source, stores_mask, table_from_output)
 from ..frames.part_writer import PartWriter, native_for_kept
 from ..frames.schema import INPUT_INDEX_COLUMN, numpy_of_arrow, position_outputs_of
 from .state import cached_tokenizer
 
 __all__ = ["CALL_OPTIONS", "PIECE_BYTES", "add_counts", "add_logid_offset", "call_options",
            "count_documents", "finish_parts", "hold", "owned_unknown_tokens",
-           "partition_error",
+           "partition_error", "source_hook",
            "sum_counts", "text_bytes", "tokenize_global", "tokenize_partition",
            "vocabulary_pad_id",
            "write_partition_part", "write_tokenized_part"]
@@ -185,8 +185,7 @@ def write_partition_part(texts, tokenizer, options: dict, write: dict, partition
     texts, kept, index = split_source(texts, options.get("keep_columns"))
     hook = None
     if index is not None:   # the accessors: the input index and the kept columns
-        kept = source_table(index, kept)
-        hook = functools.partial(attach_kept_columns, kept=kept, logid_offset=offset)
+        hook, kept = source_hook(index, kept, offset)
     with folder.staging() as staging:
         tmp = os.path.join(staging, f".{name}.{uuid.uuid4().hex}.tmp")
         stats = write_tokenized_part(texts, tokenizer, options, os.path.join(staging, name),
@@ -201,6 +200,23 @@ def write_partition_part(texts, tokenizer, options: dict, write: dict, partition
             folder.publish(os.path.join(staging, name), name)
     stats.update(partition=partition, logid_offset=offset)
     return stats
+
+
+def source_hook(index, kept, logid_offset: int) -> tuple:
+    """``(table_hook, kept table or None)`` of a part written from an accessor's source
+    partition (``index`` and ``kept`` of :func:`split_source`): the hook appends
+    ``input_index`` and the kept columns to every table written. A ``RangeIndex`` with no
+    kept columns (``dd.read_parquet`` without an index, a default index) has its labels
+    computed from the rows' logIDs (:func:`attach_range_index`), no index materialized and
+    gathered; anything else goes through :func:`source_table` and
+    :func:`attach_kept_columns`."""
+    import pandas as pd   # (the index is a pandas one, or cudf's)
+    if kept is None and isinstance(index, pd.RangeIndex):
+        return functools.partial(attach_range_index, start=int(index.start),
+                                 step=int(index.step), logid_offset=int(logid_offset)), None
+    table = source_table(index, kept)
+    return functools.partial(attach_kept_columns, kept=table,
+                             logid_offset=int(logid_offset)), table
 
 
 def finish_parts(write: dict, *stats) -> dict:

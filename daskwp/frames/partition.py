@@ -520,6 +520,22 @@ def attach_kept_columns(table: pa.Table, kept: pa.Table | None,
     return table
 
 
+def attach_range_index(table: pa.Table, start: int, step: int, logid_offset: int) -> pa.Table:
+    """The output table of a partition with :data:`INPUT_INDEX_COLUMN` appended, the labels
+    of a ``RangeIndex(start, ..., step)`` source partition with no kept columns (int64, as
+    :func:`source_table` gives them): ``start + step * (logID - logid_offset)``, computed
+    from the rows' logIDs. :func:`attach_kept_columns` of :func:`source_table` gives the
+    same column by gathering the labels from the index made an Arrow table: ~5 ms of the
+    writer thread's CPU for the 0.8 M rows of a 64 MB partition, against ~1 here."""
+    logid = table.column("logID").to_numpy()
+    labels = np.asarray(logid, dtype=np.int64) - int(logid_offset)
+    if step != 1:
+        labels *= step
+    if start:
+        labels += start
+    return table.append_column(INPUT_INDEX_COLUMN, pa.array(labels, type=pa.int64()))
+
+
 def source_table(index, kept) -> pa.Table:
     """:data:`INPUT_INDEX_COLUMN` and the kept columns of a source partition
     (:func:`split_source`) as an Arrow table, one row per document, for

@@ -174,11 +174,12 @@ def write_megatron_partition(spec, logid_offset: int, out_dir: str, tokenizer, o
     there: a row that cannot be read is an empty document (no sequence), listed in the
     partition's rejects file (``file_offset``: the first logID of its input file).
 
-    Both files go to hidden temporary names, written without the page cache where the file
-    system allows it (``O_DIRECT``: the driver's merge reads them so, once; cached, each
-    4 KB written took a fresh page), fsync'ed and renamed; ``part-NNNNN.json``, the
-    record that makes the pair complete, is renamed last. A retried task writes the same
-    bytes. Errors name the partition and its file.
+    Both files go to hidden temporary names, the ``.bin`` written without the page cache
+    where the file system allows it (``O_DIRECT``: the driver's merge reads it so, once;
+    cached, each 4 KB written took a fresh page), and renamed (not fsync'ed, the ``.idx``
+    through the page cache: :data:`PART_FSYNC`);
+    ``part-NNNNN.json``, the record that makes the pair complete, is renamed last. A
+    retried task writes the same bytes. Errors name the partition and its file.
 
     ``logid_offset`` None (with ``documents`` and ``file_offset`` None): a partition-local
     write, which takes no value of the global-offset pass (a cluster's, whose driver takes
@@ -258,6 +259,20 @@ def write_megatron_partition(spec, logid_offset: int, out_dir: str, tokenizer, o
 PART_SLICE_BYTES = 4 << 20
 
 
+#: Whether a part's pair and record are fsync'ed before their renames. They are not: a
+#: part is an intermediate file, read by the driver's merge (whose merged pair is fsync'ed)
+#: and kept for a rerun, which takes a part only if every file of it has the size and the
+#: checksum its record gives (``records.check_part_record``): a part that a crash of the
+#: system (not of a process: the kernel keeps what it wrote) left short or stale is written
+#: again. Its ``.bin`` is written with ``O_DIRECT`` (the device has the bytes when a write
+#: returns), its ``.idx`` through the page cache (``write_pair_from(index_direct=False)``):
+#: the merge reads it back at once, from memory. Why: at the end of each part its task
+#: thread waited for the device, its worker's core idle: a 64 MB partition's direct ``.idx``
+#: (~17 MB) blocked it ~7 ms more than a buffered one at the same CPU, and its fsyncs
+#: (.bin, .idx, record) ~1.5 ms (benchmarks/results/megatron_cluster_tail.md).
+PART_FSYNC = False
+
+
 def _write_part(spec, out_dir: str, options: dict, n_partitions: int, job_id: str, dtype,
                 slices, complete) -> dict:
     """Write partition ``spec.index``'s pair from ``slices`` and commit it; returns its
@@ -272,12 +287,15 @@ def _write_part(spec, out_dir: str, options: dict, n_partitions: int, job_id: st
         try:
             # the slices' sequences streamed into the pair: tokenize, frame, write
             # the files' part checksums computed as they are written (commit_part's)
+            # not fsync'ed (PART_FSYNC)
             hashes = {ext: checksum_hash() for ext in (".bin", ".idx")}
-            stats, rejects = complete(write_pair_from(tmp, slices, dtype, fsync=True,
-                                                      digests=hashes, direct=True), staging)
+            stats, rejects = complete(write_pair_from(tmp, slices, dtype, fsync=PART_FSYNC,
+                                                      digests=hashes, direct=True,
+                                                      index_direct=False), staging)
             commit_part(staging, spec.index, n_partitions, job_id, stats,
                         {prefix + ".bin": tmp + ".bin", prefix + ".idx": tmp + ".idx"},
-                        rejects, {prefix + ext: checksum_hex(h) for ext, h in hashes.items()})
+                        rejects, {prefix + ext: checksum_hex(h) for ext, h in hashes.items()},
+                        fsync=PART_FSYNC)
         finally:
             _remove_pair(tmp)
         publish_part(folder, staging, spec.index, n_partitions)

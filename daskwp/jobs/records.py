@@ -59,13 +59,17 @@ RUN_TIMINGS = frozenset({"cpu_seconds", "seconds"})
 
 
 def commit_part(out_dir: str, index: int, n_partitions: int, job_id: str, stats: dict,
-                files: dict, written: tuple = (), digests: dict | None = None) -> None:
+                files: dict, written: tuple = (), digests: dict | None = None, *,
+                fsync: bool = True) -> None:
     """Make partition ``index`` complete: ``files`` maps each final file name (in
     ``out_dir``) to the fsync'ed temporary file that holds it; ``written`` names files of
     the part already in place (its rejects file). Records ``stats`` with the sizes and
     checksums of all of them (``digests``: final name to the :func:`file_digest` its
     writer computed as it wrote the file; the others are read back), renames the files,
-    then the record (without the run's timings, :data:`RUN_TIMINGS`)."""
+    then the record (without the run's timings, :data:`RUN_TIMINGS`). ``fsync`` False: the
+    record is not written back before its rename either (for a part whose files were not:
+    :func:`check_part_record` checks every file against the record when a rerun keeps it,
+    so a part that a crash of the system left short or stale is written again)."""
     paths = {**{n: os.path.join(out_dir, n) for n in written}, **files}
     digests = digests or {}
     stats["files"] = {name: {"bytes": os.path.getsize(tmp),
@@ -79,7 +83,8 @@ def commit_part(out_dir: str, index: int, n_partitions: int, job_id: str, stats:
                       fh, indent=1)
             fh.write("\n")
             fh.flush()
-            os.fsync(fh.fileno())
+            if fsync:
+                os.fsync(fh.fileno())
         for name, tmp in files.items():
             os.replace(tmp, os.path.join(out_dir, name))
         os.replace(record, os.path.join(out_dir, part_stem(index, n_partitions)
