@@ -147,3 +147,38 @@ def test_count_runs_a_call_per_piece_asking_the_threads_each_time(monkeypatch):
     assert unknown == want[1]
     total = sum(len(d.encode()) for d in docs)
     assert len(asked) >= total // 1000 // 2
+
+
+# Chunks with [UNK] among their tokens of every kind of memo entry: short ones of 1-3 ids,
+# 4-6 (u16 inline, or packed 20-bit ids in the multilingual vocabulary's int32 layout),
+# more than 6 (a reference to the long table), mid ones (17-32 bytes) inline and by
+# reference, and long chunks.
+_UNKNOWN_CHUNKS = ["☃", "😀,", "x☃y", "a☃b,c.d", "☃,☃,☃,☃", "hello-☃☃-worldwide,",
+                   ",;,;,;,;,;,;,;,;☃", "☃x,☃y.☃z;☃w",
+                   "the-quick-brown-fox-jumps-over-the-☃-lazy-dog,again"]
+
+
+@pytest.mark.parametrize("vocab", ["bert-base-uncased", "bert-base-multilingual-cased"])
+def test_memo_hits_count_the_unknown_tokens_of_their_entries(vocab):
+    """The count loop adds a memo hit's tokens and its [UNK] from the entry (its count
+    byte) without the ids: over documents that repeat chunks holding [UNK] of every entry
+    kind, counted on a fresh memo (its own entries), on the memo encode filled and on its
+    own warm one, the counts are encode's."""
+    kw = {"lowercase": True} if vocab == "bert-base-uncased" else {}
+    tok = daskwp.WordPieceTokenizer(vocab_path(vocab), **kw)
+    rng = np.random.default_rng(7)
+    words = _UNKNOWN_CHUNKS + ["plain", "words,", "and", "more.", "text"]
+    docs = [" ".join(rng.choice(words, size=int(rng.integers(1, 30)))) for _ in range(4000)]
+    daskwp.memory.clear(["word_cache"])
+    lengths_cold, unknown_cold = tok.count_lengths(docs, num_threads=1)
+    daskwp.memory.clear(["word_cache"])
+    want_lengths, want_unknown = _want(tok, docs, 1)   # (fills the memo)
+    assert want_unknown > 4000
+    np.testing.assert_array_equal(lengths_cold, want_lengths)
+    assert unknown_cold == want_unknown
+    for _ in range(2):   # on encode's entries, then again
+        lengths, unknown = tok.count_lengths(docs, num_threads=1)
+        np.testing.assert_array_equal(lengths, want_lengths)
+        assert unknown == want_unknown
+    hits = daskwp.memory.info()["word_cache"]["hits"]
+    assert hits > 10 * len(docs)

@@ -44,8 +44,10 @@ inline int64_t count_equal_ids(const int32_t* p, int64_t n, int32_t id) {
 // Buf: `int32_t* at()` (where the next id goes), `int64_t left()` (room there) and
 // `void room(int64_t want)` (at least `want` ids of room after `size`, which a buffer that
 // only counts may empty first), `size` (advanced here by each document's tokens).
-// Tok: the tokenizer state (MemoWordPieceE2ET<true> for offsets / word ids); `bind(t)`
-// runs after each reset of it, to point its offsets state at the buffer's arrays.
+// Tok: the tokenizer state (MemoWordPieceE2ET<true> for offsets / word ids; MemoCountE2E
+// for counts only, whose hits add to counts[d] and the buffer's `unknown` without ids in
+// it); `bind(t)` runs after each reset of it, to point its offsets state at the buffer's
+// arrays.
 struct NoBind {
   template <typename T>
   void operator()(T&) const {}
@@ -78,6 +80,10 @@ void tokenize_range(const CoreContext& ctx, const Off* offsets, const uint8_t* d
     }
     buf.size += got;
     counts[d] = got;
+    if constexpr (Tok::kCountOnly) {  // its hits counted, not written
+      counts[d] += t.hit_tokens;
+      buf.unknown += t.hit_unknown;
+    }
   }
 }
 

@@ -1,10 +1,13 @@
 // daskwp — the count-only CPU loop (``daskwp count``, ``.wordpiece.count()``): per document
 // its number of tokens, and the [UNK] tokens of the batch, from the same normalize+WordPiece
 // core and word memos as encode_batch (cpu_batch.cpp), run on the same plan of threads and
-// chunks. No token array is made: the documents' ids go to a small buffer of their chunk
-// (128 KB, in cache), where their [UNK] are counted before it is reused. encode_batch
-// writes every id to its chunk's buffer (a token per ~3 bytes of text, 4 bytes each),
-// counting the [UNK] the same way, and copies them into the output array.
+// chunks. No token array is made: a memo hit on an entry with its count byte (the
+// u16 layout's short entries, int32 ones of up to 3 ids, inline mid entries: nearly every
+// hit) adds its token count and its [UNK] count (word_memo.hpp, MemoCountE2E) and writes
+// nothing; the other documents' ids go to a small buffer of their chunk (128 KB, in
+// cache), where their [UNK] are counted before it is reused. encode_batch writes every id
+// to its chunk's buffer (a token per ~3 bytes of text, 4 bytes each), counting the [UNK]
+// the same way, and copies them into the output array.
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -59,8 +62,9 @@ CountedBatch count_batch(const uint8_t* vocab_blob, const uint8_t* norm_blob,
   run_chunks(ctx, plan, [&](WordCache* memo, int c) {
     Scratch buf(ctx.v.h->unk_id);  // (128 KB, or the chunk's longest document's room)
     // documents' lengths; their [UNK] counted as the buffer fills, the rest here
-    tokenize_range(ctx, offsets, data, validity, validity_offset, plan.cut[c],
-                   plan.cut[c + 1], plan.data_end, memo, buf, out.lengths.get());
+    tokenize_range<Off, Scratch, MemoCountE2E>(ctx, offsets, data, validity, validity_offset,
+                                               plan.cut[c], plan.cut[c + 1], plan.data_end,
+                                               memo, buf, out.lengths.get());
     buf.flush();
     unknown[c] = buf.unknown;
   });

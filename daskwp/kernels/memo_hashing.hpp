@@ -147,6 +147,18 @@ DWP_FORCEINLINE const int32_t* get_long_ref(const WordCache& wc, const uint8_t* 
   return epoch == wc.arena_epoch ? reinterpret_cast<const int32_t*>(wc.arena + o) : nullptr;
 }
 
+// How many of t[0, nt) are the memo's unk_id (an entry's count byte; nt <= 15).
+DWP_FORCEINLINE uint8_t count_unknown(const WordCache& wc, const int32_t* t, int64_t nt) {
+  uint8_t u = 0;
+  for (int64_t k = 0; k < nt; ++k) u += t[k] == wc.unk_id;
+  return u;
+}
+// The most inline tokens of a short entry of the ids layout that has its count byte
+// (pack[0]): its ids leave byte 17 free.
+DWP_FORCEINLINE int64_t count_byte_max(const WordCache& wc) {
+  return wc.u16 ? kWordCachePackedTokens : kWordCacheMaxTokens;
+}
+
 // Hash of a mid key.
 DWP_FORCEINLINE uint64_t mid_hash(uint64_t k0, uint64_t k1, uint64_t k2, uint64_t k3) {
   return short_hash(k0 ^ (k2 * 0xC2B2AE3D27D4EB4Full), k1 ^ (k3 * 0x165667B19E3779F9ull));
@@ -193,6 +205,7 @@ inline void mid_put(WordCache& wc, const uint8_t* p, int64_t len, const int32_t*
   } else {
     std::memcpy(en.ids, t, (size_t)nt * 4);
   }
+  en.ids[kMidUnknownAt] = count_unknown(wc, t, nt);
   en.n_tokens = (uint8_t)nt;
 }
 

@@ -77,6 +77,10 @@ constexpr int32_t kWordCacheMinBits = 10;
 // layout's loop-free emit of up to 8 tokens may read (put_long).
 constexpr size_t kArenaSlack = 64;
 
+// The ids layout's count byte: pack[0] (byte 17) of an entry whose ids leave it free (the
+// u16 layout's 1-6 ids, which start at byte 20, or 1-3 int32 ids) holds how many of them
+// are the memo's unk_id, so that the count-only loop counts a hit without its ids
+// (count_byte_ok; record writes it).
 struct alignas(32) WordCacheEntry {
   uint64_t key[2];  // the bytes, little-endian, zero-padded; {0, 0}: empty
   uint8_t n_tokens;
@@ -104,12 +108,17 @@ constexpr int32_t kMidTokensU16 = 15;
 constexpr int32_t kMidTokens = 7;
 constexpr int32_t kMidBitsLess = 4;  // 2^(bits - 4) mid entries: 2 MB beside 16 MB of short
 
+// ids[30], past the 15 uint16 or 7 int32 ids of an inline entry (n_tokens not kInLong):
+// how many of them are the memo's unk_id (the count byte, as a short entry's; mid_put).
+constexpr int32_t kMidUnknownAt = 30;
 struct alignas(64) MidEntry {
   uint64_t key[4];  // the bytes, little-endian, zero-padded; all 0: empty
   uint8_t ids[31];
   uint8_t n_tokens;
 };
 static_assert(sizeof(MidEntry) == 64, "one mid entry to a cache line");
+static_assert(2 * kMidTokensU16 <= kMidUnknownAt && 4 * kMidTokens <= kMidUnknownAt,
+              "the count byte follows the inline ids");
 
 struct LongSlot {
   uint64_t hash;  // 0: empty
@@ -189,6 +198,8 @@ struct WordCache {
   // holds 1-6 ids as uint16 in bytes 20-31 (then a hit is one 16-byte load and two
   // widenings, whatever the count), else 1-3 int32 or 4-6 packed in 20 bits.
   bool u16;
+  // The vocabulary's [UNK] id, which the count bytes count (reset_word_cache).
+  int32_t unk_id = -1;
   int32_t bits;       // 2^bits short entries
   int32_t long_bits;  // 2^long_bits long slots
   int32_t mid_bits;   // 2^mid_bits mid entries

@@ -62,8 +62,14 @@ namespace daskwp {
 // construct, reset(out, cap, cache) per document, run(bytes, len, readable), read sink.n.
 // kOff: with offsets and word ids (set_offsets after reset, both arrays given), through a
 // memo of the offsets layout in the same unit (else without a memo).
-template <bool kOff = false>
+// kCount: the count-only loop's state (count_batch.cpp): a hit on an inline short or mid
+// entry with its count byte adds its token count to hit_tokens and its [UNK] to
+// hit_unknown instead of writing its ids (which nobody reads); everything else writes its
+// ids to the sink as without it. The document's tokens are then sink.n + hit_tokens.
+template <bool kOff = false, bool kCount = false>
 struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
+  static_assert(!(kOff && kCount), "the count-only loop has no offsets");
+  static constexpr bool kCountOnly = kCount;
   using Base = WordPieceE2E<kOff>;
   using Base::active;
   using Base::end_word;
@@ -84,6 +90,9 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
   using Base::word_start;
 
   WordCache* cache;  // null: no memo (counting passes, one-off calls)
+  // kCount: the tokens and the [UNK] among them of the document's hits that were counted,
+  // not written (reset per document).
+  int64_t hit_tokens = 0, hit_unknown = 0;
   bool alnum_feed;   // cache->alnum_feed, read once per document
   // Where run_memo's prefetcher stopped, kept across the documents of a range, and the
   // document it was in.
@@ -123,6 +132,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
   // Ready for the next document (one state can serve a whole range of documents).
   DWP_FORCEINLINE void reset(int32_t* out, int64_t cap, WordCache* word_cache) {
     Base::reset(out, cap);
+    hit_tokens = hit_unknown = 0;
     cache = out ? word_cache : nullptr;
     alnum_feed = cache && cache->alnum_feed;
   }
@@ -173,6 +183,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
     } else {
       for (int64_t k = 0; k < nt; ++k) en.tokens[k] = t[k];
     }
+    if (nt <= count_byte_max(wc)) en.pack[0] = count_unknown(wc, t, nt);
     return -1;
   }
 
@@ -655,6 +666,10 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
     const int64_t cap = sink.cap;
     int64_t n = sink.n;
     uint64_t hits = 0;
+    // kCount: the hits' tokens and [UNK], counted not written, and the most tokens of a
+    // short entry with its count byte.
+    int64_t counted = 0, counted_unknown = 0;
+    const int64_t count_max = count_byte_max(wc);
     // kOff: os.bytes_minus_units and os.word as locals (synced around chunk_slow), and the arrays.
     int64_t cd = off_bytes_minus_units();
     int32_t wd = off_word();
@@ -795,6 +810,15 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
           if ((((m0 + 1u) | (m1 + 1u)) >> 16) != 0) {
             const WordCacheEntry* en = set + (m0 != 0xFFFFu);
             const int64_t nt = en->n_tokens;
+            if constexpr (kCount) {
+              if (__builtin_expect(nt <= count_max, 1)) {  // (not kInLong, not packed)
+                counted += nt;
+                counted_unknown += en->pack[0];
+                ++hits;
+                i = e + 1;
+                continue;
+              }
+            }
             int64_t got = nt;
             if constexpr (kOff) {
               if (__builtin_expect(nt <= kWordCacheMaxTokens && n <= cap_inline, 1)) {
@@ -855,6 +879,15 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
                 _mm_cmpeq_epi8(_mm_load_si128(q + 4), x), _mm_cmpeq_epi8(_mm_load_si128(q + 5), hi)));
             if ((((m0 + 1u) | (m1 + 1u)) >> 16) != 0) {
               const MidEntry* en = set + (m0 != 0xFFFFu);
+              if constexpr (kCount) {
+                if (__builtin_expect(en->n_tokens != kInLong, 1)) {
+                  counted += en->n_tokens;
+                  counted_unknown += en->ids[kMidUnknownAt];
+                  ++hits;
+                  i = e2 + 1;
+                  continue;
+                }
+              }
               int64_t got;
               if constexpr (kOff) {  // a reference to the long record, with the spans
                 got = -1;
@@ -899,6 +932,10 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
     }
     wc.stats.hits += hits;
     wc.recheck_displacement();
+    if constexpr (kCount) {
+      hit_tokens += counted;
+      hit_unknown += counted_unknown;
+    }
     return finish();
   }
 
@@ -923,6 +960,7 @@ struct MemoWordPieceE2ET : WordPieceE2E<kOff> {
 };
 
 using MemoWordPieceE2E = MemoWordPieceE2ET<false>;
+using MemoCountE2E = MemoWordPieceE2ET<false, true>;
 
 // tokenize_document with the memo (cache null: without). `readable` (>= len, else
 // ignored): how many bytes from s on may be read, e.g. up to the end of the batch's data
@@ -941,6 +979,7 @@ inline void reset_word_cache(const CoreContext& ctx, WordCache* cache, int32_t o
   cache->clear_tables();
   cache->offsets_unit = offsets_unit;
   cache->u16 = offsets_unit == 0 && ctx.v.h->id_limit != 0 && ctx.v.h->id_limit <= 65536u;
+  cache->unk_id = ctx.v.h->unk_id;
   bool space_low = true;
   for (int c = 0; c < 256; ++c) {
     const uint8_t kind = c < 0x80 ? ctx.nm.ascii_kind[c] : kAsciiSlow;
