@@ -466,11 +466,14 @@ def test_small_calls_take_one_thread_more_than_the_idle_memos(unit):
     # thread of its call has already given back, and then makes none.)
     assert made[0] == 1 and all(m <= 1 for m in made), made
     assert daskwp.memory.info()["word_cache"]["memos"] == sum(made)
-    # A call of 1 MB a thread or more takes its threads whatever the pool holds.
+    # A call of 1 MB a thread or more takes its threads whatever the pool holds: each takes
+    # a memo, a new one, or (a thread started late) the one the other has given back.
     daskwp.memory.clear()
-    before = daskwp.memory.info()["word_cache"]["created"]
+    before = daskwp.memory.info()["word_cache"]
     tok.encode(small * 2, num_threads=2, **kw)
-    assert daskwp.memory.info()["word_cache"]["created"] - before == 2
+    after = daskwp.memory.info()["word_cache"]
+    taken = {k: after[k] - before[k] for k in ("created", "reused")}
+    assert taken["created"] >= 1 and taken["created"] + taken["reused"] == 2, taken
 
 
 @pytest.mark.parametrize("unit", [None, pytest.param("bytes", marks=pytest.mark.slow)])
