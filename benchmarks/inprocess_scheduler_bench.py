@@ -41,11 +41,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from _common import find_data
+from pretraining_bench import build_input   # (its input, the same documents)
 
 ROOT = Path(__file__).resolve().parents[1]
 MB = 1e6
-CORPUS = ["en_ewt.txt", "en_book_moby_dick.txt", "en_book_pride_and_prejudice.txt",
-          "logs/*.log"]
 
 
 def log(msg: str) -> None:
@@ -60,24 +59,6 @@ def cpu_self() -> float:
 def cpu_children() -> float:
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
-
-
-def build_input(data: Path, size_mb: float, path: Path) -> tuple[int, int]:
-    """JSON Lines of ``size_mb`` MB of text (pretraining_bench's input); (documents, bytes)."""
-    lines = []
-    for pat in CORPUS:
-        for f in sorted((data / "corpus").glob(pat)):
-            lines += [x for x in f.read_text(encoding="utf-8").split("\n") if x.strip()]
-    docs = nbytes = 0
-    with open(path, "w", encoding="utf-8") as fh:
-        while nbytes < size_mb * MB:
-            for line in lines:
-                fh.write(json.dumps({"text": line}) + "\n")
-                docs += 1
-                nbytes += len(line.encode())
-                if nbytes >= size_mb * MB:
-                    break
-    return docs, nbytes
 
 
 # -- the graph alone -----------------------------------------------------------------------

@@ -36,7 +36,7 @@ import tempfile
 from pathlib import Path
 
 from _common import find_data, machine_info
-from inprocess_scheduler_bench import build_input
+from pretraining_bench import build_input
 
 STAGES = ("read", "tokenize", "frame", "write", "merge")
 
