@@ -1383,6 +1383,36 @@ def spy_uploads(monkeypatch) -> list:
     return sent
 
 
+class _UploadGate:
+    """Whether the driver's Uploads thread may send: :meth:`open` lets its passes run,
+    :meth:`close` stops them once a pass under way has ended (a pass begun while the gate
+    was open could otherwise list a file written after it closed)."""
+
+    def __init__(self):
+        import threading
+        self._open = threading.Event()
+        self.passing = threading.Lock()    # held through a pass of the driver's thread
+
+    def set(self) -> None:
+        self._open.set()
+
+    def clear(self) -> None:
+        with self.passing:
+            self._open.clear()
+
+
+def gate_uploads(monkeypatch) -> _UploadGate:
+    """The driver's Uploads thread sends nothing until the returned gate is set."""
+    gate = _UploadGate()
+
+    def upload_waiting(self, real=storage.Uploads._upload_waiting):
+        with gate.passing:
+            if gate._open.is_set():
+                real(self)
+    monkeypatch.setattr(storage.Uploads, "_upload_waiting", upload_waiting)
+    return gate
+
+
 def test_files_handed_over_are_uploaded_by_the_driver_in_order(tmp_path, bucket,
                                                                staging_tmp, monkeypatch):
     """Folder.publish in a process told to hand its uploads over (hand_over_uploads) moves
@@ -1393,14 +1423,7 @@ def test_files_handed_over_are_uploaded_by_the_driver_in_order(tmp_path, bucket,
     name, options, fs = bucket
     folder = storage.Folder(f"s3://{name}/out/", options)
     sent = spy_uploads(monkeypatch)
-    gate = threading.Event()
-    passing = threading.Lock()    # held through a pass of the driver's thread
-
-    def upload_waiting(self, real=storage.Uploads._upload_waiting):
-        with passing:
-            if gate.is_set():
-                real(self)
-    monkeypatch.setattr(storage.Uploads, "_upload_waiting", upload_waiting)
+    gate = gate_uploads(monkeypatch)
     uploads = storage.Uploads(storage.Folder(f"s3://{name}/out", options))
     try:
         storage.hand_over_uploads(f"s3://{name}/out", uploads.path)
@@ -1439,14 +1462,7 @@ def test_past_the_files_waiting_a_process_uploads_itself_after_its_own(
     name, options, fs = bucket
     monkeypatch.setattr(storage, "HANDOVER_MAX_WAITING_BYTES", 1)
     sent = spy_uploads(monkeypatch)
-    gate = threading.Event()
-    passing = threading.Lock()    # held through a pass of the driver's thread
-
-    def upload_waiting(self, real=storage.Uploads._upload_waiting):
-        with passing:
-            if gate.is_set():
-                real(self)
-    monkeypatch.setattr(storage.Uploads, "_upload_waiting", upload_waiting)
+    gate = gate_uploads(monkeypatch)
     folder = storage.Folder(f"s3://{name}/out", options)
     uploads = storage.Uploads(folder)
 
@@ -1467,8 +1483,7 @@ def test_past_the_files_waiting_a_process_uploads_itself_after_its_own(
         assert not later.is_alive()
         assert sent == [("a.parquet", "daskwp-uploads"), ("b.parquet", "b-publisher")]
         # another process's file waiting: this one uploads at once
-        with passing:             # (a pass begun while the gate was open has ended)
-            gate.clear()
+        gate.clear()              # (a pass begun while the gate was open has ended)
         other = os.path.join(uploads.path, f"{time.monotonic_ns():020d}-1-x.parquet")
         with open(other, "wb") as fh:
             fh.write(b"x")
