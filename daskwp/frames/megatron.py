@@ -645,43 +645,38 @@ class _DirectAppendFile:
                 self._map = None
 
 
-#: The threads of :func:`_write_behind` (made at its first call): as many as the idle
-#: buffers kept, one write in flight for each file written at once.
-_writers = None
+#: The thread pools of :func:`_write_behind` and :func:`_complete_behind`, by name (each made
+#: at its first use): as many threads as the idle buffers kept, one write in flight for each
+#: file written at once. Two pools: a completion waits for its file's writes.
+_pools: dict = {}
+
+
+def _pool(name: str):
+    with _idle_lock:
+        pool = _pools.get(name)
+        if pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+            pool = _pools[name] = ThreadPoolExecutor(_IDLE_BUFFERS_KEPT,
+                                                     thread_name_prefix=name)
+    return pool
 
 
 def _write_behind(put, nbytes: int, buf, base: int):
     """``put(nbytes, buf, base)`` run by a writer thread: a future of it."""
-    global _writers
-    with _idle_lock:
-        if _writers is None:
-            from concurrent.futures import ThreadPoolExecutor
-            _writers = ThreadPoolExecutor(_IDLE_BUFFERS_KEPT,
-                                          thread_name_prefix="daskwp-write-behind")
-    return _writers.submit(put, nbytes, buf, base)
-
-
-#: The threads of :func:`_complete_behind` (made at its first call).
-_completers = None
+    return _pool("daskwp-write-behind").submit(put, nbytes, buf, base)
 
 
 def _complete_behind(fh, fsync: bool):
     """:func:`complete_file` of ``fh`` (a :class:`_DirectAppendFile` written behind) run by a
     thread of its own: a future of it. The caller leaves ``fh`` alone until it is done,
     then closes it."""
-    global _completers
-    with _idle_lock:
-        if _completers is None:
-            from concurrent.futures import ThreadPoolExecutor
-            _completers = ThreadPoolExecutor(_IDLE_BUFFERS_KEPT,
-                                             thread_name_prefix="daskwp-complete-behind")
-    return _completers.submit(complete_file, fh, fsync)
+    return _pool("daskwp-complete-behind").submit(complete_file, fh, fsync)
 
 
 def _forget_writers() -> None:
-    """A forked child has none of its parent's threads: it makes its own writers."""
-    global _writers, _completers
-    _writers = _completers = None
+    """A forked child has none of its parent's threads: it makes its own pools."""
+    global _pools
+    _pools = {}
 
 
 if hasattr(os, "register_at_fork"):
